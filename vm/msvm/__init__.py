@@ -1,0 +1,24 @@
+"""msvm: a bytecode VM for dynamic-shape tensor programs, written the MindSpore way.
+
+    import msvm as ms
+    from msvm import nn, ops
+
+Cells' ``construct`` methods and ``@ms.jit`` functions compile to tensor bytecode
+with symbolic shapes, are verified before they run, and run in the interpreter.
+"""
+
+from . import bytecode, events, nn, ops
+from .context import GRAPH_MODE, PYNATIVE_MODE, get_context, set_context
+from .dtype import (bool_, double, float16, float32, float64, float_, half, int8, int16, int32, int64, int_,
+                    single, uint8)
+from .errors import BytecodeError, ExecutionError, FrontendError, MsvmError, ShapeMismatch, VerifyError
+from .interp.interpreter import set_trace
+from .jit import jit
+from .tensor import Parameter, Tensor
+
+__version__ = "0.1.0"
+
+__all__ = ["GRAPH_MODE", "PYNATIVE_MODE", "BytecodeError", "ExecutionError", "FrontendError", "MsvmError",
+           "Parameter", "ShapeMismatch", "Tensor", "VerifyError", "bool_", "bytecode", "double", "events",
+           "float16", "float32", "float64", "float_", "get_context", "half", "int8", "int16", "int32", "int64",
+           "int_", "jit", "nn", "ops", "set_context", "set_trace", "single", "uint8"]

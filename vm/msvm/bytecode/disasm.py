@@ -1,0 +1,254 @@
+"""The disassembler: ``records(code)`` yields one ``Instruction`` per instruction;
+text (``dump``), JSON (``to_json``) and the debugger's view are formatters over
+those records. ``to_json``/``from_json`` also serve as the assembler: a program
+written as JSON (or produced by ``to_json``) assembles back to an equal Code.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import dtype as dt
+from ..errors import BytecodeError
+from .code import Code, Instr, Loc
+from .opcodes import BY_NAME
+from .symbolic import Expr, Pred, SymbolicError, fmt_shape, from_data
+from .types import NONE, NoneType, ScalarType, TensorType, TupleType
+
+
+@dataclass(frozen=True)
+class Instruction:
+    offset: int
+    op: str
+    args: tuple          # decoded operand values
+    argrepr: str
+    stack_depth: int     # operand-stack depth after the instruction (-1 if unreachable)
+    loc: Loc
+    parts: tuple         # ((op, Loc), ...) for fused instructions
+    out_type: str        # static type pushed (or "")
+    index: int = 0
+
+
+def argrepr(code: Code, ins: Instr) -> str:
+    parts = []
+    for (oname, kind), raw, val in zip(ins.op.operands, ins.args, code.decode_args(ins)):
+        if kind == "local":
+            parts.append(f"{code.varnames[raw]}")
+        elif kind == "label":
+            parts.append(f"0x{raw:04x}")
+        elif kind == "callee":
+            parts.append(f"self.{val[0]} -> {val[1].name}")
+        elif kind == "count":
+            parts.append(str(raw))
+        elif kind == "name":
+            parts.append(str(val))
+        else:
+            parts.append(_const_repr(val, oname))
+    return " ".join(parts)
+
+
+def _const_repr(v, oname: str) -> str:
+    if isinstance(v, Pred):
+        return f"({v})"
+    if isinstance(v, Expr):
+        return str(v)
+    if isinstance(v, tuple) and oname in ("shape",):
+        return fmt_shape(v)
+    if isinstance(v, np.ndarray):
+        return f"array{list(v.shape)}:{v.dtype}"
+    if isinstance(v, bool) and oname in ("transpose_a", "transpose_b", "keep_dims"):
+        return f"{oname}={v}"
+    if isinstance(v, tuple):
+        return "(" + ", ".join(_const_repr(x, "") for x in v) + ("," if len(v) == 1 else "") + ")"
+    return repr(v) if isinstance(v, str) else str(v)
+
+
+def records(code: Code):
+    for i, ins in enumerate(code.instrs):
+        st = code.stack_types[i] if i < len(code.stack_types) else None
+        args = code.decode_args(ins)
+        if st is None:
+            depth, out = -1, ""
+        else:
+            depth = len(st) - ins.op.n_pops(args) + ins.op.n_pushes(args)
+            nxt = code.stack_types[i + 1] if i + 1 < len(code.stack_types) else None
+            out = str(nxt[-1]) if (ins.op.n_pushes(args) == 1 and nxt) else ""
+        yield Instruction(ins.offset, ins.op.name, args, argrepr(code, ins), depth, ins.loc, ins.parts, out, i)
+
+
+def header(code: Code) -> str:
+    return f"[MS] Bytecode dump for {code.name}:"
+
+
+def dump(code: Code, with_callees: bool = True, show_types: bool = True) -> str:
+    """The text listing: address, name, operands, stack depth, source, type."""
+    out = []
+    for c in (code.all_codes() if with_callees else [code]):
+        out.append(header(c))
+        sig = ", ".join(f"{p}: {t}" for p, t in c.params)
+        out.append(f"  ; ({sig}) -> {c.result_type}")
+        for a, b, why in c.assumptions:
+            out.append(f"  ; assumes {a} == {b} (checked on entry)")
+        base = c.filename.rsplit("/", 1)[-1]
+        for r in records(c):
+            src = f"{base}:{r.loc}" if r.loc.line else ""
+            line = f"  0x{r.offset:04x}: {r.op:<20} {r.argrepr:<28} depth={r.stack_depth:<3} {src}"
+            if show_types and r.out_type:
+                line += f"  -> {r.out_type}"
+            out.append(line.rstrip())
+            for pname, ploc in r.parts:
+                out.append(f"          | {pname:<18} {base}:{ploc}")
+    return "\n".join(out)
+
+
+# ---------------------------------------------------------------- JSON (records and assembler)
+
+def value_to_data(v):
+    """Tagged JSON form of a constant-pool value (never pickle)."""
+    if v is None or isinstance(v, (bool, str)):
+        return v
+    if isinstance(v, int):
+        return {"int": v}
+    if isinstance(v, float):
+        return {"float": repr(v)}
+    if isinstance(v, (Expr, Pred)):
+        return {"sym": v.to_data()}
+    if isinstance(v, dt.DType):
+        return {"dtype": v.name}
+    if isinstance(v, tuple):
+        return {"tuple": [value_to_data(x) for x in v]}
+    if isinstance(v, np.ndarray):
+        return {"array": v.tolist(), "dtype": dt.from_numpy(v.dtype).name, "shape": list(v.shape)}
+    raise BytecodeError(f"constant {v!r} of type {type(v).__name__} cannot be serialized")
+
+
+def value_from_data(d):
+    if d is None or isinstance(d, (bool, str)):
+        return d
+    if not isinstance(d, dict) or len(d) == 0:
+        raise BytecodeError(f"malformed constant {d!r}")
+    try:
+        if "int" in d:
+            if not isinstance(d["int"], int):
+                raise BytecodeError(f"malformed int constant {d!r}")
+            return d["int"]
+        if "float" in d:
+            return float(d["float"])
+        if "sym" in d:
+            return from_data(d["sym"])
+        if "dtype" in d and "array" not in d:
+            return dt.by_name(d["dtype"])
+        if "tuple" in d:
+            return tuple(value_from_data(x) for x in d["tuple"])
+        if "array" in d:
+            a = np.array(d["array"], dtype=dt.by_name(d["dtype"]).np)
+            return a.reshape(d["shape"])
+    except (SymbolicError, ValueError, TypeError) as e:
+        raise BytecodeError(f"malformed constant {d!r}: {e}") from None
+    raise BytecodeError(f"unknown constant tag in {d!r}")
+
+
+def type_to_data(t):
+    if isinstance(t, TensorType):
+        return {"tensor": [d.to_data() for d in t.shape], "dtype": t.dtype.name}
+    if isinstance(t, ScalarType):
+        return {"scalar": t.kind, "value": t.value.to_data() if t.value is not None else None}
+    if isinstance(t, TupleType):
+        return {"tuple": [type_to_data(x) for x in t.items]}
+    if isinstance(t, NoneType):
+        return {"none": True}
+    raise BytecodeError(f"type {t!r} cannot be serialized")
+
+
+def type_from_data(d):
+    try:
+        if "tensor" in d:
+            return TensorType(tuple(from_data(x) for x in d["tensor"]), dt.by_name(d["dtype"]))
+        if "scalar" in d:
+            if d["scalar"] not in ("b", "i", "f"):
+                raise BytecodeError(f"bad scalar kind {d['scalar']!r}")
+            return ScalarType(d["scalar"], from_data(d["value"]) if d["value"] is not None else None)
+        if "tuple" in d:
+            return TupleType(tuple(type_from_data(x) for x in d["tuple"]))
+        if "none" in d:
+            return NONE
+    except (SymbolicError, ValueError, TypeError, KeyError) as e:
+        raise BytecodeError(f"malformed type {d!r}: {e}") from None
+    raise BytecodeError(f"malformed type {d!r}")
+
+
+def loc_to_data(loc: Loc):
+    return [loc.line, loc.col, loc.end_line, loc.end_col]
+
+
+def loc_from_data(d) -> Loc:
+    if not (isinstance(d, list) and len(d) == 4 and all(isinstance(x, int) and x >= 0 for x in d)):
+        raise BytecodeError(f"malformed source location {d!r}")
+    return Loc(*d)
+
+
+def code_to_data(code: Code, index: dict) -> dict:
+    """One function as JSON; ``index`` maps callee Code ids to their position in the file."""
+    return {
+        "name": code.name, "filename": code.filename, "firstlineno": code.firstlineno,
+        "consts": [value_to_data(c) for c in code.consts],
+        "names": list(code.names), "varnames": list(code.varnames),
+        "params": [[p, type_to_data(t)] for p, t in code.params],
+        "attr_types": {k: type_to_data(t) for k, t in code.attr_types.items()},
+        "callees": [[path, index[id(sub)]] for path, sub in code.callees],
+    }
+
+
+def to_json(code: Code) -> dict:
+    """Program JSON: every function (callees first) with tables and instruction records."""
+    codes = code.all_codes()
+    index = {id(c): i for i, c in enumerate(codes)}
+    funcs = []
+    for c in codes:
+        d = code_to_data(c, index)
+        d["instructions"] = [{
+            "offset": r.offset, "op": r.op, "args": list(ins.args), "argrepr": r.argrepr,
+            "stackDepth": r.stack_depth, "loc": loc_to_data(r.loc), "type": r.out_type,
+            "parts": [[p, loc_to_data(pl)] for p, pl in r.parts],
+        } for r, ins in zip(records(c), c.instrs)]
+        d["result"] = str(c.result_type) if c.result_type is not None else None
+        d["assumptions"] = [f"{a} == {b}" for a, b, _ in c.assumptions]
+        funcs.append(d)
+    return {"abi": code.abi, "functions": funcs}
+
+
+def code_from_data(d: dict, instrs: list, done: list) -> Code:
+    for key in ("name", "filename", "firstlineno", "consts", "names", "varnames", "params", "attr_types", "callees"):
+        if key not in d:
+            raise BytecodeError(f"function record lacks {key!r}")
+    callees = []
+    for path, idx in d["callees"]:
+        if not isinstance(idx, int) or not 0 <= idx < len(done):
+            raise BytecodeError(f"callee {path!r} refers to function {idx}, which is not defined before it")
+        callees.append((str(path), done[idx]))
+    return Code(
+        name=str(d["name"]), filename=str(d["filename"]), firstlineno=int(d["firstlineno"]),
+        instrs=instrs, consts=[value_from_data(c) for c in d["consts"]],
+        names=[str(n) for n in d["names"]], varnames=[str(n) for n in d["varnames"]],
+        params=[(str(p), type_from_data(t)) for p, t in d["params"]],
+        attr_types={str(k): type_from_data(t) for k, t in d["attr_types"].items()},
+        callees=callees)
+
+
+def from_json(data: dict) -> Code:
+    """Assemble a program from ``to_json`` output (op names, raw operands, locations)."""
+    done: list = []
+    for f in data["functions"]:
+        instrs = []
+        for r in f["instructions"]:
+            op = BY_NAME.get(r["op"])
+            if op is None:
+                raise BytecodeError(f"unknown instruction {r['op']!r} at offset {r.get('offset')}")
+            if len(r["args"]) != len(op.operands):
+                raise BytecodeError(f"{op.name} takes {len(op.operands)} operands, got {len(r['args'])}")
+            parts = tuple((p, loc_from_data(pl)) for p, pl in r.get("parts", []))
+            instrs.append(Instr(op, tuple(int(a) for a in r["args"]), loc_from_data(r["loc"]), parts))
+        done.append(code_from_data(f, instrs, done))
+    return done[-1]

@@ -1,0 +1,396 @@
+"""Shape and dtype rules: one function per instruction family.
+
+A rule is ``rule(ctx, ins, args) -> Type | None``: ``ins`` are the static types
+popped from the metadata stack (bottom first), ``args`` the decoded operands,
+``ctx.env`` the ``ShapeEnv``. It returns the type pushed (None when nothing is
+pushed) or raises ``ShapeError`` with a message that names both shapes. The
+frontend calls the same rules while it emits, so it and the verifier agree.
+"""
+
+from __future__ import annotations
+
+from .. import dtype as dt
+from .symbolic import Expr, fmt_shape, product
+from .types import NONE, ScalarType, ShapeError, TensorType, TupleType, type_of_const
+
+
+# ---------------------------------------------------------------- helpers
+
+def _tensor(t, what: str, i: int = 0) -> TensorType:
+    if isinstance(t, TensorType):
+        return t
+    raise ShapeError(f"{what}: operand {i} must be a tensor, got {t}")
+
+
+def _as_tensorish(t):
+    """(shape, dtype, weak kind) of a tensor or scalar operand."""
+    if isinstance(t, TensorType):
+        return t.shape, t.dtype, None
+    if isinstance(t, ScalarType):
+        return (), None, t.kind
+    raise ShapeError(f"expected a tensor or a scalar, got {t}")
+
+
+def result_dtype(types) -> dt.DType:
+    """Promotion over tensors and weak scalars (see msvm.dtype)."""
+    strong = [t.dtype for t in types if isinstance(t, TensorType)]
+    weak = [t.kind for t in types if isinstance(t, ScalarType)]
+    if strong:
+        out = strong[0]
+        for d in strong[1:]:
+            out = dt.promote(out, d)
+    else:
+        out = dt.weak_default(max(weak, key="bif".index))
+    for k in weak:
+        out = dt.promote_weak(out, k)
+    return out
+
+
+def norm_axis(axis: int, rank: int, what: str) -> int:
+    if not isinstance(axis, int) or isinstance(axis, bool):
+        raise ShapeError(f"{what}: axis must be a constant int, got {axis!r}")
+    if not -rank <= axis < max(rank, 1):
+        raise ShapeError(f"{what}: axis {axis} is out of range for rank {rank}")
+    return axis % rank if rank else 0
+
+
+def _shape_str(t) -> str:
+    return fmt_shape(t.shape) if isinstance(t, TensorType) else str(t)
+
+
+# ---------------------------------------------------------------- elementwise
+
+def binary(ctx, ins, args, *, name: str, out_dtype=None):
+    shapes = [_as_tensorish(t)[0] for t in ins]
+    shape = ctx.env.broadcast(shapes, name)
+    if all(isinstance(t, ScalarType) for t in ins):
+        return ScalarType("b" if out_dtype == "bool" else result_dtype(ins).kind)
+    if out_dtype == "bool":
+        return TensorType(shape, dt.bool_)
+    d = result_dtype(ins)
+    if out_dtype == "float" and not d.is_float:
+        d = dt.float32
+    return TensorType(shape, d)
+
+
+def unary(ctx, ins, args, *, name: str, out_dtype=None):
+    (t,) = ins
+    if isinstance(t, ScalarType):
+        return ScalarType("f" if out_dtype == "float" else t.kind)
+    t = _tensor(t, name)
+    if out_dtype == "float" and not t.dtype.is_float:
+        return TensorType(t.shape, dt.float32)
+    if out_dtype == "bool":
+        return TensorType(t.shape, dt.bool_)
+    return t
+
+
+def where(ctx, ins, args):
+    cond, a, b = ins
+    shapes = [_as_tensorish(t)[0] for t in ins]
+    shape = ctx.env.broadcast(shapes, "WHERE")
+    return TensorType(shape, result_dtype([a, b]))
+
+
+def cast(ctx, ins, args):
+    (t,) = ins
+    (to,) = args
+    if not isinstance(to, dt.DType):
+        raise ShapeError(f"CAST: target must be a dtype, got {to!r}")
+    if isinstance(t, ScalarType):
+        return TensorType((), to)
+    return TensorType(_tensor(t, "CAST").shape, to)
+
+
+def fill(ctx, ins, args):
+    shape, value, dtype = args
+    return TensorType(_shape_operand(shape, "FILL"), dtype)
+
+
+# ---------------------------------------------------------------- matmul
+
+def _mm_dims(a: TensorType, b: TensorType, ta: bool, tb: bool):
+    m, k1 = (a.shape[-1], a.shape[-2]) if ta else (a.shape[-2], a.shape[-1])
+    k2, n = (b.shape[-1], b.shape[-2]) if tb else (b.shape[-2], b.shape[-1])
+    return m, k1, k2, n
+
+
+def matmul(ctx, ins, args, *, name="MATMUL"):
+    a, b = (_tensor(t, name, i) for i, t in enumerate(ins))
+    ta, tb = args[0], args[1]
+    if a.rank != 2 or b.rank != 2:
+        raise ShapeError(f"{name}: needs two 2-D tensors, got {fmt_shape(a.shape)} @ {fmt_shape(b.shape)}"
+                         " (use BATCH_MATMUL / ops.bmm for batches)")
+    m, k1, k2, n = _mm_dims(a, b, ta, tb)
+    _check_k(ctx, a, b, k1, k2, name)
+    return TensorType((ctx.env.norm(m), ctx.env.norm(n)), result_dtype([a, b]))
+
+
+def _check_k(ctx, a, b, k1, k2, name):
+    ctx.env.require_eq(k1, k2, f"{name}: shapes {fmt_shape(ctx.env.norm_type(a).shape)} @ "
+                       f"{fmt_shape(ctx.env.norm_type(b).shape)} do not match "
+                       f"(contracted dims {ctx.env.norm(k1)} and {ctx.env.norm(k2)})")
+
+
+def batch_matmul(ctx, ins, args, *, name="BATCH_MATMUL"):
+    a, b = (_tensor(t, name, i) for i, t in enumerate(ins))
+    ta, tb = args[0], args[1]
+    if a.rank < 2 or b.rank < 2:
+        raise ShapeError(f"{name}: needs tensors of rank >= 2, got {fmt_shape(a.shape)} @ {fmt_shape(b.shape)}")
+    m, k1, k2, n = _mm_dims(a, b, ta, tb)
+    _check_k(ctx, a, b, k1, k2, name)
+    batch = ctx.env.broadcast([a.shape[:-2], b.shape[:-2]], f"{name} batch dims")
+    return TensorType(batch + (ctx.env.norm(m), ctx.env.norm(n)), result_dtype([a, b]))
+
+
+# ---------------------------------------------------------------- reductions, normalization
+
+def _axes(axes, rank, what):
+    if axes is None or axes == ():
+        return tuple(range(rank))
+    if isinstance(axes, int):
+        axes = (axes,)
+    out = tuple(sorted({norm_axis(a, rank, what) for a in axes}))
+    return out
+
+
+def reduce(ctx, ins, args, *, name: str, out_dtype=None):
+    t = _tensor(ins[0], name)
+    axes, keep = args
+    ax = _axes(axes, t.rank, name)
+    shape = tuple(Expr.const(1) if i in ax else d for i, d in enumerate(t.shape) if keep or i not in ax)
+    d = t.dtype
+    if out_dtype == "float" and not d.is_float:
+        d = dt.float32
+    if out_dtype == "index":
+        d = dt.int32
+    if name in ("REDUCE_SUM",) and d is dt.bool_:
+        d = dt.int64
+    return TensorType(shape, d)
+
+
+def argreduce(ctx, ins, args, *, name: str):
+    t = _tensor(ins[0], name)
+    axis, keep = args
+    if axis is None:
+        return TensorType((), dt.int32)
+    return reduce(ctx, ins, ((axis,), keep), name=name, out_dtype="index")
+
+
+def softmax(ctx, ins, args, *, name="SOFTMAX"):
+    t = _tensor(ins[0], name)
+    norm_axis(args[0], t.rank, name)
+    return unary(ctx, [t], (), name=name, out_dtype="float")
+
+
+def layer_norm(ctx, ins, args):
+    x = _tensor(ins[0], "LAYER_NORM")
+    begin_norm, begin_params, _eps = args
+    b = norm_axis(begin_norm, x.rank, "LAYER_NORM")
+    p = norm_axis(begin_params, x.rank, "LAYER_NORM")
+    for i, g in enumerate(ins[1:3]):
+        if g is NONE:
+            continue
+        g = _tensor(g, "LAYER_NORM", i + 1)
+        want = x.shape[p:]
+        if g.rank != len(want):
+            raise ShapeError(f"LAYER_NORM: {'gamma' if i == 0 else 'beta'} has shape {fmt_shape(g.shape)}, "
+                             f"expected {fmt_shape(want)} for input {fmt_shape(x.shape)}")
+        for d1, d2 in zip(g.shape, want):
+            ctx.env.require_eq(d1, d2, f"LAYER_NORM: {'gamma' if i == 0 else 'beta'} {fmt_shape(g.shape)} "
+                               f"does not match input {fmt_shape(x.shape)} from axis {p}")
+    del b
+    return unary(ctx, [ctx.env.norm_type(x)], (), name="LAYER_NORM", out_dtype="float")
+
+
+# ---------------------------------------------------------------- layout
+
+def _shape_operand(shape, what):
+    if not isinstance(shape, tuple):
+        raise ShapeError(f"{what}: shape operand must be a tuple, got {shape!r}")
+    out = []
+    for d in shape:
+        if isinstance(d, Expr):
+            out.append(d)
+        elif isinstance(d, int) and not isinstance(d, bool) and d >= 0:
+            out.append(Expr.const(d))
+        else:
+            raise ShapeError(f"{what}: bad dimension {d!r} (bytecode stores resolved dims, never -1)")
+    return tuple(out)
+
+
+def reshape(ctx, ins, args):
+    t = _tensor(ins[0], "RESHAPE")
+    shape = _shape_operand(args[0], "RESHAPE")
+    ctx.env.require_eq(product(t.shape), product(shape),
+                       f"RESHAPE: cannot reshape {fmt_shape(t.shape)} ({product(t.shape)} elements) "
+                       f"to {fmt_shape(shape)} ({product(shape)} elements)")
+    return TensorType(tuple(ctx.env.norm(d) for d in shape), t.dtype)
+
+
+def transpose(ctx, ins, args):
+    t = _tensor(ins[0], "TRANSPOSE")
+    (perm,) = args
+    if not isinstance(perm, tuple) or sorted(norm_axis(p, t.rank, "TRANSPOSE") for p in perm) != list(range(t.rank)):
+        raise ShapeError(f"TRANSPOSE: {perm!r} is not a permutation of the {t.rank} axes of {fmt_shape(t.shape)}")
+    return TensorType(tuple(t.shape[p % t.rank] for p in perm), t.dtype)
+
+
+def expand_dims(ctx, ins, args):
+    t = _tensor(ins[0], "EXPAND_DIMS")
+    axis = norm_axis(args[0], t.rank + 1, "EXPAND_DIMS")
+    shape = list(t.shape)
+    shape.insert(axis, Expr.const(1))
+    return TensorType(tuple(shape), t.dtype)
+
+
+def squeeze(ctx, ins, args):
+    t = _tensor(ins[0], "SQUEEZE")
+    axes = args[0]
+    if axes is None or axes == ():
+        drop = {i for i, d in enumerate(t.shape) if d == 1}
+        if any(not d.is_const() for d in t.shape):
+            unknown = [str(d) for d in t.shape if not d.is_const()]
+            raise ShapeError(f"SQUEEZE: without axes it needs constant dims, {fmt_shape(t.shape)} has {', '.join(unknown)}")
+    else:
+        drop = set(_axes(axes, t.rank, "SQUEEZE"))
+        for i in drop:
+            ctx.env.require_eq(t.shape[i], 1, f"SQUEEZE: axis {i} of {fmt_shape(t.shape)} is not 1")
+    return TensorType(tuple(d for i, d in enumerate(t.shape) if i not in drop), t.dtype)
+
+
+def broadcast_to(ctx, ins, args):
+    t = _tensor(ins[0], "BROADCAST_TO")
+    shape = _shape_operand(args[0], "BROADCAST_TO")
+    out = ctx.env.broadcast([t.shape, shape], "BROADCAST_TO")
+    if len(out) != len(shape):
+        raise ShapeError(f"BROADCAST_TO: cannot broadcast {fmt_shape(t.shape)} to {fmt_shape(shape)}")
+    return TensorType(out, t.dtype)
+
+
+def concat(ctx, ins, args, *, name="CONCAT"):
+    count, axis = args
+    ts = [_tensor(t, name, i) for i, t in enumerate(ins)]
+    if not ts:
+        raise ShapeError(f"{name}: needs at least one tensor")
+    rank = ts[0].rank
+    for t in ts:
+        if t.rank != rank:
+            raise ShapeError(f"{name}: ranks differ: " + ", ".join(fmt_shape(t.shape) for t in ts))
+    if name == "STACK":
+        ax = norm_axis(axis, rank + 1, name)
+        shape = list(ts[0].shape)
+        for t in ts[1:]:
+            for i in range(rank):
+                shape[i] = ctx.env.require_eq(shape[i], t.shape[i], f"STACK: shapes differ: "
+                                              + ", ".join(fmt_shape(t.shape) for t in ts))
+        shape.insert(ax, Expr.const(len(ts)))
+        return TensorType(tuple(shape), result_dtype(ts))
+    ax = norm_axis(axis, rank, name)
+    shape = list(ts[0].shape)
+    for t in ts[1:]:
+        for i in range(rank):
+            if i == ax:
+                shape[i] = shape[i] + t.shape[i]
+            else:
+                shape[i] = ctx.env.require_eq(shape[i], t.shape[i], f"{name}: dim {i} differs: "
+                                              + ", ".join(fmt_shape(t.shape) for t in ts))
+    return TensorType(tuple(ctx.env.norm(d) for d in shape), result_dtype(ts))
+
+
+def slice_(ctx, ins, args):
+    """Basic indexing: operand is a tuple of ('i', k) | ('s', start, stop, step) | ('n',) | ('e',)."""
+    t = _tensor(ins[0], "SLICE")
+    (spec,) = args
+    n_real = sum(1 for s in spec if s[0] in ("i", "s"))
+    if n_real > t.rank:
+        raise ShapeError(f"SLICE: too many indices for {fmt_shape(t.shape)}")
+    full = []
+    for s in spec:
+        if s[0] == "e":
+            full.extend([("s", None, None, None)] * (t.rank - n_real))
+        else:
+            full.append(s)
+    full.extend([("s", None, None, None)] * (t.rank - sum(1 for s in full if s[0] in ("i", "s"))))
+    out, dim = [], 0
+    for s in full:
+        if s[0] == "n":
+            out.append(Expr.const(1))
+            continue
+        d = t.shape[dim]
+        dim += 1
+        if s[0] == "i":
+            k = s[1]
+            if d.is_const() and not -d.const_value() <= k < d.const_value():
+                raise ShapeError(f"SLICE: index {k} is out of range for dim {dim - 1} of {fmt_shape(t.shape)}")
+            continue
+        out.append(_slice_len(d, s[1], s[2], s[3]))
+    return TensorType(tuple(out), t.dtype)
+
+
+def _slice_len(d: Expr, start, stop, step):
+    step = 1 if step is None else step
+    if step <= 0:
+        raise ShapeError("SLICE: step must be positive")
+    if d.is_const():
+        return Expr.const(len(range(*slice(start, stop, step).indices(d.const_value()))))
+    if start in (None, 0) and stop is None:
+        return d if step == 1 else (d + (step - 1)) // step
+    if start is not None and start >= 0 and stop is None:
+        return (d - start + (step - 1)) // step
+    if (start in (None, 0)) and stop is not None and stop >= 0:
+        raise ShapeError("SLICE: a constant stop on a symbolic dim is not supported yet; slice with x[:n] "
+                         "only on constant dims")
+    raise ShapeError("SLICE: this slice of a symbolic dim is not supported")
+
+
+# ---------------------------------------------------------------- data movement and control
+
+def load_tensor(ctx, ins, args):
+    return ctx.local_type(args[0])
+
+
+def store_tensor(ctx, ins, args):
+    ctx.set_local(args[0], ins[0])
+
+
+def load_const(ctx, ins, args):
+    return type_of_const(args[0])
+
+
+def load_param(ctx, ins, args):
+    return ctx.attr_type(args[0])
+
+
+def load_sym(ctx, ins, args):
+    e = args[0]
+    if isinstance(e, Expr):
+        return ScalarType("i", ctx.env.norm(e))
+    return ScalarType("b", e)
+
+
+def set_sym(ctx, ins, args):
+    ctx.set_symbol(args[0], args[1])
+
+
+def build_tuple(ctx, ins, args):
+    return TupleType(tuple(ins))
+
+
+def unpack_tuple(ctx, ins, args):
+    (t,) = ins
+    if not isinstance(t, TupleType) or len(t.items) != args[0]:
+        raise ShapeError(f"UNPACK_TUPLE: expected a tuple of {args[0]}, got {t}")
+    return list(reversed(t.items))  # pushed so that item 0 ends up on top
+
+
+def call_cell(ctx, ins, args):
+    return ctx.call(args[0], list(ins))
+
+
+def nothing(ctx, ins, args):
+    return None
+
+
+def branch(ctx, ins, args):
+    ctx.branch(args[0])

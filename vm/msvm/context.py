@@ -1,0 +1,97 @@
+"""``set_context`` / ``get_context``: run mode, device and JIT settings."""
+
+from __future__ import annotations
+
+import os
+import warnings
+
+from . import log
+
+GRAPH_MODE = 0
+PYNATIVE_MODE = 1
+
+JIT_DEFAULTS = {
+    "dump_bytecode": os.environ.get("MSVM_DUMP_BYTECODE", "") == "1",
+    "jit_level": os.environ.get("MSVM_JIT_LEVEL", "auto"),
+    "enable_fusion": True,
+    "jit_log_level": os.environ.get("MSVM_LOG", "WARNING"),
+}
+
+_ctx = {
+    "mode": GRAPH_MODE,
+    "device_target": "CPU",
+    "device_id": 0,
+    "jit_config": dict(JIT_DEFAULTS),
+}
+
+_KNOWN = {"mode", "device_target", "device_id", "jit_config", "max_call_depth", "save_graphs", "pynative_synchronize"}
+
+
+def gpu_problem() -> str | None:
+    """Why the GPU cannot be used here, or None when it can."""
+    try:
+        import cupy  # noqa: F401
+    except Exception as e:  # noqa: BLE001
+        return f"CuPy is not importable ({type(e).__name__}: {e}); install msvm[gpu] on a machine with CUDA"
+    try:
+        import cupy
+
+        n = cupy.cuda.runtime.getDeviceCount()
+    except Exception as e:  # noqa: BLE001
+        return f"no CUDA device is available ({type(e).__name__}: {e})"
+    if n < 1:
+        return "no CUDA device is available (device count is 0)"
+    return None
+
+
+def set_context(**kwargs) -> None:
+    for k, v in kwargs.items():
+        if k not in _KNOWN:
+            raise ValueError(f"set_context: unknown key {k!r}; known: {', '.join(sorted(_KNOWN))}")
+        if k == "mode":
+            if v not in (GRAPH_MODE, PYNATIVE_MODE):
+                raise ValueError(f"set_context: mode must be ms.GRAPH_MODE (0) or ms.PYNATIVE_MODE (1), got {v!r}")
+            _ctx["mode"] = v
+        elif k == "device_target":
+            if v not in ("CPU", "GPU", "Ascend"):
+                raise ValueError(f"set_context: device_target must be 'CPU' or 'GPU', got {v!r}")
+            if v == "Ascend":
+                raise ValueError("set_context: device_target='Ascend' is not supported by msvm (CPU and NVIDIA GPU only)")
+            if v == "GPU":
+                problem = gpu_problem()
+                if problem is not None:
+                    if os.environ.get("MSVM_STRICT_DEVICE") == "1":
+                        raise RuntimeError(f"device_target='GPU': {problem}")
+                    warnings.warn(f"device_target='GPU': {problem}; running on the CPU instead "
+                                  "(set MSVM_STRICT_DEVICE=1 to make this an error)", RuntimeWarning, stacklevel=2)
+                    log.logger.warning("device_target='GPU' requested but %s; running on the CPU", problem)
+                    v = "CPU"
+            _ctx["device_target"] = v
+        elif k == "jit_config":
+            if not isinstance(v, dict):
+                raise TypeError("set_context: jit_config must be a dict")
+            unknown = set(v) - set(JIT_DEFAULTS)
+            if unknown:
+                raise ValueError(f"jit_config: unknown keys {sorted(unknown)}; known: {sorted(JIT_DEFAULTS)}")
+            _ctx["jit_config"].update(v)
+            if "jit_log_level" in v:
+                log.set_level(v["jit_log_level"])
+        else:
+            _ctx[k] = v
+
+
+def get_context(attr_key: str):
+    if attr_key not in _ctx:
+        raise ValueError(f"get_context: unknown key {attr_key!r}; known: {', '.join(sorted(_ctx))}")
+    v = _ctx[attr_key]
+    return dict(v) if isinstance(v, dict) else v
+
+
+def mode() -> int:
+    return _ctx["mode"]
+
+
+def jit_option(name: str, override: dict | None = None):
+    if override and name in override:
+        return override[name]
+    return _ctx["jit_config"][name]

@@ -1,0 +1,137 @@
+"""Tensor dtypes with MindSpore's names (``ms.float32``, ``ms.bool_``) and the
+promotion rule every op uses (one place: ``promote``).
+
+Promotion follows MindSpore, which differs from numpy in one way that matters:
+an integer tensor combined with a float tensor takes the float's width
+(int32 + float32 -> float32; numpy says float64). Python scalars are "weak":
+they never widen a tensor's dtype (float32 tensor * 2.0 -> float32), except
+that a float scalar turns an integer or bool tensor into float32.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+class DType:
+    """One tensor element type. Compare with ``is`` or ``==``; hashable."""
+
+    __slots__ = ("name", "np", "kind", "code")
+
+    def __init__(self, name: str, np_dtype, kind: str, code: int):
+        self.name = name
+        self.np = np.dtype(np_dtype)
+        self.kind = kind  # 'f' float, 'i' signed int, 'u' unsigned, 'b' bool
+        self.code = code  # stable number used by the binary format
+
+    @property
+    def itemsize(self) -> int:
+        return self.np.itemsize
+
+    @property
+    def is_float(self) -> bool:
+        return self.kind == "f"
+
+    def __repr__(self):
+        return self.name
+
+    __str__ = __repr__
+
+    def __reduce__(self):
+        return (by_name, (self.name,))
+
+
+float16 = DType("float16", np.float16, "f", 1)
+float32 = DType("float32", np.float32, "f", 2)
+float64 = DType("float64", np.float64, "f", 3)
+int8 = DType("int8", np.int8, "i", 4)
+int16 = DType("int16", np.int16, "i", 5)
+int32 = DType("int32", np.int32, "i", 6)
+int64 = DType("int64", np.int64, "i", 7)
+uint8 = DType("uint8", np.uint8, "u", 8)
+bool_ = DType("bool", np.bool_, "b", 9)
+
+ALL = (float16, float32, float64, int8, int16, int32, int64, uint8, bool_)
+_BY_NAME = {d.name: d for d in ALL}
+_BY_NAME["bool_"] = bool_
+_BY_CODE = {d.code: d for d in ALL}
+_BY_NP = {d.np: d for d in ALL}
+
+# aliases MindSpore also exports
+float_ = float32
+half = float16
+single = float32
+double = float64
+int_ = int32
+
+
+def by_name(name: str) -> DType:
+    try:
+        return _BY_NAME[name]
+    except KeyError:
+        raise ValueError(f"unknown dtype {name!r}; known: {', '.join(d.name for d in ALL)}") from None
+
+
+def by_code(code: int) -> DType:
+    try:
+        return _BY_CODE[code]
+    except KeyError:
+        raise ValueError(f"unknown dtype code {code}") from None
+
+
+def from_numpy(np_dtype) -> DType:
+    """The msvm dtype of a numpy dtype; float64 arrays stay float64."""
+    try:
+        return _BY_NP[np.dtype(np_dtype)]
+    except (KeyError, TypeError):
+        raise TypeError(f"numpy dtype {np_dtype} has no msvm equivalent") from None
+
+
+def as_dtype(x) -> DType:
+    """Accept a DType, a numpy dtype/type or a name."""
+    if isinstance(x, DType):
+        return x
+    if isinstance(x, str):
+        return by_name(x)
+    if x is bool:
+        return bool_
+    if x is int:
+        return int64
+    if x is float:
+        return float32
+    return from_numpy(x)
+
+
+_RANK = {"b": 0, "u": 1, "i": 1, "f": 2}
+
+
+def promote(a: DType, b: DType) -> DType:
+    """Result dtype of a binary op on two tensors."""
+    if a is b:
+        return a
+    ra, rb = _RANK[a.kind], _RANK[b.kind]
+    if ra != rb:
+        hi, lo = (a, b) if ra > rb else (b, a)
+        return hi
+    return a if a.itemsize >= b.itemsize else b
+
+
+def scalar_kind(v) -> str:
+    """'b', 'i' or 'f' for a Python/numpy scalar."""
+    if isinstance(v, (bool, np.bool_)):
+        return "b"
+    if isinstance(v, (int, np.integer)):
+        return "i"
+    return "f"
+
+
+def promote_weak(t: DType, kind: str) -> DType:
+    """Result dtype of a tensor of dtype ``t`` with a Python scalar of ``kind``."""
+    if _RANK[kind] <= _RANK[t.kind]:
+        return t
+    return float32 if kind == "f" else int64
+
+
+def weak_default(kind: str) -> DType:
+    """dtype of a Python scalar alone (two scalars combined)."""
+    return {"b": bool_, "i": int64, "f": float32}[kind]

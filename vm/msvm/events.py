@@ -1,0 +1,58 @@
+"""The event bus. Events are plain dicts with a ``type`` key:
+
+- ``bytecode``: a Code was compiled (``code``, ``file``, ``instructions``, ``signature``)
+- ``exec``: a Cell call ran (``code``, ``ms``), or per-instruction times (``instr_ns``)
+  when a subscriber asked for profiling
+- ``compile``, ``cache``, ``tier``: the JIT's steps (later tiers)
+- ``error``: something failed that the user should see
+
+``subscribe(fn)`` returns an unsubscribe function. This module imports nothing
+from msvm, so every layer may import it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+_subs: list = []
+_lock = threading.Lock()
+profiling = False   # when True the interpreter times every instruction
+_profilers = 0
+
+
+def subscribe(fn, types=None, profile: bool = False):
+    """Call fn(event) for every event (or only those whose type is in ``types``)."""
+    global profiling, _profilers
+    entry = (fn, frozenset(types) if types else None, profile)
+    with _lock:
+        _subs.append(entry)
+        if profile:
+            _profilers += 1
+            profiling = True
+
+    def unsubscribe():
+        global profiling, _profilers
+        with _lock:
+            if entry in _subs:
+                _subs.remove(entry)
+                if profile:
+                    _profilers -= 1
+                    profiling = _profilers > 0
+    return unsubscribe
+
+
+def active() -> bool:
+    return bool(_subs)
+
+
+def emit(event: dict) -> None:
+    if not _subs:
+        return
+    event.setdefault("time", time.time())
+    for fn, types, _ in list(_subs):
+        if types is None or event["type"] in types:
+            try:
+                fn(event)
+            except Exception:  # noqa: BLE001 - a broken subscriber must not break the program
+                pass

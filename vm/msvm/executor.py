@@ -1,0 +1,230 @@
+"""Runs Cells and jit functions as bytecode: argument signatures, compile on a
+new signature, link, run in the interpreter, events and ``[MS]`` logs.
+
+A signature is, per argument: a tensor's dtype, rank and which dims are 1 (all
+other dims are symbols, so one Code serves every batch size and sequence
+length); a bool/int argument is a run-time symbol (``training=False`` reuses
+the same bytecode); other Python values are baked into the code.
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+
+import numpy as np
+
+from . import context, events, log
+from . import dtype as dt
+from .bytecode import symbolic as S
+from .bytecode.disasm import dump, to_json
+from .bytecode.symbolic import Expr
+from .bytecode.types import ScalarType, TensorType
+from .errors import ShapeMismatch
+from .frontend.compiler import (ArgSpec, cell_getattr, compile_cell_for, compile_function, construct_params,
+                                source_of)
+from .interp.interpreter import BoundCode
+from .tensor import Tensor, wrap
+
+
+def _declared_dims(name, placeholder) -> list:
+    dims = []
+    for i, d in enumerate(placeholder):
+        if d is None:
+            dims.append(S.sym(f"{name}{i}"))
+        elif isinstance(d, str):
+            dims.append(S.sym(d))
+        else:
+            dims.append(Expr.const(d))
+    return dims
+
+
+def arg_spec(name: str, v, declared=None) -> ArgSpec:
+    if isinstance(v, Tensor) or isinstance(v, np.ndarray):
+        arr = v.asnumpy() if isinstance(v, Tensor) else v
+        d = v.dtype if isinstance(v, Tensor) else dt.from_numpy(arr.dtype)
+        if declared is not None:
+            ph = declared.placeholder_shape or declared.shape
+            if len(ph) != arr.ndim or declared.dtype is not d:
+                raise ShapeMismatch(f"argument {name}: set_inputs declared {declared.dtype}{list(ph)}, got "
+                                    f"{d}{list(arr.shape)}")
+            dims = _declared_dims(name, ph)
+        else:
+            dims = [Expr.const(1) if n == 1 else S.sym(f"{name}{i}") for i, n in enumerate(arr.shape)]
+        return ArgSpec("tensor", TensorType(tuple(dims), d))
+    if isinstance(v, (bool, np.bool_)):
+        return ArgSpec("scalar", ScalarType("b", S.flag(name)))
+    if isinstance(v, (int, np.integer)):
+        return ArgSpec("scalar", ScalarType("i", S.sym(name)))
+    if isinstance(v, (float, np.floating)):
+        return ArgSpec("scalar", ScalarType("f"))
+    return ArgSpec("const", value=v)
+
+
+def _key_of(v):
+    t = type(v)
+    if t is Tensor:
+        a = v._data
+        return (a.dtype, tuple(n == 1 for n in a.shape))
+    if t is bool or t is int or t is float:
+        return t
+    if isinstance(v, Tensor):
+        a = v.asnumpy()
+        return (a.dtype, tuple(n == 1 for n in a.shape))
+    if isinstance(v, np.ndarray):
+        return ("nd", v.dtype, tuple(n == 1 for n in v.shape))
+    if isinstance(v, (bool, int, float, np.generic)):
+        return type(v)
+    try:
+        hash(v)
+        return ("c", type(v), v)
+    except TypeError:
+        return ("id", id(v))
+
+
+def _runtime_value(v):
+    if type(v) is Tensor:
+        return v._data
+    if isinstance(v, Tensor):
+        return v.asnumpy()
+    if isinstance(v, np.ndarray):
+        return v
+    if isinstance(v, np.generic):
+        return v.item()
+    return v
+
+
+class Variant:
+    """One compiled signature: its Code, the linked program and which args are run-time."""
+
+    __slots__ = ("code", "bound", "runtime_idx")
+
+    def __init__(self, code, bound, runtime_idx):
+        self.code, self.bound, self.runtime_idx = code, bound, runtime_idx
+
+
+def link_cell(code, cell) -> BoundCode:
+    """Link a Code to a Cell instance: its attributes and sub-Cells."""
+    attrs = {name: cell_getattr(cell, name) for name in code.attr_types}
+    for name, t in code.attr_types.items():
+        shape = tuple(attrs[name].shape)
+        want = tuple(d.const_value() for d in t.shape)
+        if shape != want or attrs[name].dtype is not t.dtype:
+            raise ShapeMismatch(f"{code.name}: attribute {name} is {attrs[name].dtype}{list(shape)} but the bytecode "
+                                f"was compiled for {t}")
+    links: dict = {}
+
+    def resolve(path, sub):
+        obj = resolve_path(cell, path)
+        key = (id(obj), id(sub))
+        if key not in links:
+            links[key] = link_cell(sub, obj)
+        return links[key]
+    return BoundCode(code, cell, attrs, resolve)
+
+
+def resolve_path(root, path: str):
+    obj = root
+    for part in path.split("."):
+        obj = obj[int(part)] if part.isdigit() else cell_getattr(obj, part)
+    return obj
+
+
+def _announce(code, variant_count: int, t_ms: float, opts):
+    events.emit({"type": "bytecode", "code": code.name, "file": code.filename, "line": code.firstlineno,
+                 "program": to_json(code), "compile_ms": t_ms})
+    if context.jit_option("dump_bytecode", opts):
+        log.emit_block(dump(code))
+    if log.debug_enabled():
+        sig = ", ".join(f"{p}: {t}" for p, t in code.params)
+        log.logger.debug("Compiled %s (%s) -> %s in %.2fms: %d instructions, variant %d", code.name, sig,
+                         code.result_type, t_ms, len(code.instrs), variant_count)
+
+
+class CellRunner:
+    """Per Cell instance: compiled variants keyed by argument signature."""
+
+    def __init__(self, cell):
+        self.cell = cell
+        self.variants: dict = {}
+        self.params = construct_params(cell)
+        self.n = len(self.params)
+        self.defaults = [d for _, d in self.params]
+
+    def values(self, args, kwargs):
+        if not kwargs and len(args) == self.n:
+            return args
+        if len(args) > self.n:
+            raise TypeError(f"{type(self.cell).__name__}.construct takes {self.n} arguments, got {len(args)}")
+        vals = list(args)
+        for name, default in self.params[len(args):]:
+            if name in kwargs:
+                vals.append(kwargs.pop(name))
+            elif default is not inspect.Parameter.empty:
+                vals.append(default)
+            else:
+                raise TypeError(f"{type(self.cell).__name__}.construct() missing argument '{name}'")
+        if kwargs:
+            raise TypeError(f"{type(self.cell).__name__}.construct() got unexpected arguments {sorted(kwargs)}")
+        return vals
+
+    def __call__(self, args, kwargs):
+        vals = self.values(args, kwargs)
+        key = tuple(_key_of(v) for v in vals)
+        var = self.variants.get(key)
+        if var is None:
+            var = self.variants[key] = self.compile(vals)
+        rt = [_runtime_value(vals[i]) for i in var.runtime_idx]
+        if events.active():
+            t0 = time.perf_counter()
+            out = var.bound.call(rt)
+            events.emit({"type": "exec", "code": var.code.name, "ms": (time.perf_counter() - t0) * 1e3})
+        else:
+            out = var.bound.call(rt)
+        return wrap(out)
+
+    def specs(self, vals):
+        declared = getattr(self.cell, "_msvm_inputs", None)
+        specs = []
+        for k, ((name, _), v) in enumerate(zip(self.params, vals)):
+            dec = declared[k] if declared is not None and k < len(declared) else None
+            specs.append(arg_spec(name, v, dec if isinstance(dec, Tensor) else None))
+        return specs
+
+    def compile(self, vals):
+        t0 = time.perf_counter()
+        specs = self.specs(vals)
+        code = compile_cell_for(self.cell, specs)
+        bound = link_cell(code, self.cell)
+        _announce(code, len(self.variants) + 1, (time.perf_counter() - t0) * 1e3, None)
+        return Variant(code, bound, [k for k, s in enumerate(specs) if s.kind != "const"])
+
+
+class JitRunner:
+    """``ms.jit`` on a plain function."""
+
+    def __init__(self, fn, jit_config=None):
+        self.fn = fn
+        self.opts = dict(jit_config or {})
+        sig = inspect.signature(fn)
+        self.params = [(p.name, p.default) for p in sig.parameters.values()]
+        self.n = len(self.params)
+        self.variants: dict = {}
+        self.src = None
+
+    values = CellRunner.values
+    cell = property(lambda self: self.fn)
+
+    def __call__(self, args, kwargs):
+        vals = self.values(args, kwargs)
+        key = tuple(_key_of(v) for v in vals)
+        var = self.variants.get(key)
+        if var is None:
+            t0 = time.perf_counter()
+            specs = [arg_spec(name, v) for (name, _), v in zip(self.params, vals)]
+            code = compile_function(source_of(self.fn), specs, name=self.fn.__qualname__)
+            bound = BoundCode(code, None, {}, None)
+            var = self.variants[key] = Variant(code, bound, [k for k, s in enumerate(specs) if s.kind != "const"])
+            _announce(code, len(self.variants), (time.perf_counter() - t0) * 1e3, self.opts)
+        out = var.bound.call([_runtime_value(vals[i]) for i in var.runtime_idx])
+        return wrap(out)

@@ -1,0 +1,1175 @@
+"""The frontend: compiles the Python AST of ``construct`` / a jit function to Code.
+
+It evaluates the function body over a value domain: Python constants (folded
+at compile time), symbolic ints and predicates (``x.shape[0]``, bool
+arguments), and graph values (run-time tensors; see graph.py). Calls into
+``msvm.ops``, primitives and tensor methods run our own library code on graph
+values, which adds instructions. Control flow:
+
+- ``if`` on a constant compiles one branch; on a symbolic predicate (a shape
+  test or a bool argument) it emits BRANCH_IF_SYMBOLIC and merges both paths
+  (dims that differ become ``select(pred, a, b)``);
+- ``for`` over a constant range, tuple or CellList is unrolled; over a symbolic
+  ``range(n)`` it becomes a loop on a symbol bound with SET_SYM;
+- sub-Cells become CALL_CELL with their own Code; other Python helpers are inlined.
+
+Anything else raises ``FrontendError`` naming file:line:col and the construct.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import inspect
+import math
+import operator
+import textwrap
+import types as pytypes
+import weakref
+
+import numpy as np
+
+from .. import dtype as dt
+from ..bytecode import symbolic as S
+from ..bytecode.code import NO_LOC, CodeBuilder, Loc
+from ..bytecode.symbolic import Expr, Pred, SymbolicError
+from ..bytecode.types import NONE, ScalarType, ShapeEnv, ShapeError, TensorType, TupleType
+from ..bytecode.verify import bind_callee, subs_type, verify
+from ..errors import FrontendError
+from .graph import GraphValue, lift, using
+
+# ---------------------------------------------------------------- sources
+
+
+class FunctionSource:
+    """The parsed function and where it is in its file."""
+
+    def __init__(self, node: ast.FunctionDef, filename: str, line_offset: int, col_offset: int, globals_: dict,
+                 closure: dict | None = None, qualname: str = ""):
+        self.node = node
+        self.filename = filename
+        self.line_offset = line_offset
+        self.col_offset = col_offset
+        self.globals = globals_
+        self.closure = closure or {}
+        self.qualname = qualname or node.name
+
+
+_source_cache: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def source_of(fn) -> FunctionSource:
+    """Parse a live Python function (its file is read, nothing is executed)."""
+    fn = inspect.unwrap(getattr(fn, "__func__", fn))
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        raise FrontendError(f"{fn!r} is not a Python function and cannot be compiled")
+    try:
+        return _source_cache[code]
+    except (KeyError, TypeError):
+        pass
+    try:
+        lines, first = inspect.getsourcelines(fn)
+    except (OSError, TypeError) as e:
+        raise FrontendError(f"cannot read the source of {fn.__qualname__}: {e}", code.co_filename,
+                            code.co_firstlineno, 0) from None
+    text = "".join(lines)
+    indent = len(lines[0]) - len(lines[0].lstrip())
+    tree = ast.parse(textwrap.dedent(text))
+    node = tree.body[0]
+    if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        raise FrontendError(f"{fn.__qualname__} is not a def", code.co_filename, first, 0)
+    closure = {}
+    if fn.__closure__:
+        for name, cell in zip(code.co_freevars, fn.__closure__):
+            try:
+                closure[name] = cell.cell_contents
+            except ValueError:
+                pass
+    src = FunctionSource(node, code.co_filename, first - 1, indent, fn.__globals__, closure, fn.__qualname__)
+    try:
+        _source_cache[code] = src
+    except TypeError:
+        pass
+    return src
+
+
+# ---------------------------------------------------------------- helpers
+
+class _Returned(Exception):
+    """Internal: control left the block through a return."""
+
+
+class ArgSpec:
+    """How one argument enters compiled code: a tensor type, a run-time scalar, or a baked constant."""
+
+    __slots__ = ("kind", "type", "value")
+
+    def __init__(self, kind: str, type_=None, value=None):
+        self.kind = kind      # 'tensor' | 'scalar' | 'const'
+        self.type = type_
+        self.value = value
+
+
+_BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
+           ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow,
+           ast.MatMult: operator.matmul}
+_CMPOPS = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==", ast.NotEq: "!="}
+_PYCMP = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge, "==": operator.eq,
+          "!=": operator.ne}
+_SAFE_BUILTINS = {"len", "range", "int", "float", "bool", "tuple", "list", "min", "max", "abs", "enumerate",
+                  "zip", "isinstance", "reversed", "sum", "round", "str", "print"}
+_FOLD_MODULES = ("math", "numpy")
+
+
+def _is_int(v) -> bool:
+    return (isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))) or isinstance(v, Expr)
+
+
+def _is_pred(v) -> bool:
+    return isinstance(v, (bool, np.bool_, Pred))
+
+
+def _as_pred(v) -> Pred:
+    return v if isinstance(v, Pred) else S.const_pred(bool(v))
+
+
+def _is_msvm(obj) -> bool:
+    mod = getattr(obj, "__module__", None) or getattr(type(obj), "__module__", "")
+    return isinstance(mod, str) and (mod == "msvm" or mod.startswith("msvm."))
+
+
+def is_cell(obj) -> bool:
+    return getattr(obj, "__msvm_cell__", False) and not isinstance(obj, type)
+
+
+# ---------------------------------------------------------------- the compiler
+
+class FunctionCompiler:
+    """Compiles one function body for one argument signature."""
+
+    MAX_UNROLL = 4096
+
+    def __init__(self, src: FunctionSource, self_obj, specs: list, name: str, cell_compiler=None):
+        self.src = src
+        self.self_obj = self_obj
+        self.cb = CodeBuilder(name, src.filename, src.node.lineno + src.line_offset)
+        self.env = ShapeEnv()
+        self.loc = Loc(self.cb.code.firstlineno, src.col_offset, self.cb.code.firstlineno, src.col_offset)
+        self.vars: dict = {}
+        self.cell_compiler = cell_compiler or compile_cell_for
+        self.specs = specs
+        self.inline_depth = 0
+        self.loop_syms = 0
+        self._callee_index: dict = {}
+        self.hover: list = []      # (Loc, name, type) for the language server
+
+    # --- interface the shape rules use
+    def attr_type(self, name):
+        return self.cb.code.attr_types[name]
+
+    # --- errors
+    def error(self, msg: str, node=None) -> FrontendError:
+        loc = self.node_loc(node) if node is not None else self.loc
+        return FrontendError(msg, self.src.filename, loc.line, loc.col, loc.end_line, loc.end_col)
+
+    def node_loc(self, node) -> Loc:
+        lo, co = self.src.line_offset, self.src.col_offset
+        return Loc(node.lineno + lo, node.col_offset + co, (node.end_lineno or node.lineno) + lo,
+                   (node.end_col_offset or node.col_offset) + co)
+
+    # --- entry
+    def compile(self):
+        fn = self.src.node
+        params = [a.arg for a in fn.args.args]
+        if self.self_obj is not None:
+            if not params:
+                raise self.error(f"{fn.name} must take self", fn)
+            self.vars[params[0]] = self.self_obj
+            params = params[1:]
+        if fn.args.vararg or fn.args.kwarg or fn.args.kwonlyargs or fn.args.posonlyargs:
+            raise self.error("*args, **kwargs and keyword-only parameters are not supported in construct", fn)
+        if len(params) != len(self.specs):
+            raise self.error(f"{fn.name} takes {len(params)} arguments, got {len(self.specs)}", fn)
+        code = self.cb.code
+        unifiable = set()
+        for pname, spec in zip(params, self.specs):
+            if spec.kind == "const":
+                self.vars[pname] = spec.value
+                continue
+            slot = self.cb.local(pname)
+            t = spec.type
+            code.params.append((pname, t))
+            if isinstance(t, TensorType):
+                for d in t.shape:
+                    if d.as_symbol():
+                        unifiable.add(d.as_symbol())
+                self.vars[pname] = GraphValue(t, ("local", slot))
+            elif isinstance(t, ScalarType) and t.value is not None:
+                self.vars[pname] = t.value
+            else:
+                self.vars[pname] = GraphValue(t, ("local", slot))
+        self.env.unifiable = unifiable
+        self.record_hover_args(fn, params)
+        with using(self):
+            try:
+                self.block(fn.body)
+                self.loc = self.node_loc(fn.body[-1]) if fn.body else self.loc
+                self.emit_return(None)
+            except (_Returned, _AllReturned):
+                pass
+        code = self.cb.finish()
+        code.params = [(p, self.env.norm_type(t)) for p, t in code.params]
+        return code
+
+    def record_hover_args(self, fn, params):
+        args = fn.args.args[1:] if self.self_obj is not None else fn.args.args
+        for a in args:
+            v = self.vars.get(a.arg)
+            self.hover.append((self.node_loc(a), a.arg, v))
+
+    # --- emission
+    def emit(self, opname, *args, loc=None):
+        return self.cb.emit(opname, *args, loc=loc or self.loc)
+
+    def materialize(self, v: GraphValue, loc: Loc):
+        if v.tmp is not None:
+            self.emit("LOAD_TENSOR", v.tmp, loc=loc)
+            return
+        node = v.node
+        kind = node[0]
+        if kind == "local":
+            self.emit("LOAD_TENSOR", node[1], loc=loc)
+        elif kind == "param":
+            self.emit("LOAD_PARAM", self.cb.name(node[1]), loc=loc)
+        elif kind == "const":
+            self.emit("LOAD_CONST", self.cb.const(node[1]), loc=loc)
+        elif kind == "sym":
+            self.emit("LOAD_SYM", self.cb.const(node[1]), loc=loc)
+        elif kind == "op":
+            _, opname, ins, operands = node
+            for g in ins:
+                self.materialize(g, v.loc or loc)
+            from ..bytecode.opcodes import BY_NAME
+
+            op = BY_NAME[opname]
+            raw = []
+            for (oname, okind), val in zip(op.operands, operands):
+                raw.append(val if okind == "count" else self.cb.const(val))
+            self.emit(opname, *raw, loc=v.loc or loc)
+        elif kind == "call":
+            _, idx, ins = node
+            for g in ins:
+                self.materialize(g, v.loc or loc)
+            self.emit("CALL_CELL", idx, len(ins), loc=v.loc or loc)
+        else:  # pragma: no cover
+            raise AssertionError(kind)
+        if v.uses > 1 and kind in ("op", "call"):
+            slot = self.cb.local(f"%t{len(self.cb.code.varnames)}")
+            self.emit("STORE_TENSOR", slot, loc=v.loc or loc)
+            self.emit("LOAD_TENSOR", slot, loc=v.loc or loc)
+            v.tmp = slot
+
+    def push(self, value, loc=None):
+        """Push any run-time-representable value (graph value, scalar, symbolic, tuple)."""
+        loc = loc or self.loc
+        if isinstance(value, tuple):
+            for x in value:
+                self.push(x, loc)
+            self.emit("BUILD_TUPLE", len(value), loc=loc)
+            return
+        try:
+            g = lift(value, self)
+        except ShapeError as e:
+            raise self.error(str(e)) from None
+        self.materialize(g, loc)
+
+    def store(self, name: str, value, node=None):
+        """Bind a name; run-time values go to the name's local slot."""
+        if isinstance(value, GraphValue):
+            if isinstance(value.type, TupleType):
+                value = self.unpack_graph_tuple(value, name)
+                self.vars[name] = value
+                return
+            slot = self.cb.local(name)
+            if not (value.node[0] == "local" and value.node[1] == slot and value.tmp is None):
+                self.materialize(value, self.loc)
+                self.emit("STORE_TENSOR", slot)
+            self.vars[name] = GraphValue(self.env.norm_type(value.type), ("local", slot))
+        elif isinstance(value, tuple) and _has_graph(value):
+            self.vars[name] = self.pin_tuple(value, name)
+        else:
+            self.vars[name] = value
+        if node is not None:
+            self.hover.append((self.node_loc(node), name, self.vars[name]))
+
+    def pin_tuple(self, value: tuple, hint: str) -> tuple:
+        """Store the graph values inside a Python tuple in hidden slots, so later
+        reassignments of the names they were computed from cannot change them."""
+        out = []
+        for k, v in enumerate(value):
+            if isinstance(v, tuple):
+                out.append(self.pin_tuple(v, f"{hint}.{k}"))
+            elif isinstance(v, GraphValue):
+                slot = self.cb.local(f"{hint}.{k}")
+                self.materialize(v, self.loc)
+                self.emit("STORE_TENSOR", slot)
+                out.append(GraphValue(self.env.norm_type(v.type), ("local", slot)))
+            else:
+                out.append(v)
+        return tuple(out)
+
+    def unpack_graph_tuple(self, value: GraphValue, hint: str) -> tuple:
+        n = len(value.type.items)
+        self.materialize(value, self.loc)
+        self.emit("UNPACK_TUPLE", n)
+        out = []
+        for k in range(n):
+            slot = self.cb.local(f"{hint}.{k}")
+            self.emit("STORE_TENSOR", slot)
+            out.append(GraphValue(self.env.norm_type(value.type.items[k]), ("local", slot)))
+        return tuple(out)
+
+    def emit_return(self, value):
+        if not self.inline_depth:
+            self.push(value)
+            self.emit("RETURN")
+        raise _Returned(value)
+
+    # --- statements
+    def block(self, stmts):
+        for st in stmts:
+            self.stmt(st)
+
+    def stmt(self, node):
+        prev = self.loc
+        self.loc = self.node_loc(node)
+        try:
+            method = getattr(self, "stmt_" + type(node).__name__, None)
+            if method is None:
+                raise self.error(f"{_describe(node)} is not supported in construct", node)
+            try:
+                method(node)
+            except (ShapeError, SymbolicError) as e:
+                raise self.error(str(e)) from None
+            except (TypeError, ValueError, NotImplementedError, IndexError, KeyError) as e:
+                raise self.error(f"{type(e).__name__}: {e}") from None
+        finally:
+            self.loc = prev
+
+    def stmt_Expr(self, node):
+        if isinstance(node.value, ast.Constant):   # docstring
+            return
+        if isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Name) and node.value.func.id == "print":
+            return
+        self.expr(node.value)                      # pure: nothing to keep
+
+    def stmt_Pass(self, node):
+        pass
+
+    def stmt_Return(self, node):
+        value = self.expr(node.value) if node.value is not None else None
+        self.loc = self.node_loc(node)
+        self.emit_return(value)
+
+    def stmt_Assign(self, node):
+        value = self.expr(node.value)
+        for target in node.targets:
+            self.assign(target, value)
+
+    def stmt_AnnAssign(self, node):
+        if node.value is None:
+            return
+        self.assign(node.target, self.expr(node.value))
+
+    def stmt_AugAssign(self, node):
+        if not isinstance(node.target, ast.Name):
+            raise self.error("augmented assignment works on plain names only", node)
+        cur = self.name_value(node.target)
+        value = self.binop(type(node.op), cur, self.expr(node.value), node)
+        self.assign(node.target, value)
+
+    def assign(self, target, value):
+        if isinstance(target, ast.Name):
+            self.store(target.id, value, target)
+        elif isinstance(target, (ast.Tuple, ast.List)):
+            if isinstance(value, GraphValue) and isinstance(value.type, TupleType):
+                value = self.unpack_graph_tuple(value, "%u")
+            if isinstance(value, GraphValue):
+                raise self.error("cannot unpack a tensor; index it or use ops.split", target)
+            items = list(value)
+            if len(items) != len(target.elts):
+                raise self.error(f"cannot unpack {len(items)} values into {len(target.elts)} names", target)
+            for t, v in zip(target.elts, items):
+                self.assign(t, v)
+        elif isinstance(target, ast.Attribute):
+            raise self.error("assigning to attributes inside construct is not supported (Cells are stateless "
+                             "while they run)", target)
+        else:
+            raise self.error(f"cannot assign to {_describe(target)}", target)
+
+    def stmt_If(self, node):
+        test = self.expr(node.test)
+        if isinstance(test, GraphValue):
+            if isinstance(test.type, ScalarType) and test.type.kind == "b" and test.type.value is not None:
+                test = test.type.value
+            else:
+                raise self.error("branching on a tensor's values is not supported; branch on shapes "
+                                 "(x.shape[0] > 32) or on bool arguments", node.test)
+        if not isinstance(test, Pred):
+            test = _truth(test)
+        if isinstance(test, bool):
+            self.block(node.body if test else node.orelse)
+            return
+        c = test.const_value()
+        if c is not None:
+            self.block(node.body if c else node.orelse)
+            return
+        self.symbolic_if(test, node)
+
+    def symbolic_if(self, pred: Pred, node):
+        self.loc = self.node_loc(node.test)
+        l_else, l_end, l_fix = self.cb.new_label(), self.cb.new_label(), self.cb.new_label()
+        self.emit("BRANCH_IF_SYMBOLIC", self.cb.const(pred), l_else)
+        before = dict(self.vars)
+        then_vars, then_ret = self.sub_block(node.body)
+        if not then_ret:
+            self.emit("JUMP", l_fix, loc=self.node_loc(node.test))
+        self.cb.place(l_else)
+        self.vars = dict(before)
+        else_vars, else_ret = self.sub_block(node.orelse)
+        if then_ret and else_ret:
+            self.cb.place(l_fix)
+            raise _AllReturned()
+        if then_ret:
+            self.vars = else_vars
+            self.cb.place(l_fix)
+            return
+        if else_ret:
+            self.cb.place(l_fix)
+            self.vars = then_vars
+            return
+        merged, fix_then, fix_else = self.merge(pred, then_vars, else_vars, node)
+        for name, value in fix_else:
+            self.vars = else_vars
+            self.store(name, value)
+        if fix_then:
+            self.emit("JUMP", l_end)
+            self.cb.place(l_fix)
+            for name, value in fix_then:
+                self.vars = then_vars
+                self.store(name, value)
+        else:
+            self.cb.place(l_fix)
+        self.cb.place(l_end)
+        self.vars = merged
+
+    def sub_block(self, stmts):
+        try:
+            self.block(stmts)
+        except _AllReturned:
+            return self.vars, True
+        except _Returned:
+            if self.inline_depth:
+                raise self.error("return inside a branch of an inlined helper function is not supported; "
+                                 "return once at its end") from None
+            return self.vars, True
+        return self.vars, False
+
+    def merge(self, pred, a: dict, b: dict, node):
+        merged, fix_a, fix_b = {}, [], []
+        for name in set(a) | set(b):
+            if name not in a or name not in b:
+                continue
+            va, vb = a[name], b[name]
+            if va is vb:
+                merged[name] = va
+                continue
+            ga, gb = isinstance(va, GraphValue), isinstance(vb, GraphValue)
+            if ga and gb:
+                merged[name] = GraphValue(self.merge_types(pred, va.type, vb.type, name, node),
+                                          ("local", self.cb.local(name)))
+            elif _is_int(va) and _is_int(vb):
+                merged[name] = S.select(pred, Expr.of(int(va) if not isinstance(va, Expr) else va),
+                                        Expr.of(int(vb) if not isinstance(vb, Expr) else vb))
+            elif _is_pred(va) and _is_pred(vb):
+                pa, pb = _as_pred(va), _as_pred(vb)
+                merged[name] = S.por(S.pand(pred, pa), S.pand(S.pnot(pred), pb))
+            elif not ga and not gb and type(va) is type(vb) and _same_const(va, vb):
+                merged[name] = va
+            elif ga or gb or (isinstance(va, (int, float)) and isinstance(vb, (int, float))):
+                if not ga:
+                    fix_a.append((name, va))
+                if not gb:
+                    fix_b.append((name, vb))
+                ta = va.type if ga else lift(va, self).type
+                tb = vb.type if gb else lift(vb, self).type
+                merged[name] = GraphValue(self.merge_types(pred, ta, tb, name, node), ("local", self.cb.local(name)))
+            else:
+                merged[name] = _Conflict(name, node.lineno + self.src.line_offset)
+        return merged, fix_a, fix_b
+
+    def merge_types(self, pred, ta, tb, name, node):
+        ta, tb = self.env.norm_type(ta), self.env.norm_type(tb)
+        if ta == tb:
+            return ta
+        if isinstance(ta, TensorType) and isinstance(tb, TensorType) and ta.rank == tb.rank and ta.dtype is tb.dtype:
+            return TensorType(tuple(S.select(pred, x, y) for x, y in zip(ta.shape, tb.shape)), ta.dtype)
+        if isinstance(ta, ScalarType) and isinstance(tb, ScalarType) and ta.kind == tb.kind:
+            return ScalarType(ta.kind)
+        raise self.error(f"'{name}' is {ta} in one branch and {tb} in the other; both branches must "
+                         "give it the same rank and dtype", node)
+
+    def stmt_For(self, node):
+        if node.orelse:
+            raise self.error("for ... else is not supported", node)
+        it = node.iter
+        if (isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "range"
+                and self.lookup_global("range") is builtins.range):
+            args = [self.expr(a) for a in it.args]
+            if it.keywords:
+                raise self.error("range() takes no keywords", it)
+            if all(_is_int(a) and not isinstance(a, Expr) for a in args):
+                return self.unrolled(node, list(range(*[int(a) for a in args])))
+            if all(_is_int(a) for a in args):
+                return self.symbolic_loop(node, args)
+            raise self.error("range() bounds must be ints or shape expressions", it)
+        seq = self.expr(it)
+        if isinstance(seq, GraphValue):
+            raise self.error("iterating over a tensor is not supported; use a range over its shape", it)
+        try:
+            items = list(seq)
+        except TypeError:
+            raise self.error(f"cannot iterate over {type(seq).__name__}", it) from None
+        self.unrolled(node, items)
+
+    def unrolled(self, node, items):
+        if len(items) > self.MAX_UNROLL:
+            raise self.error(f"loop of {len(items)} iterations is too long to unroll (limit {self.MAX_UNROLL})", node)
+        for v in items:
+            self.assign(node.target, v)
+            self.block(node.body)
+
+    def symbolic_loop(self, node, args):
+        if not isinstance(node.target, ast.Name):
+            raise self.error("a symbolic range loop needs a plain loop variable", node.target)
+        start, stop, step = (Expr.of(0), args[0], Expr.of(1)) if len(args) == 1 else \
+            (args[0], args[1], Expr.of(1)) if len(args) == 2 else tuple(args)
+        if not Expr.of(step).is_const() or Expr.of(step).const_value() <= 0:
+            raise self.error("a symbolic range loop needs a positive constant step", node)
+        self.loop_syms += 1
+        sname = f"{node.target.id}#{self.loop_syms}"
+        i = S.sym(sname)
+        self.emit("SET_SYM", self.cb.name(sname), self.cb.const(Expr.of(start)))
+        # every run-time name assigned in the body lives in its slot across iterations
+        entry = dict(self.vars)
+        top, end = self.cb.new_label(), self.cb.new_label()
+        self.cb.place(top)
+        self.emit("BRANCH_IF_SYMBOLIC", self.cb.const(S.compare("<", i, Expr.of(stop))), end)
+        self.vars[node.target.id] = i
+        self.block(node.body)
+        for name, v in list(self.vars.items()):
+            if name == node.target.id or name not in entry or entry[name] is v:
+                continue
+            old = entry[name]
+            if isinstance(old, GraphValue) and isinstance(v, GraphValue):
+                if self.env.norm_type(old.type) != self.env.norm_type(v.type):
+                    raise self.error(f"'{name}' changes from {old.type} to {v.type} inside a loop over a symbolic "
+                                     "range; its shape must stay the same each iteration", node)
+            elif not (_same_const(old, v) if type(old) is type(v) else False):
+                raise self.error(f"'{name}' is reassigned inside a loop over a symbolic range with a value "
+                                 "known only at compile time; use a tensor or a constant range", node)
+        self.loc = self.node_loc(node)
+        self.emit("SET_SYM", self.cb.name(sname), self.cb.const(i + step))
+        self.emit("JUMP", top)
+        self.cb.place(end)
+        self.vars = {k: v for k, v in self.vars.items() if k != node.target.id}
+
+    def stmt_While(self, node):
+        raise self.error("while loops are not supported in construct; use for i in range(n)", node)
+
+    def stmt_Assert(self, node):
+        test = self.expr(node.test)
+        if isinstance(test, (bool, np.bool_)) and not test:
+            raise self.error("assertion is false at compile time", node)
+
+    # --- expressions
+    def expr(self, node):
+        prev = self.loc
+        self.loc = self.node_loc(node)
+        try:
+            method = getattr(self, "expr_" + type(node).__name__, None)
+            if method is None:
+                raise self.error(f"{_describe(node)} is not supported in construct", node)
+            return method(node)
+        except (ShapeError, SymbolicError) as e:
+            raise self.error(str(e)) from None
+        finally:
+            self.loc = prev
+
+    def expr_Constant(self, node):
+        return node.value
+
+    def expr_Name(self, node):
+        return self.name_value(node)
+
+    def name_value(self, node):
+        name = node.id
+        if name in self.vars:
+            v = self.vars[name]
+            if isinstance(v, _Conflict):
+                raise self.error(f"'{name}' holds different Python objects after the if at line {v.line}", node)
+            return v
+        try:
+            return self.lookup_global(name)
+        except KeyError:
+            raise self.error(f"name '{name}' is not defined", node) from None
+
+    def lookup_global(self, name):
+        if name in self.src.closure:
+            return self.src.closure[name]
+        if name in self.src.globals:
+            return self.src.globals[name]
+        if name in _SAFE_BUILTINS and hasattr(builtins, name):
+            return getattr(builtins, name)
+        raise KeyError(name)
+
+    def expr_Tuple(self, node):
+        return tuple(self.expr(e) for e in node.elts)
+
+    expr_List = expr_Tuple
+
+    def expr_Attribute(self, node):
+        base = self.expr(node.value)
+        attr = node.attr
+        if base is self.self_obj and self.self_obj is not None:
+            return self.self_attr(attr, node)
+        if isinstance(base, GraphValue):
+            if attr in ("shape", "dtype", "ndim"):
+                return getattr(base, attr)
+            meth = getattr(base, attr, None)
+            if meth is None:
+                raise self.error(f"tensors have no attribute '{attr}' in construct", node)
+            return meth
+        if isinstance(base, pytypes.ModuleType) or _is_msvm(base) or isinstance(base, (dt.DType, type)):
+            try:
+                return getattr(base, attr)
+            except AttributeError:
+                raise self.error(f"{getattr(base, '__name__', base)!s} has no attribute '{attr}'", node) from None
+        if is_cell(base):
+            return self.cell_attr(base, attr, node)
+        try:
+            return getattr(base, attr)
+        except AttributeError:
+            raise self.error(f"{type(base).__name__} has no attribute '{attr}'", node) from None
+
+    def self_attr(self, attr, node):
+        return self.cell_attr(self.self_obj, attr, node, path=attr)
+
+    def cell_attr(self, cell, attr, node, path=None):
+        try:
+            v = cell_getattr(cell, attr)
+        except AttributeError:
+            raise self.error(f"{type(cell).__name__} has no attribute '{attr}'", node) from None
+        if _is_tensor(v):
+            if cell is not self.self_obj:
+                raise self.error(f"tensor attribute '{attr}' of a sub-Cell: read it inside that Cell's construct",
+                                 node)
+            t = tensor_type(v)
+            self.cb.code.attr_types[attr] = t
+            return GraphValue(t, ("param", attr))
+        if isinstance(v, pytypes.MethodType) and v.__self__ is cell and not _is_msvm(v.__func__):
+            return v
+        return v
+
+    def expr_Subscript(self, node):
+        base = self.expr(node.value)
+        if isinstance(base, GraphValue):
+            return self.tensor_index(base, node.slice, node)
+        index = self.expr(node.slice)
+        if isinstance(index, Expr):
+            c = index.const_value()
+            if c is None:
+                raise self.error("indexing a Python sequence with a symbolic index is not supported", node)
+            index = c
+        try:
+            return base[index]
+        except (TypeError, IndexError, KeyError) as e:
+            raise self.error(f"cannot index {type(base).__name__} with {index!r}: {e}", node) from None
+
+    def tensor_index(self, base, sl, node):
+        items = sl.elts if isinstance(sl, ast.Tuple) else [sl]
+        spec = []
+        for it in items:
+            if isinstance(it, ast.Slice):
+                parts = [None if p is None else self.expr(p) for p in (it.lower, it.upper, it.step)]
+                for p in parts:
+                    if p is not None and not (isinstance(p, int) and not isinstance(p, bool)):
+                        raise self.error("slice bounds must be constant ints", it)
+                spec.append(("s", *parts))
+            else:
+                v = self.expr(it)
+                if v is None:
+                    spec.append(("n",))
+                elif v is Ellipsis:
+                    spec.append(("e",))
+                elif isinstance(v, int) and not isinstance(v, bool):
+                    spec.append(("i", v))
+                else:
+                    raise self.error("tensor indices must be constant ints, slices, None or ...", it)
+        from .graph import trace_op
+
+        return trace_op("SLICE", (base,), (tuple(spec),))
+
+    def expr_Index(self, node):  # pragma: no cover - py<3.9
+        return self.expr(node.value)
+
+    def expr_Slice(self, node):
+        parts = [None if p is None else self.expr(p) for p in (node.lower, node.upper, node.step)]
+        return slice(*parts)
+
+    def expr_BinOp(self, node):
+        left, right = self.expr(node.left), self.expr(node.right)
+        self.loc = self.node_loc(node)
+        return self.binop(type(node.op), left, right, node)
+
+    def binop(self, op, left, right, node):
+        fn = _BINOPS.get(op)
+        if fn is None:
+            raise self.error(f"operator {op.__name__} is not supported", node)
+        if isinstance(left, Expr) or isinstance(right, Expr):
+            other = right if isinstance(left, Expr) else left
+            if (op in (ast.Add, ast.Sub, ast.Mult, ast.FloorDiv, ast.Mod)
+                    and (_is_int(other))):
+                return fn(Expr.of(int(left)) if not isinstance(left, Expr) else left,
+                          Expr.of(int(right)) if not isinstance(right, Expr) else right)
+            if isinstance(left, Expr):
+                left = lift(left, self)
+            if isinstance(right, Expr):
+                right = lift(right, self)
+        try:
+            return fn(left, right)
+        except (ShapeError, SymbolicError):
+            raise
+        except TypeError as e:
+            raise self.error(f"{type(left).__name__} {_OPSYM.get(op, op.__name__)} {type(right).__name__}: {e}",
+                             node) from None
+
+    def expr_UnaryOp(self, node):
+        v = self.expr(node.operand)
+        if isinstance(node.op, ast.Not):
+            if isinstance(v, Pred):
+                return S.pnot(v)
+            if isinstance(v, GraphValue):
+                if isinstance(v.type, ScalarType) and isinstance(v.type.value, Pred):
+                    return S.pnot(v.type.value)
+                raise self.error("'not' on a tensor: use ops.logical_not", node)
+            return not _truth(v)
+        if isinstance(node.op, ast.USub):
+            return -v
+        if isinstance(node.op, ast.UAdd):
+            return v
+        raise self.error("operator ~ is not supported on this value", node)
+
+    def expr_BoolOp(self, node):
+        vals = []
+        for e in node.values:
+            v = self.expr(e)
+            if isinstance(v, GraphValue):
+                raise self.error("'and'/'or' on tensors: use ops.logical_and / ops.logical_or", e)
+            if not isinstance(v, Pred):
+                t = _truth(v)
+                # Python short-circuit on known values
+                if isinstance(node.op, ast.And) and not t:
+                    return v if not vals else S.FALSE
+                if isinstance(node.op, ast.Or) and t:
+                    return v if not vals else S.TRUE
+                continue
+            vals.append(v)
+        if not vals:
+            return isinstance(node.op, ast.And)
+        return S.pand(*vals) if isinstance(node.op, ast.And) else S.por(*vals)
+
+    def expr_Compare(self, node):
+        left = self.expr(node.left)
+        result = None
+        for op, comp in zip(node.ops, node.comparators):
+            right = self.expr(comp)
+            r = self.compare(op, left, right, node)
+            result = r if result is None else self.and_(result, r, node)
+            left = right
+        return result
+
+    def and_(self, a, b, node):
+        if isinstance(a, GraphValue) or isinstance(b, GraphValue):
+            raise self.error("chained comparisons of tensors are not supported", node)
+        if isinstance(a, Pred) or isinstance(b, Pred):
+            return S.pand(_as_pred(a), _as_pred(b))
+        return a and b
+
+    def compare(self, op, a, b, node):
+        if isinstance(op, (ast.Is, ast.IsNot)):
+            if isinstance(a, GraphValue) or isinstance(b, GraphValue):
+                r = False if (a is None or b is None) else a is b
+            else:
+                r = a is b
+            return r if isinstance(op, ast.Is) else not r
+        if isinstance(op, (ast.In, ast.NotIn)):
+            if isinstance(a, GraphValue) or isinstance(b, GraphValue):
+                raise self.error("'in' with tensors is not supported", node)
+            r = a in b
+            return r if isinstance(op, ast.In) else not r
+        sym = _CMPOPS[type(op)]
+        if isinstance(a, GraphValue) or isinstance(b, GraphValue):
+            return _PYCMP[sym](a, b)
+        if isinstance(a, Expr) or isinstance(b, Expr):
+            if not (_is_int(a) and _is_int(b)):
+                raise self.error(f"cannot compare {a!r} with {b!r}", node)
+            return S.compare(sym, a, b)
+        return _PYCMP[sym](a, b)
+
+    def expr_IfExp(self, node):
+        test = self.expr(node.test)
+        if isinstance(test, Pred):
+            c = test.const_value()
+            if c is None:
+                a, b = self.expr(node.body), self.expr(node.orelse)
+                if _is_int(a) and _is_int(b):
+                    return S.select(test, Expr.of(a) if not isinstance(a, Expr) else a,
+                                    Expr.of(b) if not isinstance(b, Expr) else b)
+                raise self.error("a conditional expression on a symbolic predicate must give ints; use an if "
+                                 "statement for tensors", node)
+            test = c
+        if isinstance(test, GraphValue):
+            raise self.error("a conditional expression on a tensor's value is not supported; use ops.where", node)
+        return self.expr(node.body) if _truth(test) else self.expr(node.orelse)
+
+    def expr_JoinedStr(self, node):
+        return "<f-string>"
+
+    def expr_Call(self, node):
+        fn = self.expr(node.func)
+        args = []
+        for a in node.args:
+            if isinstance(a, ast.Starred):
+                v = self.expr(a.value)
+                if isinstance(v, GraphValue):
+                    raise self.error("*tensor is not supported", a)
+                args.extend(v)
+            else:
+                args.append(self.expr(a))
+        kwargs = {}
+        for k in node.keywords:
+            if k.arg is None:
+                raise self.error("**kwargs in a call is not supported", k)
+            kwargs[k.arg] = self.expr(k.value)
+        self.loc = self.node_loc(node)
+        return self.call(fn, args, kwargs, node)
+
+    def call(self, fn, args, kwargs, node):
+        if is_cell(fn):
+            return self.call_cell(fn, args, kwargs, node)
+        if fn is builtins.len:
+            (v,) = args
+            if isinstance(v, GraphValue):
+                shape = v.shape
+                if not shape:
+                    raise self.error("len() of a 0-d tensor", node)
+                return shape[0]
+            return len(v)
+        if fn in (builtins.int,) and args and isinstance(args[0], Expr):
+            return args[0]
+        if fn in (builtins.min, builtins.max) and args and all(_is_int(a) for a in args) \
+                and any(isinstance(a, Expr) for a in args):
+            out = Expr.of(args[0]) if not isinstance(args[0], Expr) else args[0]
+            for a in args[1:]:
+                out = (S.smin if fn is builtins.min else S.smax)(out, a)
+            return out
+        if fn is builtins.print:
+            return None
+        if any(fn is getattr(builtins, n, None) for n in _SAFE_BUILTINS):
+            if any(isinstance(a, (GraphValue, Expr, Pred)) for a in args):
+                raise self.error(f"{getattr(fn, '__name__', fn)}() of a symbolic or run-time value is not "
+                                 "supported", node)
+            return fn(*args, **kwargs)
+        if _is_msvm(fn) or isinstance(fn, pytypes.MethodType) and isinstance(fn.__self__, GraphValue):
+            return fn(*args, **kwargs)
+        if callable(fn) and getattr(fn, "__module__", "").split(".")[0] in _FOLD_MODULES:
+            if any(isinstance(a, (GraphValue, Expr, Pred)) for a in list(args) + list(kwargs.values())):
+                raise self.error(f"{fn.__module__}.{getattr(fn, '__name__', '?')} cannot take msvm tensors or "
+                                 "symbolic dims inside construct; use msvm.ops", node)
+            return fn(*args, **kwargs)
+        if isinstance(fn, (pytypes.FunctionType, pytypes.MethodType)):
+            return self.inline(fn, args, kwargs, node)
+        raise self.error(f"calling {getattr(fn, '__qualname__', type(fn).__name__)} is not supported in construct",
+                         node)
+
+    # --- helpers and sub-Cells
+    def inline(self, fn, args, kwargs, node):
+        if self.inline_depth > 16:
+            raise self.error("helper functions nest too deeply (recursion?)", node)
+        bound_self = None
+        if isinstance(fn, pytypes.MethodType):
+            bound_self, fn = fn.__self__, fn.__func__
+        if getattr(fn, "__msvm_jit__", None) is not None:
+            fn = fn.__msvm_jit__
+        src = self.resolve_source(fn)
+        sig = inspect.signature(fn)
+        try:
+            ba = sig.bind(*(([bound_self] if bound_self is not None else []) + list(args)), **kwargs)
+        except TypeError as e:
+            raise self.error(f"{fn.__qualname__}: {e}", node) from None
+        ba.apply_defaults()
+        saved = (self.src, self.vars, self.self_obj)
+        self.src = src
+        self.vars = dict(ba.arguments)
+        if bound_self is not None:
+            self.self_obj = bound_self
+        self.inline_depth += 1
+        try:
+            self.block(src.node.body)
+            result = None
+        except _Returned as r:
+            result = r.args[0] if r.args else None
+        finally:
+            self.inline_depth -= 1
+            self.src, self.vars, self.self_obj = saved
+        return result
+
+    def resolve_source(self, fn):
+        static = getattr(self.self_obj, "__msvm_static_source__", None)
+        if static is not None:
+            return static(fn)
+        return source_of(fn)
+
+    def call_cell(self, cell, args, kwargs, node):
+        path = find_cell_path(self.self_obj, cell) if self.self_obj is not None else None
+        if path is None:
+            raise self.error(f"{type(cell).__name__} is not a sub-Cell of {type(self.self_obj).__name__}: create it in "
+                             "__init__ and assign it to an attribute", node)
+        construct = cell_getattr(cell, "construct")
+        params = construct_params(cell)
+        try:
+            values = bind_arguments(params, args, kwargs, cell)
+        except TypeError as e:
+            raise self.error(str(e), node) from None
+        specs, runtime = [], []
+        sym_names: dict = {}
+        for (pname, _default), v in zip(params, values):
+            spec = self.callee_spec(pname, v, sym_names)
+            specs.append(spec)
+            if spec.kind != "const":
+                runtime.append(v)
+        try:
+            sub = self.cell_compiler(cell, specs)
+        except FrontendError:
+            raise
+        key = (path, id(sub))
+        if key not in self._callee_index:
+            self._callee_index[key] = len(self.cb.code.callees)
+            self.cb.code.callees.append((path, sub))
+        idx = self._callee_index[key]
+        gins = [lift(v, self) for v in runtime]
+        in_types = [self.env.norm_type(g.type) for g in gins]
+        mapping = bind_callee(self.env, sub, in_types, f"call of self.{path}")
+        out_type = self.env.norm_type(subs_type(sub.result_type, mapping))
+        for g in gins:
+            g.uses += 1
+        if isinstance(out_type, type(NONE)):
+            raise self.error(f"self.{path} returns None", node)
+        return GraphValue(out_type, ("call", idx, tuple(gins)), self.loc)
+
+    def callee_spec(self, pname, v, sym_names: dict) -> ArgSpec:
+        if isinstance(v, GraphValue) and isinstance(v.type, TensorType):
+            dims = []
+            for i, d in enumerate(self.env.norm_type(v.type).shape):
+                if d.is_const():
+                    dims.append(d)
+                else:
+                    if d not in sym_names:
+                        sym_names[d] = S.sym(f"{pname}{i}")
+                    dims.append(sym_names[d])
+            return ArgSpec("tensor", TensorType(tuple(dims), v.type.dtype))
+        if isinstance(v, GraphValue) and isinstance(v.type, TupleType):
+            raise ShapeError(f"argument {pname}: passing a tuple of tensors to a sub-Cell is not supported")
+        if isinstance(v, (Pred, bool, np.bool_)) or (isinstance(v, GraphValue) and v.type == ScalarType("b")):
+            return ArgSpec("scalar", ScalarType("b", S.flag(pname)))
+        if isinstance(v, GraphValue) and isinstance(v.type, ScalarType) and v.type.kind == "b":
+            return ArgSpec("scalar", ScalarType("b", S.flag(pname)))
+        if _is_int(v) or (isinstance(v, GraphValue) and isinstance(v.type, ScalarType) and v.type.kind == "i"):
+            return ArgSpec("scalar", ScalarType("i", S.sym(pname)))
+        if isinstance(v, float) or isinstance(v, GraphValue):
+            return ArgSpec("scalar", ScalarType("f"))
+        return ArgSpec("const", value=v)
+
+
+class _AllReturned(Exception):
+    """Internal: every path of an if returned."""
+
+
+class _Conflict:
+    def __init__(self, name, line):
+        self.name, self.line = name, line
+
+
+_OPSYM = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//", ast.Mod: "%",
+          ast.Pow: "**", ast.MatMult: "@"}
+
+
+def _has_graph(v) -> bool:
+    return any(isinstance(x, GraphValue) or (isinstance(x, tuple) and _has_graph(x)) for x in v)
+
+
+def _truth(v) -> bool:
+    if isinstance(v, Expr):
+        return bool(v)
+    return bool(v)
+
+
+def _same_const(a, b) -> bool:
+    try:
+        return bool(a == b) if not isinstance(a, np.ndarray) else a is b
+    except Exception:  # noqa: BLE001
+        return a is b
+
+
+def _describe(node) -> str:
+    names = {"While": "a while loop", "Try": "try/except", "With": "a with statement", "Lambda": "a lambda",
+             "ListComp": "a list comprehension", "DictComp": "a dict comprehension", "GeneratorExp": "a generator",
+             "Yield": "yield", "Global": "global", "Nonlocal": "nonlocal", "Delete": "del", "Raise": "raise",
+             "FunctionDef": "a nested def", "ClassDef": "a nested class", "Import": "import",
+             "ImportFrom": "import", "Dict": "a dict literal", "Set": "a set literal", "Await": "await",
+             "Break": "break", "Continue": "continue", "NamedExpr": "the := operator", "Starred": "*unpacking",
+             "Lambda_": "lambda", "SetComp": "a set comprehension"}
+    return names.get(type(node).__name__, type(node).__name__)
+
+
+def _is_tensor(v) -> bool:
+    return hasattr(v, "_pshape") and hasattr(v, "_dtype")
+
+
+def tensor_type(v) -> TensorType:
+    """Static type of a concrete Tensor or a placeholder (its None dims are an error here)."""
+    if v._data is not None:
+        return TensorType(tuple(Expr.const(d) for d in v._data.shape), v._dtype)
+    dims = []
+    for i, d in enumerate(v._pshape):
+        if d is None:
+            raise ShapeError(f"a tensor attribute has an unknown dim {i}")
+        dims.append(S.sym(d) if isinstance(d, str) else Expr.const(d))
+    return TensorType(tuple(dims), v._dtype)
+
+
+def cell_getattr(cell, name):
+    getter = getattr(cell, "__msvm_getattr__", None)
+    if getter is not None:
+        return getter(name)
+    return getattr(cell, name)
+
+
+def find_cell_path(root, target) -> str | None:
+    """The dotted attribute path from root to a sub-Cell (``layers.0.attn``)."""
+    if root is None:
+        return None
+    seen = set()
+
+    def walk(obj, prefix):
+        if id(obj) in seen:
+            return None
+        seen.add(id(obj))
+        for name, child in named_children(obj):
+            p = f"{prefix}{name}"
+            if child is target:
+                return p
+            r = walk(child, p + ".")
+            if r:
+                return r
+        return None
+    return walk(root, "")
+
+
+def named_children(obj):
+    fn = getattr(obj, "__msvm_children__", None)
+    if fn is not None:
+        return fn()
+    return []
+
+
+def construct_params(cell) -> list:
+    """[(name, default or inspect._empty)] of cell.construct, without self."""
+    fn = getattr(cell, "__msvm_construct_params__", None)
+    if fn is not None:
+        return fn()
+    sig = inspect.signature(cell.construct)
+    return [(p.name, p.default) for p in sig.parameters.values()]
+
+
+def bind_arguments(params, args, kwargs, owner) -> list:
+    if len(args) > len(params):
+        raise TypeError(f"{type(owner).__name__}.construct takes {len(params)} arguments, got {len(args)}")
+    values = list(args)
+    for name, default in params[len(args):]:
+        if name in kwargs:
+            values.append(kwargs.pop(name))
+        elif default is not inspect.Parameter.empty:
+            values.append(default)
+        else:
+            raise TypeError(f"{type(owner).__name__}.construct is missing argument '{name}'")
+    if kwargs:
+        raise TypeError(f"{type(owner).__name__}.construct got unexpected arguments {sorted(kwargs)}")
+    return values
+
+
+# ---------------------------------------------------------------- compiling Cells
+
+_cell_codes: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def spec_key(specs) -> tuple:
+    out = []
+    for s in specs:
+        if s.kind == "const":
+            v = s.value
+            try:
+                hash(v)
+                out.append(("c", type(v).__name__, v))
+            except TypeError:
+                out.append(("c", "id", id(v)))
+        else:
+            out.append((s.kind, s.type))
+    return tuple(out)
+
+
+def compile_cell_for(cell, specs, name: str | None = None):
+    """Compile (and verify) cell.construct for these argument specs; cached per cell."""
+    try:
+        cache = _cell_codes.setdefault(cell, {})
+    except TypeError:
+        cache = {}
+    key = spec_key(specs)
+    code = cache.get(key)
+    if code is not None:
+        return code
+    src_fn = getattr(cell, "__msvm_construct_source__", None)
+    src = src_fn() if src_fn is not None else source_of(type(cell).construct)
+    qual = name or f"{type(cell).__name__}.construct"
+    fc = FunctionCompiler(src, cell, specs, qual)
+    code = fc.compile()
+    code.hover = fc.hover
+    verify(code)
+    cache[key] = code
+    return code
+
+
+def compile_function(fn, specs, name: str | None = None, globals_override=None):
+    """Compile a plain (jit) function for these argument specs."""
+    src = source_of(fn) if not isinstance(fn, FunctionSource) else fn
+    fc = FunctionCompiler(src, None, specs, name or src.qualname)
+    code = fc.compile()
+    code.hover = fc.hover
+    verify(code)
+    return code
+
+
+__all__ = ["ArgSpec", "FunctionCompiler", "FunctionSource", "compile_cell_for", "compile_function",
+           "math", "source_of"]

@@ -1,0 +1,135 @@
+"""Graph values: what ``construct`` computes on while it is being compiled.
+
+A ``GraphValue`` stands for a run-time tensor or scalar. It has a static type
+(``TensorType`` / ``ScalarType`` / ``TupleType``), so ``x.shape`` gives ints and
+symbolic ``Expr`` dims, and a *node* saying how to produce it: a local slot, a
+Cell attribute, a constant, a symbolic expression, or an instruction over
+other graph values. ``msvm.ops`` functions called on graph values come here
+through ``trace_op``, which runs the opcode's shape rule (so errors appear at
+the call's source line) and returns a new node. The compiler emits nodes in
+post-order when a statement stores or returns them.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from ..bytecode.code import Loc
+from ..bytecode.opcodes import BY_NAME
+from ..bytecode.symbolic import Expr, Pred
+from ..bytecode.types import NONE, ScalarType, ShapeError, TensorType, TupleType, type_of_const
+
+_state = threading.local()
+
+
+def current():
+    """The function builder compiling right now (None outside compilation)."""
+    return getattr(_state, "builder", None)
+
+
+def tracing() -> bool:
+    return current() is not None
+
+
+class using:
+    """Context manager that makes ``builder`` current for trace_op."""
+
+    def __init__(self, builder):
+        self.builder = builder
+
+    def __enter__(self):
+        self.prev = current()
+        _state.builder = self.builder
+
+    def __exit__(self, *exc):
+        _state.builder = self.prev
+
+
+class GraphValue:
+    """A run-time value inside a function being compiled."""
+
+    __slots__ = ("type", "node", "uses", "tmp", "loc", "emitted")
+
+    def __init__(self, type_, node: tuple, loc: Loc | None = None):
+        self.type = type_
+        self.node = node     # ("local", slot) | ("param", name) | ("const", v) | ("sym", e) | ("op", ...) | ("call", ...)
+        self.uses = 0
+        self.tmp = None
+        self.loc = loc
+        self.emitted = False
+
+    # tensor metadata as construct code sees it
+    @property
+    def shape(self):
+        t = self.type
+        if isinstance(t, TensorType):
+            return tuple(d.const_value() if d.is_const() else d for d in t.shape)
+        if isinstance(t, ScalarType):
+            return ()
+        raise AttributeError(f"{t} has no shape")
+
+    @property
+    def dtype(self):
+        t = self.type
+        if isinstance(t, TensorType):
+            return t.dtype
+        raise AttributeError(f"{t} has no dtype")
+
+    def __bool__(self):
+        raise ShapeError("the truth value of a run-time tensor is not known at compile time "
+                         "(branch on shapes or bool arguments instead)")
+
+    def __iter__(self):
+        t = self.type
+        if isinstance(t, TupleType):
+            raise ShapeError("unpack the sub-Cell's tuple result in an assignment: a, b = self.cell(x)")
+        raise ShapeError(f"cannot iterate over {t} in construct")
+
+    def __repr__(self):
+        return f"<graph {self.type} {self.node[0]}>"
+
+
+def is_graph(v) -> bool:
+    return isinstance(v, GraphValue)
+
+
+def lift(v, builder=None) -> GraphValue:
+    """A Python scalar, symbolic value, None or concrete tensor as a graph value."""
+    if isinstance(v, GraphValue):
+        return v
+    b = builder or current()
+    if isinstance(v, Expr):
+        return GraphValue(ScalarType("i", b.env.norm(v)), ("sym", v))
+    if isinstance(v, Pred):
+        c = v.const_value()
+        if c is not None:
+            return GraphValue(type_of_const(c), ("const", c))
+        return GraphValue(ScalarType("b", v), ("sym", v))
+    if v is None:
+        return GraphValue(NONE, ("const", None))
+    if isinstance(v, (bool, int, float)):
+        return GraphValue(type_of_const(v), ("const", v))
+    arr = getattr(v, "_data", None)
+    if arr is not None:
+        import numpy as np
+
+        if isinstance(arr, np.ndarray):
+            return GraphValue(type_of_const(arr), ("const", arr))
+    raise ShapeError(f"{type(v).__name__} value {v!r} cannot be used as a tensor operand")
+
+
+def trace_op(opname: str, inputs: tuple, operands: tuple) -> GraphValue:
+    b = current()
+    if b is None:
+        raise RuntimeError(f"{opname} on a graph value outside compilation")
+    op = BY_NAME[opname]
+    gins = [lift(x, b) for x in inputs]
+    types = [b.env.norm_type(g.type) for g in gins]
+    out = op.rule(b, types, operands)
+    for g in gins:
+        g.uses += 1
+    return GraphValue(out, ("op", opname, tuple(gins), tuple(operands)), b.loc)
+
+
+def trace_fill(shape, value, dtype) -> GraphValue:
+    return trace_op("FILL", (), (tuple(shape), value, dtype))

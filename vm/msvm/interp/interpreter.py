@@ -1,0 +1,553 @@
+"""The L1 interpreter: runs verified Code on numpy.
+
+``link(code, cell)`` turns each instruction into a small closure chosen by its
+opcode from ``HANDLERS`` (a table indexed by opcode byte, built from the opcode
+table); the dispatch loop is ``i = prog[i](frame, stack)``. Operands are decoded
+once at link time. Output buffers of instructions whose results never escape
+(not returned, not inside a loop) are kept per Code and reused across calls
+when the input shapes repeat.
+
+``set_trace(fn)`` installs a hook called before every instruction as
+``fn(frame, pc)``; the frame exposes ``code``, ``pc``, ``stack``, ``locals``,
+``symbols`` and ``metadata_stack()``. ``MSVM_TRACE=1`` prints each instruction
+with the disassembler's own formatting.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+
+import numpy as np
+
+from .. import events
+from ..bytecode.code import Code
+from ..bytecode.disasm import argrepr
+from ..bytecode.opcodes import TABLE
+from ..bytecode.symbolic import fmt_shape
+from ..bytecode.types import ScalarType, TensorType
+from ..errors import ExecutionError, ShapeMismatch
+from . import kernels as K
+from .symeval import compile_sym
+
+_trace = None
+_local = threading.local()
+
+
+def set_trace(fn):
+    """Install (or with None remove) the per-instruction hook; returns the old one."""
+    global _trace
+    old, _trace = _trace, fn
+    return old
+
+
+def get_trace():
+    return _trace
+
+
+class Frame:
+    """One activation of a Code: operand stack, locals, symbol bindings."""
+
+    __slots__ = ("bound", "code", "stack", "locals", "symbols", "index", "bufs", "parent", "depth", "result")
+
+    def __init__(self, bound, parent=None):
+        self.bound = bound
+        self.code = bound.code
+        self.stack = []
+        self.locals = [None] * len(bound.code.varnames)
+        self.symbols = {}
+        self.index = 0
+        self.parent = parent
+        self.depth = 0 if parent is None else parent.depth + 1
+
+    @property
+    def pc(self) -> int:
+        """Byte offset of the instruction about to run."""
+        return self.code.instrs[self.index].offset if self.index < len(self.code.instrs) else self.code.size
+
+    @property
+    def cell(self):
+        return self.bound.cell
+
+    def local_values(self) -> dict:
+        return {n: v for n, v in zip(self.code.varnames, self.locals) if v is not None}
+
+    def metadata_stack(self) -> list:
+        """(shape, dtype, strides, device) per operand, bottom first."""
+        return [describe_value(v) for v in self.stack]
+
+
+def describe_value(v) -> dict:
+    if isinstance(v, np.ndarray):
+        return {"shape": list(v.shape), "dtype": str(v.dtype), "strides": list(v.strides), "device": "CPU:0"}
+    if isinstance(v, tuple):
+        return {"tuple": [describe_value(x) for x in v]}
+    return {"scalar": type(v).__name__, "value": v}
+
+
+# ---------------------------------------------------------------- handler factories
+
+def _next(i):
+    return i + 1
+
+
+def h_nop(ctx, i, args):
+    return lambda f, s: i + 1
+
+
+def h_load_tensor(ctx, i, args):
+    slot = args[0]
+
+    def h(f, s):
+        s.append(f.locals[slot])
+        return i + 1
+    return h
+
+
+def h_store_tensor(ctx, i, args):
+    slot = args[0]
+
+    def h(f, s):
+        f.locals[slot] = s.pop()
+        return i + 1
+    return h
+
+
+def h_load_const(ctx, i, args):
+    v = args[0]
+
+    def h(f, s):
+        s.append(v)
+        return i + 1
+    return h
+
+
+def h_load_param(ctx, i, args):
+    name = args[0]
+    bound = ctx
+
+    def h(f, s):
+        s.append(bound.attr_values[name])
+        return i + 1
+    return h
+
+
+def h_load_sym(ctx, i, args):
+    fn = compile_sym(args[0])
+
+    def h(f, s):
+        s.append(fn(f.symbols))
+        return i + 1
+    return h
+
+
+def h_set_sym(ctx, i, args):
+    name, fn = args[0], compile_sym(args[1])
+
+    def h(f, s):
+        f.symbols[name] = fn(f.symbols)
+        return i + 1
+    return h
+
+
+def h_build_tuple(ctx, i, args):
+    n = args[0]
+
+    def h(f, s):
+        t = tuple(s[len(s) - n:])
+        del s[len(s) - n:]
+        s.append(t)
+        return i + 1
+    return h
+
+
+def h_unpack_tuple(ctx, i, args):
+    def h(f, s):
+        s.extend(reversed(s.pop()))
+        return i + 1
+    return h
+
+
+def h_pop_top(ctx, i, args):
+    def h(f, s):
+        s.pop()
+        return i + 1
+    return h
+
+
+def h_jump(ctx, i, args):
+    target = ctx.code.index_at(args[0])
+    return lambda f, s: target
+
+
+def h_branch(ctx, i, args):
+    fn, target = compile_sym(args[0]), ctx.code.index_at(args[1])
+
+    def h(f, s):
+        return i + 1 if fn(f.symbols) else target
+    return h
+
+
+def h_call_cell(ctx, i, args):
+    (path, _sub), n = args
+    bound = ctx
+
+    def h(f, s):
+        callee = bound.callees[i]
+        a = s[len(s) - n:]
+        del s[len(s) - n:]
+        s.append(callee.call(a, parent=f))
+        return i + 1
+    return h
+
+
+def h_return(ctx, i, args):
+    def h(f, s):
+        f.result = s.pop()
+        return -1
+    return h
+
+
+def h_alloc(ctx, i, args):
+    return lambda f, s: i + 1
+
+
+def h_compute(ctx, i, args):
+    """Pop the inputs, call the reference kernel with the operands, push its result."""
+    ins = ctx.code.instrs[i]
+    name = ins.op.name
+    kern = K.KERNELS[name]
+    n = ins.op.n_pops(args)
+    operands = tuple(_runtime_operand(ctx, a) for a, (_, kind) in zip(args, ins.op.operands) if kind != "count")
+    if name in ("CONCAT", "STACK"):
+        operands = args
+    dyn = [k for k, o in enumerate(operands) if callable(o)]
+    if name == "FILL":
+        shape_fn, value, dtype = operands
+
+        def h(f, s):
+            s.append(kern(shape_fn(f.symbols) if callable(shape_fn) else shape_fn, value, dtype))
+            return i + 1
+        return h
+    if dyn:  # shape operands that depend on symbols (RESHAPE, BROADCAST_TO)
+        def h(f, s):
+            ops = tuple(o(f.symbols) if callable(o) else o for o in operands)
+            a = s[len(s) - n:]
+            del s[len(s) - n:]
+            s.append(kern(*a, *ops))
+            return i + 1
+        return h
+    reuse = i in ctx.reusable and name in K.OUT_CAPABLE
+    if n == 1 and not reuse:
+        def h(f, s):
+            s[-1] = kern(s[-1], *operands)
+            return i + 1
+        return h
+    if n == 1:
+        def h(f, s):
+            a = s[-1]
+            ent = f.bufs[i]
+            if ent is not None and ent[0] == a.shape:
+                s[-1] = kern(a, *operands, out=ent[1])
+            else:
+                r = s[-1] = kern(a, *operands)
+                f.bufs[i] = (a.shape, r)
+            return i + 1
+        return h
+    if n == 2 and not reuse:
+        def h(f, s):
+            b = s.pop()
+            s[-1] = kern(s[-1], b, *operands)
+            return i + 1
+        return h
+    if n == 2:
+        def h(f, s):
+            b = s.pop()
+            a = s[-1]
+            ent = f.bufs[i]
+            if ent is not None and ent[0] == a.shape and ent[1] == b.shape:
+                s[-1] = kern(a, b, *operands, out=ent[2])
+            else:
+                r = s[-1] = kern(a, b, *operands)
+                f.bufs[i] = (a.shape, b.shape, r)
+            return i + 1
+        return h
+
+    def h(f, s):
+        a = s[len(s) - n:]
+        del s[len(s) - n:]
+        s.append(kern(*a, *operands))
+        return i + 1
+    return h
+
+
+def _runtime_operand(ctx, v):
+    """Shape tuples with symbolic dims become callables over the symbol env."""
+    from ..bytecode.symbolic import Expr
+
+    if isinstance(v, tuple) and any(isinstance(d, Expr) for d in v):
+        if all(isinstance(d, Expr) and d.is_const() for d in v):
+            return tuple(d.const_value() for d in v)
+        fns = [compile_sym(d) if isinstance(d, Expr) else (lambda env, d=d: d) for d in v]
+        return lambda env: tuple(fn(env) for fn in fns)
+    return v
+
+
+_SPECIAL = {
+    "NOP": h_nop, "LOAD_TENSOR": h_load_tensor, "STORE_TENSOR": h_store_tensor, "LOAD_CONST": h_load_const,
+    "LOAD_PARAM": h_load_param, "LOAD_SYM": h_load_sym, "SET_SYM": h_set_sym, "BUILD_TUPLE": h_build_tuple,
+    "UNPACK_TUPLE": h_unpack_tuple, "POP_TOP": h_pop_top, "JUMP": h_jump, "BRANCH_IF_SYMBOLIC": h_branch,
+    "CALL_CELL": h_call_cell, "RETURN": h_return, "ALLOC_DEVICE_MEM": h_alloc, "FREE_DEVICE_MEM": h_alloc,
+}
+
+# the handler table, indexed by opcode byte
+HANDLERS: list = [None] * 256
+for _row in TABLE:
+    HANDLERS[_row.code] = _SPECIAL.get(_row.name, h_compute)
+assert all(HANDLERS[r.code] is not None for r in TABLE)
+
+
+# ---------------------------------------------------------------- escape analysis
+
+def reusable_outputs(code: Code) -> set:
+    """Instruction indexes whose result never leaves the frame and that are not in a loop."""
+    n = len(code.instrs)
+    in_loop = set()
+    for i, ins in enumerate(code.instrs):
+        li = ins.op.label_operand
+        if li is not None:
+            t = code.index_at(ins.args[li])
+            if t <= i:
+                in_loop.update(range(t, i + 1))
+    states = [None] * n
+    states[0] = ((), {})
+    work = [0]
+    escaping: set = set()
+    while work:
+        i = work.pop()
+        stack, loc = states[i]
+        stack, loc = list(stack), dict(loc)
+        ins = code.instrs[i]
+        args = code.decode_args(ins)
+        npop = ins.op.n_pops(args)
+        popped = stack[len(stack) - npop:] if npop else []
+        del stack[len(stack) - npop:]
+        union = frozenset().union(*popped) if popped else frozenset()
+        name = ins.op.name
+        if name == "LOAD_TENSOR":
+            stack.append(loc.get(args[0], frozenset()))
+        elif name == "STORE_TENSOR":
+            loc[args[0]] = popped[0]
+        elif name == "RETURN":
+            escaping |= popped[0]
+        elif name == "UNPACK_TUPLE":
+            stack.extend([union] * args[0])
+        elif name in ("BUILD_TUPLE",) or ins.op.view:
+            stack.append(union)
+        elif name == "CALL_CELL":
+            stack.append(union | {i})
+        else:
+            for _ in range(ins.op.n_pushes(args)):
+                stack.append(frozenset({i}))
+        succ = [] if ins.op.terminator else [i + 1]
+        li = ins.op.label_operand
+        if li is not None:
+            succ.append(code.index_at(ins.args[li]))
+        for j in succ:
+            if j >= n:
+                continue
+            new = (tuple(stack), loc)
+            old = states[j]
+            if old is None:
+                states[j] = new
+                work.append(j)
+            else:
+                merged = (tuple(a | b for a, b in zip(old[0], new[0])),
+                          {k: old[1].get(k, frozenset()) | new[1].get(k, frozenset()) for k in set(old[1]) | set(new[1])})
+                if merged != old:
+                    states[j] = merged
+                    work.append(j)
+    return {i for i in range(n) if i not in escaping and i not in in_loop}
+
+
+# ---------------------------------------------------------------- linking and running
+
+class BoundCode:
+    """A Code linked to the Cell instance whose attributes it reads."""
+
+    def __init__(self, code: Code, cell=None, attr_values=None, callee_resolver=None):
+        self.code = code
+        self.cell = cell
+        self.attr_values = attr_values or {}
+        self.reusable = reusable_outputs(code)
+        self.prog = [HANDLERS[ins.op.code](self, i, code.decode_args(ins)) for i, ins in enumerate(code.instrs)]
+        self.callees = {}
+        for i, ins in enumerate(code.instrs):
+            if ins.op.name == "CALL_CELL":
+                path, sub = code.decode_args(ins)[0]
+                self.callees[i] = callee_resolver(path, sub)
+        self.entry = _entry_plan(code)
+        self.pools: list = []
+        self.calls = 0
+
+    def bind(self, args) -> dict:
+        """Bind symbols from the arguments and check them; raises ShapeMismatch."""
+        code = self.code
+        if len(args) != len(code.params):
+            raise ShapeMismatch(f"{code.name} takes {len(code.params)} arguments, got {len(args)}")
+        env = {}
+        for k, kind, a, b in self.entry:
+            v = args[k]
+            if kind == 0:    # bind a dim symbol
+                d = v.shape[a]
+                old = env.setdefault(b, d)
+                if old != d:
+                    raise ShapeMismatch(_dim_msg(code, k, a, d, f"{b} = {old}"))
+            elif kind == 1:  # a constant dim
+                if v.shape[a] != b:
+                    raise ShapeMismatch(_dim_msg(code, k, a, v.shape[a], str(b)))
+            elif kind == 2:  # rank and dtype
+                if not isinstance(v, np.ndarray) or v.ndim != a or v.dtype != b:
+                    got = f"{v.dtype}{list(v.shape)}" if isinstance(v, np.ndarray) else type(v).__name__
+                    raise ShapeMismatch(f"{code.name}: argument {code.params[k][0]} must be a {b} tensor of "
+                                        f"rank {a}, got {got}")
+            elif kind == 3:  # scalar symbol / flag
+                env[b] = v
+            else:            # a derived dim: check after binding
+                pass
+        for k, kind, a, b in self.entry:
+            if kind == 4 and args[k].shape[a] != b(env):
+                raise ShapeMismatch(_dim_msg(code, k, a, args[k].shape[a], f"{code.params[k][1].shape[a]} = {b(env)}"))
+        for lhs, rhs, why, fl, fr in self.checks:
+            lv, rv = fl(env), fr(env)
+            if lv != rv:
+                raise ShapeMismatch(f"{code.name}: {why}; with {_env_str(env)}: {lhs} = {lv} but {rhs} = {rv}")
+        return env
+
+    @property
+    def checks(self):
+        c = self.__dict__.get("_checks")
+        if c is None:
+            c = self.__dict__["_checks"] = [(a, b, why, compile_sym(a), compile_sym(b))
+                                            for a, b, why in self.code.assumptions]
+        return c
+
+    def call(self, args, parent=None):
+        f = Frame(self, parent)
+        f.symbols = self.bind(args)
+        loc = f.locals
+        for k, slot in enumerate(self.param_slots):
+            loc[slot] = args[k]
+        return run(f)
+
+    @property
+    def param_slots(self):
+        p = self.__dict__.get("_pslots")
+        if p is None:
+            names = self.code.varnames
+            p = self.__dict__["_pslots"] = [names.index(n) for n, _ in self.code.params]
+        return p
+
+
+def _env_str(env):
+    return ", ".join(f"{k}={v}" for k, v in env.items())
+
+
+def _dim_msg(code, k, axis, got, want):
+    pname, t = code.params[k]
+    return (f"{code.name}: argument {pname} has dim {axis} = {got}, but the bytecode was verified for "
+            f"{fmt_shape(t.shape)} where dim {axis} is {want}")
+
+
+def _entry_plan(code: Code) -> list:
+    plan = []
+    for k, (pname, t) in enumerate(code.params):
+        if isinstance(t, TensorType):
+            plan.append((k, 2, t.rank, t.dtype.np))
+            for axis, d in enumerate(t.shape):
+                s = d.as_symbol()
+                if s is not None:
+                    plan.append((k, 0, axis, s))
+                elif d.is_const():
+                    plan.append((k, 1, axis, d.const_value()))
+                else:
+                    plan.append((k, 4, axis, compile_sym(d)))
+        elif isinstance(t, ScalarType) and t.value is not None and not (t.value.__class__.__name__ == "Expr"
+                                                                         and t.value.is_const()):
+            name = t.value.as_symbol() if hasattr(t.value, "as_symbol") else (
+                t.value.args[0] if t.value.op == "flag" else None)
+            if name:
+                plan.append((k, 3, 0, name))
+    plan.sort(key=lambda p: p[1] == 4)
+    return plan
+
+
+def run(f: Frame):
+    """Execute frame f to its RETURN; returns the result."""
+    bound = f.bound
+    pools = bound.pools
+    f.bufs = pools.pop() if pools else [None] * len(bound.prog)
+    bound.calls += 1
+    prog = bound.prog
+    s = f.stack
+    i = 0
+    trace = _trace
+    try:
+        if trace is None and not events.profiling:
+            while i >= 0:
+                i = prog[i](f, s)
+        else:
+            i = _run_slow(f, prog, s, trace)
+    except Exception as e:  # noqa: BLE001 - re-raised with the instruction's location
+        f.bufs = None
+        if isinstance(e, (ExecutionError, ShapeMismatch)):
+            raise
+        idx = f.index if trace is not None or events.profiling else i
+        raise _exec_error(bound.code, idx, e) from e
+    else:
+        pools.append(f.bufs)
+    return f.result
+
+
+def _run_slow(f, prog, s, trace):
+    times = {} if events.profiling else None
+    i = 0
+    instrs = f.code.instrs
+    while i >= 0:
+        f.index = i
+        if trace is not None:
+            trace(f, instrs[i].offset)
+        if times is None:
+            i = prog[i](f, s)
+        else:
+            t0 = time.perf_counter_ns()
+            j = prog[i](f, s)
+            times[instrs[i].offset] = times.get(instrs[i].offset, 0) + time.perf_counter_ns() - t0
+            i = j
+    if times is not None:
+        events.emit({"type": "exec", "code": f.code.name, "file": f.code.filename, "instr_ns": times})
+    return i
+
+
+def _exec_error(code: Code, i: int, e: Exception) -> ExecutionError:
+    ins = code.instrs[i] if 0 <= i < len(code.instrs) else None
+    if ins is None:
+        return ExecutionError(f"{type(e).__name__}: {e}", code.filename, code.firstlineno, 0)
+    return ExecutionError(f"{ins.op.name} {argrepr(code, ins)} failed in {code.name}: {type(e).__name__}: {e}",
+                          code.filename, ins.loc.line, ins.loc.col, ins.loc.end_line, ins.loc.end_col, ins.offset)
+
+
+def trace_printer(frame: Frame, pc: int):
+    """The MSVM_TRACE=1 hook: the stack, then the instruction as the disassembler prints it."""
+    code = frame.code
+    ins = code.instrs[frame.index]
+    stack = " ".join(f"[{v.dtype}{list(v.shape)}]" if isinstance(v, np.ndarray) else f"[{v!r}]"
+                     for v in frame.stack)
+    print(f"[MS] {'  ' * frame.depth}{stack}", file=sys.stderr)
+    print(f"[MS] {'  ' * frame.depth}0x{pc:04x}: {ins.op.name} {argrepr(code, ins)}", file=sys.stderr)
+
+
+if os.environ.get("MSVM_TRACE") == "1":
+    set_trace(trace_printer)

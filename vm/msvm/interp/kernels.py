@@ -1,0 +1,325 @@
+"""Reference numpy implementations of every compute instruction.
+
+``KERNELS[name](*inputs, *operands, out=None)`` is "the living definition" of an
+op: the interpreter calls it, eager (PyNative) ops call it, and compiled tiers
+are tested against it. ``out`` is a buffer of the right shape and dtype that
+the kernel may write into (reused across calls); kernels that cannot use it
+ignore it. Dtypes follow ``msvm.dtype.promote``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from scipy import special
+
+from .. import dtype as dt
+from ..bytecode.opcodes import TABLE
+
+
+def _dtype_of(v):
+    if isinstance(v, (np.ndarray, np.generic)):
+        return dt.from_numpy(v.dtype), None
+    return None, dt.scalar_kind(v)
+
+
+def result_dtype(*vals) -> dt.DType:
+    strong, weak = [], []
+    for v in vals:
+        d, k = _dtype_of(v)
+        (strong.append(d) if d is not None else weak.append(k))
+    if strong:
+        out = strong[0]
+        for d in strong[1:]:
+            out = dt.promote(out, d)
+    else:
+        out = dt.weak_default(max(weak, key="bif".index))
+    for k in weak:
+        out = dt.promote_weak(out, k)
+    return out
+
+
+def _arr(v, d: dt.DType):
+    """An ndarray of dtype d (no copy when it already is one)."""
+    if isinstance(v, np.ndarray) and v.dtype == d.np:
+        return v
+    return np.asarray(v, dtype=d.np)
+
+
+def _binary(ufunc, force_float=False):
+    def kern(a, b, out=None):
+        if (type(a) is np.ndarray and type(b) is np.ndarray and a.dtype == b.dtype
+                and not (force_float and a.dtype.kind != "f")):
+            return ufunc(a, b, out=out) if out is not None else ufunc(a, b)
+        d = result_dtype(a, b)
+        if force_float and not d.is_float:
+            d = dt.float32
+        r = ufunc(_arr(a, d), _arr(b, d), out=out) if out is not None else ufunc(_arr(a, d), _arr(b, d))
+        return np.asarray(r)
+    return kern
+
+
+def _compare(ufunc):
+    def kern(a, b, out=None):
+        d = result_dtype(a, b)
+        return np.asarray(ufunc(_arr(a, d), _arr(b, d)))
+    return kern
+
+
+def _logical(ufunc):
+    def kern(a, b, out=None):
+        return np.asarray(ufunc(np.asarray(a, dtype=bool), np.asarray(b, dtype=bool)))
+    return kern
+
+
+def _unary(fn, to_float=False):
+    def kern(x, out=None):
+        if not isinstance(x, np.ndarray):
+            x = np.asarray(x, dtype=result_dtype(x).np)
+        if to_float and x.dtype.kind != "f":
+            x = x.astype(np.float32)
+        return fn(x, out) if out is not None else fn(x, None)
+    return kern
+
+
+def _with_out(ufunc):
+    return lambda x, out: ufunc(x, out=out) if out is not None else np.asarray(ufunc(x))
+
+
+def _rsqrt(x, out):
+    r = np.sqrt(x, out=out)
+    return np.divide(1, r, out=r)
+
+
+def _sigmoid(x, out):
+    return np.asarray(special.expit(x, out=out) if out is not None else special.expit(x))
+
+
+def _relu(x, out):
+    return np.maximum(x, x.dtype.type(0), out=out) if out is not None else np.maximum(x, x.dtype.type(0))
+
+
+_SQRT1_2 = 1.0 / math.sqrt(2.0)
+_SQRT_2_PI = math.sqrt(2.0 / math.pi)
+
+
+def _gelu(x, out):
+    t = x.dtype.type
+    r = special.erf(x * t(_SQRT1_2))
+    r += t(1.0)
+    r *= x
+    return np.multiply(r, t(0.5), out=out) if out is not None else r * t(0.5)
+
+
+def _gelu_tanh(x, out):
+    t = x.dtype.type
+    inner = x * x
+    inner *= t(0.044715)
+    inner += t(1.0)
+    inner *= x
+    inner *= t(_SQRT_2_PI)
+    np.tanh(inner, out=inner)
+    inner += t(1.0)
+    inner *= x
+    return np.multiply(inner, t(0.5), out=out) if out is not None else inner * t(0.5)
+
+
+def _reciprocal(x, out):
+    return np.divide(x.dtype.type(1), x, out=out) if out is not None else np.divide(x.dtype.type(1), x)
+
+
+def where(c, a, b, out=None):
+    d = result_dtype(a, b)
+    return np.asarray(np.where(np.asarray(c, dtype=bool), _arr(a, d), _arr(b, d)))
+
+
+def cast(x, to: dt.DType, out=None):
+    x = np.asarray(x)
+    if out is not None:
+        np.copyto(out, x, casting="unsafe")
+        return out
+    return x.astype(to.np)
+
+
+def fill(shape, value, dtype, out=None):
+    return np.full(shape, value, dtype=dtype.np)
+
+
+def matmul(a, b, ta, tb, out=None):
+    if ta:
+        a = a.T
+    if tb:
+        b = b.T
+    d = result_dtype(a, b)
+    a, b = _arr(a, d), _arr(b, d)
+    return np.matmul(a, b, out=out) if out is not None else np.matmul(a, b)
+
+
+def batch_matmul(a, b, ta, tb, out=None):
+    if ta:
+        a = np.swapaxes(a, -1, -2)
+    if tb:
+        b = np.swapaxes(b, -1, -2)
+    d = result_dtype(a, b)
+    a, b = _arr(a, d), _arr(b, d)
+    return np.matmul(a, b, out=out) if out is not None else np.matmul(a, b)
+
+
+def fused_matmul_relu(a, b, ta, tb, out=None):
+    r = matmul(a, b, ta, tb, out=out)
+    return np.maximum(r, r.dtype.type(0), out=r)
+
+
+def _axes(axes):
+    if axes is None or axes == ():
+        return None
+    return tuple(axes) if isinstance(axes, (tuple, list)) else axes
+
+
+def _reduce(fn, to_float=False):
+    def kern(x, axes, keep, out=None):
+        x = np.asarray(x)
+        if to_float and x.dtype.kind != "f":
+            x = x.astype(np.float32)
+        if fn is np.sum and x.dtype == np.bool_:
+            x = x.astype(np.int64)
+        r = fn(x, axis=_axes(axes), keepdims=bool(keep), out=out) if out is not None else \
+            fn(x, axis=_axes(axes), keepdims=bool(keep))
+        return np.asarray(r, dtype=x.dtype) if not isinstance(r, np.ndarray) else r
+    return kern
+
+
+def argmax(x, axis, keep, out=None):
+    x = np.asarray(x)
+    if axis is None:
+        return np.asarray(np.argmax(x), dtype=np.int32)
+    return np.argmax(x, axis=axis, keepdims=bool(keep)).astype(np.int32)
+
+
+def softmax(x, axis, out=None):
+    x = np.asarray(x)
+    if x.dtype.kind != "f":
+        x = x.astype(np.float32)
+    e = x - x.max(axis=axis, keepdims=True)
+    np.exp(e, out=e)
+    e /= e.sum(axis=axis, keepdims=True)
+    return e
+
+
+def log_softmax(x, axis, out=None):
+    x = np.asarray(x)
+    if x.dtype.kind != "f":
+        x = x.astype(np.float32)
+    s = x - x.max(axis=axis, keepdims=True)
+    return s - np.log(np.exp(s).sum(axis=axis, keepdims=True))
+
+
+def layer_norm(x, gamma, beta, begin_norm_axis, begin_params_axis, eps, out=None):
+    x = np.asarray(x)
+    if x.dtype.kind != "f":
+        x = x.astype(np.float32)
+    axes = tuple(range(begin_norm_axis % x.ndim, x.ndim))
+    mean = x.mean(axis=axes, keepdims=True)
+    xc = x - mean
+    var = np.mean(xc * xc, axis=axes, keepdims=True)
+    var += x.dtype.type(eps)
+    np.sqrt(var, out=var)
+    xc /= var
+    if gamma is not None:
+        xc *= gamma
+    if beta is not None:
+        xc += beta
+    return xc
+
+
+def reshape(x, shape, out=None):
+    return np.reshape(x, shape)
+
+
+def transpose(x, perm, out=None):
+    return np.transpose(x, perm)
+
+
+def expand_dims(x, axis, out=None):
+    return np.expand_dims(x, axis)
+
+
+def squeeze(x, axes, out=None):
+    if axes is None or axes == ():
+        return np.squeeze(x)
+    return np.squeeze(x, axis=tuple(axes) if isinstance(axes, (tuple, list)) else axes)
+
+
+def broadcast_to(x, shape, out=None):
+    return np.broadcast_to(x, shape)
+
+
+def concat(*args, out=None):
+    *ts, n, axis = args
+    d = result_dtype(*ts)
+    return np.concatenate([_arr(t, d) for t in ts], axis=axis)
+
+
+def stack(*args, out=None):
+    *ts, n, axis = args
+    d = result_dtype(*ts)
+    return np.stack([_arr(t, d) for t in ts], axis=axis)
+
+
+def index_of(spec, env=None):
+    """Turn a SLICE operand into a numpy index tuple."""
+    out = []
+    for s in spec:
+        if s[0] == "i":
+            out.append(s[1])
+        elif s[0] == "s":
+            out.append(slice(s[1], s[2], s[3]))
+        elif s[0] == "n":
+            out.append(None)
+        else:
+            out.append(Ellipsis)
+    return tuple(out)
+
+
+def slice_(x, spec, out=None):
+    return np.asarray(x[index_of(spec)])
+
+
+KERNELS = {
+    "BROADCAST_ADD": _binary(np.add), "BROADCAST_SUB": _binary(np.subtract),
+    "BROADCAST_MUL": _binary(np.multiply), "BROADCAST_DIV": _binary(np.true_divide, force_float=True),
+    "BROADCAST_POW": _binary(np.power), "BROADCAST_MAX": _binary(np.maximum),
+    "BROADCAST_MIN": _binary(np.minimum),
+    "BROADCAST_EQ": _compare(np.equal), "BROADCAST_NE": _compare(np.not_equal),
+    "BROADCAST_LT": _compare(np.less), "BROADCAST_LE": _compare(np.less_equal),
+    "BROADCAST_GT": _compare(np.greater), "BROADCAST_GE": _compare(np.greater_equal),
+    "BROADCAST_AND": _logical(np.logical_and), "BROADCAST_OR": _logical(np.logical_or),
+    "WHERE": where,
+    "NEG": _unary(_with_out(np.negative)), "ABS": _unary(_with_out(np.abs)),
+    "EXP": _unary(_with_out(np.exp), True), "LOG": _unary(_with_out(np.log), True),
+    "SQRT": _unary(_with_out(np.sqrt), True), "RSQRT": _unary(_rsqrt, True),
+    "TANH": _unary(_with_out(np.tanh), True), "SIGMOID": _unary(_sigmoid, True),
+    "RELU": _unary(_relu), "GELU": _unary(_gelu, True), "GELU_TANH": _unary(_gelu_tanh, True),
+    "ERF": _unary(lambda x, out: np.asarray(special.erf(x) if out is None else special.erf(x, out=out)), True),
+    "RECIPROCAL": _unary(_reciprocal, True),
+    "LOGICAL_NOT": _unary(lambda x, out: np.logical_not(x)),
+    "CAST": cast, "FILL": fill,
+    "MATMUL": matmul, "BATCH_MATMUL": batch_matmul, "FUSED_MATMUL_RELU": fused_matmul_relu,
+    "REDUCE_SUM": _reduce(np.sum), "REDUCE_MEAN": _reduce(np.mean, True),
+    "REDUCE_MAX": _reduce(np.max), "REDUCE_MIN": _reduce(np.min), "ARGMAX": argmax,
+    "SOFTMAX": softmax, "LOG_SOFTMAX": log_softmax, "LAYER_NORM": layer_norm,
+    "RESHAPE": reshape, "TRANSPOSE": transpose, "EXPAND_DIMS": expand_dims, "SQUEEZE": squeeze,
+    "BROADCAST_TO": broadcast_to, "CONCAT": concat, "STACK": stack, "SLICE": slice_,
+}
+
+# kernels that accept ``out=`` and write the whole result into it
+OUT_CAPABLE = frozenset({
+    "BROADCAST_ADD", "BROADCAST_SUB", "BROADCAST_MUL", "BROADCAST_DIV", "BROADCAST_POW",
+    "BROADCAST_MAX", "BROADCAST_MIN", "NEG", "ABS", "EXP", "LOG", "SQRT", "RSQRT", "TANH", "SIGMOID",
+    "RELU", "GELU", "GELU_TANH", "ERF", "RECIPROCAL", "MATMUL", "BATCH_MATMUL", "FUSED_MATMUL_RELU",
+})
+
+COMPUTE = frozenset(r.name for r in TABLE if r.kind not in ("control", "memory") or r.name == "FILL")
+_missing = COMPUTE - set(KERNELS)
+assert not _missing, f"ops without a reference kernel: {sorted(_missing)}"

@@ -1,0 +1,157 @@
+"""``nn.Cell``: a model component whose ``construct`` runs as bytecode.
+
+In GRAPH_MODE a call compiles ``construct`` for the argument signature (once),
+links it to this instance and runs it in the VM; in PYNATIVE_MODE it runs
+``construct`` as Python with eager ops. Parameters and sub-Cells assigned in
+``__init__`` are registered, as in MindSpore.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+from .. import context
+from ..tensor import Parameter, Tensor
+
+
+class Cell:
+    __msvm_cell__ = True
+
+    def __init__(self, auto_prefix=True, flags=None):
+        object.__setattr__(self, "_params", {})
+        object.__setattr__(self, "_cells", {})
+        object.__setattr__(self, "training", False)
+        object.__setattr__(self, "_msvm_inputs", None)
+        object.__setattr__(self, "_runner", None)
+
+    def __setattr__(self, name, value):
+        d = self.__dict__
+        if "_params" not in d:
+            raise RuntimeError(f"{type(self).__name__}: call super().__init__() before assigning attributes")
+        if isinstance(value, Parameter):
+            if value.name is None:
+                value.name = name
+            d["_params"][name] = value
+            d["_cells"].pop(name, None)
+        elif isinstance(value, Cell):
+            d["_cells"][name] = value
+            d["_params"].pop(name, None)
+        else:
+            d["_params"].pop(name, None)
+            d["_cells"].pop(name, None)
+        object.__setattr__(self, name, value)
+        if d.get("_runner") is not None and name not in ("training",):
+            object.__setattr__(self, "_runner", None)   # attributes changed: recompile
+
+    def construct(self, *args, **kwargs):
+        raise NotImplementedError(f"{type(self).__name__} does not define construct()")
+
+    def __call__(self, *args, **kwargs):
+        if context.mode() == context.PYNATIVE_MODE:
+            return self.construct(*args, **kwargs)
+        runner = self.__dict__["_runner"]
+        if runner is None:
+            from ..executor import CellRunner
+
+            runner = CellRunner(self)
+            object.__setattr__(self, "_runner", runner)
+        return runner(args, kwargs)
+
+    # --- MindSpore API
+    def set_inputs(self, *inputs, **kwargs):
+        """Declare the argument shapes (None dims are dynamic). Recompiles on the next call."""
+        object.__setattr__(self, "_msvm_inputs", list(inputs))
+        object.__setattr__(self, "_runner", None)
+
+    def set_train(self, mode=True):
+        object.__setattr__(self, "training", bool(mode))
+        for c in self._cells.values():
+            c.set_train(mode)
+        object.__setattr__(self, "_runner", None)
+        return self
+
+    def parameters_dict(self, recurse=True) -> dict:
+        out = {}
+        for name, p in self.parameters_and_names():
+            out[name] = p
+        return out
+
+    def parameters_and_names(self, name_prefix="", expand=True):
+        for name, p in self._params.items():
+            yield (f"{name_prefix}{name}", p)
+        for cname, c in self._cells.items():
+            yield from c.parameters_and_names(f"{name_prefix}{cname}.")
+
+    def get_parameters(self, expand=True):
+        for _, p in self.parameters_and_names():
+            yield p
+
+    def trainable_params(self, recurse=True) -> list:
+        return [p for p in self.get_parameters() if p.requires_grad]
+
+    def cells(self):
+        return list(self._cells.values())
+
+    def name_cells(self) -> dict:
+        return dict(self._cells)
+
+    def cells_and_names(self, cell_name=""):
+        yield (cell_name, self)
+        for name, c in self._cells.items():
+            yield from c.cells_and_names(f"{cell_name}.{name}" if cell_name else name)
+
+    # --- what the frontend asks
+    def __msvm_children__(self):
+        return list(self._cells.items())
+
+    def __msvm_construct_params__(self):
+        sig = inspect.signature(self.construct)
+        return [(p.name, p.default) for p in sig.parameters.values()]
+
+    def extend_repr(self):
+        return ""
+
+    def __repr__(self):
+        inner = ", ".join(f"{k}={type(v).__name__}" for k, v in self._cells.items())
+        extra = self.extend_repr()
+        return f"{type(self).__name__}<{extra}{', ' if extra and inner else ''}{inner}>"
+
+
+class CellList(Cell):
+    """A list of Cells (indexable, iterable in construct: the loop is unrolled)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__()
+        cells = args[0] if len(args) == 1 and isinstance(args[0], (list, tuple)) else args
+        for c in cells:
+            self.append(c)
+
+    def append(self, cell):
+        if not isinstance(cell, Cell):
+            raise TypeError(f"CellList holds Cells, got {type(cell).__name__}")
+        setattr(self, str(len(self._cells)), cell)
+
+    def __getitem__(self, i):
+        items = list(self._cells.values())
+        if isinstance(i, slice):
+            return CellList(items[i])
+        return items[i]
+
+    def __len__(self):
+        return len(self._cells)
+
+    def __iter__(self):
+        return iter(list(self._cells.values()))
+
+
+class SequentialCell(CellList):
+    """Cells applied one after another."""
+
+    def construct(self, x):
+        for cell in self:
+            x = cell(x)
+        return x
+
+
+def _is_tensor(v):
+    return isinstance(v, Tensor)

@@ -1,0 +1,14 @@
+"""``msvm.ops``: MindSpore-style functions and primitives (see functional.py)."""
+
+from .functional import *  # noqa: F403
+from .functional import __dict__ as _fd
+from .primitives import *  # noqa: F403
+from .primitives import Primitive
+
+max = _fd["amax"]  # noqa: A001
+min = _fd["amin"]  # noqa: A001
+sum = _fd["sum"]  # noqa: A001
+abs = _fd["abs"]  # noqa: A001
+pow = _fd["pow"]  # noqa: A001
+
+__all__ = [n for n in list(_fd) + list(globals()) if not n.startswith("_") and n not in ("annotations", "F")]

@@ -1,0 +1,282 @@
+"""``ms.ops`` functions with MindSpore 2.x names, argument orders and defaults.
+
+Each function normalizes its Python arguments and calls ``apply(OPCODE, inputs,
+operands)``. On Tensors that runs the reference kernel at once (PyNative); on the
+frontend's graph values it adds the instruction to the Cell's bytecode. So one
+definition serves both modes, and argument handling (negative axes, RESHAPE's
+-1, layer_norm's normalized_shape) is written once.
+"""
+
+from __future__ import annotations
+
+from .. import dtype as dt
+from ..bytecode.symbolic import Expr, product
+from ..frontend.graph import is_graph, trace_op
+from ..interp.kernels import KERNELS
+from ..tensor import Tensor, unwrap, wrap
+
+
+def apply(opname: str, inputs: tuple, operands: tuple = ()):
+    if any(is_graph(x) for x in inputs):
+        return trace_op(opname, inputs, operands)
+    for x in inputs:
+        if isinstance(x, Expr):
+            raise TypeError(f"{opname}: symbolic value {x} outside a compiled Cell")
+    return wrap(KERNELS[opname](*(unwrap(x) for x in inputs), *operands))
+
+
+def _shape(x):
+    return tuple(x.shape) if hasattr(x, "shape") else ()
+
+
+def _rank(x):
+    return len(_shape(x))
+
+
+def _dims(shape):
+    if isinstance(shape, (int, Expr)):
+        return (shape,)
+    if isinstance(shape, Tensor):
+        return tuple(int(v) for v in shape.asnumpy().ravel())
+    return tuple(shape)
+
+
+# ---------------------------------------------------------------- elementwise
+
+def add(input, other): return apply("BROADCAST_ADD", (input, other))
+def sub(input, other): return apply("BROADCAST_SUB", (input, other))
+def mul(input, other): return apply("BROADCAST_MUL", (input, other))
+
+
+def div(input, other, *, rounding_mode=None):
+    if rounding_mode is not None:
+        raise NotImplementedError("ops.div: rounding_mode is not supported yet")
+    return apply("BROADCAST_DIV", (input, other))
+
+
+def pow(input, exponent): return apply("BROADCAST_POW", (input, exponent))  # noqa: A001
+def maximum(input, other): return apply("BROADCAST_MAX", (input, other))
+def minimum(input, other): return apply("BROADCAST_MIN", (input, other))
+def equal(input, other): return apply("BROADCAST_EQ", (input, other))
+def not_equal(input, other): return apply("BROADCAST_NE", (input, other))
+def less(input, other): return apply("BROADCAST_LT", (input, other))
+def less_equal(input, other): return apply("BROADCAST_LE", (input, other))
+def greater(input, other): return apply("BROADCAST_GT", (input, other))
+def greater_equal(input, other): return apply("BROADCAST_GE", (input, other))
+def logical_and(input, other): return apply("BROADCAST_AND", (input, other))
+def logical_or(input, other): return apply("BROADCAST_OR", (input, other))
+def logical_not(input): return apply("LOGICAL_NOT", (input,))
+def where(condition, input, other): return apply("WHERE", (condition, input, other))
+def abs(input): return apply("ABS", (input,))  # noqa: A001
+def neg(input): return apply("NEG", (input,))
+def exp(input): return apply("EXP", (input,))
+def log(input): return apply("LOG", (input,))
+def sqrt(x): return apply("SQRT", (x,))
+def rsqrt(input): return apply("RSQRT", (input,))
+def reciprocal(input): return apply("RECIPROCAL", (input,))
+def tanh(input): return apply("TANH", (input,))
+def sigmoid(input): return apply("SIGMOID", (input,))
+def erf(input): return apply("ERF", (input,))
+
+
+def relu(input, inplace=False):
+    return apply("RELU", (input,))
+
+
+def gelu(input, approximate="none"):
+    if approximate not in ("none", "tanh"):
+        raise ValueError(f"ops.gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+    return apply("GELU" if approximate == "none" else "GELU_TANH", (input,))
+
+
+def clip(input, min=None, max=None):  # noqa: A002
+    out = input
+    if min is not None:
+        out = maximum(out, min)
+    if max is not None:
+        out = minimum(out, max)
+    return out
+
+
+clamp = clip
+
+
+def cast(input, dtype):
+    return apply("CAST", (input,), (dt.as_dtype(dtype),))
+
+
+# ---------------------------------------------------------------- matmul
+
+def matmul(input, other):
+    ra, rb = _rank(input), _rank(other)
+    if ra == 2 and rb == 2:
+        return apply("MATMUL", (input, other), (False, False))
+    if ra >= 2 and rb >= 2:
+        return apply("BATCH_MATMUL", (input, other), (False, False))
+    raise ValueError(f"ops.matmul: rank-{ra} @ rank-{rb} is not supported (needs rank >= 2 on both sides)")
+
+
+def bmm(input_x, mat2):
+    return apply("BATCH_MATMUL", (input_x, mat2), (False, False))
+
+
+# ---------------------------------------------------------------- reductions
+
+def _axes(axis):
+    if axis is None:
+        return None
+    if isinstance(axis, (list, tuple)):
+        return tuple(int(a) for a in axis)
+    return (int(axis),)
+
+
+def sum(input, dim=None, keepdim=False, *, dtype=None):  # noqa: A001
+    out = apply("REDUCE_SUM", (input,), (_axes(dim), bool(keepdim)))
+    return cast(out, dtype) if dtype is not None else out
+
+
+def mean(x, axis=None, keep_dims=False):
+    return apply("REDUCE_MEAN", (x,), (_axes(axis), bool(keep_dims)))
+
+
+def amax(input, axis=None, keepdims=False, *, initial=None, where=None):
+    return apply("REDUCE_MAX", (input,), (_axes(axis), bool(keepdims)))
+
+
+def amin(input, axis=None, keepdims=False, *, initial=None, where=None):
+    return apply("REDUCE_MIN", (input,), (_axes(axis), bool(keepdims)))
+
+
+max = amax  # noqa: A001
+min = amin  # noqa: A001
+
+
+def argmax(input, dim=None, keepdim=False):
+    return apply("ARGMAX", (input,), (None if dim is None else int(dim), bool(keepdim)))
+
+
+def softmax(input, axis=-1, *, dtype=None):
+    if dtype is not None:
+        input = cast(input, dtype)
+    return apply("SOFTMAX", (input,), (int(axis),))
+
+
+def log_softmax(logits, axis=-1):
+    return apply("LOG_SOFTMAX", (logits,), (int(axis),))
+
+
+def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-05):
+    n = len(_dims(normalized_shape))
+    return apply("LAYER_NORM", (input, weight, bias), (-n, -n, float(eps)))
+
+
+# ---------------------------------------------------------------- layout
+
+def reshape(input, shape):
+    shape = _dims(shape)
+    src = _shape(input)
+    if sum_(1 for d in shape if isinstance(d, int) and d == -1) > 1:
+        raise ValueError(f"ops.reshape: only one -1 is allowed in {shape}")
+    if any(isinstance(d, int) and d == -1 for d in shape):
+        known = product(d for d in shape if not (isinstance(d, int) and d == -1))
+        total = product(src)
+        rest = total // known
+        shape = tuple(rest if (isinstance(d, int) and d == -1) else d for d in shape)
+    shape = tuple(_plain(d) for d in shape)
+    return apply("RESHAPE", (input,), (shape,))
+
+
+def sum_(it):
+    total = 0
+    for v in it:
+        total += v
+    return total
+
+
+def _plain(d):
+    if isinstance(d, Expr) and d.is_const():
+        return d.const_value()
+    if isinstance(d, bool) or not isinstance(d, (int, Expr)):
+        raise TypeError(f"shape dims must be ints, got {d!r}")
+    return d
+
+
+def transpose(input, dims):
+    return apply("TRANSPOSE", (input,), (tuple(int(p) for p in dims),))
+
+
+permute = transpose
+
+
+def expand_dims(input_x, axis):
+    return apply("EXPAND_DIMS", (input_x,), (int(axis),))
+
+
+def unsqueeze(input, dim):
+    return expand_dims(input, dim)
+
+
+def squeeze(input, axis=None):
+    return apply("SQUEEZE", (input,), (_axes(axis),))
+
+
+def broadcast_to(input, shape):
+    shape = _dims(shape)
+    src = _shape(input)
+    off = len(shape) - len(src)
+    shape = tuple(src[i - off] if (isinstance(d, int) and d == -1) else d for i, d in enumerate(shape))
+    return apply("BROADCAST_TO", (input,), (tuple(_plain(d) for d in shape),))
+
+
+def flatten(input, order="C", *, start_dim=1, end_dim=-1):
+    s = _shape(input)
+    r = len(s)
+    a, b = start_dim % r, end_dim % r
+    return reshape(input, tuple(s[:a]) + (product(s[a:b + 1]),) + tuple(s[b + 1:]))
+
+
+def concat(tensors, axis=0):
+    tensors = tuple(tensors)
+    if not isinstance(axis, int) or isinstance(axis, bool):
+        raise TypeError(f"ops.concat: axis must be a constant int, got {axis!r} (a symbolic axis cannot be compiled)")
+    return apply("CONCAT", tensors, (len(tensors), axis))
+
+
+cat = concat
+
+
+def stack(tensors, axis=0):
+    tensors = tuple(tensors)
+    return apply("STACK", tensors, (len(tensors), int(axis)))
+
+
+def zeros(size, dtype=None):
+    return _fill(size, 0, dtype)
+
+
+def ones(shape, dtype=None):
+    return _fill(shape, 1, dtype)
+
+
+def _fill(shape, value, dtype):
+    from ..frontend.graph import trace_fill, tracing
+
+    shape = tuple(_plain(d) for d in _dims(shape))
+    d = dt.as_dtype(dtype) if dtype is not None else dt.float32
+    if any(isinstance(x, Expr) for x in shape) or tracing():
+        return trace_fill(shape, value, d)
+    return wrap(KERNELS["FILL"](shape, value, d))
+
+
+def zeros_like(input, *, dtype=None):
+    return _fill(_shape(input), 0, dtype or input.dtype)
+
+
+def ones_like(input, *, dtype=None):
+    return _fill(_shape(input), 1, dtype or input.dtype)
+
+
+def dropout(input, p=0.5, training=True, seed=None):
+    if training and p > 0:
+        raise NotImplementedError("ops.dropout with training=True is not supported (msvm runs inference)")
+    return input

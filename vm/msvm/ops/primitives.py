@@ -1,0 +1,189 @@
+"""``ms.ops`` primitives: objects built with constructor arguments, then called
+(``self.matmul = ops.MatMul(transpose_b=True)``; ``self.matmul(x, w)``)."""
+
+from __future__ import annotations
+
+from . import functional as F
+
+
+class Primitive:
+    """Base of the primitives; ``attrs`` are the constructor arguments."""
+
+    def __init__(self, **attrs):
+        self.attrs = attrs
+        self.name = type(self).__name__
+
+    def __repr__(self):
+        args = ", ".join(f"{k}={v!r}" for k, v in self.attrs.items())
+        return f"{self.name}({args})"
+
+
+class MatMul(Primitive):
+    def __init__(self, transpose_a=False, transpose_b=False):
+        super().__init__(transpose_a=transpose_a, transpose_b=transpose_b)
+        self.transpose_a, self.transpose_b = bool(transpose_a), bool(transpose_b)
+
+    def __call__(self, x, y):
+        return F.apply("MATMUL", (x, y), (self.transpose_a, self.transpose_b))
+
+
+class BatchMatMul(MatMul):
+    def __call__(self, x, y):
+        return F.apply("BATCH_MATMUL", (x, y), (self.transpose_a, self.transpose_b))
+
+
+def _unary(fn):
+    class P(Primitive):
+        def __init__(self):
+            super().__init__()
+
+        def __call__(self, x):
+            return fn(x)
+    return P
+
+
+ReLU = type("ReLU", (_unary(F.relu),), {})
+GeLU = type("GeLU", (_unary(F.gelu),), {})
+Exp = type("Exp", (_unary(F.exp),), {})
+Tanh = type("Tanh", (_unary(F.tanh),), {})
+Sigmoid = type("Sigmoid", (_unary(F.sigmoid),), {})
+Sqrt = type("Sqrt", (_unary(F.sqrt),), {})
+Rsqrt = type("Rsqrt", (_unary(F.rsqrt),), {})
+Abs = type("Abs", (_unary(F.abs),), {})
+Neg = type("Neg", (_unary(F.neg),), {})
+Log = type("Log", (_unary(F.log),), {})
+Erf = type("Erf", (_unary(F.erf),), {})
+
+
+def _binary(fn):
+    class P(Primitive):
+        def __init__(self):
+            super().__init__()
+
+        def __call__(self, x, y):
+            return fn(x, y)
+    return P
+
+
+Add = type("Add", (_binary(F.add),), {})
+Sub = type("Sub", (_binary(F.sub),), {})
+Mul = type("Mul", (_binary(F.mul),), {})
+Div = type("Div", (_binary(F.div),), {})
+RealDiv = type("RealDiv", (_binary(F.div),), {})
+Pow = type("Pow", (_binary(F.pow),), {})
+Maximum = type("Maximum", (_binary(F.maximum),), {})
+Minimum = type("Minimum", (_binary(F.minimum),), {})
+Equal = type("Equal", (_binary(F.equal),), {})
+Less = type("Less", (_binary(F.less),), {})
+Greater = type("Greater", (_binary(F.greater),), {})
+
+
+class Softmax(Primitive):
+    def __init__(self, axis=-1):
+        super().__init__(axis=axis)
+        self.axis = axis[0] if isinstance(axis, (tuple, list)) else axis
+
+    def __call__(self, x):
+        return F.softmax(x, self.axis)
+
+
+class Concat(Primitive):
+    def __init__(self, axis=0):
+        super().__init__(axis=axis)
+        self.axis = axis
+
+    def __call__(self, tensors):
+        return F.concat(tensors, self.axis)
+
+
+class Stack(Primitive):
+    def __init__(self, axis=0):
+        super().__init__(axis=axis)
+        self.axis = axis
+
+    def __call__(self, tensors):
+        return F.stack(tensors, self.axis)
+
+
+class Reshape(Primitive):
+    def __init__(self):
+        super().__init__()
+
+    def __call__(self, x, shape):
+        return F.reshape(x, shape)
+
+
+class Transpose(Primitive):
+    def __init__(self):
+        super().__init__()
+
+    def __call__(self, x, perm):
+        return F.transpose(x, perm)
+
+
+class ExpandDims(Primitive):
+    def __init__(self):
+        super().__init__()
+
+    def __call__(self, x, axis):
+        return F.expand_dims(x, axis)
+
+
+class Squeeze(Primitive):
+    def __init__(self, axis=()):
+        super().__init__(axis=axis)
+        self.axis = axis
+
+    def __call__(self, x):
+        return F.squeeze(x, self.axis if self.axis != () else None)
+
+
+class Cast(Primitive):
+    def __init__(self):
+        super().__init__()
+
+    def __call__(self, x, dtype):
+        return F.cast(x, dtype)
+
+
+class Select(Primitive):
+    def __init__(self):
+        super().__init__()
+
+    def __call__(self, cond, x, y):
+        return F.where(cond, x, y)
+
+
+def _reduce(fn, keep_name):
+    class P(Primitive):
+        def __init__(self, keep_dims=False, **kw):
+            super().__init__(keep_dims=keep_dims)
+            self.keep_dims = keep_dims
+
+        def __call__(self, x, axis=()):
+            return fn(x, axis if axis != () else None, self.keep_dims)
+    return P
+
+
+ReduceSum = type("ReduceSum", (_reduce(F.sum, "keepdim"),), {})
+ReduceMean = type("ReduceMean", (_reduce(F.mean, "keep_dims"),), {})
+ReduceMax = type("ReduceMax", (_reduce(F.amax, "keepdims"),), {})
+ReduceMin = type("ReduceMin", (_reduce(F.amin, "keepdims"),), {})
+
+
+class LayerNorm(Primitive):
+    """Returns (y, mean, variance) as MindSpore's primitive does; mean/var are recomputed."""
+
+    def __init__(self, begin_norm_axis=1, begin_params_axis=1, epsilon=1e-7):
+        super().__init__(begin_norm_axis=begin_norm_axis, begin_params_axis=begin_params_axis, epsilon=epsilon)
+        self.begin_norm_axis, self.begin_params_axis, self.epsilon = begin_norm_axis, begin_params_axis, epsilon
+
+    def __call__(self, x, gamma, beta):
+        y = F.apply("LAYER_NORM", (x, gamma, beta), (self.begin_norm_axis, self.begin_params_axis,
+                                                      float(self.epsilon)))
+        r = len(x.shape)
+        axes = tuple(range(self.begin_norm_axis % r, r))
+        mean = F.mean(x, axes, True)
+        xc = F.sub(x, mean)
+        var = F.mean(F.mul(xc, xc), axes, True)
+        return y, mean, var

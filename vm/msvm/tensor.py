@@ -1,0 +1,326 @@
+"""``ms.Tensor`` and ``ms.Parameter``.
+
+A Tensor holds a numpy array (CPU) or is a *placeholder* with a shape whose
+dims may be None (``Tensor(shape=[None, 768], dtype=ms.float32)``), used by
+``Cell.set_inputs``. Operators and methods call ``msvm.ops`` functions, so the
+same code runs eagerly on Tensors and symbolically on the frontend's graph
+values (``TensorMethods`` is installed on both).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import dtype as dt
+
+
+class TensorMethods:
+    """Operators and methods shared by Tensor and the frontend's graph values."""
+
+    __slots__ = ()
+
+    def __add__(self, o): return _ops().add(self, o)
+    def __radd__(self, o): return _ops().add(o, self)
+    def __sub__(self, o): return _ops().sub(self, o)
+    def __rsub__(self, o): return _ops().sub(o, self)
+    def __mul__(self, o): return _ops().mul(self, o)
+    def __rmul__(self, o): return _ops().mul(o, self)
+    def __truediv__(self, o): return _ops().div(self, o)
+    def __rtruediv__(self, o): return _ops().div(o, self)
+    def __pow__(self, o): return _ops().pow(self, o)
+    def __rpow__(self, o): return _ops().pow(o, self)
+    def __matmul__(self, o): return _ops().matmul(self, o)
+    def __rmatmul__(self, o): return _ops().matmul(o, self)
+    def __neg__(self): return _ops().neg(self)
+    def __pos__(self): return self
+    def __abs__(self): return _ops().abs(self)
+    def __lt__(self, o): return _ops().less(self, o)
+    def __le__(self, o): return _ops().less_equal(self, o)
+    def __gt__(self, o): return _ops().greater(self, o)
+    def __ge__(self, o): return _ops().greater_equal(self, o)
+    def __eq__(self, o): return _ops().equal(self, o)
+    def __ne__(self, o): return _ops().not_equal(self, o)
+    def __and__(self, o): return _ops().logical_and(self, o)
+    def __or__(self, o): return _ops().logical_or(self, o)
+    def __invert__(self): return _ops().logical_not(self)
+    __hash__ = object.__hash__
+
+    def reshape(self, *shape):
+        if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+            shape = tuple(shape[0])
+        return _ops().reshape(self, shape)
+
+    def view(self, *shape):
+        return self.reshape(*shape)
+
+    def transpose(self, *perm):
+        if len(perm) == 1 and isinstance(perm[0], (tuple, list)):
+            perm = tuple(perm[0])
+        if not perm:
+            perm = tuple(range(len(self.shape)))[::-1]
+        return _ops().transpose(self, perm)
+
+    def permute(self, *perm):
+        return self.transpose(*perm)
+
+    def swapaxes(self, a, b):
+        perm = list(range(len(self.shape)))
+        perm[a], perm[b] = perm[b], perm[a]
+        return _ops().transpose(self, tuple(perm))
+
+    def astype(self, dtype):
+        return _ops().cast(self, dtype)
+
+    def to(self, dtype):
+        return _ops().cast(self, dtype)
+
+    def float(self):
+        return _ops().cast(self, dt.float32)
+
+    def sum(self, axis=None, keepdims=False):
+        return _ops().sum(self, axis, keepdims)
+
+    def mean(self, axis=None, keep_dims=False):
+        return _ops().mean(self, axis, keep_dims)
+
+    def max(self, axis=None, keepdims=False):
+        return _ops().amax(self, axis, keepdims)
+
+    def min(self, axis=None, keepdims=False):
+        return _ops().amin(self, axis, keepdims)
+
+    def argmax(self, axis=None, keepdims=False):
+        return _ops().argmax(self, axis, keepdims)
+
+    def expand_dims(self, axis):
+        return _ops().expand_dims(self, axis)
+
+    def unsqueeze(self, dim):
+        return _ops().expand_dims(self, dim)
+
+    def squeeze(self, axis=None):
+        return _ops().squeeze(self, axis)
+
+    def exp(self): return _ops().exp(self)
+    def log(self): return _ops().log(self)
+    def sqrt(self): return _ops().sqrt(self)
+    def rsqrt(self): return _ops().rsqrt(self)
+    def tanh(self): return _ops().tanh(self)
+    def sigmoid(self): return _ops().sigmoid(self)
+    def relu(self): return _ops().relu(self)
+    def abs(self): return _ops().abs(self)
+
+    def flatten(self, start_dim=0, end_dim=-1):
+        return _ops().flatten(self, start_dim=start_dim, end_dim=end_dim)
+
+    @property
+    def T(self):
+        return self.transpose()
+
+    @property
+    def ndim(self):
+        return len(self.shape)
+
+    def dim(self):
+        return len(self.shape)
+
+
+_OPS = None
+
+
+def _ops():
+    global _OPS
+    if _OPS is None:
+        from . import ops
+        _OPS = ops
+    return _OPS
+
+
+class Tensor(TensorMethods):
+    """A tensor on the CPU (numpy), or a placeholder with a symbolic shape."""
+
+    __slots__ = ("_data", "_pshape", "_dtype", "__weakref__")
+
+    def __init__(self, input_data=None, dtype=None, shape=None, init=None, const_arg=False):
+        if isinstance(input_data, Tensor):
+            input_data = input_data._data if input_data._data is not None else None
+            if input_data is None:
+                raise ValueError("Tensor(placeholder) copies nothing; pass shape= and dtype= instead")
+        if input_data is None:
+            if shape is None:
+                raise ValueError("Tensor() needs input_data, or shape= and dtype= for a placeholder")
+            if isinstance(shape, int):
+                shape = (shape,)
+            for d in shape:
+                if d is not None and not isinstance(d, str) and (not isinstance(d, int) or d < -1):
+                    raise ValueError(f"placeholder dims are ints, None or -1 (dynamic), or names; got {d!r}")
+            self._data = None
+            self._pshape = tuple(None if d == -1 else d for d in shape)
+            self._dtype = dt.as_dtype(dtype) if dtype is not None else dt.float32
+            if init is not None:
+                self._materialize(init)
+            return
+        d = dt.as_dtype(dtype) if dtype is not None else None
+        if isinstance(input_data, np.ndarray):
+            arr = input_data
+            if d is None:
+                d = dt.from_numpy(arr.dtype)
+            arr = np.ascontiguousarray(arr, dtype=d.np)
+        else:
+            if isinstance(input_data, (bool, np.bool_)):
+                d = d or dt.bool_
+            elif isinstance(input_data, (int, np.integer)) and d is None:
+                d = dt.int64
+            elif isinstance(input_data, float) and d is None:
+                d = dt.float32
+            arr = np.array(input_data)
+            if d is None:
+                d = dt.float32 if arr.dtype.kind == "f" else dt.from_numpy(arr.dtype)
+            arr = np.ascontiguousarray(arr, dtype=d.np)
+        self._data = arr
+        self._pshape = None
+        self._dtype = d
+
+    def _materialize(self, init):
+        if any(x is None or isinstance(x, str) for x in self._pshape):
+            raise ValueError("init= needs a fully known shape")
+        shape = self._pshape
+        if init in ("zeros", "zero"):
+            arr = np.zeros(shape)
+        elif init in ("ones", "one"):
+            arr = np.ones(shape)
+        elif init == "normal":
+            arr = np.random.normal(0.0, 0.01, shape)
+        else:
+            raise ValueError(f"unknown init {init!r}")
+        self._data = arr.astype(self._dtype.np)
+        self._pshape = None
+
+    @classmethod
+    def from_numpy(cls, arr):
+        return cls(np.asarray(arr))
+
+    # --- metadata
+    @property
+    def shape(self) -> tuple:
+        if self._data is None:
+            return tuple(-1 if (d is None or isinstance(d, str)) else d for d in self._pshape)
+        return self._data.shape
+
+    @property
+    def placeholder_shape(self) -> tuple | None:
+        """The declared dims of a placeholder (None / names for dynamic ones), else None."""
+        return self._pshape
+
+    @property
+    def is_placeholder(self) -> bool:
+        return self._data is None
+
+    @property
+    def dtype(self) -> dt.DType:
+        return self._dtype
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape)) if self._data is not None else -1
+
+    @property
+    def strides(self) -> tuple:
+        self._need_data()
+        return tuple(s // self._data.itemsize for s in self._data.strides)
+
+    def __len__(self):
+        return self.shape[0]
+
+    # --- data
+    def _need_data(self):
+        if self._data is None:
+            raise ValueError(f"placeholder Tensor(shape={list(self._pshape)}, dtype={self._dtype}) has no data")
+
+    def asnumpy(self) -> np.ndarray:
+        self._need_data()
+        return self._data
+
+    def numpy(self) -> np.ndarray:
+        return self.asnumpy()
+
+    def __array__(self, dtype=None, copy=None):
+        self._need_data()
+        return self._data if dtype is None else self._data.astype(dtype)
+
+    def item(self):
+        self._need_data()
+        return self._data.item()
+
+    def __float__(self):
+        return float(self.item())
+
+    def __int__(self):
+        return int(self.item())
+
+    def __bool__(self):
+        self._need_data()
+        return bool(self._data)
+
+    def __getitem__(self, index):
+        self._need_data()
+        index = index.asnumpy() if isinstance(index, Tensor) else index
+        return Tensor(np.asarray(self._data[index]))
+
+    def __repr__(self):
+        if self._data is None:
+            return f"Tensor(shape={list(self._pshape)}, dtype={self._dtype}, placeholder)"
+        return f"Tensor(shape={list(self.shape)}, dtype={self._dtype}, value=\n{self._data})"
+
+    def __str__(self):
+        return str(self._data) if self._data is not None else repr(self)
+
+
+class Parameter(Tensor):
+    """A named, trainable Tensor held by a Cell."""
+
+    __slots__ = ("name", "requires_grad")
+
+    def __init__(self, default_input, name=None, requires_grad=True, layerwise_parallel=False,
+                 parallel_optimizer=True, storage_format="", device=None):
+        if isinstance(default_input, Tensor) and default_input.is_placeholder:
+            Tensor.__init__(self, shape=default_input.placeholder_shape, dtype=default_input.dtype)
+        elif isinstance(default_input, Tensor):
+            Tensor.__init__(self, default_input.asnumpy())
+        elif isinstance(default_input, (int, float)) and not isinstance(default_input, bool):
+            Tensor.__init__(self, np.array(default_input, dtype=np.float32))
+        else:
+            Tensor.__init__(self, default_input)
+        self.name = name
+        self.requires_grad = requires_grad
+
+    def set_data(self, data):
+        new = data.asnumpy() if isinstance(data, Tensor) else np.asarray(data)
+        self._data = np.ascontiguousarray(new, dtype=self._dtype.np)
+        return self
+
+    def __repr__(self):
+        return f"Parameter(name={self.name}, shape={list(self.shape)}, dtype={self._dtype})"
+
+
+def wrap(v):
+    """Eager results: ndarrays become Tensors, tuples stay tuples, scalars stay."""
+    if isinstance(v, np.ndarray):
+        t = Tensor.__new__(Tensor)
+        t._data = v
+        t._pshape = None
+        t._dtype = dt.from_numpy(v.dtype)
+        return t
+    if isinstance(v, tuple):
+        return tuple(wrap(x) for x in v)
+    return v
+
+
+def unwrap(v):
+    """Tensors become ndarrays (the VM's runtime values)."""
+    if isinstance(v, Tensor):
+        v._need_data()
+        return v._data
+    if isinstance(v, (tuple, list)):
+        return tuple(unwrap(x) for x in v)
+    return v

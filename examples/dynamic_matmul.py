@@ -3,9 +3,8 @@
 Run: msvm run examples/dynamic_matmul.py --log-level DEBUG   (or: make demo)
 """
 
-import numpy as np
-
 import msvm as ms
+import numpy as np
 from msvm import nn, ops
 
 

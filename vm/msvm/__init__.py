@@ -9,8 +9,22 @@ with symbolic shapes, are verified before they run, and run in the interpreter.
 
 from . import bytecode, events, nn, ops
 from .context import GRAPH_MODE, PYNATIVE_MODE, get_context, set_context
-from .dtype import (bool_, double, float16, float32, float64, float_, half, int8, int16, int32, int64, int_,
-                    single, uint8)
+from .dtype import (
+                    bool_,
+                    double,
+                    float16,
+                    float32,
+                    float64,
+                    float_,
+                    half,
+                    int8,
+                    int16,
+                    int32,
+                    int64,
+                    int_,
+                    single,
+                    uint8,
+)
 from .errors import BytecodeError, ExecutionError, FrontendError, MsvmError, ShapeMismatch, VerifyError
 from .interp.interpreter import set_trace
 from .jit import jit

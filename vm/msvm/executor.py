@@ -21,8 +21,7 @@ from .bytecode.disasm import dump, to_json
 from .bytecode.symbolic import Expr
 from .bytecode.types import ScalarType, TensorType
 from .errors import ShapeMismatch
-from .frontend.compiler import (ArgSpec, cell_getattr, compile_cell_for, compile_function, construct_params,
-                                source_of)
+from .frontend.compiler import ArgSpec, cell_getattr, compile_cell_for, compile_function, construct_params, source_of
 from .interp.interpreter import BoundCode
 from .tensor import Tensor, wrap
 
@@ -39,19 +38,26 @@ def _declared_dims(name, placeholder) -> list:
     return dims
 
 
+def tensor_spec(name: str, shape, d: dt.DType, declared=None) -> ArgSpec:
+    """A tensor argument: declared dims (set_inputs) or symbols for every dim that is not 1."""
+    if declared is not None:
+        ph = declared.placeholder_shape or declared.shape
+        if len(ph) != len(shape) or declared.dtype is not d:
+            raise ShapeMismatch(f"argument {name}: set_inputs declared {declared.dtype}{list(ph)}, got "
+                                f"{d}{list(shape)}")
+        dims = _declared_dims(name, ph)
+    else:
+        dims = [Expr.const(1) if n == 1 else S.sym(f"{name}{i}") for i, n in enumerate(shape)]
+    return ArgSpec("tensor", TensorType(tuple(dims), d))
+
+
 def arg_spec(name: str, v, declared=None) -> ArgSpec:
+    if isinstance(v, Tensor) and v.is_placeholder:
+        return tensor_spec(name, v.placeholder_shape, v.dtype, v)
     if isinstance(v, Tensor) or isinstance(v, np.ndarray):
         arr = v.asnumpy() if isinstance(v, Tensor) else v
         d = v.dtype if isinstance(v, Tensor) else dt.from_numpy(arr.dtype)
-        if declared is not None:
-            ph = declared.placeholder_shape or declared.shape
-            if len(ph) != arr.ndim or declared.dtype is not d:
-                raise ShapeMismatch(f"argument {name}: set_inputs declared {declared.dtype}{list(ph)}, got "
-                                    f"{d}{list(arr.shape)}")
-            dims = _declared_dims(name, ph)
-        else:
-            dims = [Expr.const(1) if n == 1 else S.sym(f"{name}{i}") for i, n in enumerate(arr.shape)]
-        return ArgSpec("tensor", TensorType(tuple(dims), d))
+        return tensor_spec(name, arr.shape, d, declared)
     if isinstance(v, (bool, np.bool_)):
         return ArgSpec("scalar", ScalarType("b", S.flag(name)))
     if isinstance(v, (int, np.integer)):

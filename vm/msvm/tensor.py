@@ -324,3 +324,17 @@ def unwrap(v):
     if isinstance(v, (tuple, list)):
         return tuple(unwrap(x) for x in v)
     return v
+
+
+def _install_graph_methods():
+    """Give the frontend's graph values the same operators and methods as Tensor,
+    so construct code reads the same in GRAPH_MODE and PYNATIVE_MODE."""
+    from .frontend.graph import GraphValue
+
+    for name, value in vars(TensorMethods).items():
+        if name in ("__slots__", "__module__", "__doc__", "__qualname__", "__dict__", "__weakref__"):
+            continue
+        setattr(GraphValue, name, value)
+
+
+_install_graph_methods()

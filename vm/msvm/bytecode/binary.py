@@ -28,7 +28,7 @@ import tempfile
 
 from ..errors import BytecodeError, VerifyError
 from .code import Code, Instr
-from .disasm import code_to_data, code_from_data, loc_from_data, loc_to_data
+from .disasm import code_from_data, code_to_data, loc_from_data, loc_to_data
 from .opcodes import ABI_VERSION, BY_CODE, FINGERPRINT
 from .verify import verify
 

@@ -89,7 +89,7 @@ def dump(code: Code, with_callees: bool = True, show_types: bool = True) -> str:
         out.append(header(c))
         sig = ", ".join(f"{p}: {t}" for p, t in c.params)
         out.append(f"  ; ({sig}) -> {c.result_type}")
-        for a, b, why in c.assumptions:
+        for a, b, _why in c.assumptions:
             out.append(f"  ; assumes {a} == {b} (checked on entry)")
         base = c.filename.rsplit("/", 1)[-1]
         for r in records(c):

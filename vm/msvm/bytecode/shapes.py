@@ -13,7 +13,6 @@ from .. import dtype as dt
 from .symbolic import Expr, fmt_shape, product
 from .types import NONE, ScalarType, ShapeError, TensorType, TupleType, type_of_const
 
-
 # ---------------------------------------------------------------- helpers
 
 def _tensor(t, what: str, i: int = 0) -> TensorType:
@@ -170,7 +169,7 @@ def reduce(ctx, ins, args, *, name: str, out_dtype=None):
 
 
 def argreduce(ctx, ins, args, *, name: str):
-    t = _tensor(ins[0], name)
+    _tensor(ins[0], name)
     axis, keep = args
     if axis is None:
         return TensorType((), dt.int32)
@@ -282,7 +281,7 @@ def concat(ctx, ins, args, *, name="CONCAT"):
         shape = list(ts[0].shape)
         for t in ts[1:]:
             for i in range(rank):
-                shape[i] = ctx.env.require_eq(shape[i], t.shape[i], f"STACK: shapes differ: "
+                shape[i] = ctx.env.require_eq(shape[i], t.shape[i], "STACK: shapes differ: "
                                               + ", ".join(fmt_shape(t.shape) for t in ts))
         shape.insert(ax, Expr.const(len(ts)))
         return TensorType(tuple(shape), result_dtype(ts))

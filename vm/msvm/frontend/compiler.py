@@ -31,7 +31,7 @@ import numpy as np
 
 from .. import dtype as dt
 from ..bytecode import symbolic as S
-from ..bytecode.code import NO_LOC, CodeBuilder, Loc
+from ..bytecode.code import CodeBuilder, Loc
 from ..bytecode.symbolic import Expr, Pred, SymbolicError
 from ..bytecode.types import NONE, ScalarType, ShapeEnv, ShapeError, TensorType, TupleType
 from ..bytecode.verify import bind_callee, subs_type, verify
@@ -160,6 +160,8 @@ class FunctionCompiler:
         self.cell_compiler = cell_compiler or compile_cell_for
         self.specs = specs
         self.inline_depth = 0
+        self.scope = ""            # prefix of local slot names inside inlined helpers
+        self.inlines = 0
         self.loop_syms = 0
         self._callee_index: dict = {}
         self.hover: list = []      # (Loc, name, type) for the language server
@@ -220,6 +222,8 @@ class FunctionCompiler:
                 pass
         code = self.cb.finish()
         code.params = [(p, self.env.norm_type(t)) for p, t in code.params]
+        if self.env.subst:   # dims unified after they were emitted: store the final forms
+            code.consts = [_subst_const(c, self.env.subst) for c in code.consts]
         return code
 
     def record_hover_args(self, fn, params):
@@ -254,7 +258,7 @@ class FunctionCompiler:
 
             op = BY_NAME[opname]
             raw = []
-            for (oname, okind), val in zip(op.operands, operands):
+            for (_oname, okind), val in zip(op.operands, operands):
                 raw.append(val if okind == "count" else self.cb.const(val))
             self.emit(opname, *raw, loc=v.loc or loc)
         elif kind == "call":
@@ -291,7 +295,7 @@ class FunctionCompiler:
                 value = self.unpack_graph_tuple(value, name)
                 self.vars[name] = value
                 return
-            slot = self.cb.local(name)
+            slot = self.cb.local(self.scope + name)
             if not (value.node[0] == "local" and value.node[1] == slot and value.tmp is None):
                 self.materialize(value, self.loc)
                 self.emit("STORE_TENSOR", slot)
@@ -311,7 +315,7 @@ class FunctionCompiler:
             if isinstance(v, tuple):
                 out.append(self.pin_tuple(v, f"{hint}.{k}"))
             elif isinstance(v, GraphValue):
-                slot = self.cb.local(f"{hint}.{k}")
+                slot = self.cb.local(f"{self.scope}{hint}.{k}")
                 self.materialize(v, self.loc)
                 self.emit("STORE_TENSOR", slot)
                 out.append(GraphValue(self.env.norm_type(v.type), ("local", slot)))
@@ -325,7 +329,7 @@ class FunctionCompiler:
         self.emit("UNPACK_TUPLE", n)
         out = []
         for k in range(n):
-            slot = self.cb.local(f"{hint}.{k}")
+            slot = self.cb.local(f"{self.scope}{hint}.{k}")
             self.emit("STORE_TENSOR", slot)
             out.append(GraphValue(self.env.norm_type(value.type.items[k]), ("local", slot)))
         return tuple(out)
@@ -488,7 +492,7 @@ class FunctionCompiler:
             ga, gb = isinstance(va, GraphValue), isinstance(vb, GraphValue)
             if ga and gb:
                 merged[name] = GraphValue(self.merge_types(pred, va.type, vb.type, name, node),
-                                          ("local", self.cb.local(name)))
+                                          ("local", self.cb.local(self.scope + name)))
             elif _is_int(va) and _is_int(vb):
                 merged[name] = S.select(pred, Expr.of(int(va) if not isinstance(va, Expr) else va),
                                         Expr.of(int(vb) if not isinstance(vb, Expr) else vb))
@@ -504,7 +508,8 @@ class FunctionCompiler:
                     fix_b.append((name, vb))
                 ta = va.type if ga else lift(va, self).type
                 tb = vb.type if gb else lift(vb, self).type
-                merged[name] = GraphValue(self.merge_types(pred, ta, tb, name, node), ("local", self.cb.local(name)))
+                merged[name] = GraphValue(self.merge_types(pred, ta, tb, name, node),
+                                          ("local", self.cb.local(self.scope + name)))
             else:
                 merged[name] = _Conflict(name, node.lineno + self.src.line_offset)
         return merged, fix_a, fix_b
@@ -869,6 +874,8 @@ class FunctionCompiler:
     def call(self, fn, args, kwargs, node):
         if is_cell(fn):
             return self.call_cell(fn, args, kwargs, node)
+        if hasattr(type(fn), "__msvm_inline__"):
+            return self.inline(fn, args, kwargs, node)
         if fn is builtins.len:
             (v,) = args
             if isinstance(v, GraphValue):
@@ -899,7 +906,7 @@ class FunctionCompiler:
                 raise self.error(f"{fn.__module__}.{getattr(fn, '__name__', '?')} cannot take msvm tensors or "
                                  "symbolic dims inside construct; use msvm.ops", node)
             return fn(*args, **kwargs)
-        if isinstance(fn, (pytypes.FunctionType, pytypes.MethodType)):
+        if isinstance(fn, (pytypes.FunctionType, pytypes.MethodType)) or hasattr(fn, "__msvm_inline__"):
             return self.inline(fn, args, kwargs, node)
         raise self.error(f"calling {getattr(fn, '__qualname__', type(fn).__name__)} is not supported in construct",
                          node)
@@ -909,20 +916,26 @@ class FunctionCompiler:
         if self.inline_depth > 16:
             raise self.error("helper functions nest too deeply (recursion?)", node)
         bound_self = None
-        if isinstance(fn, pytypes.MethodType):
-            bound_self, fn = fn.__self__, fn.__func__
-        if getattr(fn, "__msvm_jit__", None) is not None:
-            fn = fn.__msvm_jit__
-        src = self.resolve_source(fn)
-        sig = inspect.signature(fn)
+        static = getattr(fn, "__msvm_inline__", None)
+        if static is not None:                      # a function known only from source (msvm dump, LSP)
+            src, bound_self, sig = static()
+        else:
+            if isinstance(fn, pytypes.MethodType):
+                bound_self, fn = fn.__self__, fn.__func__
+            if getattr(fn, "__msvm_jit__", None) is not None:
+                fn = fn.__msvm_jit__
+            src = source_of(fn)
+            sig = inspect.signature(fn)
         try:
             ba = sig.bind(*(([bound_self] if bound_self is not None else []) + list(args)), **kwargs)
         except TypeError as e:
-            raise self.error(f"{fn.__qualname__}: {e}", node) from None
+            raise self.error(f"{src.qualname}: {e}", node) from None
         ba.apply_defaults()
-        saved = (self.src, self.vars, self.self_obj)
+        saved = (self.src, self.vars, self.self_obj, self.scope)
         self.src = src
         self.vars = dict(ba.arguments)
+        self.inlines += 1
+        self.scope = f"{src.node.name}#{self.inlines}."
         if bound_self is not None:
             self.self_obj = bound_self
         self.inline_depth += 1
@@ -933,21 +946,15 @@ class FunctionCompiler:
             result = r.args[0] if r.args else None
         finally:
             self.inline_depth -= 1
-            self.src, self.vars, self.self_obj = saved
+            self.src, self.vars, self.self_obj, self.scope = saved
         return result
-
-    def resolve_source(self, fn):
-        static = getattr(self.self_obj, "__msvm_static_source__", None)
-        if static is not None:
-            return static(fn)
-        return source_of(fn)
 
     def call_cell(self, cell, args, kwargs, node):
         path = find_cell_path(self.self_obj, cell) if self.self_obj is not None else None
         if path is None:
             raise self.error(f"{type(cell).__name__} is not a sub-Cell of {type(self.self_obj).__name__}: create it in "
                              "__init__ and assign it to an attribute", node)
-        construct = cell_getattr(cell, "construct")
+        cell_getattr(cell, "construct")
         params = construct_params(cell)
         try:
             values = bind_arguments(params, args, kwargs, cell)
@@ -1014,6 +1021,17 @@ class _Conflict:
 
 _OPSYM = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//", ast.Mod: "%",
           ast.Pow: "**", ast.MatMult: "@"}
+
+
+def _subst_const(c, subst):
+    if isinstance(c, (Expr, Pred)):
+        r = c.subs(subst)
+        if isinstance(r, Expr) and r.is_const():
+            return r
+        return r
+    if isinstance(c, tuple):
+        return tuple(_subst_const(x, subst) for x in c)
+    return c
 
 
 def _has_graph(v) -> bool:

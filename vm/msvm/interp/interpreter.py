@@ -239,7 +239,11 @@ def h_compute(ctx, i, args):
             s.append(kern(*a, *ops))
             return i + 1
         return h
-    reuse = i in ctx.reusable and name in K.OUT_CAPABLE
+    st = ctx.code.stack_types[i] if i < len(ctx.code.stack_types) else None
+    nxt = ctx.code.stack_types[i + 1] if i + 1 < len(ctx.code.stack_types) else None
+    reuse = (i in ctx.reusable and name in K.OUT_CAPABLE and st is not None and nxt
+             and all(isinstance(t, TensorType) and t.rank > 0 for t in st[len(st) - n:])
+             and isinstance(nxt[-1], TensorType) and nxt[-1].rank > 0)
     if n == 1 and not reuse:
         def h(f, s):
             s[-1] = kern(s[-1], *operands)
@@ -463,7 +467,7 @@ def _dim_msg(code, k, axis, got, want):
 
 def _entry_plan(code: Code) -> list:
     plan = []
-    for k, (pname, t) in enumerate(code.params):
+    for k, (_pname, t) in enumerate(code.params):
         if isinstance(t, TensorType):
             plan.append((k, 2, t.rank, t.dtype.np))
             for axis, d in enumerate(t.shape):

@@ -47,8 +47,22 @@ def _arr(v, d: dt.DType):
     return np.asarray(v, dtype=d.np)
 
 
+def _scalar(a, b):
+    return not isinstance(a, (np.ndarray, np.generic)) and not isinstance(b, (np.ndarray, np.generic))
+
+
+def _py(v, d: dt.DType):
+    """A Python scalar of the kind of dtype d (scalars stay Python values at run time)."""
+    return bool(v) if d.kind == "b" else int(v) if d.kind in "iu" else float(v)
+
+
 def _binary(ufunc, force_float=False):
     def kern(a, b, out=None):
+        if _scalar(a, b):
+            d = result_dtype(a, b)
+            if force_float and not d.is_float:
+                d = dt.float32
+            return _py(ufunc(np.float64(a) if d.is_float else a, b), d)
         if (type(a) is np.ndarray and type(b) is np.ndarray and a.dtype == b.dtype
                 and not (force_float and a.dtype.kind != "f")):
             return ufunc(a, b, out=out) if out is not None else ufunc(a, b)
@@ -62,6 +76,8 @@ def _binary(ufunc, force_float=False):
 
 def _compare(ufunc):
     def kern(a, b, out=None):
+        if _scalar(a, b):
+            return bool(ufunc(a, b))
         d = result_dtype(a, b)
         return np.asarray(ufunc(_arr(a, d), _arr(b, d)))
     return kern
@@ -75,6 +91,9 @@ def _logical(ufunc):
 
 def _unary(fn, to_float=False):
     def kern(x, out=None):
+        if not isinstance(x, (np.ndarray, np.generic)):
+            r = fn(np.asarray(x, dtype=np.float64 if (to_float or isinstance(x, float)) else None), None)
+            return _py(r, dt.float32 if to_float or isinstance(x, float) else result_dtype(x))
         if not isinstance(x, np.ndarray):
             x = np.asarray(x, dtype=result_dtype(x).np)
         if to_float and x.dtype.kind != "f":

@@ -13,9 +13,13 @@ from ..ops.functional import apply
 from ..tensor import Parameter, Tensor
 from .cell import Cell
 
+STATIC_INIT = False   # set by msvm.static: parameters become placeholders (no data)
+
 
 def _init(init, shape, dtype, fan_in):
     """An initial value: a Tensor/array, 'zeros'/'ones'/'normal'/'uniform', or the default uniform."""
+    if STATIC_INIT:
+        return Tensor(shape=list(shape), dtype=dt.as_dtype(dtype))
     if isinstance(init, Tensor):
         arr = init.asnumpy()
     elif isinstance(init, np.ndarray):

@@ -3,7 +3,7 @@
 from .functional import *  # noqa: F403
 from .functional import __dict__ as _fd
 from .primitives import *  # noqa: F403
-from .primitives import Primitive
+from .primitives import Primitive  # noqa: F401 - re-exported
 
 max = _fd["amax"]  # noqa: A001
 min = _fd["amin"]  # noqa: A001

@@ -1,0 +1,36 @@
+# msvm: two commands do everything on a fresh machine.
+#   make demo   set up .venv and run the article's example with its bytecode dump and [MS] logs
+#   make test   set up .venv and run every test suite
+PY      ?= python3
+VENV    := .venv
+BIN     := $(VENV)/bin
+STAMP   := $(VENV)/.installed
+
+.PHONY: demo test test-vm lint bench clean venv
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[ide,dev]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/msvm dump examples/dynamic_matmul.py
+	MSVM_LOG=DEBUG $(BIN)/msvm run examples/dynamic_matmul.py --dump
+	$(BIN)/msvm run examples/bert_layer.py
+
+test: $(STAMP) lint test-vm
+
+lint: $(STAMP)
+	$(BIN)/ruff check vm server tests bench examples
+
+test-vm: $(STAMP)
+	$(BIN)/python -m pytest tests/vm
+
+bench: $(STAMP)
+	$(BIN)/python bench/interp_overhead.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info vm/*.egg-info server/*.egg-info

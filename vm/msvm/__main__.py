@@ -1,0 +1,7 @@
+"""python -m msvm == the msvm command."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())

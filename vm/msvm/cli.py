@@ -1,0 +1,130 @@
+"""The ``msvm`` command line.
+
+    msvm run SCRIPT [ARGS...] [--log-level DEBUG] [--dump]   run a script under the VM
+    msvm dump SCRIPT [--cell NAME] [--json] [--out FILE.msbc] compile a file's Cells without running it
+    msvm check FILE.msbc                                     load and verify a bytecode file
+    msvm opcodes                                             print the opcode table
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import runpy
+import sys
+
+from . import log
+from .errors import BytecodeError, MsvmError
+
+
+def _parser():
+    p = argparse.ArgumentParser(prog="msvm", description="msvm: a bytecode VM for dynamic-shape tensor programs")
+    sub = p.add_subparsers(dest="cmd", required=True)
+
+    r = sub.add_parser("run", help="run a Python script with msvm (its Cells run as bytecode)")
+    r.add_argument("--log-level", default=None, help="DEBUG shows every [MS] line (or set MSVM_LOG)")
+    r.add_argument("--dump", action="store_true", help="print each Cell's bytecode when it is compiled")
+    r.add_argument("script")
+    r.add_argument("args", nargs=argparse.REMAINDER)
+
+    d = sub.add_parser("dump", help="compile every Cell and jit function of a file, without executing it")
+    d.add_argument("script")
+    d.add_argument("--cell", help="only this Cell class or jit function")
+    d.add_argument("--json", action="store_true", help="print the instruction records as JSON")
+    d.add_argument("--out", help="write the (one) Cell's bytecode to this .msbc file")
+    d.add_argument("--callees", action="store_true", help="also print the code of the sub-Cells each one calls")
+
+    c = sub.add_parser("check", help="load and verify a .msbc file")
+    c.add_argument("file")
+
+    sub.add_parser("opcodes", help="print the opcode table")
+    return p
+
+
+def main(argv=None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return {"run": cmd_run, "dump": cmd_dump, "check": cmd_check, "opcodes": cmd_opcodes}[args.cmd](args)
+    except MsvmError as e:
+        print(f"msvm: {e}", file=sys.stderr)
+        return 1
+    except FileNotFoundError as e:
+        print(f"msvm: {e.filename}: no such file", file=sys.stderr)
+        return 2
+
+
+def cmd_run(args) -> int:
+    if args.log_level:
+        os.environ["MSVM_LOG"] = args.log_level.upper()
+        log.set_level(args.log_level)
+    if args.dump:
+        os.environ["MSVM_DUMP_BYTECODE"] = "1"
+        from . import context
+        context.set_context(jit_config={"dump_bytecode": True})
+    if not os.path.exists(args.script):
+        raise FileNotFoundError(2, "no such file", args.script)
+    sys.argv = [args.script] + list(args.args)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(args.script)))
+    runpy.run_path(args.script, run_name="__main__")
+    return 0
+
+
+def cmd_dump(args) -> int:
+    from .bytecode import dump, save, to_json
+    from .static import analyze_file
+
+    entries = analyze_file(args.script)
+    if args.cell:
+        entries = [e for e in entries if e.name == args.cell]
+        if not entries:
+            print(f"msvm: no Cell or jit function named {args.cell!r} in {args.script}", file=sys.stderr)
+            return 1
+    failed = [e for e in entries if e.error is not None]
+    if args.out:
+        good = [e for e in entries if e.code is not None]
+        if len(entries) != 1 or not good:
+            print("msvm: --out writes one Cell: choose it with --cell NAME" if len(entries) != 1 else
+                  f"msvm: {entries[0].error}", file=sys.stderr)
+            return 1
+        save(good[0].code, args.out)
+        print(f"wrote {args.out} ({os.path.getsize(args.out)} bytes)")
+        return 0
+    if args.json:
+        out = [{"name": e.name, "kind": e.kind, "line": e.line, **(to_json(e.code) if e.code else {}),
+                "error": str(e.error) if e.error else None} for e in entries]
+        json.dump(out, sys.stdout, indent=1)
+        print()
+    else:
+        for e in entries:
+            if e.code is not None:
+                print(dump(e.code, with_callees=args.callees))
+    for e in failed:
+        print(f"msvm: {e.error}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def cmd_check(args) -> int:
+    from .bytecode import load
+
+    try:
+        code = load(args.file)
+    except BytecodeError as e:
+        print(f"msvm: {e}", file=sys.stderr)
+        return 1
+    n = sum(len(c.instrs) for c in code.all_codes())
+    print(f"{args.file}: ok: {code.name}, {len(code.all_codes())} function(s), {n} instructions, ABI {code.abi}")
+    return 0
+
+
+def cmd_opcodes(args) -> int:
+    from .bytecode.opcodes import TABLE
+
+    for r in TABLE:
+        ops = " ".join(f"{n}:{k}" for n, k in r.operands)
+        print(f"0x{r.code:02x} {r.name:<20} {r.kind:<12} {ops:<40} {r.doc}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -54,7 +54,28 @@ def main(argv=None) -> int:
         return 2
 
 
+def _leading_run_options(args):
+    """msvm's own options may also follow the script name: msvm run x.py --log-level DEBUG --dump."""
+    rest = list(args.args)
+    while rest:
+        if rest[0] == "--dump":
+            args.dump = True
+            rest.pop(0)
+        elif rest[0] == "--log-level" and len(rest) > 1:
+            args.log_level = rest[1]
+            del rest[:2]
+        elif rest[0].startswith("--log-level="):
+            args.log_level = rest.pop(0).split("=", 1)[1]
+        elif rest[0] == "--":
+            rest.pop(0)
+            break
+        else:
+            break
+    args.args = rest
+
+
 def cmd_run(args) -> int:
+    _leading_run_options(args)
     if args.log_level:
         os.environ["MSVM_LOG"] = args.log_level.upper()
         log.set_level(args.log_level)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import warnings
 
 from . import log
 
@@ -62,9 +61,8 @@ def set_context(**kwargs) -> None:
                 if problem is not None:
                     if os.environ.get("MSVM_STRICT_DEVICE") == "1":
                         raise RuntimeError(f"device_target='GPU': {problem}")
-                    warnings.warn(f"device_target='GPU': {problem}; running on the CPU instead "
-                                  "(set MSVM_STRICT_DEVICE=1 to make this an error)", RuntimeWarning, stacklevel=2)
-                    log.logger.warning("device_target='GPU' requested but %s; running on the CPU", problem)
+                    log.logger.warning("device_target='GPU' requested but %s; running on the CPU "
+                                       "(MSVM_STRICT_DEVICE=1 makes this an error)", problem)
                     v = "CPU"
             _ctx["device_target"] = v
         elif k == "jit_config":

@@ -88,6 +88,11 @@ def _key_of(v):
         return ("id", id(v))
 
 
+def _key_declared(v):
+    a = v.asnumpy() if isinstance(v, Tensor) else np.asarray(v)
+    return (a.dtype, a.ndim)
+
+
 def _runtime_value(v):
     if type(v) is Tensor:
         return v._data
@@ -176,7 +181,12 @@ class CellRunner:
 
     def __call__(self, args, kwargs):
         vals = self.values(args, kwargs)
-        key = tuple(_key_of(v) for v in vals)
+        declared = self.cell._msvm_inputs
+        if declared is None:
+            key = tuple(_key_of(v) for v in vals)
+        else:   # declared (set_inputs) dims are dynamic even when they are 1
+            key = tuple(_key_declared(v) if k < len(declared) and isinstance(declared[k], Tensor) else _key_of(v)
+                        for k, v in enumerate(vals))
         var = self.variants.get(key)
         if var is None:
             var = self.variants[key] = self.compile(vals)

@@ -106,8 +106,10 @@ def _np_call(fn_name: str, random: bool, args, kwargs):
             return Unknown("a random scalar")
         return AbstractArray(shp(size), np.dtype(np.int64 if fn_name == "randint" else np.float64))
     if fn_name in ("zeros", "ones", "empty"):
+        dtype = dtype or (args[1] if len(args) > 1 else None)
         return AbstractArray(shp(args[0]), np.dtype(dtype or np.float64))
     if fn_name == "full":
+        dtype = dtype or (args[2] if len(args) > 2 else None)
         return AbstractArray(shp(args[0]), np.dtype(dtype or np.asarray(args[1]).dtype))
     if fn_name.endswith("_like") and isinstance(args[0], AbstractArray):
         return AbstractArray(args[0].shape, np.dtype(dtype or args[0].dtype))

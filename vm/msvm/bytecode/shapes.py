@@ -10,7 +10,7 @@ frontend calls the same rules while it emits, so it and the verifier agree.
 from __future__ import annotations
 
 from .. import dtype as dt
-from .symbolic import Expr, fmt_shape, product
+from .symbolic import Expr, fmt_shape, product, smax, smin
 from .types import NONE, ScalarType, ShapeError, TensorType, TupleType, type_of_const
 
 # ---------------------------------------------------------------- helpers
@@ -328,19 +328,20 @@ def slice_(ctx, ins, args):
 
 
 def _slice_len(d: Expr, start, stop, step):
+    """len(range(n)[start:stop:step]) for a possibly symbolic n and constant bounds."""
     step = 1 if step is None else step
     if step <= 0:
         raise ShapeError("SLICE: step must be positive")
     if d.is_const():
         return Expr.const(len(range(*slice(start, stop, step).indices(d.const_value()))))
-    if start in (None, 0) and stop is None:
-        return d if step == 1 else (d + (step - 1)) // step
-    if start is not None and start >= 0 and stop is None:
-        return (d - start + (step - 1)) // step
-    if (start in (None, 0)) and stop is not None and stop >= 0:
-        raise ShapeError("SLICE: a constant stop on a symbolic dim is not supported yet; slice with x[:n] "
-                         "only on constant dims")
-    raise ShapeError("SLICE: this slice of a symbolic dim is not supported")
+
+    def bound(b, default):
+        if b is None:
+            return default
+        return smax(d + b, 0) if b < 0 else smin(Expr.const(b), d)
+    lo, hi = bound(start, Expr.const(0)), bound(stop, d)
+    n = smax(hi - lo, 0)
+    return n if step == 1 else (n + (step - 1)) // step
 
 
 # ---------------------------------------------------------------- data movement and control

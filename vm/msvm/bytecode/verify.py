@@ -181,7 +181,11 @@ def verify(code: Code, env: ShapeEnv | None = None) -> Code:
                 raise ShapeError(f"{ins.op.name} pops {npop} values but the stack holds {len(stack)}")
             popped = [env.norm_type(t) for t in stack[len(stack) - npop:]]
             rest = stack[:len(stack) - npop]
+            n_assumed = len(env.assumptions)
             out = ins.op.rule(ctx, popped, args)
+            for k in range(n_assumed, len(env.assumptions)):   # say where each assumption comes from
+                a, b, why = env.assumptions[k]
+                env.assumptions[k] = (a, b, f"{code.filename}:{ins.loc} (0x{ins.offset:04x}): {why}")
             pushed = [] if out is None else (out if isinstance(out, list) else [out])
             if len(pushed) != ins.op.n_pushes(args):
                 raise ShapeError(f"{ins.op.name}: rule pushed {len(pushed)} values, table says {ins.op.n_pushes(args)}")

@@ -68,6 +68,13 @@ def source_of(fn) -> FunctionSource:
         return _source_cache[code]
     except (KeyError, TypeError):
         pass
+    if code.co_name == "<lambda>":
+        src = _lambda_source(fn, code)
+        try:
+            _source_cache[code] = src
+        except TypeError:
+            pass
+        return src
     try:
         lines, first = inspect.getsourcelines(fn)
     except (OSError, TypeError) as e:
@@ -92,6 +99,40 @@ def source_of(fn) -> FunctionSource:
     except TypeError:
         pass
     return src
+
+
+def _lambda_source(fn, code) -> FunctionSource:
+    """A lambda: find its node in the file by line (and column when a line holds several)."""
+    import linecache
+
+    lines = linecache.getlines(code.co_filename)
+    if not lines:
+        raise FrontendError("cannot read the source of a lambda", code.co_filename, code.co_firstlineno, 0)
+    tree = ast.parse("".join(lines), code.co_filename)
+    cands = [n for n in ast.walk(tree) if isinstance(n, ast.Lambda) and n.lineno == code.co_firstlineno
+             and [a.arg for a in n.args.args] == list(code.co_varnames[:code.co_argcount])]
+    if len(cands) > 1:
+        cols = [p[2] for p in code.co_positions() if p[0] is not None and p[2] is not None]
+        if cols:
+            cands = [n for n in cands if n.body.col_offset <= max(cols) and
+                     (n.body.end_col_offset or 10 ** 9) >= min(cols)] or cands
+    if len(cands) != 1:
+        raise FrontendError("cannot tell which lambda on this line to compile; use a def",
+                            code.co_filename, code.co_firstlineno, 0)
+    lam = cands[0]
+    node = ast.FunctionDef(name="<lambda>", args=lam.args, body=[ast.Return(lam.body)], decorator_list=[],
+                           returns=None, type_comment=None)
+    ast.copy_location(node, lam)
+    ast.copy_location(node.body[0], lam.body)
+    node.end_lineno, node.end_col_offset = lam.end_lineno, lam.end_col_offset
+    closure = {}
+    if fn.__closure__:
+        for name, cell in zip(code.co_freevars, fn.__closure__):
+            try:
+                closure[name] = cell.cell_contents
+            except ValueError:
+                pass
+    return FunctionSource(node, code.co_filename, 0, 0, fn.__globals__, closure, "<lambda>")
 
 
 # ---------------------------------------------------------------- helpers

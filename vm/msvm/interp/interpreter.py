@@ -125,11 +125,15 @@ def h_load_const(ctx, i, args):
 
 
 def h_load_param(ctx, i, args):
-    name = args[0]
-    bound = ctx
+    obj = ctx.attr_values[args[0]]
+    if not hasattr(obj, "_data"):        # a plain array
+        def h(f, s):
+            s.append(obj)
+            return i + 1
+        return h
 
-    def h(f, s):
-        s.append(bound.attr_values[name])
+    def h(f, s):                         # a Tensor/Parameter: read its data now (set_data is honoured)
+        s.append(obj._data)
         return i + 1
     return h
 

@@ -1,0 +1,136 @@
+"""The L1 interpreter: trace hook, events, buffer reuse, errors while running."""
+
+import msvm as ms
+import numpy as np
+import pytest
+from msvm import events, nn, ops
+from msvm.bytecode import records
+
+
+class Mlp(nn.Cell):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Dense(8, 16)
+        self.fc2 = nn.Dense(16, 4)
+
+    def construct(self, x):
+        h = ops.gelu(self.fc1(x))
+        return ops.softmax(self.fc2(h) * 0.5, -1)
+
+
+def _ref(net, x):
+    h = x @ net.fc1.weight.asnumpy().T + net.fc1.bias.asnumpy()
+    from scipy.special import erf
+    h = 0.5 * h * (1 + erf(h / np.float32(np.sqrt(2))))
+    s = (h @ net.fc2.weight.asnumpy().T + net.fc2.bias.asnumpy()) * np.float32(0.5)
+    e = np.exp(s - s.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+def test_trace_hook_sees_every_instruction_in_order(rng):
+    net = Mlp()
+    x = ms.Tensor(rng.standard_normal((3, 8)).astype(np.float32))
+    net(x)
+    seen = []
+
+    def hook(frame, pc):
+        seen.append((frame.code.name, pc, frame.depth, len(frame.stack)))
+        assert all(isinstance(m, dict) for m in frame.metadata_stack())
+
+    ms.set_trace(hook)
+    try:
+        out = net(x)
+    finally:
+        ms.set_trace(None)
+    np.testing.assert_allclose(out.asnumpy(), _ref(net, x.asnumpy()), rtol=1e-5, atol=1e-6)
+    code = next(iter(net._runner.variants.values())).code
+    top = [pc for name, pc, depth, _ in seen if depth == 0]
+    assert top == [r.offset for r in records(code)]             # straight-line code: every offset once
+    assert {name for name, *_ in seen} == {"Mlp.construct", "Dense.construct"}
+    for name, pc, depth, n in seen:                              # stack depth agrees with the disassembler
+        if depth == 0:
+            rec = next(r for r in records(code) if r.offset == pc)
+            assert n == len(code.stack_types[rec.index])
+
+
+def test_events_bytecode_and_exec(rng):
+    got = []
+    unsub = events.subscribe(got.append)
+    try:
+        net = Mlp()
+        net(ms.Tensor(rng.standard_normal((2, 8)).astype(np.float32)))
+    finally:
+        unsub()
+    kinds = [e["type"] for e in got]
+    assert kinds.count("bytecode") == 1 and kinds.count("exec") == 1
+    bc = next(e for e in got if e["type"] == "bytecode")
+    assert bc["code"] == "Mlp.construct" and bc["program"]["functions"][-1]["instructions"]
+
+
+def test_profiling_subscriber_gets_per_instruction_times(rng):
+    got = []
+    unsub = events.subscribe(got.append, types={"exec"}, profile=True)
+    try:
+        Mlp()(ms.Tensor(rng.standard_normal((2, 8)).astype(np.float32)))
+    finally:
+        unsub()
+    per = [e for e in got if "instr_ns" in e]
+    assert per and all(v >= 0 for e in per for v in e["instr_ns"].values())
+    assert not events.profiling
+
+
+def test_reused_buffers_never_leak_into_results(rng):
+    net = Mlp()
+    x1 = ms.Tensor(rng.standard_normal((4, 8)).astype(np.float32))
+    x2 = ms.Tensor(rng.standard_normal((4, 8)).astype(np.float32))
+    a = net(x1)
+    a_copy = a.asnumpy().copy()
+    b = net(x2)
+    c = net(x1)
+    np.testing.assert_array_equal(a.asnumpy(), a_copy)    # a was not overwritten by later calls
+    np.testing.assert_allclose(c.asnumpy(), a_copy, rtol=1e-6)
+    assert not np.shares_memory(a.asnumpy(), b.asnumpy())
+    bound = next(iter(net._runner.variants.values())).bound
+    assert bound.reusable        # some intermediates are reused
+
+
+class Divider(nn.Cell):
+    def construct(self, x, y):
+        return ops.reshape(x, (-1, 3)) + y
+
+
+def test_runtime_failure_names_instruction_and_line():
+    net = Divider()
+    with pytest.raises((ms.ExecutionError, ms.ShapeMismatch)) as e:
+        net(ms.Tensor(np.ones((4, 6), np.float32)), ms.Tensor(np.ones((5, 3), np.float32)))
+    assert "argument y has dim 0 = 5" in str(e.value) and "= 8" in str(e.value)
+
+
+def test_reshape_that_cannot_fit_fails_on_entry_with_its_line():
+    with pytest.raises(ms.ShapeMismatch) as e:
+        Divider()(ms.Tensor(np.ones((4, 5), np.float32)), ms.Tensor(np.ones((6, 3), np.float32)))
+    msg = str(e.value)
+    line = Divider.construct.__code__.co_firstlineno + 1
+    assert f"test_interp.py:{line}:" in msg and "RESHAPE: cannot reshape [x0,x1]" in msg and "x0=4, x1=5" in msg
+
+
+def test_concurrent_calls_do_not_share_buffers(rng):
+    import threading
+
+    net = Mlp()
+    xs = [ms.Tensor(rng.standard_normal((16, 8)).astype(np.float32)) for _ in range(4)]
+    refs = [_ref(net, x.asnumpy()) for x in xs]
+    errors = []
+
+    def work(i):
+        for _ in range(20):
+            out = net(xs[i]).asnumpy()
+            if not np.allclose(out, refs[i], rtol=1e-5, atol=1e-6):
+                errors.append(i)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors

@@ -73,9 +73,9 @@ class Loops(nn.Cell):
         for layer in self.layers:
             x = ops.relu(layer(x))
         acc = x * 0.0
-        for i in range(n):
+        for _i in range(n):
             acc = acc + x
-        for j in range(2):
+        for _j in range(2):
             acc = acc * 1.0
         return acc
 
@@ -209,7 +209,8 @@ BAD = {
     "undefined": "        return x + zzz\n",
     "numpy_on_tensor": "        return np.exp(x)\n",
 }
-EXPECT = {"while": "while loops are not supported", "try": "try/except", "listcomp": "list comprehension", "lambda": "lambda",
+EXPECT = {"while": "while loops are not supported", "try": "try/except", "listcomp": "list comprehension",
+          "lambda": "lambda",
           "tensor_if": "branching on a tensor", "attr_assign": "assigning to attributes",
           "undefined": "name 'zzz' is not defined", "numpy_on_tensor": "numpy.exp cannot take msvm tensors"}
 

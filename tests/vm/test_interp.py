@@ -47,7 +47,7 @@ def test_trace_hook_sees_every_instruction_in_order(rng):
     top = [pc for name, pc, depth, _ in seen if depth == 0]
     assert top == [r.offset for r in records(code)]             # straight-line code: every offset once
     assert {name for name, *_ in seen} == {"Mlp.construct", "Dense.construct"}
-    for name, pc, depth, n in seen:                              # stack depth agrees with the disassembler
+    for _name, pc, depth, n in seen:                              # stack depth agrees with the disassembler
         if depth == 0:
             rec = next(r for r in records(code) if r.offset == pc)
             assert n == len(code.stack_types[rec.index])

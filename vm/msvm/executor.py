@@ -71,12 +71,13 @@ def _key_of(v):
     t = type(v)
     if t is Tensor:
         a = v._data
-        return (a.dtype, tuple(n == 1 for n in a.shape))
+        shape = a.shape
+        return (a.dtype, shape.count(1) and tuple(n == 1 for n in shape))
     if t is bool or t is int or t is float:
         return t
     if isinstance(v, Tensor):
         a = v.asnumpy()
-        return (a.dtype, tuple(n == 1 for n in a.shape))
+        return (a.dtype, a.shape.count(1) and tuple(n == 1 for n in a.shape))
     if isinstance(v, np.ndarray):
         return ("nd", v.dtype, tuple(n == 1 for n in v.shape))
     if isinstance(v, (bool, int, float, np.generic)):
@@ -86,6 +87,10 @@ def _key_of(v):
         return ("c", type(v), v)
     except TypeError:
         return ("id", id(v))
+
+
+_new_tensor = object.__new__
+_DT = dt.from_numpy
 
 
 def _key_declared(v):
@@ -108,10 +113,11 @@ def _runtime_value(v):
 class Variant:
     """One compiled signature: its Code, the linked program and which args are run-time."""
 
-    __slots__ = ("code", "bound", "runtime_idx")
+    __slots__ = ("code", "bound", "runtime_idx", "partial")
 
     def __init__(self, code, bound, runtime_idx):
         self.code, self.bound, self.runtime_idx = code, bound, runtime_idx
+        self.partial = runtime_idx != list(range(len(code.params))) or len(runtime_idx) != len(code.params)
 
 
 def link_cell(code, cell) -> BoundCode:
@@ -161,10 +167,16 @@ class CellRunner:
         self.params = construct_params(cell)
         self.n = len(self.params)
         self.defaults = [d for _, d in self.params]
+        self.names = [n for n, _ in self.params]
 
     def values(self, args, kwargs):
         if not kwargs and len(args) == self.n:
             return args
+        if len(args) + len(kwargs) == self.n:
+            try:
+                return args + tuple([kwargs[n] for n in self.names[len(args):]])
+            except KeyError:
+                pass
         if len(args) > self.n:
             raise TypeError(f"{type(self.cell).__name__}.construct takes {self.n} arguments, got {len(args)}")
         vals = list(args)
@@ -180,23 +192,29 @@ class CellRunner:
         return vals
 
     def __call__(self, args, kwargs):
-        vals = self.values(args, kwargs)
-        declared = self.cell._msvm_inputs
-        if declared is None:
-            key = tuple(_key_of(v) for v in vals)
+        vals = args if (not kwargs and len(args) == self.n) else self.values(args, kwargs)
+        if self.cell._msvm_inputs is None:
+            key = tuple([(v._data.dtype, v._data.shape.count(1) and tuple([n == 1 for n in v._data.shape]))
+                         if type(v) is Tensor else _key_of(v) for v in vals])
         else:   # declared (set_inputs) dims are dynamic even when they are 1
+            declared = self.cell._msvm_inputs
             key = tuple(_key_declared(v) if k < len(declared) and isinstance(declared[k], Tensor) else _key_of(v)
                         for k, v in enumerate(vals))
         var = self.variants.get(key)
         if var is None:
             var = self.variants[key] = self.compile(vals)
-        rt = [_runtime_value(vals[i]) for i in var.runtime_idx]
-        if events.active():
+        rt = [v._data if type(v) is Tensor else _runtime_value(v) for v in (vals[i] for i in var.runtime_idx)] \
+            if var.partial else [v._data if type(v) is Tensor else _runtime_value(v) for v in vals]
+        if events._subs:
             t0 = time.perf_counter()
             out = var.bound.call(rt)
             events.emit({"type": "exec", "code": var.code.name, "ms": (time.perf_counter() - t0) * 1e3})
         else:
             out = var.bound.call(rt)
+        if type(out) is np.ndarray:
+            t = _new_tensor(Tensor)
+            t._data, t._pshape, t._dtype = out, None, _DT(out.dtype)
+            return t
         return wrap(out)
 
     def specs(self, vals):
@@ -225,6 +243,7 @@ class JitRunner:
         sig = inspect.signature(fn)
         self.params = [(p.name, p.default) for p in sig.parameters.values()]
         self.n = len(self.params)
+        self.names = [n for n, _ in self.params]
         self.variants: dict = {}
         self.src = None
 

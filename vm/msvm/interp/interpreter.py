@@ -397,6 +397,7 @@ class BoundCode:
                 path, sub = code.decode_args(ins)[0]
                 self.callees[i] = callee_resolver(path, sub)
         self.entry = _entry_plan(code)
+        self.fast_bind = _compile_binder(code)
         self.pools: list = []
         self.calls = 0
 
@@ -444,7 +445,8 @@ class BoundCode:
 
     def call(self, args, parent=None):
         f = Frame(self, parent)
-        f.symbols = self.bind(args)
+        env = self.fast_bind(args)
+        f.symbols = env if env is not None else self.bind(args)
         loc = f.locals
         for k, slot in enumerate(self.param_slots):
             loc[slot] = args[k]
@@ -467,6 +469,61 @@ def _dim_msg(code, k, axis, got, want):
     pname, t = code.params[k]
     return (f"{code.name}: argument {pname} has dim {axis} = {got}, but the bytecode was verified for "
             f"{fmt_shape(t.shape)} where dim {axis} is {want}")
+
+
+def _compile_binder(code: Code):
+    """Generate ``bind(args) -> env`` for this Code's parameters: the common case in a few
+    straight-line checks. It returns None when anything is off; ``BoundCode.bind`` then
+    finds the problem and raises the error that names it."""
+    from .symeval import _src
+
+    lines = ["def fast_bind(args):", "    try:"]
+    n = len(code.params)
+    names = [f"a{k}" for k in range(n)]
+    lines.append(f"        ({', '.join(names)}{',' if n == 1 else ''}) = args" if n else "        pass")
+    lines.append("    except (TypeError, ValueError):")
+    lines.append("        return None")
+    lines.append("    env = {}")
+    consts = {"nd": np.ndarray}
+    derived = []
+    for k, (pname, t) in enumerate(code.params):
+        a = names[k]
+        if isinstance(t, TensorType):
+            consts[f"D{k}"] = t.dtype.np
+            lines.append(f"    if type({a}) is not nd or {a}.ndim != {t.rank} or {a}.dtype != D{k}: return None")
+            lines.append(f"    s{k} = {a}.shape")
+            for axis, d in enumerate(t.shape):
+                sname = d.as_symbol()
+                if sname is not None:
+                    lines.append(f"    v = env.get({sname!r})")
+                    lines.append(f"    if v is None: env[{sname!r}] = s{k}[{axis}]")
+                    lines.append(f"    elif v != s{k}[{axis}]: return None")
+                elif d.is_const():
+                    lines.append(f"    if s{k}[{axis}] != {int(d.const_value())}: return None")
+                else:
+                    derived.append(f"    if s{k}[{axis}] != {_src(d)}: return None")
+        elif isinstance(t, ScalarType) and t.value is not None:
+            sname = t.value.as_symbol() if hasattr(t.value, "as_symbol") else (
+                t.value.args[0] if t.value.op == "flag" else None)
+            if sname:
+                lines.append(f"    env[{sname!r}] = {a}")
+    lines.extend(derived)
+    for lhs, rhs, _why in code.assumptions:
+        lines.append(f"    if {_src(lhs)} != {_src(rhs)}: return None")
+    lines.append("    return env")
+    ns = dict(consts, __builtins__={"max": max, "min": min, "bool": bool, "type": type})
+    try:
+        exec("\n".join(lines), ns)  # noqa: S102 - generated from the verified signature, names quoted
+    except Exception:  # noqa: BLE001 - never let an odd signature break calling; the slow path works
+        return lambda args: None
+    fn = ns["fast_bind"]
+
+    def guarded(args):
+        try:
+            return fn(args)
+        except Exception:  # noqa: BLE001 - e.g. a symbol missing from env: the slow path explains it
+            return None
+    return fn if not derived and not code.assumptions else guarded
 
 
 def _entry_plan(code: Code) -> list:

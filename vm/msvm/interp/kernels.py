@@ -166,6 +166,8 @@ def fill(shape, value, dtype, out=None):
 
 
 def matmul(a, b, ta, tb, out=None):
+    if not ta and not tb and a.dtype == b.dtype:
+        return np.matmul(a, b, out=out) if out is not None else np.matmul(a, b)
     if ta:
         a = a.T
     if tb:

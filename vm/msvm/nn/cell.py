@@ -47,7 +47,7 @@ class Cell:
         raise NotImplementedError(f"{type(self).__name__} does not define construct()")
 
     def __call__(self, *args, **kwargs):
-        if context.mode() == context.PYNATIVE_MODE:
+        if context._ctx["mode"] == 1:      # PYNATIVE_MODE
             return self.construct(*args, **kwargs)
         runner = self.__dict__["_runner"]
         if runner is None:

@@ -1,0 +1,116 @@
+"""Interpreter overhead, measured side by side with numpy in one run (not a test).
+
+1. Dispatch: a jit function that applies 256 tiny adds (unrolled loop); the same
+   256 np.add calls in a Python loop are the numpy work. Overhead per instruction
+   = (VM time - numpy time) / instructions executed.
+2. The article's Cell at [32,768] x [768,1024] with training=True against
+   np.maximum(x @ y, 0): overhead per call = VM median - numpy median.
+
+Medians over interleaved repetitions; BLAS pinned to one thread (OPENBLAS_NUM_THREADS=1).
+Run: make bench
+"""
+
+import os
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import statistics  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+import msvm as ms  # noqa: E402
+from msvm import nn, ops  # noqa: E402
+
+STEPS = 256
+
+
+@ms.jit
+def chain(x, c):
+    for _ in range(STEPS):
+        x = x + c
+    return x
+
+
+def numpy_chain(x, c):
+    for _ in range(STEPS):
+        x = np.add(x, c)
+    return x
+
+
+class DynamicMatmulCell(nn.Cell):
+    def __init__(self):
+        super().__init__()
+        self.matmul = ops.MatMul()
+        self.relu = ops.ReLU()
+
+    def construct(self, x, y, training=True):
+        out = self.matmul(x, y)
+        if training:
+            out = self.relu(out)
+        return out
+
+
+def paired_overhead(vm, ref, reps):
+    """Median over pairs of (vm - ref), each pair run back to back in alternating order."""
+    diffs, a_t, b_t = [], [], []
+    for k in range(reps):
+        order = (vm, ref) if k % 2 == 0 else (ref, vm)
+        t = {}
+        for fn in order:
+            t0 = time.perf_counter_ns()
+            fn()
+            t[fn] = time.perf_counter_ns() - t0
+        diffs.append(t[vm] - t[ref])
+        a_t.append(t[vm])
+        b_t.append(t[ref])
+    return statistics.median(diffs) / 1e3, statistics.median(a_t) / 1e3, statistics.median(b_t) / 1e3
+
+
+def interleaved(fns, reps):
+    times = [[] for _ in fns]
+    for _ in range(reps):
+        for k, fn in enumerate(fns):
+            t0 = time.perf_counter_ns()
+            fn()
+            times[k].append(time.perf_counter_ns() - t0)
+    return [statistics.median(t) / 1e3 for t in times], [statistics.quantiles(t, n=10) for t in times]
+
+
+def main():
+    ms.set_context(mode=ms.GRAPH_MODE)
+    x, c = ms.Tensor(np.ones(4, np.float32)), ms.Tensor(np.ones(4, np.float32))
+    xa, ca = x.asnumpy(), c.asnumpy()
+    chain(x, c)
+    code = next(iter(chain._runner.variants.values())).code
+    n_instr = len(code.instrs)
+    (vm, npy), _ = interleaved([lambda: chain(x, c), lambda: numpy_chain(xa, ca)], 200)
+    per = (vm - npy) / n_instr
+    print(f"dispatch: {n_instr} instructions ({STEPS} adds on float32[4])")
+    print(f"  VM {vm:.1f} us   numpy calls {npy:.1f} us   overhead {per:.3f} us/instruction "
+          f"({(vm - npy) / STEPS:.3f} us per add)   target <= 2 us/instruction")
+
+    rng = np.random.default_rng(0)
+    net = DynamicMatmulCell()
+    xm = rng.standard_normal((32, 768)).astype(np.float32)
+    ym = rng.standard_normal((768, 1024)).astype(np.float32)
+    tx, ty = ms.Tensor(xm), ms.Tensor(ym)
+    net(tx, ty, training=True)
+    over, vm, npy = paired_overhead(lambda: net(tx, ty, training=True), lambda: np.maximum(xm @ ym, 0), 600)
+    print("article Cell [32,768] x [768,1024], training=True (median of 600 back-to-back pairs):")
+    print(f"  VM {vm:.1f} us   numpy {npy:.1f} us   overhead {over:.1f} us per call   ratio {vm / npy:.3f}   "
+          "target <= 15 us")
+    over, vm, npy = paired_overhead(lambda: net(tx, ty, training=False), lambda: xm @ ym, 600)
+    print(f"  training=False: VM {vm:.1f} us, numpy x@y {npy:.1f} us, overhead {over:.1f} us")
+    xs, ys = ms.Tensor(xm[:2, :3].copy()), ms.Tensor(ym[:3, :4].copy())
+    xsa, ysa = xs.asnumpy(), ys.asnumpy()
+    net(xs, ys, training=True)
+    over, vm, npy = paired_overhead(lambda: net(xs, ys, training=True), lambda: np.maximum(xsa @ ysa, 0), 3000)
+    print(f"  fixed cost, same Cell at [2,3] x [3,4]: VM {vm:.1f} us, numpy {npy:.1f} us, overhead {over:.1f} us")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

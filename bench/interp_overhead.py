@@ -19,9 +19,8 @@ import statistics  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 
-import numpy as np  # noqa: E402
-
 import msvm as ms  # noqa: E402
+import numpy as np  # noqa: E402
 from msvm import nn, ops  # noqa: E402
 
 STEPS = 256

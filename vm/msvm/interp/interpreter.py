@@ -486,7 +486,7 @@ def _compile_binder(code: Code):
     lines.append("    env = {}")
     consts = {"nd": np.ndarray}
     derived = []
-    for k, (pname, t) in enumerate(code.params):
+    for k, (_pname, t) in enumerate(code.params):
         a = names[k]
         if isinstance(t, TensorType):
             consts[f"D{k}"] = t.dtype.np

@@ -22,6 +22,6 @@ def test_codes_are_unique_and_fingerprint_is_stable():
 def test_article_core_instructions_exist():
     names = {r.name for r in TABLE}
     for n in ("LOAD_TENSOR", "STORE_TENSOR", "LOAD_CONST", "BROADCAST_ADD", "RELU", "MATMUL", "RESHAPE", "CONCAT",
-              "CAST", "FUSED_MATMUL_RELU", "BRANCH_IF_SYMBOLIC", "JUMP", "RETURN", "ALLOC_DEVICE_MEM",
+              "CAST", "FUSED_ELEMENTWISE", "FUSED_MATMUL", "BRANCH_IF_SYMBOLIC", "JUMP", "RETURN", "ALLOC_DEVICE_MEM",
               "FREE_DEVICE_MEM"):
         assert n in names

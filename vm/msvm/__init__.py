@@ -27,7 +27,7 @@ from .dtype import (
 )
 from .errors import BytecodeError, ExecutionError, FrontendError, MsvmError, ShapeMismatch, VerifyError
 from .interp.interpreter import set_trace
-from .jit import jit
+from .jitfn import jit
 from .tensor import Parameter, Tensor
 
 __version__ = "0.1.0"

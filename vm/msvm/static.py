@@ -639,7 +639,7 @@ def _to_msvm(v):
 
 
 def _jit_fn():
-    from .jit import jit
+    from .jitfn import jit
     return jit
 
 

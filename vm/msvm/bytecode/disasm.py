@@ -31,6 +31,21 @@ class Instruction:
     index: int = 0
 
 
+def display_name(ins: Instr) -> str:
+    """Fused instructions are named after their parts: FUSED_ADD_RELU_CAST, FUSED_MATMUL_BIAS_GELU."""
+    if ins.op.kind != "fused" or not ins.parts:
+        return ins.op.name
+    names = []
+    for k, (p, _loc) in enumerate(ins.parts):
+        short = p.replace("BROADCAST_", "")
+        if p == "BATCH_MATMUL":
+            short = "BMM"
+        if short == "ADD" and k == 1 and ins.op.name == "FUSED_MATMUL":
+            short = "BIAS"
+        names.append(short)
+    return "FUSED_" + "_".join(names)
+
+
 def argrepr(code: Code, ins: Instr) -> str:
     parts = []
     for (oname, kind), raw, val in zip(ins.op.operands, ins.args, code.decode_args(ins)):
@@ -44,9 +59,36 @@ def argrepr(code: Code, ins: Instr) -> str:
             parts.append(str(raw))
         elif kind == "name":
             parts.append(str(val))
+        elif oname == "program":
+            parts.append(program_repr(val))
+        elif oname == "batched":
+            continue
         else:
             parts.append(_const_repr(val, oname))
     return " ".join(parts)
+
+
+def program_repr(program) -> str:
+    """A fused program as an expression: relu((in0 + in1))."""
+    stack = []
+    for node in program:
+        if node[0] == "in":
+            stack.append(f"in{node[1]}")
+        elif node[0] == "c":
+            stack.append(repr(node[1]))
+        else:
+            name = node[0].replace("BROADCAST_", "")
+            sym = {"ADD": "+", "SUB": "-", "MUL": "*", "DIV": "/", "POW": "**"}.get(name)
+            if sym and len(stack) >= 2:
+                b, a = stack.pop(), stack.pop()
+                stack.append(f"({a} {sym} {b})")
+            elif name in ("MAX", "MIN") and len(stack) >= 2:
+                b, a = stack.pop(), stack.pop()
+                stack.append(f"{name.lower()}({a}, {b})")
+            elif stack:
+                extra = "".join(f", {x}" for x in node[1:])
+                stack.append(f"{name.lower()}({stack.pop()}{extra})")
+    return stack[-1] if stack else "?"
 
 
 def _const_repr(v, oname: str) -> str:
@@ -75,7 +117,7 @@ def records(code: Code):
             depth = len(st) - ins.op.n_pops(args) + ins.op.n_pushes(args)
             nxt = code.stack_types[i + 1] if i + 1 < len(code.stack_types) else None
             out = str(nxt[-1]) if (ins.op.n_pushes(args) == 1 and nxt) else ""
-        yield Instruction(ins.offset, ins.op.name, args, argrepr(code, ins), depth, ins.loc, ins.parts, out, i)
+        yield Instruction(ins.offset, display_name(ins), args, argrepr(code, ins), depth, ins.loc, ins.parts, out, i)
 
 
 def header(code: Code) -> str:
@@ -209,7 +251,7 @@ def to_json(code: Code) -> dict:
     for c in codes:
         d = code_to_data(c, index)
         d["instructions"] = [{
-            "offset": r.offset, "op": r.op, "args": list(ins.args), "argrepr": r.argrepr,
+            "offset": r.offset, "op": r.op, "opcode": ins.op.name, "args": list(ins.args), "argrepr": r.argrepr,
             "stackDepth": r.stack_depth, "loc": loc_to_data(r.loc), "type": r.out_type,
             "parts": [[p, loc_to_data(pl)] for p, pl in r.parts],
         } for r, ins in zip(records(c), c.instrs)]
@@ -243,7 +285,7 @@ def from_json(data: dict) -> Code:
     for f in data["functions"]:
         instrs = []
         for r in f["instructions"]:
-            op = BY_NAME.get(r["op"])
+            op = BY_NAME.get(r.get("opcode", r["op"]))
             if op is None:
                 raise BytecodeError(f"unknown instruction {r['op']!r} at offset {r.get('offset')}")
             if len(r["args"]) != len(op.operands):

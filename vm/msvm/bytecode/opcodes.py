@@ -166,9 +166,15 @@ _op("STACK", 0x46, ["n:count", "axis:const"], "n", 1, partial(S.concat, name="ST
     "pop n tensors; stack them along a new axis")
 _op("SLICE", 0x47, ["index:const"], 1, 1, S.slice_, "layout", "pop x; push x[index] (basic indexing)", view=True)
 
-# --- fused (produced by the fusion pass; the interpreter runs them too) ---------------------
-_op("FUSED_MATMUL_RELU", 0x60, ["transpose_a:const", "transpose_b:const"], 2, 1, S.matmul, "fused",
-    "pop b, a; push relu(a @ b): MATMUL then RELU in one instruction", parts=("MATMUL", "RELU"))
+# --- fused (produced by the fusion pass, jit/fuse.py; the interpreter runs them too) ---------
+# A fused instruction carries its expression as a program (postfix tuple of nodes: ("in", k),
+# ("c", value) or (OPNAME, *operands)); the disassembler names it after its parts:
+# FUSED_ADD_RELU_CAST, FUSED_MATMUL_RELU, FUSED_MATMUL_BIAS_GELU ...
+_op("FUSED_ELEMENTWISE", 0x60, ["program:const", "n:count"], "n", 1, S.fused_elementwise, "fused",
+    "pop n inputs; push the elementwise program over them (one pass, no temporaries)")
+_op("FUSED_MATMUL", 0x61, ["transpose_a:const", "transpose_b:const", "batched:const", "program:const", "n:count"],
+    "n", 1, S.fused_matmul, "fused",
+    "pop n inputs (a, b, extras); push program(a @ b, extras...) applied to each block of the product")
 
 
 # ---------------------------------------------------------------- derived views

@@ -394,3 +394,45 @@ def nothing(ctx, ins, args):
 
 def branch(ctx, ins, args):
     ctx.branch(args[0])
+
+
+# ---------------------------------------------------------------- fused
+
+def run_program(ctx, program, ins, what: str):
+    """Type a fused program by applying each part's own rule; returns the result type."""
+    from .opcodes import BY_NAME
+
+    stack = []
+    for node in program:
+        if node[0] == "in":
+            if not 0 <= node[1] < len(ins):
+                raise ShapeError(f"{what}: program reads input {node[1]} of {len(ins)}")
+            stack.append(ins[node[1]])
+        elif node[0] == "c":
+            stack.append(type_of_const(node[1]))
+        else:
+            op = BY_NAME.get(node[0])
+            if op is None or op.kind != "elementwise":
+                raise ShapeError(f"{what}: {node[0]!r} is not an elementwise instruction")
+            n = op.pops
+            if len(stack) < n:
+                raise ShapeError(f"{what}: program underflows at {node[0]}")
+            args = stack[len(stack) - n:]
+            del stack[len(stack) - n:]
+            stack.append(op.rule(ctx, [ctx.env.norm_type(a) for a in args], tuple(node[1:])))
+    if len(stack) != 1:
+        raise ShapeError(f"{what}: program leaves {len(stack)} values")
+    return stack[0]
+
+
+def fused_elementwise(ctx, ins, args):
+    program, n = args
+    return run_program(ctx, program, ins, "FUSED_ELEMENTWISE")
+
+
+def fused_matmul(ctx, ins, args):
+    ta, tb, batched, program, n = args
+    if n < 2:
+        raise ShapeError("FUSED_MATMUL needs at least the two matmul operands")
+    mm = (batch_matmul if batched else matmul)(ctx, ins[:2], (ta, tb))
+    return run_program(ctx, program, [mm] + list(ins[2:]), "FUSED_MATMUL")

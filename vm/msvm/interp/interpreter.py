@@ -225,7 +225,7 @@ def h_compute(ctx, i, args):
     kern = K.KERNELS[name]
     n = ins.op.n_pops(args)
     operands = tuple(_runtime_operand(ctx, a) for a, (_, kind) in zip(args, ins.op.operands) if kind != "count")
-    if name in ("CONCAT", "STACK"):
+    if name in ("CONCAT", "STACK", "FUSED_ELEMENTWISE", "FUSED_MATMUL"):
         operands = args
     dyn = [k for k, o in enumerate(operands) if callable(o)]
     if name == "FILL":

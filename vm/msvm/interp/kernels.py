@@ -187,9 +187,33 @@ def batch_matmul(a, b, ta, tb, out=None):
     return np.matmul(a, b, out=out) if out is not None else np.matmul(a, b)
 
 
-def fused_matmul_relu(a, b, ta, tb, out=None):
-    r = matmul(a, b, ta, tb, out=out)
-    return np.maximum(r, r.dtype.type(0), out=r)
+def run_program(program, inputs):
+    """Reference semantics of a fused program: each part's own kernel, in order."""
+    stack = []
+    for node in program:
+        tag = node[0]
+        if tag == "in":
+            stack.append(inputs[node[1]])
+        elif tag == "c":
+            stack.append(node[1])
+        else:
+            kern = KERNELS[tag]
+            n = 2 if tag.startswith("BROADCAST_") else 3 if tag == "WHERE" else 1
+            args = stack[len(stack) - n:]
+            del stack[len(stack) - n:]
+            stack.append(kern(*args, *node[1:]))
+    return stack[0]
+
+
+def fused_elementwise(*args, out=None):
+    *inputs, program, n = args
+    return run_program(program, inputs)
+
+
+def fused_matmul(*args, out=None):
+    *inputs, ta, tb, batched, program, n = args
+    mm = (batch_matmul if batched else matmul)(inputs[0], inputs[1], ta, tb)
+    return run_program(program, [mm] + list(inputs[2:]))
 
 
 def _axes(axes):
@@ -326,7 +350,8 @@ KERNELS = {
     "RECIPROCAL": _unary(_reciprocal, True),
     "LOGICAL_NOT": _unary(lambda x, out: np.logical_not(x)),
     "CAST": cast, "FILL": fill,
-    "MATMUL": matmul, "BATCH_MATMUL": batch_matmul, "FUSED_MATMUL_RELU": fused_matmul_relu,
+    "MATMUL": matmul, "BATCH_MATMUL": batch_matmul,
+    "FUSED_ELEMENTWISE": fused_elementwise, "FUSED_MATMUL": fused_matmul,
     "REDUCE_SUM": _reduce(np.sum), "REDUCE_MEAN": _reduce(np.mean, True),
     "REDUCE_MAX": _reduce(np.max), "REDUCE_MIN": _reduce(np.min), "ARGMAX": argmax,
     "SOFTMAX": softmax, "LOG_SOFTMAX": log_softmax, "LAYER_NORM": layer_norm,
@@ -338,7 +363,7 @@ KERNELS = {
 OUT_CAPABLE = frozenset({
     "BROADCAST_ADD", "BROADCAST_SUB", "BROADCAST_MUL", "BROADCAST_DIV", "BROADCAST_POW",
     "BROADCAST_MAX", "BROADCAST_MIN", "NEG", "ABS", "EXP", "LOG", "SQRT", "RSQRT", "TANH", "SIGMOID",
-    "RELU", "GELU", "GELU_TANH", "ERF", "RECIPROCAL", "MATMUL", "BATCH_MATMUL", "FUSED_MATMUL_RELU",
+    "RELU", "GELU", "GELU_TANH", "ERF", "RECIPROCAL", "MATMUL", "BATCH_MATMUL",
 })
 
 COMPUTE = frozenset(r.name for r in TABLE if r.kind not in ("control", "memory") or r.name == "FILL")

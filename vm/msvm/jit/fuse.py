@@ -1,0 +1,247 @@
+"""Fusion on bytecode: Code -> Code.
+
+Two passes over each straight-line stretch of a verified Code:
+
+1. *store/load forwarding*: ``STORE_TENSOR v; LOAD_TENSOR v`` where v is dead after
+   the load leaves the value on the stack (so ``x = a + b; x = relu(x)`` becomes one
+   expression);
+2. *fusion*: a run of elementwise instructions over loads and scalar constants that
+   computes one value becomes ``FUSED_ELEMENTWISE(program, n)``; a MATMUL or
+   BATCH_MATMUL whose result feeds such a run becomes ``FUSED_MATMUL(..., program, n)``
+   (bias add, relu, gelu, scaling applied to the product).
+
+A fused instruction lists the source location of every part (``Instr.parts``), has
+the same signature as what it replaced (the verifier re-checks it), and is named
+after its parts by the disassembler (FUSED_ADD_RELU_CAST, FUSED_MATMUL_BIAS_GELU).
+"""
+
+from __future__ import annotations
+
+from ..bytecode.code import Code, Instr
+from ..bytecode.opcodes import BY_NAME
+from ..bytecode.verify import verify
+from .. import dtype as dt
+
+FUSABLE = frozenset({
+    "BROADCAST_ADD", "BROADCAST_SUB", "BROADCAST_MUL", "BROADCAST_DIV", "BROADCAST_POW", "BROADCAST_MAX",
+    "BROADCAST_MIN", "NEG", "ABS", "EXP", "LOG", "SQRT", "RSQRT", "TANH", "SIGMOID", "RELU", "GELU", "GELU_TANH",
+    "ERF", "RECIPROCAL", "CAST",
+})
+LEAVES = frozenset({"LOAD_TENSOR", "LOAD_PARAM", "LOAD_SYM", "LOAD_CONST"})
+MATMULS = frozenset({"MATMUL", "BATCH_MATMUL"})
+FLOAT_DTYPES = (dt.float16, dt.float32, dt.float64)
+
+
+def fuse(code: Code) -> Code:
+    """A new, verified Code with fused instructions (callees fused too). ``code`` is unchanged."""
+    callees = [(path, fuse(sub)) for path, sub in code.callees]
+    instrs = [Instr(i.op, i.args, i.loc, i.parts) for i in code.instrs]
+    new = Code(code.name, code.filename, code.firstlineno, instrs, list(code.consts), list(code.names),
+               list(code.varnames), list(code.params), dict(code.attr_types), callees)
+    new.hover = getattr(code, "hover", [])
+    targets = _targets_as_indexes(new)
+    _forward_stores(new, targets, code)
+    _fuse_runs(new, targets, code)
+    _retarget(new, targets)
+    new.relayout()
+    verify(new)
+    new.fused_from = code
+    return new
+
+
+# ---------------------------------------------------------------- jump bookkeeping
+
+def _targets_as_indexes(code: Code) -> dict:
+    """{instruction object: target instruction object} for every jump (survives rewriting)."""
+    out = {}
+    for ins in code.instrs:
+        li = ins.op.label_operand
+        if li is not None:
+            out[id(ins)] = (ins, code.instrs[code.index_at(ins.args[li])])
+    return out
+
+
+def _is_target(code, targets, ins) -> bool:
+    return any(t is ins for _, t in targets.values())
+
+
+def _retarget(code: Code, targets: dict):
+    code.relayout()
+    pos = {id(i): i.offset for i in code.instrs}
+    for ins, target in targets.values():
+        li = ins.op.label_operand
+        args = list(ins.args)
+        args[li] = pos[id(target)]
+        ins.args = tuple(args)
+
+
+def _replace_target(targets, old, new):
+    for k, (ins, t) in list(targets.items()):
+        if t is old:
+            targets[k] = (ins, new)
+
+
+# ---------------------------------------------------------------- liveness and forwarding
+
+def _successors(code: Code, i: int, targets) -> list:
+    ins = code.instrs[i]
+    out = [] if ins.op.terminator else [i + 1]
+    if id(ins) in targets:
+        out.append(code.instrs.index(targets[id(ins)][1]))
+    return [j for j in out if j < len(code.instrs)]
+
+
+def _live_after(code: Code, targets) -> list:
+    """Sets of local slots that may be read after each instruction."""
+    n = len(code.instrs)
+    live_in = [set() for _ in range(n)]
+    changed = True
+    while changed:
+        changed = False
+        for i in range(n - 1, -1, -1):
+            ins = code.instrs[i]
+            out = set()
+            for j in _successors(code, i, targets):
+                out |= live_in[j]
+            new = set(out)
+            if ins.op.name == "STORE_TENSOR":
+                new.discard(ins.args[0])
+            elif ins.op.name == "LOAD_TENSOR":
+                new.add(ins.args[0])
+            if new != live_in[i]:
+                live_in[i] = new
+                changed = True
+    return [set().union(*(live_in[j] for j in _successors(code, i, targets))) if _successors(code, i, targets)
+            else set() for i in range(n)]
+
+
+def _forward_stores(code: Code, targets, original: Code):
+    while True:
+        live = _live_after(code, targets)
+        for i in range(len(code.instrs) - 1):
+            a, b = code.instrs[i], code.instrs[i + 1]
+            if (a.op.name == "STORE_TENSOR" and b.op.name == "LOAD_TENSOR" and a.args[0] == b.args[0]
+                    and a.args[0] not in live[i + 1] and not _is_target(code, targets, b)):
+                after = code.instrs[i + 2] if i + 2 < len(code.instrs) else None
+                if _is_target(code, targets, a):
+                    if after is None:
+                        continue
+                    _replace_target(targets, a, after)
+                del code.instrs[i:i + 2]
+                break
+        else:
+            return
+
+
+# ---------------------------------------------------------------- fusion
+
+def _fuse_runs(code: Code, targets, original: Code):
+    i = 0
+    while i < len(code.instrs):
+        j, repl = _try_fuse_at(code, i, targets)
+        if repl is None:
+            i += 1
+            continue
+        first = code.instrs[i]
+        if _is_target(code, targets, first):
+            _replace_target(targets, first, repl[0])
+        code.instrs[i:j] = repl
+        i += len(repl)
+
+
+def _try_fuse_at(code: Code, start: int, targets):
+    """Find the longest fusable run starting at ``start``; returns (end, replacement) or (start, None)."""
+    instrs = code.instrs
+    first = instrs[start]
+    matmul = first.op.name in MATMULS
+    pos = start + 1 if matmul else start
+    local: list = []          # run-local stack of program fragments (lists of nodes)
+    below = 1 if matmul else 0  # values consumed from under the run (the matmul result counts as one)
+    if matmul:
+        local.append([("in", 0)])
+    leaves: list = []         # runtime leaf instructions, in order
+    parts: list = [(first.op.name, first.loc)] if matmul else []
+    n_ops = 0
+    best = None
+    k = pos
+    below_inputs = ["mm"] if matmul else []
+    while k < len(instrs):
+        ins = instrs[k]
+        if k > start and _is_target(code, targets, ins):
+            break
+        name = ins.op.name
+        if name in LEAVES:
+            if name == "LOAD_CONST":
+                v = code.consts[ins.args[0]]
+                if isinstance(v, bool) or not isinstance(v, (int, float)):
+                    break
+                local.append([("c", float(v))])
+            else:
+                leaves.append(ins)
+                local.append([("leaf", len(leaves) - 1)])
+        elif name in FUSABLE:
+            if name == "CAST" and code.consts[ins.args[0]] not in FLOAT_DTYPES:
+                break
+            arity = ins.op.pops
+            if len(local) < arity:
+                need = arity - len(local)
+                if matmul:
+                    break
+                for _ in range(need):     # the run consumes values that were on the stack before it
+                    below_inputs.insert(0, f"b{below}")
+                    local.insert(0, [("below", below)])
+                    below += 1
+            args = local[len(local) - arity:]
+            del local[len(local) - arity:]
+            node = (name,) + tuple(code.decode_args(ins))
+            local.append([x for a in args for x in a] + [node])
+            parts.append((name, ins.loc))
+            n_ops += 1
+        else:
+            break
+        k += 1
+        if len(local) == 1 and (n_ops >= 2 or (matmul and n_ops >= 1)):
+            best = (k, list(local[0]), list(leaves), list(parts), below)
+    if best is None:
+        return start, None
+    end, prog, used_leaves, used_parts, n_below = best
+    # inputs: values from below (deepest first), then the runtime leaves in load order
+    n_leaves = len(used_leaves)
+    mapping_below = {}
+    # below indexes were assigned in consumption order: index 0 is the top of the stack under the run
+    for bi in range(n_below):
+        mapping_below[bi] = n_below - 1 - bi
+    program = []
+    for node in prog:
+        if node[0] == "below":
+            program.append(("in", mapping_below[node[1]]))
+        elif node[0] == "leaf":
+            program.append(("in", n_below + node[1]))
+        elif node[0] == "in":      # the matmul product
+            program.append(("in", 0))
+        else:
+            program.append(node)
+    program = tuple(program)
+    repl = [Instr(li.op, li.args, li.loc, li.parts) for li in used_leaves]
+    if matmul:
+        a = code.decode_args(first)
+        fused = Instr(BY_NAME["FUSED_MATMUL"], (_const(code, a[0]), _const(code, a[1]),
+                                                 _const(code, first.op.name == "BATCH_MATMUL"),
+                                                 _const(code, program), 2 + n_leaves),
+                      first.loc, tuple(used_parts))
+    else:
+        fused = Instr(BY_NAME["FUSED_ELEMENTWISE"], (_const(code, program), n_below + n_leaves),
+                      used_parts[-1][1], tuple(used_parts))
+    repl.append(fused)
+    return end, repl
+
+
+def _const(code: Code, v) -> int:
+    from ..bytecode.code import _const_key
+
+    key = _const_key(v)
+    for k, c in enumerate(code.consts):
+        if _const_key(c) == key:
+            return k
+    code.consts.append(v)
+    return len(code.consts) - 1

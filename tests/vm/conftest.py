@@ -23,3 +23,14 @@ def graph_mode():
 @pytest.fixture
 def rng():
     return np.random.default_rng(1234)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def private_kernel_cache(tmp_path_factory):
+    """Tests never touch the user's ~/.cache: kernels go to a fresh directory."""
+    d = tmp_path_factory.mktemp("kernels")
+    os.environ["MSVM_CACHE_DIR"] = str(d)
+    from msvm.compiler import tiers
+
+    tiers.reset_cache()
+    yield d

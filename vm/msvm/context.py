@@ -12,7 +12,8 @@ PYNATIVE_MODE = 1
 JIT_DEFAULTS = {
     "dump_bytecode": os.environ.get("MSVM_DUMP_BYTECODE", "") == "1",
     "jit_level": os.environ.get("MSVM_JIT_LEVEL", "auto"),
-    "enable_fusion": True,
+    "enable_fusion": os.environ.get("MSVM_ENABLE_FUSION", "1") != "0",
+    "l3_after": int(os.environ.get("MSVM_L3_AFTER", "5")),
     "jit_log_level": os.environ.get("MSVM_LOG", "WARNING"),
 }
 
@@ -71,6 +72,8 @@ def set_context(**kwargs) -> None:
             unknown = set(v) - set(JIT_DEFAULTS)
             if unknown:
                 raise ValueError(f"jit_config: unknown keys {sorted(unknown)}; known: {sorted(JIT_DEFAULTS)}")
+            if "jit_level" in v and v["jit_level"] not in ("auto", "L1", "L2", "L3"):
+                raise ValueError(f"jit_config: jit_level must be 'auto', 'L1', 'L2' or 'L3', got {v['jit_level']!r}")
             _ctx["jit_config"].update(v)
             if "jit_log_level" in v:
                 log.set_level(v["jit_log_level"])

@@ -17,7 +17,7 @@ import numpy as np
 from . import context, events, log
 from . import dtype as dt
 from .bytecode import symbolic as S
-from .bytecode.disasm import dump, to_json
+from .bytecode.disasm import display_name, dump, to_json
 from .bytecode.symbolic import Expr
 from .bytecode.types import ScalarType, TensorType
 from .errors import ShapeMismatch
@@ -120,7 +120,30 @@ class Variant:
         self.partial = runtime_idx != list(range(len(code.params))) or len(runtime_idx) != len(code.params)
 
 
-def link_cell(code, cell) -> BoundCode:
+def accelerator():
+    """The tier manager's sites, unless jit_level forces the interpreter."""
+    if context.jit_option("jit_level") == "L1":
+        return None
+    from .compiler.tiers import ACCELERATOR
+    return ACCELERATOR
+
+
+def optimize(code):
+    """Fusion on bytecode when enabled (jit_config enable_fusion); returns the Code to run."""
+    if not context.jit_option("enable_fusion"):
+        return code
+    from .compiler.fuse import fuse
+
+    t0 = time.perf_counter()
+    fused = fuse(code)
+    fused.fusion_s = time.perf_counter() - t0
+    if log.debug_enabled():
+        names = [display_name(i) for c in fused.all_codes() for i in c.instrs if i.op.kind == "fused"]
+        log.logger.debug("Step4 Fusion: %.2fms, %s", fused.fusion_s * 1e3, ", ".join(names) or "nothing to fuse")
+    return fused
+
+
+def link_cell(code, cell, acc=None) -> BoundCode:
     """Link a Code to a Cell instance: its attributes and sub-Cells."""
     attrs = {name: cell_getattr(cell, name) for name in code.attr_types}
     for name, t in code.attr_types.items():
@@ -135,9 +158,9 @@ def link_cell(code, cell) -> BoundCode:
         obj = resolve_path(cell, path)
         key = (id(obj), id(sub))
         if key not in links:
-            links[key] = link_cell(sub, obj)
+            links[key] = link_cell(sub, obj, acc)
         return links[key]
-    return BoundCode(code, cell, attrs, resolve)
+    return BoundCode(code, cell, attrs, resolve, acc)
 
 
 def resolve_path(root, path: str):
@@ -229,9 +252,10 @@ class CellRunner:
         t0 = time.perf_counter()
         specs = self.specs(vals)
         code = compile_cell_for(self.cell, specs)
-        bound = link_cell(code, self.cell)
         _announce(code, len(self.variants) + 1, (time.perf_counter() - t0) * 1e3, None)
-        return Variant(code, bound, [k for k, s in enumerate(specs) if s.kind != "const"])
+        run = optimize(code)
+        bound = link_cell(run, self.cell, accelerator())
+        return Variant(run, bound, [k for k, s in enumerate(specs) if s.kind != "const"])
 
 
 class JitRunner:
@@ -258,8 +282,9 @@ class JitRunner:
             t0 = time.perf_counter()
             specs = [arg_spec(name, v) for (name, _), v in zip(self.params, vals)]
             code = compile_function(source_of(self.fn), specs, name=self.fn.__qualname__)
-            bound = BoundCode(code, None, {}, None)
-            var = self.variants[key] = Variant(code, bound, [k for k, s in enumerate(specs) if s.kind != "const"])
-            _announce(code, len(self.variants), (time.perf_counter() - t0) * 1e3, self.opts)
+            _announce(code, len(self.variants) + 1, (time.perf_counter() - t0) * 1e3, self.opts)
+            run = optimize(code)
+            bound = BoundCode(run, None, {}, None, accelerator())
+            var = self.variants[key] = Variant(run, bound, [k for k, s in enumerate(specs) if s.kind != "const"])
         out = var.bound.call([_runtime_value(vals[i]) for i in var.runtime_idx])
         return wrap(out)

@@ -248,6 +248,23 @@ def h_compute(ctx, i, args):
     reuse = (i in ctx.reusable and name in K.OUT_CAPABLE and st is not None and nxt
              and all(isinstance(t, TensorType) and t.rank > 0 for t in st[len(st) - n:])
              and isinstance(nxt[-1], TensorType) and nxt[-1].rank > 0)
+    acc = ctx.accelerator
+    if acc is not None and name in acc.ops:
+        site = acc.site(ctx.code, i)
+
+        def reference(*a):
+            return kern(*a, *operands)
+        keep = i in ctx.reusable and nxt and isinstance(nxt[-1], TensorType) and nxt[-1].rank > 0
+
+        def h(f, s):
+            a = s[len(s) - n:]
+            del s[len(s) - n:]
+            r = site(a, reference, f.bufs[i] if keep else None)
+            if keep:
+                f.bufs[i] = r
+            s.append(r)
+            return i + 1
+        return h
     if n == 1 and not reuse:
         def h(f, s):
             s[-1] = kern(s[-1], *operands)
@@ -385,9 +402,10 @@ def reusable_outputs(code: Code) -> set:
 class BoundCode:
     """A Code linked to the Cell instance whose attributes it reads."""
 
-    def __init__(self, code: Code, cell=None, attr_values=None, callee_resolver=None):
+    def __init__(self, code: Code, cell=None, attr_values=None, callee_resolver=None, accelerator=None):
         self.code = code
         self.cell = cell
+        self.accelerator = accelerator
         self.attr_values = attr_values or {}
         self.reusable = reusable_outputs(code)
         self.prog = [HANDLERS[ins.op.code](self, i, code.decode_args(ins)) for i, ins in enumerate(code.instrs)]

@@ -17,10 +17,10 @@ after its parts by the disassembler (FUSED_ADD_RELU_CAST, FUSED_MATMUL_BIAS_GELU
 
 from __future__ import annotations
 
+from .. import dtype as dt
 from ..bytecode.code import Code, Instr
 from ..bytecode.opcodes import BY_NAME
 from ..bytecode.verify import verify
-from .. import dtype as dt
 
 FUSABLE = frozenset({
     "BROADCAST_ADD", "BROADCAST_SUB", "BROADCAST_MUL", "BROADCAST_DIV", "BROADCAST_POW", "BROADCAST_MAX",

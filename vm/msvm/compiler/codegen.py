@@ -1,0 +1,86 @@
+"""Compile and load: LLVM IR text -> object bytes -> native function address.
+
+One ``Codegen`` per process initializes LLVM once and owns two target machines
+(O0 for L2, O3 for L3) and one MCJIT engine into which object files are loaded.
+The object bytes are what the kernel cache stores; ``load`` accepts bytes from
+either a fresh compile or the disk cache. The "magic tuple" (triple, CPU name,
+CPU features) identifies the target in every cache key.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import llvmlite
+import llvmlite.binding as llvm
+
+_lock = threading.Lock()
+_instance = None
+
+
+class Codegen:
+    def __init__(self):
+        llvm.initialize_native_target()
+        llvm.initialize_native_asmprinter()
+        self.triple = llvm.get_process_triple()
+        self.cpu = llvm.get_host_cpu_name()
+        self.features = llvm.get_host_cpu_features().flatten()
+        target = llvm.Target.from_triple(self.triple)
+        self.tm = {lvl: target.create_target_machine(cpu=self.cpu, features=self.features, opt=lvl,
+                                                       reloc="pic", codemodel="jitdefault")
+                   for lvl in (0, 3)}
+        # the engine owns its own target machine (freeing it with the engine is fine)
+        engine_tm = target.create_target_machine(cpu=self.cpu, features=self.features, opt=0, codemodel="jitdefault")
+        self.engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), engine_tm)
+        self.lock = threading.Lock()
+        self.version = f"llvmlite-{llvmlite.__version__}-llvm-{'.'.join(map(str, llvm.llvm_version_info))}"
+
+    @property
+    def target_id(self) -> str:
+        return f"{self.triple}|{self.cpu}|{self.features}"
+
+    def compile(self, ir: str, level: int) -> tuple:
+        """IR text -> (object bytes, {step: seconds}). level 2: no IR passes, codegen O0; level 3: O3 + FMA."""
+        import time
+
+        times = {}
+        t0 = time.perf_counter()
+        mod = llvm.parse_assembly(ir)
+        mod.triple = self.triple
+        mod.verify()
+        times["parse"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        if level >= 3:
+            pto = llvm.create_pipeline_tuning_options(speed_level=3)
+            pto.loop_vectorization = True
+            pto.slp_vectorization = True
+            pb = llvm.create_pass_builder(self.tm[3], pto)
+            mpm = pb.getModulePassManager()
+            mpm.run(mod, pb)
+        times["optimize"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        obj = self.tm[3 if level >= 3 else 0].emit_object(mod)
+        times["codegen"] = time.perf_counter() - t0
+        return obj, times
+
+    def load(self, obj: bytes, names: list) -> dict:
+        """Add an object file to the engine; returns {function name: address}."""
+        with self.lock:
+            self.engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
+            self.engine.finalize_object()
+            out = {}
+            for n in names:
+                addr = self.engine.get_function_address(n)
+                if not addr:
+                    raise RuntimeError(f"compiled object has no function {n}")
+                out[n] = addr
+            return out
+
+
+def codegen() -> Codegen:
+    global _instance
+    if _instance is None:
+        with _lock:
+            if _instance is None:
+                _instance = Codegen()
+    return _instance

@@ -1,0 +1,138 @@
+"""Kernel IR: what a compiled kernel computes, independent of LLVM.
+
+``Elementwise`` is a fused elementwise program over tensor and scalar inputs,
+iterated over the output collapsed to three dims ``(n0, n1, n2)``. Its *shape
+class* says, per tensor input, which of the three dims it is broadcast along
+(stride 0); the dims themselves are kernel arguments (L2) or constants (L3).
+
+``MatmulEpilogue`` is a (batched) matmul whose product feeds an elementwise
+program, computed in row blocks through BLAS (L3).
+
+``RowKernel`` is softmax or layer norm over the last axis of a contiguous tensor.
+
+``text()`` is the canonical description hashed into the kernel cache key.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+DTYPES = ("float32", "float64")
+
+
+@dataclass(frozen=True)
+class Elementwise:
+    program: tuple
+    kinds: tuple           # per input: "t" (tensor) or "s" (scalar)
+    bcast: tuple           # per input: (b0, b1, b2) broadcast flags for tensors, () for scalars
+    dtype: str
+    dims: tuple | None = None    # concrete (n0, n1, n2) in L3, None in L2
+
+    kind = "elementwise"
+
+    def text(self) -> str:
+        return f"elementwise dtype={self.dtype} kinds={self.kinds} bcast={self.bcast} dims={self.dims} " \
+               f"program={self.program!r}"
+
+    @property
+    def name(self) -> str:
+        return "ew_" + "_".join(n[0].replace("BROADCAST_", "").lower() for n in self.program
+                                if n[0] not in ("in", "c"))[:60]
+
+
+@dataclass(frozen=True)
+class MatmulEpilogue:
+    ta: bool
+    tb: bool
+    epilogue: Elementwise | None   # program with input 0 = the product block
+    dtype: str
+    m: int
+    k: int
+    n: int
+    batch: int = 1
+    block: int = 64
+
+    kind = "matmul"
+
+    def text(self) -> str:
+        epi = self.epilogue.text() if self.epilogue else "none"
+        return (f"matmul dtype={self.dtype} ta={self.ta} tb={self.tb} m={self.m} k={self.k} n={self.n} "
+                f"batch={self.batch} block={self.block} epilogue=({epi})")
+
+    @property
+    def name(self) -> str:
+        return "mm_" + (self.epilogue.name if self.epilogue else "plain")
+
+
+@dataclass(frozen=True)
+class RowKernel:
+    op: str                 # "softmax" | "layer_norm"
+    dtype: str
+    has_gamma: bool = False
+    has_beta: bool = False
+    eps: float = 0.0
+    n: int | None = None    # row length: constant in L3, argument in L2
+
+    kind = "row"
+
+    def text(self) -> str:
+        return f"row op={self.op} dtype={self.dtype} gamma={self.has_gamma} beta={self.has_beta} " \
+               f"eps={self.eps!r} n={self.n}"
+
+    @property
+    def name(self) -> str:
+        return self.op
+
+
+# ---------------------------------------------------------------- shape classes
+
+def collapse(out_shape: tuple, in_shapes: list):
+    """Collapse the output to at most 3 dims; returns (dims, per-input broadcast flags) or None.
+
+    Inputs are broadcast to the output (numpy rules) and must be C-contiguous; adjacent
+    dims merge when every input is broadcast along both or along neither."""
+    rank = len(out_shape)
+    flags = []
+    for s in in_shapes:
+        if s is None:
+            flags.append(None)
+            continue
+        pad = (1,) * (rank - len(s)) + tuple(s)
+        flags.append(tuple(p == 1 and o != 1 for p, o in zip(pad, out_shape)))
+    dims, groups = [], []
+    for d in range(rank):
+        if out_shape[d] == 1:
+            continue
+        key = tuple(f[d] if f is not None else None for f in flags)
+        if groups and groups[-1] == key:
+            dims[-1] *= out_shape[d]
+        else:
+            dims.append(out_shape[d])
+            groups.append(key)
+    if len(dims) > 3:
+        return None
+    while len(dims) < 3:
+        dims.insert(0, 1)
+        groups.insert(0, tuple(True if f is not None else None for f in flags))
+    per_input = []
+    for k, f in enumerate(flags):
+        per_input.append(() if f is None else tuple(bool(g[k]) for g in groups))
+    return tuple(int(x) for x in dims), per_input
+
+
+def strides_for(dims: tuple, bcast: tuple) -> tuple:
+    """Element strides of a contiguous input along the collapsed dims (0 where broadcast)."""
+    out, acc = [0, 0, 0], 1
+    for d in (2, 1, 0):
+        if bcast[d]:
+            out[d] = 0
+        else:
+            out[d] = acc
+            acc *= dims[d]
+    return tuple(out)
+
+
+def np_dtype(name: str):
+    return np.dtype(name)

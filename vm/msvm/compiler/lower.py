@@ -1,0 +1,521 @@
+"""Lowering: kernel IR -> LLVM IR text, table-driven.
+
+Tables: ``TYPES`` (dtype -> LLVM type), ``BINARY``/``UNARY`` (op -> how to emit it). A
+missing entry raises ``Unsupported`` naming the op and dtype, and the caller keeps
+that instruction in the interpreter.
+
+Elementwise kernels have the signature
+
+    void @k(i64 start, i64 end, i64 n1, i64 n2, T* out,
+            {T* in, i64 stride0, i64 stride1} per tensor input, {double} per scalar input)
+
+and loop ``i0 in [start, end)`` (so a caller may split rows over threads), ``i1`` and
+a vectorized inner loop over ``i2`` (tensor inputs are contiguous or broadcast along
+it). In L3 the dims and strides are constants and the module is optimized (O3, FMA).
+
+Matmul kernels call BLAS sgemm/dgemm (a function pointer argument) on row blocks
+and apply the epilogue to each block while it is in cache.
+"""
+
+from __future__ import annotations
+
+import math
+
+from .kir import Elementwise, MatmulEpilogue, RowKernel, strides_for
+
+TYPES = {"float32": "float", "float64": "double"}
+
+
+class Unsupported(Exception):
+    """The kernel IR has something this lowering cannot emit (stays in the interpreter)."""
+
+
+class Builder:
+    """SSA text emitter for one function."""
+
+    def __init__(self):
+        self.lines: list = []
+        self.n = 0
+
+    def tmp(self) -> str:
+        self.n += 1
+        return f"%t{self.n}"
+
+    def op(self, text: str) -> str:
+        r = self.tmp()
+        self.lines.append(f"  {r} = {text}")
+        return r
+
+    def raw(self, text: str):
+        self.lines.append(text)
+
+
+def _fconst(v: float, t: str) -> str:
+    if t == "float":
+        import struct
+
+        v = struct.unpack("f", struct.pack("f", v))[0]   # exactly representable as float
+    if math.isinf(v):
+        return "0x7FF0000000000000" if v > 0 else "0xFFF0000000000000"
+    if math.isnan(v):
+        return "0x7FF8000000000000"
+    import struct
+
+    return "0x%016X" % struct.unpack("<Q", struct.pack("<d", v))[0]
+
+
+class Vals:
+    """Emits math on a scalar type T or a vector <W x T>."""
+
+    def __init__(self, b: Builder, t: str, width: int, fast: bool):
+        self.b, self.t, self.w = b, t, width
+        self.vt = t if width == 1 else f"<{width} x {t}>"
+        self.flags = "fast " if fast else ""
+        self.suffix = ("f32" if t == "float" else "f64") if width == 1 else f"v{width}{'f32' if t == 'float' else 'f64'}"
+        self.intrinsics: set = set()
+
+    def const(self, v: float) -> str:
+        c = _fconst(v, self.t)
+        if self.w == 1:
+            return c
+        return f"<{', '.join(f'{self.t} {c}' for _ in range(self.w))}>"
+
+    def bin(self, opname: str, a: str, b: str) -> str:
+        return self.b.op(f"{opname} {self.flags}{self.vt} {a}, {b}")
+
+    def call(self, name: str, *args: str) -> str:
+        full = f"llvm.{name}.{self.suffix}"
+        self.intrinsics.add(f"declare {self.vt} @{full}({', '.join([self.vt] * len(args))})")
+        return self.b.op(f"call {self.flags}{self.vt} @{full}({', '.join(f'{self.vt} {a}' for a in args)})")
+
+    def select_cmp(self, pred: str, a: str, b: str, x: str, y: str) -> str:
+        c = self.b.op(f"fcmp {pred} {self.vt} {a}, {b}")
+        return self.b.op(f"select {'i1' if self.w == 1 else f'<{self.w} x i1>'} {c}, {self.vt} {x}, {self.vt} {y}")
+
+    # composite functions
+    def exp(self, x: str) -> str:
+        if self.t == "double":
+            return self.call("exp", x)
+        # Cephes expf: x = n ln2 + r, e^r by a degree-6 polynomial, 2^n through the exponent bits
+        x = self.call("minnum", x, self.const(88.3762626647949))
+        x = self.call("maxnum", x, self.const(-87.3365478515625))
+        xl = self.b.op(f"fmul {self.vt} {x}, {self.const(1.44269504088896341)}")
+        fx = self.call("floor", self.b.op(f"fadd {self.vt} {xl}, {self.const(0.5)}"))
+        r = self.b.op(f"fsub {self.vt} {x}, {self.b.op(f'fmul {self.vt} {fx}, {self.const(0.693359375)}')}")
+        r = self.b.op(f"fsub {self.vt} {r}, {self.b.op(f'fmul {self.vt} {fx}, {self.const(-2.12194440e-4)}')}")
+        z = self.b.op(f"fmul {self.vt} {r}, {r}")
+        y = self.const(1.9875691500e-4)
+        for c in (1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1):
+            y = self.b.op(f"fadd {self.vt} {self.b.op(f'fmul {self.vt} {y}, {r}')}, {self.const(c)}")
+        y = self.b.op(f"fadd {self.vt} {self.b.op(f'fmul {self.vt} {y}, {z}')}, {r}")
+        y = self.b.op(f"fadd {self.vt} {y}, {self.const(1.0)}")
+        it = "i32" if self.w == 1 else f"<{self.w} x i32>"
+        n = self.b.op(f"fptosi {self.vt} {fx} to {it}")
+        c127 = "127" if self.w == 1 else f"<{', '.join(['i32 127'] * self.w)}>"
+        c23 = "23" if self.w == 1 else f"<{', '.join(['i32 23'] * self.w)}>"
+        e = self.b.op(f"shl {it} {self.b.op(f'add {it} {n}, {c127}')}, {c23}")
+        scale = self.b.op(f"bitcast {it} {e} to {self.vt}")
+        return self.b.op(f"fmul {self.vt} {y}, {scale}")
+
+    def recip(self, x: str) -> str:
+        return self.b.op(f"fdiv {self.flags}{self.vt} {self.const(1.0)}, {x}")
+
+    def tanh(self, x: str) -> str:
+        # tanh x = 1 - 2 / (e^(2x) + 1); saturates correctly at both ends
+        e = self.exp(self.b.op(f"fmul {self.vt} {x}, {self.const(2.0)}"))
+        d = self.b.op(f"fadd {self.vt} {e}, {self.const(1.0)}")
+        return self.b.op(f"fsub {self.vt} {self.const(1.0)}, {self.b.op(f'fdiv {self.vt} {self.const(2.0)}, {d}')}")
+
+    def sigmoid(self, x: str) -> str:
+        e = self.exp(self.b.op(f"fneg {self.vt} {x}"))
+        return self.recip(self.b.op(f"fadd {self.vt} {e}, {self.const(1.0)}"))
+
+    def erf(self, x: str) -> str:
+        if self.t == "double":
+            raise Unsupported("ERF in float64 (no vector erf; stays in the interpreter)")
+        # Abramowitz & Stegun 7.1.26, |error| <= 1.5e-7
+        ax = self.call("fabs", x)
+        t = self.recip(self.b.op(f"fadd {self.vt} {self.b.op(f'fmul {self.vt} {ax}, {self.const(0.3275911)}')}, "
+                                 f"{self.const(1.0)}"))
+        y = self.const(1.061405429)
+        for c in (-1.453152027, 1.421413741, -0.284496736, 0.254829592):
+            y = self.b.op(f"fadd {self.vt} {self.b.op(f'fmul {self.vt} {y}, {t}')}, {self.const(c)}")
+        y = self.b.op(f"fmul {self.vt} {y}, {t}")
+        e = self.exp(self.b.op(f"fneg {self.vt} {self.b.op(f'fmul {self.vt} {ax}, {ax}')}"))
+        r = self.b.op(f"fsub {self.vt} {self.const(1.0)}, {self.b.op(f'fmul {self.vt} {y}, {e}')}")
+        return self.call("copysign", r, x)
+
+
+def _relu(v, x):
+    return v.select_cmp("ogt", x, v.const(0.0), x, v.const(0.0))
+
+
+UNARY = {
+    "NEG": lambda v, x: v.b.op(f"fneg {v.vt} {x}"),
+    "ABS": lambda v, x: v.call("fabs", x),
+    "EXP": lambda v, x: v.exp(x),
+    "LOG": lambda v, x: v.call("log", x),
+    "SQRT": lambda v, x: v.call("sqrt", x),
+    "RSQRT": lambda v, x: v.recip(v.call("sqrt", x)),
+    "TANH": lambda v, x: v.tanh(x),
+    "SIGMOID": lambda v, x: v.sigmoid(x),
+    "RELU": _relu,
+    "RECIPROCAL": lambda v, x: v.recip(x),
+    "ERF": lambda v, x: v.erf(x),
+    "GELU": lambda v, x: v.bin("fmul", v.bin("fmul", x, v.const(0.5)),
+                               v.bin("fadd", v.erf(v.bin("fmul", x, v.const(1 / math.sqrt(2)))), v.const(1.0))),
+    "GELU_TANH": lambda v, x: v.bin("fmul", v.bin("fmul", x, v.const(0.5)), v.bin("fadd", v.const(1.0), v.tanh(
+        v.bin("fmul", v.const(math.sqrt(2 / math.pi)),
+              v.bin("fadd", x, v.bin("fmul", v.const(0.044715), v.bin("fmul", x, v.bin("fmul", x, x)))))))),
+}
+BINARY = {
+    "BROADCAST_ADD": lambda v, a, b: v.bin("fadd", a, b),
+    "BROADCAST_SUB": lambda v, a, b: v.bin("fsub", a, b),
+    "BROADCAST_MUL": lambda v, a, b: v.bin("fmul", a, b),
+    "BROADCAST_DIV": lambda v, a, b: v.bin("fdiv", a, b),
+    "BROADCAST_MAX": lambda v, a, b: v.select_cmp("ogt", a, b, a, b),
+    "BROADCAST_MIN": lambda v, a, b: v.select_cmp("olt", a, b, a, b),
+    "BROADCAST_POW": lambda v, a, b: v.call("pow", a, b),
+}
+
+
+def emit_program(v: Vals, program: tuple, inputs: list) -> str:
+    """The program's value given the (already loaded) input values."""
+    stack = []
+    for node in program:
+        tag = node[0]
+        if tag == "in":
+            stack.append(inputs[node[1]])
+        elif tag == "c":
+            stack.append(v.const(float(node[1])))
+        elif tag == "CAST":
+            if str(node[1]) != ("float32" if v.t == "float" else "float64"):
+                raise Unsupported(f"CAST to {node[1]} inside a {v.t} kernel")
+        elif tag in UNARY:
+            stack.append(UNARY[tag](v, stack.pop()))
+        elif tag in BINARY:
+            b_, a_ = stack.pop(), stack.pop()
+            stack.append(BINARY[tag](v, a_, b_))
+        else:
+            raise Unsupported(f"{tag} has no lowering for {v.t}")
+    return stack[-1]
+
+
+def _vec_width(features: str, t: str) -> int:
+    bits = 512 if "+avx512f" in features else 256 if "+avx" in features else 128
+    return bits // (32 if t == "float" else 64)
+
+
+def lower_elementwise(k: Elementwise, name: str, features: str) -> str:
+    t = TYPES.get(k.dtype)
+    if t is None:
+        raise Unsupported(f"elementwise kernels in {k.dtype}")
+    width = _vec_width(features, t)
+    fast = k.dims is not None
+    tensors = [i for i, kind in enumerate(k.kinds) if kind == "t"]
+    scalars = [i for i, kind in enumerate(k.kinds) if kind == "s"]
+    params = ["i64 %start", "i64 %end", "i64 %n1_arg", "i64 %n2_arg", f"{t}* %out"]
+    for i in tensors:
+        params += [f"{t}* %in{i}", f"i64 %s0_{i}", f"i64 %s1_{i}"]
+    for i in scalars:
+        params.append(f"double %sc{i}")
+    b = Builder()
+    intrinsics: set = set()
+    b.raw(f"define void @{name}({', '.join(params)}) nounwind {{")
+    b.raw("entry:")
+    if k.dims is not None:
+        n1, n2 = str(k.dims[1]), str(k.dims[2])
+        strides = {i: strides_for(k.dims, k.bcast[i]) for i in tensors}
+        s0 = {i: str(strides[i][0]) for i in tensors}
+        s1 = {i: str(strides[i][1]) for i in tensors}
+    else:
+        n1, n2 = "%n1_arg", "%n2_arg"
+        s0 = {i: f"%s0_{i}" for i in tensors}
+        s1 = {i: f"%s1_{i}" for i in tensors}
+    scal = {}
+    for i in scalars:
+        scal[i] = b.op(f"fptrunc double %sc{i} to float") if t == "float" else f"%sc{i}"
+    vw = (width // 1)
+    b.raw("  br label %loop0")
+    # i0 loop
+    b.raw("loop0:")
+    b.raw("  %i0 = phi i64 [ %start, %entry ], [ %i0n, %end1 ]")
+    b.raw("  %c0 = icmp slt i64 %i0, %end")
+    b.raw("  br i1 %c0, label %body0, label %done")
+    b.raw("body0:")
+    b.raw("  br label %loop1")
+    b.raw("loop1:")
+    b.raw("  %i1 = phi i64 [ 0, %body0 ], [ %i1n, %end2 ]")
+    b.raw(f"  %c1 = icmp slt i64 %i1, {n1}")
+    b.raw("  br i1 %c1, label %body1, label %end1")
+    b.raw("body1:")
+    r0 = b.op(f"mul i64 %i0, {n1}")
+    r1 = b.op(f"add i64 {r0}, %i1")
+    rowo = b.op(f"mul i64 {r1}, {n2}")
+    base = {}
+    for i in tensors:
+        base[i] = b.op(f"add i64 {b.op(f'mul i64 %i0, {s0[i]}')}, {b.op(f'mul i64 %i1, {s1[i]}')}")
+    vec_end = b.op(f"sub i64 {n2}, {vw - 1}")
+    b.raw("  br label %vloop")
+    b.raw("vloop:")
+    b.raw("  %j = phi i64 [ 0, %body1 ], [ %jn, %vbody ]")
+    b.raw("  %cv = icmp slt i64 %j, " + vec_end)
+    b.raw("  br i1 %cv, label %vbody, label %sloop_pre")
+    b.raw("vbody:")
+    v = Vals(b, t, vw, fast)
+    loaded = {}
+    vt = v.vt
+    for i in tensors:
+        if k.bcast[i][2]:
+            p = b.op(f"getelementptr {t}, {t}* %in{i}, i64 {base[i]}")
+            s = b.op(f"load {t}, {t}* {p}")
+            ins_ = b.op(f"insertelement {vt} undef, {t} {s}, i32 0")
+            loaded[i] = b.op(f"shufflevector {vt} {ins_}, {vt} undef, <{vw} x i32> zeroinitializer")
+        else:
+            off = b.op(f"add i64 {base[i]}, %j")
+            p = b.op(f"getelementptr {t}, {t}* %in{i}, i64 {off}")
+            pv = b.op(f"bitcast {t}* {p} to {vt}*")
+            loaded[i] = b.op(f"load {vt}, {vt}* {pv}, align {4 if t == 'float' else 8}")
+    for i in scalars:
+        ins_ = b.op(f"insertelement {vt} undef, {t} {scal[i]}, i32 0")
+        loaded[i] = b.op(f"shufflevector {vt} {ins_}, {vt} undef, <{vw} x i32> zeroinitializer")
+    r = emit_program(v, k.program, [loaded.get(i) for i in range(len(k.kinds))])
+    intrinsics |= v.intrinsics
+    po = b.op(f"getelementptr {t}, {t}* %out, i64 {b.op(f'add i64 {rowo}, %j')}")
+    pov = b.op(f"bitcast {t}* {po} to {vt}*")
+    b.raw(f"  store {vt} {r}, {vt}* {pov}, align {4 if t == 'float' else 8}")
+    b.raw(f"  %jn = add i64 %j, {vw}")
+    b.raw("  br label %vloop")
+    # scalar remainder
+    b.raw("sloop_pre:")
+    b.raw("  br label %sloop")
+    b.raw("sloop:")
+    b.raw("  %js = phi i64 [ %j, %sloop_pre ], [ %jsn, %sbody ]")
+    b.raw(f"  %cs = icmp slt i64 %js, {n2}")
+    b.raw("  br i1 %cs, label %sbody, label %end2")
+    b.raw("sbody:")
+    sv = Vals(b, t, 1, fast)
+    loaded = {}
+    for i in tensors:
+        off = base[i] if k.bcast[i][2] else b.op(f"add i64 {base[i]}, %js")
+        p = b.op(f"getelementptr {t}, {t}* %in{i}, i64 {off}")
+        loaded[i] = b.op(f"load {t}, {t}* {p}")
+    for i in scalars:
+        loaded[i] = scal[i]
+    r = emit_program(sv, k.program, [loaded.get(i) for i in range(len(k.kinds))])
+    intrinsics |= sv.intrinsics
+    po = b.op(f"getelementptr {t}, {t}* %out, i64 {b.op(f'add i64 {rowo}, %js')}")
+    b.raw(f"  store {t} {r}, {t}* {po}")
+    b.raw("  %jsn = add i64 %js, 1")
+    b.raw("  br label %sloop")
+    b.raw("end2:")
+    b.raw("  %i1n = add i64 %i1, 1")
+    b.raw("  br label %loop1")
+    b.raw("end1:")
+    b.raw("  %i0n = add i64 %i0, 1")
+    b.raw("  br label %loop0")
+    b.raw("done:")
+    b.raw("  ret void")
+    b.raw("}")
+    return "\n".join(sorted(intrinsics)) + "\n\n" + "\n".join(b.lines) + "\n"
+
+
+def lower_matmul(k: MatmulEpilogue, name: str, features: str) -> str:
+    """Row blocks: gemm(block) through the BLAS pointer, then the epilogue over the block."""
+    t = TYPES.get(k.dtype)
+    if t is None:
+        raise Unsupported(f"matmul kernels in {k.dtype}")
+    epi_name = f"{name}_epi"
+    epi_ir = ""
+    extra = []
+    if k.epilogue is not None:
+        epi_ir = lower_elementwise(k.epilogue, epi_name, features)
+        extra = [i for i, kind in enumerate(k.epilogue.kinds) if i > 0]
+    # signature: (gemm*, A*, B*, C*, extras: {T* in, i64 s0, i64 s1} | double)
+    params = [f"void (i8*, i8*, i32*, i32*, i32*, {t}*, {t}*, i32*, {t}*, i32*, {t}*, {t}*, i32*)* %gemm",
+              f"{t}* %A", f"{t}* %B", f"{t}* %C"]
+    for i in extra:
+        if k.epilogue.kinds[i] == "t":
+            params += [f"{t}* %x{i}", f"i64 %xs0_{i}", f"i64 %xs1_{i}"]
+        else:
+            params.append(f"double %xc{i}")
+    m, kk, n, bs = k.m, k.k, k.n, k.block
+    b = Builder()
+    b.raw(f"define void @{name}({', '.join(params)}) nounwind {{")
+    b.raw("entry:")
+    # Fortran arguments live in stack slots
+    for var, val, ty in (("ta", 84 if k.tb else 78, "i8"), ("tb", 84 if k.ta else 78, "i8"), ("mm", n, "i32"),
+                         ("kk", kk, "i32"), ("lda", kk if k.tb else n, "i32"), ("ldb", m if k.ta else kk, "i32"),
+                         ("ldc", n, "i32")):
+        b.raw(f"  %{var} = alloca {ty}")
+        b.raw(f"  store {ty} {val}, {ty}* %{var}")
+    b.raw("  %nb = alloca i32")
+    b.raw(f"  %alpha = alloca {t}")
+    b.raw(f"  store {t} {_fconst(1.0, t)}, {t}* %alpha")
+    b.raw(f"  %beta = alloca {t}")
+    b.raw(f"  store {t} {_fconst(0.0, t)}, {t}* %beta")
+    b.raw("  br label %bloop")
+    b.raw("bloop:")
+    b.raw("  %bi = phi i64 [ 0, %entry ], [ %bin, %bdone ]")
+    b.raw(f"  %bc = icmp slt i64 %bi, {k.batch}")
+    b.raw("  br i1 %bc, label %bbody, label %done")
+    b.raw("bbody:")
+    a_b = b.op(f"getelementptr {t}, {t}* %A, i64 {b.op(f'mul i64 %bi, {m * kk}')}")
+    b_b = b.op(f"getelementptr {t}, {t}* %B, i64 {b.op(f'mul i64 %bi, {kk * n}')}")
+    c_b = b.op(f"getelementptr {t}, {t}* %C, i64 {b.op(f'mul i64 %bi, {m * n}')}")
+    b.raw("  br label %rloop")
+    b.raw("rloop:")
+    b.raw("  %r0 = phi i64 [ 0, %bbody ], [ %r0n, %rbody ]")
+    b.raw(f"  %rc = icmp slt i64 %r0, {m}")
+    b.raw("  br i1 %rc, label %rbody, label %bdone")
+    b.raw("rbody:")
+    rem = b.op(f"sub i64 {m}, %r0")
+    lt = b.op(f"icmp slt i64 {rem}, {bs}")
+    rows = b.op(f"select i1 {lt}, i64 {rem}, i64 {bs}")
+    rows32 = b.op(f"trunc i64 {rows} to i32")
+    b.raw(f"  store i32 {rows32}, i32* %nb")
+    # C^T (n x rows, col-major) = op(B)^T-view x op(A)^T-view; A's block starts at row r0 (or column r0 if ta)
+    a_off = b.op("add i64 %r0, 0") if k.ta else b.op(f"mul i64 %r0, {kk}")
+    a_blk = b.op(f"getelementptr {t}, {t}* {a_b}, i64 {a_off}")
+    c_blk = b.op(f"getelementptr {t}, {t}* {c_b}, i64 {b.op(f'mul i64 %r0, {n}')}")
+    b.raw(f"  call void %gemm(i8* %ta, i8* %tb, i32* %mm, i32* %nb, i32* %kk, {t}* %alpha, {t}* {b_b}, i32* %lda, "
+          f"{t}* {a_blk}, i32* %ldb, {t}* %beta, {t}* {c_blk}, i32* %ldc)")
+    if k.epilogue is not None:
+        args = ["i64 0", f"i64 {rows}", "i64 1", f"i64 {n}", f"{t}* {c_blk}", f"{t}* {c_blk}", f"i64 {n}", "i64 0"]
+        # epilogue over a block of `rows` x n: extras are indexed from the block's first row
+        for i in extra:
+            if k.epilogue.kinds[i] == "t":
+                s0 = f"%xs0_{i}"
+                off = b.op(f"mul i64 %r0, {s0}")
+                px = b.op(f"getelementptr {t}, {t}* %x{i}, i64 {off}")
+                args += [f"{t}* {px}", f"i64 {s0}", f"i64 %xs1_{i}"]
+            else:
+                args.append(f"double %xc{i}")
+        b.raw(f"  call void @{epi_name}({', '.join(args)})")
+    b.raw(f"  %r0n = add i64 %r0, {bs}")
+    b.raw("  br label %rloop")
+    b.raw("bdone:")
+    b.raw("  %bin = add i64 %bi, 1")
+    b.raw("  br label %bloop")
+    b.raw("done:")
+    b.raw("  ret void")
+    b.raw("}")
+    return epi_ir + "\n" + "\n".join(b.lines) + "\n"
+
+
+def lower_row(k: RowKernel, name: str, features: str) -> str:
+    """softmax / layer norm over rows of length n: void @k(i64 start, i64 end, i64 n, T* out, T* x, T* g, T* b)."""
+    t = TYPES.get(k.dtype)
+    if t is None:
+        raise Unsupported(f"row kernels in {k.dtype}")
+    fast = k.n is not None
+    n = str(k.n) if k.n is not None else "%n_arg"
+    b = Builder()
+    v = Vals(b, t, 1, fast)
+    b.raw(f"define void @{name}(i64 %start, i64 %end, i64 %n_arg, {t}* noalias %out, {t}* noalias %x, "
+          f"{t}* %g, {t}* %bb) nounwind {{")
+    b.raw("entry:")
+    b.raw("  br label %rows")
+    b.raw("rows:")
+    b.raw("  %r = phi i64 [ %start, %entry ], [ %rn, %rowdone ]")
+    b.raw("  %rc = icmp slt i64 %r, %end")
+    b.raw("  br i1 %rc, label %row, label %done")
+    b.raw("row:")
+    base = b.op(f"mul i64 %r, {n}")
+    xr = b.op(f"getelementptr {t}, {t}* %x, i64 {base}")
+    orow = b.op(f"getelementptr {t}, {t}* %out, i64 {base}")
+
+    def loop(label, body, init_vals):
+        """for j in [0, n): acc = body(j, acc); returns the final accumulators."""
+        pre = b.tmp()[1:]
+        b.raw(f"  br label %{label}_pre")
+        b.raw(f"{label}_pre:")
+        b.raw(f"  br label %{label}")
+        b.raw(f"{label}:")
+        j = f"%{label}_j"
+        accs = [f"%{label}_a{q}" for q in range(len(init_vals))]
+        nxt = [f"%{label}_n{q}" for q in range(len(init_vals))]
+        b.raw(f"  {j} = phi i64 [ 0, %{label}_pre ], [ %{label}_jn, %{label}_body ]")
+        for a, iv, nx in zip(accs, init_vals, nxt):
+            b.raw(f"  {a} = phi {t} [ {iv}, %{label}_pre ], [ {nx}, %{label}_body ]")
+        b.raw(f"  %{label}_c = icmp slt i64 {j}, {n}")
+        b.raw(f"  br i1 %{label}_c, label %{label}_body, label %{label}_end")
+        b.raw(f"{label}_body:")
+        outs = body(j, accs)
+        for nx, o in zip(nxt, outs):
+            b.raw(f"  {nx} = fadd {t} {o}, {v.const(0.0)}")
+        b.raw(f"  %{label}_jn = add i64 {j}, 1")
+        b.raw(f"  br label %{label}")
+        b.raw(f"{label}_end:")
+        del pre
+        return accs
+
+    def ld(ptr, j):
+        return b.op(f"load {t}, {t}* {b.op(f'getelementptr {t}, {t}* {ptr}, i64 {j}')}")
+
+    def st(ptr, j, val):
+        b.raw(f"  store {t} {val}, {t}* {b.op(f'getelementptr {t}, {t}* {ptr}, i64 {j}')}")
+
+    nf = b.op(f"sitofp i64 {n} to {t}")
+    if k.op == "softmax":
+        (mx,) = loop("mx", lambda j, a: [v.select_cmp("ogt", ld(xr, j), a[0], ld(xr, j), a[0])],
+                     [v.const(-math.inf)])
+        (tot,) = loop("sm", lambda j, a: _exp_store(v, b, ld, st, xr, orow, j, mx, a[0]), [v.const(0.0)])
+        inv = v.recip(tot)
+        loop("sc", lambda j, a: _scale_store(v, b, ld, st, orow, j, inv, a), [v.const(0.0)])
+    elif k.op == "layer_norm":
+        (s,) = loop("mean", lambda j, a: [v.bin("fadd", a[0], ld(xr, j))], [v.const(0.0)])
+        mean = b.op(f"fdiv {t} {s}, {nf}")
+        (ss,) = loop("var", lambda j, a: [v.bin("fadd", a[0], _sq(v, b.op(f"fsub {t} {ld(xr, j)}, {mean}")))],
+                     [v.const(0.0)])
+        var = b.op(f"fdiv {t} {ss}, {nf}")
+        inv = v.recip(v.call("sqrt", b.op(f"fadd {t} {var}, {v.const(k.eps)}")))
+
+        def norm(j, a):
+            y = b.op(f"fmul {t} {b.op(f'fsub {t} {ld(xr, j)}, {mean}')}, {inv}")
+            if k.has_gamma:
+                y = b.op(f"fmul {t} {y}, {ld('%g', j)}")
+            if k.has_beta:
+                y = b.op(f"fadd {t} {y}, {ld('%bb', j)}")
+            st(orow, j, y)
+            return a
+        loop("wr", norm, [v.const(0.0)])
+    else:
+        raise Unsupported(f"row kernel {k.op}")
+    b.raw("  br label %rowdone")
+    b.raw("rowdone:")
+    b.raw("  %rn = add i64 %r, 1")
+    b.raw("  br label %rows")
+    b.raw("done:")
+    b.raw("  ret void")
+    b.raw("}")
+    return "\n".join(sorted(v.intrinsics)) + "\n\n" + "\n".join(b.lines) + "\n"
+
+
+def _sq(v, x):
+    return v.bin("fmul", x, x)
+
+
+def _exp_store(v, b, ld, st, xr, orow, j, mx, acc):
+    e = v.exp(v.bin("fsub", ld(xr, j), mx))
+    st(orow, j, e)
+    return [v.bin("fadd", acc, e)]
+
+
+def _scale_store(v, b, ld, st, orow, j, inv, a):
+    st(orow, j, v.bin("fmul", ld(orow, j), inv))
+    return a
+
+
+LOWER = {"elementwise": lower_elementwise, "matmul": lower_matmul, "row": lower_row}
+
+
+def lower(kernel, name: str, features: str) -> str:
+    """LLVM IR text for a kernel; raises Unsupported when there is no lowering."""
+    fn = LOWER.get(kernel.kind)
+    if fn is None:
+        raise Unsupported(f"no lowering for {kernel.kind} kernels")
+    return fn(kernel, name, features)
+
+
+_ = (Elementwise, MatmulEpilogue, RowKernel)

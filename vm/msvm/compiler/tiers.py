@@ -1,0 +1,576 @@
+"""The tier manager: which code runs each jit-able instruction, and when it compiles.
+
+Every FUSED_ELEMENTWISE, FUSED_MATMUL, SOFTMAX and LAYER_NORM instruction of a
+Code gets a ``Site``. A call at a shape class it has no kernel for runs the L1
+reference kernel and queues an L2 compile (shape-generic: dims are arguments) on
+the background thread; the next calls use L2. After ``l3_after`` calls at the same
+concrete shapes the site queues an L3 compile (dims and strides are constants, O3,
+FMA, BLAS row blocks for matmul) and switches to it. ``jit_level`` "L1" never
+compiles; "L2"/"L3" compile that tier synchronously and never change. A compile
+that fails or exceeds its budget is counted, logged, and the site stays on L1 for
+that shape class; results are the same in every tier.
+
+Each compile reports the article's seven steps (Parse, Shape Resolution, IR
+Generation, Fusion, Hardware Mapping, Code Generation, Kernel Cache) as a
+``compile`` event and, at DEBUG, as ``[MS]`` lines.
+"""
+
+from __future__ import annotations
+
+import atexit
+import ctypes
+import queue
+import threading
+import time
+
+import numpy as np
+
+from .. import context, events, log
+from ..bytecode.disasm import display_name
+from ..interp import kernels as K
+from .cache import KernelCache, make_key
+from .kir import Elementwise, MatmulEpilogue, RowKernel, collapse, strides_for
+from .lower import Unsupported, lower
+
+STEPS = ("Step1 Parse", "Step2 Shape Resolution", "Step3 IR Generation", "Step4 Fusion", "Step5 Hardware Mapping",
+         "Step6 Code Generation", "Step7 Kernel Cache")
+BUDGET_S = {2: 0.25, 3: 2.0}
+PARALLEL_MIN = 1 << 20          # elements: below this one thread is faster (MEASURED.md)
+JITABLE = frozenset({"FUSED_ELEMENTWISE", "FUSED_MATMUL", "SOFTMAX", "LAYER_NORM"})
+
+_cache = None
+_worker = None
+_lock = threading.Lock()
+_pool = None
+
+
+def kernel_cache() -> KernelCache:
+    global _cache
+    if _cache is None:
+        with _lock:
+            if _cache is None:
+                _cache = KernelCache()
+    return _cache
+
+
+def reset_cache(directory=None) -> KernelCache:
+    """A fresh cache (tests, ``msvm cache clear``)."""
+    global _cache
+    with _lock:
+        _cache = KernelCache(directory)
+    return _cache
+
+
+# ---------------------------------------------------------------- background compiler
+
+class _Worker:
+    """One background thread; queued compiles run in order; exit drops what is queued."""
+
+    def __init__(self):
+        self.q: queue.Queue = queue.Queue()
+        self.stopping = False
+        self.busy = threading.Event()
+        self.thread = threading.Thread(target=self.loop, name="msvm-jit", daemon=True)
+        self.thread.start()
+
+    def loop(self):
+        while True:
+            task = self.q.get()
+            if task is None:
+                return
+            if self.stopping:
+                continue
+            self.busy.set()
+            try:
+                task()
+            except Exception as e:  # noqa: BLE001 - a compile must never kill the worker
+                log.logger.debug("JIT worker: %s", e)
+            finally:
+                self.busy.clear()
+                self.q.task_done()
+
+    def submit(self, task):
+        if not self.stopping:
+            self.q.put(task)
+
+    def drain(self, timeout=None):
+        """Wait for queued compiles (tests, benchmarks)."""
+        end = None if timeout is None else time.time() + timeout
+        while self.q.unfinished_tasks:
+            if end is not None and time.time() > end:
+                return False
+            time.sleep(0.001)
+        return True
+
+    def stop(self):
+        self.stopping = True          # queued compiles are dropped; the running one finishes
+        self.q.put(None)
+        self.thread.join(timeout=5)
+
+
+def worker() -> _Worker:
+    global _worker
+    if _worker is None:
+        with _lock:
+            if _worker is None:
+                _worker = _Worker()
+                atexit.register(_worker.stop)
+    return _worker
+
+
+def wait_for_compiles(timeout=None) -> bool:
+    return worker().drain(timeout)
+
+
+def _threads():
+    global _pool
+    if _pool is None:
+        import os
+        from concurrent.futures import ThreadPoolExecutor
+
+        _pool = ThreadPoolExecutor(max(1, min(os.cpu_count() or 1, 8)), thread_name_prefix="msvm-kernel")
+    return _pool
+
+
+# ---------------------------------------------------------------- compiled kernels
+
+class Compiled:
+    """A loaded kernel and how to call it."""
+
+    def __init__(self, kernel, level: int, addrs: dict, name: str, key: str):
+        self.kernel, self.level, self.key = kernel, level, key
+        self.addr = addrs[name]
+        self.fn = _cfunc(kernel, self.addr)
+
+
+def _cfunc(kernel, addr):
+    i64, ptr, dbl = ctypes.c_int64, ctypes.c_void_p, ctypes.c_double
+    if kernel.kind == "elementwise":
+        args = [i64, i64, i64, i64, ptr]
+        for kind in kernel.kinds:
+            args += [ptr, i64, i64] if kind == "t" else [dbl]
+    elif kernel.kind == "row":
+        args = [i64, i64, i64, ptr, ptr, ptr, ptr]
+    else:
+        args = [ptr, ptr, ptr, ptr]
+        if kernel.epilogue is not None:
+            for kind in kernel.epilogue.kinds[1:]:
+                args += [ptr, i64, i64] if kind == "t" else [dbl]
+    return ctypes.CFUNCTYPE(None, *args)(addr)
+
+
+def _gemm_pointer(dtype: str) -> int:
+    import scipy.linalg.cython_blas as blas
+
+    cap = blas.__pyx_capi__["sgemm" if dtype == "float32" else "dgemm"]
+    get = ctypes.pythonapi.PyCapsule_GetPointer
+    get.restype, get.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
+    name = ctypes.pythonapi.PyCapsule_GetName
+    name.restype, name.argtypes = ctypes.c_char_p, [ctypes.py_object]
+    return get(cap, name(cap))
+
+
+def compile_kernel(kernel, level: int, info: dict) -> Compiled:
+    """Lower, compile (or load from the cache) and load one kernel; emits the compile event."""
+    from .codegen import codegen
+
+    cache = kernel_cache()
+    steps = dict.fromkeys(STEPS, 0.0)
+    t_all = time.perf_counter()
+    t0 = time.perf_counter()
+    cg = codegen()
+    text = kernel.text()
+    steps["Step1 Parse"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    key = make_key(text, level, "cpu", cg.version, cg.target_id)
+    name = f"msvm_{kernel.name}_{key[:12]}"
+    steps["Step2 Shape Resolution"] = time.perf_counter() - t0
+    if log.debug_enabled():
+        log.logger.debug("JIT compiling %s (shape=%s, dtype=%s) at L%d...", info.get("op"), info.get("shape"),
+                         info.get("dtype"), level)
+    with cache.lock:
+        hit = cache.mem.get(key)
+    if hit is not None:
+        cache.note_key(key, info, "memory")
+        return hit
+    source = "compiled"
+    disk = cache.read(key)
+    t0 = time.perf_counter()
+    if disk is not None:
+        obj, _header = disk
+        source = "disk"
+    else:
+        t0 = time.perf_counter()
+        ir = lower(kernel, name, cg.features)
+        steps["Step3 IR Generation"] = time.perf_counter() - t0
+        steps["Step4 Fusion"] = info.get("fusion_s", 0.0)
+        t0 = time.perf_counter()
+        obj, times = cg.compile(ir, level)
+        steps["Step5 Hardware Mapping"] = times["parse"] + times["optimize"]
+        steps["Step6 Code Generation"] = times["codegen"]
+    t0 = time.perf_counter()
+    addrs = cg.load(obj, [name] + ([f"{name}_epi"] if kernel.kind == "matmul" and kernel.epilogue else []))
+    compiled = Compiled(kernel, level, addrs, name, key)
+    if source == "compiled":
+        cache.write(key, obj, {"name": name, "level": level, "kernel": text, "created": time.time()})
+    with cache.lock:
+        cache.mem[key] = compiled
+        cache.stats["compiles" if source == "compiled" else "disk_loads"] += 1
+    steps["Step7 Kernel Cache"] = time.perf_counter() - t0
+    total = time.perf_counter() - t_all
+    cache.note_key(key, info, source)
+    ms_steps = {k: round(v * 1e3, 4) for k, v in steps.items()}
+    events.emit({"type": "compile", "op": info.get("op"), "code": info.get("code"), "offset": info.get("offset"),
+                 "file": info.get("file"), "line": info.get("line"), "level": level, "key": key,
+                 "shape": info.get("shape"), "dtype": info.get("dtype"), "source": source,
+                 "steps": ms_steps, "ms": round(total * 1e3, 4), "fused": info.get("fused", 1)})
+    if log.debug_enabled():
+        for step, v in ms_steps.items():
+            extra = f", fused {info.get('fused')} ops" if step == "Step4 Fusion" else \
+                f", object size={len(obj) / 1024:.1f}KB" if step == "Step6 Code Generation" else ""
+            log.logger.debug("%s: %.2fms%s", step, v, extra)
+        log.logger.debug("JIT %s in %.2fms (L%d), cache key=%s...", "loaded from disk" if source == "disk"
+                         else "compiled", total * 1e3, level, key[:12])
+    return compiled
+
+
+# ---------------------------------------------------------------- sites
+
+class Site:
+    """One jit-able instruction of one Code: its kernels per shape class / shape."""
+
+    def __init__(self, code, index: int, program=None):
+        ins = code.instrs[index]
+        self.code, self.index, self.ins = code, index, ins
+        self.op = ins.op.name
+        self.args = code.decode_args(ins)
+        self.name = display_name(ins)
+        self.l2: dict = {}       # shape class -> Compiled | "pending" | "failed"
+        self.l3: dict = {}       # concrete shapes -> Compiled | "pending" | "failed"
+        self.seen: dict = {}     # concrete shapes -> calls
+        self.tier_history: list = []
+        self.plans: dict = {}
+        st = code.stack_types[index]
+        n = ins.op.n_pops(self.args)
+        self.in_types = st[len(st) - n:] if st else ()
+        self.fused = max(1, len(ins.parts))
+        self.stats = kernel_cache().stats
+
+    def info(self, shape, dtype) -> dict:
+        return {"op": self.name, "code": self.code.name, "offset": self.ins.offset, "file": self.code.filename,
+                "line": self.ins.loc.line, "shape": list(shape), "dtype": str(dtype), "fused": self.fused}
+
+    # --- the hot path
+    def __call__(self, inputs, reference, out=None):
+        level = context.jit_option("jit_level")
+        if level == "L1":
+            return reference(*inputs)
+        plan = self.plan(inputs)
+        if plan is None:
+            return reference(*inputs)
+        cls_key, shape_key = plan[0], plan[1]
+        k3 = self.l3.get(shape_key)
+        if isinstance(k3, Compiled):
+            self.stats["hits"] += 1
+            return self.run(k3, plan, inputs, out)
+        k2 = self.l2.get(cls_key)
+        if level == "L3":
+            if k3 is None:
+                self.compile(3, plan, sync=True)
+                k3 = self.l3.get(shape_key)
+                if isinstance(k3, Compiled):
+                    self.stats["misses"] += 1
+                    return self.run(k3, plan, inputs, out)
+            self.stats["misses"] += 1
+            return reference(*inputs)
+        if k2 is None:
+            self.compile(2, plan, sync=(level == "L2"))
+            k2 = self.l2.get(cls_key)
+        if level == "auto" and k3 is None:
+            n = self.seen.get(shape_key, 0) + 1
+            self.seen[shape_key] = n
+            if n >= context.jit_option("l3_after"):
+                self.compile(3, plan, sync=False)
+        if isinstance(k2, Compiled):
+            self.stats["hits"] += 1
+            return self.run(k2, plan, inputs, out)
+        self.stats["misses"] += 1
+        return reference(*inputs)
+
+    def compile(self, level: int, plan, sync: bool):
+        table, key = (self.l2, plan[0]) if level == 2 else (self.l3, plan[1])
+        if key in table:
+            return
+        table[key] = "pending"
+        kernel = self.kernel_ir(level, plan)
+        shape, dtype = plan[2], plan[3]
+
+        def task():
+            t0 = time.perf_counter()
+            try:
+                if kernel is None:
+                    raise Unsupported(f"{self.name} has no compiled form for this input")
+                compiled = compile_kernel(kernel, level, self.info(shape, dtype))
+                if time.perf_counter() - t0 > BUDGET_S[level]:
+                    raise TimeoutError(f"compile took {time.perf_counter() - t0:.2f}s, budget {BUDGET_S[level]}s")
+                table[key] = compiled
+                self.tier_history.append({"time": time.time(), "level": level, "shape": list(shape)})
+                events.emit({"type": "tier", "code": self.code.name, "offset": self.ins.offset, "op": self.name,
+                             "level": level, "shape": list(shape)})
+            except Exception as e:  # noqa: BLE001 - any failure falls back to L1, counted and logged
+                table[key] = "failed"
+                kernel_cache().stats["failures"] += 1
+                events.emit({"type": "error", "what": "compile", "op": self.name, "level": level, "why": str(e),
+                             "code": self.code.name, "offset": self.ins.offset})
+                log.logger.info("JIT L%d compile of %s failed, staying in L1: %s", level, self.name, e)
+        if sync:
+            task()
+        else:
+            worker().submit(task)
+
+    # --- per kind: planning, kernel IR, running
+    def plan(self, inputs):
+        """(shape class, concrete key, out shape, dtype, details) or None when only L1 applies."""
+        shapes = tuple(getattr(x, "shape", None) if isinstance(x, np.ndarray) else None for x in inputs)
+        dts = tuple(x.dtype if isinstance(x, np.ndarray) else None for x in inputs)
+        ck = (shapes, dts)
+        p = self.plans.get(ck)
+        if p is None and ck not in self.plans:
+            p = self.plans[ck] = self._make_plan(inputs)
+        if p is not None:
+            for x in inputs:
+                if isinstance(x, np.ndarray) and not x.flags.c_contiguous:
+                    return None
+        return p
+
+    def _make_plan(self, inputs):
+        try:
+            return {"FUSED_ELEMENTWISE": self._plan_elementwise, "FUSED_MATMUL": self._plan_matmul,
+                    "SOFTMAX": self._plan_row, "LAYER_NORM": self._plan_row}[self.op](inputs)
+        except Unsupported:
+            return None
+
+    def _float_dtype(self, arrays):
+        dts = {a.dtype for a in arrays}
+        if len(dts) != 1:
+            raise Unsupported("mixed dtypes")
+        d = dts.pop()
+        if d not in (np.float32, np.float64):
+            raise Unsupported(f"dtype {d}")
+        return d
+
+    def _plan_elementwise(self, inputs, program=None, out_shape=None):
+        program = program or self.args[0]
+        tensors = [x for x in inputs if _is_tensor(x)]
+        if not tensors:
+            raise Unsupported("no tensor inputs")
+        d = self._float_dtype(tensors)
+        for x in inputs:
+            if isinstance(x, np.ndarray) and x.ndim == 0 and x.dtype != d:
+                raise Unsupported("0-d input of another dtype")
+        if any(n[0] == "CAST" and str(n[1]) != str(d) for n in program):
+            raise Unsupported("cast to another dtype")
+        shapes = [x.shape if _is_tensor(x) else None for x in inputs]
+        out_shape = out_shape or np.broadcast_shapes(*[s for s in shapes if s is not None])
+        col = collapse(tuple(out_shape), shapes)
+        if col is None:
+            raise Unsupported("more than 3 dims after collapsing")
+        dims, bcast = col
+        kinds = tuple("t" if s is not None else "s" for s in shapes)
+        cls = ("ew", kinds, tuple(bcast), str(d))
+        return (cls, (cls, dims), tuple(out_shape), d, {"dims": dims, "bcast": bcast, "kinds": kinds,
+                                                       "program": program,
+                                                       "strides": [strides_for(dims, b) if b else None for b in bcast]})
+
+    def _plan_matmul(self, inputs):
+        ta, tb, batched, program, n = self.args
+        a, b = inputs[0], inputs[1]
+        if not (isinstance(a, np.ndarray) and isinstance(b, np.ndarray)):
+            raise Unsupported("matmul of scalars")
+        d = self._float_dtype([a, b])
+        m, k = (a.shape[-1], a.shape[-2]) if ta else (a.shape[-2], a.shape[-1])
+        n_ = b.shape[-2] if tb else b.shape[-1]
+        batch_shape = np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) if batched else ()
+        out_shape = tuple(batch_shape) + (m, n_)
+        extras = list(inputs[2:])
+        epi = self._plan_elementwise([_Shape(out_shape, d)] + extras, program, out_shape)
+        block = []      # per epilogue input: broadcast along rows / along a row, and the row stride
+        for x in extras:
+            if _is_tensor(x):
+                xs = (1,) * (len(out_shape) - x.ndim) + tuple(x.shape)
+                rowb, colb = xs[-2] == 1 and m != 1, xs[-1] == 1 and n_ != 1
+                block.append(((rowb, True, colb), 0 if rowb else xs[-1]))
+            else:
+                block.append(((), 0))
+        epi[4]["block"] = block
+        same_batch = (not batched) or (a.shape[:-2] == b.shape[:-2] == tuple(batch_shape))
+        batch = int(np.prod(batch_shape)) if batched else 1
+        cls = ("mm", bool(ta), bool(tb), str(d), epi[0] if epi else None)
+        return (cls, (cls, a.shape, b.shape, tuple(x.shape if isinstance(x, np.ndarray) else None for x in extras)),
+                out_shape, d, {"m": m, "k": k, "n": n_, "batch": batch, "same_batch": same_batch, "epi": epi})
+
+    def _plan_row(self, inputs):
+        x = inputs[0]
+        if not isinstance(x, np.ndarray) or x.ndim == 0:
+            raise Unsupported("row kernel of a scalar")
+        d = self._float_dtype([x])
+        if self.op == "SOFTMAX":
+            if self.args[0] not in (-1, x.ndim - 1):
+                raise Unsupported("softmax not over the last axis")
+            extra = {"op": "softmax", "gamma": False, "beta": False, "eps": 0.0}
+        else:
+            bna, bpa, eps = self.args
+            if bna % x.ndim != x.ndim - 1 or bpa % x.ndim != x.ndim - 1:
+                raise Unsupported("layer norm over more than the last axis")
+            g, b = inputs[1], inputs[2]
+            for t in (g, b):
+                if t is not None and (not isinstance(t, np.ndarray) or t.dtype != d or t.shape != x.shape[-1:]):
+                    raise Unsupported("gamma/beta shape or dtype")
+            extra = {"op": "layer_norm", "gamma": g is not None, "beta": b is not None, "eps": float(eps)}
+        cls = ("row", extra["op"], str(d), extra["gamma"], extra["beta"], extra["eps"])
+        return (cls, (cls, x.shape), x.shape, d, dict(extra, n=x.shape[-1], rows=x.size // max(x.shape[-1], 1)))
+
+    def kernel_ir(self, level: int, plan):
+        cls, shape_key, out_shape, d, p = plan
+        dtype = str(d)
+        try:
+            if self.op == "FUSED_ELEMENTWISE":
+                return Elementwise(p["program"], p["kinds"], tuple(p["bcast"]), dtype,
+                                   p["dims"] if level == 3 else None)
+            if self.op == "FUSED_MATMUL":
+                if level == 2:   # numpy/BLAS product, then the L2 epilogue kernel over it
+                    ep = p["epi"][4]
+                    return Elementwise(ep["program"], ep["kinds"], tuple(ep["bcast"]), dtype, None)
+                if not p["same_batch"]:
+                    raise Unsupported("broadcast batch dims")
+                ep = p["epi"][4]
+                if p["batch"] > 1 and any(kind == "t" for kind in ep["kinds"][1:]):
+                    raise Unsupported("a batched matmul epilogue with tensor inputs")
+                blk = (p["m"], 1, p["n"])
+                bc = ((False, True, False),) + tuple(b for b, _ in ep["block"])
+                epi = Elementwise(ep["program"], ep["kinds"], bc, dtype, blk)
+                return MatmulEpilogue(bool(self.args[0]), bool(self.args[1]), epi, dtype, p["m"], p["k"], p["n"],
+                                      p["batch"])
+            return RowKernel(p["op"], dtype, p["gamma"], p["beta"], p["eps"], p["n"] if level == 3 else None)
+        except KeyError:
+            return None
+
+    def run(self, compiled: Compiled, plan, inputs, out):
+        cls, shape_key, out_shape, d, p = plan
+        if out is None or out.shape != tuple(out_shape) or out.dtype != d or not out.flags.c_contiguous:
+            out = np.empty(out_shape, d)
+        k = compiled.kernel
+        if k.kind == "elementwise" and self.op == "FUSED_ELEMENTWISE":
+            _run_elementwise(compiled, p, inputs, out)
+        elif k.kind == "elementwise":          # L2 matmul: BLAS product, then the epilogue in place
+            ta, tb = self.args[0], self.args[1]
+            a, b = inputs[0], inputs[1]
+            a = np.swapaxes(a, -1, -2) if ta else a
+            b = np.swapaxes(b, -1, -2) if tb else b
+            np.matmul(a, b, out=out)
+            _run_elementwise(compiled, p["epi"][4], [out] + list(inputs[2:]), out)
+        elif k.kind == "matmul":
+            a, b = inputs[0], inputs[1]
+            args = [_gemm_pointer(k.dtype), a.ctypes.data, b.ctypes.data, out.ctypes.data]
+            if k.epilogue is not None:
+                for x, kind, (_b, row_stride) in zip(inputs[2:], k.epilogue.kinds[1:], p["epi"][4]["block"]):
+                    if kind == "t":
+                        args += [x.ctypes.data, row_stride, 0]
+                    else:
+                        args.append(float(x))
+            compiled.fn(*args)
+        else:
+            x = inputs[0]
+            g = inputs[1] if self.op == "LAYER_NORM" else None
+            b = inputs[2] if self.op == "LAYER_NORM" else None
+            rows, n = p["rows"], p["n"]
+            gp = g.ctypes.data if g is not None else None
+            bp = b.ctypes.data if b is not None else None
+            if compiled.level >= 3 and rows * n >= PARALLEL_MIN and rows >= 2:
+                _parallel(lambda s, e: compiled.fn(s, e, n, out.ctypes.data, x.ctypes.data, gp, bp), rows)
+            else:
+                compiled.fn(0, rows, n, out.ctypes.data, x.ctypes.data, gp, bp)
+        return out
+
+
+class _Shape:
+    """Stands for the matmul product while planning its epilogue (only shape and dtype are read)."""
+
+    ndim = 2
+
+    def __init__(self, shape, dtype):
+        self.shape, self.dtype = tuple(shape), np.dtype(dtype)
+        self.ndim = len(self.shape)
+
+
+def _is_tensor(x) -> bool:
+    return isinstance(x, (np.ndarray, _Shape)) and x.ndim > 0
+
+
+def _run_elementwise(compiled: Compiled, p: dict, inputs, out):
+    dims, kinds, strides = p["dims"], p["kinds"], p["strides"]
+    args = []
+    for x, kind, s in zip(inputs, kinds, strides):
+        if kind == "t":
+            args += [x.ctypes.data, s[0], s[1]]
+        else:
+            args.append(float(x))
+    fn = compiled.fn
+    total = dims[0] * dims[1] * dims[2]
+    if compiled.level >= 3 and total >= PARALLEL_MIN:
+        if dims[0] >= 2:
+            _parallel(lambda s, e: fn(s, e, dims[1], dims[2], out.ctypes.data, *args), dims[0])
+            return
+        if dims[0] == 1 and dims[1] == 1 and all(k == "s" or not p["bcast"][i][2] for i, k in enumerate(kinds)):
+            _parallel_flat(compiled, dims[2], inputs, kinds, out)
+            return
+    fn(0, dims[0], dims[1], dims[2], out.ctypes.data, *args)
+
+
+def _parallel(call, n):
+    pool = _threads()
+    workers = pool._max_workers
+    step = (n + workers - 1) // workers
+    futs = [pool.submit(call, s, min(n, s + step)) for s in range(0, n, step)]
+    for f in futs:
+        f.result()
+
+
+def _parallel_flat(compiled, length, inputs, kinds, out):
+    """A contiguous 1-D kernel split into chunks (pointer offsets): the L3 path for big vectors."""
+    pool = _threads()
+    workers = pool._max_workers
+    step = ((length + workers - 1) // workers + 63) // 64 * 64
+    item = out.itemsize
+    futs = []
+    for s in range(0, length, step):
+        e = min(length, s + step)
+        args = []
+        for x, kind in zip(inputs, kinds):
+            args += [x.ctypes.data + s * item, 0, 0] if kind == "t" else [float(x)]
+        futs.append(pool.submit(compiled.fn, 0, 1, 1, e - s, out.ctypes.data + s * item, *args))
+    for f in futs:
+        f.result()
+
+
+def stats() -> dict:
+    return kernel_cache().snapshot()
+
+
+_ = (K, Elementwise)
+
+
+class Accelerator:
+    """What the interpreter asks when it links a Code: a Site for each jit-able instruction."""
+
+    ops = JITABLE
+
+    def site(self, code, index: int):
+        sites = code.__dict__.setdefault("jit_sites", {})
+        s = sites.get(index)
+        if s is None:
+            s = sites[index] = Site(code, index)
+        return s
+
+
+ACCELERATOR = Accelerator()

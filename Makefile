@@ -6,7 +6,7 @@ VENV    := .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 
-.PHONY: demo test test-vm lint bench clean venv
+.PHONY: demo test test-vm test-jit lint bench clean venv
 
 venv: $(STAMP)
 
@@ -21,7 +21,7 @@ demo: $(STAMP)
 	MSVM_LOG=DEBUG $(BIN)/msvm run examples/dynamic_matmul.py --dump
 	$(BIN)/msvm run examples/bert_layer.py
 
-test: $(STAMP) lint test-vm
+test: $(STAMP) lint test-vm test-jit
 
 lint: $(STAMP)
 	$(BIN)/ruff check vm server tests bench examples
@@ -29,8 +29,12 @@ lint: $(STAMP)
 test-vm: $(STAMP)
 	$(BIN)/python -m pytest tests/vm
 
+test-jit: $(STAMP)
+	$(BIN)/python -m pytest tests/jit
+
 bench: $(STAMP)
 	$(BIN)/python bench/interp_overhead.py
+	$(BIN)/python bench/jit_bench.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info vm/*.egg-info server/*.egg-info

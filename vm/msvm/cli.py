@@ -4,6 +4,7 @@
     msvm dump SCRIPT [--cell NAME] [--json] [--out FILE.msbc] compile a file's Cells without running it
     msvm check FILE.msbc                                     load and verify a bytecode file
     msvm opcodes                                             print the opcode table
+    msvm cache stats|clear                                   the compiled-kernel cache on disk
 """
 
 from __future__ import annotations
@@ -39,13 +40,17 @@ def _parser():
     c.add_argument("file")
 
     sub.add_parser("opcodes", help="print the opcode table")
+
+    k = sub.add_parser("cache", help="the compiled-kernel cache on disk")
+    k.add_argument("action", choices=["stats", "clear"])
     return p
 
 
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
     try:
-        return {"run": cmd_run, "dump": cmd_dump, "check": cmd_check, "opcodes": cmd_opcodes}[args.cmd](args)
+        return {"run": cmd_run, "dump": cmd_dump, "check": cmd_check, "opcodes": cmd_opcodes,
+                "cache": cmd_cache}[args.cmd](args)
     except MsvmError as e:
         print(f"msvm: {e}", file=sys.stderr)
         return 1
@@ -135,6 +140,22 @@ def cmd_check(args) -> int:
         return 1
     n = sum(len(c.instrs) for c in code.all_codes())
     print(f"{args.file}: ok: {code.name}, {len(code.all_codes())} function(s), {n} instructions, ABI {code.abi}")
+    return 0
+
+
+def cmd_cache(args) -> int:
+    from .compiler.cache import KernelCache
+
+    cache = KernelCache()
+    if args.action == "clear":
+        n = cache.clear_disk()
+        print(f"removed {n} kernel(s) from {cache.dir}")
+        return 0
+    entries = cache.disk_entries()
+    size = sum(os.path.getsize(os.path.join(cache.dir, e)) for e in entries)
+    print(f"directory: {cache.dir}")
+    print(f"kernels:   {len(entries)} ({size / 1024:.1f} KiB)")
+    print("hits/misses are counted per process: see ms.cache_stats() or msvm profile")
     return 0
 
 

@@ -32,7 +32,8 @@ class Codegen:
         # the engine owns its own target machine (freeing it with the engine is fine)
         engine_tm = target.create_target_machine(cpu=self.cpu, features=self.features, opt=0, codemodel="jitdefault")
         self.engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), engine_tm)
-        self.lock = threading.Lock()
+        self.lock = threading.RLock()
+        self.objects: list = []
         self.version = f"llvmlite-{llvmlite.__version__}-llvm-{'.'.join(map(str, llvm.llvm_version_info))}"
 
     @property
@@ -41,6 +42,10 @@ class Codegen:
 
     def compile(self, ir: str, level: int) -> tuple:
         """IR text -> (object bytes, {step: seconds}). level 2: no IR passes, codegen O0; level 3: O3 + FMA."""
+        with self.lock:          # LLVM's context and target machines are not thread-safe
+            return self._compile(ir, level)
+
+    def _compile(self, ir: str, level: int) -> tuple:
         import time
 
         times = {}
@@ -66,7 +71,9 @@ class Codegen:
     def load(self, obj: bytes, names: list) -> dict:
         """Add an object file to the engine; returns {function name: address}."""
         with self.lock:
-            self.engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
+            ref = llvm.ObjectFileRef.from_data(obj)
+            self.objects.append(ref)       # the engine's code must outlive any Python handle
+            self.engine.add_object_file(ref)
             self.engine.finalize_object()
             out = {}
             for n in names:

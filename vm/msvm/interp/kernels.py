@@ -92,8 +92,8 @@ def _logical(ufunc):
 def _unary(fn, to_float=False):
     def kern(x, out=None):
         if not isinstance(x, (np.ndarray, np.generic)):
-            r = fn(np.asarray(x, dtype=np.float64 if (to_float or isinstance(x, float)) else None), None)
-            return _py(r, dt.float32 if to_float or isinstance(x, float) else result_dtype(x))
+            r = fn(np.atleast_1d(np.asarray(x, dtype=np.float64 if (to_float or isinstance(x, float)) else None)), None)
+            return _py(np.asarray(r).reshape(-1)[0], dt.float32 if to_float or isinstance(x, float) else result_dtype(x))
         if not isinstance(x, np.ndarray):
             x = np.asarray(x, dtype=result_dtype(x).np)
         if to_float and x.dtype.kind != "f":

@@ -1,0 +1,295 @@
+"""The tiered compiler: fusion, L1 vs L2 vs L3, the kernel cache and its failure modes (needs LLVM)."""
+
+import os
+import subprocess
+import sys
+
+import msvm as ms
+import numpy as np
+import pytest
+from conftest import EXAMPLES, ROOT
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from msvm import nn, ops
+from msvm.bytecode import records, verify
+from msvm.compiler import tiers
+from msvm.compiler.cache import KernelCache, make_key
+from msvm.compiler.kir import Elementwise
+
+
+@pytest.fixture
+def level():
+    def set_level(name):
+        ms.set_context(jit_config={"jit_level": name})
+    yield set_level
+    ms.set_context(jit_config={"jit_level": "auto", "enable_fusion": True})
+
+
+class Block(nn.Cell):
+    def __init__(self):
+        super().__init__()
+        self.w = ms.Parameter(ms.Tensor(np.random.default_rng(0).standard_normal((16, 24)).astype(np.float32)))
+        self.b = ms.Parameter(ms.Tensor(np.random.default_rng(1).standard_normal(24).astype(np.float32)))
+
+    def construct(self, x, y):
+        h = ops.gelu(ops.matmul(x, self.w) + self.b)
+        z = ops.relu(x * 2.0 + y) - 1.0
+        return ops.softmax(h, -1), ops.tanh(z) * 0.5
+
+
+def _ref(net, x, y):
+    from scipy.special import erf
+    h = x @ net.w.asnumpy() + net.b.asnumpy()
+    h = 0.5 * h * (1 + erf(h / np.float32(np.sqrt(2))))
+    e = np.exp(h - h.max(-1, keepdims=True))
+    z = np.maximum(x * 2 + y, 0) - 1
+    return e / e.sum(-1, keepdims=True), np.tanh(z) * 0.5
+
+
+def test_fused_instructions_are_named_after_parts_and_keep_locations():
+    net = Block()
+    x = np.ones((3, 16), np.float32)
+    net(ms.Tensor(x), ms.Tensor(x))
+    code = next(iter(net._runner.variants.values())).code
+    names = [r.op for r in records(code)]
+    assert "FUSED_MATMUL_BIAS_GELU" in names and "FUSED_MUL_ADD_RELU_SUB" in names, names
+    fused = next(r for r in records(code) if r.op == "FUSED_MATMUL_BIAS_GELU")
+    lines = {loc.line for _, loc in fused.parts}
+    first = Block.construct.__code__.co_firstlineno
+    assert lines == {first + 1}
+    assert [p for p, _ in fused.parts] == ["MATMUL", "BROADCAST_ADD", "GELU"]
+    unfused = code.fused_from
+    assert code.params == unfused.params and str(code.result_type) == str(unfused.result_type)
+    verify(code)
+
+
+@pytest.mark.parametrize("name", ["L1", "L2", "L3", "auto"])
+def test_every_tier_matches_numpy(level, name, rng):
+    level(name)
+    net = Block()
+    for n in (3, 5, 3, 3, 3, 3, 3, 3):
+        x = rng.standard_normal((n, 16)).astype(np.float32)
+        y = rng.standard_normal((n, 16)).astype(np.float32)
+        a, b = net(ms.Tensor(x), ms.Tensor(y))
+        ra, rb = _ref(net, x, y)
+        np.testing.assert_allclose(a.asnumpy(), ra, rtol=2e-5, atol=2e-6)
+        np.testing.assert_allclose(b.asnumpy(), rb, rtol=2e-5, atol=2e-6)
+        tiers.wait_for_compiles(30)
+    sites = [s for c in next(iter(net._runner.variants.values())).code.all_codes()
+             for s in c.__dict__.get("jit_sites", {}).values()]
+    if name == "L1":
+        assert not sites
+    else:
+        compiled = [k for s in sites for k in list(s.l2.values()) + list(s.l3.values()) if isinstance(k, tiers.Compiled)]
+        assert compiled, "no kernel was compiled"
+        assert {k.level for k in compiled} == ({2} if name == "L2" else {3} if name == "L3" else {2, 3})
+
+
+def test_fusion_on_and_off_agree(level):
+    import bert_layer
+
+    x = np.random.default_rng(5).standard_normal((2, 9, 768)).astype(np.float32)
+    outs = []
+    for fusion in (True, False):
+        ms.set_context(jit_config={"enable_fusion": fusion})
+        bert_layer.layer.set_inputs(ms.Tensor(shape=[None, None, 768], dtype=ms.float32))   # recompile
+        outs.append(bert_layer.layer(ms.Tensor(x)).asnumpy())
+        tiers.wait_for_compiles(30)
+    np.testing.assert_allclose(outs[0], outs[1], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(outs[0], bert_layer.numpy_reference(bert_layer.layer, x), rtol=1e-5, atol=2e-5)
+
+
+UNARY = ["RELU", "NEG", "ABS", "TANH", "SIGMOID", "EXP", "GELU", "GELU_TANH", "ERF"]
+BINARY = ["BROADCAST_ADD", "BROADCAST_SUB", "BROADCAST_MUL", "BROADCAST_MAX", "BROADCAST_MIN"]
+
+
+def programs():
+    leaf = st.sampled_from([("in", 0), ("in", 1), ("in", 2), ("c", 0.5), ("c", -1.5)])
+    return st.recursive(st.builds(lambda x: [x], leaf), lambda kids: st.one_of(
+        st.builds(lambda a, op: a + [(op,)], kids, st.sampled_from(UNARY)),
+        st.builds(lambda a, b, op: a + b + [(op,)], kids, kids, st.sampled_from(BINARY))), max_leaves=8)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(prog=programs(), n0=st.integers(1, 4), n1=st.integers(1, 19), seed=st.integers(0, 1000),
+       bshape=st.sampled_from(["full", "row", "col", "scalar"]))
+def test_random_fused_programs_l1_l2_l3_agree(prog, n0, n1, seed, bshape):
+    """One FUSED_ELEMENTWISE site run at L1 (numpy reference), L2 and L3 on the same inputs."""
+    from msvm.interp.kernels import run_program
+
+    prog = tuple(prog)
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n0, n1)).astype(np.float32)
+    other = {"full": (n0, n1), "row": (n1,), "col": (n0, 1), "scalar": ()}[bshape]
+    y = rng.standard_normal(other).astype(np.float32) if other else 0.75
+    z = rng.standard_normal((n0, n1)).astype(np.float32)
+    used = sorted({n[1] for n in prog if n[0] == "in"})       # a fused program reads every input it has
+    if not any(k != 1 or other for k in used):
+        return
+    inputs = [[x, y, z][k] for k in used]
+    prog = tuple(("in", used.index(n[1])) if n[0] == "in" else n for n in prog)
+    with np.errstate(all="ignore"):
+        ref = np.asarray(run_program(prog, inputs))
+    if ref.ndim == 0:
+        return
+    site = _site(prog, inputs)
+    outs = {}
+    for lvl in (2, 3):
+        plan = site.plan(inputs)
+        assert plan is not None
+        kern = site.kernel_ir(lvl, plan)
+        compiled = tiers.compile_kernel(kern, lvl, site.info(plan[2], plan[3]))
+        outs[lvl] = site.run(compiled, plan, inputs, None)
+    for lvl, out in outs.items():
+        assert out.shape == ref.shape and out.dtype == ref.dtype
+        np.testing.assert_allclose(out, ref, rtol=2e-5, atol=2e-5, err_msg=f"L{lvl} {prog}")
+
+
+def _site(prog, inputs):
+    from msvm.bytecode import CodeBuilder
+    from msvm.bytecode import symbolic as S
+    from msvm.bytecode.types import ScalarType, TensorType
+
+    b = CodeBuilder("p", "p.py", 1)
+    for k, v in enumerate(inputs):
+        b.local(f"i{k}")
+        t = TensorType(tuple(S.Expr.const(d) for d in v.shape), ms.float32) if isinstance(v, np.ndarray) \
+            else ScalarType("f")
+        b.code.params.append((f"i{k}", t))
+        b.emit("LOAD_TENSOR", k)
+    b.emit("FUSED_ELEMENTWISE", b.const(prog), len(inputs))
+    b.emit("RETURN")
+    code = verify(b.finish())
+    return tiers.Site(code, len(inputs))
+
+
+def test_cache_key_changes_with_what_matters():
+    e = Elementwise((("in", 0), ("RELU",)), ("t",), ((True, True, False),), "float32")
+    base = make_key(e.text(), 2, "cpu", "llvm-22", "x86_64|znver3|+avx2")
+    variants = [
+        make_key(Elementwise(e.program, e.kinds, e.bcast, "float64").text(), 2, "cpu", "llvm-22", "x86_64|znver3|+avx2"),
+        make_key(Elementwise(e.program, e.kinds, ((True, False, False),), "float32").text(), 2, "cpu", "llvm-22",
+                 "x86_64|znver3|+avx2"),
+        make_key(e.text(), 3, "cpu", "llvm-22", "x86_64|znver3|+avx2"),
+        make_key(e.text(), 2, "gpu:sm_90", "llvm-22", "x86_64|znver3|+avx2"),
+        make_key(e.text(), 2, "cpu", "llvm-23", "x86_64|znver3|+avx2"),
+        make_key(e.text(), 2, "cpu", "llvm-22", "x86_64|skylake-avx512|+avx512f"),
+    ]
+    assert len(set(variants + [base])) == len(variants) + 1
+    from unittest import mock
+    with mock.patch("msvm.compiler.cache.ABI_VERSION", 99):
+        assert make_key(e.text(), 2, "cpu", "llvm-22", "x86_64|znver3|+avx2") != base
+
+
+def _compile_one(tmp_path):
+    cache = tiers.reset_cache(str(tmp_path))
+    e = Elementwise((("in", 0), ("c", 2.0), ("BROADCAST_MUL",), ("RELU",)), ("t",), ((True, True, False),),
+                    "float32")
+    k = tiers.compile_kernel(e, 2, {"op": "t"})
+    return cache, e, k
+
+
+def test_corrupt_and_foreign_entries_are_discarded_and_rebuilt(tmp_path):
+    cache, e, k = _compile_one(tmp_path)
+    path = cache.path(k.key)
+    data = bytearray(open(path, "rb").read())
+    data[len(data) // 2] ^= 0xFF
+    open(path, "wb").write(bytes(data))
+    fresh = tiers.reset_cache(str(tmp_path))
+    assert fresh.read(k.key) is None and not os.path.exists(path) and fresh.stats["corrupt"] == 1
+    k2 = tiers.compile_kernel(e, 2, {"op": "t"})
+    assert fresh.stats["compiles"] == 1 and os.path.exists(path)
+    other = fresh.path("0" * 64)
+    os.replace(path, other)                       # an entry under another key: foreign
+    assert tiers.reset_cache(str(tmp_path)).read("0" * 64) is None
+    x = np.array([[-1.0, 2.0]], np.float32)
+    out = np.empty_like(x)
+    k2.fn(0, 1, 1, 2, out.ctypes.data, x.ctypes.data, 0, 0)
+    assert out.tolist() == [[0.0, 4.0]]
+
+
+def test_cache_directory_is_private(tmp_path):
+    cache, _, _ = _compile_one(tmp_path / "c")
+    assert oct(os.stat(cache.dir).st_mode & 0o777) == oct(0o700)
+
+
+def test_injected_compile_failure_falls_back_to_l1(level, monkeypatch, rng, tmp_path):
+    from msvm.compiler import codegen
+
+    level("L2")
+
+    def boom(self, ir, lvl):
+        raise RuntimeError("injected LLVM failure")
+    monkeypatch.setattr(codegen.Codegen, "compile", boom)
+    tiers.reset_cache(str(tmp_path))
+    net = Block()
+    x = rng.standard_normal((4, 16)).astype(np.float32)
+    a, b = net(ms.Tensor(x), ms.Tensor(x))
+    ra, rb = _ref(net, x, x)
+    np.testing.assert_allclose(a.asnumpy(), ra, rtol=2e-5, atol=2e-6)
+    np.testing.assert_allclose(b.asnumpy(), rb, rtol=2e-5, atol=2e-6)
+    assert ms.cache_stats()["failures"] >= 1
+
+
+SCRIPT = """
+import numpy as np, msvm as ms
+from msvm.compiler.tiers import wait_for_compiles
+ms.set_context(jit_config={"jit_level": "L2"})
+@ms.jit
+def f(x, y):
+    return ops.relu(x * 2.0 + y) * 0.5
+from msvm import ops
+x = ms.Tensor(np.arange(12, dtype=np.float32).reshape(3, 4))
+out = f(x, x).asnumpy()
+assert np.allclose(out, np.maximum(x.asnumpy() * 3, 0) * 0.5)
+s = ms.cache_stats()
+print(s["compiles"], s["disk_loads"])
+"""
+
+
+def _script(cache_dir):
+    path = os.path.join(str(cache_dir), "..", f"jit_script_{os.path.basename(str(cache_dir))}.py")
+    with open(path, "w") as f:
+        f.write(SCRIPT)
+    return path
+
+
+def _run_script(cache_dir):
+    env = dict(os.environ, MSVM_CACHE_DIR=str(cache_dir))
+    return subprocess.run([sys.executable, _script(cache_dir)], capture_output=True, text=True, env=env, cwd=ROOT,
+                          timeout=120)
+
+
+def test_a_fresh_process_loads_kernels_from_disk(tmp_path):
+    first = _run_script(tmp_path)
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.split() == ["1", "0"]
+    second = _run_script(tmp_path)
+    assert second.returncode == 0, second.stderr
+    assert second.stdout.split() == ["0", "1"]
+
+
+def test_two_processes_writing_the_same_cache(tmp_path):
+    env = dict(os.environ, MSVM_CACHE_DIR=str(tmp_path))
+    script = _script(tmp_path)
+    procs = [subprocess.Popen([sys.executable, script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, env=env, cwd=ROOT) for _ in range(2)]
+    for p in procs:
+        out, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+    entries = KernelCache(os.path.join(str(tmp_path), f"abi-{ms.bytecode.ABI_VERSION}")).disk_entries()
+    assert len(entries) == 1
+    third = _run_script(tmp_path)
+    assert third.stdout.split() == ["0", "1"]
+
+
+def test_cli_cache_stats_and_clear(tmp_path):
+    _run_script(tmp_path)
+    env = dict(os.environ, MSVM_CACHE_DIR=str(tmp_path))
+    r = subprocess.run([sys.executable, "-m", "msvm", "cache", "stats"], capture_output=True, text=True, env=env)
+    assert "kernels:   1" in r.stdout
+    r = subprocess.run([sys.executable, "-m", "msvm", "cache", "clear"], capture_output=True, text=True, env=env)
+    assert "removed 1" in r.stdout
+
+
+_ = EXAMPLES

@@ -36,6 +36,7 @@ STEPS = ("Step1 Parse", "Step2 Shape Resolution", "Step3 IR Generation", "Step4 
          "Step6 Code Generation", "Step7 Kernel Cache")
 BUDGET_S = {2: 0.25, 3: 2.0}
 PARALLEL_MIN = 1 << 20          # elements: below this one thread is faster (MEASURED.md)
+ROW = 4096                      # row length when a long vector is viewed as rows
 JITABLE = frozenset({"FUSED_ELEMENTWISE", "FUSED_MATMUL", "SOFTMAX", "LAYER_NORM"})
 
 _cache = None
@@ -377,6 +378,12 @@ class Site:
             raise Unsupported("more than 3 dims after collapsing")
         dims, bcast = col
         kinds = tuple("t" if s is not None else "s" for s in shapes)
+        total = dims[0] * dims[1] * dims[2]
+        if (dims[0] == 1 and dims[1] == 1 and total >= PARALLEL_MIN and total % ROW == 0
+                and all(not b or b == (True, True, False) for b in bcast)):
+            # one long contiguous vector: view it as rows so the work can be split over threads
+            dims = (total // ROW, 1, ROW)
+            bcast = [(False, True, False) if b else b for b in bcast]
         cls = ("ew", kinds, tuple(bcast), str(d))
         return (cls, (cls, dims), tuple(out_shape), d, {"dims": dims, "bcast": bcast, "kinds": kinds,
                                                        "program": program,
@@ -521,9 +528,6 @@ def _run_elementwise(compiled: Compiled, p: dict, inputs, out):
         if dims[0] >= 2:
             _parallel(lambda s, e: fn(s, e, dims[1], dims[2], out.ctypes.data, *args), dims[0])
             return
-        if dims[0] == 1 and dims[1] == 1 and all(k == "s" or not p["bcast"][i][2] for i, k in enumerate(kinds)):
-            _parallel_flat(compiled, dims[2], inputs, kinds, out)
-            return
     fn(0, dims[0], dims[1], dims[2], out.ctypes.data, *args)
 
 
@@ -532,23 +536,6 @@ def _parallel(call, n):
     workers = pool._max_workers
     step = (n + workers - 1) // workers
     futs = [pool.submit(call, s, min(n, s + step)) for s in range(0, n, step)]
-    for f in futs:
-        f.result()
-
-
-def _parallel_flat(compiled, length, inputs, kinds, out):
-    """A contiguous 1-D kernel split into chunks (pointer offsets): the L3 path for big vectors."""
-    pool = _threads()
-    workers = pool._max_workers
-    step = ((length + workers - 1) // workers + 63) // 64 * 64
-    item = out.itemsize
-    futs = []
-    for s in range(0, length, step):
-        e = min(length, s + step)
-        args = []
-        for x, kind in zip(inputs, kinds):
-            args += [x.ctypes.data + s * item, 0, 0] if kind == "t" else [float(x)]
-        futs.append(pool.submit(compiled.fn, 0, 1, 1, e - s, out.ctypes.data + s * item, *args))
     for f in futs:
         f.result()
 

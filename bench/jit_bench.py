@@ -1,0 +1,162 @@
+"""The tiered compiler against numpy, measured side by side in one run (not a test).
+
+1. fused elementwise max(a*b + c, 0) over 16M float32: msvm L3 vs numpy eager, and the
+   memory-bandwidth limit measured here (np.copyto of the same bytes);
+2. compile latency: L2 and L3 per kernel (fresh kernels), and loading from the disk cache;
+3. the article's Cell over a stream of 20 first dimensions: compiles, hit rate, first
+   call at a new shape vs the steady call;
+4. the BERT-like layer, batch 1, S = 16..128 with new lengths arriving: msvm vs numpy.
+
+Medians; BLAS pinned to one thread. Run: make bench
+"""
+
+import os
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import statistics  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+os.environ["MSVM_CACHE_DIR"] = tempfile.mkdtemp(prefix="msvm-bench-")
+
+import msvm as ms  # noqa: E402
+from msvm import ops  # noqa: E402
+from msvm.compiler import tiers  # noqa: E402
+from msvm.compiler.kir import Elementwise  # noqa: E402
+
+
+def med(fn, reps):
+    ts = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t0)
+    return statistics.median(ts)
+
+
+@ms.jit
+def chain(a, b, c):
+    return ops.maximum(a * b + c, 0.0)
+
+
+def bandwidth():
+    n = 16 * 1024 * 1024
+    rng = np.random.default_rng(0)
+    a, b, c = (rng.standard_normal(n).astype(np.float32) for _ in range(3))
+    ta, tb, tc = ms.Tensor(a), ms.Tensor(b), ms.Tensor(c)
+    dst = np.empty_like(a)
+    pool = tiers._threads()
+    workers = pool._max_workers
+    step = n // workers
+
+    def par_copy():                                 # the copy split over the same threads as the kernel
+        futs = [pool.submit(np.copyto, dst[i:i + step], a[i:i + step]) for i in range(0, n, step)]
+        for f in futs:
+            f.result()
+    t_copy = min(med(lambda: np.copyto(dst, a), 7), med(par_copy, 7))
+    limit = 2 * a.nbytes / t_copy                   # bytes moved per second by the best copy
+    ms.set_context(jit_config={"jit_level": "L3"})
+    chain(ta, tb, tc)
+    t_vm = med(lambda: chain(ta, tb, tc), 7)
+    ms.set_context(jit_config={"jit_level": "auto"})
+    t_np = med(lambda: np.maximum(a * b + c, 0), 7)
+    moved = 4 * a.nbytes
+    print("1. fused elementwise max(a*b+c, 0), 16M float32")
+    print(f"   copy limit {limit / 1e9:.1f} GB/s ({workers} threads);  msvm L3 {t_vm * 1e3:.1f} ms = {moved / t_vm / 1e9:.1f} GB/s "
+          f"({moved / t_vm / limit:.0%} of the limit);  numpy eager {t_np * 1e3:.1f} ms;  speed-up {t_np / t_vm:.2f}x")
+
+
+def compile_latency():
+    from msvm.compiler.codegen import codegen
+
+    codegen()
+    l2, l3, loads = [], [], []
+    for i in range(12):
+        prog = (("in", 0), ("c", 1.0 + i), ("BROADCAST_MUL",), ("in", 1), ("BROADCAST_ADD",), ("RELU",))
+        k = Elementwise(prog, ("t", "t"), ((True, False, False), (True, True, False)), "float32")
+        t0 = time.perf_counter()
+        tiers.compile_kernel(k, 2, {"op": "bench"})
+        l2.append(time.perf_counter() - t0)
+        k3 = Elementwise(prog, k.kinds, k.bcast, "float32", (1, 64, 768))
+        t0 = time.perf_counter()
+        tiers.compile_kernel(k3, 3, {"op": "bench"})
+        l3.append(time.perf_counter() - t0)
+    cache = tiers.reset_cache()                     # memory empty, disk full: loads
+    for i in range(12):
+        prog = (("in", 0), ("c", 1.0 + i), ("BROADCAST_MUL",), ("in", 1), ("BROADCAST_ADD",), ("RELU",))
+        k = Elementwise(prog, ("t", "t"), ((True, False, False), (True, True, False)), "float32")
+        t0 = time.perf_counter()
+        tiers.compile_kernel(k, 2, {"op": "bench"})
+        loads.append(time.perf_counter() - t0)
+    assert cache.stats["disk_loads"] == 12
+    print("2. compile latency per kernel (median of 12)")
+    print(f"   L2 {statistics.median(l2) * 1e3:.2f} ms   L3 {statistics.median(l3) * 1e3:.2f} ms   "
+          f"disk-cache load {statistics.median(loads) * 1e3:.2f} ms")
+
+
+def article_stream():
+    from bench_cells import DynamicMatmulCell
+
+    tiers.reset_cache()
+    net = DynamicMatmulCell()
+    rng = np.random.default_rng(1)
+    y = ms.Tensor(rng.standard_normal((768, 1024)).astype(np.float32))
+    firsts, steadies = [], []
+    dims = [16 + 8 * i for i in range(20)]
+    for n in dims:
+        x = ms.Tensor(rng.standard_normal((n, 768)).astype(np.float32))
+        t0 = time.perf_counter()
+        net(x, y, training=True)
+        firsts.append(time.perf_counter() - t0)
+        steadies.append(med(lambda x=x: net(x, y, training=True), 5))
+        tiers.wait_for_compiles()
+    s = ms.cache_stats()
+    ratio = statistics.median([f / s_ for f, s_ in zip(firsts[1:], steadies[1:])])
+    print("3. the article's Cell over 20 first dimensions (16..168)")
+    print(f"   kernels compiled {s['compiles']} (sites: {_sites(net)}), hit rate {s['hit_rate']:.1%}, "
+          f"first call at a new shape / steady call: {ratio:.2f}x (median)")
+
+
+def _sites(net):
+    code = next(iter(net._runner.variants.values())).code
+    return sum(len(c.__dict__.get("jit_sites", {})) for c in code.all_codes())
+
+
+def bert():
+    import bert_layer
+
+    layer = bert_layer.layer
+    rng = np.random.default_rng(2)
+    rows = []
+    for s in (16, 32, 48, 64, 96, 128):
+        x = rng.standard_normal((1, s, 768)).astype(np.float32)
+        tx = ms.Tensor(x)
+        for _ in range(8):
+            layer(tx)
+            tiers.wait_for_compiles()
+        t_vm = med(lambda: layer(tx), 9)
+        t_np = med(lambda: bert_layer.numpy_reference(layer, x), 9)
+        rows.append((s, t_vm, t_np))
+    print("4. BERT-like layer, batch 1, one thread (steady state)")
+    for s, t_vm, t_np in rows:
+        print(f"   S={s:<4} msvm {t_vm * 1e3:7.2f} ms   numpy {t_np * 1e3:7.2f} ms   ratio {t_vm / t_np:.2f}x")
+
+
+def main():
+    print(f"[msvm {ms.__version__}] BLAS threads: {os.environ['OPENBLAS_NUM_THREADS']}, cores: {os.cpu_count()}")
+    bandwidth()
+    compile_latency()
+    article_stream()
+    bert()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

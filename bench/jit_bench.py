@@ -69,7 +69,8 @@ def bandwidth():
     t_np = med(lambda: np.maximum(a * b + c, 0), 7)
     moved = 4 * a.nbytes
     print("1. fused elementwise max(a*b+c, 0), 16M float32")
-    print(f"   copy limit {limit / 1e9:.1f} GB/s ({workers} threads);  msvm L3 {t_vm * 1e3:.1f} ms = {moved / t_vm / 1e9:.1f} GB/s "
+    print(f"   copy limit {limit / 1e9:.1f} GB/s ({workers} threads);  msvm L3 {t_vm * 1e3:.1f} ms = "
+          f"{moved / t_vm / 1e9:.1f} GB/s "
           f"({moved / t_vm / limit:.0%} of the limit);  numpy eager {t_np * 1e3:.1f} ms;  speed-up {t_np / t_vm:.2f}x")
 
 
@@ -141,8 +142,8 @@ def bert():
         for _ in range(8):
             layer(tx)
             tiers.wait_for_compiles()
-        t_vm = med(lambda: layer(tx), 9)
-        t_np = med(lambda: bert_layer.numpy_reference(layer, x), 9)
+        t_vm = med(lambda tx=tx: layer(tx), 9)
+        t_np = med(lambda x=x: bert_layer.numpy_reference(layer, x), 9)
         rows.append((s, t_vm, t_np))
     print("4. BERT-like layer, batch 1, one thread (steady state)")
     for s, t_vm, t_np in rows:

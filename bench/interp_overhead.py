@@ -82,7 +82,8 @@ def interleaved(fns, reps):
 
 
 def main():
-    ms.set_context(mode=ms.GRAPH_MODE)
+    # the dispatch loop itself: no fusion, interpreter only
+    ms.set_context(mode=ms.GRAPH_MODE, jit_config={"enable_fusion": False, "jit_level": "L1"})
     x, c = ms.Tensor(np.ones(4, np.float32)), ms.Tensor(np.ones(4, np.float32))
     xa, ca = x.asnumpy(), c.asnumpy()
     chain(x, c)
@@ -94,6 +95,7 @@ def main():
     print(f"  VM {vm:.1f} us   numpy calls {npy:.1f} us   overhead {per:.3f} us/instruction "
           f"({(vm - npy) / STEPS:.3f} us per add)   target <= 2 us/instruction")
 
+    ms.set_context(jit_config={"enable_fusion": True, "jit_level": "auto"})   # defaults
     rng = np.random.default_rng(0)
     net = DynamicMatmulCell()
     xm = rng.standard_normal((32, 768)).astype(np.float32)

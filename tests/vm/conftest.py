@@ -15,9 +15,10 @@ if EXAMPLES not in sys.path:
 
 @pytest.fixture(autouse=True)
 def graph_mode():
-    ms.set_context(mode=ms.GRAPH_MODE, jit_config={"dump_bytecode": False})
+    """The core tests run the interpreter (L1); tests/jit covers the compiled tiers."""
+    ms.set_context(mode=ms.GRAPH_MODE, jit_config={"dump_bytecode": False, "jit_level": "L1"})
     yield
-    ms.set_context(mode=ms.GRAPH_MODE)
+    ms.set_context(mode=ms.GRAPH_MODE, jit_config={"jit_level": "auto"})
 
 
 @pytest.fixture

@@ -137,6 +137,8 @@ def optimize(code):
     t0 = time.perf_counter()
     fused = fuse(code)
     fused.fusion_s = time.perf_counter() - t0
+    for c in fused.all_codes():            # each Code's share, for the Step4 figure of its kernels
+        c.fusion_s = fused.fusion_s
     if log.debug_enabled():
         names = [display_name(i) for c in fused.all_codes() for i in c.instrs if i.op.kind == "fused"]
         log.logger.debug("Step4 Fusion: %.2fms, %s", fused.fusion_s * 1e3, ", ".join(names) or "nothing to fuse")

@@ -186,14 +186,14 @@ def compile_kernel(kernel, level: int, info: dict) -> Compiled:
     key = make_key(text, level, "cpu", cg.version, cg.target_id)
     name = f"msvm_{kernel.name}_{key[:12]}"
     steps["Step2 Shape Resolution"] = time.perf_counter() - t0
-    if log.debug_enabled():
-        log.logger.debug("JIT compiling %s (shape=%s, dtype=%s) at L%d...", info.get("op"), info.get("shape"),
-                         info.get("dtype"), level)
     with cache.lock:
         hit = cache.mem.get(key)
     if hit is not None:
         cache.note_key(key, info, "memory")
         return hit
+    if log.debug_enabled():
+        log.logger.debug("JIT compiling %s (shape=%s, dtype=%s) at L%d...", info.get("op"), info.get("shape"),
+                         info.get("dtype"), level)
     source = "compiled"
     disk = cache.read(key)
     t0 = time.perf_counter()
@@ -256,10 +256,13 @@ class Site:
         self.in_types = st[len(st) - n:] if st else ()
         self.fused = max(1, len(ins.parts))
         self.stats = kernel_cache().stats
+        n_fused = sum(1 for c in code.all_codes() for i in c.instrs if i.op.kind == "fused") or 1
+        self.fusion_s = getattr(code, "fusion_s", 0.0) / n_fused if ins.op.kind == "fused" else 0.0
 
     def info(self, shape, dtype) -> dict:
         return {"op": self.name, "code": self.code.name, "offset": self.ins.offset, "file": self.code.filename,
-                "line": self.ins.loc.line, "shape": list(shape), "dtype": str(dtype), "fused": self.fused}
+                "line": self.ins.loc.line, "shape": list(shape), "dtype": str(dtype), "fused": self.fused,
+                "fusion_s": self.fusion_s}
 
     # --- the hot path
     def __call__(self, inputs, reference, out=None):

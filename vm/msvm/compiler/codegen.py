@@ -29,11 +29,9 @@ class Codegen:
         self.tm = {lvl: target.create_target_machine(cpu=self.cpu, features=self.features, opt=lvl,
                                                        reloc="pic", codemodel="jitdefault")
                    for lvl in (0, 3)}
-        # the engine owns its own target machine (freeing it with the engine is fine)
-        engine_tm = target.create_target_machine(cpu=self.cpu, features=self.features, opt=0, codemodel="jitdefault")
-        self.engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), engine_tm)
+        self.target = target
+        self.engines: list = []      # one engine per loaded object, kept for the life of the process
         self.lock = threading.RLock()
-        self.objects: list = []
         self.version = f"llvmlite-{llvmlite.__version__}-llvm-{'.'.join(map(str, llvm.llvm_version_info))}"
 
     @property
@@ -71,13 +69,18 @@ class Codegen:
     def load(self, obj: bytes, names: list) -> dict:
         """Add an object file to the engine; returns {function name: address}."""
         with self.lock:
+            # a fresh engine (owning a fresh target machine) per object: no shared symbol table, and
+            # finalizing one object never touches the memory of code that other threads are running
+            tm = self.target.create_target_machine(cpu=self.cpu, features=self.features, opt=0,
+                                                   codemodel="jitdefault")
+            engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), tm)
             ref = llvm.ObjectFileRef.from_data(obj)
-            self.objects.append(ref)       # the engine's code must outlive any Python handle
-            self.engine.add_object_file(ref)
-            self.engine.finalize_object()
+            engine.add_object_file(ref)
+            engine.finalize_object()
+            self.engines.append((engine, ref))
             out = {}
             for n in names:
-                addr = self.engine.get_function_address(n)
+                addr = engine.get_function_address(n)
                 if not addr:
                     raise RuntimeError(f"compiled object has no function {n}")
                 out[n] = addr

@@ -21,7 +21,6 @@ import time  # noqa: E402
 
 import msvm as ms  # noqa: E402
 import numpy as np  # noqa: E402
-from msvm import nn, ops  # noqa: E402
 
 STEPS = 256
 
@@ -40,19 +39,6 @@ def numpy_chain(x, c):
 
 
 from bench_cells import DynamicMatmulCell  # noqa: E402
-
-
-class _Unused(nn.Cell):
-    def __init__(self):
-        super().__init__()
-        self.matmul = ops.MatMul()
-        self.relu = ops.ReLU()
-
-    def construct(self, x, y, training=True):
-        out = self.matmul(x, y)
-        if training:
-            out = self.relu(out)
-        return out
 
 
 def paired_overhead(vm, ref, reps):

@@ -7,7 +7,6 @@ import sys
 import msvm as ms
 import numpy as np
 import pytest
-from conftest import EXAMPLES, ROOT
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from msvm import nn, ops
@@ -15,6 +14,7 @@ from msvm.bytecode import records, verify
 from msvm.compiler import tiers
 from msvm.compiler.cache import KernelCache, make_key
 from msvm.compiler.kir import Elementwise
+from paths import EXAMPLES, ROOT
 
 
 @pytest.fixture

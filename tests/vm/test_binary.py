@@ -7,11 +7,11 @@ import sys
 import msvm as ms
 import numpy as np
 import pytest
-from conftest import EXAMPLES
 from msvm import bytecode
 from msvm.bytecode import binary
 from msvm.bytecode.opcodes import ABI_VERSION
 from msvm.static import analyze_file
+from paths import EXAMPLES
 
 
 @pytest.fixture(scope="module")

@@ -7,9 +7,9 @@ import sys
 import msvm as ms
 import numpy as np
 import pytest
-from conftest import EXAMPLES, ROOT
 from msvm.bytecode import dump
 from msvm.static import analyze_file
+from paths import EXAMPLES, ROOT
 
 GOLDEN = os.path.join(os.path.dirname(__file__), "golden")
 
@@ -57,7 +57,7 @@ def test_msvm_run_shows_dump_and_debug_logs():
     assert "[MS] Bytecode dump for DynamicMatmulCell.construct:" in r.stdout
     assert "BRANCH_IF_SYMBOLIC" in r.stdout
     assert "[MS] Compiled DynamicMatmulCell.construct" in r.stderr
-    assert "relative error vs numpy 0.00e+00" in r.stdout or "relative error vs numpy" in r.stdout
+    assert "max relative error vs numpy" in r.stdout
 
 
 def test_msvm_dump_does_not_execute_the_file(tmp_path):

@@ -231,3 +231,31 @@ def test_unsupported_constructs_name_file_line_col(kind, tmp_path):
     msg = str(e.value)
     assert msg.startswith(f"{path}:8:"), msg
     assert EXPECT[kind] in msg, msg
+
+
+class Named(nn.Cell):
+    def __init__(self):
+        super().__init__()
+        self.tag = "layer"
+        self.k = 3
+
+    def construct(self, x):
+        name = f"{self.tag}_{self.k:02d}"
+        if name == "layer_03":
+            x = x + 1.0
+        return x
+
+
+def test_f_strings_of_constants_fold_and_of_tensors_fail(tmp_path):
+    x = np.zeros(2, np.float32)
+    assert (Named()(ms.Tensor(x)).asnumpy() == 1).all()
+    path = tmp_path / "fstr.py"
+    path.write_text("from msvm import nn\n\n\nclass F(nn.Cell):\n    def construct(self, x):\n"
+                    "        s = f\"{x}\"\n        return x\n")
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("fstr", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    with pytest.raises(ms.FrontendError, match=r"fstr.py:6:.*f-string of a run-time"):
+        mod.F()(ms.Tensor(x))

@@ -441,7 +441,7 @@ class StaticModule:
                 out.append(self.eval(node.elt, inner, self_obj))
             return out
         if isinstance(node, ast.JoinedStr):
-            return "<f-string>"
+            return Unknown("f-string")
         if isinstance(node, ast.Call):
             return self.call(node, env, self_obj)
         return Unknown(type(node).__name__)

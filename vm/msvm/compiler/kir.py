@@ -17,8 +17,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
 DTYPES = ("float32", "float64")
 
 
@@ -133,6 +131,3 @@ def strides_for(dims: tuple, bcast: tuple) -> tuple:
             acc *= dims[d]
     return tuple(out)
 
-
-def np_dtype(name: str):
-    return np.dtype(name)

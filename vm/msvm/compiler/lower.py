@@ -235,7 +235,7 @@ def lower_elementwise(k: Elementwise, name: str, features: str) -> str:
     scal = {}
     for i in scalars:
         scal[i] = b.op(f"fptrunc double %sc{i} to float") if t == "float" else f"%sc{i}"
-    vw = (width // 1)
+    vw = width
     b.raw("  br label %loop0")
     # i0 loop
     b.raw("loop0:")
@@ -427,7 +427,6 @@ def lower_row(k: RowKernel, name: str, features: str) -> str:
 
     def loop(label, body, init_vals):
         """for j in [0, n): acc = body(j, acc); returns the final accumulators."""
-        pre = b.tmp()[1:]
         b.raw(f"  br label %{label}_pre")
         b.raw(f"{label}_pre:")
         b.raw(f"  br label %{label}")
@@ -447,7 +446,6 @@ def lower_row(k: RowKernel, name: str, features: str) -> str:
         b.raw(f"  %{label}_jn = add i64 {j}, 1")
         b.raw(f"  br label %{label}")
         b.raw(f"{label}_end:")
-        del pre
         return accs
 
     def ld(ptr, j):
@@ -517,5 +515,3 @@ def lower(kernel, name: str, features: str) -> str:
         raise Unsupported(f"no lowering for {kernel.kind} kernels")
     return fn(kernel, name, features)
 
-
-_ = (Elementwise, MatmulEpilogue, RowKernel)

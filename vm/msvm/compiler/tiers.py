@@ -27,7 +27,6 @@ import numpy as np
 
 from .. import context, events, log
 from ..bytecode.disasm import display_name
-from ..interp import kernels as K
 from .cache import KernelCache, make_key
 from .kir import Elementwise, MatmulEpilogue, RowKernel, collapse, strides_for
 from .lower import Unsupported, lower
@@ -306,14 +305,12 @@ class Site:
         if key in table:
             return
         table[key] = "pending"
-        kernel = self.kernel_ir(level, plan)
         shape, dtype = plan[2], plan[3]
 
         def task():
             t0 = time.perf_counter()
             try:
-                if kernel is None:
-                    raise Unsupported(f"{self.name} has no compiled form for this input")
+                kernel = self.kernel_ir(level, plan)
                 compiled = compile_kernel(kernel, level, self.info(shape, dtype))
                 if time.perf_counter() - t0 > BUDGET_S[level]:
                     raise TimeoutError(f"compile took {time.perf_counter() - t0:.2f}s, budget {BUDGET_S[level]}s")
@@ -443,27 +440,24 @@ class Site:
     def kernel_ir(self, level: int, plan):
         cls, shape_key, out_shape, d, p = plan
         dtype = str(d)
-        try:
-            if self.op == "FUSED_ELEMENTWISE":
-                return Elementwise(p["program"], p["kinds"], tuple(p["bcast"]), dtype,
-                                   p["dims"] if level == 3 else None)
-            if self.op == "FUSED_MATMUL":
-                if level == 2:   # numpy/BLAS product, then the L2 epilogue kernel over it
-                    ep = p["epi"][4]
-                    return Elementwise(ep["program"], ep["kinds"], tuple(ep["bcast"]), dtype, None)
-                if not p["same_batch"]:
-                    raise Unsupported("broadcast batch dims")
+        if self.op == "FUSED_ELEMENTWISE":
+            return Elementwise(p["program"], p["kinds"], tuple(p["bcast"]), dtype,
+                               p["dims"] if level == 3 else None)
+        if self.op == "FUSED_MATMUL":
+            if level == 2:   # numpy/BLAS product, then the L2 epilogue kernel over it
                 ep = p["epi"][4]
-                if p["batch"] > 1 and any(kind == "t" for kind in ep["kinds"][1:]):
-                    raise Unsupported("a batched matmul epilogue with tensor inputs")
-                blk = (p["m"], 1, p["n"])
-                bc = ((False, True, False),) + tuple(b for b, _ in ep["block"])
-                epi = Elementwise(ep["program"], ep["kinds"], bc, dtype, blk)
-                return MatmulEpilogue(bool(self.args[0]), bool(self.args[1]), epi, dtype, p["m"], p["k"], p["n"],
-                                      p["batch"])
-            return RowKernel(p["op"], dtype, p["gamma"], p["beta"], p["eps"], p["n"] if level == 3 else None)
-        except KeyError:
-            return None
+                return Elementwise(ep["program"], ep["kinds"], tuple(ep["bcast"]), dtype, None)
+            if not p["same_batch"]:
+                raise Unsupported("broadcast batch dims")
+            ep = p["epi"][4]
+            if p["batch"] > 1 and any(kind == "t" for kind in ep["kinds"][1:]):
+                raise Unsupported("a batched matmul epilogue with tensor inputs")
+            blk = (p["m"], 1, p["n"])
+            bc = ((False, True, False),) + tuple(b for b, _ in ep["block"])
+            epi = Elementwise(ep["program"], ep["kinds"], bc, dtype, blk)
+            return MatmulEpilogue(bool(self.args[0]), bool(self.args[1]), epi, dtype, p["m"], p["k"], p["n"],
+                                  p["batch"])
+        return RowKernel(p["op"], dtype, p["gamma"], p["beta"], p["eps"], p["n"] if level == 3 else None)
 
     def run(self, compiled: Compiled, plan, inputs, out):
         cls, shape_key, out_shape, d, p = plan
@@ -546,8 +540,6 @@ def _parallel(call, n):
 def stats() -> dict:
     return kernel_cache().snapshot()
 
-
-_ = (K, Elementwise)
 
 
 class Accelerator:

@@ -21,7 +21,6 @@ from __future__ import annotations
 import ast
 import builtins
 import inspect
-import math
 import operator
 import textwrap
 import types as pytypes
@@ -767,9 +766,6 @@ class FunctionCompiler:
 
         return trace_op("SLICE", (base,), (tuple(spec),))
 
-    def expr_Index(self, node):  # pragma: no cover - py<3.9
-        return self.expr(node.value)
-
     def expr_Slice(self, node):
         parts = [None if p is None else self.expr(p) for p in (node.lower, node.upper, node.step)]
         return slice(*parts)
@@ -891,7 +887,18 @@ class FunctionCompiler:
         return self.expr(node.body) if _truth(test) else self.expr(node.orelse)
 
     def expr_JoinedStr(self, node):
-        return "<f-string>"
+        parts = []
+        for v in node.values:
+            if isinstance(v, ast.Constant):
+                parts.append(str(v.value))
+                continue
+            val = self.expr(v.value)
+            if isinstance(val, (GraphValue, Expr, Pred)):
+                raise self.error("an f-string of a run-time or symbolic value is not supported in construct", v)
+            spec = self.expr(v.format_spec) if v.format_spec is not None else ""
+            conv = {-1: val, 115: str(val), 114: repr(val), 97: ascii(val)}[v.conversion]
+            parts.append(format(conv, spec))
+        return "".join(parts)
 
     def expr_Call(self, node):
         fn = self.expr(node.func)
@@ -1080,9 +1087,7 @@ def _has_graph(v) -> bool:
 
 
 def _truth(v) -> bool:
-    if isinstance(v, Expr):
-        return bool(v)
-    return bool(v)
+    return bool(v)      # a symbolic Expr raises SymbolicError unless it is constant
 
 
 def _same_const(a, b) -> bool:
@@ -1220,7 +1225,7 @@ def compile_cell_for(cell, specs, name: str | None = None):
     return code
 
 
-def compile_function(fn, specs, name: str | None = None, globals_override=None):
+def compile_function(fn, specs, name: str | None = None):
     """Compile a plain (jit) function for these argument specs."""
     src = source_of(fn) if not isinstance(fn, FunctionSource) else fn
     fc = FunctionCompiler(src, None, specs, name or src.qualname)
@@ -1230,5 +1235,4 @@ def compile_function(fn, specs, name: str | None = None, globals_override=None):
     return code
 
 
-__all__ = ["ArgSpec", "FunctionCompiler", "FunctionSource", "compile_cell_for", "compile_function",
-           "math", "source_of"]
+__all__ = ["ArgSpec", "FunctionCompiler", "FunctionSource", "compile_cell_for", "compile_function", "source_of"]

@@ -89,10 +89,6 @@ def describe_value(v) -> dict:
 
 # ---------------------------------------------------------------- handler factories
 
-def _next(i):
-    return i + 1
-
-
 def h_nop(ctx, i, args):
     return lambda f, s: i + 1
 

@@ -1,0 +1,29 @@
+"""Fixtures shared by every Python test suite: paths, a seeded rng, a private kernel cache."""
+
+import os
+import sys
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from paths import EXAMPLES  # noqa: E402
+
+if EXAMPLES not in sys.path:
+    sys.path.insert(0, EXAMPLES)
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(1234)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def private_kernel_cache(tmp_path_factory):
+    """Tests never touch the user's ~/.cache: kernels go to a fresh directory."""
+    d = tmp_path_factory.mktemp("kernels")
+    os.environ["MSVM_CACHE_DIR"] = str(d)
+    from msvm.compiler import tiers
+
+    tiers.reset_cache()
+    yield d

@@ -6,7 +6,7 @@ VENV    := .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 
-.PHONY: demo test test-vm test-jit lint bench clean venv
+.PHONY: demo test test-vm test-jit test-server lint bench clean venv
 
 venv: $(STAMP)
 
@@ -21,7 +21,7 @@ demo: $(STAMP)
 	MSVM_LOG=DEBUG $(BIN)/msvm run examples/dynamic_matmul.py --dump
 	$(BIN)/msvm run examples/bert_layer.py
 
-test: $(STAMP) lint test-vm test-jit
+test: $(STAMP) lint test-vm test-jit test-server
 
 lint: $(STAMP)
 	$(BIN)/ruff check vm server tests bench examples
@@ -31,6 +31,9 @@ test-vm: $(STAMP)
 
 test-jit: $(STAMP)
 	$(BIN)/python -m pytest tests/jit
+
+test-server: $(STAMP)
+	$(BIN)/python -m pytest tests/server
 
 bench: $(STAMP)
 	$(BIN)/python bench/interp_overhead.py

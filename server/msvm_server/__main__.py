@@ -1,5 +1,6 @@
 """``python -m msvm_server lsp|dap``."""
 
+import os
 import sys
 
 
@@ -8,8 +9,14 @@ def main(argv=None) -> int:
     if not argv or argv[0] not in ("lsp", "dap"):
         print("usage: python -m msvm_server lsp|dap", file=sys.stderr)
         return 2
-    print(f"msvm_server: the {argv[0]} server is not available in this version of msvm", file=sys.stderr)
-    return 3
+    os.environ.pop("MSVM_TELEMETRY", None)      # the servers receive telemetry; they never send it
+    if argv[0] == "lsp":
+        from .lsp.server import main as lsp_main
+
+        return lsp_main()
+    from .dap.adapter import main as dap_main
+
+    return dap_main(argv[1:])
 
 
 if __name__ == "__main__":

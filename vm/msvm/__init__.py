@@ -33,6 +33,12 @@ from .tensor import Parameter, Tensor
 __version__ = "0.1.0"
 
 
+def _start_telemetry():
+    from . import telemetry
+
+    telemetry.start_from_env()
+
+
 def cache_stats() -> dict:
     """Kernel cache statistics: hits, misses, hit_rate, compiles, disk_loads, recent (last 10 keys)."""
     from .compiler.tiers import stats
@@ -44,3 +50,5 @@ __all__ = ["GRAPH_MODE", "PYNATIVE_MODE", "BytecodeError", "ExecutionError", "Fr
            "Parameter", "ShapeMismatch", "cache_stats", "Tensor", "VerifyError", "bool_", "bytecode", "double", "events",
            "float16", "float32", "float64", "float_", "get_context", "half", "int8", "int16", "int32", "int64",
            "int_", "jit", "nn", "ops", "set_context", "set_trace", "single", "uint8"]
+
+_start_telemetry()

@@ -5,6 +5,7 @@
     msvm check FILE.msbc                                     load and verify a bytecode file
     msvm opcodes                                             print the opcode table
     msvm cache stats|clear                                   the compiled-kernel cache on disk
+    msvm profile SCRIPT [ARGS...] [--html F] [--json F]      run a script and report compile/exec time
 """
 
 from __future__ import annotations
@@ -41,6 +42,13 @@ def _parser():
 
     sub.add_parser("opcodes", help="print the opcode table")
 
+    pr = sub.add_parser("profile", help="run a script under the VM and write its compile/execution profile")
+    pr.add_argument("--html", help="write a self-contained HTML report here")
+    pr.add_argument("--json", help="write the profile as JSON here (the editor's heatmap reads it)")
+    pr.add_argument("--no-exec-times", action="store_true", help="do not time each instruction")
+    pr.add_argument("script")
+    pr.add_argument("args", nargs=argparse.REMAINDER)
+
     k = sub.add_parser("cache", help="the compiled-kernel cache on disk")
     k.add_argument("action", choices=["stats", "clear"])
     return p
@@ -50,7 +58,7 @@ def main(argv=None) -> int:
     args = _parser().parse_args(argv)
     try:
         return {"run": cmd_run, "dump": cmd_dump, "check": cmd_check, "opcodes": cmd_opcodes,
-                "cache": cmd_cache}[args.cmd](args)
+                "cache": cmd_cache, "profile": cmd_profile}[args.cmd](args)
     except MsvmError as e:
         print(f"msvm: {e}", file=sys.stderr)
         return 1
@@ -63,7 +71,10 @@ def _leading_run_options(args):
     """msvm's own options may also follow the script name: msvm run x.py --log-level DEBUG --dump."""
     rest = list(args.args)
     while rest:
-        if rest[0] == "--dump":
+        if rest[0] in ("--html", "--json") and len(rest) > 1 and hasattr(args, rest[0][2:]):
+            setattr(args, rest[0][2:], rest[1])
+            del rest[:2]
+        elif rest[0] == "--dump" and hasattr(args, "dump"):
             args.dump = True
             rest.pop(0)
         elif rest[0] == "--log-level" and len(rest) > 1:
@@ -81,6 +92,12 @@ def _leading_run_options(args):
 
 def cmd_run(args) -> int:
     _leading_run_options(args)
+    _configure_run(args)
+    _run_script(args)
+    return 0
+
+
+def _configure_run(args):
     if args.log_level:
         os.environ["MSVM_LOG"] = args.log_level.upper()
         log.set_level(args.log_level)
@@ -88,12 +105,59 @@ def cmd_run(args) -> int:
         os.environ["MSVM_DUMP_BYTECODE"] = "1"
         from . import context
         context.set_context(jit_config={"dump_bytecode": True})
+
+
+def _run_script(args):
     if not os.path.exists(args.script):
         raise FileNotFoundError(2, "no such file", args.script)
     sys.argv = [args.script] + list(args.args)
     sys.path.insert(0, os.path.dirname(os.path.abspath(args.script)))
     runpy.run_path(args.script, run_name="__main__")
-    return 0
+
+
+def cmd_profile(args) -> int:
+    """Run the script with a Profiler subscribed; write the report even when the script fails."""
+    from .profile import Profiler, render_html
+
+    args.log_level, args.dump = None, False
+    _leading_run_options(args)
+    _configure_run(args)
+    if not (args.html or args.json):
+        args.html = "msvm-profile.html"
+    os.environ["MSVM_TELEMETRY_PROFILE"] = "0"      # this command reports the profile itself
+    prof = Profiler(args.script, args.args).start(exec_times=not args.no_exec_times)
+    status, failure = 0, None
+    try:
+        _run_script(args)
+    except SystemExit as e:
+        status = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    except FileNotFoundError:
+        raise
+    except BaseException as e:  # noqa: BLE001 - the report is written whatever the script did
+        import traceback
+
+        traceback.print_exc()
+        prof.errors.append({"type": "error", "what": "script", "why": f"{type(e).__name__}: {e}"})
+        failure = f"{type(e).__name__}: {e}"
+        status = 1
+    finally:
+        prof.stop()
+    try:
+        from .compiler.tiers import wait_for_compiles
+
+        wait_for_compiles(30)
+    except ImportError:
+        pass
+    report = prof.report()
+    report["status"] = status
+    if failure:
+        report["error"] = failure
+    for path, text in ((args.json, lambda: json.dumps(report, indent=1)), (args.html, lambda: render_html(report))):
+        if path:
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(text())
+            print(f"msvm: wrote {path}", file=sys.stderr)
+    return status
 
 
 def cmd_dump(args) -> int:

@@ -172,9 +172,11 @@ def resolve_path(root, path: str):
     return obj
 
 
-def _announce(code, variant_count: int, t_ms: float, opts):
-    events.emit({"type": "bytecode", "code": code.name, "file": code.filename, "line": code.firstlineno,
-                 "program": to_json(code), "compile_ms": t_ms})
+def _announce(code, run, variant_count: int, t_ms: float, opts):
+    """Log the compiled bytecode; the event carries what runs (after fusion), whose offsets later events use."""
+    if events._subs:
+        events.emit({"type": "bytecode", "code": run.name, "file": run.filename, "line": run.firstlineno,
+                     "program": to_json(run), "compile_ms": t_ms})
     if context.jit_option("dump_bytecode", opts):
         log.emit_block(dump(code))
     if log.debug_enabled():
@@ -254,8 +256,8 @@ class CellRunner:
         t0 = time.perf_counter()
         specs = self.specs(vals)
         code = compile_cell_for(self.cell, specs)
-        _announce(code, len(self.variants) + 1, (time.perf_counter() - t0) * 1e3, None)
         run = optimize(code)
+        _announce(code, run, len(self.variants) + 1, (time.perf_counter() - t0) * 1e3, None)
         bound = link_cell(run, self.cell, accelerator())
         return Variant(run, bound, [k for k, s in enumerate(specs) if s.kind != "const"])
 
@@ -284,8 +286,8 @@ class JitRunner:
             t0 = time.perf_counter()
             specs = [arg_spec(name, v) for (name, _), v in zip(self.params, vals)]
             code = compile_function(source_of(self.fn), specs, name=self.fn.__qualname__)
-            _announce(code, len(self.variants) + 1, (time.perf_counter() - t0) * 1e3, self.opts)
             run = optimize(code)
+            _announce(code, run, len(self.variants) + 1, (time.perf_counter() - t0) * 1e3, self.opts)
             bound = BoundCode(run, None, {}, None, accelerator())
             var = self.variants[key] = Variant(run, bound, [k for k, s in enumerate(specs) if s.kind != "const"])
         out = var.bound.call([_runtime_value(vals[i]) for i in var.runtime_idx])

@@ -678,6 +678,7 @@ class Entry:
     code: Code | None = None
     error: MsvmError | None = None
     construct_line: int = 0
+    end_line: int = 0         # last line of the class / def
 
 
 def _annotation_spec(name, ann, module) -> ArgSpec | None:
@@ -755,7 +756,8 @@ def analyze(source: str, filename: str) -> list:
             continue
         seen_classes.add(id(cls))
         cnode = cls.find_method("construct").node
-        e = Entry(cls.name, cls.node.lineno, cls.node.col_offset, "cell", construct_line=cnode.lineno)
+        e = Entry(cls.name, cls.node.lineno, cls.node.col_offset, "cell", construct_line=cnode.lineno,
+                  end_line=cls.node.end_lineno or cls.node.lineno)
         entries.append(e)
         try:
             objs = [i for i in cls.instances if id(i) in instances] + list(cls.instances)
@@ -783,7 +785,8 @@ def analyze(source: str, filename: str) -> list:
     for f in module.functions:
         if not f.jit:
             continue
-        e = Entry(f.name, f.node.lineno, f.node.col_offset, "jit", construct_line=f.node.lineno)
+        e = Entry(f.name, f.node.lineno, f.node.col_offset, "jit", construct_line=f.node.lineno,
+                  end_line=f.node.end_lineno or f.node.lineno)
         entries.append(e)
         try:
             params = [(p.name, p.default) for p in f.signature().parameters.values()]

@@ -16,6 +16,7 @@ format and JSON.
 
 from __future__ import annotations
 
+import math
 from typing import Iterable, Mapping, Union
 
 IntLike = Union[int, "Expr"]
@@ -144,6 +145,19 @@ class Expr:
         if len(self.terms) == 1 and self.terms[0][0] == ():
             return self.terms[0][1]
         return None
+
+    def never_zero(self) -> bool:
+        """True when no integer values of the atoms make this zero: the gcd of the
+        non-constant coefficients does not divide the constant (x0*1024 - 35)."""
+        c0, g = 0, 0
+        for m, c in self.terms:
+            if not isinstance(c, int):
+                return False
+            if m == ():
+                c0 = c
+            else:
+                g = math.gcd(g, c)
+        return g != 0 and c0 % g != 0
 
     def as_symbol(self) -> str | None:
         """The name when this expr is exactly one named symbol, else None."""

@@ -130,8 +130,8 @@ class ShapeEnv:
         a, b = self.norm(Expr.of(a)), self.norm(Expr.of(b))
         if a == b:
             return a
-        diff = (a - b).const_value()
-        if diff is not None:
+        diff = a - b
+        if diff.const_value() is not None or diff.never_zero():
             raise ShapeError(why)
         for var, val in ((b, a), (a, b)):
             name = var.as_symbol()

@@ -264,7 +264,18 @@ class FunctionCompiler:
         code.params = [(p, self.env.norm_type(t)) for p, t in code.params]
         if self.env.subst:   # dims unified after they were emitted: store the final forms
             code.consts = [_subst_const(c, self.env.subst) for c in code.consts]
+        self.hover = [(loc, name, self.hover_type(v)) for loc, name, v in self.hover]
         return code
+
+    def hover_type(self, v):
+        """What the editor shows for a name: its type with the final (unified) dims."""
+        if isinstance(v, GraphValue):
+            return self.env.norm_type(v.type)
+        if isinstance(v, (Expr, Pred)):
+            return ScalarType("b" if isinstance(v, Pred) else "i", self.env.norm(v) if isinstance(v, Expr) else v)
+        if isinstance(v, tuple):
+            return TupleType(tuple(self.hover_type(x) for x in v))
+        return v
 
     def record_hover_args(self, fn, params):
         args = fn.args.args[1:] if self.self_obj is not None else fn.args.args

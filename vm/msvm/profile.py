@@ -1,0 +1,158 @@
+"""Profiles: what ran, what compiled, and where the time went, as one JSON document.
+
+A ``Profiler`` subscribes to ``msvm.events`` and folds them into a report:
+
+    {"version": 1, "script", "argv", "wall_ms",
+     "codes": [{"name", "file", "line",
+                "instructions": [{"offset", "op", "argrepr", "loc": [line, col, end_line, end_col],
+                                  "parts": [{"op", "loc"}], "exec_ns", "exec_share",
+                                  "compile_ms", "compile_share", "steps": {"Step1 Parse": ms, ...},
+                                  "tiers": [{"level", "shape", "t_ms"}]}]}],
+     "compiles": [compile events], "tiers": [tier events], "errors": [error events],
+     "steps_total": {"Step1 Parse": ms, ...}, "cache": ms.cache_stats()}
+
+``msvm profile`` writes it as JSON and as a self-contained HTML page (``render_html``);
+the language server forwards it to the editor's heatmap. Loc lines are 1-based,
+columns 0-based, as in the bytecode.
+"""
+
+from __future__ import annotations
+
+import collections
+import html
+import json
+import threading
+import time
+
+from . import events
+
+VERSION = 1
+STEPS = ("Step1 Parse", "Step2 Shape Resolution", "Step3 IR Generation", "Step4 Fusion",
+         "Step5 Hardware Mapping", "Step6 Code Generation", "Step7 Kernel Cache")
+_TYPES = ("bytecode", "exec", "compile", "tier", "error", "cache")
+
+
+class Profiler:
+    """Collects events while it is started; ``report()`` any time."""
+
+    def __init__(self, script: str = "", argv=None):
+        self.script, self.argv = script, list(argv or [])
+        self.programs: dict = {}                    # code name -> function record (to_json form)
+        self.exec_ns = collections.defaultdict(collections.Counter)   # code -> offset -> ns
+        self.calls = collections.Counter()          # code -> Cell calls
+        self.call_ms = collections.Counter()
+        self.compiles: list = []
+        self.tiers: list = []
+        self.errors: list = []
+        self.t0 = time.time()
+        self.lock = threading.Lock()
+        self._unsub = None
+
+    def start(self, exec_times: bool = True) -> "Profiler":
+        """exec_times: time every instruction (slower; the heatmap's execution colours need it)."""
+        self.t0 = time.time()
+        self._unsub = events.subscribe(self, _TYPES, profile=exec_times)
+        return self
+
+    def stop(self) -> None:
+        if self._unsub is not None:
+            self._unsub()
+            self._unsub = None
+
+    def __call__(self, ev: dict) -> None:
+        kind = ev["type"]
+        with self.lock:
+            if kind == "bytecode":
+                for fn in (ev.get("program") or {}).get("functions", []):
+                    self.programs[fn["name"]] = fn
+            elif kind == "exec":
+                if "instr_ns" in ev:
+                    c = self.exec_ns[ev["code"]]
+                    for off, ns in ev["instr_ns"].items():
+                        c[int(off)] += ns
+                    self.calls[ev["code"]] += 1
+                else:
+                    if not events.profiling:      # without instruction times, count the calls here
+                        self.calls[ev["code"]] += 1
+                    self.call_ms[ev["code"]] += ev.get("ms", 0.0)
+            elif kind == "compile":
+                self.compiles.append(_plain(ev))
+            elif kind == "tier":
+                self.tiers.append(_plain(ev))
+            elif kind == "error":
+                self.errors.append(_plain(ev))
+
+    def report(self, cache: dict | None = None) -> dict:
+        with self.lock:
+            compile_at = collections.defaultdict(list)
+            for c in self.compiles:
+                compile_at[(c.get("code"), c.get("offset"))].append(c)
+            tier_at = collections.defaultdict(list)
+            for t in self.tiers:
+                tier_at[(t.get("code"), t.get("offset"))].append(t)
+            total_exec = sum(sum(c.values()) for c in self.exec_ns.values()) or 1
+            total_compile = sum(c.get("ms", 0.0) for c in self.compiles) or 1.0
+            codes = []
+            for name, fn in self.programs.items():
+                instrs = []
+                ns_of = self.exec_ns.get(name, {})
+                for ins in fn["instructions"]:
+                    off = ins["offset"]
+                    comp = compile_at.get((name, off), [])
+                    cms = sum(c.get("ms", 0.0) for c in comp)
+                    steps = {s: round(sum(c.get("steps", {}).get(s, 0.0) for c in comp), 4) for s in STEPS} \
+                        if comp else {}
+                    instrs.append({
+                        "offset": off, "op": ins["op"], "argrepr": ins["argrepr"], "loc": ins["loc"],
+                        "parts": [{"op": p[0], "loc": p[1]} if isinstance(p, (list, tuple)) else p
+                                  for p in ins.get("parts", [])],
+                        "type": ins.get("type", ""),
+                        "exec_ns": ns_of.get(off, 0), "exec_share": ns_of.get(off, 0) / total_exec,
+                        "compile_ms": round(cms, 4), "compile_share": cms / total_compile if comp else 0.0,
+                        "steps": steps,
+                        "tiers": [{"level": c.get("level"), "shape": c.get("shape"), "source": c.get("source"),
+                                   "t_ms": round((c.get("time", self.t0) - self.t0) * 1e3, 3)} for c in comp],
+                    })
+                codes.append({"name": name, "file": fn.get("filename"), "line": fn.get("firstlineno"),
+                              "calls": self.calls.get(name, 0), "call_ms": round(self.call_ms.get(name, 0.0), 4),
+                              "instructions": instrs})
+            steps_total = {s: round(sum(c.get("steps", {}).get(s, 0.0) for c in self.compiles), 4) for s in STEPS}
+            return {
+                "version": VERSION, "script": self.script, "argv": self.argv,
+                "wall_ms": round((time.time() - self.t0) * 1e3, 3),
+                "codes": codes, "compiles": list(self.compiles), "tiers": list(self.tiers),
+                "errors": list(self.errors), "steps_total": steps_total,
+                "cache": cache if cache is not None else _cache_stats(),
+            }
+
+
+def _cache_stats() -> dict:
+    try:
+        from .compiler.tiers import stats
+    except ImportError:             # no llvmlite: the interpreter still runs
+        return {"hits": 0, "misses": 0, "hit_rate": 0.0, "compiles": 0, "disk_loads": 0, "recent": []}
+    return _plain(stats())
+
+
+def _plain(v):
+    """A JSON-safe copy (numpy scalars, dtypes and tuples become plain values)."""
+    return json.loads(json.dumps(v, default=str))
+
+
+# ---------------------------------------------------------------- the HTML report
+
+def _asset(name: str) -> str:
+    from importlib.resources import files
+
+    return files("msvm.report").joinpath(name).read_text(encoding="utf-8")
+
+
+def render_html(report: dict) -> str:
+    """One self-contained page: the data inline, no network."""
+    data = json.dumps(report).replace("</", "<\\/")
+    title = html.escape(f"msvm profile: {report.get('script', '')}")
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{title}</title>"
+            f"<meta http-equiv='Content-Security-Policy' content=\"default-src 'none'; style-src 'unsafe-inline'; "
+            f"script-src 'unsafe-inline'\"><style>{_asset('profile.css')}</style></head><body><h1>{title}</h1>"
+            f"<div id='report'></div><script type='application/json' id='profile-data'>{data}</script>"
+            f"<script>{_asset('profile.js')}</script></body></html>")

@@ -1,0 +1,1 @@
+"""Static assets of the self-contained HTML profile report (CSS and JS, inlined by msvm.profile)."""

@@ -8,7 +8,8 @@ once at link time. Output buffers of instructions whose results never escape
 when the input shapes repeat.
 
 ``set_trace(fn)`` installs a hook called before every instruction as
-``fn(frame, pc)``; the frame exposes ``code``, ``pc``, ``stack``, ``locals``,
+``fn(frame, pc)`` (and, if it has one, ``fn.on_exception(frame, index, error)`` when
+an instruction fails, before the frame unwinds); the frame exposes ``code``, ``pc``, ``stack``, ``locals``,
 ``symbols`` and ``metadata_stack()``. ``MSVM_TRACE=1`` prints each instruction
 with the disassembler's own formatting.
 """
@@ -584,7 +585,11 @@ def run(f: Frame):
         if isinstance(e, (ExecutionError, ShapeMismatch)):
             raise
         idx = f.index if trace is not None or events.profiling else i
-        raise _exec_error(bound.code, idx, e) from e
+        err = _exec_error(bound.code, idx, e)
+        on_exception = getattr(trace, "on_exception", None)
+        if on_exception is not None:      # a debugger sees the failing frame before it unwinds
+            on_exception(f, idx, err)
+        raise err from e
     else:
         pools.append(f.bufs)
     return f.result

@@ -1,0 +1,332 @@
+"""The debugged process: runs the user's program under msvm with the runtime's hook and
+answers the adapter's DAP requests over a private socket.
+
+    python -m msvm_server.dap.debuggee ADDRESS PROGRAM [ARGS...]
+
+The program's own stdout/stderr are this process's (the adapter turns them into
+``output`` events). The program starts after ``configurationDone``.
+"""
+
+from __future__ import annotations
+
+import os
+import runpy
+import socket
+import sys
+import threading
+import traceback
+
+from .runtime import Runtime, norm_path
+from .values import EvalError, Inspector
+from .wire import Channel
+
+STATS_PERIOD_S = 0.5
+EXCEPTION_FILTER = "msvm-cell-errors"
+
+
+class Debuggee:
+    def __init__(self, channel: Channel, program: str, args: list, config: dict):
+        self.ch = channel
+        self.program, self.args = program, args
+        self.rt = Runtime(self.on_stop, self.on_bind)
+        self.rt.stop_on_entry = bool(config.get("stopOnEntry"))
+        self.no_debug = bool(config.get("noDebug"))
+        self.inspector = Inspector(self.rt.addresses)
+        self.configured = threading.Event()
+        self.lock = threading.Lock()
+        self.last_stats = None
+        self.done = threading.Event()
+
+    # --- messages
+    def event(self, name: str, body: dict | None = None):
+        self.ch.write({"type": "event", "event": name, "body": body or {}})
+
+    def respond(self, req: dict, body=None, error: str | None = None):
+        msg = {"type": "response", "request_seq": req.get("seq"), "command": req.get("command"),
+               "success": error is None}
+        if error is not None:
+            msg["message"] = error
+            msg["body"] = {"error": {"id": 1, "format": error, "showUser": False}}
+        elif body is not None:
+            msg["body"] = body
+        self.ch.write(msg)
+
+    def serve(self):
+        """The request loop (its own thread)."""
+        while True:
+            req = self.ch.read()
+            if req is None:
+                self.rt.shutdown()
+                os._exit(0)          # the adapter went away: nothing to report to
+            if req.get("type") != "request":
+                continue
+            handler = getattr(self, "req_" + req.get("command", ""), None)
+            if handler is None:
+                self.respond(req, error=f"msvm debugger: unsupported request {req.get('command')!r}")
+                continue
+            try:
+                body = handler(req.get("arguments") or {})
+                self.respond(req, body)
+            except (KeyError, EvalError, ValueError, TypeError, IndexError, AttributeError) as e:
+                self.respond(req, error=str(e) if isinstance(e, EvalError) else f"{type(e).__name__}: {e}")
+            except Exception as e:  # noqa: BLE001 - a failing request never ends the session
+                self.respond(req, error=f"{type(e).__name__}: {e}")
+
+    # --- stops (program thread)
+    def on_stop(self, stop):
+        with self.lock:
+            self.inspector.reset(stop)
+        body = {"reason": stop.reason, "threadId": 1, "allThreadsStopped": True}
+        if stop.description:
+            body["description"] = stop.description
+        if stop.text:
+            body["text"] = stop.text
+        if stop.hit:
+            body["hitBreakpointIds"] = stop.hit
+        self.send_stats()
+        self.event("stopped", body)
+
+    def on_bind(self, bp):
+        self.event("breakpoint", {"reason": "changed", "breakpoint": {"id": bp.id, "verified": True, "line": bp.line}})
+
+    def _resume(self, step=None):
+        with self.lock:
+            self.inspector.reset(None)
+        self.rt.resume(step)
+
+    # --- requests
+    def req_configurationDone(self, a):
+        self.configured.set()
+
+    def req_threads(self, a):
+        return {"threads": [{"id": 1, "name": "main"}]}
+
+    def req_setBreakpoints(self, a):
+        path = (a.get("source") or {}).get("path", "")
+        lines = [b["line"] for b in a.get("breakpoints", [])] or list(a.get("lines", []))
+        bps = self.rt.set_line_breakpoints(path, lines, _static_lines(path))
+        return {"breakpoints": [dict({"id": b.id, "verified": b.verified, "line": b.line,
+                                      "source": {"path": path}}, **({"message": b.message} if b.message else {}))
+                                for b in bps]}
+
+    def req_setInstructionBreakpoints(self, a):
+        refs = [(b.get("instructionReference"), b.get("offset", 0)) for b in a.get("breakpoints", [])]
+        out = []
+        for (ref, off), (ok, bid, msg) in zip(refs, self.rt.set_instruction_breakpoints(refs)):
+            d = {"verified": ok, "instructionReference": ref, "offset": off}
+            if bid is not None:
+                d["id"] = bid
+            if msg:
+                d["message"] = msg
+            out.append(d)
+        return {"breakpoints": out}
+
+    def req_setExceptionBreakpoints(self, a):
+        self.rt.break_on_exception = EXCEPTION_FILTER in (a.get("filters") or [])
+        return {"breakpoints": [{"verified": True}] * len(a.get("filters") or [])}
+
+    def req_continue(self, a):
+        self._resume(None)
+        return {"allThreadsContinued": True}
+
+    def _step(self, kind, a):
+        step = self.rt.step_from_stop(kind, a.get("granularity", "line"))
+        if step is None:
+            raise ValueError("the program is not stopped")
+        self._resume(step)
+
+    def req_next(self, a):
+        self._step("over", a)
+
+    def req_stepIn(self, a):
+        self._step("in", a)
+
+    def req_stepOut(self, a):
+        self._step("out", a)
+
+    def req_pause(self, a):
+        self.rt.pause()
+
+    def req_stackTrace(self, a):
+        with self.lock:
+            return self.inspector.stack_trace(a.get("startFrame", 0), a.get("levels", 0))
+
+    def req_scopes(self, a):
+        with self.lock:
+            return {"scopes": self.inspector.scopes(a["frameId"])}
+
+    def req_variables(self, a):
+        with self.lock:
+            vs = self.inspector.variables(a["variablesReference"])
+        start, count = a.get("start", 0), a.get("count", 0)
+        return {"variables": vs[start:start + count] if count else vs[start:]}
+
+    def req_evaluate(self, a):
+        with self.lock:
+            return self.inspector.evaluate(a["expression"], a.get("frameId"))
+
+    def req_exceptionInfo(self, a):
+        st = self.rt.stopped
+        if st is None or st.reason != "exception":
+            raise ValueError("not stopped on an exception")
+        return {"exceptionId": st.text, "description": st.description, "breakMode": "always",
+                "details": {"message": st.description, "typeName": st.text}}
+
+    def req_source(self, a):
+        path = (a.get("source") or {}).get("path")
+        with open(path, encoding="utf-8") as f:
+            return {"content": f.read(), "mimeType": "text/x-python"}
+
+    def req_disassemble(self, a):
+        return {"instructions": disassemble(self.rt.addresses, a["memoryReference"], a.get("offset", 0),
+                                            a.get("instructionOffset", 0), a["instructionCount"])}
+
+    # --- statistics
+    def send_stats(self):
+        tiers = sys.modules.get("msvm.compiler.tiers")
+        if tiers is None:
+            return
+        s = tiers.stats()
+        body = {"hits": s["hits"], "misses": s["misses"], "rate": s["hit_rate"], "compiles": s["compiles"],
+                "disk_loads": s["disk_loads"], "recent": s["recent"], "pid": os.getpid(), "script": self.program}
+        key = (body["hits"], body["misses"], body["compiles"], body["disk_loads"])
+        if key != self.last_stats:
+            self.last_stats = key
+            self.event("msvm/cacheStats", body)
+
+    def _stats_loop(self):
+        while not self.done.wait(STATS_PERIOD_S):
+            self.send_stats()
+
+    # --- the program (main thread)
+    def run(self) -> int:
+        import msvm
+        from msvm.profile import Profiler
+
+        self.configured.wait()
+        prof = Profiler(self.program, self.args).start(exec_times=True)
+        threading.Thread(target=self._stats_loop, name="msvm-dap-stats", daemon=True).start()
+        sys.argv = [self.program] + list(self.args)
+        sys.path.insert(0, os.path.dirname(os.path.abspath(self.program)))
+        status = 0
+        if not self.no_debug:
+            msvm.set_trace(self.rt.hook)
+        try:
+            runpy.run_path(self.program, run_name="__main__")
+        except SystemExit as e:
+            status = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        except BaseException:  # noqa: BLE001 - the program's own failure: shown as Python shows it
+            traceback.print_exc()
+            status = 1
+        finally:
+            msvm.set_trace(None)
+            prof.stop()
+            self.done.set()
+            sys.stdout.flush()
+            sys.stderr.flush()
+        try:
+            self.send_stats()
+            self.event("msvm/profile", {"profile": prof.report(), "script": self.program, "pid": os.getpid()})
+        except Exception:  # noqa: BLE001 - the exit is reported whatever the profile did
+            pass
+        return status
+
+
+def _static_lines(path: str):
+    """Lines of the file that have bytecode, without running it (None if unknown)."""
+    try:
+        from msvm import context
+        from msvm.static import analyze_file
+
+        entries = analyze_file(path)
+    except Exception:  # noqa: BLE001 - an odd file only means unverified breakpoints
+        return None
+    lines, complete = set(), True
+    fuse = context.jit_option("enable_fusion")
+    for e in entries:
+        if e.code is None:
+            complete = False
+            continue
+        code = e.code
+        if fuse:
+            try:
+                from msvm.compiler.fuse import fuse as do_fuse
+
+                code = do_fuse(code)
+            except Exception:  # noqa: BLE001
+                pass
+        for c in code.all_codes():
+            if norm_path(c.filename) != norm_path(path):
+                continue
+            for ins in c.instrs:
+                lines.add(ins.loc.line)
+                lines.update(pl.line for _, pl in ins.parts)
+    return lines if complete or lines else None
+
+
+def disassemble(addresses, memory_reference: str, offset: int, instruction_offset: int, count: int) -> list:
+    """Exactly ``count`` instructions around the reference; outside the Code, invalid fillers."""
+    from msvm.bytecode.disasm import argrepr, display_name
+
+    from .values import _col1
+
+    addr = int(memory_reference, 0) + int(offset or 0)
+    code, idx = addresses.resolve(addr)
+    out = []
+    if code is None:
+        return [{"address": hex(max(0, addr + k)), "instruction": "", "presentationHint": "invalid"}
+                for k in range(instruction_offset, instruction_offset + count)]
+    base = addresses.register(code)
+    n = len(code.instrs)
+    for j in range(idx + instruction_offset, idx + instruction_offset + count):
+        if j < 0:
+            out.append({"address": hex(base + j), "instruction": "", "presentationHint": "invalid"})
+        elif j >= n:
+            out.append({"address": hex(base + code.size + (j - n)), "instruction": "", "presentationHint": "invalid"})
+        else:
+            ins = code.instrs[j]
+            loc = ins.loc
+            d = {"address": hex(base + ins.offset), "instruction": f"{display_name(ins)} {argrepr(code, ins)}".strip(),
+                 "instructionBytes": " ".join(f"{b:02x}" for b in _encode(ins)),
+                 "location": {"name": os.path.basename(code.filename), "path": code.filename},
+                 "line": loc.line, "column": _col1(code.filename, loc.line, loc.col),
+                 "endLine": loc.end_line, "endColumn": _col1(code.filename, loc.end_line, loc.end_col)}
+            if j == 0:
+                d["symbol"] = code.name
+            out.append(d)
+    return out
+
+
+def _encode(ins) -> bytes:
+    """The instruction's bytes exactly as the .msbc format stores them."""
+    from msvm.bytecode.binary import encode_instrs
+
+    return encode_instrs([ins])
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    address, program, args = argv[0], argv[1], argv[2:]
+    if address.startswith("unix:"):
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.connect(address[5:])
+    else:
+        host, _, port = address[4:].rpartition(":")
+        sock = socket.create_connection((host, int(port)))
+    ch = Channel(sock.makefile("rb"), sock.makefile("wb"))
+    config = ch.read() or {}
+    if config.get("token") != os.environ.pop("MSVM_DAP_TOKEN", None):
+        return 3
+    dbg = Debuggee(ch, program, args, config)
+    threading.Thread(target=dbg.serve, name="msvm-dap-requests", daemon=True).start()
+    status = dbg.run()
+    dbg.rt.shutdown()
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,304 @@
+"""Execution control for a program running under msvm: no protocol here.
+
+``Runtime.hook`` is installed with ``msvm.set_trace``; the interpreter calls it before
+every instruction of every Cell (and ``hook.on_exception`` when one fails). The hook
+decides whether to stop — entry, pause, instruction or line breakpoint, or the end of
+a step — and when it stops it calls ``on_stop(reason, ...)`` and blocks the program's
+thread until ``resume(...)`` is called from another thread (the debuggee's request loop).
+
+Instruction addresses: every Code the program runs gets a base (``k << 20``); an
+instruction's address is ``base + byte offset``. These are the strings VS Code's
+Disassembly view asks about (``instructionPointerReference``, ``disassemble``).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from dataclasses import dataclass, field
+
+CODE_SPAN = 1 << 20
+
+
+class AddressMap:
+    def __init__(self):
+        self.codes: list = []          # index k -> Code (kept alive so ids stay unique)
+        self.index: dict = {}          # id(code) -> k
+
+    def register(self, code) -> int:
+        k = self.index.get(id(code))
+        if k is None:
+            for c in code.all_codes():
+                if id(c) not in self.index:
+                    self.codes.append(c)
+                    self.index[id(c)] = len(self.codes)
+            k = self.index[id(code)]
+        return k * CODE_SPAN
+
+    def address(self, code, index: int) -> int:
+        base = self.register(code)
+        ins = code.instrs
+        return base + (ins[index].offset if index < len(ins) else code.size)
+
+    def resolve(self, address: int):
+        """(code, instruction index) for an address inside a known Code, else (None, None)."""
+        k, off = divmod(address, CODE_SPAN)
+        if not 1 <= k <= len(self.codes):
+            return None, None
+        code = self.codes[k - 1]
+        idx = code.offset_index.get(off) if hasattr(code, "offset_index") else None
+        if idx is None:
+            idx = max([i for i, ins in enumerate(code.instrs) if ins.offset <= off] or [None], key=lambda x: x or 0)
+        return code, idx
+
+
+def norm_path(path: str) -> str:
+    return os.path.normcase(os.path.realpath(path)) if path else ""
+
+
+@dataclass
+class LineBreakpoint:
+    id: int
+    path: str
+    line: int
+    verified: bool = False
+    message: str | None = None
+
+
+@dataclass
+class Step:
+    kind: str                 # 'in' | 'over' | 'out'
+    granularity: str          # 'instruction' | 'line' | 'statement'
+    depth: int
+    frame: int                # id of the frame the step started in
+    line: int
+
+
+@dataclass
+class Stop:
+    reason: str
+    frame: object
+    index: int
+    description: str = ""
+    text: str = ""
+    hit: list = field(default_factory=list)
+    python_frames: list = field(default_factory=list)    # (name, file, line, f_locals) of the host program
+
+
+def _skip_dirs() -> tuple:
+    import runpy
+
+    import msvm
+
+    import msvm_server
+    return (os.path.dirname(msvm.__file__) + os.sep, os.path.dirname(msvm_server.__file__) + os.sep,
+            runpy.__file__, threading.__file__)
+
+
+_SKIP = _skip_dirs()
+
+
+class Runtime:
+    def __init__(self, on_stop, on_bind=None):
+        self.on_stop = on_stop             # called (in the program's thread) with a Stop
+        self.on_bind = on_bind             # called with a LineBreakpoint that became verified at run time
+        self.addresses = AddressMap()
+        self.cond = threading.Condition()
+        self.main_thread = threading.get_ident()
+        self.stop_on_entry = False
+        self.pause_requested = False
+        self.step: Step | None = None
+        self.stopped: Stop | None = None
+        self.running = True
+        self.line_bps: dict = {}           # normalized path -> {line: LineBreakpoint}
+        self.instr_bps: dict = {}          # address -> id
+        self.generation = 0
+        self._code_bps: dict = {}          # id(code) -> (generation, {index: [bp ids]})
+        self._line_at_depth: dict = {}     # depth -> (frame id, line) last executed there
+        self.break_on_exception = True
+        self.next_bp_id = 1
+        self.hook = _Hook(self)
+
+    # --- breakpoints (any thread)
+    def set_line_breakpoints(self, path: str, lines: list, known_lines=None) -> list:
+        """Replace the file's line breakpoints. known_lines: lines that statically have
+        bytecode (None when the file could not be analyzed)."""
+        p = norm_path(path)
+        bps = {}
+        for line in lines:
+            bp = LineBreakpoint(self.next_bp_id, p, line)
+            self.next_bp_id += 1
+            if known_lines is not None and line in known_lines:
+                bp.verified = True
+            else:
+                bound = self._lines_seen(p)
+                if line in bound:
+                    bp.verified = True
+                else:
+                    bp.message = ("no msvm bytecode on this line (breakpoints bind to lines inside a Cell's "
+                                  "construct or a jit function)") if known_lines is not None else \
+                        "msvm could not compile this file statically; the breakpoint binds when its Cell runs"
+            bps[line] = bp
+        with self.cond:
+            self.line_bps[p] = bps
+            self.generation += 1
+        return list(bps.values())
+
+    def _lines_seen(self, p: str) -> set:
+        out = set()
+        for code in self.addresses.codes:
+            if norm_path(code.filename) == p:
+                for ins in code.instrs:
+                    out.add(ins.loc.line)
+                    out.update(pl.line for _, pl in ins.parts)
+        return out
+
+    def set_instruction_breakpoints(self, refs: list) -> list:
+        """refs: [(instructionReference, offset)] -> [(verified, id, message)]"""
+        out, bps = [], {}
+        for ref, off in refs:
+            try:
+                addr = int(ref, 0) + int(off or 0)
+            except (TypeError, ValueError):
+                out.append((False, None, f"not an instruction address: {ref!r}"))
+                continue
+            code, idx = self.addresses.resolve(addr)
+            if code is None or idx is None:
+                out.append((False, None, f"no instruction at {ref}"))
+                continue
+            addr = self.addresses.address(code, idx)
+            bps[addr] = self.next_bp_id
+            out.append((True, self.next_bp_id, None))
+            self.next_bp_id += 1
+        with self.cond:
+            self.instr_bps = bps
+        return out
+
+    def _bps_for(self, code) -> dict:
+        cached = self._code_bps.get(id(code))
+        if cached is not None and cached[0] == self.generation:
+            return cached[1]
+        by_index: dict = {}
+        file_bps = self.line_bps.get(norm_path(code.filename))
+        if file_bps:
+            for i, ins in enumerate(code.instrs):
+                lines = {ins.loc.line} | {pl.line for _, pl in ins.parts}
+                for line in lines:
+                    bp = file_bps.get(line)
+                    if bp is not None:
+                        by_index.setdefault(i, []).append(bp.id)
+                        if not bp.verified:
+                            bp.verified, bp.message = True, None
+                            if self.on_bind:
+                                self.on_bind(bp)
+        self._code_bps[id(code)] = (self.generation, by_index)
+        return by_index
+
+    # --- control (from the request thread)
+    def resume(self, step: Step | None = None):
+        with self.cond:
+            self.step = step
+            self.stopped = None
+            self.cond.notify_all()
+
+    def pause(self):
+        self.pause_requested = True
+
+    def step_from_stop(self, kind: str, granularity: str) -> Step | None:
+        st = self.stopped
+        if st is None:
+            return None
+        f = st.frame
+        return Step(kind, granularity or "line", f.depth, id(f), f.code.instrs[st.index].loc.line)
+
+    # --- the hook (program thread)
+    def on_instruction(self, f, pc):
+        if threading.get_ident() != self.main_thread:
+            return
+        code = f.code
+        i = f.index
+        line = code.instrs[i].loc.line
+        prev = self._line_at_depth.get(f.depth)
+        self._line_at_depth[f.depth] = (id(f), line)
+        for d in [d for d in self._line_at_depth if d > f.depth]:
+            del self._line_at_depth[d]
+        if self.stop_on_entry:
+            self.stop_on_entry = False
+            return self._stop(Stop("entry", f, i, "stopped before the first bytecode instruction"))
+        if self.pause_requested:
+            self.pause_requested = False
+            return self._stop(Stop("pause", f, i))
+        if self.instr_bps:
+            bid = self.instr_bps.get(self.addresses.address(code, i))
+            if bid is not None:
+                return self._stop(Stop("instruction breakpoint", f, i, hit=[bid]))
+        else:
+            self.addresses.register(code)
+        if self.line_bps:
+            hit = self._bps_for(code).get(i)
+            if hit and prev != (id(f), line):
+                return self._stop(Stop("breakpoint", f, i, hit=hit))
+        s = self.step
+        if s is not None and self._step_done(s, f, line, prev):
+            return self._stop(Stop("step", f, i))
+
+    @staticmethod
+    def _step_done(s: Step, f, line: int, prev) -> bool:
+        """Called before each instruction after a step began (the first call is the next instruction)."""
+        new_frame = id(f) != s.frame
+        returned = f.depth < s.depth or (s.depth == 0 and new_frame)
+        if s.kind == "out":
+            return returned
+        if s.granularity == "instruction":
+            return s.kind == "in" or f.depth <= s.depth
+        if s.kind == "in":
+            return new_frame or line != s.line
+        return returned or (f.depth == s.depth and (new_frame or line != s.line))
+
+    def on_exception(self, f, index, err):
+        if threading.get_ident() != self.main_thread or not self.break_on_exception:
+            return
+        self._stop(Stop("exception", f, index, description=str(err), text=type(err).__name__))
+
+    def _stop(self, stop: Stop):
+        stop.python_frames = _python_frames(sys._getframe(2))
+        with self.cond:
+            self.step = None
+            self.stopped = stop
+        self.on_stop(stop)
+        with self.cond:
+            while self.stopped is stop and self.running:
+                self.cond.wait(0.5)
+
+    def shutdown(self):
+        with self.cond:
+            self.running = False
+            self.stopped = None
+            self.cond.notify_all()
+
+
+class _Hook:
+    """The callable given to set_trace (with the on_exception attribute the interpreter looks for)."""
+
+    __slots__ = ("rt",)
+
+    def __init__(self, rt: Runtime):
+        self.rt = rt
+
+    def __call__(self, f, pc):
+        self.rt.on_instruction(f, pc)
+
+    def on_exception(self, f, index, err):
+        self.rt.on_exception(f, index, err)
+
+
+def _python_frames(frame) -> list:
+    """The host program's frames (innermost first), without msvm's own."""
+    out = []
+    while frame is not None:
+        fn = frame.f_code.co_filename
+        if not fn.startswith(_SKIP) and not fn.startswith("<frozen"):
+            out.append((frame.f_code.co_name, fn, frame.f_lineno, frame.f_locals))
+        frame = frame.f_back
+    return out

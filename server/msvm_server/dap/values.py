@@ -1,0 +1,275 @@
+"""What a stopped program shows: frames, scopes, variables and watch expressions.
+
+``Inspector.reset(stop)`` numbers the frames of one stop (Cell frames innermost first,
+then the host program's Python frames); variable references live until the program
+resumes. ``safe_eval`` evaluates watch expressions (``x.shape``, ``out[0, :4]``, ``B``)
+over a frame's values: names, attributes (no dunders), subscripts, arithmetic and calls
+of numpy functions and array methods only.
+"""
+
+from __future__ import annotations
+
+import ast
+import linecache
+import operator
+import os
+import sys
+
+import numpy as np
+
+from msvm.bytecode.disasm import argrepr, display_name
+
+PREVIEW = 8
+
+
+def _col1(path: str, line: int, col_bytes: int) -> int:
+    """1-based character column from a 0-based UTF-8 byte column."""
+    text = linecache.getline(path, line)
+    return len(text.encode("utf-8")[:max(0, col_bytes)].decode("utf-8", errors="ignore")) + 1
+
+
+def describe(v) -> str:
+    if isinstance(v, np.ndarray) or hasattr(v, "__cuda_array_interface__"):
+        shape = ", ".join(str(d) for d in v.shape) + ("," if v.ndim == 1 else "")
+        return f"Tensor[{v.dtype}, ({shape})] {preview(v)}"
+    if isinstance(v, tuple):
+        return "(" + ", ".join(describe(x) for x in v) + ("," if len(v) == 1 else "") + ")"
+    if v is None:
+        return "<unset>"
+    return repr(v)
+
+
+def preview(v) -> str:
+    a = v.get() if hasattr(v, "get") and not isinstance(v, np.ndarray) else v
+    flat = np.asarray(a).reshape(-1)[:PREVIEW]
+    body = ", ".join(f"{x:.4g}" if np.issubdtype(flat.dtype, np.floating) else str(x) for x in flat.tolist())
+    return f"[{body}{', ...' if a.size > PREVIEW else ''}]"
+
+
+def device_of(v) -> str:
+    dev = getattr(v, "device", None)
+    if dev is not None and not isinstance(v, np.ndarray):
+        return f"GPU:{getattr(dev, 'id', dev)}"
+    return "CPU:0"
+
+
+class Inspector:
+    def __init__(self, addresses):
+        self.addresses = addresses
+        self.frames: list = []
+        self.refs: dict = {}
+        self.stop = None
+
+    def reset(self, stop):
+        self.stop = stop
+        self.refs = {}
+        self.frames = []
+        if stop is None:
+            return
+        f, index = stop.frame, stop.index
+        while f is not None:
+            self.frames.append(("cell", f, index))
+            parent = f.parent
+            index = parent.index if parent is not None else 0
+            f = parent
+        for name, path, line, f_locals in stop.python_frames:
+            self.frames.append(("py", name, path, line, f_locals))
+
+    def _ref(self, producer) -> int:
+        k = len(self.refs) + 1
+        self.refs[k] = producer
+        return k
+
+    # --- stackTrace
+    def stack_trace(self, start: int = 0, levels: int = 0) -> dict:
+        out = []
+        for k, fr in enumerate(self.frames):
+            if fr[0] == "cell":
+                _, f, index = fr
+                code = f.code
+                ins = code.instrs[min(index, len(code.instrs) - 1)]
+                loc = ins.loc
+                out.append({
+                    "id": k + 1, "name": f"{code.name} @0x{ins.offset:04x} {display_name(ins)}",
+                    "source": {"name": os.path.basename(code.filename), "path": code.filename},
+                    "line": loc.line, "column": _col1(code.filename, loc.line, loc.col),
+                    "endLine": loc.end_line, "endColumn": _col1(code.filename, loc.end_line, loc.end_col),
+                    "instructionPointerReference": hex(self.addresses.address(code, index)),
+                })
+            else:
+                _, name, path, line, _ = fr
+                out.append({"id": k + 1, "name": f"{name} (Python)", "line": line, "column": 1,
+                            "source": {"name": os.path.basename(path), "path": path}, "presentationHint": "subtle"})
+        total = len(out)
+        out = out[start:start + levels] if levels else out[start:]
+        return {"stackFrames": out, "totalFrames": total}
+
+    def frame(self, frame_id):
+        k = (frame_id or 1) - 1
+        if not 0 <= k < len(self.frames):
+            raise KeyError(f"no frame {frame_id}")
+        return self.frames[k]
+
+    # --- scopes and variables
+    def scopes(self, frame_id: int) -> list:
+        fr = self.frame(frame_id)
+        if fr[0] == "py":
+            f_locals = fr[4]
+            return [{"name": "Locals", "presentationHint": "locals", "expensive": False,
+                     "variablesReference": self._ref(lambda: [self.var(n, v) for n, v in list(f_locals.items())
+                                                              if not n.startswith("__")])}]
+        _, f, index = fr
+        scopes = [
+            ("Locals", "locals", lambda: [self.var(n, v) for n, v in zip(f.code.varnames, f.locals)]),
+            ("Operand stack", "registers", lambda: [self.var(f"[{k}]", v) for k, v in enumerate(f.stack)]),
+            ("Metadata stack", "registers", lambda: [self.var(f"[{k}]", d) for k, d in enumerate(f.metadata_stack())]),
+            ("Symbols", "registers", lambda: [self.var(n, v) for n, v in f.symbols.items()]),
+            ("JIT", "registers", lambda: [self.var(n, v) for n, v in jit_state(f, index).items()]),
+        ]
+        return [{"name": name, "presentationHint": hint, "expensive": False, "variablesReference": self._ref(fn)}
+                for name, hint, fn in scopes]
+
+    def variables(self, ref: int) -> list:
+        producer = self.refs.get(ref)
+        return producer() if producer is not None else []
+
+    def var(self, name: str, v, evaluate_name: str | None = None) -> dict:
+        d = {"name": str(name), "value": describe(v), "type": _type_name(v), "variablesReference": 0}
+        if evaluate_name or isinstance(name, str) and name.isidentifier():
+            d["evaluateName"] = evaluate_name or name
+        if isinstance(v, np.ndarray) or hasattr(v, "__cuda_array_interface__"):
+            d["variablesReference"] = self._ref(lambda: self.tensor_fields(v))
+        elif isinstance(v, (tuple, list)) and v:
+            d["variablesReference"] = self._ref(lambda: [self.var(f"[{k}]", x) for k, x in enumerate(v)])
+        elif isinstance(v, dict) and v:
+            d["value"] = "{" + ", ".join(f"{k}: {x!r}" for k, x in list(v.items())[:6]) + "}"
+            d["variablesReference"] = self._ref(lambda: [self.var(k, x) for k, x in v.items()])
+        return d
+
+    def tensor_fields(self, v) -> list:
+        a = v.get() if not isinstance(v, np.ndarray) and hasattr(v, "get") else v
+        fields = [("shape", tuple(v.shape)), ("dtype", str(v.dtype)), ("strides", tuple(v.strides)),
+                  ("device", device_of(v)), ("preview", preview(v))]
+        if a.size and np.issubdtype(a.dtype, np.number):
+            fields += [("min", a.min().item()), ("max", a.max().item()), ("mean", float(a.mean()))]
+        return [{"name": n, "value": str(x), "variablesReference": 0} for n, x in fields]
+
+    # --- evaluate
+    def evaluate(self, expression: str, frame_id: int | None) -> dict:
+        names = self.names(frame_id)
+        value = safe_eval(expression, names)
+        d = self.var(expression, value, evaluate_name=expression)
+        return {"result": d["value"], "type": d.get("type"), "variablesReference": d["variablesReference"]}
+
+    def names(self, frame_id) -> dict:
+        if not self.frames:
+            return {"np": np}
+        fr = self.frame(frame_id)
+        if fr[0] == "py":
+            return dict(fr[4], np=np)
+        _, f, _ = fr
+        names = {"np": np, "numpy": np}
+        names.update({k: v for k, v in f.symbols.items()})
+        names.update({n: v for n, v in zip(f.code.varnames, f.locals) if v is not None})
+        if f.stack:
+            names["stack"] = list(f.stack)
+            names["top"] = f.stack[-1]
+        return names
+
+
+def jit_state(f, index: int) -> dict:
+    """The tier and kernels of the instruction at index (and the process's cache rate)."""
+    from msvm import context
+
+    code = f.code
+    ins = code.instrs[min(index, len(code.instrs) - 1)]
+    state = {"jit_level": context.jit_option("jit_level"), "instruction": display_name(ins),
+             "operands": argrepr(code, ins)}
+    if ins.parts:
+        state["fused parts"] = [f"{p} @ line {pl.line}" for p, pl in ins.parts]
+    site = code.__dict__.get("jit_sites", {}).get(index)
+    if site is None:
+        state["tier"] = "L1 (interpreter)"
+    else:
+        kernels = {}
+        for level, table in (("L2", site.l2), ("L3", site.l3)):
+            for _k, v in table.items():
+                key = getattr(v, "key", None)
+                kernels[f"{level} {len(kernels)}"] = f"{key[:16]}…" if key else str(v)
+        best = [lv for lv, t in (("L3", site.l3), ("L2", site.l2)) if any(hasattr(v, "key") for v in t.values())]
+        state["tier"] = f"{best[0]} (compiled)" if best else "L1 (interpreter; compiling or not compiled yet)"
+        state["kernels"] = kernels or {"none": "no kernel for this shape yet"}
+    tiers = sys.modules.get("msvm.compiler.tiers")
+    if tiers is not None:
+        s = tiers.stats()
+        state["cache"] = f"{100 * s['hit_rate']:.1f}% hit ({s['hits']} hits, {s['misses']} misses)"
+    return state
+
+
+def _type_name(v) -> str:
+    if isinstance(v, np.ndarray):
+        return "Tensor"
+    return type(v).__name__
+
+
+_BIN = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
+        ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow, ast.MatMult: operator.matmul}
+_UN = {ast.USub: operator.neg, ast.UAdd: operator.pos, ast.Not: operator.not_}
+_CMP = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt,
+        ast.GtE: operator.ge}
+_BUILTINS = {"len": len, "abs": abs, "min": min, "max": max, "float": float, "int": int, "round": round,
+             "list": list, "tuple": tuple, "sum": sum}
+
+
+class EvalError(Exception):
+    pass
+
+
+def safe_eval(expression: str, names: dict):
+    try:
+        tree = ast.parse(expression.strip(), mode="eval")
+    except SyntaxError as e:
+        raise EvalError(f"syntax error in {expression!r}: {e.msg}") from None
+
+    def ev(n):
+        if isinstance(n, ast.Constant):
+            return n.value
+        if isinstance(n, ast.Name):
+            if n.id in names:
+                return names[n.id]
+            if n.id in _BUILTINS:
+                return _BUILTINS[n.id]
+            raise EvalError(f"name {n.id!r} is not defined here")
+        if isinstance(n, ast.Attribute):
+            if n.attr.startswith("_"):
+                raise EvalError(f"attribute {n.attr!r} is not available in a watch expression")
+            return getattr(ev(n.value), n.attr)
+        if isinstance(n, ast.Subscript):
+            return ev(n.value)[ev(n.slice)]
+        if isinstance(n, ast.Slice):
+            return slice(*(ev(x) if x is not None else None for x in (n.lower, n.upper, n.step)))
+        if isinstance(n, (ast.Tuple, ast.List)):
+            vals = [ev(e) for e in n.elts]
+            return tuple(vals) if isinstance(n, ast.Tuple) else vals
+        if isinstance(n, ast.BinOp) and type(n.op) in _BIN:
+            return _BIN[type(n.op)](ev(n.left), ev(n.right))
+        if isinstance(n, ast.UnaryOp) and type(n.op) in _UN:
+            return _UN[type(n.op)](ev(n.operand))
+        if isinstance(n, ast.Compare) and len(n.ops) == 1 and type(n.ops[0]) in _CMP:
+            return _CMP[type(n.ops[0])](ev(n.left), ev(n.comparators[0]))
+        if isinstance(n, ast.Call):
+            fn = ev(n.func)
+            if not _callable_ok(fn):
+                raise EvalError("only numpy functions and tensor methods can be called in a watch expression")
+            return fn(*[ev(a) for a in n.args], **{k.arg: ev(k.value) for k in n.keywords if k.arg})
+        raise EvalError(f"{type(n).__name__} is not supported in a watch expression")
+
+    return ev(tree.body)
+
+
+def _callable_ok(fn) -> bool:
+    if fn in _BUILTINS.values():
+        return True
+    mod = getattr(fn, "__module__", None) or ""
+    owner = getattr(fn, "__self__", None)
+    return mod.startswith("numpy") or isinstance(owner, np.ndarray) or isinstance(fn, np.ufunc)

@@ -1,0 +1,50 @@
+"""DAP's framing (``Content-Length: N\\r\\n\\r\\n`` + JSON) over binary streams and sockets."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+
+class Channel:
+    """Reads and writes framed JSON messages; writes are serialized and numbered."""
+
+    def __init__(self, reader, writer):
+        self.reader, self.writer = reader, writer
+        self.lock = threading.Lock()
+        self.seq = 0
+
+    def read(self) -> dict | None:
+        """The next message, or None at end of input."""
+        length = None
+        while True:
+            line = self.reader.readline()
+            if not line:
+                return None
+            line = line.strip()
+            if not line:
+                if length is not None:
+                    break
+                continue
+            name, _, value = line.decode("ascii", errors="replace").partition(":")
+            if name.strip().lower() == "content-length":
+                length = int(value.strip())
+        body = b""
+        while len(body) < length:
+            chunk = self.reader.read(length - len(body))
+            if not chunk:
+                return None
+            body += chunk
+        return json.loads(body.decode("utf-8"))
+
+    def write(self, msg: dict) -> bool:
+        with self.lock:
+            self.seq += 1
+            msg = dict(msg, seq=self.seq)
+            data = json.dumps(msg, default=str).encode("utf-8")
+            try:
+                self.writer.write(b"Content-Length: %d\r\n\r\n" % len(data) + data)
+                self.writer.flush()
+                return True
+            except (OSError, ValueError):
+                return False

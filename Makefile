@@ -5,8 +5,9 @@ PY      ?= python3
 VENV    := .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
+NODE_STAMP := node_modules/.installed
 
-.PHONY: demo test test-vm test-jit test-server lint bench clean venv
+.PHONY: demo test test-vm test-jit test-server test-dap lint bench clean venv node
 
 venv: $(STAMP)
 
@@ -16,12 +17,18 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e '.[ide,dev]'
 	touch $(STAMP)
 
+node: $(NODE_STAMP)
+
+$(NODE_STAMP): package.json package-lock.json
+	npm ci --no-audit --no-fund
+	touch $(NODE_STAMP)
+
 demo: $(STAMP)
 	$(BIN)/msvm dump examples/dynamic_matmul.py
 	MSVM_LOG=DEBUG $(BIN)/msvm run examples/dynamic_matmul.py --dump
 	$(BIN)/msvm run examples/bert_layer.py
 
-test: $(STAMP) lint test-vm test-jit test-server
+test: $(STAMP) lint test-vm test-jit test-server test-dap
 
 lint: $(STAMP)
 	$(BIN)/ruff check vm server tests bench examples
@@ -35,9 +42,12 @@ test-jit: $(STAMP)
 test-server: $(STAMP)
 	$(BIN)/python -m pytest tests/server
 
+test-dap: $(STAMP) $(NODE_STAMP)
+	MSVM_PYTHON=$(abspath $(BIN))/python npx mocha --timeout 60000 tests/dap/*.test.js
+
 bench: $(STAMP)
 	$(BIN)/python bench/interp_overhead.py
 	$(BIN)/python bench/jit_bench.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info vm/*.egg-info server/*.egg-info
+	rm -rf $(VENV) node_modules build *.egg-info vm/*.egg-info server/*.egg-info

@@ -85,7 +85,7 @@ class Adapter:
                     src = (req.get("arguments") or {}).get("source") or {}
                     if src.get("path") and not os.path.isabs(src["path"]):   # the debuggee runs in another cwd
                         src["path"] = os.path.abspath(src["path"])
-                    self.child.write(req)
+                    self.child.write(req, renumber=False)
                 elif cmd == "threads":
                     self.respond(req, {"threads": []})
                 else:

@@ -247,7 +247,7 @@ class Runtime:
     def _step_done(s: Step, f, line: int, prev) -> bool:
         """Called before each instruction after a step began (the first call is the next instruction)."""
         new_frame = id(f) != s.frame
-        returned = f.depth < s.depth or (s.depth == 0 and new_frame)
+        returned = f.depth < s.depth or (f.depth == s.depth == 0 and new_frame)   # or the next top-level call
         if s.kind == "out":
             return returned
         if s.granularity == "instruction":

@@ -16,7 +16,6 @@ import os
 import sys
 
 import numpy as np
-
 from msvm.bytecode.disasm import argrepr, display_name
 
 PREVIEW = 8

@@ -3,7 +3,16 @@
 from __future__ import annotations
 
 import json
+import os
 import threading
+
+_LOG = os.environ.get("MSVM_DAP_LOG")      # a file to append every message to (for debugging the adapter)
+
+
+def _log(direction: str, msg: dict):
+    if _LOG:
+        with open(_LOG, "a", encoding="utf-8") as f:
+            f.write(f"{os.getpid()} {direction} {json.dumps(msg, default=str)[:2000]}\n")
 
 
 class Channel:
@@ -35,13 +44,18 @@ class Channel:
             if not chunk:
                 return None
             body += chunk
-        return json.loads(body.decode("utf-8"))
+        msg = json.loads(body.decode("utf-8"))
+        _log("<-", msg)
+        return msg
 
-    def write(self, msg: dict) -> bool:
+    def write(self, msg: dict, renumber: bool = True) -> bool:
+        """renumber=False keeps the message's own seq (a request relayed as it came)."""
         with self.lock:
-            self.seq += 1
-            msg = dict(msg, seq=self.seq)
+            if renumber or "seq" not in msg:
+                self.seq += 1
+                msg = dict(msg, seq=self.seq)
             data = json.dumps(msg, default=str).encode("utf-8")
+            _log("->", msg)
             try:
                 self.writer.write(b"Content-Length: %d\r\n\r\n" % len(data) + data)
                 self.writer.flush()

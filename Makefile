@@ -7,7 +7,7 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 NODE_STAMP := node_modules/.installed
 
-.PHONY: demo test test-vm test-jit test-server test-dap lint bench clean venv node
+.PHONY: demo test test-vm test-jit test-server test-dap test-extension test-e2e lint bench clean venv node build vsix
 
 venv: $(STAMP)
 
@@ -28,7 +28,7 @@ demo: $(STAMP)
 	MSVM_LOG=DEBUG $(BIN)/msvm run examples/dynamic_matmul.py --dump
 	$(BIN)/msvm run examples/bert_layer.py
 
-test: $(STAMP) lint test-vm test-jit test-server test-dap
+test: $(STAMP) lint test-vm test-jit test-server test-dap test-extension test-e2e
 
 lint: $(STAMP)
 	$(BIN)/ruff check vm server tests bench examples
@@ -45,9 +45,31 @@ test-server: $(STAMP)
 test-dap: $(STAMP) $(NODE_STAMP)
 	MSVM_PYTHON=$(abspath $(BIN))/python npx mocha --timeout 60000 tests/dap/*.test.js
 
+build: $(NODE_STAMP)
+	npm run build
+
+test-extension: build
+	npm run test:unit
+
+E2E_STAMP := tests/e2e/node_modules/.installed
+
+$(E2E_STAMP): tests/e2e/package.json tests/e2e/package-lock.json tests/e2e/install.sh
+	tests/e2e/install.sh
+
+# the .vsix: the bundled extension, the panel pages and the Python packages (python/)
+vsix: build
+	rm -rf python && mkdir -p python/vm python/server
+	cp pyproject.toml README.md LICENSE python/
+	cp -r vm/msvm python/vm/ && cp -r server/msvm_server python/server/
+	find python -name __pycache__ -prune -exec rm -rf {} +
+	npm run vsix
+
+test-e2e: $(STAMP) $(E2E_STAMP) vsix
+	MSVM_PYTHON=$(abspath $(BIN))/python node tests/e2e/run.js
+
 bench: $(STAMP)
 	$(BIN)/python bench/interp_overhead.py
 	$(BIN)/python bench/jit_bench.py
 
 clean:
-	rm -rf $(VENV) node_modules build *.egg-info vm/*.egg-info server/*.egg-info
+	rm -rf $(VENV) node_modules tests/e2e/node_modules dist out python build *.egg-info vm/*.egg-info server/*.egg-info

@@ -223,6 +223,9 @@ async def run_profile(ls: MsvmLanguageServer, params):
     with tempfile.TemporaryDirectory(prefix="msvm-profile-") as d:
         out = os.path.join(d, "profile.json")
         env = dict(os.environ)
+        extra = _get(params, "env") or {}
+        items = extra.items() if isinstance(extra, dict) else extra._asdict().items()
+        env.update({str(k): str(v) for k, v in items if str(k).startswith("MSVM_")})   # only msvm's own settings
         if ls.hub.address:
             env["MSVM_TELEMETRY"] = ls.hub.address
         proc = await asyncio.create_subprocess_exec(

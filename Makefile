@@ -6,6 +6,7 @@ VENV    := .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 NODE_STAMP := node_modules/.installed
+E2E_STAMP := tests/e2e/node_modules/.installed
 
 .PHONY: demo test test-vm test-jit test-server test-dap test-extension test-e2e lint bench clean venv node build vsix
 
@@ -48,10 +49,8 @@ test-dap: $(STAMP) $(NODE_STAMP)
 build: $(NODE_STAMP)
 	npm run build
 
-test-extension: build
+test-extension: build $(E2E_STAMP)
 	npm run test:unit
-
-E2E_STAMP := tests/e2e/node_modules/.installed
 
 $(E2E_STAMP): tests/e2e/package.json tests/e2e/package-lock.json tests/e2e/install.sh
 	tests/e2e/install.sh

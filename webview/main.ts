@@ -97,7 +97,7 @@ function renderHeatmap(p: Profile | null): void {
   app.appendChild(el(`<div class="header"><h2>JIT heatmap</h2><p class="muted">${esc(p.script)} · ${p.wall_ms.toFixed(1)} ms ·
     ${p.compiles.length} compiles · cache ${((p.cache?.hit_rate ?? p.cache?.rate ?? 0) * 100).toFixed(1)}% hit</p></div>`));
   for (const c of p.codes) {
-    app.appendChild(el(`<h3>${esc(c.name)} <span class="muted">${c.calls} calls</span></h3>`));
+    app.appendChild(el(`<h3>${esc(c.name)}${c.calls ? ` <span class="muted">${c.calls} calls</span>` : ''}</h3>`));
     const t = el(`<table class="heat"><thead><tr><th>address</th><th>instruction</th><th>line</th><th>compile</th><th>execution</th><th>tiers</th></tr></thead><tbody></tbody></table>`);
     const body = t.querySelector('tbody')!;
     c.instructions.forEach((i: ProfileInstruction) => {

@@ -89,7 +89,9 @@ export async function activate(ctx: vscode.ExtensionContext) {
       let uri = typeof arg === 'string' ? vscode.Uri.parse(arg) : arg;
       let line: number | undefined;
       const ed = vscode.window.activeTextEditor;
-      if (!uri && ed) { uri = ed.document.uri; line = ed.selection.active.line; }
+      if (!uri && ed) uri = ed.document.uri;
+      // from the editor's context menu the argument is the document: use the cursor's Cell
+      if (ed && uri && ed.document.uri.toString() === uri.toString()) line = ed.selection.active.line;
       if (!uri) { void vscode.window.showInformationMessage('msvm: open a Python file to view its bytecode'); return; }
       if (!client) { void vscode.window.showErrorMessage('msvm: the language server is not running (see the msvm output)'); return; }
       await vscode.workspace.openTextDocument(uri);

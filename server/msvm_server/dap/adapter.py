@@ -37,6 +37,8 @@ CAPABILITIES = {
                                     "description": "Stop where an instruction of a Cell fails", "default": True}],
 }
 CONNECT_TIMEOUT_S = 60
+_AFTER_EXIT = {"threads": {"threads": []}, "stackTrace": {"stackFrames": [], "totalFrames": 0},
+               "scopes": {"scopes": []}, "variables": {"variables": []}}
 
 
 class Adapter:
@@ -51,12 +53,12 @@ class Adapter:
         self.lock = threading.Lock()
 
     # --- to the client
-    def respond(self, req, body=None, error=None):
+    def respond(self, req, body=None, error=None, show=True):
         msg = {"type": "response", "request_seq": req.get("seq"), "command": req.get("command"),
                "success": error is None}
         if error is not None:
             msg["message"] = error
-            msg["body"] = {"error": {"id": 1, "format": error, "showUser": True}}
+            msg["body"] = {"error": {"id": 1, "format": error, "showUser": show}}
         elif body is not None:
             msg["body"] = body
         self.client.write(msg)
@@ -86,10 +88,10 @@ class Adapter:
                     if src.get("path") and not os.path.isabs(src["path"]):   # the debuggee runs in another cwd
                         src["path"] = os.path.abspath(src["path"])
                     self.child.write(req, renumber=False)
-                elif cmd == "threads":
-                    self.respond(req, {"threads": []})
+                elif cmd in _AFTER_EXIT:      # the client may still ask after the program ended
+                    self.respond(req, _AFTER_EXIT[cmd])
                 else:
-                    self.respond(req, error=f"{cmd}: no program is running")
+                    self.respond(req, error=f"{cmd}: no program is running", show=False)
             except Exception as e:  # noqa: BLE001 - the adapter survives any one request
                 self.respond(req, error=f"{type(e).__name__}: {e}")
         self.stop_program(kill=True)

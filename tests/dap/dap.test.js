@@ -209,6 +209,34 @@ describe('msvm debug adapter', function () {
     await dc.waitForEvent('terminated');
   });
 
+  it('an instruction breakpoint stops at that address', async () => {
+    await stopOnEntry();
+    const f = await top();
+    const dis = await dc.disassembleRequest({ memoryReference: f.instructionPointerReference, instructionCount: 6 });
+    const target = dis.body.instructions[4];
+    const r = await dc.customRequest('setInstructionBreakpoints', { breakpoints: [{ instructionReference: target.address }] });
+    assert.strictEqual(r.body.breakpoints[0].verified, true);
+    const stopped = dc.waitForEvent('stopped');
+    await dc.continueRequest({ threadId: 1 });
+    const ev = await stopped;
+    assert.strictEqual(ev.body.reason, 'instruction breakpoint');
+    assert.strictEqual((await top()).instructionPointerReference, target.address);
+    const bad = await dc.customRequest('setInstructionBreakpoints', { breakpoints: [{ instructionReference: '0x7' }] });
+    assert.strictEqual(bad.body.breakpoints[0].verified, false);
+  });
+
+  it('pause stops a running program at its next instruction', async () => {
+    const loop = path.join(__dirname, 'programs', 'loop.py');
+    await Promise.all([dc.configurationSequence(), dc.launch({ program: loop, jitLevel: 'L1', env: { LOOP_SECONDS: '60' } })]);
+    const stopped = dc.waitForEvent('stopped', 20000);
+    await dc.pauseRequest({ threadId: 1 });
+    assert.strictEqual((await stopped).body.reason, 'pause');
+    assert.match((await top()).name, /^Step\.construct @0x/);
+    const terminated = dc.waitForEvent('terminated');
+    await dc.terminateRequest({});
+    await terminated;
+  });
+
   it('disconnect ends a stopped program and the adapter keeps serving', async () => {
     await stopOnEntry();
     await dc.disconnectRequest({});

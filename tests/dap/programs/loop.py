@@ -3,9 +3,8 @@
 import os
 import time
 
-import numpy as np
-
 import msvm as ms
+import numpy as np
 from msvm import nn, ops
 
 

@@ -20,7 +20,7 @@ from .bytecode import symbolic as S
 from .bytecode.disasm import display_name, dump, to_json
 from .bytecode.symbolic import Expr
 from .bytecode.types import ScalarType, TensorType
-from .errors import ShapeMismatch
+from .errors import MsvmError, ShapeMismatch
 from .frontend.compiler import ArgSpec, cell_getattr, compile_cell_for, compile_function, construct_params, source_of
 from .interp.interpreter import BoundCode
 from .tensor import Tensor, wrap
@@ -111,13 +111,43 @@ def _runtime_value(v):
 
 
 class Variant:
-    """One compiled signature: its Code, the linked program and which args are run-time."""
+    """One compiled signature: its Code, the linked program and which args are run-time.
 
-    __slots__ = ("code", "bound", "runtime_idx", "partial")
+    When fusion is on and a branch depends only on bool flags, what runs is specialized
+    per flag values (``flags``: [(argument index, name)]; ``runs``: values -> BoundCode),
+    so ``if training: relu`` can fuse into the matmul; the bytecode itself stays shared."""
 
-    def __init__(self, code, bound, runtime_idx):
+    __slots__ = ("code", "bound", "runtime_idx", "partial", "flags", "runs", "link", "source")
+
+    def __init__(self, code, bound, runtime_idx, source=None, link=None):
         self.code, self.bound, self.runtime_idx = code, bound, runtime_idx
         self.partial = runtime_idx != list(range(len(code.params))) or len(runtime_idx) != len(code.params)
+        self.flags, self.runs, self.link, self.source = None, {}, link, source
+        if source is not None and link is not None and context.jit_option("enable_fusion"):
+            from .compiler.specialize import flag_params
+
+            self.flags = flag_params(source) or None
+
+    def bound_for(self, rt):
+        """The BoundCode for this call's flag values (compiled on first use)."""
+        key = tuple([bool(rt[k]) for k, _ in self.flags])
+        b = self.runs.get(key)
+        if b is None:
+            from .compiler.specialize import specialize
+
+            t0 = time.perf_counter()
+            try:
+                spec = specialize(self.source, {name: v for (_, name), v in zip(self.flags, key)})
+            except MsvmError:
+                spec = None
+            if spec is None:
+                b = self.bound
+            else:
+                run = optimize(spec)
+                b = self.link(run)
+                _announce(spec, run, len(self.runs) + 1, (time.perf_counter() - t0) * 1e3, {"dump_bytecode": False})
+            self.runs[key] = b
+        return b
 
 
 def accelerator():
@@ -232,12 +262,13 @@ class CellRunner:
             var = self.variants[key] = self.compile(vals)
         rt = [v._data if type(v) is Tensor else _runtime_value(v) for v in (vals[i] for i in var.runtime_idx)] \
             if var.partial else [v._data if type(v) is Tensor else _runtime_value(v) for v in vals]
+        bound = var.bound if var.flags is None else var.bound_for(rt)
         if events._subs:
             t0 = time.perf_counter()
-            out = var.bound.call(rt)
+            out = bound.call(rt)
             events.emit({"type": "exec", "code": var.code.name, "ms": (time.perf_counter() - t0) * 1e3})
         else:
-            out = var.bound.call(rt)
+            out = bound.call(rt)
         if type(out) is np.ndarray:
             t = _new_tensor(Tensor)
             t._data, t._pshape, t._dtype = out, None, _DT(out.dtype)
@@ -259,7 +290,8 @@ class CellRunner:
         run = optimize(code)
         _announce(code, run, len(self.variants) + 1, (time.perf_counter() - t0) * 1e3, None)
         bound = link_cell(run, self.cell, accelerator())
-        return Variant(run, bound, [k for k, s in enumerate(specs) if s.kind != "const"])
+        return Variant(run, bound, [k for k, s in enumerate(specs) if s.kind != "const"], code,
+                       lambda c: link_cell(c, self.cell, accelerator()))
 
 
 class JitRunner:

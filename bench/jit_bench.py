@@ -126,8 +126,9 @@ def article_stream():
 
 
 def _sites(net):
-    code = next(iter(net._runner.variants.values())).code
-    return sum(len(c.__dict__.get("jit_sites", {})) for c in code.all_codes())
+    var = next(iter(net._runner.variants.values()))
+    codes = [var.code] + [b.code for b in var.runs.values()]      # flag-specialized runs too
+    return sum(len(c.__dict__.get("jit_sites", {})) for code in codes for c in code.all_codes())
 
 
 def bert():

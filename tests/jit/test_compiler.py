@@ -393,3 +393,26 @@ def test_compiled_kernels_from_many_threads(level, rng):
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
         done = list(pool.map(call, [1, 2, 3, 5, 8, 13, 21, 34] * 4))
     assert len(done) == 32
+
+
+def test_a_site_with_changing_shapes_stays_shape_generic(level, rng):
+    """A stream of new batch sizes: one L2 kernel, at most L3_SHAPES L3 kernels, then L2 for the rest."""
+    level("auto")
+    ms.set_context(jit_config={"l3_after": 2})
+    try:
+        net = Article()
+        y = rng.standard_normal((24, 40)).astype(np.float32)
+        for n in range(2, 10):        # (a dim of 1 is its own bytecode variant)
+            x = rng.standard_normal((n, 24)).astype(np.float32)
+            for _ in range(3):
+                out = net(ms.Tensor(x), ms.Tensor(y)).asnumpy()
+                tiers.wait_for_compiles()
+            np.testing.assert_allclose(out, np.maximum(x @ y, 0), rtol=1e-5, atol=1e-4)
+        (var,) = net.__dict__["_runner"].variants.values()
+        (bound,) = var.runs.values()
+        (site,) = bound.code.__dict__["jit_sites"].values()
+        assert site.polymorphic
+        assert len([k for k in site.l2.values() if isinstance(k, tiers.Compiled)]) == 1
+        assert len([k for k in site.l3.values() if isinstance(k, tiers.Compiled)]) <= tiers.L3_SHAPES
+    finally:
+        ms.set_context(jit_config={"l3_after": 5})

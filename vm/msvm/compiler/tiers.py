@@ -5,7 +5,10 @@ Code gets a ``Site``. A call at a shape class it has no kernel for runs the L1
 reference kernel and queues an L2 compile (shape-generic: dims are arguments) on
 the background thread; the next calls use L2. After ``l3_after`` calls at the same
 concrete shapes the site queues an L3 compile (dims and strides are constants, O3,
-FMA, BLAS row blocks for matmul) and switches to it. ``jit_level`` "L1" never
+FMA, BLAS row blocks for matmul) and switches to it — for at most ``L3_SHAPES``
+shapes: a site whose shapes keep changing is polymorphic and stays on its
+shape-generic L2 kernel (so a stream of new batch sizes costs one compile, not one
+per size). ``jit_level`` "L1" never
 compiles; "L2"/"L3" compile that tier synchronously and never change. A compile
 that fails or exceeds its budget is counted, logged, and the site stays on L1 for
 that shape class; results are the same in every tier.
@@ -37,6 +40,7 @@ BUDGET_S = {2: 0.25, 3: 2.0}
 PARALLEL_MIN = 1 << 20          # elements: below this one thread is faster (MEASURED.md)
 ROW = 4096                      # row length when a long vector is viewed as rows
 JITABLE = frozenset({"FUSED_ELEMENTWISE", "FUSED_MATMUL", "SOFTMAX", "LAYER_NORM"})
+L3_SHAPES = 2                   # a site specializes (L3) for at most this many concrete shapes
 
 _cache = None
 _worker = None
@@ -248,6 +252,7 @@ class Site:
         self.l2: dict = {}       # shape class -> Compiled | "pending" | "failed"
         self.l3: dict = {}       # concrete shapes -> Compiled | "pending" | "failed"
         self.seen: dict = {}     # concrete shapes -> calls
+        self.polymorphic = False  # more than L3_SHAPES shapes seen: no more L3 compiles
         self.tier_history: list = []
         self.plans: dict = {}
         st = code.stack_types[index]
@@ -289,10 +294,13 @@ class Site:
         if k2 is None:
             self.compile(2, plan, sync=(level == "L2"))
             k2 = self.l2.get(cls_key)
-        if level == "auto" and k3 is None:
+        if level == "auto" and k3 is None and not self.polymorphic:
             n = self.seen.get(shape_key, 0) + 1
             self.seen[shape_key] = n
-            if n >= context.jit_option("l3_after"):
+            if len(self.seen) > L3_SHAPES:      # shapes keep changing here: stay shape-generic (L2)
+                self.polymorphic = True
+                self.seen.clear()
+            elif n >= context.jit_option("l3_after"):
                 self.compile(3, plan, sync=False)
         if isinstance(k2, Compiled):
             self.stats["hits"] += 1

@@ -332,7 +332,8 @@ def lower_matmul(k: MatmulEpilogue, name: str, features: str) -> str:
         epi_ir = lower_elementwise(k.epilogue, epi_name, features)
         extra = [i for i, kind in enumerate(k.epilogue.kinds) if i > 0]
     # signature: (gemm*, A*, B*, C*, extras: {T* in, i64 s0, i64 s1} | double)
-    params = [f"void (i8*, i8*, i32*, i32*, i32*, {t}*, {t}*, i32*, {t}*, i32*, {t}*, {t}*, i32*)* %gemm",
+    it = f"i{k.int_bits}"          # the BLAS's integer (LP64: i32, ILP64: i64)
+    params = [f"void (i8*, i8*, {it}*, {it}*, {it}*, {t}*, {t}*, {it}*, {t}*, {it}*, {t}*, {t}*, {it}*)* %gemm",
               f"{t}* %A", f"{t}* %B", f"{t}* %C"]
     for i in extra:
         if k.epilogue.kinds[i] == "t":
@@ -344,12 +345,12 @@ def lower_matmul(k: MatmulEpilogue, name: str, features: str) -> str:
     b.raw(f"define void @{name}({', '.join(params)}) nounwind {{")
     b.raw("entry:")
     # Fortran arguments live in stack slots
-    for var, val, ty in (("ta", 84 if k.tb else 78, "i8"), ("tb", 84 if k.ta else 78, "i8"), ("mm", n, "i32"),
-                         ("kk", kk, "i32"), ("lda", kk if k.tb else n, "i32"), ("ldb", m if k.ta else kk, "i32"),
-                         ("ldc", n, "i32")):
+    for var, val, ty in (("ta", 84 if k.tb else 78, "i8"), ("tb", 84 if k.ta else 78, "i8"), ("mm", n, it),
+                         ("kk", kk, it), ("lda", kk if k.tb else n, it), ("ldb", m if k.ta else kk, it),
+                         ("ldc", n, it)):
         b.raw(f"  %{var} = alloca {ty}")
         b.raw(f"  store {ty} {val}, {ty}* %{var}")
-    b.raw("  %nb = alloca i32")
+    b.raw(f"  %nb = alloca {it}")
     b.raw(f"  %alpha = alloca {t}")
     b.raw(f"  store {t} {_fconst(1.0, t)}, {t}* %alpha")
     b.raw(f"  %beta = alloca {t}")
@@ -372,14 +373,14 @@ def lower_matmul(k: MatmulEpilogue, name: str, features: str) -> str:
     rem = b.op(f"sub i64 {m}, %r0")
     lt = b.op(f"icmp slt i64 {rem}, {bs}")
     rows = b.op(f"select i1 {lt}, i64 {rem}, i64 {bs}")
-    rows32 = b.op(f"trunc i64 {rows} to i32")
-    b.raw(f"  store i32 {rows32}, i32* %nb")
+    nrows = b.op(f"trunc i64 {rows} to i32") if it == "i32" else rows
+    b.raw(f"  store {it} {nrows}, {it}* %nb")
     # C^T (n x rows, col-major) = op(B)^T-view x op(A)^T-view; A's block starts at row r0 (or column r0 if ta)
     a_off = b.op("add i64 %r0, 0") if k.ta else b.op(f"mul i64 %r0, {kk}")
     a_blk = b.op(f"getelementptr {t}, {t}* {a_b}, i64 {a_off}")
     c_blk = b.op(f"getelementptr {t}, {t}* {c_b}, i64 {b.op(f'mul i64 %r0, {n}')}")
-    b.raw(f"  call void %gemm(i8* %ta, i8* %tb, i32* %mm, i32* %nb, i32* %kk, {t}* %alpha, {t}* {b_b}, i32* %lda, "
-          f"{t}* {a_blk}, i32* %ldb, {t}* %beta, {t}* {c_blk}, i32* %ldc)")
+    b.raw(f"  call void %gemm(i8* %ta, i8* %tb, {it}* %mm, {it}* %nb, {it}* %kk, {t}* %alpha, {t}* {b_b}, {it}* %lda, "
+          f"{t}* {a_blk}, {it}* %ldb, {t}* %beta, {t}* {c_blk}, {it}* %ldc)")
     if k.epilogue is not None:
         args = ["i64 0", f"i64 {rows}", "i64 1", f"i64 {n}", f"{t}* {c_blk}", f"{t}* {c_blk}", f"i64 {n}", "i64 0"]
         # epilogue over a block of `rows` x n: extras are indexed from the block's first row

@@ -163,15 +163,46 @@ def _cfunc(kernel, addr):
     return ctypes.CFUNCTYPE(None, *args)(addr)
 
 
-def _gemm_pointer(dtype: str) -> int:
-    import scipy.linalg.cython_blas as blas
+_blas: dict = {}
 
-    cap = blas.__pyx_capi__["sgemm" if dtype == "float32" else "dgemm"]
+
+def blas() -> tuple:
+    """(int bits, {dtype: gemm pointer}): numpy's own OpenBLAS (ILP64) when it ships one, so
+    L3 matmuls run the same BLAS as numpy; else scipy's (LP64) through its Cython capsules."""
+    if not _blas:
+        _blas.update(_numpy_blas() or _scipy_blas())
+    return _blas["bits"], _blas["gemm"]
+
+
+def _numpy_blas():
+    import glob
+    import os
+
+    libs = glob.glob(os.path.join(os.path.dirname(np.__file__), os.pardir, "numpy.libs", "libscipy_openblas64_*"))
+    for path in libs:
+        try:
+            lib = ctypes.CDLL(path)
+            gemm = {"float32": ctypes.cast(lib.scipy_sgemm_64_, ctypes.c_void_p).value,
+                    "float64": ctypes.cast(lib.scipy_dgemm_64_, ctypes.c_void_p).value}
+        except (OSError, AttributeError):
+            continue
+        return {"bits": 64, "gemm": gemm}
+    return None
+
+
+def _scipy_blas():
+    import scipy.linalg.cython_blas as cblas
+
     get = ctypes.pythonapi.PyCapsule_GetPointer
     get.restype, get.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
     name = ctypes.pythonapi.PyCapsule_GetName
     name.restype, name.argtypes = ctypes.c_char_p, [ctypes.py_object]
-    return get(cap, name(cap))
+    caps = {d: cblas.__pyx_capi__["sgemm" if d == "float32" else "dgemm"] for d in ("float32", "float64")}
+    return {"bits": 32, "gemm": {d: get(c, name(c)) for d, c in caps.items()}}
+
+
+def _gemm_pointer(dtype: str) -> int:
+    return blas()[1][dtype]
 
 
 def compile_kernel(kernel, level: int, info: dict) -> Compiled:
@@ -464,7 +495,7 @@ class Site:
             bc = ((False, True, False),) + tuple(b for b, _ in ep["block"])
             epi = Elementwise(ep["program"], ep["kinds"], bc, dtype, blk)
             return MatmulEpilogue(bool(self.args[0]), bool(self.args[1]), epi, dtype, p["m"], p["k"], p["n"],
-                                  p["batch"])
+                                  p["batch"], int_bits=blas()[0])
         return RowKernel(p["op"], dtype, p["gamma"], p["beta"], p["eps"], p["n"] if level == 3 else None)
 
     def run(self, compiled: Compiled, plan, inputs, out):

@@ -2,6 +2,7 @@
 
     msvm run SCRIPT [ARGS...] [--log-level DEBUG] [--dump]   run a script under the VM
     msvm dump SCRIPT [--cell NAME] [--json] [--out FILE.msbc] compile a file's Cells without running it
+              [--emit llvm|ptx [--arch sm_90] [--flag NAME=0]]   ... or print their kernels' LLVM IR / PTX
     msvm check FILE.msbc                                     load and verify a bytecode file
     msvm opcodes                                             print the opcode table
     msvm cache stats|clear                                   the compiled-kernel cache on disk
@@ -36,6 +37,10 @@ def _parser():
     d.add_argument("--json", action="store_true", help="print the instruction records as JSON")
     d.add_argument("--out", help="write the (one) Cell's bytecode to this .msbc file")
     d.add_argument("--callees", action="store_true", help="also print the code of the sub-Cells each one calls")
+    d.add_argument("--emit", choices=["llvm", "ptx"], help="print the Cell's kernels: LLVM IR for the CPU, or PTX")
+    d.add_argument("--arch", default="sm_90", help="GPU architecture for --emit ptx (sm_80, sm_90)")
+    d.add_argument("--flag", action="append", default=[], metavar="NAME=0|1",
+                   help="value of a bool flag argument for --emit (default: every flag true)")
 
     c = sub.add_parser("check", help="load and verify a .msbc file")
     c.add_argument("file")
@@ -171,6 +176,13 @@ def cmd_dump(args) -> int:
             print(f"msvm: no Cell or jit function named {args.cell!r} in {args.script}", file=sys.stderr)
             return 1
     failed = [e for e in entries if e.error is not None]
+    if args.emit:
+        for e in entries:
+            if e.code is not None:
+                print(emit_kernels(e.code, args.emit, args.arch, args.flag))
+        for e in failed:
+            print(f"msvm: {e.error}", file=sys.stderr)
+        return 1 if failed else 0
     if args.out:
         good = [e for e in entries if e.code is not None]
         if len(entries) != 1 or not good:
@@ -192,6 +204,51 @@ def cmd_dump(args) -> int:
     for e in failed:
         print(f"msvm: {e.error}", file=sys.stderr)
     return 1 if failed else 0
+
+
+def emit_kernels(code, what: str, arch: str = "sm_90", flags=()) -> str:
+    """The LLVM IR (CPU) or PTX (GPU) of the L2 kernels of a Code after fusion, one block per kernel."""
+    from .compiler.fuse import fuse
+    from .compiler.lower import Unsupported, lower
+    from .compiler.specialize import flag_params, specialize
+    from .compiler.static_kernels import kernels_of
+
+    values = {}
+    for f in flags:
+        name, _, v = f.partition("=")
+        values[name.strip()] = v.strip().lower() not in ("0", "false", "no", "")
+    fl = flag_params(code)
+    if fl:
+        code = specialize(code, {n: values.get(n, True) for _, n in fl})
+    run = fuse(code)
+    out, seen = [], set()
+    for k in kernels_of(run):
+        ident = (k.code, k.offset, k.kernel.text() if k.kernel is not None else k.why)
+        if ident in seen:          # sub-Cells of the same class and shapes share their kernels
+            continue
+        seen.add(ident)
+        head = f"; {k.code} @0x{k.offset:04x} {k.op} (L2: shape-generic)"
+        if k.kernel is None:
+            out.append(f"{head}\n; stays in the interpreter: {k.why}\n")
+            continue
+        name = f"msvm_{k.kernel.name}"
+        try:
+            if what == "llvm":
+                from .compiler.codegen import codegen
+
+                text = lower(k.kernel, name, codegen().features)
+            else:
+                from .compiler.lower_gpu import emit_ptx, lower_gpu
+
+                text = emit_ptx(lower_gpu(k.kernel, name), arch)
+                head = head.replace(";", "//", 1) + f" {arch}"
+        except Unsupported as e:
+            out.append(f"{head}\n; stays in the interpreter: {e}\n")
+            continue
+        out.append(f"{head}\n{text}")
+    if not out:
+        out.append(f"; {code.name}: no instruction compiles to a kernel (everything runs in the interpreter)")
+    return "\n".join(out)
 
 
 def cmd_check(args) -> int:

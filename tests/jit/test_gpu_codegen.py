@@ -131,3 +131,19 @@ def test_dump_emit_ptx_and_llvm(tmp_path):
     assert len(mods) >= 4
     for m in mods:
         ptxas(m, "sm_80", tmp_path)
+
+
+def test_gpu_runtime_without_a_gpu_names_the_problem():
+    from msvm.compiler import gpu
+    from msvm.context import gpu_problem
+
+    assert gpu.target_arch("90") == "sm_90" and gpu.target_arch("89") == "sm_80"
+    with pytest.raises(Unsupported, match="sm_80 or newer"):
+        gpu.target_arch("75")
+    if gpu_problem() is None:
+        pytest.skip("this machine has a usable GPU: bench/gpu_check.py covers it")
+    with pytest.raises(RuntimeError, match="msvm GPU runtime: .*(CuPy|CUDA)"):
+        gpu.GpuRuntime()
+    r = subprocess.run([sys.executable, os.path.join(os.path.dirname(EXAMPLES), "bench", "gpu_check.py")],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "gpu_check: msvm GPU runtime:" in r.stdout

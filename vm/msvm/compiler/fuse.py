@@ -6,7 +6,8 @@ Two passes over each straight-line stretch of a verified Code:
    the load leaves the value on the stack (so ``x = a + b; x = relu(x)`` becomes one
    expression);
 2. *fusion*: a run of elementwise instructions over loads and scalar constants that
-   computes one value becomes ``FUSED_ELEMENTWISE(program, n)``; a MATMUL or
+   computes one value becomes ``FUSED_ELEMENTWISE(program, n)`` (a lone transcendental
+   op — GELU, ERF, TANH, ... — too, so it gets a compiled kernel: FUSED_GELU); a MATMUL or
    BATCH_MATMUL whose result feeds such a run becomes ``FUSED_MATMUL(..., program, n)``
    (bias add, relu, gelu, scaling applied to the product).
 
@@ -28,6 +29,8 @@ FUSABLE = frozenset({
     "ERF", "RECIPROCAL", "CAST",
 })
 LEAVES = frozenset({"LOAD_TENSOR", "LOAD_PARAM", "LOAD_SYM", "LOAD_CONST"})
+# a lone op worth a compiled kernel of its own (numpy makes several passes or calls scipy)
+COSTLY = frozenset({"GELU", "GELU_TANH", "ERF", "SIGMOID", "TANH", "EXP"})
 MATMULS = frozenset({"MATMUL", "BATCH_MATMUL"})
 FLOAT_DTYPES = (dt.float16, dt.float32, dt.float64)
 
@@ -200,7 +203,7 @@ def _try_fuse_at(code: Code, start: int, targets):
         else:
             break
         k += 1
-        if len(local) == 1 and (n_ops >= 2 or (matmul and n_ops >= 1)):
+        if len(local) == 1 and (n_ops >= 2 or (matmul and n_ops >= 1) or (n_ops == 1 and parts[0][0] in COSTLY)):
             best = (k, list(local[0]), list(leaves), list(parts), below)
     if best is None:
         return start, None

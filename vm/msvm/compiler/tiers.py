@@ -40,6 +40,7 @@ BUDGET_S = {2: 0.25, 3: 2.0}
 PARALLEL_MIN = 1 << 20          # elements: below this one thread is faster (MEASURED.md)
 ROW = 4096                      # row length when a long vector is viewed as rows
 JITABLE = frozenset({"FUSED_ELEMENTWISE", "FUSED_MATMUL", "SOFTMAX", "LAYER_NORM"})
+B_IN_CACHE = 1 << 20            # bytes of a matmul's B below which L3 works in row blocks
 L3_SHAPES = 2                   # a site specializes (L3) for at most this many concrete shapes
 
 _cache = None
@@ -494,8 +495,12 @@ class Site:
             blk = (p["m"], 1, p["n"])
             bc = ((False, True, False),) + tuple(b for b, _ in ep["block"])
             epi = Elementwise(ep["program"], ep["kinds"], bc, dtype, blk)
+            # row blocks keep the epilogue in cache, but each block re-reads B: worth it only while B fits
+            # in cache; a big weight matrix (BERT's 768x3072) is read once, by one gemm over all rows
+            b_bytes = p["k"] * p["n"] * np.dtype(d).itemsize
+            block = 64 if b_bytes <= B_IN_CACHE else max(1, p["m"])
             return MatmulEpilogue(bool(self.args[0]), bool(self.args[1]), epi, dtype, p["m"], p["k"], p["n"],
-                                  p["batch"], int_bits=blas()[0])
+                                  p["batch"], block=block, int_bits=blas()[0])
         return RowKernel(p["op"], dtype, p["gamma"], p["beta"], p["eps"], p["n"] if level == 3 else None)
 
     def run(self, compiled: Compiled, plan, inputs, out):

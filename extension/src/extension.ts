@@ -27,6 +27,7 @@ export async function activate(ctx: vscode.ExtensionContext) {
   status.command = 'msvm.showCacheDetails';
   status.text = statusText(null);
   status.tooltip = statusTooltip(null);
+  status.show();
   ctx.subscriptions.push(status);
   const bytecode = new BytecodePanel(ctx, () => client);
   const heatmap = new HeatmapPanel(ctx);

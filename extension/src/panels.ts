@@ -99,8 +99,10 @@ export class BytecodePanel extends Panel {
     lastSource = uri;
     if (!cell && line !== undefined) {
       const lenses = await vscode.commands.executeCommand<vscode.CodeLens[]>('vscode.executeCodeLensProvider', uri) ?? [];
-      cell = cellForLine(lenses.filter((l) => l.command?.command === 'msvm.viewBytecode')
-        .map((l) => ({ name: String(l.command!.arguments![1]), line: l.range.start.line })), line);
+      const cells = lenses.filter((l) => l.command?.command === 'msvm.viewBytecode')
+        .map((l) => ({ name: String(l.command!.arguments![1]), line: l.range.start.line }));
+      // the Cell around the cursor; above every Cell, the first one
+      cell = cellForLine(cells, line) ?? cells.sort((a, b) => a.line - b.line)[0]?.name;
     }
     this.cell = cell;
     this.open(vscode.ViewColumn.Beside, true);

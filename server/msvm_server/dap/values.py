@@ -82,6 +82,10 @@ class Inspector:
     # --- stackTrace
     def stack_trace(self, start: int = 0, levels: int = 0) -> dict:
         out = []
+        outer_ipr = None      # a Python frame is "at" the instruction its outermost Cell is running
+        for fr in self.frames:
+            if fr[0] == "cell":
+                outer_ipr = hex(self.addresses.address(fr[1].code, fr[2]))
         for k, fr in enumerate(self.frames):
             if fr[0] == "cell":
                 _, f, index = fr
@@ -97,8 +101,11 @@ class Inspector:
                 })
             else:
                 _, name, path, line, _ = fr
-                out.append({"id": k + 1, "name": f"{name} (Python)", "line": line, "column": 1,
-                            "source": {"name": os.path.basename(path), "path": path}, "presentationHint": "subtle"})
+                d = {"id": k + 1, "name": f"{name} (Python)", "line": line, "column": 1,
+                     "source": {"name": os.path.basename(path), "path": path}, "presentationHint": "subtle"}
+                if outer_ipr:
+                    d["instructionPointerReference"] = outer_ipr
+                out.append(d)
         total = len(out)
         out = out[start:start + levels] if levels else out[start:]
         return {"stackFrames": out, "totalFrames": total}

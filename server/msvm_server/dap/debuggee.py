@@ -36,6 +36,7 @@ class Debuggee:
         self.lock = threading.Lock()
         self.last_stats = None
         self.done = threading.Event()
+        self.finished = threading.Event()     # set before the channel closes at the end
 
     # --- messages
     def event(self, name: str, body: dict | None = None):
@@ -56,8 +57,10 @@ class Debuggee:
         while True:
             req = self.ch.read()
             if req is None:
+                if self.finished.is_set():
+                    return           # the program ended and closed the channel: main() reports its status
                 self.rt.shutdown()
-                os._exit(0)          # the adapter went away: nothing to report to
+                os._exit(0)          # the adapter went away while the program runs: nothing to report to
             if req.get("type") != "request":
                 continue
             handler = getattr(self, "req_" + req.get("command", ""), None)
@@ -320,6 +323,7 @@ def main(argv=None) -> int:
     dbg = Debuggee(ch, program, args, config)
     threading.Thread(target=dbg.serve, name="msvm-dap-requests", daemon=True).start()
     status = dbg.run()
+    dbg.finished.set()
     dbg.rt.shutdown()
     try:
         sock.shutdown(socket.SHUT_RDWR)

@@ -84,7 +84,8 @@ class Telemetry:
             ev = {k: v for k, v in ev.items() if k != "stats"}
             self._send({"type": "event", "event": ev})
         stats = _stats()
-        if stats is not None and stats != self.last_stats:
+        busy = stats is not None and any(stats.get(k) for k in ("hits", "misses", "compiles", "disk_loads"))
+        if busy and stats != self.last_stats:
             self.last_stats = stats
             self._send({"type": "stats", "stats": stats})
 

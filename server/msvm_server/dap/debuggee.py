@@ -193,7 +193,7 @@ class Debuggee:
         body = {"hits": s["hits"], "misses": s["misses"], "rate": s["hit_rate"], "compiles": s["compiles"],
                 "disk_loads": s["disk_loads"], "recent": s["recent"], "pid": os.getpid(), "script": self.program}
         key = (body["hits"], body["misses"], body["compiles"], body["disk_loads"])
-        if key != self.last_stats:
+        if key != self.last_stats and any(key):       # nothing to say before the JIT did anything
             self.last_stats = key
             self.event("msvm/cacheStats", body)
 

@@ -65,6 +65,7 @@ vsix: build
 
 test-e2e: $(STAMP) $(E2E_STAMP) vsix
 	MSVM_PYTHON=$(abspath $(BIN))/python node tests/e2e/run.js
+	MSVM_E2E_SCENARIO=managed-venv node tests/e2e/run.js
 
 bench: $(STAMP)
 	$(BIN)/python bench/interp_overhead.py

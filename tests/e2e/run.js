@@ -7,6 +7,10 @@
 //   3. after an example runs in a terminal, the status bar shows the cache rate;
 //   4. the JIT heatmap opens with coloured rows.
 // Screenshots go to artifacts/e2e-*.png. Waits are on the page's state, never fixed sleeps.
+//
+// With MSVM_E2E_SCENARIO=managed-venv it checks the other way in: no msvm.pythonPath, a
+// python3 without msvm — the extension creates its own venv from the Python packages the
+// .vsix carries (pip, from the package registry), and the language server comes up.
 const assert = require('assert');
 const cp = require('child_process');
 const fs = require('fs');
@@ -23,6 +27,7 @@ const PYTHON = process.env.MSVM_PYTHON || path.join(ROOT, '.venv', 'bin', 'pytho
 const ARTIFACTS = path.join(ROOT, 'artifacts');
 const CHROMIUM = process.env.CHROMIUM || '/usr/bin/chromium';
 const T = 60000;
+const MANAGED = process.env.MSVM_E2E_SCENARIO === 'managed-venv';
 
 function freePort() {
   return new Promise((resolve) => {
@@ -54,7 +59,7 @@ async function main() {
   for (const f of ['dynamic_matmul.py', 'bert_layer.py']) fs.copyFileSync(path.join(ROOT, 'examples', f), path.join(dirs.ws, f));
   fs.mkdirSync(path.join(dirs.ws, '.vscode'));
   fs.writeFileSync(path.join(dirs.ws, '.vscode', 'settings.json'), JSON.stringify({
-    'msvm.pythonPath': PYTHON, 'workbench.startupEditor': 'none', 'security.workspace.trust.enabled': false,
+    ...(MANAGED ? {} : { 'msvm.pythonPath': PYTHON }), 'workbench.startupEditor': 'none', 'security.workspace.trust.enabled': false,
     'terminal.integrated.defaultProfile.linux': 'bash', 'workbench.tips.enabled': false,
   }, null, 1));
   fs.writeFileSync(path.join(dirs.ws, '.vscode', 'launch.json'), JSON.stringify({ version: '0.2.0', configurations: [
@@ -103,8 +108,16 @@ async function main() {
     await step('open examples/dynamic_matmul.py; the code lens appears', async () => {
       await openFile('dynamic_matmul.py');
       await page.locator('.view-lines', { hasText: 'class DynamicMatmulCell' }).waitFor();
-      await page.locator('.codelens-decoration', { hasText: 'View MS Bytecode' }).first().waitFor({ timeout: 90000 });
+      await page.locator('.codelens-decoration', { hasText: 'View MS Bytecode' }).first()
+        .waitFor({ timeout: MANAGED ? 600000 : 90000 });
     });
+    if (MANAGED) {
+      const venv = path.join(dirs.ud, 'User', 'globalStorage', 'msvm.msvm', 'venv');
+      assert.ok(fs.existsSync(path.join(venv, 'bin', 'python')), `no managed venv at ${venv}`);
+      await shot('managed-venv');
+      console.log('e2e (managed venv): all passed');
+      return;
+    }
 
     await step('right-click > View MS Bytecode; clicking BRANCH_IF_SYMBOLIC moves the cursor to `if training:`', async () => {
       await page.locator('.view-line', { hasText: 'out = self.matmul(x, y)' }).click({ button: 'right' });

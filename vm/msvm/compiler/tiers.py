@@ -40,6 +40,8 @@ BUDGET_S = {2: 0.25, 3: 2.0}
 PARALLEL_MIN = 1 << 20          # elements: below this one thread is faster (MEASURED.md)
 ROW = 4096                      # row length when a long vector is viewed as rows
 JITABLE = frozenset({"FUSED_ELEMENTWISE", "FUSED_MATMUL", "SOFTMAX", "LAYER_NORM"})
+_ND = np.ndarray
+_JIT = context._ctx["jit_config"]        # the live jit_config dict (set_context updates it in place)
 B_IN_CACHE = 1 << 20            # bytes of a matmul's B below which L3 works in row blocks
 L3_SHAPES = 2                   # a site specializes (L3) for at most this many concrete shapes
 
@@ -146,6 +148,7 @@ class Compiled:
         self.kernel, self.level, self.key = kernel, level, key
         self.addr = addrs[name]
         self.fn = _cfunc(kernel, self.addr)
+        self.gemm = _gemm_pointer(kernel.dtype) if kernel.kind == "matmul" else None
 
 
 def _cfunc(kernel, addr):
@@ -302,7 +305,7 @@ class Site:
 
     # --- the hot path
     def __call__(self, inputs, reference, out=None):
-        level = context.jit_option("jit_level")
+        level = _JIT["jit_level"]
         if level == "L1":
             return reference(*inputs)
         plan = self.plan(inputs)
@@ -372,16 +375,17 @@ class Site:
     # --- per kind: planning, kernel IR, running
     def plan(self, inputs):
         """(shape class, concrete key, out shape, dtype, details) or None when only L1 applies."""
-        shapes = tuple(getattr(x, "shape", None) if isinstance(x, np.ndarray) else None for x in inputs)
-        dts = tuple(x.dtype if isinstance(x, np.ndarray) else None for x in inputs)
-        ck = (shapes, dts)
+        ck = tuple([(x.shape, x.dtype) if type(x) is _ND else None for x in inputs])
         p = self.plans.get(ck)
-        if p is None and ck not in self.plans:
+        if p is None:
+            if ck in self.plans:
+                return None
             p = self.plans[ck] = self._make_plan(inputs)
-        if p is not None:
-            for x in inputs:
-                if isinstance(x, np.ndarray) and not x.flags.c_contiguous:
-                    return None
+            if p is None:
+                return None
+        for x in inputs:
+            if type(x) is _ND and not x.flags.c_contiguous:
+                return None
         return p
 
     def _make_plan(self, inputs):
@@ -505,7 +509,7 @@ class Site:
 
     def run(self, compiled: Compiled, plan, inputs, out):
         cls, shape_key, out_shape, d, p = plan
-        if out is None or out.shape != tuple(out_shape) or out.dtype != d or not out.flags.c_contiguous:
+        if out is None or out.shape != out_shape or out.dtype != d or not out.flags.c_contiguous:
             out = np.empty(out_shape, d)
         k = compiled.kernel
         if k.kind == "elementwise" and self.op == "FUSED_ELEMENTWISE":
@@ -519,7 +523,7 @@ class Site:
             _run_elementwise(compiled, p["epi"][4], [out] + list(inputs[2:]), out)
         elif k.kind == "matmul":
             a, b = inputs[0], inputs[1]
-            args = [_gemm_pointer(k.dtype), a.ctypes.data, b.ctypes.data, out.ctypes.data]
+            args = [compiled.gemm, a.ctypes.data, b.ctypes.data, out.ctypes.data]
             if k.epilogue is not None:
                 for x, kind, (_b, row_stride) in zip(inputs[2:], k.epilogue.kinds[1:], p["epi"][4]["block"]):
                     if kind == "t":

@@ -18,6 +18,7 @@ describe('msvm debug adapter', function () {
 
   beforeEach(async () => {
     dc = new DebugClient(PYTHON, ADAPTER, 'msvm', { env: { ...process.env, MSVM_CACHE_DIR: fs.mkdtempSync('/tmp/msvm-dap-k-') } });
+    dc.defaultTimeout = 30000;      // a loaded CI machine may take seconds to start Python with numpy and LLVM
     await dc.start();
   });
   afterEach(async () => { await dc.stop(); });

@@ -145,7 +145,8 @@ class Variant:
             else:
                 run = optimize(spec)
                 b = self.link(run)
-                _announce(spec, run, len(self.runs) + 1, (time.perf_counter() - t0) * 1e3, {"dump_bytecode": False})
+                _announce(spec, run, len(self.runs) + 1, (time.perf_counter() - t0) * 1e3, {"dump_bytecode": False},
+                          flags=getattr(spec, "specialized_on", {}))
             self.runs[key] = b
         return b
 
@@ -202,7 +203,7 @@ def resolve_path(root, path: str):
     return obj
 
 
-def _announce(code, run, variant_count: int, t_ms: float, opts):
+def _announce(code, run, variant_count: int, t_ms: float, opts, flags: dict | None = None):
     """Log the compiled bytecode; the event carries what runs (after fusion), whose offsets later events use."""
     if events._subs:
         events.emit({"type": "bytecode", "code": run.name, "file": run.filename, "line": run.firstlineno,
@@ -210,6 +211,11 @@ def _announce(code, run, variant_count: int, t_ms: float, opts):
     if context.jit_option("dump_bytecode", opts):
         log.emit_block(dump(code))
     if log.debug_enabled():
+        if flags is not None:
+            vals = ", ".join(f"{k}={v}" for k, v in flags.items())
+            log.logger.debug("Specialized %s for %s in %.2fms: %d instructions run", code.name, vals, t_ms,
+                             len(run.instrs))
+            return
         sig = ", ".join(f"{p}: {t}" for p, t in code.params)
         log.logger.debug("Compiled %s (%s) -> %s in %.2fms: %d instructions, variant %d", code.name, sig,
                          code.result_type, t_ms, len(code.instrs), variant_count)

@@ -1,7 +1,8 @@
 """Compile and load: LLVM IR text -> object bytes -> native function address.
 
 One ``Codegen`` per process initializes LLVM once and owns two target machines
-(O0 for L2, O3 for L3) and one MCJIT engine into which object files are loaded.
+(O0 for L2, O3 for L3) and one LLJIT into which each object file is linked as a
+library of its own.
 The object bytes are what the kernel cache stores; ``load`` accepts bytes from
 either a fresh compile or the disk cache. The "magic tuple" (triple, CPU name,
 CPU features) identifies the target in every cache key.
@@ -30,7 +31,8 @@ class Codegen:
                                                        reloc="pic", codemodel="jitdefault")
                    for lvl in (0, 3)}
         self.target = target
-        self.engines: list = []      # one engine per loaded object, kept for the life of the process
+        self.lljit = None
+        self.engines: list = []      # one JIT library (resource tracker) per loaded object, kept for the process
         self.lock = threading.RLock()
         self.version = f"llvmlite-{llvmlite.__version__}-llvm-{'.'.join(map(str, llvm.llvm_version_info))}"
 
@@ -67,20 +69,21 @@ class Codegen:
         return obj, times
 
     def load(self, obj: bytes, names: list) -> dict:
-        """Add an object file to the engine; returns {function name: address}."""
+        """Link an object file into its own JITDylib of one LLJIT; returns {function name: address}.
+
+        Each object gets a library of its own (no shared symbol table; linking one never touches
+        code that other threads are running); libm functions resolve from the process."""
         with self.lock:
-            # a fresh engine (owning a fresh target machine) per object: no shared symbol table, and
-            # finalizing one object never touches the memory of code that other threads are running
-            tm = self.target.create_target_machine(cpu=self.cpu, features=self.features, opt=0,
-                                                   codemodel="jitdefault")
-            engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), tm)
-            ref = llvm.ObjectFileRef.from_data(obj)
-            engine.add_object_file(ref)
-            engine.finalize_object()
-            self.engines.append((engine, ref))
+            if self.lljit is None:
+                self.lljit = llvm.create_lljit_compiler()
+            lib = llvm.JITLibraryBuilder().add_current_process().add_object_img(obj)
+            for n in names:
+                lib.export_symbol(n)
+            tracker = lib.link(self.lljit, f"msvm_lib{len(self.engines)}")
+            self.engines.append(tracker)          # kept: dropping the tracker would free the code
             out = {}
             for n in names:
-                addr = engine.get_function_address(n)
+                addr = tracker[n]
                 if not addr:
                     raise RuntimeError(f"compiled object has no function {n}")
                 out[n] = addr

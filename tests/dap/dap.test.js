@@ -239,6 +239,46 @@ describe('msvm debug adapter', function () {
     await terminated;
   });
 
+  it('a line breakpoint inside a @jit function', async () => {
+    const prog = path.join(__dirname, 'programs', 'jitfn.py');
+    const src = fs.readFileSync(prog, 'utf8').split('\n');
+    const line = src.findIndex((l) => l.includes('return ops.softmax(y, -1)')) + 1;
+    const bpDone = dc.waitForEvent('initialized').then(() => dc.setBreakpointsRequest({
+      source: { path: prog }, breakpoints: [{ line }] }));
+    const stopped = dc.waitForEvent('stopped');
+    await dc.launch({ program: prog, jitLevel: 'L1' });
+    assert.strictEqual((await bpDone).body.breakpoints[0].verified, true);
+    await dc.configurationDoneRequest();
+    assert.strictEqual((await stopped).body.reason, 'breakpoint');
+    const f = await top();
+    assert.strictEqual(f.line, line);
+    assert.match(f.name, /scaled_softmax @0x/);
+    // fusion forwarded y on the operand stack: the error says so, and `top` is the value
+    await assert.rejects(dc.evaluateRequest({ expression: 'y.shape', frameId: f.id, context: 'watch' }),
+      /fusion kept it on the operand stack/);
+    const e = await dc.evaluateRequest({ expression: 'top.shape', frameId: f.id, context: 'watch' });
+    assert.strictEqual(e.body.result, '(2, 5)');
+    const again = dc.waitForEvent('stopped');
+    await dc.continueRequest({ threadId: 1 });
+    assert.strictEqual((await again).body.reason, 'breakpoint', 'the second call stops too');
+  });
+
+  it('with enableFusion false every local keeps its value', async () => {
+    const prog = path.join(__dirname, 'programs', 'jitfn.py');
+    const src = fs.readFileSync(prog, 'utf8').split('\n');
+    const line = src.findIndex((l) => l.includes('return ops.softmax(y, -1)')) + 1;
+    const bpDone = dc.waitForEvent('initialized').then(() => dc.setBreakpointsRequest({
+      source: { path: prog }, breakpoints: [{ line }] }));
+    const stopped = dc.waitForEvent('stopped');
+    await dc.launch({ program: prog, jitLevel: 'L1', enableFusion: false });
+    await bpDone;
+    await dc.configurationDoneRequest();
+    await stopped;
+    const f = await top();
+    const e = await dc.evaluateRequest({ expression: 'y.shape', frameId: f.id, context: 'watch' });
+    assert.strictEqual(e.body.result, '(2, 5)');
+  });
+
   it('disconnect ends a stopped program and the adapter keeps serving', async () => {
     await stopOnEntry();
     await dc.disconnectRequest({});

@@ -163,9 +163,18 @@ class Inspector:
     # --- evaluate
     def evaluate(self, expression: str, frame_id: int | None) -> dict:
         names = self.names(frame_id)
-        value = safe_eval(expression, names)
+        value = safe_eval(expression, names, self.unset(frame_id))
         d = self.var(expression, value, evaluate_name=expression)
         return {"result": d["value"], "type": d.get("type"), "variablesReference": d["variablesReference"]}
+
+    def unset(self, frame_id) -> set:
+        """Locals of the frame's Code without a value at this instruction."""
+        if not self.frames:
+            return set()
+        fr = self.frame(frame_id)
+        if fr[0] != "cell":
+            return set()
+        return {n for n, v in zip(fr[1].code.varnames, fr[1].locals) if v is None}
 
     def names(self, frame_id) -> dict:
         if not self.frames:
@@ -231,7 +240,7 @@ class EvalError(Exception):
     pass
 
 
-def safe_eval(expression: str, names: dict):
+def safe_eval(expression: str, names: dict, unset=frozenset()):
     try:
         tree = ast.parse(expression.strip(), mode="eval")
     except SyntaxError as e:
@@ -245,6 +254,10 @@ def safe_eval(expression: str, names: dict):
                 return names[n.id]
             if n.id in _BUILTINS:
                 return _BUILTINS[n.id]
+            if n.id in unset:
+                raise EvalError(f"{n.id!r} has no value at this instruction: not assigned yet, or fusion kept it "
+                                f"on the operand stack (see Operand stack, or evaluate `top`; launch with "
+                                f"\"enableFusion\": false to keep every local)")
             raise EvalError(f"name {n.id!r} is not defined here")
         if isinstance(n, ast.Attribute):
             if n.attr.startswith("_"):

@@ -64,6 +64,12 @@ def emit(b, t):
             b.emit("LOAD_CONST", b.const(5.0))
             b.emit("BROADCAST_MIN")
             b.emit("EXP")
+        elif op == "EXP":            # the program clips exactly as the reference does (float32 overflows at 88.7)
+            b.emit("LOAD_CONST", b.const(80.0))
+            b.emit("BROADCAST_MIN")
+            b.emit("LOAD_CONST", b.const(-80.0))
+            b.emit("BROADCAST_MAX")
+            b.emit("EXP")
         else:
             b.emit(op)
 

@@ -288,6 +288,7 @@ class Site:
         self.l3: dict = {}       # concrete shapes -> Compiled | "pending" | "failed"
         self.seen: dict = {}     # concrete shapes -> calls
         self.polymorphic = False  # more than L3_SHAPES shapes seen: no more L3 compiles
+        self.ptrs = [None] * 8   # per argument position: (last array, its data pointer)
         self.tier_history: list = []
         self.plans: dict = {}
         st = code.stack_types[index]
@@ -512,22 +513,24 @@ class Site:
         if out is None or out.shape != out_shape or out.dtype != d or not out.flags.c_contiguous:
             out = np.empty(out_shape, d)
         k = compiled.kernel
+        ptr = self.ptr
         if k.kind == "elementwise" and self.op == "FUSED_ELEMENTWISE":
-            _run_elementwise(compiled, p, inputs, out)
+            _run_elementwise(compiled, p, inputs, out, ptr)
         elif k.kind == "elementwise":          # L2 matmul: BLAS product, then the epilogue in place
             ta, tb = self.args[0], self.args[1]
             a, b = inputs[0], inputs[1]
             a = np.swapaxes(a, -1, -2) if ta else a
             b = np.swapaxes(b, -1, -2) if tb else b
             np.matmul(a, b, out=out)
-            _run_elementwise(compiled, p["epi"][4], [out] + list(inputs[2:]), out)
+            _run_elementwise(compiled, p["epi"][4], [out] + list(inputs[2:]), out, ptr)
         elif k.kind == "matmul":
             a, b = inputs[0], inputs[1]
-            args = [compiled.gemm, a.ctypes.data, b.ctypes.data, out.ctypes.data]
+            args = [compiled.gemm, ptr(0, a), ptr(1, b), ptr(7, out)]
             if k.epilogue is not None:
-                for x, kind, (_b, row_stride) in zip(inputs[2:], k.epilogue.kinds[1:], p["epi"][4]["block"]):
+                for j, (x, kind, (_b, row_stride)) in enumerate(zip(inputs[2:], k.epilogue.kinds[1:],
+                                                                    p["epi"][4]["block"])):
                     if kind == "t":
-                        args += [x.ctypes.data, row_stride, 0]
+                        args += [ptr(2 + j, x), row_stride, 0]
                     else:
                         args.append(float(x))
             compiled.fn(*args)
@@ -536,13 +539,25 @@ class Site:
             g = inputs[1] if self.op == "LAYER_NORM" else None
             b = inputs[2] if self.op == "LAYER_NORM" else None
             rows, n = p["rows"], p["n"]
-            gp = g.ctypes.data if g is not None else None
-            bp = b.ctypes.data if b is not None else None
+            gp = ptr(1, g) if g is not None else None
+            bp = ptr(2, b) if b is not None else None
+            op_, xp_ = ptr(7, out), ptr(0, x)
             if compiled.level >= 3 and rows * n >= PARALLEL_MIN and rows >= 2:
-                _parallel(lambda s, e: compiled.fn(s, e, n, out.ctypes.data, x.ctypes.data, gp, bp), rows)
+                _parallel(lambda s, e: compiled.fn(s, e, n, op_, xp_, gp, bp), rows)
             else:
-                compiled.fn(0, rows, n, out.ctypes.data, x.ctypes.data, gp, bp)
+                compiled.fn(0, rows, n, op_, xp_, gp, bp)
         return out
+
+    def ptr(self, i: int, a) -> int:
+        """a's data pointer; remembered for the last array seen at position i (weights and reused
+        output buffers repeat, and reading ``ctypes.data`` costs about 2 µs). The entry holds a
+        reference, so the array cannot be freed and its id reused while it is remembered."""
+        e = self.ptrs[i]
+        if e is not None and e[0] is a:
+            return e[1]
+        p = a.ctypes.data
+        self.ptrs[i] = (a, p)
+        return p
 
 
 class _Shape:
@@ -559,21 +574,22 @@ def _is_tensor(x) -> bool:
     return isinstance(x, (np.ndarray, _Shape)) and x.ndim > 0
 
 
-def _run_elementwise(compiled: Compiled, p: dict, inputs, out):
+def _run_elementwise(compiled: Compiled, p: dict, inputs, out, ptr):
     dims, kinds, strides = p["dims"], p["kinds"], p["strides"]
     args = []
-    for x, kind, s in zip(inputs, kinds, strides):
+    for j, (x, kind, s) in enumerate(zip(inputs, kinds, strides)):
         if kind == "t":
-            args += [x.ctypes.data, s[0], s[1]]
+            args += [ptr(j, x) if j < 7 else x.ctypes.data, s[0], s[1]]
         else:
             args.append(float(x))
     fn = compiled.fn
     total = dims[0] * dims[1] * dims[2]
+    po = ptr(7, out)
     if compiled.level >= 3 and total >= PARALLEL_MIN:
         if dims[0] >= 2:
-            _parallel(lambda s, e: fn(s, e, dims[1], dims[2], out.ctypes.data, *args), dims[0])
+            _parallel(lambda s, e: fn(s, e, dims[1], dims[2], po, *args), dims[0])
             return
-    fn(0, dims[0], dims[1], dims[2], out.ctypes.data, *args)
+    fn(0, dims[0], dims[1], dims[2], po, *args)
 
 
 def _parallel(call, n):

@@ -1,5 +1,7 @@
 // The panels' front-end: one bundle, three pages (body[data-page]). It renders what the
 // extension sends (ToPage) and posts clicks back (FromPage); it computes nothing itself.
+import { escapeHtml } from '../extension/src/html';
+import { heatAlpha } from '../extension/src/logic';
 import type { BytecodeResult, CacheStats, FromPage, Instruction, Profile, ProfileInstruction, ToPage } from '../extension/src/protocol';
 
 declare function acquireVsCodeApi(): { postMessage(msg: FromPage): void; setState(s: unknown): void; getState(): unknown };
@@ -7,10 +9,9 @@ const vscode = acquireVsCodeApi();
 const app = document.getElementById('app')!;
 const page = document.body.dataset.page;
 
-const esc = (s: unknown): string => String(s).replace(/[&<>"']/g, (c) =>
-  ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' }[c]!));
+const esc = (s: unknown): string => escapeHtml(String(s));
 const hex = (n: number): string => '0x' + n.toString(16).padStart(4, '0');
-const heat = (share: number): number => (share > 0 ? Math.min(0.85, 0.08 + share * 1.5) : 0);
+const heat = heatAlpha;
 
 function el(html: string): HTMLElement {
   const t = document.createElement('template');

@@ -239,17 +239,24 @@ describe('msvm debug adapter', function () {
     await terminated;
   });
 
-  it('a line breakpoint inside a @jit function', async () => {
-    const prog = path.join(__dirname, 'programs', 'jitfn.py');
-    const src = fs.readFileSync(prog, 'utf8').split('\n');
-    const line = src.findIndex((l) => l.includes('return ops.softmax(y, -1)')) + 1;
+  const JITFN = path.join(__dirname, 'programs', 'jitfn.py');
+
+  // launch jitfn.py with a breakpoint on the line holding `text`; resolves at the first stop
+  async function stopInJitFn(text, extra = {}) {
+    const src = fs.readFileSync(JITFN, 'utf8').split('\n');
+    const line = src.findIndex((l) => l.includes(text)) + 1;
     const bpDone = dc.waitForEvent('initialized').then(() => dc.setBreakpointsRequest({
-      source: { path: prog }, breakpoints: [{ line }] }));
+      source: { path: JITFN }, breakpoints: [{ line }] }));
     const stopped = dc.waitForEvent('stopped');
-    await dc.launch({ program: prog, jitLevel: 'L1' });
+    await dc.launch({ program: JITFN, jitLevel: 'L1', ...extra });
     assert.strictEqual((await bpDone).body.breakpoints[0].verified, true);
     await dc.configurationDoneRequest();
     assert.strictEqual((await stopped).body.reason, 'breakpoint');
+    return line;
+  }
+
+  it('a line breakpoint inside a @jit function', async () => {
+    const line = await stopInJitFn('return ops.softmax(y, -1)');
     const f = await top();
     assert.strictEqual(f.line, line);
     assert.match(f.name, /scaled_softmax @0x/);
@@ -264,16 +271,7 @@ describe('msvm debug adapter', function () {
   });
 
   it('with enableFusion false every local keeps its value', async () => {
-    const prog = path.join(__dirname, 'programs', 'jitfn.py');
-    const src = fs.readFileSync(prog, 'utf8').split('\n');
-    const line = src.findIndex((l) => l.includes('return ops.softmax(y, -1)')) + 1;
-    const bpDone = dc.waitForEvent('initialized').then(() => dc.setBreakpointsRequest({
-      source: { path: prog }, breakpoints: [{ line }] }));
-    const stopped = dc.waitForEvent('stopped');
-    await dc.launch({ program: prog, jitLevel: 'L1', enableFusion: false });
-    await bpDone;
-    await dc.configurationDoneRequest();
-    await stopped;
+    await stopInJitFn('return ops.softmax(y, -1)', { enableFusion: false });
     const f = await top();
     const e = await dc.evaluateRequest({ expression: 'y.shape', frameId: f.id, context: 'watch' });
     assert.strictEqual(e.body.result, '(2, 5)');

@@ -7,6 +7,7 @@ import sys
 import msvm as ms
 import numpy as np
 import pytest
+from cells import DynamicMatmulCell
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from msvm import nn, ops
@@ -295,24 +296,11 @@ def test_cli_cache_stats_and_clear(tmp_path):
 _ = EXAMPLES
 
 
-class Article(nn.Cell):
-    def __init__(self):
-        super().__init__()
-        self.matmul = ops.MatMul()
-        self.relu = ops.ReLU()
-
-    def construct(self, x, y, training=True):
-        out = self.matmul(x, y)
-        if training:
-            out = self.relu(out)
-        return out
-
-
 @pytest.mark.parametrize("tier", ["L1", "L2", "L3"])
 def test_flag_specialization_fuses_the_article_cell(level, tier, rng):
     """One bytecode for both flag values; what runs is specialized: MATMUL+RELU fuse when training."""
     level(tier)
-    net = Article()
+    net = DynamicMatmulCell()
     y = rng.standard_normal((24, 40)).astype(np.float32)
     for n in (3, 7, 3):
         x = rng.standard_normal((n, 24)).astype(np.float32)
@@ -400,7 +388,7 @@ def test_a_site_with_changing_shapes_stays_shape_generic(level, rng):
     level("auto")
     ms.set_context(jit_config={"l3_after": 2})
     try:
-        net = Article()
+        net = DynamicMatmulCell()
         y = rng.standard_normal((24, 40)).astype(np.float32)
         for n in range(2, 10):        # (a dim of 1 is its own bytecode variant)
             x = rng.standard_normal((n, 24)).astype(np.float32)

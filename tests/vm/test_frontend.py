@@ -3,6 +3,7 @@
 import msvm as ms
 import numpy as np
 import pytest
+from cells import DynamicMatmulCell
 from msvm import nn, ops
 from msvm.bytecode import records
 
@@ -13,19 +14,6 @@ def ops_of(code):
 
 def variants(cell):
     return cell._runner.variants
-
-
-class DynamicMatmulCell(nn.Cell):
-    def __init__(self):
-        super().__init__()
-        self.matmul = ops.MatMul()
-        self.relu = ops.ReLU()
-
-    def construct(self, x, y, training=True):
-        out = self.matmul(x, y)
-        if training:
-            out = self.relu(out)
-        return out
 
 
 def test_article_cell_matches_numpy_and_reuses_bytecode(rng):

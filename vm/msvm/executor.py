@@ -136,9 +136,12 @@ class Variant:
             from .compiler.specialize import specialize
 
             t0 = time.perf_counter()
+            flags = {name: v for (_, name), v in zip(self.flags, key)}
             try:
-                spec = specialize(self.source, {name: v for (_, name), v in zip(self.flags, key)})
-            except MsvmError:
+                spec = specialize(self.source, flags)
+            except MsvmError as e:      # the flag-generic code still runs; say why it was not specialized
+                log.logger.warning("%s: not specialized for %s (%s); running the flag-generic bytecode",
+                                   self.source.name, flags, e)
                 spec = None
             if spec is None:
                 b = self.bound

@@ -141,4 +141,5 @@ def start_from_env() -> None:
         _active = False
         from . import log
 
-        log.logger.debug("telemetry to %s is off: %s", address, e)
+        log.logger.warning("MSVM_TELEMETRY=%s: cannot connect (%s); this program's statistics will not reach "
+                           "the editor", address, e)

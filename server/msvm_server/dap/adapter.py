@@ -22,7 +22,7 @@ import sys
 import tempfile
 import threading
 
-from .wire import Channel
+from .wire import Channel, response
 
 CAPABILITIES = {
     "supportsConfigurationDoneRequest": True,
@@ -54,14 +54,7 @@ class Adapter:
 
     # --- to the client
     def respond(self, req, body=None, error=None, show=True):
-        msg = {"type": "response", "request_seq": req.get("seq"), "command": req.get("command"),
-               "success": error is None}
-        if error is not None:
-            msg["message"] = error
-            msg["body"] = {"error": {"id": 1, "format": error, "showUser": show}}
-        elif body is not None:
-            msg["body"] = body
-        self.client.write(msg)
+        self.client.write(response(req, body, error, show))
 
     def event(self, name, body=None):
         self.client.write({"type": "event", "event": name, "body": body or {}})

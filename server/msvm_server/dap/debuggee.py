@@ -16,9 +16,9 @@ import sys
 import threading
 import traceback
 
-from .runtime import Runtime, norm_path
+from .runtime import Runtime, code_lines
 from .values import EvalError, Inspector
-from .wire import Channel
+from .wire import Channel, response
 
 STATS_PERIOD_S = 0.5
 EXCEPTION_FILTER = "msvm-cell-errors"
@@ -43,14 +43,7 @@ class Debuggee:
         self.ch.write({"type": "event", "event": name, "body": body or {}})
 
     def respond(self, req: dict, body=None, error: str | None = None):
-        msg = {"type": "response", "request_seq": req.get("seq"), "command": req.get("command"),
-               "success": error is None}
-        if error is not None:
-            msg["message"] = error
-            msg["body"] = {"error": {"id": 1, "format": error, "showUser": False}}
-        elif body is not None:
-            msg["body"] = body
-        self.ch.write(msg)
+        self.ch.write(response(req, body, error))
 
     def serve(self):
         """The request loop (its own thread)."""
@@ -258,18 +251,13 @@ def _static_lines(path: str):
                 code = do_fuse(code)
             except Exception:  # noqa: BLE001
                 pass
-        for c in code.all_codes():
-            if norm_path(c.filename) != norm_path(path):
-                continue
-            for ins in c.instrs:
-                lines.add(ins.loc.line)
-                lines.update(pl.line for _, pl in ins.parts)
+        lines |= code_lines(code.all_codes(), path)
     return lines if complete or lines else None
 
 
 def disassemble(addresses, memory_reference: str, offset: int, instruction_offset: int, count: int) -> list:
     """Exactly ``count`` instructions around the reference; outside the Code, invalid fillers."""
-    from msvm.bytecode.disasm import argrepr, display_name
+    from msvm.bytecode.disasm import records
 
     from .values import _col1
 
@@ -280,17 +268,18 @@ def disassemble(addresses, memory_reference: str, offset: int, instruction_offse
         return [{"address": hex(max(0, addr + k)), "instruction": "", "presentationHint": "invalid"}
                 for k in range(instruction_offset, instruction_offset + count)]
     base = addresses.register(code)
-    n = len(code.instrs)
+    recs = list(records(code))
+    n = len(recs)
     for j in range(idx + instruction_offset, idx + instruction_offset + count):
         if j < 0:
             out.append({"address": hex(base + j), "instruction": "", "presentationHint": "invalid"})
         elif j >= n:
             out.append({"address": hex(base + code.size + (j - n)), "instruction": "", "presentationHint": "invalid"})
         else:
-            ins = code.instrs[j]
-            loc = ins.loc
-            d = {"address": hex(base + ins.offset), "instruction": f"{display_name(ins)} {argrepr(code, ins)}".strip(),
-                 "instructionBytes": " ".join(f"{b:02x}" for b in _encode(ins)),
+            r = recs[j]
+            loc = r.loc
+            d = {"address": hex(base + r.offset), "instruction": f"{r.op} {r.argrepr}".strip(),
+                 "instructionBytes": " ".join(f"{b:02x}" for b in _encode(code.instrs[j])),
                  "location": {"name": os.path.basename(code.filename), "path": code.filename},
                  "line": loc.line, "column": _col1(code.filename, loc.line, loc.col),
                  "endLine": loc.end_line, "endColumn": _col1(code.filename, loc.end_line, loc.end_col)}

@@ -53,6 +53,17 @@ class AddressMap:
         return code, idx
 
 
+def lines_of(ins) -> set:
+    """The source lines an instruction stands for: its own and those of its fused parts."""
+    return {ins.loc.line} | {pl.line for _, pl in ins.parts}
+
+
+def code_lines(codes, path: str) -> set:
+    """Lines of ``path`` that have an instruction in any of ``codes``."""
+    p = norm_path(path)
+    return {line for c in codes if norm_path(c.filename) == p for ins in c.instrs for line in lines_of(ins)}
+
+
 def norm_path(path: str) -> str:
     return os.path.normcase(os.path.realpath(path)) if path else ""
 
@@ -132,8 +143,7 @@ class Runtime:
             if known_lines is not None and line in known_lines:
                 bp.verified = True
             else:
-                bound = self._lines_seen(p)
-                if line in bound:
+                if line in code_lines(self.addresses.codes, p):
                     bp.verified = True
                 else:
                     bp.message = ("no msvm bytecode on this line (breakpoints bind to lines inside a Cell's "
@@ -144,15 +154,6 @@ class Runtime:
             self.line_bps[p] = bps
             self.generation += 1
         return list(bps.values())
-
-    def _lines_seen(self, p: str) -> set:
-        out = set()
-        for code in self.addresses.codes:
-            if norm_path(code.filename) == p:
-                for ins in code.instrs:
-                    out.add(ins.loc.line)
-                    out.update(pl.line for _, pl in ins.parts)
-        return out
 
     def set_instruction_breakpoints(self, refs: list) -> list:
         """refs: [(instructionReference, offset)] -> [(verified, id, message)]"""
@@ -183,8 +184,7 @@ class Runtime:
         file_bps = self.line_bps.get(norm_path(code.filename))
         if file_bps:
             for i, ins in enumerate(code.instrs):
-                lines = {ins.loc.line} | {pl.line for _, pl in ins.parts}
-                for line in lines:
+                for line in lines_of(ins):
                     bp = file_bps.get(line)
                     if bp is not None:
                         by_index.setdefault(i, []).append(bp.id)

@@ -62,3 +62,14 @@ class Channel:
                 return True
             except (OSError, ValueError):
                 return False
+
+
+def response(req: dict, body=None, error: str | None = None, show: bool = False) -> dict:
+    """The DAP response to ``req``: its body, or a failure whose message the client may show."""
+    msg = {"type": "response", "request_seq": req.get("seq"), "command": req.get("command"), "success": error is None}
+    if error is not None:
+        msg["message"] = error
+        msg["body"] = {"error": {"id": 1, "format": error, "showUser": show}}
+    elif body is not None:
+        msg["body"] = body
+    return msg

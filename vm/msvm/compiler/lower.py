@@ -206,22 +206,19 @@ def _vec_width(features: str, t: str) -> int:
     return bits // (32 if t == "float" else 64)
 
 
-def lower_elementwise(k: Elementwise, name: str, features: str) -> str:
-    t = TYPES.get(k.dtype)
-    if t is None:
-        raise Unsupported(f"elementwise kernels in {k.dtype}")
-    width = _vec_width(features, t)
-    fast = k.dims is not None
+def elementwise_entry(b: Builder, k: Elementwise, t: str, name: str, define: str, head: list, noalias: str):
+    """The signature and entry block every elementwise kernel shares (CPU and GPU): after the
+    ``head`` parameters come n1, n2, out, {in, s0, s1} per tensor input and {double} per scalar.
+    Returns (tensor inputs, scalar inputs, n1, n2, s0, s1, scalar values): constants in L3
+    (``k.dims`` known), argument names in L2."""
     tensors = [i for i, kind in enumerate(k.kinds) if kind == "t"]
     scalars = [i for i, kind in enumerate(k.kinds) if kind == "s"]
-    params = ["i64 %start", "i64 %end", "i64 %n1_arg", "i64 %n2_arg", f"{t}* %out"]
+    params = head + ["i64 %n1_arg", "i64 %n2_arg", f"{t}* {noalias}%out"]
     for i in tensors:
-        params += [f"{t}* %in{i}", f"i64 %s0_{i}", f"i64 %s1_{i}"]
+        params += [f"{t}* {noalias}%in{i}", f"i64 %s0_{i}", f"i64 %s1_{i}"]
     for i in scalars:
         params.append(f"double %sc{i}")
-    b = Builder()
-    intrinsics: set = set()
-    b.raw(f"define void @{name}({', '.join(params)}) nounwind {{")
+    b.raw(f"{define} @{name}({', '.join(params)}) nounwind {{")
     b.raw("entry:")
     if k.dims is not None:
         n1, n2 = str(k.dims[1]), str(k.dims[2])
@@ -232,9 +229,20 @@ def lower_elementwise(k: Elementwise, name: str, features: str) -> str:
         n1, n2 = "%n1_arg", "%n2_arg"
         s0 = {i: f"%s0_{i}" for i in tensors}
         s1 = {i: f"%s1_{i}" for i in tensors}
-    scal = {}
-    for i in scalars:
-        scal[i] = b.op(f"fptrunc double %sc{i} to float") if t == "float" else f"%sc{i}"
+    scal = {i: (b.op(f"fptrunc double %sc{i} to float") if t == "float" else f"%sc{i}") for i in scalars}
+    return tensors, scalars, n1, n2, s0, s1, scal
+
+
+def lower_elementwise(k: Elementwise, name: str, features: str) -> str:
+    t = TYPES.get(k.dtype)
+    if t is None:
+        raise Unsupported(f"elementwise kernels in {k.dtype}")
+    width = _vec_width(features, t)
+    fast = k.dims is not None
+    b = Builder()
+    intrinsics: set = set()
+    tensors, scalars, n1, n2, s0, s1, scal = elementwise_entry(
+        b, k, t, name, "define void", ["i64 %start", "i64 %end"], "")
     vw = width
     b.raw("  br label %loop0")
     # i0 loop

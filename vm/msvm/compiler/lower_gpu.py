@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import threading
 
-from .kir import Elementwise, MatmulEpilogue, RowKernel, strides_for
-from .lower import TYPES, Builder, Unsupported, Vals, emit_program, lower_row
+from .kir import Elementwise, MatmulEpilogue, RowKernel
+from .lower import TYPES, Builder, Unsupported, Vals, elementwise_entry, emit_program, lower_row
 
 TRIPLE = "nvptx64-nvidia-cuda"
 ARCHS = ("sm_80", "sm_90")
@@ -69,26 +69,9 @@ def lower_elementwise_gpu(k: Elementwise, name: str) -> str:
     t = TYPES.get(k.dtype)
     if t is None:
         raise Unsupported(f"GPU elementwise kernels in {k.dtype}")
-    tensors = [i for i, kind in enumerate(k.kinds) if kind == "t"]
-    scalars = [i for i, kind in enumerate(k.kinds) if kind == "s"]
-    params = ["i64 %total", "i64 %n1_arg", "i64 %n2_arg", f"{t}* noalias %out"]
-    for i in tensors:
-        params += [f"{t}* noalias %in{i}", f"i64 %s0_{i}", f"i64 %s1_{i}"]
-    for i in scalars:
-        params.append(f"double %sc{i}")
     b = Builder()
-    b.raw(f"define ptx_kernel void @{name}({', '.join(params)}) nounwind {{")
-    b.raw("entry:")
-    if k.dims is not None:
-        n1, n2 = str(k.dims[1]), str(k.dims[2])
-        st = {i: strides_for(k.dims, k.bcast[i]) for i in tensors}
-        s0 = {i: str(st[i][0]) for i in tensors}
-        s1 = {i: str(st[i][1]) for i in tensors}
-    else:
-        n1, n2 = "%n1_arg", "%n2_arg"
-        s0 = {i: f"%s0_{i}" for i in tensors}
-        s1 = {i: f"%s1_{i}" for i in tensors}
-    scal = {i: (b.op(f"fptrunc double %sc{i} to float") if t == "float" else f"%sc{i}") for i in scalars}
+    tensors, scalars, n1, n2, s0, s1, scal = elementwise_entry(
+        b, k, t, name, "define ptx_kernel void", ["i64 %total"], "noalias ")
     first, stride = _thread_index(b)
     b.raw("  br label %loop")
     b.raw("loop:")

@@ -404,3 +404,57 @@ def test_a_site_with_changing_shapes_stays_shape_generic(level, rng):
         assert len([k for k in site.l3.values() if isinstance(k, tiers.Compiled)]) <= tiers.L3_SHAPES
     finally:
         ms.set_context(jit_config={"l3_after": 5})
+
+
+class _Loop(nn.Cell):
+    def construct(self, x, n, training=True):
+        for _ in range(n):
+            x = x * 2.0
+        if training:
+            x = ops.relu(x)
+        return x
+
+
+def test_repeated_call_signatures_keep_their_answers(level, rng):
+    """The call memo (exact shapes, dtypes, int and bool values) never serves a call another
+    signature's program or bindings: shapes, flags and ints interleaved, then a wrong shape."""
+    level("auto")
+    ms.set_context(jit_config={"l3_after": 2})
+    try:
+        net, loop = DynamicMatmulCell(), _Loop()
+        ys = {k: rng.standard_normal((k, 7)).astype(np.float32) for k in (3, 5)}
+        for step in range(12):
+            k = (3, 5)[step % 2]
+            x = rng.standard_normal((step % 4 + 2, k)).astype(np.float32)
+            training = step % 3 != 0
+            got = net(ms.Tensor(x), ms.Tensor(ys[k]), training=training).asnumpy()
+            want = np.maximum(x @ ys[k], 0) if training else x @ ys[k]
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+            n = step % 3
+            v = rng.standard_normal(6).astype(np.float32)
+            np.testing.assert_allclose(loop(ms.Tensor(v), n, training).asnumpy(),
+                                       np.maximum(v * 2 ** n, 0) if training else v * 2 ** n, rtol=1e-6)
+            tiers.wait_for_compiles()
+        with pytest.raises(ms.ShapeMismatch, match="dim 0"):
+            net(ms.Tensor(np.ones((4, 3), np.float32)), ms.Tensor(ys[5]), training=True)
+        assert 0 < len(net.__dict__["_runner"].memo) <= 64
+    finally:
+        ms.set_context(jit_config={"l3_after": 5})
+
+
+def test_the_l3_fast_path_checks_layout(level, rng):
+    """Once a shape runs its L3 kernel, an input of the same shape but another layout (a transposed
+    view, a strided slice) is not handed to that kernel."""
+    level("L3")
+    net = Block()
+    x = rng.standard_normal((6, 16)).astype(np.float32)
+    y = rng.standard_normal((6, 16)).astype(np.float32)
+    for _ in range(3):
+        got = net(ms.Tensor(x), ms.Tensor(y))
+    views = [np.asfortranarray(x), rng.standard_normal((12, 16)).astype(np.float32)[::2],
+             rng.standard_normal((16, 6)).astype(np.float32).T]
+    for v in views:
+        assert v.shape == x.shape and not v.flags.c_contiguous
+        got = net(ms.Tensor(v), ms.Tensor(y))
+        for g, w in zip(got, _ref(net, np.ascontiguousarray(v), y)):
+            np.testing.assert_allclose(g.asnumpy(), w, rtol=1e-4, atol=1e-5)

@@ -291,6 +291,8 @@ class Site:
         self.ptrs = [None] * 8   # per argument position: (last array, its data pointer)
         self.tier_history: list = []
         self.plans: dict = {}
+        self.callers: dict = {}  # concrete key -> (Compiled, go(inputs, out))
+        self.fast: dict = {}     # (shape, strides, dtype) per input -> go, for shapes whose L3 kernel is loaded
         st = code.stack_types[index]
         n = ins.op.n_pops(self.args)
         self.in_types = st[len(st) - n:] if st else ()
@@ -309,6 +311,11 @@ class Site:
         level = _JIT["jit_level"]
         if level == "L1":
             return reference(*inputs)
+        exact = tuple([(x.shape, x.strides, x.dtype) if type(x) is _ND else None for x in inputs])
+        go = self.fast.get(exact)
+        if go is not None and level != "L2":     # the steady state: this exact layout has its L3 kernel
+            self.stats["hits"] += 1
+            return go(inputs, out)
         plan = self.plan(inputs)
         if plan is None:
             return reference(*inputs)
@@ -316,6 +323,8 @@ class Site:
         k3 = self.l3.get(shape_key)
         if isinstance(k3, Compiled):
             self.stats["hits"] += 1
+            if len(self.fast) < 16:
+                self.fast[exact] = self.caller(k3, plan)
             return self.run(k3, plan, inputs, out)
         k2 = self.l2.get(cls_key)
         if level == "L3":
@@ -509,55 +518,110 @@ class Site:
         return RowKernel(p["op"], dtype, p["gamma"], p["beta"], p["eps"], p["n"] if level == 3 else None)
 
     def run(self, compiled: Compiled, plan, inputs, out):
-        cls, shape_key, out_shape, d, p = plan
-        if out is None or out.shape != out_shape or out.dtype != d or not out.flags.c_contiguous:
-            out = np.empty(out_shape, d)
+        c = self.callers.get(plan[1])
+        if c is None or c[0] is not compiled:
+            if len(self.callers) > 64:        # a polymorphic L2 site: keep the table small
+                self.callers.clear()
+            c = self.callers[plan[1]] = (compiled, self.caller(compiled, plan))
+        return c[1](inputs, out)
+
+    def caller(self, compiled: Compiled, plan):
+        """``go(inputs, out) -> out``: this kernel at this plan's shapes, with everything that does
+        not change between calls (argument layout, strides, the BLAS pointer) decided here once."""
+        _cls, _key, out_shape, d, p = plan
         k = compiled.kernel
-        ptr = self.ptr
+        fn, ptr, level = compiled.fn, self.ptr, compiled.level
+        cstrides = _contiguous_strides(out_shape, d.itemsize)
+        empty = np.empty
+
+        def output(out):
+            if out is None or out.shape != out_shape or out.strides != cstrides or out.dtype != d:
+                return empty(out_shape, d)
+            return out
         if k.kind == "elementwise" and self.op == "FUSED_ELEMENTWISE":
-            _run_elementwise(compiled, p, inputs, out, ptr)
-        elif k.kind == "elementwise":          # L2 matmul: BLAS product, then the epilogue in place
+            return _elementwise_caller(compiled, p, output, ptr)
+        if k.kind == "elementwise":          # L2 matmul: BLAS product, then the epilogue in place
             ta, tb = self.args[0], self.args[1]
-            a, b = inputs[0], inputs[1]
-            a = np.swapaxes(a, -1, -2) if ta else a
-            b = np.swapaxes(b, -1, -2) if tb else b
-            np.matmul(a, b, out=out)
-            _run_elementwise(compiled, p["epi"][4], [out] + list(inputs[2:]), out, ptr)
-        elif k.kind == "matmul":
-            a, b = inputs[0], inputs[1]
-            args = [compiled.gemm, ptr(0, a), ptr(1, b), ptr(7, out)]
-            if k.epilogue is not None:
-                for j, (x, kind, (_b, row_stride)) in enumerate(zip(inputs[2:], k.epilogue.kinds[1:],
-                                                                    p["epi"][4]["block"])):
+            epi = _elementwise_caller(compiled, p["epi"][4], None, ptr)
+            matmul, swap = np.matmul, np.swapaxes
+
+            def go(inputs, out):
+                out = output(out)
+                a, b = inputs[0], inputs[1]
+                matmul(swap(a, -1, -2) if ta else a, swap(b, -1, -2) if tb else b, out=out)
+                return epi([out] + list(inputs[2:]), out)
+            return go
+        if k.kind == "matmul":
+            gemm = compiled.gemm
+            extras = [(2 + j, kind, row_stride) for j, (kind, (_b, row_stride))
+                      in enumerate(zip(k.epilogue.kinds[1:], p["epi"][4]["block"]))] if k.epilogue else []
+            if not extras:
+                def go(inputs, out):
+                    out = output(out)
+                    fn(gemm, ptr(0, inputs[0]), ptr(1, inputs[1]), ptr(7, out))
+                    return out
+                return go
+
+            def go(inputs, out):
+                out = output(out)
+                args = [gemm, ptr(0, inputs[0]), ptr(1, inputs[1]), ptr(7, out)]
+                for j, kind, row_stride in extras:
                     if kind == "t":
-                        args += [ptr(2 + j, x), row_stride, 0]
+                        args += [ptr(j, inputs[j]), row_stride, 0]
                     else:
-                        args.append(float(x))
-            compiled.fn(*args)
-        else:
-            x = inputs[0]
-            g = inputs[1] if self.op == "LAYER_NORM" else None
-            b = inputs[2] if self.op == "LAYER_NORM" else None
-            rows, n = p["rows"], p["n"]
-            gp = ptr(1, g) if g is not None else None
-            bp = ptr(2, b) if b is not None else None
-            op_, xp_ = ptr(7, out), ptr(0, x)
-            if compiled.level >= 3 and rows * n >= PARALLEL_MIN and rows >= 2:
-                _parallel(lambda s, e: compiled.fn(s, e, n, op_, xp_, gp, bp), rows)
+                        args.append(float(inputs[j]))
+                fn(*args)
+                return out
+            return go
+        rows, n, layer_norm = p["rows"], p["n"], self.op == "LAYER_NORM"
+        split = level >= 3 and rows * n >= PARALLEL_MIN and rows >= 2
+
+        def go(inputs, out):
+            out = output(out)
+            gp = bp = None
+            if layer_norm:
+                g, b = inputs[1], inputs[2]
+                gp = ptr(1, g) if g is not None else None
+                bp = ptr(2, b) if b is not None else None
+            op_, xp_ = ptr(7, out), ptr(0, inputs[0])
+            if split:
+                _parallel(lambda s, e: fn(s, e, n, op_, xp_, gp, bp), rows)
             else:
-                compiled.fn(0, rows, n, op_, xp_, gp, bp)
-        return out
+                fn(0, rows, n, op_, xp_, gp, bp)
+            return out
+        return go
 
     def ptr(self, i: int, a) -> int:
         """a's data pointer; remembered for the last array seen at position i (weights and reused
-        output buffers repeat, and reading ``ctypes.data`` costs about 2 µs). The entry holds a
-        reference, so the array cannot be freed and its id reused while it is remembered."""
+        output buffers repeat). The entry holds a reference, so the array cannot be freed and
+        its id reused while it is remembered."""
         e = self.ptrs[i]
         if e is not None and e[0] is a:
             return e[1]
-        p = a.ctypes.data
+        p = data_pointer(a)
         self.ptrs[i] = (a, p)
         return p
+
+
+def _data_pointer_reader():
+    """``data_pointer(a)`` for an ndarray: ``ctypes.data`` builds a helper object (~2 µs, more than a
+    small kernel); the pointer is the first field after the object header (numpy's
+    ``PyArrayObject_fields.data``, what ``PyArray_DATA`` reads), ~0.3 µs through ctypes. The offset
+    is checked against ``ctypes.data`` on arrays and views at import; if it does not hold (another
+    interpreter build), ``ctypes.data`` it is."""
+    off = ctypes.sizeof(ctypes.c_ssize_t) + ctypes.sizeof(ctypes.c_void_p)      # ob_refcnt, ob_type
+    at = ctypes.c_void_p.from_address
+    base = np.arange(24.0).reshape(4, 6)
+    probes = [base, base[1:], base[:, 2:].T, np.empty(0, np.float32), np.float32(1.0) * np.ones(3, np.float32)]
+    try:
+        if all(at(id(a) + off).value == a.ctypes.data for a in probes):
+            return lambda a: at(id(a) + off).value
+    except (ValueError, OSError):
+        pass
+    return lambda a: a.ctypes.data
+
+
+data_pointer = _data_pointer_reader()
 
 
 class _Shape:
@@ -574,22 +638,39 @@ def _is_tensor(x) -> bool:
     return isinstance(x, (np.ndarray, _Shape)) and x.ndim > 0
 
 
-def _run_elementwise(compiled: Compiled, p: dict, inputs, out, ptr):
+def _contiguous_strides(shape, itemsize: int) -> tuple:
+    out, step = [], itemsize
+    for n in reversed(tuple(shape)):
+        out.append(step)
+        step *= max(int(n), 1)
+    return tuple(reversed(out))
+
+
+def _elementwise_caller(compiled: Compiled, p: dict, output, ptr):
+    """``go(inputs, out)`` for an elementwise kernel; ``output`` (when given) picks or makes the
+    output buffer, else the caller's ``out`` is written in place."""
     dims, kinds, strides = p["dims"], p["kinds"], p["strides"]
-    args = []
-    for j, (x, kind, s) in enumerate(zip(inputs, kinds, strides)):
-        if kind == "t":
-            args += [ptr(j, x) if j < 7 else x.ctypes.data, s[0], s[1]]
-        else:
-            args.append(float(x))
+    spec = list(enumerate(zip(kinds, strides)))
     fn = compiled.fn
-    total = dims[0] * dims[1] * dims[2]
-    po = ptr(7, out)
-    if compiled.level >= 3 and total >= PARALLEL_MIN:
-        if dims[0] >= 2:
-            _parallel(lambda s, e: fn(s, e, dims[1], dims[2], po, *args), dims[0])
-            return
-    fn(0, dims[0], dims[1], dims[2], po, *args)
+    d0, d1, d2 = dims
+    split = compiled.level >= 3 and d0 * d1 * d2 >= PARALLEL_MIN and d0 >= 2
+
+    def go(inputs, out):
+        if output is not None:
+            out = output(out)
+        args = []
+        for j, (kind, s) in spec:
+            if kind == "t":
+                args += [ptr(j, inputs[j]) if j < 7 else data_pointer(inputs[j]), s[0], s[1]]
+            else:
+                args.append(float(inputs[j]))
+        po = ptr(7, out)
+        if split:
+            _parallel(lambda s, e: fn(s, e, d1, d2, po, *args), d0)
+        else:
+            fn(0, d0, d1, d2, po, *args)
+        return out
+    return go
 
 
 def _parallel(call, n):

@@ -53,12 +53,12 @@ class Frame:
 
     __slots__ = ("bound", "code", "stack", "locals", "symbols", "index", "bufs", "parent", "depth", "result")
 
-    def __init__(self, bound, parent=None):
+    def __init__(self, bound, parent=None, symbols=None):
         self.bound = bound
         self.code = bound.code
         self.stack = []
-        self.locals = [None] * len(bound.code.varnames)
-        self.symbols = {}
+        self.locals = [None] * bound.nlocals
+        self.symbols = symbols
         self.index = 0
         self.parent = parent
         self.depth = 0 if parent is None else parent.depth + 1
@@ -415,6 +415,8 @@ class BoundCode:
         self.fast_bind = _compile_binder(code)
         self.pools: list = []
         self.calls = 0
+        self.nlocals = len(code.varnames)
+        self.param_slots = [code.varnames.index(n) for n, _ in code.params]
 
     def bind(self, args) -> dict:
         """Bind symbols from the arguments and check them; raises ShapeMismatch."""
@@ -458,22 +460,17 @@ class BoundCode:
                                             for a, b, why in self.code.assumptions]
         return c
 
-    def call(self, args, parent=None):
-        f = Frame(self, parent)
-        env = self.fast_bind(args)
-        f.symbols = env if env is not None else self.bind(args)
+    def call(self, args, parent=None, env=None):
+        """Run with these arguments; ``env``: their symbol bindings when the caller already has them."""
+        if env is None:
+            env = self.fast_bind(args)
+            if env is None:
+                env = self.bind(args)
+        f = Frame(self, parent, env)
         loc = f.locals
         for k, slot in enumerate(self.param_slots):
             loc[slot] = args[k]
         return run(f)
-
-    @property
-    def param_slots(self):
-        p = self.__dict__.get("_pslots")
-        if p is None:
-            names = self.code.varnames
-            p = self.__dict__["_pslots"] = [names.index(n) for n, _ in self.code.params]
-        return p
 
 
 def _env_str(env):

@@ -180,6 +180,11 @@ def test_cache_key_changes_with_what_matters():
     from unittest import mock
     with mock.patch("msvm.compiler.cache.ABI_VERSION", 99):
         assert make_key(e.text(), 2, "cpu", "llvm-22", "x86_64|znver3|+avx2") != base
+    # msvm's own lowering is part of the key: an edited lower.py never loads an older object
+    from msvm.compiler import cache
+    assert cache.MSVM_COMPILER_VERSION.startswith("msvm-jit-") and len(cache.MSVM_COMPILER_VERSION) > 12
+    with mock.patch("msvm.compiler.cache.MSVM_COMPILER_VERSION", "msvm-jit-other"):
+        assert make_key(e.text(), 2, "cpu", "llvm-22", "x86_64|znver3|+avx2") != base
 
 
 def _compile_one(tmp_path):
@@ -458,3 +463,38 @@ def test_the_l3_fast_path_checks_layout(level, rng):
         got = net(ms.Tensor(v), ms.Tensor(y))
         for g, w in zip(got, _ref(net, np.ascontiguousarray(v), y)):
             np.testing.assert_allclose(g.asnumpy(), w, rtol=1e-4, atol=1e-5)
+
+
+class _Rows(nn.Cell):
+    def __init__(self, n, dtype):
+        super().__init__()
+        self.norm = nn.LayerNorm((n,), epsilon=1e-5)
+        r = np.random.default_rng(n)
+        self.norm.gamma = ms.Parameter(ms.Tensor(r.standard_normal(n).astype(dtype)))
+        self.norm.beta = ms.Parameter(ms.Tensor(r.standard_normal(n).astype(dtype)))
+
+    def construct(self, x):
+        return ops.softmax(x, -1), self.norm(x)
+
+
+@pytest.mark.parametrize("tier", ["L2", "L3"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_row_kernels_at_every_row_length(level, tier, dtype, rng):
+    """Softmax and layer norm kernels (vector body, scalar tail) against numpy for row lengths
+    below, at and around the vector width, with large and tiny values."""
+    level(tier)
+    for n in (1, 3, 7, 8, 9, 16, 31, 100):
+        net = _Rows(n, dtype)
+        x = (rng.standard_normal((5, n)) * np.array([[1], [30], [1e-3], [80], [1]])).astype(dtype)
+        x[4, :] = 2.5
+        sm, ln = net(ms.Tensor(x))
+        e = np.exp(x - x.max(-1, keepdims=True))
+        np.testing.assert_allclose(sm.asnumpy(), e / e.sum(-1, keepdims=True), rtol=2e-5, atol=1e-7)
+        mean = x.mean(-1, keepdims=True)
+        var = ((x - mean) ** 2).mean(-1, keepdims=True)
+        want = (x - mean) / np.sqrt(var + 1e-5) * net.norm.gamma.asnumpy() + net.norm.beta.asnumpy()
+        np.testing.assert_allclose(ln.asnumpy(), want, rtol=1e-4, atol=2e-4)
+        (var_,) = net.__dict__["_runner"].variants.values()
+        sites = var_.code.__dict__.get("jit_sites", {})
+        assert any(isinstance(k, tiers.Compiled) for s_ in sites.values() for k in
+                   (s_.l2 if tier == "L2" else s_.l3).values()), "the row kernels must have been compiled"

@@ -1,7 +1,7 @@
 """The kernel cache: compiled object code in memory and on disk.
 
 Key: sha256 over the kernel IR text, the tier, the device, the bytecode ABI, the
-compiler version and the target (triple, CPU name, features). Disk layout:
+compiler versions (llvmlite/LLVM, and a hash of msvm's own lowering sources) and the target (triple, CPU name, features). Disk layout:
 ``$MSVM_CACHE_DIR`` or ``~/.cache/msvm/kernels``, one folder per ABI
 (``abi-1/``), mode 0700; one file per key, written to a temporary file and renamed
 (atomic; two processes writing the same key both leave a whole file). A file is
@@ -27,7 +27,23 @@ from .. import events
 from ..bytecode.opcodes import ABI_VERSION
 
 MAGIC = b"MSVMKRN1"
-MSVM_COMPILER_VERSION = "msvm-jit-1"
+
+
+def _compiler_fingerprint() -> str:
+    """The code generator's own version: a hash of the sources that turn kernel IR into machine
+    code, so a changed lowering never loads objects an older one wrote (no version to forget)."""
+    h = hashlib.sha256()
+    here = os.path.dirname(os.path.abspath(__file__))
+    for name in ("lower.py", "lower_gpu.py", "codegen.py", "kir.py"):
+        try:
+            with open(os.path.join(here, name), "rb") as f:
+                h.update(f.read())
+        except OSError:
+            h.update(name.encode())
+    return "msvm-jit-" + h.hexdigest()[:16]
+
+
+MSVM_COMPILER_VERSION = _compiler_fingerprint()
 
 
 def default_dir() -> str:
@@ -87,10 +103,8 @@ class KernelCache:
         data = body + hashlib.sha256(body).digest()
         fd, tmp = tempfile.mkstemp(dir=self.dir, prefix=".tmp-")
         try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
+            with os.fdopen(fd, "wb") as f:     # no fsync: a file torn by a crash fails its checksum
+                f.write(data)                    # on load and is rebuilt, so durability costs nothing here
             os.replace(tmp, self.path(key))
         except OSError:
             try:

@@ -117,6 +117,20 @@ class Vals:
         scale = self.b.op(f"bitcast {it} {e} to {self.vt}")
         return self.b.op(f"fmul {self.vt} {y}, {scale}")
 
+    def splat(self, x: str) -> str:
+        """A scalar of type T broadcast to every lane."""
+        one = self.b.op(f"insertelement {self.vt} undef, {self.t} {x}, i32 0")
+        return self.b.op(f"shufflevector {self.vt} {one}, {self.vt} undef, <{self.w} x i32> zeroinitializer")
+
+    def reduce(self, kind: str, x: str) -> str:
+        """Lanes of x combined into one T: kind "fadd" (a sum) or "fmax"."""
+        red = f"llvm.vector.reduce.{kind}.{self.suffix}"
+        if kind == "fadd":
+            self.intrinsics.add(f"declare {self.t} @{red}({self.t}, {self.vt})")
+            return self.b.op(f"call reassoc {self.t} @{red}({self.t} {_fconst(-0.0, self.t)}, {self.vt} {x})")
+        self.intrinsics.add(f"declare {self.t} @{red}({self.vt})")
+        return self.b.op(f"call {self.t} @{red}({self.vt} {x})")
+
     def recip(self, x: str) -> str:
         return self.b.op(f"fdiv {self.flags}{self.vt} {self.const(1.0)}, {x}")
 
@@ -412,18 +426,25 @@ def lower_matmul(k: MatmulEpilogue, name: str, features: str) -> str:
     return epi_ir + "\n" + "\n".join(b.lines) + "\n"
 
 
-def lower_row(k: RowKernel, name: str, features: str) -> str:
-    """softmax / layer norm over rows of length n: void @k(i64 start, i64 end, i64 n, T* out, T* x, T* g, T* b)."""
+def lower_row(k: RowKernel, name: str, features: str, width: int | None = None) -> str:
+    """softmax / layer norm over rows of length n: void @k(i64 start, i64 end, i64 n, T* out, T* x, T* g, T* b).
+
+    Each pass over a row runs <W x T> vectors with vector accumulators (reduced across lanes
+    once per row), then a scalar tail; so L2 (no IR passes) gets vector code too. ``width``
+    1 gives the scalar form (the GPU's per-thread row function)."""
     t = TYPES.get(k.dtype)
     if t is None:
         raise Unsupported(f"row kernels in {k.dtype}")
     fast = k.n is not None
+    w = width or _vec_width(features, t)
     n = str(k.n) if k.n is not None else "%n_arg"
     b = Builder()
-    v = Vals(b, t, 1, fast)
+    sv, vv = Vals(b, t, 1, fast), Vals(b, t, w, fast)
+    align = 4 if t == "float" else 8
     b.raw(f"define void @{name}(i64 %start, i64 %end, i64 %n_arg, {t}* noalias %out, {t}* noalias %x, "
           f"{t}* %g, {t}* %bb) nounwind {{")
     b.raw("entry:")
+    nv = b.op(f"and i64 {n}, {-w}") if w > 1 else "0"      # the part of a row that fills whole vectors
     b.raw("  br label %rows")
     b.raw("rows:")
     b.raw("  %r = phi i64 [ %start, %entry ], [ %rn, %rowdone ]")
@@ -434,8 +455,8 @@ def lower_row(k: RowKernel, name: str, features: str) -> str:
     xr = b.op(f"getelementptr {t}, {t}* %x, i64 {base}")
     orow = b.op(f"getelementptr {t}, {t}* %out, i64 {base}")
 
-    def loop(label, body, init_vals):
-        """for j in [0, n): acc = body(j, acc); returns the final accumulators."""
+    def loop(label, v, lo, hi, step, body, init_vals):
+        """for j in [lo, hi) by step: accs = body(v, j, accs); returns the final accumulators."""
         b.raw(f"  br label %{label}_pre")
         b.raw(f"{label}_pre:")
         b.raw(f"  br label %{label}")
@@ -443,50 +464,86 @@ def lower_row(k: RowKernel, name: str, features: str) -> str:
         j = f"%{label}_j"
         accs = [f"%{label}_a{q}" for q in range(len(init_vals))]
         nxt = [f"%{label}_n{q}" for q in range(len(init_vals))]
-        b.raw(f"  {j} = phi i64 [ 0, %{label}_pre ], [ %{label}_jn, %{label}_body ]")
+        b.raw(f"  {j} = phi i64 [ {lo}, %{label}_pre ], [ %{label}_jn, %{label}_body ]")
         for a, iv, nx in zip(accs, init_vals, nxt):
-            b.raw(f"  {a} = phi {t} [ {iv}, %{label}_pre ], [ {nx}, %{label}_body ]")
-        b.raw(f"  %{label}_c = icmp slt i64 {j}, {n}")
+            b.raw(f"  {a} = phi {v.vt} [ {iv}, %{label}_pre ], [ {nx}, %{label}_body ]")
+        b.raw(f"  %{label}_c = icmp slt i64 {j}, {hi}")
         b.raw(f"  br i1 %{label}_c, label %{label}_body, label %{label}_end")
         b.raw(f"{label}_body:")
-        outs = body(j, accs)
+        outs = body(v, j, accs)
         for nx, o in zip(nxt, outs):
-            b.raw(f"  {nx} = fadd {t} {o}, {v.const(0.0)}")
-        b.raw(f"  %{label}_jn = add i64 {j}, 1")
+            b.raw(f"  {nx} = fadd {v.vt} {o}, {v.const(0.0)}")
+        b.raw(f"  %{label}_jn = add i64 {j}, {step}")
         b.raw(f"  br label %{label}")
         b.raw(f"{label}_end:")
         return accs
 
-    def ld(ptr, j):
-        return b.op(f"load {t}, {t}* {b.op(f'getelementptr {t}, {t}* {ptr}, i64 {j}')}")
+    def ptr(p, j, v):
+        q = b.op(f"getelementptr {t}, {t}* {p}, i64 {j}")
+        return q if v.w == 1 else b.op(f"bitcast {t}* {q} to {v.vt}*")
 
-    def st(ptr, j, val):
-        b.raw(f"  store {t} {val}, {t}* {b.op(f'getelementptr {t}, {t}* {ptr}, i64 {j}')}")
+    def ld(v, p, j):
+        return b.op(f"load {v.vt}, {v.vt}* {ptr(p, j, v)}, align {align}")
+
+    def st(v, p, j, val):
+        b.raw(f"  store {v.vt} {val}, {v.vt}* {ptr(p, j, v)}, align {align}")
+
+    def row_pass(label, body, init, combine):
+        """One pass over the row: vectors, then the scalar tail; returns the combined accumulator."""
+        acc = None
+        if w > 1:
+            (va,) = loop(f"{label}v", vv, "0", nv, w, body, [vv.const(init)])
+            acc = vv.reduce(combine, va)
+        (sa,) = loop(f"{label}s", sv, nv, n, 1, body, [acc if acc is not None else sv.const(init)])
+        return sa
+
+    def splat(x):
+        return vv.splat(x) if w > 1 else x
+
+    def bc(v, x):          # a row constant, as a scalar or splat to the vector width
+        return x if v.w == 1 else vx[x]
 
     nf = b.op(f"sitofp i64 {n} to {t}")
+    vx: dict = {}
     if k.op == "softmax":
-        (mx,) = loop("mx", lambda j, a: [v.select_cmp("ogt", ld(xr, j), a[0], ld(xr, j), a[0])],
-                     [v.const(-math.inf)])
-        (tot,) = loop("sm", lambda j, a: _exp_store(v, b, ld, st, xr, orow, j, mx, a[0]), [v.const(0.0)])
-        inv = v.recip(tot)
-        loop("sc", lambda j, a: _scale_store(v, b, ld, st, orow, j, inv, a), [v.const(0.0)])
-    elif k.op == "layer_norm":
-        (s,) = loop("mean", lambda j, a: [v.bin("fadd", a[0], ld(xr, j))], [v.const(0.0)])
-        mean = b.op(f"fdiv {t} {s}, {nf}")
-        (ss,) = loop("var", lambda j, a: [v.bin("fadd", a[0], _sq(v, b.op(f"fsub {t} {ld(xr, j)}, {mean}")))],
-                     [v.const(0.0)])
-        var = b.op(f"fdiv {t} {ss}, {nf}")
-        inv = v.recip(v.call("sqrt", b.op(f"fadd {t} {var}, {v.const(k.eps)}")))
+        mx = row_pass("mx", lambda v, j, a: [v.select_cmp("ogt", ld(v, xr, j), a[0], ld(v, xr, j), a[0])],
+                      -math.inf, "fmax")
+        vx[mx] = splat(mx)
 
-        def norm(j, a):
-            y = b.op(f"fmul {t} {b.op(f'fsub {t} {ld(xr, j)}, {mean}')}, {inv}")
-            if k.has_gamma:
-                y = b.op(f"fmul {t} {y}, {ld('%g', j)}")
-            if k.has_beta:
-                y = b.op(f"fadd {t} {y}, {ld('%bb', j)}")
-            st(orow, j, y)
+        def exp_store(v, j, a):
+            e = v.exp(v.bin("fsub", ld(v, xr, j), bc(v, mx)))
+            st(v, orow, j, e)
+            return [v.bin("fadd", a[0], e)]
+        tot = row_pass("sm", exp_store, 0.0, "fadd")
+        inv = sv.recip(tot)
+        vx[inv] = splat(inv)
+
+        def scale(v, j, a):
+            st(v, orow, j, v.bin("fmul", ld(v, orow, j), bc(v, inv)))
             return a
-        loop("wr", norm, [v.const(0.0)])
+        row_pass("sc", scale, 0.0, "fadd")
+    elif k.op == "layer_norm":
+        s_ = row_pass("mean", lambda v, j, a: [v.bin("fadd", a[0], ld(v, xr, j))], 0.0, "fadd")
+        mean = b.op(f"fdiv {t} {s_}, {nf}")
+        vx[mean] = splat(mean)
+
+        def sq(v, j, a):
+            d = v.bin("fsub", ld(v, xr, j), bc(v, mean))
+            return [v.bin("fadd", a[0], v.bin("fmul", d, d))]
+        ss = row_pass("var", sq, 0.0, "fadd")
+        var = b.op(f"fdiv {t} {ss}, {nf}")
+        inv = sv.recip(sv.call("sqrt", b.op(f"fadd {t} {var}, {sv.const(k.eps)}")))
+        vx[inv] = splat(inv)
+
+        def norm(v, j, a):
+            y = v.bin("fmul", v.bin("fsub", ld(v, xr, j), bc(v, mean)), bc(v, inv))
+            if k.has_gamma:
+                y = v.bin("fmul", y, ld(v, "%g", j))
+            if k.has_beta:
+                y = v.bin("fadd", y, ld(v, "%bb", j))
+            st(v, orow, j, y)
+            return a
+        row_pass("wr", norm, 0.0, "fadd")
     else:
         raise Unsupported(f"row kernel {k.op}")
     b.raw("  br label %rowdone")
@@ -496,22 +553,7 @@ def lower_row(k: RowKernel, name: str, features: str) -> str:
     b.raw("done:")
     b.raw("  ret void")
     b.raw("}")
-    return "\n".join(sorted(v.intrinsics)) + "\n\n" + "\n".join(b.lines) + "\n"
-
-
-def _sq(v, x):
-    return v.bin("fmul", x, x)
-
-
-def _exp_store(v, b, ld, st, xr, orow, j, mx, acc):
-    e = v.exp(v.bin("fsub", ld(xr, j), mx))
-    st(orow, j, e)
-    return [v.bin("fadd", acc, e)]
-
-
-def _scale_store(v, b, ld, st, orow, j, inv, a):
-    st(orow, j, v.bin("fmul", ld(orow, j), inv))
-    return a
+    return "\n".join(sorted(sv.intrinsics | vv.intrinsics)) + "\n\n" + "\n".join(b.lines) + "\n"
 
 
 LOWER = {"elementwise": lower_elementwise, "matmul": lower_matmul, "row": lower_row}

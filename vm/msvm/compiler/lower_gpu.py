@@ -108,7 +108,7 @@ def lower_row_gpu(k: RowKernel, name: str) -> str:
     t = TYPES.get(k.dtype)
     if t is None:
         raise Unsupported(f"GPU row kernels in {k.dtype}")
-    row_ir = lower_row(k, f"{name}_rows", "")
+    row_ir = lower_row(k, f"{name}_rows", "", width=1)
     if "@llvm.log" in row_ir or "@llvm.exp.f64" in row_ir or "@llvm.pow" in row_ir:
         raise Unsupported(f"{k.op} in {k.dtype} on the GPU (needs libdevice)")
     row_ir = row_ir.replace(f"define void @{name}_rows(", f"define internal void @{name}_rows(", 1)

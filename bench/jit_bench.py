@@ -5,9 +5,11 @@
 2. compile latency: L2 and L3 per kernel (fresh kernels), and loading from the disk cache;
 3. the article's Cell over a stream of 20 first dimensions: compiles, hit rate, first
    call at a new shape vs the steady call;
-4. the BERT-like layer, batch 1, S = 16..128 with new lengths arriving: msvm vs numpy.
+2b. the L3 IR passes against LLVM's O3 pipeline: compile and kernel time, same kernels;
+4. the BERT-like layer, batch 1, S = 16..128 with new lengths arriving: msvm vs numpy,
+   with one thread and (in a child process) two.
 
-Medians; BLAS pinned to one thread. Run: make bench
+Medians; BLAS pinned to one thread unless said. Run: make bench
 """
 
 import os
@@ -102,6 +104,71 @@ def compile_latency():
           f"disk-cache load {statistics.median(loads) * 1e3:.2f} ms")
 
 
+def l3_pipeline():
+    """The L3 IR passes (codegen.L3_PASSES) against LLVM's O3 pipeline with its vectorizers:
+    compile time and kernel time for the same kernels, side by side."""
+    import ctypes
+
+    import llvmlite.binding as llvm
+    from msvm.compiler.codegen import L3_PASSES, codegen
+    from msvm.compiler.kir import RowKernel
+    from msvm.compiler.lower import lower
+
+    cg = codegen()
+    dims = (64, 16, 4096)
+    x = np.random.default_rng(0).standard_normal(int(np.prod(dims))).astype(np.float32)
+    g = np.random.default_rng(1).standard_normal(dims[2]).astype(np.float32)
+    out = np.empty_like(x)
+    kernels = {
+        "bias+gelu": Elementwise((("in", 0), ("in", 1), ("BROADCAST_ADD",), ("GELU",)), ("t", "t"),
+                                 ((False, False, False), (True, True, False)), "float32", dims),
+        "layer norm": RowKernel("layer_norm", "float32", True, True, 1e-5, dims[2]),
+        "softmax": RowKernel("softmax", "float32", False, False, 0.0, dims[2]),
+    }
+
+    def build(ir, o3):
+        mod = llvm.parse_assembly(ir)
+        mod.triple = cg.triple
+        if o3:
+            pto = llvm.create_pipeline_tuning_options(speed_level=3)
+            pto.loop_vectorization = pto.slp_vectorization = True
+            pb = llvm.create_pass_builder(cg.tm[3], pto)
+            pb.getModulePassManager().run(mod, pb)
+        else:
+            pb = llvm.create_pass_builder(cg.tm[3], llvm.create_pipeline_tuning_options(speed_level=3))
+            fpm = llvm.create_new_function_pass_manager()
+            for p in L3_PASSES:
+                getattr(fpm, f"add_{p}_pass")()
+            for fn in mod.functions:
+                if not fn.is_declaration:
+                    fpm.run(fn, pb)
+        return cg.tm[3].emit_object(mod)
+
+    print("2b. L3 IR passes (L3_PASSES) vs LLVM's O3 pipeline, same kernels (median of 5 compiles, 9 runs)")
+    for label, k in kernels.items():
+        row = []
+        for o3 in (True, False):
+            ts = []
+            for i in range(5):
+                name = f"bench_{'o3' if o3 else 'l3'}_{label.replace(' ', '_').replace('+', '_')}_{i}"
+                t0 = time.perf_counter()
+                obj = build(lower(k, name, cg.features), o3)
+                ts.append(time.perf_counter() - t0)
+            addr = cg.load(obj, [name])[name]
+            if isinstance(k, Elementwise):
+                fn = ctypes.CFUNCTYPE(None, *[ctypes.c_int64] * 4, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
+                                      ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)(addr)
+                args = (0, dims[0], dims[1], dims[2], out.ctypes.data, x.ctypes.data, 0, 0, g.ctypes.data, 0, 0)
+            else:
+                fn = ctypes.CFUNCTYPE(None, *[ctypes.c_int64] * 3, *[ctypes.c_void_p] * 4)(addr)
+                args = (0, dims[0] * dims[1], dims[2], out.ctypes.data, x.ctypes.data, g.ctypes.data, g.ctypes.data)
+            row.append((statistics.median(ts), med(lambda fn=fn, args=args: fn(*args), 9)))
+        (c3, r3), (cl, rl) = row
+        print(f"   {label:<11} O3 pipeline: compile {c3 * 1e3:5.1f} ms, kernel {r3 * 1e3:5.2f} ms;  "
+              f"L3_PASSES: compile {cl * 1e3:5.1f} ms, kernel {rl * 1e3:5.2f} ms  "
+              f"(compile {cl / c3:.2f}x, kernel {rl / r3:.2f}x)")
+
+
 def article_stream():
     from bench_cells import DynamicMatmulCell
 
@@ -132,6 +199,15 @@ def _sites(net):
 
 
 def bert():
+    """One thread here; two threads in a child process (BLAS threads are fixed at its start)."""
+    import subprocess
+
+    _bert_rows("one thread")
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="2", OMP_NUM_THREADS="2")
+    subprocess.run([sys.executable, os.path.abspath(__file__), "--bert-only"], env=env, check=False)
+
+
+def _bert_rows(label):
     import bert_layer
 
     layer = bert_layer.layer
@@ -146,15 +222,19 @@ def bert():
         t_vm = med(lambda tx=tx: layer(tx), 9)
         t_np = med(lambda x=x: bert_layer.numpy_reference(layer, x), 9)
         rows.append((s, t_vm, t_np))
-    print("4. BERT-like layer, batch 1, one thread (steady state)")
+    print(f"4. BERT-like layer, batch 1, {label} (steady state)")
     for s, t_vm, t_np in rows:
         print(f"   S={s:<4} msvm {t_vm * 1e3:7.2f} ms   numpy {t_np * 1e3:7.2f} ms   ratio {t_vm / t_np:.2f}x")
 
 
 def main():
+    if sys.argv[1:] == ["--bert-only"]:
+        _bert_rows(f"{os.environ['OPENBLAS_NUM_THREADS']} threads")
+        return 0
     print(f"[msvm {ms.__version__}] BLAS threads: {os.environ['OPENBLAS_NUM_THREADS']}, cores: {os.cpu_count()}")
     bandwidth()
     compile_latency()
+    l3_pipeline()
     article_stream()
     bert()
     return 0

@@ -1,7 +1,8 @@
 """The kernel cache: compiled object code in memory and on disk.
 
 Key: sha256 over the kernel IR text, the tier, the device, the bytecode ABI, the
-compiler versions (llvmlite/LLVM, and a hash of msvm's own lowering sources) and the target (triple, CPU name, features). Disk layout:
+compiler versions (llvmlite/LLVM, and a hash of msvm's own lowering sources) and the
+target (triple, CPU name, features). Disk layout:
 ``$MSVM_CACHE_DIR`` or ``~/.cache/msvm/kernels``, one folder per ABI
 (``abi-1/``), mode 0700; one file per key, written to a temporary file and renamed
 (atomic; two processes writing the same key both leave a whole file). A file is

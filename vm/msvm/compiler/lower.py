@@ -11,7 +11,8 @@ Elementwise kernels have the signature
 
 and loop ``i0 in [start, end)`` (so a caller may split rows over threads), ``i1`` and
 a vectorized inner loop over ``i2`` (tensor inputs are contiguous or broadcast along
-it). In L3 the dims and strides are constants and the module is optimized (O3, FMA).
+it). In L3 the dims and strides are constants (no scalar tail when vectors cover a row)
+and the module is optimized (codegen.L3_PASSES, codegen O3 with FMA).
 
 Matmul kernels call BLAS sgemm/dgemm (a function pointer argument) on row blocks
 and apply the epilogue to each block while it is in cache.
@@ -281,8 +282,10 @@ def lower_elementwise(k: Elementwise, name: str, features: str) -> str:
     b.raw("  br label %vloop")
     b.raw("vloop:")
     b.raw("  %j = phi i64 [ 0, %body1 ], [ %jn, %vbody ]")
+    # L3 knows the row length: when vectors cover it exactly there is no scalar tail to compile
+    tail = k.dims is None or k.dims[2] % vw != 0
     b.raw("  %cv = icmp slt i64 %j, " + vec_end)
-    b.raw("  br i1 %cv, label %vbody, label %sloop_pre")
+    b.raw(f"  br i1 %cv, label %vbody, label %{'sloop_pre' if tail else 'end2'}")
     b.raw("vbody:")
     v = Vals(b, t, vw, fast)
     loaded = {}
@@ -308,7 +311,22 @@ def lower_elementwise(k: Elementwise, name: str, features: str) -> str:
     b.raw(f"  store {vt} {r}, {vt}* {pov}, align {4 if t == 'float' else 8}")
     b.raw(f"  %jn = add i64 %j, {vw}")
     b.raw("  br label %vloop")
-    # scalar remainder
+    if tail:
+        _scalar_tail(b, k, t, fast, tensors, scalars, base, scal, rowo, n2, intrinsics)
+    b.raw("end2:")
+    b.raw("  %i1n = add i64 %i1, 1")
+    b.raw("  br label %loop1")
+    b.raw("end1:")
+    b.raw("  %i0n = add i64 %i0, 1")
+    b.raw("  br label %loop0")
+    b.raw("done:")
+    b.raw("  ret void")
+    b.raw("}")
+    return "\n".join(sorted(intrinsics)) + "\n\n" + "\n".join(b.lines) + "\n"
+
+
+def _scalar_tail(b, k, t, fast, tensors, scalars, base, scal, rowo, n2, intrinsics):
+    """The elements of a row after the last whole vector, one at a time."""
     b.raw("sloop_pre:")
     b.raw("  br label %sloop")
     b.raw("sloop:")
@@ -325,21 +343,11 @@ def lower_elementwise(k: Elementwise, name: str, features: str) -> str:
     for i in scalars:
         loaded[i] = scal[i]
     r = emit_program(sv, k.program, [loaded.get(i) for i in range(len(k.kinds))])
-    intrinsics |= sv.intrinsics
+    intrinsics |= sv.intrinsics      # (a set shared with the caller)
     po = b.op(f"getelementptr {t}, {t}* %out, i64 {b.op(f'add i64 {rowo}, %js')}")
     b.raw(f"  store {t} {r}, {t}* {po}")
     b.raw("  %jsn = add i64 %js, 1")
     b.raw("  br label %sloop")
-    b.raw("end2:")
-    b.raw("  %i1n = add i64 %i1, 1")
-    b.raw("  br label %loop1")
-    b.raw("end1:")
-    b.raw("  %i0n = add i64 %i0, 1")
-    b.raw("  br label %loop0")
-    b.raw("done:")
-    b.raw("  ret void")
-    b.raw("}")
-    return "\n".join(sorted(intrinsics)) + "\n\n" + "\n".join(b.lines) + "\n"
 
 
 def lower_matmul(k: MatmulEpilogue, name: str, features: str) -> str:
@@ -494,6 +502,8 @@ def lower_row(k: RowKernel, name: str, features: str, width: int | None = None) 
         if w > 1:
             (va,) = loop(f"{label}v", vv, "0", nv, w, body, [vv.const(init)])
             acc = vv.reduce(combine, va)
+        if k.n is not None and w > 1 and k.n % w == 0:     # L3: vectors cover the row exactly
+            return acc
         (sa,) = loop(f"{label}s", sv, nv, n, 1, body, [acc if acc is not None else sv.const(init)])
         return sa
 

@@ -79,7 +79,7 @@ class Vals:
         c = _fconst(v, self.t)
         if self.w == 1:
             return c
-        return f"<{', '.join(f'{self.t} {c}' for _ in range(self.w))}>"
+        return f"splat ({self.t} {c})"        # (short IR text: parsing is part of every compile)
 
     def bin(self, opname: str, a: str, b: str) -> str:
         return self.b.op(f"{opname} {self.flags}{self.vt} {a}, {b}")
@@ -112,8 +112,8 @@ class Vals:
         y = self.b.op(f"fadd {self.vt} {y}, {self.const(1.0)}")
         it = "i32" if self.w == 1 else f"<{self.w} x i32>"
         n = self.b.op(f"fptosi {self.vt} {fx} to {it}")
-        c127 = "127" if self.w == 1 else f"<{', '.join(['i32 127'] * self.w)}>"
-        c23 = "23" if self.w == 1 else f"<{', '.join(['i32 23'] * self.w)}>"
+        c127 = "127" if self.w == 1 else "splat (i32 127)"
+        c23 = "23" if self.w == 1 else "splat (i32 23)"
         e = self.b.op(f"shl {it} {self.b.op(f'add {it} {n}, {c127}')}, {c23}")
         scale = self.b.op(f"bitcast {it} {e} to {self.vt}")
         return self.b.op(f"fmul {self.vt} {y}, {scale}")

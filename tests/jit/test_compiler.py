@@ -498,3 +498,26 @@ def test_row_kernels_at_every_row_length(level, tier, dtype, rng):
         sites = var_.code.__dict__.get("jit_sites", {})
         assert any(isinstance(k, tiers.Compiled) for s_ in sites.values() for k in
                    (s_.l2 if tier == "L2" else s_.l3).values()), "the row kernels must have been compiled"
+
+
+@ms.jit
+def _big_chain(a, b):
+    return ops.maximum(a * 1.5 + b, 0.0)
+
+
+def test_streaming_stores_for_outputs_beyond_the_caches(level, rng):
+    """An L3 elementwise kernel whose output is bigger than the caches writes around them
+    (non-temporal stores into a 64-byte aligned output); its answers are numpy's, with a
+    broadcast input too, and again when its previous output is fed back to it."""
+    level("L3")
+    rows = tiers.STREAM_MIN // (4 * 4096) + 3
+    a = rng.standard_normal((rows, 4096)).astype(np.float32)
+    for b in (rng.standard_normal((rows, 4096)).astype(np.float32), rng.standard_normal(4096).astype(np.float32)):
+        got = _big_chain(ms.Tensor(a), ms.Tensor(b)).asnumpy()
+        np.testing.assert_allclose(got, np.maximum(a * 1.5 + b, 0), rtol=1e-6, atol=1e-6)
+        assert tiers.data_pointer(got) % tiers.ALIGN == 0
+        again = _big_chain(ms.Tensor(got), ms.Tensor(b)).asnumpy()
+        np.testing.assert_allclose(again, np.maximum(got * 1.5 + b, 0), rtol=1e-6, atol=1e-6)
+    kernels = [k.kernel for var in _big_chain._runner.variants.values()
+               for s in var.code.__dict__["jit_sites"].values() for k in s.l3.values() if isinstance(k, tiers.Compiled)]
+    assert len(kernels) == 2 and all(k.stream for k in kernels)      # (the two broadcast patterns)

@@ -134,3 +134,24 @@ def test_concurrent_calls_do_not_share_buffers(rng):
     for t in threads:
         t.join()
     assert not errors
+
+
+def test_a_new_rank_is_a_new_variant_not_an_error():
+    """Arguments of another rank (no dim of 1 in either) compile a variant of their own."""
+    @ms.jit
+    def f(a, b):
+        return a + b
+
+    a2, b2 = np.ones((3, 4), np.float32), np.full((3, 4), 2, np.float32)
+    np.testing.assert_array_equal(f(ms.Tensor(a2), ms.Tensor(b2)).asnumpy(), a2 + b2)
+    b1 = np.arange(4, dtype=np.float32)
+    np.testing.assert_array_equal(f(ms.Tensor(a2), ms.Tensor(b1)).asnumpy(), a2 + b1)
+
+    class Add(nn.Cell):
+        def construct(self, x, y):
+            return x + y
+
+    net = Add()
+    np.testing.assert_array_equal(net(ms.Tensor(a2), ms.Tensor(b2)).asnumpy(), a2 + b2)
+    np.testing.assert_array_equal(net(ms.Tensor(a2), ms.Tensor(b1)).asnumpy(), a2 + b1)
+    np.testing.assert_array_equal(net(ms.Tensor(b1), ms.Tensor(b1)).asnumpy(), b1 + b1)

@@ -72,12 +72,12 @@ def _key_of(v):
     if t is Tensor:
         a = v._data
         shape = a.shape
-        return (a.dtype, shape.count(1) and tuple(n == 1 for n in shape))
+        return (a.dtype, len(shape), shape.count(1) and tuple(n == 1 for n in shape))
     if t is bool or t is int or t is float:
         return t
     if isinstance(v, Tensor):
         a = v.asnumpy()
-        return (a.dtype, a.shape.count(1) and tuple(n == 1 for n in a.shape))
+        return (a.dtype, a.ndim, a.shape.count(1) and tuple(n == 1 for n in a.shape))
     if isinstance(v, np.ndarray):
         return ("nd", v.dtype, tuple(n == 1 for n in v.shape))
     if isinstance(v, (bool, int, float, np.generic)):
@@ -304,8 +304,7 @@ class CellRunner:
     def resolve(self, vals):
         """(Variant, BoundCode for the flag values, run-time arguments) for this call; compiles a new signature."""
         if self.cell._msvm_inputs is None:
-            key = tuple([(v._data.dtype, v._data.shape.count(1) and tuple([n == 1 for n in v._data.shape]))
-                         if type(v) is Tensor else _key_of(v) for v in vals])
+            key = tuple([_key_of(v) for v in vals])
         else:   # declared (set_inputs) dims are dynamic even when they are 1
             declared = self.cell._msvm_inputs
             key = tuple(_key_declared(v) if k < len(declared) and isinstance(declared[k], Tensor) else _key_of(v)

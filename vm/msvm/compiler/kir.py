@@ -27,12 +27,14 @@ class Elementwise:
     bcast: tuple           # per input: (b0, b1, b2) broadcast flags for tensors, () for scalars
     dtype: str
     dims: tuple | None = None    # concrete (n0, n1, n2) in L3, None in L2
+    stream: bool = False         # L3, output far bigger than the caches: non-temporal (streaming) stores;
+    #                              the caller passes an output aligned to 32 bytes
 
     kind = "elementwise"
 
     def text(self) -> str:
         return f"elementwise dtype={self.dtype} kinds={self.kinds} bcast={self.bcast} dims={self.dims} " \
-               f"program={self.program!r}"
+               f"stream={self.stream} program={self.program!r}"
 
     @property
     def name(self) -> str:

@@ -216,7 +216,8 @@ def emit_program(v: Vals, program: tuple, inputs: list) -> str:
     return stack[-1]
 
 
-def _vec_width(features: str, t: str) -> int:
+def vec_width(features: str, t: str) -> int:
+    """Lanes of the widest vector register for LLVM type t ('float'/'double')."""
     bits = 512 if "+avx512f" in features else 256 if "+avx" in features else 128
     return bits // (32 if t == "float" else 64)
 
@@ -252,7 +253,7 @@ def lower_elementwise(k: Elementwise, name: str, features: str) -> str:
     t = TYPES.get(k.dtype)
     if t is None:
         raise Unsupported(f"elementwise kernels in {k.dtype}")
-    width = _vec_width(features, t)
+    width = vec_width(features, t)
     fast = k.dims is not None
     b = Builder()
     intrinsics: set = set()
@@ -308,7 +309,10 @@ def lower_elementwise(k: Elementwise, name: str, features: str) -> str:
     intrinsics |= v.intrinsics
     po = b.op(f"getelementptr {t}, {t}* %out, i64 {b.op(f'add i64 {rowo}, %j')}")
     pov = b.op(f"bitcast {t}* {po} to {vt}*")
-    b.raw(f"  store {vt} {r}, {vt}* {pov}, align {4 if t == 'float' else 8}")
+    if k.stream:      # write around the caches: no read-for-ownership of lines that are only written
+        b.raw(f"  store {vt} {r}, {vt}* {pov}, align {vw * (4 if t == 'float' else 8)}, !nontemporal !0")
+    else:
+        b.raw(f"  store {vt} {r}, {vt}* {pov}, align {4 if t == 'float' else 8}")
     b.raw(f"  %jn = add i64 %j, {vw}")
     b.raw("  br label %vloop")
     if tail:
@@ -320,9 +324,12 @@ def lower_elementwise(k: Elementwise, name: str, features: str) -> str:
     b.raw("  %i0n = add i64 %i0, 1")
     b.raw("  br label %loop0")
     b.raw("done:")
+    if k.stream:      # streaming stores are weakly ordered: drain them before anyone reads the output
+        b.raw("  fence seq_cst")
     b.raw("  ret void")
     b.raw("}")
-    return "\n".join(sorted(intrinsics)) + "\n\n" + "\n".join(b.lines) + "\n"
+    meta = "\n!0 = !{i32 1}\n" if k.stream else ""
+    return "\n".join(sorted(intrinsics)) + "\n\n" + "\n".join(b.lines) + "\n" + meta
 
 
 def _scalar_tail(b, k, t, fast, tensors, scalars, base, scal, rowo, n2, intrinsics):
@@ -444,7 +451,7 @@ def lower_row(k: RowKernel, name: str, features: str, width: int | None = None) 
     if t is None:
         raise Unsupported(f"row kernels in {k.dtype}")
     fast = k.n is not None
-    w = width or _vec_width(features, t)
+    w = width or vec_width(features, t)
     n = str(k.n) if k.n is not None else "%n_arg"
     b = Builder()
     sv, vv = Vals(b, t, 1, fast), Vals(b, t, w, fast)

@@ -32,7 +32,7 @@ from .. import context, events, log
 from ..bytecode.disasm import display_name
 from .cache import KernelCache, make_key
 from .kir import Elementwise, MatmulEpilogue, RowKernel, collapse, strides_for
-from .lower import Unsupported, lower
+from .lower import TYPES, Unsupported, lower, vec_width
 
 STEPS = ("Step1 Parse", "Step2 Shape Resolution", "Step3 IR Generation", "Step4 Fusion", "Step5 Hardware Mapping",
          "Step6 Code Generation", "Step7 Kernel Cache")
@@ -43,6 +43,8 @@ JITABLE = frozenset({"FUSED_ELEMENTWISE", "FUSED_MATMUL", "SOFTMAX", "LAYER_NORM
 _ND = np.ndarray
 _JIT = context._ctx["jit_config"]        # the live jit_config dict (set_context updates it in place)
 B_IN_CACHE = 1 << 20            # bytes of a matmul's B below which L3 works in row blocks
+STREAM_MIN = 16 << 20           # output bytes from which L3 elementwise kernels use streaming stores
+ALIGN = 64                      # bytes: outputs of streaming kernels (a whole vector per aligned store)
 L3_SHAPES = 2                   # a site specializes (L3) for at most this many concrete shapes
 
 _cache = None
@@ -495,8 +497,15 @@ class Site:
         cls, shape_key, out_shape, d, p = plan
         dtype = str(d)
         if self.op == "FUSED_ELEMENTWISE":
-            return Elementwise(p["program"], p["kinds"], tuple(p["bcast"]), dtype,
-                               p["dims"] if level == 3 else None)
+            dims = p["dims"]
+            stream = False
+            if level == 3:
+                from .codegen import codegen
+
+                w = vec_width(codegen().features, TYPES[dtype])
+                stream = dims[0] * dims[1] * dims[2] * np.dtype(d).itemsize >= STREAM_MIN and dims[2] % w == 0
+            return Elementwise(p["program"], p["kinds"], tuple(p["bcast"]), dtype, dims if level == 3 else None,
+                               stream)
         if self.op == "FUSED_MATMUL":
             if level == 2:   # numpy/BLAS product, then the L2 epilogue kernel over it
                 ep = p["epi"][4]
@@ -534,10 +543,17 @@ class Site:
         cstrides = _contiguous_strides(out_shape, d.itemsize)
         empty = np.empty
 
-        def output(out):
-            if out is None or out.shape != out_shape or out.strides != cstrides or out.dtype != d:
-                return empty(out_shape, d)
-            return out
+        if getattr(k, "stream", False):
+            def output(out):
+                if (out is None or out.shape != out_shape or out.strides != cstrides or out.dtype != d
+                        or data_pointer(out) % ALIGN):
+                    return aligned_empty(out_shape, d)
+                return out
+        else:
+            def output(out):
+                if out is None or out.shape != out_shape or out.strides != cstrides or out.dtype != d:
+                    return empty(out_shape, d)
+                return out
         if k.kind == "elementwise" and self.op == "FUSED_ELEMENTWISE":
             return _elementwise_caller(compiled, p, output, ptr)
         if k.kind == "elementwise":          # L2 matmul: BLAS product, then the epilogue in place
@@ -622,6 +638,15 @@ def _data_pointer_reader():
 
 
 data_pointer = _data_pointer_reader()
+
+
+def aligned_empty(shape, d, align: int = ALIGN):
+    """np.empty(shape, d) whose data starts on an `align`-byte boundary (numpy only promises 16)."""
+    d = np.dtype(d)
+    n = int(np.prod(shape, dtype=np.int64)) * d.itemsize
+    buf = np.empty(n + align, np.uint8)
+    off = -data_pointer(buf) % align
+    return buf[off:off + n].view(d).reshape(shape)
 
 
 class _Shape:

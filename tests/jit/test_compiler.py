@@ -275,6 +275,42 @@ def test_a_fresh_process_loads_kernels_from_disk(tmp_path):
     assert second.stdout.split() == ["0", "1"]
 
 
+AUTO_SCRIPT = """
+import numpy as np, msvm as ms
+from msvm import nn, ops
+from msvm.compiler.tiers import wait_for_compiles
+
+class Net(nn.Cell):
+    def construct(self, x, y):
+        return ops.relu(ops.matmul(x, y))
+
+net = Net()
+y = ms.Tensor(np.ones((8, 16), np.float32))
+for n in (3, 5, 7, 9):
+    x = ms.Tensor(np.full((n, 8), -1.0 + n / 4, np.float32))
+    assert np.allclose(net(x, y).asnumpy(), np.maximum(x.asnumpy() @ y.asnumpy(), 0))
+    wait_for_compiles()
+s = ms.cache_stats()
+print(s["compiles"], s["disk_loads"], s["misses"], s["hits"])
+"""
+
+
+def test_a_warm_disk_cache_serves_the_first_call(tmp_path):
+    """In auto mode the call that finds its kernel on disk already runs it: the second process
+    compiles nothing and never runs the interpreter's reference kernel for that site."""
+    script = tmp_path / "auto.py"
+    script.write_text(AUTO_SCRIPT)
+    env = dict(os.environ, MSVM_CACHE_DIR=str(tmp_path / "cache"))
+    runs = [subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, cwd=ROOT,
+                           timeout=120) for _ in range(2)]
+    for r in runs:
+        assert r.returncode == 0, r.stderr
+    compiles, loads, misses, hits = map(int, runs[0].stdout.split())
+    assert compiles >= 1 and loads == 0 and misses >= 1
+    compiles, loads, misses, hits = map(int, runs[1].stdout.split())
+    assert (compiles, misses) == (0, 0) and loads >= 1 and hits == 4
+
+
 def test_two_processes_writing_the_same_cache(tmp_path):
     env = dict(os.environ, MSVM_CACHE_DIR=str(tmp_path))
     script = _script(tmp_path)

@@ -41,7 +41,8 @@ class Codegen:
         self.target = target
         self.lljit = None
         self.engines: list = []      # one JIT library (resource tracker) per loaded object, kept for the process
-        self.lock = threading.RLock()
+        self.lock = threading.RLock()        # parsing, passes, codegen (one LLVM context, shared target machines)
+        self.load_lock = threading.Lock()    # linking into the LLJIT (ORC), so a load never waits for a compile
         self.version = f"llvmlite-{llvmlite.__version__}-llvm-{'.'.join(map(str, llvm.llvm_version_info))}"
 
     @property
@@ -83,7 +84,7 @@ class Codegen:
 
         Each object gets a library of its own (no shared symbol table; linking one never touches
         code that other threads are running); libm functions resolve from the process."""
-        with self.lock:
+        with self.load_lock:
             if self.lljit is None:
                 self.lljit = llvm.create_lljit_compiler()
             lib = llvm.JITLibraryBuilder().add_current_process().add_object_img(obj)

@@ -211,8 +211,9 @@ def _gemm_pointer(dtype: str) -> int:
     return blas()[1][dtype]
 
 
-def compile_kernel(kernel, level: int, info: dict) -> Compiled:
-    """Lower, compile (or load from the cache) and load one kernel; emits the compile event."""
+def compile_kernel(kernel, level: int, info: dict, compile: bool = True) -> Compiled | None:
+    """Lower, compile (or load from the cache) and load one kernel; emits the compile event.
+    ``compile=False``: only what the cache (memory or disk) holds, else None."""
     from .codegen import codegen
 
     cache = kernel_cache()
@@ -236,6 +237,8 @@ def compile_kernel(kernel, level: int, info: dict) -> Compiled:
                          info.get("dtype"), level)
     source = "compiled"
     disk = cache.read(key)
+    if disk is None and not compile:
+        return None
     t0 = time.perf_counter()
     if disk is not None:
         obj, _header = disk
@@ -361,6 +364,8 @@ class Site:
             return
         table[key] = "pending"
         shape, dtype = plan[2], plan[3]
+        if not sync and self._from_cache(level, plan, table, key):
+            return
 
         def task():
             t0 = time.perf_counter()
@@ -383,6 +388,22 @@ class Site:
             task()
         else:
             worker().submit(task)
+
+    def _from_cache(self, level: int, plan, table, key) -> bool:
+        """A kernel the cache already holds (this process compiled it for another site, or an
+        earlier process left it on disk) is used by the call that asks: loading costs about what
+        a small call does, and only compiles go to the background."""
+        try:
+            found = compile_kernel(self.kernel_ir(level, plan), level, self.info(plan[2], plan[3]), compile=False)
+        except Exception:  # noqa: BLE001 - a kernel that cannot even be described is the compile's problem
+            return False
+        if found is None:
+            return False
+        table[key] = found
+        self.tier_history.append({"time": time.time(), "level": level, "shape": list(plan[2])})
+        events.emit({"type": "tier", "code": self.code.name, "offset": self.ins.offset, "op": self.name,
+                     "level": level, "shape": list(plan[2])})
+        return True
 
     # --- per kind: planning, kernel IR, running
     def plan(self, inputs):

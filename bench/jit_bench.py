@@ -113,7 +113,7 @@ def l3_pipeline():
     import ctypes
 
     import llvmlite.binding as llvm
-    from msvm.compiler.codegen import L3_PASSES, codegen
+    from msvm.compiler.codegen import codegen
     from msvm.compiler.kir import RowKernel
     from msvm.compiler.lower import lower
 
@@ -132,19 +132,7 @@ def l3_pipeline():
     def build(ir, o3):
         mod = llvm.parse_assembly(ir)
         mod.triple = cg.triple
-        if o3:
-            pto = llvm.create_pipeline_tuning_options(speed_level=3)
-            pto.loop_vectorization = pto.slp_vectorization = True
-            pb = llvm.create_pass_builder(cg.tm[3], pto)
-            pb.getModulePassManager().run(mod, pb)
-        else:
-            pb = llvm.create_pass_builder(cg.tm[3], llvm.create_pipeline_tuning_options(speed_level=3))
-            fpm = llvm.create_new_function_pass_manager()
-            for p in L3_PASSES:
-                getattr(fpm, f"add_{p}_pass")()
-            for fn in mod.functions:
-                if not fn.is_declaration:
-                    fpm.run(fn, pb)
+        cg.optimize(mod, "o3" if o3 else "l3")
         return cg.tm[3].emit_object(mod)
 
     print("2b. L3 IR passes (L3_PASSES) vs LLVM's O3 pipeline, same kernels (median of 5 compiles, 9 runs)")

@@ -66,18 +66,29 @@ class Codegen:
         times["parse"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         if level >= 3:
-            pb = llvm.create_pass_builder(self.tm[3], llvm.create_pipeline_tuning_options(speed_level=3))
-            fpm = llvm.create_new_function_pass_manager()
-            for p in L3_PASSES:
-                getattr(fpm, f"add_{p}_pass")()
-            for fn in mod.functions:
-                if not fn.is_declaration:
-                    fpm.run(fn, pb)
+            self.optimize(mod)
         times["optimize"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         obj = self.tm[3 if level >= 3 else 0].emit_object(mod)
         times["codegen"] = time.perf_counter() - t0
         return obj, times
+
+    def optimize(self, mod, pipeline: str = "l3") -> None:
+        """Run L3's IR passes on a parsed module; "o3": LLVM's O3 pipeline with its loop and SLP
+        vectorizers instead (what ``make bench`` compares L3_PASSES against)."""
+        pto = llvm.create_pipeline_tuning_options(speed_level=3)
+        if pipeline == "o3":
+            pto.loop_vectorization = pto.slp_vectorization = True
+            pb = llvm.create_pass_builder(self.tm[3], pto)
+            pb.getModulePassManager().run(mod, pb)
+            return
+        pb = llvm.create_pass_builder(self.tm[3], pto)
+        fpm = llvm.create_new_function_pass_manager()
+        for p in L3_PASSES:
+            getattr(fpm, f"add_{p}_pass")()
+        for fn in mod.functions:
+            if not fn.is_declaration:
+                fpm.run(fn, pb)
 
     def load(self, obj: bytes, names: list) -> dict:
         """Link an object file into its own JITDylib of one LLJIT; returns {function name: address}.

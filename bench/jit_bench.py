@@ -37,6 +37,17 @@ from msvm.compiler import tiers  # noqa: E402
 from msvm.compiler.kir import Elementwise  # noqa: E402
 
 
+def interleaved(fns, reps):
+    """Medians of several functions timed in turn, round after round (drift hits all alike)."""
+    times = [[] for _ in fns]
+    for _ in range(reps):
+        for k, fn in enumerate(fns):
+            t0 = time.perf_counter()
+            fn()
+            times[k].append(time.perf_counter() - t0)
+    return [statistics.median(t) for t in times]
+
+
 def med(fn, reps):
     ts = []
     for _ in range(reps):
@@ -65,13 +76,13 @@ def bandwidth():
         futs = [pool.submit(np.copyto, dst[i:i + step], a[i:i + step]) for i in range(0, n, step)]
         for f in futs:
             f.result()
-    t_copy = min(med(lambda: np.copyto(dst, a), 7), med(par_copy, 7))
-    limit = 2 * a.nbytes / t_copy                   # bytes moved per second by the best copy
     ms.set_context(jit_config={"jit_level": "L3"})
     chain(ta, tb, tc)
-    t_vm = med(lambda: chain(ta, tb, tc), 7)
+    t_copy1, t_copy2, t_vm, t_np = interleaved(
+        [lambda: np.copyto(dst, a), par_copy, lambda: chain(ta, tb, tc), lambda: np.maximum(a * b + c, 0)], 9)
     ms.set_context(jit_config={"jit_level": "auto"})
-    t_np = med(lambda: np.maximum(a * b + c, 0), 7)
+    t_copy = min(t_copy1, t_copy2)
+    limit = 2 * a.nbytes / t_copy                   # bytes moved per second by the best copy
     moved = 4 * a.nbytes
     print("1. fused elementwise max(a*b+c, 0), 16M float32")
     print(f"   copy limit {limit / 1e9:.1f} GB/s ({workers} threads);  msvm L3 {t_vm * 1e3:.1f} ms = "
@@ -219,8 +230,7 @@ def _bert_rows(label):
         for _ in range(8):
             layer(tx)
             tiers.wait_for_compiles()
-        t_vm = med(lambda tx=tx: layer(tx), 9)
-        t_np = med(lambda x=x: bert_layer.numpy_reference(layer, x), 9)
+        t_vm, t_np = interleaved([lambda tx=tx: layer(tx), lambda x=x: bert_layer.numpy_reference(layer, x)], 11)
         rows.append((s, t_vm, t_np))
     print(f"4. BERT-like layer, batch 1, {label} (steady state)")
     for s, t_vm, t_np in rows:

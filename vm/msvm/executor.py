@@ -92,6 +92,7 @@ def _key_of(v):
 _new_tensor = object.__new__
 MEMO_SIZE = 64          # exact call signatures remembered per Cell (shapes, dtypes, int and bool values)
 _DT = dt.from_numpy
+_BY_NP = dt._BY_NP
 
 
 def _key_declared(v):
@@ -262,44 +263,52 @@ class CellRunner:
     def __call__(self, args, kwargs):
         vals = args if (not kwargs and len(args) == self.n) else self.values(args, kwargs)
         # the steady state: the same exact call signature as before -> its variant, program and bindings
-        sig = []
+        sig, rt = [], []
         for v in vals:
             t = type(v)
             if t is Tensor:
                 a = v._data
                 sig.append((a.shape, a.dtype))
+                rt.append(a)
             elif t is bool or t is int:
                 sig.append((t, v))
+                rt.append(v)
             elif t is float:
                 sig.append(t)
+                rt.append(v)
             else:
                 sig = None
                 break
         hit = self.memo.get(tuple(sig)) if sig is not None else None
         if hit is not None:
             var, bound, env = hit
-            rt = [v._data if type(v) is Tensor else v for v in vals]
             if var.partial:
                 rt = [rt[i] for i in var.runtime_idx]
-            env = env.copy()
-        else:
-            var, bound, rt = self.resolve(vals)
-            env = bound.fast_bind(rt)
-            if env is not None and sig is not None:
-                if len(self.memo) >= MEMO_SIZE:
-                    self.memo.clear()
-                self.memo[tuple(sig)] = (var, bound, env.copy())
-        if events._subs:
-            t0 = time.perf_counter()
-            out = bound.call(rt, env=env)
-            events.emit({"type": "exec", "code": var.code.name, "ms": (time.perf_counter() - t0) * 1e3})
-        else:
-            out = bound.call(rt, env=env)
+            out = bound.call(rt, env=env.copy()) if not events._subs else self._call_observed(var, bound, rt, env.copy())
+            if type(out) is np.ndarray:
+                t = _new_tensor(Tensor)
+                t._data, t._pshape, t._dtype = out, None, _BY_NP.get(out.dtype) or _DT(out.dtype)
+                return t
+            return wrap(out)
+        var, bound, rt = self.resolve(vals)
+        env = bound.fast_bind(rt)
+        if env is not None and sig is not None:
+            if len(self.memo) >= MEMO_SIZE:
+                self.memo.clear()
+            self.memo[tuple(sig)] = (var, bound, env.copy())
+        out = self._call_observed(var, bound, rt, env) if events._subs else bound.call(rt, env=env)
         if type(out) is np.ndarray:
             t = _new_tensor(Tensor)
             t._data, t._pshape, t._dtype = out, None, _DT(out.dtype)
             return t
         return wrap(out)
+
+    @staticmethod
+    def _call_observed(var, bound, rt, env):
+        t0 = time.perf_counter()
+        out = bound.call(rt, env=env)
+        events.emit({"type": "exec", "code": var.code.name, "ms": (time.perf_counter() - t0) * 1e3})
+        return out
 
     def resolve(self, vals):
         """(Variant, BoundCode for the flag values, run-time arguments) for this call; compiles a new signature."""

@@ -417,6 +417,8 @@ class BoundCode:
         self.calls = 0
         self.nlocals = len(code.varnames)
         self.param_slots = [code.varnames.index(n) for n, _ in code.params]
+        self.nparams = len(self.param_slots)
+        self.params_first = self.param_slots == list(range(self.nparams))
 
     def bind(self, args) -> dict:
         """Bind symbols from the arguments and check them; raises ShapeMismatch."""
@@ -467,9 +469,12 @@ class BoundCode:
             if env is None:
                 env = self.bind(args)
         f = Frame(self, parent, env)
-        loc = f.locals
-        for k, slot in enumerate(self.param_slots):
-            loc[slot] = args[k]
+        if self.params_first:           # the usual layout: parameters are locals 0..n-1
+            f.locals[:self.nparams] = args
+        else:
+            loc = f.locals
+            for k, slot in enumerate(self.param_slots):
+                loc[slot] = args[k]
         return run(f)
 
 

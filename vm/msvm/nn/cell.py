@@ -13,6 +13,8 @@ import inspect
 from .. import context
 from ..tensor import Parameter, Tensor
 
+_CTX = context._ctx          # the live settings dict (set_context updates it in place)
+
 
 class Cell:
     __msvm_cell__ = True
@@ -47,7 +49,7 @@ class Cell:
         raise NotImplementedError(f"{type(self).__name__} does not define construct()")
 
     def __call__(self, *args, **kwargs):
-        if context._ctx["mode"] == 1:      # PYNATIVE_MODE
+        if _CTX["mode"] == 1:      # PYNATIVE_MODE
             return self.construct(*args, **kwargs)
         runner = self.__dict__["_runner"]
         if runner is None:

@@ -12,10 +12,21 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy import special
 
 from .. import dtype as dt
 from ..bytecode.opcodes import TABLE
+
+_special = None
+
+
+def _sp():
+    """scipy.special, imported on first use (it costs ~0.3 s, more than the rest of ``import msvm``)."""
+    global _special
+    if _special is None:
+        from scipy import special
+
+        _special = special
+    return _special
 
 
 def _dtype_of(v):
@@ -112,7 +123,7 @@ def _rsqrt(x, out):
 
 
 def _sigmoid(x, out):
-    return np.asarray(special.expit(x, out=out) if out is not None else special.expit(x))
+    return np.asarray(_sp().expit(x, out=out) if out is not None else _sp().expit(x))
 
 
 def _relu(x, out):
@@ -125,7 +136,7 @@ _SQRT_2_PI = math.sqrt(2.0 / math.pi)
 
 def _gelu(x, out):
     t = x.dtype.type
-    r = special.erf(x * t(_SQRT1_2))
+    r = _sp().erf(x * t(_SQRT1_2))
     r += t(1.0)
     r *= x
     return np.multiply(r, t(0.5), out=out) if out is not None else r * t(0.5)
@@ -346,7 +357,7 @@ KERNELS = {
     "SQRT": _unary(_with_out(np.sqrt), True), "RSQRT": _unary(_rsqrt, True),
     "TANH": _unary(_with_out(np.tanh), True), "SIGMOID": _unary(_sigmoid, True),
     "RELU": _unary(_relu), "GELU": _unary(_gelu, True), "GELU_TANH": _unary(_gelu_tanh, True),
-    "ERF": _unary(lambda x, out: np.asarray(special.erf(x) if out is None else special.erf(x, out=out)), True),
+    "ERF": _unary(lambda x, out: np.asarray(_sp().erf(x) if out is None else _sp().erf(x, out=out)), True),
     "RECIPROCAL": _unary(_reciprocal, True),
     "LOGICAL_NOT": _unary(lambda x, out: np.logical_not(x)),
     "CAST": cast, "FILL": fill,

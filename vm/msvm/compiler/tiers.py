@@ -293,7 +293,7 @@ class Site:
         self.l3: dict = {}       # concrete shapes -> Compiled | "pending" | "failed"
         self.seen: dict = {}     # concrete shapes -> calls
         self.polymorphic = False  # more than L3_SHAPES shapes seen: no more L3 compiles
-        self.ptrs = [None] * 8   # per argument position: (last array, its data pointer)
+        self.ptrs = [None] * 7   # per input position: (last array, its data pointer); outputs are not kept
         self.tier_history: list = []
         self.plans: dict = {}
         self.callers: dict = {}  # concrete key -> (Compiled, go(inputs, out))
@@ -579,7 +579,9 @@ class Site:
             return _elementwise_caller(compiled, p, output, ptr)
         if k.kind == "elementwise":          # L2 matmul: BLAS product, then the epilogue in place
             ta, tb = self.args[0], self.args[1]
-            epi = _elementwise_caller(compiled, p["epi"][4], None, ptr)
+            # the epilogue's input 0 is the product, i.e. the output: its pointer is not kept
+            epi = _elementwise_caller(compiled, p["epi"][4], None,
+                                      lambda j, a: data_pointer(a) if j == 0 else ptr(j, a))
             matmul, swap = np.matmul, np.swapaxes
 
             def go(inputs, out):
@@ -595,13 +597,13 @@ class Site:
             if not extras:
                 def go(inputs, out):
                     out = output(out)
-                    fn(gemm, ptr(0, inputs[0]), ptr(1, inputs[1]), ptr(7, out))
+                    fn(gemm, ptr(0, inputs[0]), ptr(1, inputs[1]), data_pointer(out))
                     return out
                 return go
 
             def go(inputs, out):
                 out = output(out)
-                args = [gemm, ptr(0, inputs[0]), ptr(1, inputs[1]), ptr(7, out)]
+                args = [gemm, ptr(0, inputs[0]), ptr(1, inputs[1]), data_pointer(out)]
                 for j, kind, row_stride in extras:
                     if kind == "t":
                         args += [ptr(j, inputs[j]), row_stride, 0]
@@ -620,7 +622,7 @@ class Site:
                 g, b = inputs[1], inputs[2]
                 gp = ptr(1, g) if g is not None else None
                 bp = ptr(2, b) if b is not None else None
-            op_, xp_ = ptr(7, out), ptr(0, inputs[0])
+            op_, xp_ = data_pointer(out), ptr(0, inputs[0])
             if split:
                 _parallel(lambda s, e: fn(s, e, n, op_, xp_, gp, bp), rows)
             else:
@@ -710,7 +712,7 @@ def _elementwise_caller(compiled: Compiled, p: dict, output, ptr):
                 args += [ptr(j, inputs[j]) if j < 7 else data_pointer(inputs[j]), s[0], s[1]]
             else:
                 args.append(float(inputs[j]))
-        po = ptr(7, out)
+        po = data_pointer(out)
         if split:
             _parallel(lambda s, e: fn(s, e, d1, d2, po, *args), d0)
         else:

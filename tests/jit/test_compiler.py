@@ -557,3 +557,21 @@ def test_streaming_stores_for_outputs_beyond_the_caches(level, rng):
     kernels = [k.kernel for var in _big_chain._runner.variants.values()
                for s in var.code.__dict__["jit_sites"].values() for k in s.l3.values() if isinstance(k, tiers.Compiled)]
     assert len(kernels) == 2 and all(k.stream for k in kernels)      # (the two broadcast patterns)
+
+
+@pytest.mark.parametrize("tier", ["L2", "L3"])
+def test_results_are_not_kept_alive_by_the_compiled_sites(level, tier, rng):
+    """A result the caller drops is freed: sites remember input pointers, not outputs."""
+    import gc
+    import weakref
+
+    level(tier)
+    net = DynamicMatmulCell()
+    x = ms.Tensor(rng.standard_normal((6, 5)).astype(np.float32))
+    y = ms.Tensor(rng.standard_normal((5, 7)).astype(np.float32))
+    for _ in range(3):
+        out = net(x, y, training=True)
+    ref = weakref.ref(out.asnumpy())
+    del out
+    gc.collect()
+    assert ref() is None

@@ -575,3 +575,40 @@ def test_results_are_not_kept_alive_by_the_compiled_sites(level, tier, rng):
     del out
     gc.collect()
     assert ref() is None
+
+
+@pytest.mark.parametrize("tier", ["auto", "L2", "L3"])
+def test_shapes_that_share_a_kernel_keep_their_own_shapes(level, tier, rng):
+    """(2, 64, 12), (1, 128, 12) and (128, 12) collapse to the same kernel (same element count,
+    contiguous); each call still gets a result of its own shape (the BERT example's (2, 64)
+    then (1, 128) once got the previous call's output shape)."""
+    level(tier)
+
+    @ms.jit
+    def g(x):
+        return ops.gelu(x * 2.0 + 1.0)
+
+    for _ in range(3):
+        for shape in ((2, 64, 12), (1, 128, 12), (4, 32, 12), (2, 64, 12)):
+            x = rng.standard_normal(shape).astype(np.float32)
+            got = g(ms.Tensor(x)).asnumpy()
+            assert got.shape == shape
+            h = x * 2 + 1
+            from scipy.special import erf
+            np.testing.assert_allclose(got, 0.5 * h * (1 + erf(h / np.sqrt(2))), rtol=1e-4, atol=1e-5)
+        tiers.wait_for_compiles()
+
+
+@pytest.mark.parametrize("example", ["dynamic_matmul.py", "bert_layer.py"])
+def test_the_demo_examples_run_with_the_compiler(example, tmp_path):
+    """What ``make demo`` runs, in a fresh process with the default (auto) tiers and a fresh
+    kernel cache: every printed error against numpy is small."""
+    import re
+
+    env = dict(os.environ, MSVM_CACHE_DIR=str(tmp_path))
+    env.pop("MSVM_JIT_LEVEL", None)
+    r = subprocess.run([sys.executable, "-m", "msvm", "run", f"examples/{example}"], capture_output=True, text=True,
+                       cwd=ROOT, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    errors = [float(e) for e in re.findall(r"error vs numpy ([0-9.e+-]+)", r.stdout)]
+    assert errors and max(errors) < 1e-5, r.stdout

@@ -296,7 +296,7 @@ class Site:
         self.ptrs = [None] * 7   # per input position: (last array, its data pointer); outputs are not kept
         self.tier_history: list = []
         self.plans: dict = {}
-        self.callers: dict = {}  # concrete key -> (Compiled, go(inputs, out))
+        self.callers: dict = {}  # (concrete key, output shape) -> (Compiled, go(inputs, out))
         self.fast: dict = {}     # (shape, strides, dtype) per input -> go, for shapes whose L3 kernel is loaded
         st = code.stack_types[index]
         n = ins.op.n_pops(self.args)
@@ -548,11 +548,14 @@ class Site:
         return RowKernel(p["op"], dtype, p["gamma"], p["beta"], p["eps"], p["n"] if level == 3 else None)
 
     def run(self, compiled: Compiled, plan, inputs, out):
-        c = self.callers.get(plan[1])
+        # a caller is made for a kernel and an output shape: shapes with the same element count
+        # can share a kernel (their shape key), never an output
+        key = (plan[1], plan[2])
+        c = self.callers.get(key)
         if c is None or c[0] is not compiled:
             if len(self.callers) > 64:        # a polymorphic L2 site: keep the table small
                 self.callers.clear()
-            c = self.callers[plan[1]] = (compiled, self.caller(compiled, plan))
+            c = self.callers[key] = (compiled, self.caller(compiled, plan))
         return c[1](inputs, out)
 
     def caller(self, compiled: Compiled, plan):

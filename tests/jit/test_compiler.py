@@ -146,6 +146,44 @@ def test_random_fused_programs_l1_l2_l3_agree(prog, n0, n1, seed, bshape):
         np.testing.assert_allclose(out, ref, rtol=2e-5, atol=2e-5, err_msg=f"L{lvl} {prog}")
 
 
+SHAPE_POOL = [(2, 6), (3, 4), (4, 3), (1, 12), (6, 2), (3, 5), (2, 64), (1, 128), (5, 3), (1, 1)]
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(prog=programs(), shapes=st.lists(st.sampled_from(SHAPE_POOL), min_size=3, max_size=9),
+       seed=st.integers(0, 1000), row=st.booleans())
+def test_random_programs_over_a_stream_of_shapes(prog, shapes, seed, row):
+    """One site called through the tier manager (auto, L3 after one call) with a stream of
+    shapes, some repeated and several with the same element count: every result is numpy's,
+    with its own shape, whichever tier runs it."""
+    from msvm.interp.kernels import run_program
+
+    prog = tuple(prog)
+    used = sorted({n[1] for n in prog if n[0] == "in"})
+    k = len(used)
+    prog = tuple(("in", used.index(n[1])) if n[0] == "in" else n for n in prog)
+    rng = np.random.default_rng(seed)
+    ms.set_context(jit_config={"jit_level": "auto", "l3_after": 1})
+    try:
+        site = None
+        for n0, n1 in shapes:
+            inputs = [rng.standard_normal((n0, n1)).astype(np.float32) for _ in range(k)]
+            if row and k > 1:           # the last input broadcast along rows
+                inputs[-1] = rng.standard_normal(n1).astype(np.float32)
+            with np.errstate(all="ignore"):
+                ref = np.asarray(run_program(prog, inputs))
+            if ref.ndim == 0:
+                return
+            site = site or _site(prog, inputs)
+            with np.errstate(all="ignore"):
+                out = site(inputs, lambda *a: np.asarray(run_program(prog, list(a))), None)
+            assert out.shape == ref.shape, (prog, (n0, n1), out.shape)
+            np.testing.assert_allclose(out, ref, rtol=2e-5, atol=2e-5, err_msg=f"{prog} at {(n0, n1)}")
+            tiers.wait_for_compiles()
+    finally:
+        ms.set_context(jit_config={"l3_after": 5})
+
+
 def _site(prog, inputs):
     from msvm.bytecode import CodeBuilder
     from msvm.bytecode import symbolic as S

@@ -670,3 +670,31 @@ def test_changing_jit_level_applies_to_cells_that_already_ran(level, rng):
     hits = ms.cache_stats()["hits"]
     net(ms.Tensor(x), ms.Tensor(x))
     assert ms.cache_stats()["hits"] == hits
+
+
+@pytest.mark.parametrize("tier", ["L2", "L3"])
+def test_transposed_weights_follow_set_data(level, tier, rng):
+    """Dense (x @ W.T) runs on a cached contiguous W.T: the answer follows set_data, a
+    parameter's array cannot be written behind the cache's back, and a writable B (an input,
+    not a weight) is multiplied as it is."""
+    level(tier)
+    net = nn.Dense(12, 5)
+    x = rng.standard_normal((7, 12)).astype(np.float32)
+    for _ in range(3):
+        got = net(ms.Tensor(x)).asnumpy()
+    np.testing.assert_allclose(got, x @ net.weight.asnumpy().T + net.bias.asnumpy(), rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="read-only"):
+        net.weight.asnumpy()[0, 0] = 1.0
+    w2 = rng.standard_normal((5, 12)).astype(np.float32)
+    net.weight.set_data(ms.Tensor(w2))
+    for _ in range(2):
+        got = net(ms.Tensor(x)).asnumpy()
+    np.testing.assert_allclose(got, x @ w2.T + net.bias.asnumpy(), rtol=1e-5, atol=1e-5)
+
+    @ms.jit
+    def f(a, b):
+        return ops.relu(ops.MatMul(transpose_b=True)(a, b) + 1.0)
+    for _ in range(3):
+        b = rng.standard_normal((5, 12)).astype(np.float32)
+        np.testing.assert_allclose(f(ms.Tensor(x), ms.Tensor(b)).asnumpy(), np.maximum(x @ b.T + 1, 0), rtol=1e-5,
+                                   atol=1e-5)

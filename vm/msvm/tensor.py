@@ -277,7 +277,12 @@ class Tensor(TensorMethods):
 
 
 class Parameter(Tensor):
-    """A named, trainable Tensor held by a Cell."""
+    """A named, trainable Tensor held by a Cell.
+
+    Its array is a private, read-only copy: a weight changes only through ``set_data`` (as in
+    MindSpore, where ``asnumpy()`` is not a handle for writing a parameter). So the compiler may
+    keep derived forms of a weight, such as the transposed copy a matmul prefers, for as long
+    as the same array is in place."""
 
     __slots__ = ("name", "requires_grad")
 
@@ -291,13 +296,22 @@ class Parameter(Tensor):
             Tensor.__init__(self, np.array(default_input, dtype=np.float32))
         else:
             Tensor.__init__(self, default_input)
+        if self._data is not None:
+            self._data = _frozen(self._data)
         self.name = name
         self.requires_grad = requires_grad
 
     def set_data(self, data):
         new = data.asnumpy() if isinstance(data, Tensor) else np.asarray(data)
-        self._data = np.ascontiguousarray(new, dtype=self._dtype.np)
+        self._data = _frozen(np.asarray(new, dtype=self._dtype.np))
         return self
+
+
+def _frozen(a: np.ndarray) -> np.ndarray:
+    """A C-contiguous read-only copy that owns its data."""
+    out = np.array(a, order="C", copy=True)
+    out.flags.writeable = False
+    return out
 
     def __repr__(self):
         return f"Parameter(name={self.name}, shape={list(self.shape)}, dtype={self._dtype})"

@@ -298,6 +298,11 @@ class Site:
         self.plans: dict = {}
         self.callers: dict = {}  # (concrete key, output shape) -> (Compiled, go(inputs, out))
         self.fast: dict = {}     # (shape, strides, dtype) per input -> go, for shapes whose L3 kernel is loaded
+        # a matmul by a transposed weight (Dense: x @ W.T) runs on a contiguous copy of W.T, which BLAS
+        # multiplies faster for few rows; a Parameter's array is read-only, so the copy stays valid
+        # while the same array is in place (``transposed``)
+        self.weight_t = self.op == "FUSED_MATMUL" and bool(self.args[1]) and not self.args[2]
+        self.wcache = None       # (weight array, its contiguous transpose)
         st = code.stack_types[index]
         n = ins.op.n_pops(self.args)
         self.in_types = st[len(st) - n:] if st else ()
@@ -317,6 +322,8 @@ class Site:
         if level == "L1":
             return reference(*inputs)
         exact = tuple([(x.shape, x.strides, x.dtype) if type(x) is _ND else None for x in inputs])
+        if self.weight_t:
+            exact += (_frozen(inputs[1]),)
         go = self.fast.get(exact)
         if go is not None and level != "L2":     # the steady state: this exact layout has its L3 kernel
             self.stats["hits"] += 1
@@ -409,6 +416,8 @@ class Site:
     def plan(self, inputs):
         """(shape class, concrete key, out shape, dtype, details) or None when only L1 applies."""
         ck = tuple([(x.shape, x.dtype) if type(x) is _ND else None for x in inputs])
+        if self.weight_t:
+            ck += (_frozen(inputs[1]),)
         p = self.plans.get(ck)
         if p is None:
             if ck in self.plans:
@@ -472,6 +481,7 @@ class Site:
         if not (isinstance(a, np.ndarray) and isinstance(b, np.ndarray)):
             raise Unsupported("matmul of scalars")
         d = self._float_dtype([a, b])
+        wt = self.weight_t and _frozen(b)      # run on the weight's contiguous transpose: B = W.T, no flag
         m, k = (a.shape[-1], a.shape[-2]) if ta else (a.shape[-2], a.shape[-1])
         n_ = b.shape[-2] if tb else b.shape[-1]
         batch_shape = np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) if batched else ()
@@ -489,9 +499,12 @@ class Site:
         epi[4]["block"] = block
         same_batch = (not batched) or (a.shape[:-2] == b.shape[:-2] == tuple(batch_shape))
         batch = int(np.prod(batch_shape)) if batched else 1
-        cls = ("mm", bool(ta), bool(tb), str(d), epi[0] if epi else None)
-        return (cls, (cls, a.shape, b.shape, tuple(x.shape if isinstance(x, np.ndarray) else None for x in extras)),
-                out_shape, d, {"m": m, "k": k, "n": n_, "batch": batch, "same_batch": same_batch, "epi": epi})
+        tb_run = bool(tb) and not wt
+        b_shape = b.shape[::-1] if wt else b.shape
+        cls = ("mm", bool(ta), tb_run, str(d), epi[0] if epi else None, bool(wt))
+        return (cls, (cls, a.shape, b_shape, tuple(x.shape if isinstance(x, np.ndarray) else None for x in extras)),
+                out_shape, d, {"m": m, "k": k, "n": n_, "batch": batch, "same_batch": same_batch, "epi": epi,
+                               "tb": tb_run, "wt": bool(wt)})
 
     def _plan_row(self, inputs):
         x = inputs[0]
@@ -543,7 +556,7 @@ class Site:
             # in cache; a big weight matrix (BERT's 768x3072) is read once, by one gemm over all rows
             b_bytes = p["k"] * p["n"] * np.dtype(d).itemsize
             block = 64 if b_bytes <= B_IN_CACHE else max(1, p["m"])
-            return MatmulEpilogue(bool(self.args[0]), bool(self.args[1]), epi, dtype, p["m"], p["k"], p["n"],
+            return MatmulEpilogue(bool(self.args[0]), p["tb"], epi, dtype, p["m"], p["k"], p["n"],
                                   p["batch"], block=block, int_bits=blas()[0])
         return RowKernel(p["op"], dtype, p["gamma"], p["beta"], p["eps"], p["n"] if level == 3 else None)
 
@@ -581,7 +594,7 @@ class Site:
         if k.kind == "elementwise" and self.op == "FUSED_ELEMENTWISE":
             return _elementwise_caller(compiled, p, output, ptr)
         if k.kind == "elementwise":          # L2 matmul: BLAS product, then the epilogue in place
-            ta, tb = self.args[0], self.args[1]
+            ta, tb, wt, transposed = self.args[0], p["tb"], p["wt"], self.transposed
             # the epilogue's input 0 is the product, i.e. the output: its pointer is not kept
             epi = _elementwise_caller(compiled, p["epi"][4], None,
                                       lambda j, a: data_pointer(a) if j == 0 else ptr(j, a))
@@ -589,24 +602,25 @@ class Site:
 
             def go(inputs, out):
                 out = output(out)
-                a, b = inputs[0], inputs[1]
+                a, b = inputs[0], transposed(inputs[1]) if wt else inputs[1]
                 matmul(swap(a, -1, -2) if ta else a, swap(b, -1, -2) if tb else b, out=out)
                 return epi([out] + list(inputs[2:]), out)
             return go
         if k.kind == "matmul":
             gemm = compiled.gemm
+            weight = self.transposed if p["wt"] else (lambda b: b)
             extras = [(2 + j, kind, row_stride) for j, (kind, (_b, row_stride))
                       in enumerate(zip(k.epilogue.kinds[1:], p["epi"][4]["block"]))] if k.epilogue else []
             if not extras:
                 def go(inputs, out):
                     out = output(out)
-                    fn(gemm, ptr(0, inputs[0]), ptr(1, inputs[1]), data_pointer(out))
+                    fn(gemm, ptr(0, inputs[0]), ptr(1, weight(inputs[1])), data_pointer(out))
                     return out
                 return go
 
             def go(inputs, out):
                 out = output(out)
-                args = [gemm, ptr(0, inputs[0]), ptr(1, inputs[1]), data_pointer(out)]
+                args = [gemm, ptr(0, inputs[0]), ptr(1, weight(inputs[1])), data_pointer(out)]
                 for j, kind, row_stride in extras:
                     if kind == "t":
                         args += [ptr(j, inputs[j]), row_stride, 0]
@@ -632,6 +646,15 @@ class Site:
                 fn(0, rows, n, op_, xp_, gp, bp)
             return out
         return go
+
+    def transposed(self, w):
+        """The contiguous transpose of a read-only weight, made once per array."""
+        e = self.wcache
+        if e is not None and e[0] is w:
+            return e[1]
+        t = np.ascontiguousarray(w.T)
+        self.wcache = (w, t)
+        return t
 
     def ptr(self, i: int, a) -> int:
         """a's data pointer; remembered for the last array seen at position i (weights and reused
@@ -673,6 +696,12 @@ def aligned_empty(shape, d, align: int = ALIGN):
     buf = np.empty(n + align, np.uint8)
     off = -data_pointer(buf) % align
     return buf[off:off + n].view(d).reshape(shape)
+
+
+def _frozen(x) -> bool:
+    """A 2-D array that owns its data and cannot be written (a Parameter's): its value is fixed
+    for as long as the array lives."""
+    return type(x) is _ND and x.ndim == 2 and not x.flags.writeable and x.flags.owndata
 
 
 class _Shape:

@@ -7,6 +7,7 @@
    call at a new shape vs the steady call; with a cold cache, then in a new process that
    finds the kernels on disk;
 2b. the L3 IR passes against LLVM's O3 pipeline: compile and kernel time, same kernels;
+2c. BLAS by a weight with the transpose flag vs by a contiguous transposed copy;
 4. the BERT-like layer, batch 1, S = 16..128 with new lengths arriving: msvm vs numpy,
    with one thread and (in a child process) two.
 
@@ -171,6 +172,22 @@ def l3_pipeline():
               f"(compile {cl / c3:.2f}x, kernel {rl / r3:.2f}x)")
 
 
+def weight_layout():
+    """Why Dense runs on a contiguous W.T: the same BLAS, x @ W.T by the transpose flag vs by
+    the transposed copy, for BERT's weight shapes and a few rows."""
+    rng = np.random.default_rng(3)
+    print("2c. BLAS by a weight, x[M, in] @ W[out, in].T: transpose flag vs contiguous W.T (median of 11)")
+    for m in (16, 128):
+        row = []
+        for out_, in_ in ((768, 768), (3072, 768), (768, 3072)):
+            x = rng.standard_normal((m, in_)).astype(np.float32)
+            w = rng.standard_normal((out_, in_)).astype(np.float32)
+            wt = np.ascontiguousarray(w.T)
+            t_flag, t_copy = interleaved([lambda x=x, w=w: x @ w.T, lambda x=x, wt=wt: x @ wt], 11)
+            row.append(f"{out_}x{in_} {t_copy / t_flag:.2f}x")
+        print(f"   M={m:<4} time with W.T contiguous / with the flag: " + ",  ".join(row))
+
+
 def article_stream(warm=False):
     """The stream in this process (a cold cache) and in a child process that finds the kernels
     this one left on disk (a warm cache: what every run after the first sees)."""
@@ -248,6 +265,7 @@ def main():
     bandwidth()
     compile_latency()
     l3_pipeline()
+    weight_layout()
     article_stream()
     bert()
     return 0

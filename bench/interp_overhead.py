@@ -19,7 +19,6 @@ import os
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-import statistics  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 
@@ -43,32 +42,7 @@ def numpy_chain(x, c):
 
 
 from bench_cells import DynamicMatmulCell  # noqa: E402
-
-
-def paired_overhead(vm, ref, reps):
-    """Median over pairs of (vm - ref), each pair run back to back in alternating order."""
-    diffs, a_t, b_t = [], [], []
-    for k in range(reps):
-        order = (vm, ref) if k % 2 == 0 else (ref, vm)
-        t = {}
-        for fn in order:
-            t0 = time.perf_counter_ns()
-            fn()
-            t[fn] = time.perf_counter_ns() - t0
-        diffs.append(t[vm] - t[ref])
-        a_t.append(t[vm])
-        b_t.append(t[ref])
-    return statistics.median(diffs) / 1e3, statistics.median(a_t) / 1e3, statistics.median(b_t) / 1e3
-
-
-def interleaved(fns, reps):
-    times = [[] for _ in fns]
-    for _ in range(reps):
-        for k, fn in enumerate(fns):
-            t0 = time.perf_counter_ns()
-            fn()
-            times[k].append(time.perf_counter_ns() - t0)
-    return [statistics.median(t) / 1e3 for t in times], [statistics.quantiles(t, n=10) for t in times]
+from timing import interleaved, paired_overhead  # noqa: E402
 
 
 def compiled_kernel_call(net, x, y):
@@ -119,7 +93,7 @@ def main():
     chain(x, c)
     code = next(iter(chain._runner.variants.values())).code
     n_instr = len(code.instrs)
-    (vm, npy), _ = interleaved([lambda: chain(x, c), lambda: numpy_chain(xa, ca)], 200)
+    vm, npy = (t * 1e6 for t in interleaved([lambda: chain(x, c), lambda: numpy_chain(xa, ca)], 200))
     per = (vm - npy) / n_instr
     print(f"dispatch: {n_instr} instructions ({STEPS} adds on float32[4])")
     print(f"  VM {vm:.1f} us   numpy calls {npy:.1f} us   overhead {per:.3f} us/instruction "

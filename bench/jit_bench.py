@@ -36,17 +36,7 @@ import msvm as ms  # noqa: E402
 from msvm import ops  # noqa: E402
 from msvm.compiler import tiers  # noqa: E402
 from msvm.compiler.kir import Elementwise  # noqa: E402
-
-
-def interleaved(fns, reps):
-    """Medians of several functions timed in turn, round after round (drift hits all alike)."""
-    times = [[] for _ in fns]
-    for _ in range(reps):
-        for k, fn in enumerate(fns):
-            t0 = time.perf_counter()
-            fn()
-            times[k].append(time.perf_counter() - t0)
-    return [statistics.median(t) for t in times]
+from timing import interleaved  # noqa: E402
 
 
 def med(fn, reps):

@@ -333,7 +333,7 @@ class Site:
             return reference(*inputs)
         cls_key, shape_key = plan[0], plan[1]
         k3 = self.l3.get(shape_key)
-        if isinstance(k3, Compiled):
+        if isinstance(k3, Compiled) and level != "L2":      # (jit_level "L2" keeps to L2 kernels)
             self.stats["hits"] += 1
             if len(self.fast) < 16:
                 self.fast[exact] = self.caller(k3, plan)

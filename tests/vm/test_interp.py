@@ -67,6 +67,27 @@ def test_events_bytecode_and_exec(rng):
     assert bc["code"] == "Mlp.construct" and bc["program"]["functions"][-1]["instructions"]
 
 
+def test_exec_events_from_jit_functions_and_repeated_calls(rng):
+    """Every call sends its exec event while someone listens: the first (which compiles) and
+    the repeated ones (served by the call memo), for Cells and jit functions alike."""
+    @ms.jit
+    def f(x, scale: float):
+        return x * scale
+
+    got = []
+    unsub = events.subscribe(got.append)
+    try:
+        x = ms.Tensor(rng.standard_normal((2, 8)).astype(np.float32))
+        net = Mlp()
+        for scale in (0.5, 2.0, 2.0):
+            np.testing.assert_allclose(f(x, scale).asnumpy(), x.asnumpy() * scale)
+            net(x)
+    finally:
+        unsub()
+    execs = [e["code"] for e in got if e["type"] == "exec"]
+    assert execs.count("Mlp.construct") == 3 and sum(c.endswith("f") for c in execs) == 3
+
+
 def test_profiling_subscriber_gets_per_instruction_times(rng):
     got = []
     unsub = events.subscribe(got.append, types={"exec"}, profile=True)

@@ -226,6 +226,14 @@ def _announce(code, run, variant_count: int, t_ms: float, opts, flags: dict | No
                          code.result_type, t_ms, len(code.instrs), variant_count)
 
 
+def _observed_call(var, bound, rt, env):
+    """A call while someone listens to events: its time goes out as an ``exec`` event."""
+    t0 = time.perf_counter()
+    out = bound.call(rt, env=env)
+    events.emit({"type": "exec", "code": var.code.name, "ms": (time.perf_counter() - t0) * 1e3})
+    return out
+
+
 class CellRunner:
     """Per Cell instance: compiled variants keyed by argument signature."""
 
@@ -284,7 +292,7 @@ class CellRunner:
             var, bound, env = hit
             if var.partial:
                 rt = [rt[i] for i in var.runtime_idx]
-            out = bound.call(rt, env=env.copy()) if not events._subs else self._call_observed(var, bound, rt, env.copy())
+            out = bound.call(rt, env=env.copy()) if not events._subs else _observed_call(var, bound, rt, env.copy())
             if type(out) is np.ndarray:
                 t = _new_tensor(Tensor)
                 t._data, t._pshape, t._dtype = out, None, _BY_NP.get(out.dtype) or _DT(out.dtype)
@@ -296,19 +304,12 @@ class CellRunner:
             if len(self.memo) >= MEMO_SIZE:
                 self.memo.clear()
             self.memo[tuple(sig)] = (var, bound, env.copy())
-        out = self._call_observed(var, bound, rt, env) if events._subs else bound.call(rt, env=env)
+        out = _observed_call(var, bound, rt, env) if events._subs else bound.call(rt, env=env)
         if type(out) is np.ndarray:
             t = _new_tensor(Tensor)
             t._data, t._pshape, t._dtype = out, None, _DT(out.dtype)
             return t
         return wrap(out)
-
-    @staticmethod
-    def _call_observed(var, bound, rt, env):
-        t0 = time.perf_counter()
-        out = bound.call(rt, env=env)
-        events.emit({"type": "exec", "code": var.code.name, "ms": (time.perf_counter() - t0) * 1e3})
-        return out
 
     def resolve(self, vals):
         """(Variant, BoundCode for the flag values, run-time arguments) for this call; compiles a new signature."""
@@ -344,7 +345,7 @@ class CellRunner:
 
 
 class JitRunner:
-    """``ms.jit`` on a plain function."""
+    """``ms.jit`` on a plain function (the same call memo as a Cell's)."""
 
     def __init__(self, fn, jit_config=None):
         self.fn = fn
@@ -354,13 +355,14 @@ class JitRunner:
         self.n = len(self.params)
         self.names = [n for n, _ in self.params]
         self.variants: dict = {}
+        self.memo: dict = {}
         self.src = None
 
     values = CellRunner.values
+    __call__ = CellRunner.__call__
     cell = property(lambda self: self.fn)
 
-    def __call__(self, args, kwargs):
-        vals = self.values(args, kwargs)
+    def resolve(self, vals):
         key = tuple(_key_of(v) for v in vals)
         var = self.variants.get(key)
         if var is None:
@@ -371,5 +373,4 @@ class JitRunner:
             _announce(code, run, len(self.variants) + 1, (time.perf_counter() - t0) * 1e3, self.opts)
             bound = BoundCode(run, None, {}, None, accelerator())
             var = self.variants[key] = Variant(run, bound, [k for k, s in enumerate(specs) if s.kind != "const"])
-        out = var.bound.call([_runtime_value(vals[i]) for i in var.runtime_idx])
-        return wrap(out)
+        return var, var.bound, [_runtime_value(vals[i]) for i in var.runtime_idx]

@@ -82,7 +82,7 @@ class Step:
     kind: str                 # 'in' | 'over' | 'out'
     granularity: str          # 'instruction' | 'line' | 'statement'
     depth: int
-    frame: int                # id of the frame the step started in
+    frame: object             # the frame the step started in (held, so no later frame can take its id)
     line: int
 
 
@@ -210,7 +210,7 @@ class Runtime:
         if st is None:
             return None
         f = st.frame
-        return Step(kind, granularity or "line", f.depth, id(f), f.code.instrs[st.index].loc.line)
+        return Step(kind, granularity or "line", f.depth, f, f.code.instrs[st.index].loc.line)
 
     # --- the hook (program thread)
     def on_instruction(self, f, pc):
@@ -220,7 +220,7 @@ class Runtime:
         i = f.index
         line = code.instrs[i].loc.line
         prev = self._line_at_depth.get(f.depth)
-        self._line_at_depth[f.depth] = (id(f), line)
+        self._line_at_depth[f.depth] = (f, line)       # the frame itself: a dead frame's id is reused
         for d in [d for d in self._line_at_depth if d > f.depth]:
             del self._line_at_depth[d]
         if self.stop_on_entry:
@@ -237,7 +237,7 @@ class Runtime:
             self.addresses.register(code)
         if self.line_bps:
             hit = self._bps_for(code).get(i)
-            if hit and prev != (id(f), line):
+            if hit and (prev is None or prev[0] is not f or prev[1] != line):
                 return self._stop(Stop("breakpoint", f, i, hit=hit))
         s = self.step
         if s is not None and self._step_done(s, f, line, prev):
@@ -246,7 +246,7 @@ class Runtime:
     @staticmethod
     def _step_done(s: Step, f, line: int, prev) -> bool:
         """Called before each instruction after a step began (the first call is the next instruction)."""
-        new_frame = id(f) != s.frame
+        new_frame = f is not s.frame
         returned = f.depth < s.depth or (f.depth == s.depth == 0 and new_frame)   # or the next top-level call
         if s.kind == "out":
             return returned

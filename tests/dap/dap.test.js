@@ -239,6 +239,26 @@ describe('msvm debug adapter', function () {
     await terminated;
   });
 
+  it('a breakpoint in a one-line construct stops on every call', async () => {
+    const loop = path.join(__dirname, 'programs', 'loop.py');
+    const line = fs.readFileSync(loop, 'utf8').split('\n').findIndex((l) => l.includes('return ops.tanh')) + 1;
+    const bpDone = dc.waitForEvent('initialized').then(() => dc.setBreakpointsRequest({
+      source: { path: loop }, breakpoints: [{ line }] }));
+    let stopped = dc.waitForEvent('stopped');
+    await dc.launch({ program: loop, jitLevel: 'L1', env: { LOOP_SECONDS: '60' } });
+    await bpDone;      // (verified once Step runs: its argument shape is not known statically)
+    await dc.configurationDoneRequest();
+    for (let call = 0; call < 3; call++) {     // each call is a new frame, even where it reuses the last one's memory
+      assert.strictEqual((await stopped).body.reason, 'breakpoint', `call ${call + 1}`);
+      assert.strictEqual((await top()).line, line);
+      stopped = dc.waitForEvent('stopped', 20000);
+      await dc.continueRequest({ threadId: 1 });
+    }
+    const terminated = dc.waitForEvent('terminated');
+    await dc.terminateRequest({});
+    await terminated;
+  });
+
   const JITFN = path.join(__dirname, 'programs', 'jitfn.py');
 
   // launch jitfn.py with a breakpoint on the line holding `text`; resolves at the first stop

@@ -41,7 +41,8 @@ def numpy_chain(x, c):
     return x
 
 
-from bench_cells import DynamicMatmulCell  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+from cells import DynamicMatmulCell  # noqa: E402  (the article's Cell, as the tests use it)
 from timing import interleaved, paired_overhead  # noqa: E402
 
 

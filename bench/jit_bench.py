@@ -28,6 +28,7 @@ import numpy as np  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))   # cells.py
 # a fresh kernel cache per run (a child process started by this run shares it: the warm-cache figures)
 os.environ["MSVM_CACHE_DIR"] = os.environ.get("MSVM_BENCH_CACHE") or tempfile.mkdtemp(prefix="msvm-bench-")
 os.environ["MSVM_BENCH_CACHE"] = os.environ["MSVM_CACHE_DIR"]
@@ -181,7 +182,7 @@ def weight_layout():
 def article_stream(warm=False):
     """The stream in this process (a cold cache) and in a child process that finds the kernels
     this one left on disk (a warm cache: what every run after the first sees)."""
-    from bench_cells import DynamicMatmulCell
+    from cells import DynamicMatmulCell
 
     if not warm:
         tiers.reset_cache()

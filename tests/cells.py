@@ -1,4 +1,5 @@
-"""Cells the test suites share (importable because tests/conftest.py puts tests/ on sys.path)."""
+"""Cells the test suites and the benchmarks share (tests/conftest.py and the bench scripts put
+tests/ on sys.path)."""
 
 from msvm import nn, ops
 

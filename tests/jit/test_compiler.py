@@ -698,3 +698,26 @@ def test_transposed_weights_follow_set_data(level, tier, rng):
         b = rng.standard_normal((5, 12)).astype(np.float32)
         np.testing.assert_allclose(f(ms.Tensor(x), ms.Tensor(b)).asnumpy(), np.maximum(x @ b.T + 1, 0), rtol=1e-5,
                                    atol=1e-5)
+
+
+@pytest.mark.parametrize("tier", ["L2", "L3"])
+def test_fused_kernels_with_many_inputs(level, tier, rng):
+    """A matmul epilogue with six tensor inputs and an elementwise chain over nine: more inputs
+    than the sites remember pointers for."""
+    level(tier)
+
+    @ms.jit
+    def many(x, w, a, b, c, d, e, f, g):
+        h = ops.relu(ops.matmul(x, w) + a + b * c - d + e * f + g)
+        return h, ops.tanh(x * a[:, :6] + b[:, :6] - c[:, :6] + d[:, :6] * e[:, :6] + f[:, :6] - g[:, :6] + x)
+
+    x = rng.standard_normal((4, 6)).astype(np.float32)
+    w = rng.standard_normal((6, 8)).astype(np.float32)
+    ins = [rng.standard_normal((4, 8)).astype(np.float32) for _ in range(7)]
+    a, b, c, d, e, f, g = ins
+    for _ in range(3):
+        h, t = many(ms.Tensor(x), ms.Tensor(w), *[ms.Tensor(v) for v in ins])
+    np.testing.assert_allclose(h.asnumpy(), np.maximum(x @ w + a + b * c - d + e * f + g, 0), rtol=1e-5, atol=1e-5)
+    s = lambda v: v[:, :6]  # noqa: E731
+    np.testing.assert_allclose(t.asnumpy(), np.tanh(x * s(a) + s(b) - s(c) + s(d) * s(e) + s(f) - s(g) + x),
+                               rtol=1e-5, atol=1e-5)

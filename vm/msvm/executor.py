@@ -234,17 +234,9 @@ def _observed_call(var, bound, rt, env):
     return out
 
 
-class CellRunner:
-    """Per Cell instance: compiled variants keyed by argument signature."""
-
-    def __init__(self, cell):
-        self.cell = cell
-        self.variants: dict = {}
-        self.memo: dict = {}     # exact call signature -> (Variant, BoundCode, symbol bindings)
-        self.params = construct_params(cell)
-        self.n = len(self.params)
-        self.defaults = [d for _, d in self.params]
-        self.names = [n for n, _ in self.params]
+class _Runner:
+    """What Cells and jit functions share: arguments to values, the call memo, the call.
+    Subclasses set ``n``, ``names``, ``params``, ``variants``, ``memo`` and define ``resolve``."""
 
     def values(self, args, kwargs):
         if not kwargs and len(args) == self.n:
@@ -292,24 +284,32 @@ class CellRunner:
             var, bound, env = hit
             if var.partial:
                 rt = [rt[i] for i in var.runtime_idx]
-            out = bound.call(rt, env=env.copy()) if not events._subs else _observed_call(var, bound, rt, env.copy())
-            if type(out) is np.ndarray:
-                t = _new_tensor(Tensor)
-                t._data, t._pshape, t._dtype = out, None, _BY_NP.get(out.dtype) or _DT(out.dtype)
-                return t
-            return wrap(out)
-        var, bound, rt = self.resolve(vals)
-        env = bound.fast_bind(rt)
-        if env is not None and sig is not None:
-            if len(self.memo) >= MEMO_SIZE:
-                self.memo.clear()
-            self.memo[tuple(sig)] = (var, bound, env.copy())
+            env = env.copy()
+        else:
+            var, bound, rt = self.resolve(vals)
+            env = bound.fast_bind(rt)
+            if env is not None and sig is not None:
+                if len(self.memo) >= MEMO_SIZE:
+                    self.memo.clear()
+                self.memo[tuple(sig)] = (var, bound, env.copy())
         out = _observed_call(var, bound, rt, env) if events._subs else bound.call(rt, env=env)
         if type(out) is np.ndarray:
             t = _new_tensor(Tensor)
-            t._data, t._pshape, t._dtype = out, None, _DT(out.dtype)
+            t._data, t._pshape, t._dtype = out, None, _BY_NP.get(out.dtype) or _DT(out.dtype)
             return t
         return wrap(out)
+
+class CellRunner(_Runner):
+    """Per Cell instance: compiled variants keyed by argument signature."""
+
+    def __init__(self, cell):
+        self.cell = cell
+        self.variants: dict = {}
+        self.memo: dict = {}     # exact call signature -> (Variant, BoundCode, symbol bindings)
+        self.params = construct_params(cell)
+        self.n = len(self.params)
+        self.defaults = [d for _, d in self.params]
+        self.names = [n for n, _ in self.params]
 
     def resolve(self, vals):
         """(Variant, BoundCode for the flag values, run-time arguments) for this call; compiles a new signature."""
@@ -344,8 +344,8 @@ class CellRunner:
                        lambda c: link_cell(c, self.cell, accelerator()))
 
 
-class JitRunner:
-    """``ms.jit`` on a plain function (the same call memo as a Cell's)."""
+class JitRunner(_Runner):
+    """``ms.jit`` on a plain function."""
 
     def __init__(self, fn, jit_config=None):
         self.fn = fn
@@ -358,8 +358,6 @@ class JitRunner:
         self.memo: dict = {}
         self.src = None
 
-    values = CellRunner.values
-    __call__ = CellRunner.__call__
     cell = property(lambda self: self.fn)
 
     def resolve(self, vals):

@@ -211,9 +211,9 @@ def _gemm_pointer(dtype: str) -> int:
     return blas()[1][dtype]
 
 
-def compile_kernel(kernel, level: int, info: dict, compile: bool = True) -> Compiled | None:
+def compile_kernel(kernel, level: int, info: dict, cached_only: bool = False) -> Compiled | None:
     """Lower, compile (or load from the cache) and load one kernel; emits the compile event.
-    ``compile=False``: only what the cache (memory or disk) holds, else None."""
+    ``cached_only``: only what the cache (memory or disk) holds, else None."""
     from .codegen import codegen
 
     cache = kernel_cache()
@@ -237,7 +237,7 @@ def compile_kernel(kernel, level: int, info: dict, compile: bool = True) -> Comp
                          info.get("dtype"), level)
     source = "compiled"
     disk = cache.read(key)
-    if disk is None and not compile:
+    if disk is None and cached_only:
         return None
     t0 = time.perf_counter()
     if disk is not None:
@@ -323,7 +323,7 @@ class Site:
             return reference(*inputs)
         exact = tuple([(x.shape, x.strides, x.dtype) if type(x) is _ND else None for x in inputs])
         if self.weight_t:
-            exact += (_frozen(inputs[1]),)
+            exact += (self.frozen(inputs[1]),)
         go = self.fast.get(exact)
         if go is not None and level != "L2":     # the steady state: this exact layout has its L3 kernel
             self.stats["hits"] += 1
@@ -401,7 +401,8 @@ class Site:
         earlier process left it on disk) is used by the call that asks: loading costs about what
         a small call does, and only compiles go to the background."""
         try:
-            found = compile_kernel(self.kernel_ir(level, plan), level, self.info(plan[2], plan[3]), compile=False)
+            found = compile_kernel(self.kernel_ir(level, plan), level, self.info(plan[2], plan[3]),
+                                   cached_only=True)
         except Exception:  # noqa: BLE001 - a kernel that cannot even be described is the compile's problem
             return False
         if found is None:
@@ -417,7 +418,7 @@ class Site:
         """(shape class, concrete key, out shape, dtype, details) or None when only L1 applies."""
         ck = tuple([(x.shape, x.dtype) if type(x) is _ND else None for x in inputs])
         if self.weight_t:
-            ck += (_frozen(inputs[1]),)
+            ck += (self.frozen(inputs[1]),)
         p = self.plans.get(ck)
         if p is None:
             if ck in self.plans:
@@ -481,7 +482,7 @@ class Site:
         if not (isinstance(a, np.ndarray) and isinstance(b, np.ndarray)):
             raise Unsupported("matmul of scalars")
         d = self._float_dtype([a, b])
-        wt = self.weight_t and _frozen(b)      # run on the weight's contiguous transpose: B = W.T, no flag
+        wt = self.weight_t and self.frozen(b)      # run on the weight's contiguous transpose: B = W.T, no flag
         m, k = (a.shape[-1], a.shape[-2]) if ta else (a.shape[-2], a.shape[-1])
         n_ = b.shape[-2] if tb else b.shape[-1]
         batch_shape = np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) if batched else ()
@@ -647,6 +648,11 @@ class Site:
             return out
         return go
 
+    def frozen(self, w) -> bool:
+        """Whether w is a fixed weight (see ``_frozen``); the weight last transposed is known to be."""
+        e = self.wcache
+        return (e is not None and e[0] is w) or _frozen(w)
+
     def transposed(self, w):
         """The contiguous transpose of a read-only weight, made once per array."""
         e = self.wcache
@@ -660,6 +666,8 @@ class Site:
         """a's data pointer; remembered for the last array seen at position i (weights and reused
         output buffers repeat). The entry holds a reference, so the array cannot be freed and
         its id reused while it is remembered."""
+        if i >= len(self.ptrs):          # (a fused program with many inputs)
+            return data_pointer(a)
         e = self.ptrs[i]
         if e is not None and e[0] is a:
             return e[1]
@@ -741,7 +749,7 @@ def _elementwise_caller(compiled: Compiled, p: dict, output, ptr):
         args = []
         for j, (kind, s) in spec:
             if kind == "t":
-                args += [ptr(j, inputs[j]) if j < 7 else data_pointer(inputs[j]), s[0], s[1]]
+                args += [ptr(j, inputs[j]), s[0], s[1]]
             else:
                 args.append(float(inputs[j]))
         po = data_pointer(out)

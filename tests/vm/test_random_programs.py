@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from msvm.bytecode import CodeBuilder, verify
 from msvm.bytecode import symbolic as S
 from msvm.bytecode.types import TensorType
+from msvm.interp import replay
 from msvm.interp.interpreter import BoundCode
 from scipy import special
 
@@ -150,7 +151,16 @@ def test_random_program_matches_numpy(tree, B, N, seed):
         with pytest.raises(ms.ShapeMismatch):
             bound.call([env["x"], env["v"], env["c"]])
         return
-    out = bound.call([env["x"], env["v"], env["c"]])
+    args = [env["x"], env["v"], env["c"]]
+    out = bound.call(args)
+    # the straight-line replay of this call's path computes the interpreter's answer, bit for bit,
+    # also on its second run (kept output buffers)
+    rp = replay.build(bound, bound.fast_bind(args))
+    assert rp is not None, tree
+    for _ in range(2):
+        again = rp(*args)
+        assert again is not replay.FALLBACK
+        np.testing.assert_array_equal(np.asarray(again), np.asarray(out))
     expected = np.asarray(expected)
     out = np.asarray(out)
     t = code.result_type

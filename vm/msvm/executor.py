@@ -22,7 +22,9 @@ from .bytecode.symbolic import Expr
 from .bytecode.types import ScalarType, TensorType
 from .errors import MsvmError, ShapeMismatch
 from .frontend.compiler import ArgSpec, cell_getattr, compile_cell_for, compile_function, construct_params, source_of
+from .interp import interpreter, replay
 from .interp.interpreter import BoundCode
+from .interp.replay import FALLBACK
 from .tensor import Tensor, wrap
 
 
@@ -91,6 +93,8 @@ def _key_of(v):
 
 _new_tensor = object.__new__
 MEMO_SIZE = 64          # exact call signatures remembered per Cell (shapes, dtypes, int and bool values)
+REPLAY_AFTER = 2        # calls at one signature before its path is written as a straight-line replay
+_JIT = context._ctx["jit_config"]    # the live jit_config (set_context updates it in place)
 _DT = dt.from_numpy
 _BY_NP = dt._BY_NP
 
@@ -280,19 +284,28 @@ class _Runner:
                 sig = None
                 break
         hit = self.memo.get(tuple(sig)) if sig is not None else None
+        out = FALLBACK
         if hit is not None:
-            var, bound, env = hit
+            var, bound, env, rp = hit[0], hit[1], hit[2], hit[3]
             if var.partial:
                 rt = [rt[i] for i in var.runtime_idx]
-            env = env.copy()
+            if rp and _JIT["jit_level"] != "L1" and not events._subs and not events.profiling \
+                    and interpreter._trace is None:
+                out = rp(*rt)           # the straight-line replay of this signature's path
+            elif rp is None:
+                hit[4] += 1
+                if hit[4] >= REPLAY_AFTER:
+                    hit[3] = replay.build(bound, env) or False
+            if out is FALLBACK:
+                out = _observed_call(var, bound, rt, env.copy()) if events._subs else bound.call(rt, env=env.copy())
         else:
             var, bound, rt = self.resolve(vals)
             env = bound.fast_bind(rt)
             if env is not None and sig is not None:
                 if len(self.memo) >= MEMO_SIZE:
                     self.memo.clear()
-                self.memo[tuple(sig)] = (var, bound, env.copy())
-        out = _observed_call(var, bound, rt, env) if events._subs else bound.call(rt, env=env)
+                self.memo[tuple(sig)] = [var, bound, env.copy(), None, 0]
+            out = _observed_call(var, bound, rt, env) if events._subs else bound.call(rt, env=env)
         if type(out) is np.ndarray:
             t = _new_tensor(Tensor)
             t._data, t._pshape, t._dtype = out, None, _BY_NP.get(out.dtype) or _DT(out.dtype)

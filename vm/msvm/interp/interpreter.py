@@ -215,16 +215,46 @@ def h_alloc(ctx, i, args):
     return lambda f, s: i + 1
 
 
+class ComputeSpec:
+    """What running one computing instruction takes, decided at link time; the handler
+    (``h_compute``) and the straight-line replay (``replay.py``) are both built from it."""
+
+    __slots__ = ("name", "kern", "n", "operands", "dyn", "reuse", "site", "reference", "keep")
+
+    def __init__(self, ctx, i, args):
+        ins = ctx.code.instrs[i]
+        name = self.name = ins.op.name
+        kern = self.kern = K.KERNELS[name]
+        self.n = ins.op.n_pops(args)
+        operands = tuple(_runtime_operand(ctx, a) for a, (_, kind) in zip(args, ins.op.operands) if kind != "count")
+        if name in ("CONCAT", "STACK", "FUSED_ELEMENTWISE", "FUSED_MATMUL"):
+            operands = args
+        self.operands = operands
+        # shape operands that depend on symbols (FILL, RESHAPE, BROADCAST_TO): callables over the env
+        self.dyn = [k for k, o in enumerate(operands) if callable(o)]
+        n, code = self.n, ctx.code
+        st = code.stack_types[i] if i < len(code.stack_types) else None
+        nxt = code.stack_types[i + 1] if i + 1 < len(code.stack_types) else None
+        out_tensor = bool(nxt) and isinstance(nxt[-1], TensorType) and nxt[-1].rank > 0
+        # an output buffer kept across calls: the result never leaves the frame (escape analysis)
+        self.reuse = bool(i in ctx.reusable and name in K.OUT_CAPABLE and st is not None and out_tensor
+                          and all(isinstance(t, TensorType) and t.rank > 0 for t in st[len(st) - n:]))
+        acc = ctx.accelerator
+        self.site = self.reference = None
+        self.keep = False
+        if acc is not None and name in acc.ops and name != "FILL" and not self.dyn:
+            self.site = acc.site(code, i)
+            self.reference = lambda *a: kern(*a, *operands)
+            self.keep = i in ctx.reusable and out_tensor
+
+    def operands_at(self, symbols) -> tuple:
+        return tuple(o(symbols) if callable(o) else o for o in self.operands)
+
+
 def h_compute(ctx, i, args):
     """Pop the inputs, call the reference kernel with the operands, push its result."""
-    ins = ctx.code.instrs[i]
-    name = ins.op.name
-    kern = K.KERNELS[name]
-    n = ins.op.n_pops(args)
-    operands = tuple(_runtime_operand(ctx, a) for a, (_, kind) in zip(args, ins.op.operands) if kind != "count")
-    if name in ("CONCAT", "STACK", "FUSED_ELEMENTWISE", "FUSED_MATMUL"):
-        operands = args
-    dyn = [k for k, o in enumerate(operands) if callable(o)]
+    spec = ComputeSpec(ctx, i, args)
+    name, kern, n, operands, reuse = spec.name, spec.kern, spec.n, spec.operands, spec.reuse
     if name == "FILL":
         shape_fn, value, dtype = operands
 
@@ -232,26 +262,16 @@ def h_compute(ctx, i, args):
             s.append(kern(shape_fn(f.symbols) if callable(shape_fn) else shape_fn, value, dtype))
             return i + 1
         return h
-    if dyn:  # shape operands that depend on symbols (RESHAPE, BROADCAST_TO)
+    if spec.dyn:  # shape operands that depend on symbols (RESHAPE, BROADCAST_TO)
         def h(f, s):
-            ops = tuple(o(f.symbols) if callable(o) else o for o in operands)
+            ops = spec.operands_at(f.symbols)
             a = s[len(s) - n:]
             del s[len(s) - n:]
             s.append(kern(*a, *ops))
             return i + 1
         return h
-    st = ctx.code.stack_types[i] if i < len(ctx.code.stack_types) else None
-    nxt = ctx.code.stack_types[i + 1] if i + 1 < len(ctx.code.stack_types) else None
-    reuse = (i in ctx.reusable and name in K.OUT_CAPABLE and st is not None and nxt
-             and all(isinstance(t, TensorType) and t.rank > 0 for t in st[len(st) - n:])
-             and isinstance(nxt[-1], TensorType) and nxt[-1].rank > 0)
-    acc = ctx.accelerator
-    if acc is not None and name in acc.ops:
-        site = acc.site(ctx.code, i)
-
-        def reference(*a):
-            return kern(*a, *operands)
-        keep = i in ctx.reusable and nxt and isinstance(nxt[-1], TensorType) and nxt[-1].rank > 0
+    if spec.site is not None:
+        site, reference, keep = spec.site, spec.reference, spec.keep
 
         def h(f, s):
             a = s[len(s) - n:]

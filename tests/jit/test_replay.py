@@ -87,7 +87,9 @@ def test_repeated_signatures_replay_the_interpreters_answers(level, jit_level, r
     for e in entries:
         assert callable(e[3]), "a signature seen three times has a replay"
         lines = [ln.strip() for ln in e[3].source.splitlines()]
-        assert not [ln for ln in lines if ln.startswith(("if ", "for ", "while ")) and "e is not None" not in ln]
+        # no branch of the program is left: only the guard and the remembered callers' tests
+        ours = ("if EP[0] ", "if g is not None", "if E[2]", "if e is not None")
+        assert not [ln for ln in lines if ln.startswith(("if ", "for ", "while ")) and not ln.startswith(ours)]
 
 
 def test_l1_runs_the_interpreter(level, rng, monkeypatch):
@@ -133,27 +135,42 @@ def test_the_debugger_and_event_listeners_see_every_instruction(level, rng):
     assert [e["code"] for e in got] == ["DynamicMatmulCell.construct"]
 
 
-def test_an_error_inside_a_replay_names_its_instruction(level, rng):
-    """A weight replaced by one of another shape after the replay was written: the call falls
-    back to the interpreter, whose error names the matmul and its source line, the same error
-    as a Cell that never replayed."""
+class _Sum(nn.Cell):
+    def construct(self, x):
+        return ops.mean(ops.relu(x * 2.0), -1)
+
+
+def test_an_error_inside_a_replay_names_its_instruction(level, rng, monkeypatch):
+    """A kernel that starts failing after the replay was written: the call falls back to the
+    interpreter, whose error names the instruction and its source line, the same error as a
+    Cell that never replayed."""
+    from msvm.interp import kernels as K
+
+    real, broken = K.KERNELS["REDUCE_MEAN"], []
+
+    def mean(*a, **kw):
+        if broken:
+            raise FloatingPointError("injected")
+        return real(*a, **kw)
+    monkeypatch.setitem(K.KERNELS, "REDUCE_MEAN", mean)
     level("auto")
     x = ms.Tensor(rng.standard_normal((3, 6)).astype(np.float32))
     errors = []
     for replayed in (True, False):
-        net = Inner(6)
+        broken.clear()
+        net = _Sum()
         for _ in range(3):
             net(x)
         (e,) = _entries(net)
         assert callable(e[3])
         if not replayed:
             e[3] = False
-        net.dense.weight.set_data(ms.Tensor(np.ones((6, 5), np.float32)))
+        broken.append(1)
         with pytest.raises(ms.ExecutionError) as err:
             net(x)
         errors.append(str(err.value))
     assert errors[0] == errors[1]
-    assert "layers.py:" in errors[0] and "FUSED_MATMUL" in errors[0] and "Dense.construct" in errors[0]
+    assert "test_replay.py:" in errors[0] and "REDUCE_MEAN" in errors[0] and "injected" in errors[0]
 
 
 def test_the_replay_is_built_once_per_signature(level, rng, monkeypatch):
@@ -168,3 +185,101 @@ def test_the_replay_is_built_once_per_signature(level, rng, monkeypatch):
     for _ in range(10):
         net(x, y, training=False)
     assert len(built) == 2
+
+
+class _Flip(nn.Cell):
+    def construct(self, x):
+        return ops.transpose(x * 2.0, (1, 0))     # a view: the caller gets a non-contiguous tensor
+
+
+class _Rows(nn.Cell):
+    def construct(self, x):
+        return ops.softmax(ops.relu(x + 1.0), -1) * 3.0
+
+
+@pytest.mark.parametrize("settle_every", [1, 2, 5])
+def test_remembered_callers_follow_layouts_and_kernels_coming_ready(level, rng, settle_every):
+    """Inputs of one shape in two layouts (a transposed view from another Cell, a contiguous
+    array), kernels becoming ready at different points of the stream (L3 after one call): each
+    answer is numpy's. A replay remembers a site's caller only for the layouts it saw, and drops
+    it when a kernel comes ready (an intermediate's layout can change then) or the level moves."""
+    level("auto")
+    ms.set_context(jit_config={"l3_after": 1})
+    try:
+        flip, rows = _Flip(), _Rows()
+        for step in range(24):
+            base = rng.standard_normal((4, 6)).astype(np.float32)
+            x = flip(ms.Tensor(base)) if step % 2 else ms.Tensor((base * 2).T.copy())
+            assert x.asnumpy().flags["C_CONTIGUOUS"] == (step % 2 == 0)
+            h = np.maximum(base.T * 2 + 1, 0)
+            e = np.exp(h - h.max(-1, keepdims=True))
+            np.testing.assert_allclose(rows(x).asnumpy(), e / e.sum(-1, keepdims=True) * 3, rtol=2e-5, atol=2e-6)
+            if step % settle_every == 0:
+                tiers.wait_for_compiles()
+            if step == 16:
+                level("L2")
+            if step == 20:
+                level("auto")
+        remembered = [e[3].__globals__["G"] for e in _entries(rows)]
+        assert len(remembered) == 2 and any(g is not None for G in remembered for g in G)
+    finally:
+        ms.set_context(jit_config={"l3_after": 5})
+
+
+class _Affine(nn.Cell):
+    def __init__(self, n):
+        super().__init__()
+        self.w = ms.Parameter(ms.Tensor(np.eye(n, dtype=np.float32)))
+        self.b = ms.Parameter(ms.Tensor(np.zeros(n, np.float32)))
+
+    def construct(self, x):
+        return ops.relu(ops.matmul(x, self.w) + self.b) * 0.5
+
+
+def test_a_new_parameter_array_drops_the_remembered_callers(level, rng):
+    """set_data gives a Parameter a new array: the replay reads it, answers with it, and finds the
+    sites' callers again."""
+    level("auto")
+    ms.set_context(jit_config={"l3_after": 1})
+    try:
+        net = _Affine(5)
+        x = ms.Tensor(rng.standard_normal((3, 5)).astype(np.float32))
+        for _ in range(6):
+            net(x)
+            tiers.wait_for_compiles()
+        (e,) = _entries(net)
+        assert e[3].__globals__["PS"] and all(g is not None for g in e[3].__globals__["G"])
+        for _ in range(3):
+            w = rng.standard_normal((5, 5)).astype(np.float32)
+            net.w.set_data(ms.Tensor(w))
+            want = np.maximum(x.asnumpy() @ w + net.b.asnumpy(), 0) * 0.5
+            for _ in range(2):
+                np.testing.assert_allclose(net(x).asnumpy(), want, rtol=1e-5, atol=1e-6)
+    finally:
+        ms.set_context(jit_config={"l3_after": 5})
+
+
+def test_a_parameter_of_another_shape_is_verified_again(level, rng):
+    """set_data with another shape: the Cell's bytecode was verified for the old one, so it is
+    compiled and verified again. A weight that no longer fits its bias is reported at the add's
+    source line before anything runs (a compiled epilogue used to read past the bias); weight
+    and bias changed together give numpy's answer at the new shape."""
+    level("auto")
+    ms.set_context(jit_config={"l3_after": 1})
+    try:
+        net = _Affine(5)
+        x = ms.Tensor(rng.standard_normal((3, 5)).astype(np.float32))
+        for _ in range(6):
+            net(x)
+            tiers.wait_for_compiles()
+        w = rng.standard_normal((5, 7)).astype(np.float32)
+        net.w.set_data(ms.Tensor(w))
+        with pytest.raises(ms.FrontendError, match=r"test_replay.py:\d+:\d+: BROADCAST_ADD: cannot broadcast"):
+            net(x)
+        b = rng.standard_normal(7).astype(np.float32)
+        net.b.set_data(ms.Tensor(b))
+        for _ in range(4):
+            np.testing.assert_allclose(net(x).asnumpy(), np.maximum(x.asnumpy() @ w + b, 0) * 0.5, rtol=1e-5)
+            tiers.wait_for_compiles()
+    finally:
+        ms.set_context(jit_config={"l3_after": 5})

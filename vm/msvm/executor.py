@@ -25,7 +25,7 @@ from .frontend.compiler import ArgSpec, cell_getattr, compile_cell_for, compile_
 from .interp import interpreter, replay
 from .interp.interpreter import BoundCode
 from .interp.replay import FALLBACK
-from .tensor import Tensor, wrap
+from .tensor import PARAMETER_SHAPES, Tensor, wrap
 
 
 def _declared_dims(name, placeholder) -> list:
@@ -92,7 +92,7 @@ def _key_of(v):
 
 
 _new_tensor = object.__new__
-MEMO_SIZE = 64          # exact call signatures remembered per Cell (shapes, dtypes, int and bool values)
+MEMO_SIZE = 64          # exact call signatures remembered per Cell (layouts, dtypes, int and bool values)
 REPLAY_AFTER = 2        # calls at one signature before its path is written as a straight-line replay
 _JIT = context._ctx["jit_config"]    # the live jit_config (set_context updates it in place)
 _DT = dt.from_numpy
@@ -264,7 +264,13 @@ class _Runner:
             raise TypeError(f"{type(self.cell).__name__}.construct() got unexpected arguments {sorted(kwargs)}")
         return vals
 
+    shapes_seen = 0     # PARAMETER_SHAPES when the variants were compiled
+
     def __call__(self, args, kwargs):
+        if PARAMETER_SHAPES[0] != self.shapes_seen:     # a Parameter changed shape: verify again
+            self.variants.clear()
+            self.memo.clear()
+            self.shapes_seen = PARAMETER_SHAPES[0]
         vals = args if (not kwargs and len(args) == self.n) else self.values(args, kwargs)
         # the steady state: the same exact call signature as before -> its variant, program and bindings
         sig, rt = [], []
@@ -272,7 +278,7 @@ class _Runner:
             t = type(v)
             if t is Tensor:
                 a = v._data
-                sig.append((a.shape, a.dtype))
+                sig.append((a.shape, a.strides, a.dtype))
                 rt.append(a)
             elif t is bool or t is int:
                 sig.append((t, v))

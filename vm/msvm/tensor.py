@@ -303,8 +303,19 @@ class Parameter(Tensor):
 
     def set_data(self, data):
         new = data.asnumpy() if isinstance(data, Tensor) else np.asarray(data)
+        old = self._data
         self._data = _frozen(np.asarray(new, dtype=self._dtype.np))
+        if old is None or old.shape != self._data.shape:
+            PARAMETER_SHAPES[0] += 1
         return self
+
+    def __repr__(self):
+        return f"Parameter(name={self.name}, shape={list(self.shape)}, dtype={self._dtype})"
+
+
+# bumped when set_data gives a Parameter another shape: bytecode verified for the old shape is
+# stale, so runners drop their compiled variants and compile (and verify) again on their next call
+PARAMETER_SHAPES = [0]
 
 
 def _frozen(a: np.ndarray) -> np.ndarray:
@@ -312,9 +323,6 @@ def _frozen(a: np.ndarray) -> np.ndarray:
     out = np.array(a, order="C", copy=True)
     out.flags.writeable = False
     return out
-
-    def __repr__(self):
-        return f"Parameter(name={self.name}, shape={list(self.shape)}, dtype={self._dtype})"
 
 
 def wrap(v):

@@ -35,6 +35,7 @@ from ..bytecode.symbolic import Expr, Pred, SymbolicError
 from ..bytecode.types import NONE, ScalarType, ShapeEnv, ShapeError, TensorType, TupleType
 from ..bytecode.verify import bind_callee, subs_type, verify
 from ..errors import FrontendError
+from ..tensor import PARAMETER_SHAPES
 from .graph import GraphValue, lift, using
 
 # ---------------------------------------------------------------- sources
@@ -1221,7 +1222,7 @@ def compile_cell_for(cell, specs, name: str | None = None):
         cache = _cell_codes.setdefault(cell, {})
     except TypeError:
         cache = {}
-    key = spec_key(specs)
+    key = (spec_key(specs), PARAMETER_SHAPES[0])     # (a Parameter's new shape compiles afresh)
     code = cache.get(key)
     if code is not None:
         return code

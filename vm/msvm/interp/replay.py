@@ -46,6 +46,8 @@ class _Writer:
         self.lines: list = []
         self.n = 0
         self.bufs = False             # whether any instruction keeps an output buffer
+        self.sites = 0                # site calls on the path, each with a slot in G
+        self.params: list = []        # the Parameters (Tensors) the path reads
 
     def const(self, prefix: str, value) -> str:
         name = f"{prefix}{len(self.ns)}"
@@ -90,6 +92,8 @@ class _Writer:
                     v = self.fresh()
                     self.emit(f"{v} = {self.const('p', obj)}._data")
                     stack.append(v)
+                    if not any(obj is q for q in self.params):
+                        self.params.append(obj)
                 else:
                     stack.append(self.const("c", obj))
             elif name == "LOAD_SYM":
@@ -126,6 +130,8 @@ class _Writer:
                 stack.append(self.compute(i, spec, self.pop(stack, spec.n)))
             i = nxt
         head = [f"def replay({', '.join(params)}):"]
+        if self.sites:
+            head += self.guard()
         if self.bufs:
             self.ns["pool"], self.ns["N"] = [], len(code.instrs)
             head.append("    bufs = pool.pop() if pool else [None] * N")
@@ -140,6 +146,22 @@ class _Writer:
         fn = self.ns["replay"]
         fn.source = src
         return fn
+
+    def guard(self) -> list:
+        """The check each call starts with. Given the signature, every intermediate's layout is
+        fixed while the Parameters' arrays, the jit level and what the sites run stay the same
+        (``accelerator.epoch`` moves when a kernel becomes ready or fails); if any moved, the
+        remembered callers are dropped and found again through the sites."""
+        acc = self.bound.accelerator
+        n, k = self.sites, len(self.params)
+        self.ns.update(G=[None] * n, E=[None, None, False] + [None] * k, EP=acc.epoch, J=acc.config,
+                       PS=self.params)
+        ps = "".join(f" or {self.const('p', p)}._data is not E[{3 + m}]" for m, p in enumerate(self.params))
+        return [f"    if EP[0] != E[0] or J['jit_level'] is not E[1]{ps}:",
+                "        E[0], E[1] = EP[0], J['jit_level']",
+                "        E[2] = E[1] != 'L2'         # jit_level L2 keeps to L2 kernels",
+                "        E[3:] = [p._data for p in PS]",
+                f"        G[:] = [None] * {n}"]
 
     def pop(self, stack: list, n: int) -> list:
         if n > len(stack):
@@ -160,12 +182,20 @@ class _Writer:
         if spec.name == "FILL":
             self.emit(f"{v} = {kern}(*{self.const('o', ops)})")
         elif spec.site is not None:
-            call = f"{self.const('site', spec.site)}([{args}], {self.const('ref', spec.reference)}"
-            if spec.keep:
-                self.bufs = True
-                self.emit(f"{v} = bufs[{i}] = {call}, bufs[{i}])")
-            else:
-                self.emit(f"{v} = {call})")
+            # the site's prepared caller for these layouts, remembered in G[j] once its kernel is live
+            j, site = self.sites, self.const("site", spec.site)
+            self.sites += 1
+            out, put = (f"bufs[{i}]", f"bufs[{i}] = ") if spec.keep else ("None", "")
+            self.bufs = self.bufs or spec.keep
+            self.emit(f"g = G[{j}]")
+            self.emit("if g is not None:")
+            self.emit("    ST['hits'] += 1")
+            self.emit(f"    {v} = {put}g([{args}], {out})")
+            self.emit("else:")
+            self.emit(f"    {v} = {put}{site}([{args}], {self.const('ref', spec.reference)}, {out})")
+            self.emit("    if E[2]:")
+            self.emit(f"        G[{j}] = {site}.fast_for([{args}])")
+            self.ns["ST"] = spec.site.stats
         elif spec.reuse and spec.n in (1, 2):   # the interpreter's kept buffer, reused while shapes repeat
             self.bufs = True
             shapes = ", ".join(f"{x}.shape" for x in a)

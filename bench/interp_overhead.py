@@ -8,7 +8,9 @@
    pairs, in the steady state; a control adds the same amount of plain Python work
    before numpy's call (on this machine that alone costs more than its own time:
    whatever touches memory before a 3 MB BLAS call slows the call); and the fixed
-   cost at a tiny shape, where the kernels cost nothing.
+   cost at a tiny shape, where the kernels cost nothing, alone and right after the
+   big BLAS call (what the same Python work costs once the BLAS call has evicted it
+   from the caches).
 
 Medians over interleaved repetitions; BLAS pinned to one thread (OPENBLAS_NUM_THREADS=1).
 Run: make bench
@@ -123,6 +125,11 @@ def main():
     xs, ys = ms.Tensor(xm[:2, :3].copy()), ms.Tensor(ym[:3, :4].copy())
     xsa, ysa = xs.asnumpy(), ys.asnumpy()
     warm(lambda: net(xs, ys, training=True))
+    # the same fixed cost paid right after numpy's 3 MB BLAS call (as it is inside the big call)
+    tiny = lambda: net(xs, ys, training=True)   # noqa: E731
+    alone = paired_overhead(tiny, lambda: None, 3000)[0]
+    after = paired_overhead(lambda: (np.maximum(xm @ ym, 0), tiny()), lambda: np.maximum(xm @ ym, 0), 600)[0]
+    print(f"  control: the tiny call costs {alone:.1f} us alone, {after:.1f} us right after the big numpy call")
     over, vm, npy = paired_overhead(lambda: net(xs, ys, training=True), lambda: np.maximum(xsa @ ysa, 0), 3000)
     print(f"  fixed cost, same Cell at [2,3] x [3,4]: VM {vm:.1f} us, numpy {npy:.1f} us, overhead {over:.1f} us")
     kernel = compiled_kernel_call(net, xs, ys)

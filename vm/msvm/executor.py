@@ -245,9 +245,13 @@ class _Runner:
     def values(self, args, kwargs):
         if not kwargs and len(args) == self.n:
             return args
-        if len(args) + len(kwargs) == self.n:
+        if len(args) + len(kwargs) == self.n:      # the rest by keyword, all given
+            vals = list(args)
+            names = self.names
             try:
-                return args + tuple([kwargs[n] for n in self.names[len(args):]])
+                for k in range(len(args), self.n):
+                    vals.append(kwargs[names[k]])
+                return vals
             except KeyError:
                 pass
         if len(args) > self.n:

@@ -73,7 +73,7 @@ def test_repeated_signatures_replay_the_interpreters_answers(level, jit_level, r
     answer is numpy's, and each signature seen twice runs a replay without branches."""
     level(jit_level)
     net = Outer(8)
-    calls = [(b, k, t) for b in (3, 6) for k in (0, 2) for t in (True, False)] * 3
+    calls = [(b, k, t) for b in (3, 6) for k in (0, 2) for t in (True, False)] * 4
     results = []
     for b, k, t in calls:
         x = rng.standard_normal((b, 8)).astype(np.float32)
@@ -85,9 +85,14 @@ def test_repeated_signatures_replay_the_interpreters_answers(level, jit_level, r
     entries = _entries(net)
     assert len(entries) == 8
     for e in entries:
-        assert callable(e[3]), "a signature seen three times has a replay"
+        assert callable(e[3]), "a signature seen four times has a replay"
         lines = [ln.strip() for ln in e[3].source.splitlines()]
-        # no branch of the program is left: only the guard and the remembered callers' tests
+        # sub-Cells run their own replays; no branch of the program is left, only the guard's
+        # and the remembered callers' tests
+        assert any(ln.startswith("v1 = cell") for ln in lines)
+        inner = [v for k, v in e[3].__globals__.items() if k.startswith("cell")][0]
+        assert [r for c in inner.__closure__ if isinstance(c.cell_contents, dict)
+                for r in c.cell_contents.values() if callable(r)], "the sub-Cell replays too"
         ours = ("if EP[0] ", "if g is not None", "if E[2]", "if e is not None")
         assert not [ln for ln in lines if ln.startswith(("if ", "for ", "while ")) and not ln.startswith(ours)]
 

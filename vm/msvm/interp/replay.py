@@ -39,6 +39,31 @@ def build(bound: BoundCode, env: dict):
         return None
 
 
+def nested(callee: BoundCode):
+    """How a replayed path calls a sub-Cell from one place: through the sub-Cell's own replays,
+    one per symbol binding it is called with. On a path whose signature is fixed its arguments'
+    layouts are fixed as well (they change only when kernels come ready or the jit level or a
+    Parameter moves, which the sub-Cell's replay checks itself)."""
+    replays: dict = {}
+
+    def call(args):
+        env = callee.fast_bind(args)
+        if env is None:                  # the interpreter's checks raise the error that names it
+            return callee.call(args)
+        key = tuple(env.items())
+        rp = replays.get(key)
+        if rp is None:
+            if len(replays) >= 8:
+                replays.clear()
+            rp = replays[key] = build(callee, env) or False
+        if rp:
+            out = rp(*args)
+            if out is not FALLBACK:
+                return out
+        return callee.call(args, env=env)
+    return call
+
+
 class _Writer:
     def __init__(self, bound: BoundCode, env: dict):
         self.bound, self.code, self.env = bound, bound.code, env
@@ -121,7 +146,7 @@ class _Writer:
             elif name == "CALL_CELL":
                 a = self.pop(stack, args[1])
                 v = self.fresh()
-                self.emit(f"{v} = {self.const('callee', bound.callees[i])}.call([{', '.join(a)}])")
+                self.emit(f"{v} = {self.const('cell', nested(bound.callees[i]))}([{', '.join(a)}])")
                 stack.append(v)
             elif name == "RETURN":
                 result = stack.pop()

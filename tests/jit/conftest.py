@@ -10,3 +10,12 @@ def graph_mode():
                                                    "enable_fusion": True})
     yield
     ms.set_context(mode=ms.GRAPH_MODE, jit_config={"jit_level": "auto", "enable_fusion": True})
+
+
+@pytest.fixture
+def level():
+    """``level(name)`` sets jit_level for one test; the defaults come back after it."""
+    def set_level(name):
+        ms.set_context(jit_config={"jit_level": name})
+    yield set_level
+    ms.set_context(jit_config={"jit_level": "auto", "enable_fusion": True})

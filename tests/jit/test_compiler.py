@@ -18,14 +18,6 @@ from msvm.compiler.kir import Elementwise
 from paths import EXAMPLES, ROOT
 
 
-@pytest.fixture
-def level():
-    def set_level(name):
-        ms.set_context(jit_config={"jit_level": name})
-    yield set_level
-    ms.set_context(jit_config={"jit_level": "auto", "enable_fusion": True})
-
-
 class Block(nn.Cell):
     def __init__(self):
         super().__init__()

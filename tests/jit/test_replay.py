@@ -12,14 +12,6 @@ from msvm.interp import replay
 from msvm.interp.interpreter import set_trace
 
 
-@pytest.fixture
-def level():
-    def set_level(name):
-        ms.set_context(jit_config={"jit_level": name})
-    yield set_level
-    ms.set_context(jit_config={"jit_level": "auto", "enable_fusion": True})
-
-
 class Inner(nn.Cell):
     def __init__(self, n):
         super().__init__()
@@ -231,6 +223,20 @@ def test_remembered_callers_follow_layouts_and_kernels_coming_ready(level, rng, 
         ms.set_context(jit_config={"l3_after": 5})
 
 
+@pytest.fixture
+def settled(level, rng):
+    """An _Affine Cell whose L3 kernels are ready and whose replay remembers their callers."""
+    level("auto")
+    ms.set_context(jit_config={"l3_after": 1})
+    net = _Affine(5)
+    x = ms.Tensor(rng.standard_normal((3, 5)).astype(np.float32))
+    for _ in range(6):
+        net(x)
+        tiers.wait_for_compiles()
+    yield net, x
+    ms.set_context(jit_config={"l3_after": 5})
+
+
 class _Affine(nn.Cell):
     def __init__(self, n):
         super().__init__()
@@ -241,50 +247,32 @@ class _Affine(nn.Cell):
         return ops.relu(ops.matmul(x, self.w) + self.b) * 0.5
 
 
-def test_a_new_parameter_array_drops_the_remembered_callers(level, rng):
+def test_a_new_parameter_array_drops_the_remembered_callers(settled, rng):
     """set_data gives a Parameter a new array: the replay reads it, answers with it, and finds the
     sites' callers again."""
-    level("auto")
-    ms.set_context(jit_config={"l3_after": 1})
-    try:
-        net = _Affine(5)
-        x = ms.Tensor(rng.standard_normal((3, 5)).astype(np.float32))
-        for _ in range(6):
-            net(x)
-            tiers.wait_for_compiles()
-        (e,) = _entries(net)
-        assert e[3].__globals__["PS"] and all(g is not None for g in e[3].__globals__["G"])
-        for _ in range(3):
-            w = rng.standard_normal((5, 5)).astype(np.float32)
-            net.w.set_data(ms.Tensor(w))
-            want = np.maximum(x.asnumpy() @ w + net.b.asnumpy(), 0) * 0.5
-            for _ in range(2):
-                np.testing.assert_allclose(net(x).asnumpy(), want, rtol=1e-5, atol=1e-6)
-    finally:
-        ms.set_context(jit_config={"l3_after": 5})
+    net, x = settled
+    (e,) = _entries(net)
+    assert e[3].__globals__["PS"] and all(g is not None for g in e[3].__globals__["G"])
+    for _ in range(3):
+        w = rng.standard_normal((5, 5)).astype(np.float32)
+        net.w.set_data(ms.Tensor(w))
+        want = np.maximum(x.asnumpy() @ w + net.b.asnumpy(), 0) * 0.5
+        for _ in range(2):
+            np.testing.assert_allclose(net(x).asnumpy(), want, rtol=1e-5, atol=1e-6)
 
 
-def test_a_parameter_of_another_shape_is_verified_again(level, rng):
+def test_a_parameter_of_another_shape_is_verified_again(settled, rng):
     """set_data with another shape: the Cell's bytecode was verified for the old one, so it is
     compiled and verified again. A weight that no longer fits its bias is reported at the add's
     source line before anything runs (a compiled epilogue used to read past the bias); weight
     and bias changed together give numpy's answer at the new shape."""
-    level("auto")
-    ms.set_context(jit_config={"l3_after": 1})
-    try:
-        net = _Affine(5)
-        x = ms.Tensor(rng.standard_normal((3, 5)).astype(np.float32))
-        for _ in range(6):
-            net(x)
-            tiers.wait_for_compiles()
-        w = rng.standard_normal((5, 7)).astype(np.float32)
-        net.w.set_data(ms.Tensor(w))
-        with pytest.raises(ms.FrontendError, match=r"test_replay.py:\d+:\d+: BROADCAST_ADD: cannot broadcast"):
-            net(x)
-        b = rng.standard_normal(7).astype(np.float32)
-        net.b.set_data(ms.Tensor(b))
-        for _ in range(4):
-            np.testing.assert_allclose(net(x).asnumpy(), np.maximum(x.asnumpy() @ w + b, 0) * 0.5, rtol=1e-5)
-            tiers.wait_for_compiles()
-    finally:
-        ms.set_context(jit_config={"l3_after": 5})
+    net, x = settled
+    w = rng.standard_normal((5, 7)).astype(np.float32)
+    net.w.set_data(ms.Tensor(w))
+    with pytest.raises(ms.FrontendError, match=r"test_replay.py:\d+:\d+: BROADCAST_ADD: cannot broadcast"):
+        net(x)
+    b = rng.standard_normal(7).astype(np.float32)
+    net.b.set_data(ms.Tensor(b))
+    for _ in range(4):
+        np.testing.assert_allclose(net(x).asnumpy(), np.maximum(x.asnumpy() @ w + b, 0) * 0.5, rtol=1e-5)
+        tiers.wait_for_compiles()

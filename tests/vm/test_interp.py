@@ -176,3 +176,27 @@ def test_a_new_rank_is_a_new_variant_not_an_error():
     np.testing.assert_array_equal(net(ms.Tensor(a2), ms.Tensor(b2)).asnumpy(), a2 + b2)
     np.testing.assert_array_equal(net(ms.Tensor(a2), ms.Tensor(b1)).asnumpy(), a2 + b1)
     np.testing.assert_array_equal(net(ms.Tensor(b1), ms.Tensor(b1)).asnumpy(), b1 + b1)
+
+
+class _Scale(nn.Cell):
+    def __init__(self):
+        super().__init__()
+        self.w = ms.Parameter(ms.Tensor(np.ones((3, 4), np.float32)))
+
+    def construct(self, x):
+        return ops.matmul(x, self.w) * 2.0
+
+
+def test_set_data_with_another_shape_verifies_again():
+    """The bytecode was verified for the Parameter's old shape: after set_data with another one
+    the Cell compiles and verifies again (a weight that fits gives numpy's answer at its new shape;
+    with one that does not, the argument is refused before anything runs)."""
+    net = _Scale()
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    np.testing.assert_allclose(net(ms.Tensor(x)).asnumpy(), x @ np.ones((3, 4)) * 2)
+    w = np.arange(15, dtype=np.float32).reshape(3, 5)
+    net.w.set_data(ms.Tensor(w))
+    np.testing.assert_allclose(net(ms.Tensor(x)).asnumpy(), x @ w * 2)
+    net.w.set_data(ms.Tensor(np.ones((4, 5), np.float32)))
+    with pytest.raises(ms.ShapeMismatch, match=r"argument x has dim 1 = 3"):
+        net(ms.Tensor(x))

@@ -221,7 +221,7 @@ class _Writer:
             self.emit("    if E[2]:")
             self.emit(f"        G[{j}] = {site}.fast_for([{args}])")
             self.ns["ST"] = spec.site.stats
-        elif spec.reuse and spec.n in (1, 2):   # the interpreter's kept buffer, reused while shapes repeat
+        elif spec.reuse and spec.n in (1, 2) and not spec.dyn:   # as the interpreter keeps it
             self.bufs = True
             shapes = ", ".join(f"{x}.shape" for x in a)
             self.emit(f"e = bufs[{i}]")

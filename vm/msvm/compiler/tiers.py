@@ -42,9 +42,6 @@ ROW = 4096                      # row length when a long vector is viewed as row
 JITABLE = frozenset({"FUSED_ELEMENTWISE", "FUSED_MATMUL", "SOFTMAX", "LAYER_NORM"})
 _ND = np.ndarray
 _JIT = context._ctx["jit_config"]        # the live jit_config dict (set_context updates it in place)
-# bumped whenever a site's kernel for some shape becomes ready or fails: what a site returns (and so
-# the layout of its result) can change only then; a replay's remembered callers hold until it moves
-EPOCH = [0]
 B_IN_CACHE = 1 << 20            # bytes of a matmul's B below which L3 works in row blocks
 STREAM_MIN = 16 << 20           # output bytes from which L3 elementwise kernels use streaming stores
 ALIGN = 64                      # bytes: outputs of streaming kernels (a whole vector per aligned store)
@@ -370,7 +367,7 @@ class Site:
 
     def fast_for(self, inputs):
         """The prepared L3 caller for exactly these inputs' layouts (the fast path of ``__call__``),
-        or None: what a replay may call directly until ``EPOCH`` or the jit level moves."""
+        or None: what a replay may call directly for inputs of these layouts."""
         exact = tuple([(x.shape, x.strides, x.dtype) if type(x) is _ND else None for x in inputs])
         if self.weight_t:
             exact += (self.frozen(inputs[1]),)
@@ -393,13 +390,11 @@ class Site:
                 if time.perf_counter() - t0 > BUDGET_S[level]:
                     raise TimeoutError(f"compile took {time.perf_counter() - t0:.2f}s, budget {BUDGET_S[level]}s")
                 table[key] = compiled
-                EPOCH[0] += 1
                 self.tier_history.append({"time": time.time(), "level": level, "shape": list(shape)})
                 events.emit({"type": "tier", "code": self.code.name, "offset": self.ins.offset, "op": self.name,
                              "level": level, "shape": list(shape)})
             except Exception as e:  # noqa: BLE001 - any failure falls back to L1, counted and logged
                 table[key] = "failed"
-                EPOCH[0] += 1
                 kernel_cache().stats["failures"] += 1
                 events.emit({"type": "error", "what": "compile", "op": self.name, "level": level, "why": str(e),
                              "code": self.code.name, "offset": self.ins.offset})
@@ -421,7 +416,6 @@ class Site:
         if found is None:
             return False
         table[key] = found
-        EPOCH[0] += 1
         self.tier_history.append({"time": time.time(), "level": level, "shape": list(plan[2])})
         events.emit({"type": "tier", "code": self.code.name, "offset": self.ins.offset, "op": self.name,
                      "level": level, "shape": list(plan[2])})
@@ -793,7 +787,6 @@ class Accelerator:
     """What the interpreter asks when it links a Code: a Site for each jit-able instruction."""
 
     ops = JITABLE
-    epoch = EPOCH          # see EPOCH
     config = _JIT          # the live jit_config (its "jit_level")
 
     def site(self, code, index: int):

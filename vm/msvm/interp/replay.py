@@ -6,7 +6,8 @@ symbols, and every symbol is a function of the signature. ``build(bound, env)`` 
 once and writes it as one Python function: the instructions' work in order, stack slots as local
 variables, symbol expressions as constants. Branches, jumps, the operand stack, the frame and the
 dispatch loop are gone; what is left is the calls into kernels and sites, which is what a compiled
-Cell's call should cost.
+Cell's call should cost. Each site call remembers the site's prepared caller with the input
+strides it was prepared for and calls it directly while they match.
 
 The executor's call memo runs the replay for a signature it has seen before, above jit_level L1
 (L1 is the interpreter itself), while no trace hook is installed and nobody listens to events.
@@ -18,6 +19,7 @@ its instruction with its source location (every instruction is pure, so running 
 
 from __future__ import annotations
 
+from ..bytecode.types import TensorType
 from .interpreter import BoundCode, ComputeSpec
 from .symeval import compile_sym
 
@@ -72,7 +74,6 @@ class _Writer:
         self.n = 0
         self.bufs = False             # whether any instruction keeps an output buffer
         self.sites = 0                # site calls on the path, each with a slot in G
-        self.params: list = []        # the Parameters (Tensors) the path reads
 
     def const(self, prefix: str, value) -> str:
         name = f"{prefix}{len(self.ns)}"
@@ -117,8 +118,6 @@ class _Writer:
                     v = self.fresh()
                     self.emit(f"{v} = {self.const('p', obj)}._data")
                     stack.append(v)
-                    if not any(obj is q for q in self.params):
-                        self.params.append(obj)
                 else:
                     stack.append(self.const("c", obj))
             elif name == "LOAD_SYM":
@@ -173,19 +172,13 @@ class _Writer:
         return fn
 
     def guard(self) -> list:
-        """The check each call starts with. Given the signature, every intermediate's layout is
-        fixed while the Parameters' arrays, the jit level and what the sites run stay the same
-        (``accelerator.epoch`` moves when a kernel becomes ready or fails); if any moved, the
-        remembered callers are dropped and found again through the sites."""
-        acc = self.bound.accelerator
-        n, k = self.sites, len(self.params)
-        self.ns.update(G=[None] * n, E=[None, None, False] + [None] * k, EP=acc.epoch, J=acc.config,
-                       PS=self.params)
-        ps = "".join(f" or {self.const('p', p)}._data is not E[{3 + m}]" for m, p in enumerate(self.params))
-        return [f"    if EP[0] != E[0] or J['jit_level'] is not E[1]{ps}:",
-                "        E[0], E[1] = EP[0], J['jit_level']",
+        """The check each call starts with: at jit_level L2 no remembered (L3) caller is used or
+        remembered; when the level moves they are dropped."""
+        n = self.sites
+        self.ns.update(G=[None] * n, E=[None, None, False], J=self.bound.accelerator.config)
+        return ["    if J['jit_level'] is not E[1]:",
+                "        E[1] = J['jit_level']",
                 "        E[2] = E[1] != 'L2'         # jit_level L2 keeps to L2 kernels",
-                "        E[3:] = [p._data for p in PS]",
                 f"        G[:] = [None] * {n}"]
 
     def pop(self, stack: list, n: int) -> list:
@@ -207,19 +200,27 @@ class _Writer:
         if spec.name == "FILL":
             self.emit(f"{v} = {kern}(*{self.const('o', ops)})")
         elif spec.site is not None:
-            # the site's prepared caller for these layouts, remembered in G[j] once its kernel is live
+            # the site's prepared caller, remembered in G[j] with the input strides it was prepared
+            # for (shapes and dtypes are the signature's); other strides go through the site's checks
             j, site = self.sites, self.const("site", spec.site)
             self.sites += 1
             out, put = (f"bufs[{i}]", f"bufs[{i}] = ") if spec.keep else ("None", "")
             self.bufs = self.bufs or spec.keep
+            st = self.code.stack_types[i]
+            tensors = [x for x, t in zip(a, st[len(st) - spec.n:]) if isinstance(t, TensorType)]
+            strides = "(" + "".join(f"{x}.strides, " for x in tensors)
+            if getattr(spec.site, "weight_t", False):      # (its key also says whether the weight is fixed)
+                strides += f"{site}.frozen({a[1]}), "
+            strides += ")"
             self.emit(f"g = G[{j}]")
-            self.emit("if g is not None:")
+            self.emit(f"if g is not None and {strides} == g[1]:")
             self.emit("    ST['hits'] += 1")
-            self.emit(f"    {v} = {put}g([{args}], {out})")
+            self.emit(f"    {v} = {put}g[0]([{args}], {out})")
             self.emit("else:")
             self.emit(f"    {v} = {put}{site}([{args}], {self.const('ref', spec.reference)}, {out})")
             self.emit("    if E[2]:")
-            self.emit(f"        G[{j}] = {site}.fast_for([{args}])")
+            self.emit(f"        g = {site}.fast_for([{args}])")
+            self.emit(f"        G[{j}] = None if g is None else (g, {strides})")
             self.ns["ST"] = spec.site.stats
         elif spec.reuse and spec.n in (1, 2) and not spec.dyn:   # as the interpreter keeps it
             self.bufs = True

@@ -62,7 +62,7 @@ def _entries(net):
 @pytest.mark.parametrize("jit_level", ["auto", "L2", "L3"])
 def test_repeated_signatures_replay_the_interpreters_answers(level, jit_level, rng):
     """Signatures interleaved (shapes, the int, the flag), each called several times: every
-    answer is numpy's, and each signature seen twice runs a replay without branches."""
+    answer is numpy's, and each signature seen four times runs a replay without branches."""
     level(jit_level)
     net = Outer(8)
     calls = [(b, k, t) for b in (3, 6) for k in (0, 2) for t in (True, False)] * 4
@@ -89,7 +89,7 @@ def test_repeated_signatures_replay_the_interpreters_answers(level, jit_level, r
         assert not [ln for ln in lines if ln.startswith(("if ", "for ", "while ")) and not ln.startswith(ours)]
 
 
-def test_l1_runs_the_interpreter(level, rng, monkeypatch):
+def test_l1_runs_the_interpreter(level, rng):
     """jit_level L1 is the interpreter itself: a replay, even one already built, is not run."""
     level("auto")
     net = DynamicMatmulCell()

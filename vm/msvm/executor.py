@@ -322,6 +322,7 @@ class _Runner:
             return t
         return wrap(out)
 
+
 class CellRunner(_Runner):
     """Per Cell instance: compiled variants keyed by argument signature."""
 

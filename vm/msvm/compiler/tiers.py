@@ -321,9 +321,7 @@ class Site:
         level = _JIT["jit_level"]
         if level == "L1":
             return reference(*inputs)
-        exact = tuple([(x.shape, x.strides, x.dtype) if type(x) is _ND else None for x in inputs])
-        if self.weight_t:
-            exact += (self.frozen(inputs[1]),)
+        exact = self.exact(inputs)
         go = self.fast.get(exact)
         if go is not None and level != "L2":     # the steady state: this exact layout has its L3 kernel
             self.stats["hits"] += 1
@@ -365,13 +363,18 @@ class Site:
         self.stats["misses"] += 1
         return reference(*inputs)
 
-    def fast_for(self, inputs):
-        """The prepared L3 caller for exactly these inputs' layouts (the fast path of ``__call__``),
-        or None: what a replay may call directly for inputs of these layouts."""
+    def exact(self, inputs) -> tuple:
+        """The key of ``fast``: each input's shape, strides and dtype (and, for a matmul by a
+        transposed weight, whether the weight is fixed)."""
         exact = tuple([(x.shape, x.strides, x.dtype) if type(x) is _ND else None for x in inputs])
         if self.weight_t:
             exact += (self.frozen(inputs[1]),)
-        return self.fast.get(exact)
+        return exact
+
+    def fast_for(self, inputs):
+        """The prepared L3 caller for exactly these inputs' layouts (the fast path of ``__call__``),
+        or None: what a replay may call directly for inputs of these layouts."""
+        return self.fast.get(self.exact(inputs))
 
     def compile(self, level: int, plan, sync: bool):
         table, key = (self.l2, plan[0]) if level == 2 else (self.l3, plan[1])

@@ -256,10 +256,8 @@ def h_compute(ctx, i, args):
     spec = ComputeSpec(ctx, i, args)
     name, kern, n, operands, reuse = spec.name, spec.kern, spec.n, spec.operands, spec.reuse
     if name == "FILL":
-        shape_fn, value, dtype = operands
-
         def h(f, s):
-            s.append(kern(shape_fn(f.symbols) if callable(shape_fn) else shape_fn, value, dtype))
+            s.append(kern(*spec.operands_at(f.symbols)))
             return i + 1
         return h
     if spec.dyn:  # shape operands that depend on symbols (RESHAPE, BROADCAST_TO)

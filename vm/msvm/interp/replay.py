@@ -1,7 +1,7 @@
 """Straight-line replay of a linked Code for one exact call signature.
 
-For one exact signature (each tensor argument's shape and dtype, each int and bool argument's
-value) the path through a Code is fixed: branches test symbols and flags only, loops count over
+For one exact signature (each tensor argument's shape, strides and dtype, each int and bool
+argument's value) the path through a Code is fixed: branches test symbols and flags only, loops count over
 symbols, and every symbol is a function of the signature. ``build(bound, env)`` walks that path
 once and writes it as one Python function: the instructions' work in order, stack slots as local
 variables, symbol expressions as constants. Branches, jumps, the operand stack, the frame and the
@@ -43,9 +43,8 @@ def build(bound: BoundCode, env: dict):
 
 def nested(callee: BoundCode):
     """How a replayed path calls a sub-Cell from one place: through the sub-Cell's own replays,
-    one per symbol binding it is called with. On a path whose signature is fixed its arguments'
-    layouts are fixed as well (they change only when kernels come ready or the jit level or a
-    Parameter moves, which the sub-Cell's replay checks itself)."""
+    one per symbol binding it is called with (the bindings fix the arguments' shapes; each
+    remembered caller inside checks the strides it was prepared for)."""
     replays: dict = {}
 
     def call(args):

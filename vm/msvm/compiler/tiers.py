@@ -30,7 +30,9 @@ import numpy as np
 
 from .. import context, events, log
 from ..bytecode.disasm import display_name
+from . import entry
 from .cache import KernelCache, make_key
+from .entry import data_pointer
 from .kir import Elementwise, MatmulEpilogue, RowKernel, collapse, strides_for
 from .lower import TYPES, Unsupported, lower, vec_width
 
@@ -45,6 +47,7 @@ _JIT = context._ctx["jit_config"]        # the live jit_config dict (set_context
 B_IN_CACHE = 1 << 20            # bytes of a matmul's B below which L3 works in row blocks
 STREAM_MIN = 16 << 20           # output bytes from which L3 elementwise kernels use streaming stores
 ALIGN = 64                      # bytes: outputs of streaming kernels (a whole vector per aligned store)
+RELEASE_MIN = 1 << 14           # elements from which a native entry lets other threads run (compiles)
 L3_SHAPES = 2                   # a site specializes (L3) for at most this many concrete shapes
 
 _cache = None
@@ -334,7 +337,8 @@ class Site:
         if isinstance(k3, Compiled) and level != "L2":      # (jit_level "L2" keeps to L2 kernels)
             self.stats["hits"] += 1
             if len(self.fast) < 16:
-                self.fast[exact] = self.caller(k3, plan)
+                go = self.fast[exact] = self.caller(k3, plan)
+                go.native = self.native(k3, plan)
             return self.run(k3, plan, inputs, out)
         k2 = self.l2.get(cls_key)
         if level == "L3":
@@ -392,6 +396,8 @@ class Site:
                 compiled = compile_kernel(kernel, level, self.info(shape, dtype))
                 if time.perf_counter() - t0 > BUDGET_S[level]:
                     raise TimeoutError(f"compile took {time.perf_counter() - t0:.2f}s, budget {BUDGET_S[level]}s")
+                if level == 3:
+                    self.prepare_native(compiled, plan)
                 table[key] = compiled
                 self.tier_history.append({"time": time.time(), "level": level, "shape": list(shape)})
                 events.emit({"type": "tier", "code": self.code.name, "offset": self.ins.offset, "op": self.name,
@@ -418,6 +424,8 @@ class Site:
             return False
         if found is None:
             return False
+        if level == 3:
+            self.prepare_native(found, plan)
         table[key] = found
         self.tier_history.append({"time": time.time(), "level": level, "shape": list(plan[2])})
         events.emit({"type": "tier", "code": self.code.name, "offset": self.ins.offset, "op": self.name,
@@ -659,6 +667,66 @@ class Site:
             return out
         return go
 
+    # --- native entries (compiler/entry.py): what a replay calls instead of ``go``
+    def native_spec(self, compiled: Compiled, plan):
+        """(argument pattern, constants, nargs, release the GIL, allocator) of a native entry for
+        this L3 kernel at this plan: the arguments ``caller``'s ``go`` passes, where all of them are
+        array pointers or constants; None where they are not (a scalar operand, a transposed weight,
+        work split over threads)."""
+        _cls, _key, _shape, _d, p = plan
+        k = compiled.kernel
+        nargs = len(self.in_types) + 1
+        o = nargs - 1
+        alloc = aligned_empty if getattr(k, "stream", False) else np.empty
+        if k.kind == "matmul":       # (a transposed weight is passed already transposed: ``native``)
+            pattern, consts = ["c", 0, 1, o], [compiled.gemm]
+            if k.epilogue is not None:
+                for j, (kind, (_b, row_stride)) in enumerate(zip(k.epilogue.kinds[1:], p["epi"][4]["block"])):
+                    if kind != "t":
+                        return None
+                    pattern += [2 + j, "c", "c"]
+                    consts += [row_stride, 0]
+            return pattern, consts, nargs, True, alloc
+        if k.kind == "elementwise" and self.op == "FUSED_ELEMENTWISE":
+            d0, d1, d2 = p["dims"]
+            if (d0 * d1 * d2 >= PARALLEL_MIN and d0 >= 2) or any(kind != "t" for kind in p["kinds"]):
+                return None
+            pattern, consts = ["c", "c", "c", "c", o], [0, d0, d1, d2]
+            for j, s in enumerate(p["strides"]):
+                pattern += [j, "c", "c"]
+                consts += [s[0], s[1]]
+            return pattern, consts, nargs, d0 * d1 * d2 >= RELEASE_MIN, alloc
+        if k.kind == "row":
+            rows, n = p["rows"], p["n"]
+            if rows * n >= PARALLEL_MIN and rows >= 2:
+                return None
+            pattern, consts = ["c", "c", "c", o, 0], [0, rows, n]
+            for j, present in ((1, p["gamma"]), (2, p["beta"])):
+                pattern.append(j if present else "c")
+                consts += [] if present else [0]
+            return pattern, consts, nargs, rows * n >= RELEASE_MIN, alloc
+        return None
+
+    def prepare_native(self, compiled: Compiled, plan) -> None:
+        """Compile (or load) the trampoline this kernel's entry needs, on the compiling thread."""
+        spec = self.native_spec(compiled, plan)
+        if spec is not None:
+            entry.prepare(tuple(spec[0]), spec[2], spec[3])
+
+    def native(self, compiled: Compiled, plan):
+        """[entry, allocator, out shape, dtype, weight, last buffer] for a replay: ``entry(*inputs,
+        allocator(shape, dtype))`` runs the kernel, where a transposed-weight site passes
+        ``weight(inputs[1])`` as the weight; the last slot is the replay's, for the output buffer it
+        allocated last (which it may keep). None where there is no entry (or its trampoline is not
+        ready)."""
+        spec = self.native_spec(compiled, plan)
+        if spec is None:
+            return None
+        pattern, consts, nargs, release, alloc = spec
+        e = entry.make(compiled.addr, tuple(pattern), consts, nargs, release)
+        weight = self.transposed if plan[4].get("wt") else _same
+        return None if e is None else [e, alloc, plan[2], plan[3], weight, None]
+
     def frozen(self, w) -> bool:
         """Whether w is a fixed weight (see ``_frozen``); the weight last transposed is known to be."""
         e = self.wcache
@@ -687,25 +755,6 @@ class Site:
         return p
 
 
-def _data_pointer_reader():
-    """``data_pointer(a)`` for an ndarray: ``ctypes.data`` builds a helper object (~2 µs, more than a
-    small kernel); the pointer is the first field after the object header (numpy's
-    ``PyArrayObject_fields.data``, what ``PyArray_DATA`` reads), ~0.3 µs through ctypes. The offset
-    is checked against ``ctypes.data`` on arrays and views at import; if it does not hold (another
-    interpreter build), ``ctypes.data`` it is."""
-    off = ctypes.sizeof(ctypes.c_ssize_t) + ctypes.sizeof(ctypes.c_void_p)      # ob_refcnt, ob_type
-    at = ctypes.c_void_p.from_address
-    base = np.arange(24.0).reshape(4, 6)
-    probes = [base, base[1:], base[:, 2:].T, np.empty(0, np.float32), np.float32(1.0) * np.ones(3, np.float32)]
-    try:
-        if all(at(id(a) + off).value == a.ctypes.data for a in probes):
-            return lambda a: at(id(a) + off).value
-    except (ValueError, OSError):
-        pass
-    return lambda a: a.ctypes.data
-
-
-data_pointer = _data_pointer_reader()
 
 
 def aligned_empty(shape, d, align: int = ALIGN):
@@ -715,6 +764,10 @@ def aligned_empty(shape, d, align: int = ALIGN):
     buf = np.empty(n + align, np.uint8)
     off = -data_pointer(buf) % align
     return buf[off:off + n].view(d).reshape(shape)
+
+
+def _same(x):
+    return x
 
 
 def _frozen(x) -> bool:

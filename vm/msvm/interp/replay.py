@@ -7,7 +7,8 @@ once and writes it as one Python function: the instructions' work in order, stac
 variables, symbol expressions as constants. Branches, jumps, the operand stack, the frame and the
 dispatch loop are gone; what is left is the calls into kernels and sites, which is what a compiled
 Cell's call should cost. Each site call remembers the site's prepared caller with the input
-strides it was prepared for and calls it directly while they match.
+strides it was prepared for and calls it directly while they match: the kernel's native entry
+(compiler/entry.py, a builtin that takes the arrays themselves) where it has one.
 
 The executor's call memo runs the replay for a signature it has seen before, above jit_level L1
 (L1 is the interpreter itself), while no trace hook is installed and nobody listens to events.
@@ -214,12 +215,25 @@ class _Writer:
             self.emit(f"g = G[{j}]")
             self.emit(f"if g is not None and {strides} == g[1]:")
             self.emit("    ST['hits'] += 1")
-            self.emit(f"    {v} = {put}g[0]([{args}], {out})")
+            # the kernel's native entry when it has one (Site.native): entry(*inputs, output), where a
+            # kept output is the buffer the entry's allocator made last, if this slot still holds it
+            self.emit("    n = g[2]")
+            nat = ", ".join(a[:1] + [f"n[4]({a[1]})"] + a[2:]) if getattr(spec.site, "weight_t", False) else args
+            if spec.keep:
+                self.emit("    if n is not None:")
+                self.emit(f"        o = {out}")
+                self.emit("        if o is None or o is not n[5]:")
+                self.emit("            o = n[5] = n[1](n[2], n[3])")
+                self.emit(f"        {v} = {put}n[0]({nat}, o)")
+                self.emit("    else:")
+                self.emit(f"        {v} = {put}g[0]([{args}], {out})")
+            else:
+                self.emit(f"    {v} = n[0]({nat}, n[1](n[2], n[3])) if n is not None else g[0]([{args}], None)")
             self.emit("else:")
             self.emit(f"    {v} = {put}{site}([{args}], {self.const('ref', spec.reference)}, {out})")
             self.emit("    if E[2]:")
             self.emit(f"        g = {site}.fast_for([{args}])")
-            self.emit(f"        G[{j}] = None if g is None else (g, {strides})")
+            self.emit(f"        G[{j}] = None if g is None else (g, {strides}, getattr(g, 'native', None))")
             self.ns["ST"] = spec.site.stats
         elif spec.reuse and spec.n in (1, 2) and not spec.dyn:   # as the interpreter keeps it
             self.bufs = True

@@ -1,0 +1,184 @@
+"""Native entries: a loaded kernel called as a Python builtin, without ctypes.
+
+A kernel is a C function taking data pointers and sizes. Calling it through ctypes costs a
+libffi call, one helper object per pointer and a Python closure that lays out the arguments;
+right after a big BLAS call has evicted them from the caches, those cost more than the
+rest of a compiled Cell's call (bench/interp_overhead.py). An entry is a builtin function
+(``PyCFunction``, METH_FASTCALL) whose C body is a trampoline generated here:
+
+    entry(in0, in1, ..., out) -> out
+
+It checks that it got the number of arguments it was made for and that each argument it reads
+is exactly an ``ndarray``, reads each one's data pointer from the array header, releases the GIL
+for a large kernel, calls the kernel with those pointers and the constants (sizes, strides, the
+BLAS function) stored in the entry's ``self`` (an int64 array), and returns ``out``. Anything else
+raises TypeError. Shapes, strides and dtypes are not checked here: an entry is only called by a
+replay (interp/replay.py) for inputs whose signature and strides are the ones the kernel was
+prepared for.
+
+A trampoline depends only on its argument pattern (which argument is a constant, which a
+pointer); every address it needs (the kernel, ``PyArray_Type``, the GIL functions) is in the
+constants, so its object code is the same in every process and goes through the kernel cache's
+disk like a kernel's (not counted as one). Entries exist only where the ndarray header layout
+was checked at import (``LAYOUT``): a CPython with the classic object header and numpy's
+``PyArrayObject_fields``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import threading
+
+import numpy as np
+
+_at = ctypes.c_void_p.from_address
+_OB_TYPE = ctypes.sizeof(ctypes.c_ssize_t)                   # PyObject: ob_refcnt, ob_type
+_DATA = _OB_TYPE + ctypes.sizeof(ctypes.c_void_p)            # PyArrayObject_fields.data
+
+
+def _probe_layout() -> bool:
+    """Whether every probe array's type is at offset 8 and its data pointer at 16."""
+    base = np.arange(24.0).reshape(4, 6)
+    probes = [base, base[1:], base[:, 2:].T, np.empty(0, np.float32), np.float32(1.0) * np.ones(3, np.float32)]
+    try:
+        return all(_at(id(a) + _DATA).value == a.ctypes.data and _at(id(a) + _OB_TYPE).value == id(np.ndarray)
+                   for a in probes)
+    except (ValueError, OSError):
+        return False
+
+
+LAYOUT = _probe_layout()
+
+
+def _data_pointer_reader():
+    """``data_pointer(a)`` for an ndarray: ``ctypes.data`` builds a helper object (~2 µs, more than a
+    small kernel); the pointer is the first field after the object header (numpy's
+    ``PyArrayObject_fields.data``, what ``PyArray_DATA`` reads), ~0.3 µs through ctypes, where
+    ``LAYOUT`` holds; ``ctypes.data`` elsewhere."""
+    if LAYOUT:
+        return lambda a: _at(id(a) + _DATA).value
+    return lambda a: a.ctypes.data
+
+
+data_pointer = _data_pointer_reader()
+
+# the constants every entry starts with (its "self" array), before the kernel's own
+HEAD = ("fn", "array_type", "save_thread", "restore_thread", "set_error", "type_error")
+MESSAGE = b"msvm native entry: called with arguments other than the arrays it was prepared for"
+METH_FASTCALL = 0x0080
+
+
+class _MethodDef(ctypes.Structure):
+    _fields_ = [("ml_name", ctypes.c_char_p), ("ml_meth", ctypes.c_void_p), ("ml_flags", ctypes.c_int),
+                ("ml_doc", ctypes.c_char_p)]
+
+
+_lock = threading.Lock()
+_defs: dict = {}          # pattern -> _MethodDef (kept for the process: function objects point at it)
+_head = None
+
+
+def _head_values() -> list:
+    global _head
+    if _head is None:
+        api = ctypes.pythonapi
+        addr = [ctypes.cast(getattr(api, n), ctypes.c_void_p).value
+                for n in ("PyEval_SaveThread", "PyEval_RestoreThread", "PyErr_SetString")]
+        _head = [id(np.ndarray), *addr, id(TypeError)]
+    return _head
+
+
+def trampoline_ir(name: str, pattern: tuple, nargs: int, release: bool) -> str:
+    """The trampoline's LLVM IR. ``pattern``: the kernel's arguments in order, each ``"c"`` (the next
+    constant after HEAD) or an int k (the data pointer of argument k; ``nargs - 1`` is ``out``)."""
+    lines = [f"define i8* @{name}(i8* %self, i8** %args, i64 %nargs) nounwind {{", "entry:",
+             f"  %sdp = getelementptr i8, i8* %self, i64 {_DATA}",
+             "  %sdpp = bitcast i8* %sdp to i64**", "  %c = load i64*, i64** %sdpp"]
+
+    def const(k: int, v: str):
+        lines.extend([f"  %{v}p = getelementptr i64, i64* %c, i64 {k}", f"  %{v} = load i64, i64* %{v}p"])
+
+    for k, h in enumerate(HEAD):
+        const(k, h)
+    read = sorted({p for p in pattern if p != "c"} | {nargs - 1})
+    lines += [f"  %nok = icmp eq i64 %nargs, {nargs}", "  br i1 %nok, label %types, label %bad", "types:"]
+    ok = "true"
+    for k in read:
+        lines += [f"  %a{k}p = getelementptr i8*, i8** %args, i64 {k}", f"  %a{k} = load i8*, i8** %a{k}p",
+                  f"  %t{k}p = getelementptr i8, i8* %a{k}, i64 {_OB_TYPE}",
+                  f"  %t{k}pp = bitcast i8* %t{k}p to i64*", f"  %t{k} = load i64, i64* %t{k}pp",
+                  f"  %e{k} = icmp eq i64 %t{k}, %array_type", f"  %ok{k} = and i1 {ok}, %e{k}"]
+        ok = f"%ok{k}"
+    lines += [f"  br i1 {ok}, label %call, label %bad", "call:"]
+    args, nconst = [], len(HEAD)
+    for j, p in enumerate(pattern):
+        if p == "c":
+            const(nconst, f"k{j}")
+            nconst += 1
+        else:
+            lines += [f"  %d{j}p = getelementptr i8, i8* %a{p}, i64 {_DATA}",
+                      f"  %d{j}pp = bitcast i8* %d{j}p to i64*", f"  %k{j} = load i64, i64* %d{j}pp"]
+        args.append(f"i64 %k{j}")
+    sig = ", ".join(["i64"] * len(pattern))
+    if release:
+        lines += ["  %save = inttoptr i64 %save_thread to i8* ()*", "  %ts = call i8* %save()"]
+    lines += [f"  %f = inttoptr i64 %fn to void ({sig})*", f"  call void %f({', '.join(args)})"]
+    if release:
+        lines += ["  %restore = inttoptr i64 %restore_thread to void (i8*)*", "  call void %restore(i8* %ts)"]
+    out = nargs - 1
+    lines += [f"  %rc = bitcast i8* %a{out} to i64*", "  %r0 = load i64, i64* %rc", "  %r1 = add i64 %r0, 1",
+              "  store i64 %r1, i64* %rc", f"  ret i8* %a{out}", "bad:",
+              "  %seterr = inttoptr i64 %set_error to void (i64, i8*)*",
+              f"  %msg = getelementptr [{len(MESSAGE) + 1} x i8], [{len(MESSAGE) + 1} x i8]* @msg, i64 0, i64 0",
+              "  call void %seterr(i64 %type_error, i8* %msg)", "  ret i8* null", "}"]
+    text = "".join(f"\\{b:02x}" if b < 32 or b > 126 or b in b'"\\' else chr(b) for b in MESSAGE)
+    head = f'@msg = private unnamed_addr constant [{len(MESSAGE) + 1} x i8] c"{text}\\00"\n\n'
+    return head + "\n".join(lines) + "\n"
+
+
+def prepare(pattern: tuple, nargs: int, release: bool) -> None:
+    """Compile (or load from the kernel cache's disk) the trampoline for ``pattern``, once per
+    process; called on the thread that compiles the kernel, so no caller waits for it. A failure
+    is logged and leaves the kernel to its ctypes caller."""
+    key = (pattern, nargs, release)
+    if key in _defs or not LAYOUT:
+        return
+    from .. import log
+    from .cache import make_key
+    from .codegen import codegen
+    from .tiers import kernel_cache
+
+    with _lock:
+        if key in _defs:
+            return
+        try:
+            cg, cache = codegen(), kernel_cache()
+            sig = repr(key)
+            name = "msvm_entry_" + hashlib.sha256(sig.encode()).hexdigest()[:16]
+            ir = trampoline_ir(name, pattern, nargs, release)
+            ck = make_key(ir, 2, "cpu-entry", cg.version, cg.target_id)
+            disk = cache.read(ck)
+            obj = disk[0] if disk is not None else cg.compile(ir, 2)[0]
+            addr = cg.load(obj, [name])[name]
+            if disk is None:
+                cache.write(ck, obj, {"name": name, "entry": sig})
+        except Exception as e:  # noqa: BLE001 - the ctypes caller still runs the kernel
+            log.logger.info("native entry %s not built: %s", key, e)
+            _defs[key] = None
+            return
+        _defs[key] = _MethodDef(name.encode(), addr, METH_FASTCALL, None)
+
+
+def make(fn_addr: int, pattern: tuple, consts: list, nargs: int, release: bool):
+    """``entry(*args) -> args[-1]`` calling the kernel at ``fn_addr`` with ``pattern``'s arguments
+    (``consts`` in order for its ``"c"`` items); None when ``prepare`` has not built its trampoline."""
+    d = _defs.get((pattern, nargs, release))
+    if d is None:
+        return None
+    self = np.array([fn_addr, *_head_values(), *consts], dtype=np.int64)
+    return _new(ctypes.addressof(d), self, None)
+
+
+_new = ctypes.pythonapi.PyCFunction_NewEx
+_new.restype, _new.argtypes = ctypes.py_object, [ctypes.c_void_p, ctypes.py_object, ctypes.py_object]

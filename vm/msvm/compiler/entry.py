@@ -32,6 +32,9 @@ import threading
 
 import numpy as np
 
+from .. import log
+from .cache import make_key
+
 _at = ctypes.c_void_p.from_address
 _OB_TYPE = ctypes.sizeof(ctypes.c_ssize_t)                   # PyObject: ob_refcnt, ob_type
 _DATA = _OB_TYPE + ctypes.sizeof(ctypes.c_void_p)            # PyArrayObject_fields.data
@@ -137,23 +140,20 @@ def trampoline_ir(name: str, pattern: tuple, nargs: int, release: bool) -> str:
     return head + "\n".join(lines) + "\n"
 
 
-def prepare(pattern: tuple, nargs: int, release: bool) -> None:
-    """Compile (or load from the kernel cache's disk) the trampoline for ``pattern``, once per
-    process; called on the thread that compiles the kernel, so no caller waits for it. A failure
-    is logged and leaves the kernel to its ctypes caller."""
+def prepare(pattern: tuple, nargs: int, release: bool, cache) -> None:
+    """Compile (or load from ``cache``'s disk, a KernelCache) the trampoline for ``pattern``, once
+    per process; called on the thread that compiles the kernel, so no caller waits for it. A
+    failure is logged and leaves the kernel to its ctypes caller."""
     key = (pattern, nargs, release)
     if key in _defs or not LAYOUT:
         return
-    from .. import log
-    from .cache import make_key
-    from .codegen import codegen
-    from .tiers import kernel_cache
+    from .codegen import codegen  # (llvmlite is imported when something compiles)
 
     with _lock:
         if key in _defs:
             return
         try:
-            cg, cache = codegen(), kernel_cache()
+            cg = codegen()
             sig = repr(key)
             name = "msvm_entry_" + hashlib.sha256(sig.encode()).hexdigest()[:16]
             ir = trampoline_ir(name, pattern, nargs, release)

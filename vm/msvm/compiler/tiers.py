@@ -711,7 +711,7 @@ class Site:
         """Compile (or load) the trampoline this kernel's entry needs, on the compiling thread."""
         spec = self.native_spec(compiled, plan)
         if spec is not None:
-            entry.prepare(tuple(spec[0]), spec[2], spec[3])
+            entry.prepare(tuple(spec[0]), spec[2], spec[3], kernel_cache())
 
     def native(self, compiled: Compiled, plan):
         """[entry, allocator, out shape, dtype, weight, last buffer] for a replay: ``entry(*inputs,

@@ -589,6 +589,41 @@ def test_streaming_stores_for_outputs_beyond_the_caches(level, rng):
     assert len(kernels) == 2 and all(k.stream for k in kernels)      # (the two broadcast patterns)
 
 
+def test_streaming_outputs_reuse_a_block_only_when_nothing_refers_to_it(level, rng):
+    """Outputs of streaming kernels come from the pool of blocks (compiler/buffers.py): a block is
+    handed out again once its output and every view of it are gone, never while one lives; every
+    result kept by the caller, or seen through a view, stays what it was computed as."""
+    import gc
+
+    from msvm.compiler import buffers
+
+    level("L3")
+    rows = tiers.STREAM_MIN // (4 * 4096) + 1
+    a, b = (rng.standard_normal((rows, 4096)).astype(np.float32) for _ in range(2))
+    ta, tb = ms.Tensor(a), ms.Tensor(b)
+    for _ in range(4):                               # L3, its replay and its native entry
+        _big_chain(ta, tb)
+    want = np.maximum(a * 1.5 + b, 0)
+    first = _big_chain(ta, tb).asnumpy()
+    np.testing.assert_allclose(first, want, rtol=1e-6, atol=1e-6)
+    p, seen = tiers.data_pointer(first), first[5:9].copy()
+    kept = [first, _big_chain(ta, tb).asnumpy()]    # the caller keeps it: a new block
+    assert tiers.data_pointer(kept[1]) != p
+    view = kept[0][5:9].T                            # the caller keeps only a view of it
+    del first, kept
+    gc.collect()
+    others = [_big_chain(ta, tb).asnumpy() for _ in range(3)]
+    assert p not in {tiers.data_pointer(o) for o in others}
+    np.testing.assert_array_equal(view, seen.T)       # not overwritten by the calls since
+    del view
+    others.clear()
+    gc.collect()
+    again = _big_chain(ta, tb).asnumpy()             # nothing refers to the first block now
+    assert tiers.data_pointer(again) - p in range(0, tiers.ALIGN)
+    np.testing.assert_allclose(again, want, rtol=1e-6, atol=1e-6)
+    assert 0 < buffers.held() <= buffers.LIMIT
+
+
 @pytest.mark.parametrize("tier", ["L2", "L3"])
 def test_results_are_not_kept_alive_by_the_compiled_sites(level, tier, rng):
     """A result the caller drops is freed: sites remember input pointers, not outputs."""

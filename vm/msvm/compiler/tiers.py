@@ -31,6 +31,7 @@ import numpy as np
 from .. import context, events, log
 from ..bytecode.disasm import display_name
 from . import entry
+from .buffers import ALIGN, aligned_empty
 from .cache import KernelCache, make_key
 from .entry import data_pointer
 from .kir import Elementwise, MatmulEpilogue, RowKernel, collapse, strides_for
@@ -46,7 +47,6 @@ _ND = np.ndarray
 _JIT = context._ctx["jit_config"]        # the live jit_config dict (set_context updates it in place)
 B_IN_CACHE = 1 << 20            # bytes of a matmul's B below which L3 works in row blocks
 STREAM_MIN = 16 << 20           # output bytes from which L3 elementwise kernels use streaming stores
-ALIGN = 64                      # bytes: outputs of streaming kernels (a whole vector per aligned store)
 RELEASE_MIN = 1 << 14           # elements from which a native entry lets other threads run (compiles)
 L3_SHAPES = 2                   # a site specializes (L3) for at most this many concrete shapes
 
@@ -755,15 +755,6 @@ class Site:
         return p
 
 
-
-
-def aligned_empty(shape, d, align: int = ALIGN):
-    """np.empty(shape, d) whose data starts on an `align`-byte boundary (numpy only promises 16)."""
-    d = np.dtype(d)
-    n = int(np.prod(shape, dtype=np.int64)) * d.itemsize
-    buf = np.empty(n + align, np.uint8)
-    off = -data_pointer(buf) % align
-    return buf[off:off + n].view(d).reshape(shape)
 
 
 def _same(x):

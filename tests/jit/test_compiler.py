@@ -748,3 +748,31 @@ def test_fused_kernels_with_many_inputs(level, tier, rng):
     s = lambda v: v[:, :6]  # noqa: E731
     np.testing.assert_allclose(t.asnumpy(), np.tanh(x * s(a) + s(b) - s(c) + s(d) * s(e) + s(f) - s(g) + x),
                                rtol=1e-5, atol=1e-5)
+
+
+WARM = """
+import sys, threading, time
+import msvm as ms
+from msvm import nn
+mode = sys.argv[1]
+if mode == "pynative":
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+elif mode == "L1":
+    ms.set_context(jit_config={"jit_level": "L1"})
+assert "llvmlite.binding" not in sys.modules       # importing msvm does not load LLVM
+nn.Dense(3, 4)                                      # a Cell is made; nothing is called
+from msvm.compiler import codegen
+end = time.time() + 60
+while codegen._instance is None and time.time() < end and mode == "graph":
+    time.sleep(0.01)
+print(any(t.name == "msvm-jit" for t in threading.enumerate()), codegen._instance is not None)
+"""
+
+
+@pytest.mark.parametrize("mode, started", [("graph", True), ("pynative", False), ("L1", False)])
+def test_making_a_cell_starts_loading_llvm_in_the_background(mode, started):
+    """In GRAPH_MODE above L1 the first Cell made starts the background compiler, which loads
+    LLVM before any call needs it; in PYNATIVE_MODE or at L1 nothing compiles, nothing starts."""
+    r = subprocess.run([sys.executable, "-c", WARM, mode], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == [str(started)] * 2

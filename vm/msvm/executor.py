@@ -160,6 +160,19 @@ class Variant:
         return b
 
 
+_warm = [False]
+
+
+def warm_up() -> None:
+    """Once per process, in GRAPH_MODE: have the background compiler load LLVM now
+    (``tiers.warm_up``)."""
+    if not _warm[0] and context._ctx["mode"] == context.GRAPH_MODE:
+        _warm[0] = True
+        from .compiler import tiers
+
+        tiers.warm_up()
+
+
 def accelerator():
     """The tier manager's sites. Linked whatever jit_level is now: each site reads the live
     jit_level on every call (L1 runs the reference kernel), so changing it with set_context

@@ -26,6 +26,9 @@ class JitFunction:
         self.config = config
         self._runner = None
         functools.update_wrapper(self, fn)
+        from .executor import warm_up
+
+        warm_up()
 
     def __get__(self, obj, objtype=None):
         if obj is None:

@@ -86,6 +86,7 @@ class _Worker:
         self.thread.start()
 
     def loop(self):
+        self.warm()
         while True:
             task = self.q.get()
             if task is None:
@@ -100,6 +101,21 @@ class _Worker:
             finally:
                 self.busy.clear()
                 self.q.task_done()
+
+    @staticmethod
+    def warm():
+        """Load LLVM before the first kernel asks for it: llvmlite's import, the target machines
+        and LLVM's own first-use set-up (an empty function compiled and linked) cost 50-100 ms
+        once per process, which a first compile, or the first call's look into the disk cache,
+        would otherwise wait for."""
+        try:
+            from .codegen import codegen
+
+            cg = codegen()
+            obj, _ = cg.compile("define void @msvm_warm_up() {\nentry:\n  ret void\n}\n", 2)
+            cg.load(obj, ["msvm_warm_up"])
+        except Exception as e:  # noqa: BLE001 - the first compile reports what is wrong
+            log.logger.debug("JIT warm-up: %s", e)
 
     def submit(self, task):
         if not self.stopping:
@@ -128,6 +144,14 @@ def worker() -> _Worker:
                 _worker = _Worker()
                 atexit.register(_worker.stop)
     return _worker
+
+
+def warm_up() -> None:
+    """Start the background compiler, which loads LLVM first (``_Worker.warm``): called when a
+    Cell or a jit function is made in GRAPH_MODE, so that this happens while the program
+    builds its model and inputs, not in its first call."""
+    if _worker is None and _JIT["jit_level"] != "L1":
+        worker()
 
 
 def wait_for_compiles(timeout=None) -> bool:

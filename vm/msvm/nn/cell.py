@@ -25,6 +25,9 @@ class Cell:
         object.__setattr__(self, "training", False)
         object.__setattr__(self, "_msvm_inputs", None)
         object.__setattr__(self, "_runner", None)
+        from ..executor import warm_up
+
+        warm_up()       # (once per process: the background compiler starts loading LLVM)
 
     def __setattr__(self, name, value):
         d = self.__dict__

@@ -212,3 +212,120 @@ def test_a_new_process_loads_trampolines_from_disk(tmp_path):
     (n1, c1), (n2, c2) = (map(int, r.stdout.split()) for r in runs)
     assert n1 == n2 >= 4
     assert c1 >= 1 and c2 == 0
+
+
+# ---------------------------------------------------------------- call guards
+
+def _guarded(net, *args, **kwargs):
+    """Settle a Cell at one call until its runner's guard is built; returns the guard."""
+    for _ in range(12):
+        net(*args, **kwargs)
+        tiers.wait_for_compiles()
+    g = net.__dict__["_runner"].guard
+    assert g is not None, "the repeated signature has a guard"
+    return g
+
+
+def test_a_guard_runs_its_signature_and_refuses_every_other():
+    """The guard answers its own signature with the replay's result as a new Tensor; any other
+    call (shape, strides, dtype, flag, argument kinds and count, keyword order) goes the Python
+    way and gets its own right answer."""
+    from cells import DynamicMatmulCell
+
+    rng = np.random.default_rng(5)
+    net = DynamicMatmulCell()
+    x = rng.standard_normal((6, 8)).astype(np.float32)
+    y = rng.standard_normal((8, 5)).astype(np.float32)
+    tx, ty = ms.Tensor(x), ms.Tensor(y)
+    g = _guarded(net, tx, ty, training=True)
+    outs = [net(tx, ty, training=True) for _ in range(3)]
+    for o in outs:
+        assert type(o) is ms.Tensor and o.dtype == ms.float32 and o.shape == (6, 5)
+        np.testing.assert_allclose(o.asnumpy(), np.maximum(x @ y, 0), rtol=1e-5, atol=1e-5)
+    assert len({id(o) for o in outs}) == 3 and len({id(o.asnumpy()) for o in outs}) == 3
+    assert g[0](tx, ty, True) is not g[1]
+    x64 = rng.standard_normal((6, 8))
+    others = [((ms.Tensor(x[:3]), ty), {"training": True}, np.maximum(x[:3] @ y, 0)),
+              ((tx, ty), {"training": False}, x @ y),
+              ((tx, ty, False), {}, x @ y),
+              ((ms.Tensor(np.asfortranarray(x)), ty), {"training": True}, np.maximum(x @ y, 0)),
+              ((ms.Tensor(x64), ms.Tensor(y.astype(np.float64))), {"training": True}, np.maximum(x64 @ y, 0)),
+              ((ms.Parameter(ms.Tensor(x), name="p"), ty), {"training": True}, np.maximum(x @ y, 0)),
+              ((tx, ty), {}, np.maximum(x @ y, 0))]
+    for args, kwargs, want in others:
+        got = net(*args, **kwargs)
+        np.testing.assert_allclose(got.asnumpy(), want, rtol=1e-5, atol=1e-5)
+    for bad in [(x, ty, True), (tx, ty), (tx, ty, True, True), (tx, ty, 1), (tx, tx, True)]:
+        assert g[0](*bad) is g[1]         # refused, natively, without running anything
+    np.testing.assert_allclose(net(tx, ty, training=True).asnumpy(), np.maximum(x @ y, 0), rtol=1e-5, atol=1e-5)
+
+
+def test_guards_step_aside_for_the_debugger_events_and_l1(level):
+    from cells import DynamicMatmulCell
+    from msvm import events
+    from msvm.interp.interpreter import set_trace
+
+    rng = np.random.default_rng(6)
+    net = DynamicMatmulCell()
+    tx, ty = (ms.Tensor(rng.standard_normal(s).astype(np.float32)) for s in ((4, 8), (8, 3)))
+    _guarded(net, tx, ty, training=True)
+    seen = []
+    old = set_trace(lambda frame, pc, *rest: seen.append(pc))
+    try:
+        net(tx, ty, training=True)
+    finally:
+        set_trace(old)
+    assert seen, "the trace hook saw the call's instructions"
+    got = []
+    unsubscribe = events.subscribe(got.append, {"exec"})
+    try:
+        net(tx, ty, training=True)
+    finally:
+        unsubscribe()
+    assert got
+    level("L1")
+    before = tiers.kernel_cache().stats["hits"]
+    np.testing.assert_allclose(net(tx, ty, training=True).asnumpy(), np.maximum(tx.asnumpy() @ ty.asnumpy(), 0),
+                               rtol=1e-5, atol=1e-5)
+    assert tiers.kernel_cache().stats["hits"] == before      # L1 ran no compiled kernel
+
+
+def test_a_guard_is_dropped_when_a_parameter_changes_shape():
+    rng = np.random.default_rng(7)
+
+    class Lin(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.w = ms.Parameter(ms.Tensor(rng.standard_normal((6, 4)).astype(np.float32)), name="w")
+
+        def construct(self, x):
+            return ops.relu(ops.matmul(x, self.w))
+
+    net = Lin()
+    x = rng.standard_normal((3, 6)).astype(np.float32)
+    _guarded(net, ms.Tensor(x))
+    w2 = rng.standard_normal((6, 9)).astype(np.float32)
+    net.w.set_data(ms.Tensor(w2))
+    assert net.__dict__["_runner"].guard is None or net(ms.Tensor(x)).shape == (3, 9)
+    np.testing.assert_allclose(net(ms.Tensor(x)).asnumpy(), np.maximum(x @ w2, 0), rtol=1e-5, atol=1e-5)
+
+
+def test_guarded_calls_count_references_right():
+    from cells import DynamicMatmulCell
+
+    rng = np.random.default_rng(8)
+    net = DynamicMatmulCell()
+    tx, ty = (ms.Tensor(rng.standard_normal(s).astype(np.float32)) for s in ((4, 8), (8, 3)))
+    _guarded(net, tx, ty, training=True)
+    gc.collect()
+    before = [sys.getrefcount(o) for o in (tx, ty, tx.asnumpy(), ty.asnumpy(), None, True)]
+    refs = []
+    for _ in range(100):
+        out = net(tx, ty, training=True)
+        refs.append((weakref.ref(out), weakref.ref(out.asnumpy())))
+        del out
+    gc.collect()
+    assert all(a() is None and b() is None for a, b in refs)
+    after = [sys.getrefcount(o) for o in (tx, ty, tx.asnumpy(), ty.asnumpy(), None, True)]
+    assert after[:4] == before[:4]
+    assert abs(after[4] - before[4]) < 50 and abs(after[5] - before[5]) < 50     # None, True: not leaked per call

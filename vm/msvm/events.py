@@ -19,6 +19,9 @@ _subs: list = []
 _lock = threading.Lock()
 profiling = False   # when True the interpreter times every instruction
 _profilers = 0
+# why calls must go through the interpreter, one name per reason ("subscribers", "trace"): the
+# executor's fast paths (replays, guards) check this one set instead of each module's state
+SLOW: set = set()
 
 
 def subscribe(fn, types=None, profile: bool = False):
@@ -27,6 +30,7 @@ def subscribe(fn, types=None, profile: bool = False):
     entry = (fn, frozenset(types) if types else None, profile)
     with _lock:
         _subs.append(entry)
+        SLOW.add("subscribers")
         if profile:
             _profilers += 1
             profiling = True
@@ -36,6 +40,8 @@ def subscribe(fn, types=None, profile: bool = False):
         with _lock:
             if entry in _subs:
                 _subs.remove(entry)
+                if not _subs:
+                    SLOW.discard("subscribers")
                 if profile:
                     _profilers -= 1
                     profiling = _profilers > 0

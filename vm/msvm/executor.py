@@ -22,7 +22,7 @@ from .bytecode.symbolic import Expr
 from .bytecode.types import ScalarType, TensorType
 from .errors import MsvmError, ShapeMismatch
 from .frontend.compiler import ArgSpec, cell_getattr, compile_cell_for, compile_function, construct_params, source_of
-from .interp import interpreter, replay
+from .interp import replay
 from .interp.interpreter import BoundCode
 from .interp.replay import FALLBACK
 from .tensor import PARAMETER_SHAPES, Tensor, wrap
@@ -96,6 +96,7 @@ MEMO_SIZE = 64          # exact call signatures remembered per Cell (layouts, dt
 REPLAY_AFTER = 2        # calls at one signature before its path is written as a straight-line replay
 _JIT = context._ctx["jit_config"]    # the live jit_config (set_context updates it in place)
 _DT = dt.from_numpy
+_SLOW = events.SLOW     # reasons calls go through the interpreter (event subscribers, a trace hook)
 _BY_NP = dt._BY_NP
 
 
@@ -282,13 +283,27 @@ class _Runner:
         return vals
 
     shapes_seen = 0     # PARAMETER_SHAPES when the variants were compiled
+    guard = None        # (guard, its "no" answer, memo entry): the last signature that ran its replay
 
     def __call__(self, args, kwargs):
         if PARAMETER_SHAPES[0] != self.shapes_seen:     # a Parameter changed shape: verify again
             self.variants.clear()
             self.memo.clear()
+            self.guard = None
             self.shapes_seen = PARAMETER_SHAPES[0]
         vals = args if (not kwargs and len(args) == self.n) else self.values(args, kwargs)
+        g = self.guard
+        if g is not None and not _SLOW and _JIT["jit_level"] != "L1":
+            # the last replayed signature again? its guard checks the values natively and runs the replay
+            out = g[0](*vals)
+            if type(out) is Tensor:          # (the guard makes the Tensor of an array of the expected dtype)
+                return out
+            if out is not g[1] and out is not FALLBACK:
+                if type(out) is np.ndarray:
+                    t = _new_tensor(Tensor)
+                    t._data, t._pshape, t._dtype = out, None, _BY_NP.get(out.dtype) or _DT(out.dtype)
+                    return t
+                return wrap(out)
         # the steady state: the same exact call signature as before -> its variant, program and bindings
         sig, rt = [], []
         for v in vals:
@@ -312,9 +327,10 @@ class _Runner:
             var, bound, env, rp = hit[0], hit[1], hit[2], hit[3]
             if var.partial:
                 rt = [rt[i] for i in var.runtime_idx]
-            if rp and _JIT["jit_level"] != "L1" and not events._subs and not events.profiling \
-                    and interpreter._trace is None:
+            if rp and not _SLOW and _JIT["jit_level"] != "L1":
                 out = rp(*rt)           # the straight-line replay of this signature's path
+                if out is not FALLBACK and (g is None or g[2] is not hit):
+                    self.aim(hit, vals, out)
             elif rp is None:
                 hit[4] += 1
                 if hit[4] >= REPLAY_AFTER:
@@ -327,13 +343,92 @@ class _Runner:
             if env is not None and sig is not None:
                 if len(self.memo) >= MEMO_SIZE:
                     self.memo.clear()
-                self.memo[tuple(sig)] = [var, bound, env.copy(), None, 0]
+                self.memo[tuple(sig)] = [var, bound, env.copy(), None, 0, None]
             out = _observed_call(var, bound, rt, env) if events._subs else bound.call(rt, env=env)
         if type(out) is np.ndarray:
             t = _new_tensor(Tensor)
             t._data, t._pshape, t._dtype = out, None, _BY_NP.get(out.dtype) or _DT(out.dtype)
             return t
         return wrap(out)
+
+
+    def aim(self, hit: list, vals, out) -> None:
+        """Point the guard at this memo entry's signature, whose replay just ran: its guard when
+        built; else its trampoline is asked of the background compiler (hit[5]: None not yet
+        asked, a pattern while building, False where these values take no guard)."""
+        state = hit[5]
+        if state is None:
+            state = hit[5] = _guard_pattern(hit[0], vals)
+            if state:
+                from .compiler import entry, tiers
+
+                tiers.worker().submit(lambda: entry.prepare_guard(state, tiers.kernel_cache()))
+            return
+        if type(state) is tuple:
+            from .compiler import entry
+
+            ready = entry.guard_ready(state)
+            if ready is None:
+                return
+            hit[5] = state = _make_guard(state, hit[3], vals, out) if ready else False
+        if state:
+            self.guard = (state[0], state[1], hit)
+
+
+def _tensor_slots():
+    """The offsets of a Tensor's ``_data``, ``_pshape`` and ``_dtype`` (__slots__ members) in the
+    object, found by looking for markers there; None unless found alike twice."""
+    import ctypes
+
+    found = set()
+    for _ in range(2):
+        t, marks = _new_tensor(Tensor), (object(), object(), object())
+        t._data, t._pshape, t._dtype = marks
+        found.add(tuple(next((off for off in range(16, Tensor.__basicsize__, 8)
+                              if ctypes.c_void_p.from_address(id(t) + off).value == id(m)), None) for m in marks))
+    slots = found.pop() if len(found) == 1 else None
+    return slots if slots is not None and None not in slots else None
+
+
+_SLOTS = _tensor_slots()
+
+
+def _guard_pattern(var, vals):
+    """The guard trampoline's pattern for these call values (compiler/entry.py ``guard_ir``), or
+    False where a value is neither an exact Tensor nor a bool."""
+    if _SLOTS is None:
+        return False
+    passed = set(var.runtime_idx) if var.partial else set(range(len(vals)))
+    pattern = []
+    for k, v in enumerate(vals):
+        if type(v) is Tensor and type(v._data) is np.ndarray:
+            pattern.append(("t", v._data.ndim, k in passed))
+        elif type(v) is bool:
+            pattern.append(("b", k in passed))
+        else:
+            return False
+    return tuple(pattern)
+
+
+def _make_guard(pattern, rp, vals, out):
+    """[guard, its "no" answer, what it needs alive] for the signature of ``vals`` (a list, where
+    the pattern that asked for it is a tuple)."""
+    from .compiler import entry
+
+    expected, keep = [], [rp]
+    for v in vals:
+        if type(v) is bool:
+            expected.append(id(v))
+        else:
+            a = v._data
+            keep.append(a.dtype)
+            expected += [id(a.dtype), *a.shape, *a.strides]
+    result = None
+    if type(out) is np.ndarray and _BY_NP.get(out.dtype) is not None:
+        result = (out.dtype, _BY_NP[out.dtype])
+        keep.append(result)
+    made = entry.make_guard(pattern, rp, Tensor, _SLOTS, result, expected)
+    return False if made is None else [made[0], made[1], keep]
 
 
 class CellRunner(_Runner):

@@ -144,7 +144,11 @@ def prepare(pattern: tuple, nargs: int, release: bool, cache) -> None:
     """Compile (or load from ``cache``'s disk, a KernelCache) the trampoline for ``pattern``, once
     per process; called on the thread that compiles the kernel, so no caller waits for it. A
     failure is logged and leaves the kernel to its ctypes caller."""
-    key = (pattern, nargs, release)
+    _build((pattern, nargs, release), lambda name: trampoline_ir(name, pattern, nargs, release), cache)
+
+
+def _build(key: tuple, ir_for, cache) -> None:
+    """Compile (or load) the trampoline ``ir_for(name)`` once per process under ``key``."""
     if key in _defs or not LAYOUT:
         return
     from .codegen import codegen  # (llvmlite is imported when something compiles)
@@ -156,14 +160,14 @@ def prepare(pattern: tuple, nargs: int, release: bool, cache) -> None:
             cg = codegen()
             sig = repr(key)
             name = "msvm_entry_" + hashlib.sha256(sig.encode()).hexdigest()[:16]
-            ir = trampoline_ir(name, pattern, nargs, release)
+            ir = ir_for(name)
             ck = make_key(ir, 2, "cpu-entry", cg.version, cg.target_id)
             disk = cache.read(ck)
             obj = disk[0] if disk is not None else cg.compile(ir, 2)[0]
             addr = cg.load(obj, [name])[name]
             if disk is None:
                 cache.write(ck, obj, {"name": name, "entry": sig})
-        except Exception as e:  # noqa: BLE001 - the ctypes caller still runs the kernel
+        except Exception as e:  # noqa: BLE001 - the Python path still runs
             log.logger.info("native entry %s not built: %s", key, e)
             _defs[key] = None
             return
@@ -182,3 +186,170 @@ def make(fn_addr: int, pattern: tuple, consts: list, nargs: int, release: bool):
 
 _new = ctypes.pythonapi.PyCFunction_NewEx
 _new.restype, _new.argtypes = ctypes.py_object, [ctypes.c_void_p, ctypes.py_object, ctypes.py_object]
+
+
+# ---------------------------------------------------------------- call guards
+#
+# A guard is the native front of one call signature of a Cell (executor._Runner): called with
+# the call's values, it checks each is what the signature says — a Tensor whose array has the
+# signature's rank, dims, strides and dtype (the same dtype object), or the same bool — and
+# then calls the signature's replay with the arrays (PyObject_Vectorcall) and returns what it
+# returns; anything else returns the guard's own constants array, which the caller takes as "not
+# this signature". It does in a few loads and compares what building and hashing the signature
+# key costs in Python. Constants: HEAD_GUARD, then per argument its expected values.
+
+HEAD_GUARD = ("vectorcall", "replay", "tensor_type", "array_type", "slot", "alloc", "incref", "decref", "none",
+              "slot_pshape", "slot_dtype", "out_descr", "out_dtype")
+_ND, _DIMS, _STRIDES, _DESCR = 24, 32, 40, 56          # PyArrayObject_fields: nd, dimensions, strides, descr
+
+
+def _probe_fields() -> bool:
+    """Whether nd, dimensions, strides and descr sit where _ND.. say, on probe arrays."""
+    if not LAYOUT:
+        return False
+    base = np.arange(24.0).reshape(4, 6)
+    probes = [base, base[1:], base[:, 2:].T, np.empty((2, 0, 3), np.float32), np.float32(2.0) * np.ones(3),
+              np.empty((), np.int64)]
+    try:
+        for a in probes:
+            nd = ctypes.c_int.from_address(id(a) + _ND).value
+            dims, strides = (ctypes.cast(_at(id(a) + off).value or 0, ctypes.POINTER(ctypes.c_int64))
+                             for off in (_DIMS, _STRIDES))
+            if (nd != a.ndim or tuple(dims[i] for i in range(nd)) != a.shape
+                    or tuple(strides[i] for i in range(nd)) != a.strides or _at(id(a) + _DESCR).value != id(a.dtype)):
+                return False
+        return True
+    except (ValueError, OSError):
+        return False
+
+
+FIELDS = _probe_fields()
+
+
+def guard_ir(name: str, pattern: tuple) -> str:
+    """The guard's LLVM IR. ``pattern``: per call value, ``("t", rank, passed)`` (a Tensor) or
+    ``("b", passed)`` (a bool); ``passed``: whether the replay takes it."""
+    n_pass = sum(1 for p in pattern if p[-1])
+    lines = [f"define i8* @{name}(i8* %self, i8** %args, i64 %nargs) {{", "entry:",
+             f"  %sdp = getelementptr i8, i8* %self, i64 {_DATA}",
+             "  %sdpp = bitcast i8* %sdp to i64**", "  %c = load i64*, i64** %sdpp",
+             f"  %argv = alloca i8*, i64 {max(n_pass, 1)}"]
+
+    def const(k: int, v: str):
+        lines.extend([f"  %{v}p = getelementptr i64, i64* %c, i64 {k}", f"  %{v} = load i64, i64* %{v}p"])
+
+    def load(v: str, base: str, off: int, ty: str = "i64"):
+        lines.extend([f"  %{v}a = getelementptr i8, i8* {base}, i64 {off}",
+                      f"  %{v}b = bitcast i8* %{v}a to {ty}*", f"  %{v} = load {ty}, {ty}* %{v}b"])
+
+    blk = [0]
+
+    def check(cond: str):          # go on when cond holds, else to %fail
+        blk[0] += 1
+        lines.extend([f"  br i1 {cond}, label %ok{blk[0]}, label %fail", f"ok{blk[0]}:"])
+
+    for k, h in enumerate(HEAD_GUARD):
+        const(k, h)
+    lines.append(f"  %nok = icmp eq i64 %nargs, {len(pattern)}")
+    check("%nok")
+    nconst, slot = len(HEAD_GUARD), 0
+    for k, p in enumerate(pattern):
+        lines += [f"  %v{k}p = getelementptr i8*, i8** %args, i64 {k}", f"  %v{k} = load i8*, i8** %v{k}p"]
+        if p[0] == "b":
+            const(nconst, f"want{k}")
+            nconst += 1
+            lines.append(f"  %vi{k} = ptrtoint i8* %v{k} to i64")
+            lines.append(f"  %isb{k} = icmp eq i64 %vi{k}, %want{k}")
+            check(f"%isb{k}")
+            arr = f"%v{k}"
+        else:
+            rank = p[1]
+            load(f"vt{k}", f"%v{k}", _OB_TYPE)
+            lines.append(f"  %ist{k} = icmp eq i64 %vt{k}, %tensor_type")
+            check(f"%ist{k}")
+            lines += [f"  %sa{k} = getelementptr i8, i8* %v{k}, i64 %slot", f"  %sb{k} = bitcast i8* %sa{k} to i8**",
+                      f"  %a{k} = load i8*, i8** %sb{k}", f"  %nn{k} = icmp ne i8* %a{k}, null"]
+            check(f"%nn{k}")
+            load(f"at{k}", f"%a{k}", _OB_TYPE)
+            lines.append(f"  %isa{k} = icmp eq i64 %at{k}, %array_type")
+            check(f"%isa{k}")
+            load(f"nd{k}", f"%a{k}", _ND, "i32")
+            load(f"ds{k}", f"%a{k}", _DESCR)
+            const(nconst, f"wd{k}")
+            nconst += 1
+            lines += [f"  %ndok{k} = icmp eq i32 %nd{k}, {rank}", f"  %dsok{k} = icmp eq i64 %ds{k}, %wd{k}",
+                      f"  %hd{k} = and i1 %ndok{k}, %dsok{k}"]
+            check(f"%hd{k}")
+            if rank:
+                load(f"dp{k}", f"%a{k}", _DIMS, "i64*")
+                load(f"sp{k}", f"%a{k}", _STRIDES, "i64*")
+                ok = "true"
+                for which, ptr in (("d", f"%dp{k}"), ("s", f"%sp{k}")):
+                    for i in range(rank):
+                        v = f"{which}{k}_{i}"
+                        const(nconst, f"w{v}")
+                        nconst += 1
+                        lines += [f"  %{v}a = getelementptr i64, i64* {ptr}, i64 {i}",
+                                  f"  %{v} = load i64, i64* %{v}a", f"  %{v}e = icmp eq i64 %{v}, %w{v}",
+                                  f"  %{v}o = and i1 {ok}, %{v}e"]
+                        ok = f"%{v}o"
+                check(ok)
+            arr = f"%a{k}"
+        if p[-1]:
+            lines += [f"  %slot{k} = getelementptr i8*, i8** %argv, i64 {slot}", f"  store i8* {arr}, i8** %slot{k}"]
+            slot += 1
+    lines += ["  %vc = inttoptr i64 %vectorcall to i8* (i8*, i8**, i64, i8*)*",
+              "  %rp = inttoptr i64 %replay to i8*",
+              f"  %r = call i8* %vc(i8* %rp, i8** %argv, i64 {n_pass}, i8* null)",
+              # an array of the output's dtype comes back as a Tensor made here (what the executor's
+              # wrap does: a new Tensor, _data the array, _pshape None, _dtype the msvm dtype)
+              "  %rnull = icmp eq i8* %r, null", "  br i1 %rnull, label %raw, label %isarr", "isarr:"]
+    load("rtype", "%r", _OB_TYPE)
+    load("rdescr", "%r", _DESCR)
+    lines += ["  %rta = icmp eq i64 %rtype, %array_type", "  %rdo = icmp eq i64 %rdescr, %out_descr",
+              "  %rok = and i1 %rta, %rdo", "  br i1 %rok, label %wrap, label %raw", "wrap:",
+              "  %wtt = inttoptr i64 %tensor_type to i8*", "  %walloc = inttoptr i64 %alloc to i8* (i8*, i64)*",
+              "  %t = call i8* %walloc(i8* %wtt, i64 0)", "  %tnull = icmp eq i8* %t, null",
+              "  br i1 %tnull, label %nomem, label %fill", "fill:",
+              "  %winc = inttoptr i64 %incref to void (i8*)*",
+              "  %wnone = inttoptr i64 %none to i8*", "  %wdt = inttoptr i64 %out_dtype to i8*",
+              "  call void %winc(i8* %wnone)", "  call void %winc(i8* %wdt)"]
+    for field, value in (("slot", "%r"), ("slot_pshape", "%wnone"), ("slot_dtype", "%wdt")):
+        lines += [f"  %f{field} = getelementptr i8, i8* %t, i64 %{field}",
+                  f"  %g{field} = bitcast i8* %f{field} to i8**", f"  store i8* {value}, i8** %g{field}"]
+    lines += ["  ret i8* %t", "nomem:", "  %wdec = inttoptr i64 %decref to void (i8*)*", "  call void %wdec(i8* %r)",
+              "  ret i8* null", "raw:", "  ret i8* %r",
+              "fail:", "  %rc = bitcast i8* %self to i64*", "  %r0 = load i64, i64* %rc", "  %r1 = add i64 %r0, 1",
+              "  store i64 %r1, i64* %rc", "  ret i8* %self", "}"]
+    return "\n".join(lines) + "\n"
+
+
+def prepare_guard(pattern: tuple, cache) -> None:
+    """Compile (or load) the guard trampoline for ``pattern`` (on the background compiler)."""
+    if FIELDS:
+        _build(("guard", pattern), lambda name: guard_ir(name, pattern), cache)
+
+
+def guard_ready(pattern: tuple) -> bool | None:
+    """True when built, None while not (yet), False when it failed."""
+    d = _defs.get(("guard", pattern), 0)
+    return None if d == 0 else d is not None
+
+
+def make_guard(pattern: tuple, replay, tensor_type, slots: tuple, out, expected: list):
+    """``guard(*values) -> replay(*arrays) | the guard's constants`` (see above), where an array
+    result of ``out``'s dtype comes back as a Tensor: ``slots``, the offsets of a Tensor's
+    ``_data``, ``_pshape`` and ``_dtype``; ``out``, (numpy dtype, msvm dtype) of the result, or
+    None. ``expected``: the constants after HEAD_GUARD, in the order ``guard_ir`` reads them. The
+    caller keeps ``replay``, ``out`` and the dtype objects whose addresses are in ``expected``
+    alive while the guard lives."""
+    d = _defs.get(("guard", pattern))
+    if d is None:
+        return None
+    api = ctypes.pythonapi
+    fns = [ctypes.cast(getattr(api, n), ctypes.c_void_p).value
+           for n in ("PyObject_Vectorcall", "PyType_GenericAlloc", "Py_IncRef", "Py_DecRef")]
+    out_ids = [id(out[0]), id(out[1])] if out is not None else [0, 0]
+    self = np.array([fns[0], id(replay), id(tensor_type), id(np.ndarray), slots[0], fns[1], fns[2], fns[3], id(None),
+                     slots[1], slots[2], *out_ids, *expected], dtype=np.int64)
+    return _new(ctypes.addressof(d), self, None), self

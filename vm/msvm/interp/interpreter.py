@@ -41,6 +41,10 @@ def set_trace(fn):
     """Install (or with None remove) the per-instruction hook; returns the old one."""
     global _trace
     old, _trace = _trace, fn
+    if fn is None:
+        events.SLOW.discard("trace")
+    else:
+        events.SLOW.add("trace")
     return old
 
 
@@ -235,6 +239,10 @@ class ComputeSpec:
         n, code = self.n, ctx.code
         st = code.stack_types[i] if i < len(code.stack_types) else None
         nxt = code.stack_types[i + 1] if i + 1 < len(code.stack_types) else None
+        if name == "MATMUL" and operands == (False, False) and st is not None and len(st) >= 2 and all(
+                isinstance(t, TensorType) and t.rank > 0 and t.dtype == st[-1].dtype for t in st[-2:]):
+            kern = self.kern = np.matmul        # (kernels.matmul's own first case, without its frame)
+            self.operands = operands = ()
         out_tensor = bool(nxt) and isinstance(nxt[-1], TensorType) and nxt[-1].rank > 0
         # an output buffer kept across calls: the result never leaves the frame (escape analysis)
         self.reuse = bool(i in ctx.reusable and name in K.OUT_CAPABLE and st is not None and out_tensor

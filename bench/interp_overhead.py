@@ -129,7 +129,11 @@ def main():
     tiny = lambda: net(xs, ys, training=True)   # noqa: E731
     alone = paired_overhead(tiny, lambda: None, 3000)[0]
     after = paired_overhead(lambda: (np.maximum(xm @ ym, 0), tiny()), lambda: np.maximum(xm @ ym, 0), 600)[0]
-    print(f"  control: the tiny call costs {alone:.1f} us alone, {after:.1f} us right after the big numpy call")
+    tiny_np = lambda: np.maximum(xsa @ ysa, 0)   # noqa: E731
+    np_alone = paired_overhead(tiny_np, lambda: None, 3000)[0]
+    np_after = paired_overhead(lambda: (np.maximum(xm @ ym, 0), tiny_np()), lambda: np.maximum(xm @ ym, 0), 600)[0]
+    print(f"  control: the tiny call costs {alone:.1f} us alone, {after:.1f} us right after the big numpy call "
+          f"(numpy's own tiny call: {np_alone:.1f} and {np_after:.1f} us)")
     over, vm, npy = paired_overhead(lambda: net(xs, ys, training=True), lambda: np.maximum(xsa @ ysa, 0), 3000)
     print(f"  fixed cost, same Cell at [2,3] x [3,4]: VM {vm:.1f} us, numpy {npy:.1f} us, overhead {over:.1f} us")
     kernel = compiled_kernel_call(net, xs, ys)

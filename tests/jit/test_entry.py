@@ -257,6 +257,16 @@ def test_a_guard_runs_its_signature_and_refuses_every_other():
         np.testing.assert_allclose(got.asnumpy(), want, rtol=1e-5, atol=1e-5)
     for bad in [(x, ty, True), (tx, ty), (tx, ty, True, True), (tx, ty, 1), (tx, tx, True)]:
         assert g[0](*bad) is g[1]         # refused, natively, without running anything
+    # by keyword: each value under its own parameter's name, in any order the Python way
+    assert net.__dict__["_fast"] is not None, "the Cell calls its guard itself"
+    assert type(g[0](tx, y=ty, training=True)) is ms.Tensor
+    assert g[0](tx, training=True, y=ty) is g[1] and g[0](tx, ty, trainin=True) is g[1]
+    want = np.maximum(x @ y, 0)
+    for kwargs in ({"y": ty, "training": True}, {"training": True, "y": ty}, {"x": tx, "y": ty, "training": True}):
+        got = net(**kwargs) if "x" in kwargs else net(tx, **kwargs)
+        np.testing.assert_allclose(got.asnumpy(), want, rtol=1e-5, atol=1e-5)
+    with pytest.raises(TypeError, match="trainin"):
+        net(tx, ty, trainin=True)
     np.testing.assert_allclose(net(tx, ty, training=True).asnumpy(), np.maximum(x @ y, 0), rtol=1e-5, atol=1e-5)
 
 

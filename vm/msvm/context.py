@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from . import log
+from . import events, log
 
 GRAPH_MODE = 0
 PYNATIVE_MODE = 1
@@ -23,6 +23,15 @@ _ctx = {
     "device_id": 0,
     "jit_config": dict(JIT_DEFAULTS),
 }
+
+
+
+def _note_slow() -> None:
+    """Keep events.SLOW's "L1" reason (jit_level L1 is the interpreter) in step with the settings."""
+    (events.SLOW.add if _ctx["jit_config"]["jit_level"] == "L1" else events.SLOW.discard)("L1")
+
+
+_note_slow()
 
 _KNOWN = {"mode", "device_target", "device_id", "jit_config", "max_call_depth", "save_graphs", "pynative_synchronize"}
 
@@ -79,6 +88,7 @@ def set_context(**kwargs) -> None:
                 log.set_level(v["jit_log_level"])
         else:
             _ctx[k] = v
+    _note_slow()
 
 
 def get_context(attr_key: str):

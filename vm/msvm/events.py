@@ -19,8 +19,8 @@ _subs: list = []
 _lock = threading.Lock()
 profiling = False   # when True the interpreter times every instruction
 _profilers = 0
-# why calls must go through the interpreter, one name per reason ("subscribers", "trace"): the
-# executor's fast paths (replays, guards) check this one set instead of each module's state
+# why calls must go through the interpreter, one name per reason ("subscribers", "trace", "L1"):
+# the executor's fast paths (replays, guards) check this one set instead of each module's state
 SLOW: set = set()
 
 

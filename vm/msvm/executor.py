@@ -291,6 +291,7 @@ class _Runner:
             self.memo.clear()
             self.guard = None
             self.shapes_seen = PARAMETER_SHAPES[0]
+            self.aimed(None)
         vals = args if (not kwargs and len(args) == self.n) else self.values(args, kwargs)
         g = self.guard
         if g is not None and not _SLOW and _JIT["jit_level"] != "L1":
@@ -370,9 +371,13 @@ class _Runner:
             ready = entry.guard_ready(state)
             if ready is None:
                 return
-            hit[5] = state = _make_guard(state, hit[3], vals, out) if ready else False
+            hit[5] = state = _make_guard(state, hit[3], vals, out, self.names) if ready else False
         if state:
             self.guard = (state[0], state[1], hit)
+            self.aimed(self.guard)
+
+    def aimed(self, guard) -> None:
+        """The guard changed (None: dropped); a Cell's runner tells the Cell (``Cell.__call__``)."""
 
 
 def _tensor_slots():
@@ -410,12 +415,12 @@ def _guard_pattern(var, vals):
     return tuple(pattern)
 
 
-def _make_guard(pattern, rp, vals, out):
+def _make_guard(pattern, rp, vals, out, names):
     """[guard, its "no" answer, what it needs alive] for the signature of ``vals`` (a list, where
     the pattern that asked for it is a tuple)."""
     from .compiler import entry
 
-    expected, keep = [], [rp]
+    expected, keep = [], [rp, names]
     for v in vals:
         if type(v) is bool:
             expected.append(id(v))
@@ -427,7 +432,7 @@ def _make_guard(pattern, rp, vals, out):
     if type(out) is np.ndarray and _BY_NP.get(out.dtype) is not None:
         result = (out.dtype, _BY_NP[out.dtype])
         keep.append(result)
-    made = entry.make_guard(pattern, rp, Tensor, _SLOTS, result, expected)
+    made = entry.make_guard(pattern, rp, Tensor, _SLOTS, result, names, expected)
     return False if made is None else [made[0], made[1], keep]
 
 
@@ -442,6 +447,11 @@ class CellRunner(_Runner):
         self.n = len(self.params)
         self.defaults = [d for _, d in self.params]
         self.names = [n for n, _ in self.params]
+
+    def aimed(self, guard) -> None:
+        fast = None if guard is None else (guard[0], guard[1], self.shapes_seen)
+        if self.cell.__dict__.get("_runner") is self:
+            object.__setattr__(self.cell, "_fast", fast)
 
     def resolve(self, vals):
         """(Variant, BoundCode for the flag values, run-time arguments) for this call; compiles a new signature."""

@@ -70,6 +70,7 @@ data_pointer = _data_pointer_reader()
 HEAD = ("fn", "array_type", "save_thread", "restore_thread", "set_error", "type_error")
 MESSAGE = b"msvm native entry: called with arguments other than the arrays it was prepared for"
 METH_FASTCALL = 0x0080
+METH_KEYWORDS = 0x0002
 
 
 class _MethodDef(ctypes.Structure):
@@ -147,8 +148,9 @@ def prepare(pattern: tuple, nargs: int, release: bool, cache) -> None:
     _build((pattern, nargs, release), lambda name: trampoline_ir(name, pattern, nargs, release), cache)
 
 
-def _build(key: tuple, ir_for, cache) -> None:
-    """Compile (or load) the trampoline ``ir_for(name)`` once per process under ``key``."""
+def _build(key: tuple, ir_for, cache, flags: int = METH_FASTCALL) -> None:
+    """Compile (or load) the trampoline ``ir_for(name)`` once per process under ``key``; ``flags``:
+    its calling convention (METH_*)."""
     if key in _defs or not LAYOUT:
         return
     from .codegen import codegen  # (llvmlite is imported when something compiles)
@@ -171,7 +173,7 @@ def _build(key: tuple, ir_for, cache) -> None:
             log.logger.info("native entry %s not built: %s", key, e)
             _defs[key] = None
             return
-        _defs[key] = _MethodDef(name.encode(), addr, METH_FASTCALL, None)
+        _defs[key] = _MethodDef(name.encode(), addr, flags, None)
 
 
 def make(fn_addr: int, pattern: tuple, consts: list, nargs: int, release: bool):
@@ -191,12 +193,14 @@ _new.restype, _new.argtypes = ctypes.py_object, [ctypes.c_void_p, ctypes.py_obje
 # ---------------------------------------------------------------- call guards
 #
 # A guard is the native front of one call signature of a Cell (executor._Runner): called with
-# the call's values, it checks each is what the signature says — a Tensor whose array has the
+# the call's values (by position, or by keyword under the parameter's own name), it checks
+# each is what the signature says — a Tensor whose array has the
 # signature's rank, dims, strides and dtype (the same dtype object), or the same bool — and
 # then calls the signature's replay with the arrays (PyObject_Vectorcall) and returns what it
 # returns; anything else returns the guard's own constants array, which the caller takes as "not
 # this signature". It does in a few loads and compares what building and hashing the signature
-# key costs in Python. Constants: HEAD_GUARD, then per argument its expected values.
+# key costs in Python. Constants: HEAD_GUARD, the parameter names, then per argument its
+# expected values.
 
 HEAD_GUARD = ("vectorcall", "replay", "tensor_type", "array_type", "slot", "alloc", "incref", "decref", "none",
               "slot_pshape", "slot_dtype", "out_descr", "out_dtype")
@@ -230,7 +234,7 @@ def guard_ir(name: str, pattern: tuple) -> str:
     """The guard's LLVM IR. ``pattern``: per call value, ``("t", rank, passed)`` (a Tensor) or
     ``("b", passed)`` (a bool); ``passed``: whether the replay takes it."""
     n_pass = sum(1 for p in pattern if p[-1])
-    lines = [f"define i8* @{name}(i8* %self, i8** %args, i64 %nargs) {{", "entry:",
+    lines = [f"define i8* @{name}(i8* %self, i8** %args, i64 %nargs, i8* %kwnames) {{", "entry:",
              f"  %sdp = getelementptr i8, i8* %self, i64 {_DATA}",
              "  %sdpp = bitcast i8* %sdp to i64**", "  %c = load i64*, i64** %sdpp",
              f"  %argv = alloca i8*, i64 {max(n_pass, 1)}"]
@@ -250,9 +254,23 @@ def guard_ir(name: str, pattern: tuple) -> str:
 
     for k, h in enumerate(HEAD_GUARD):
         const(k, h)
-    lines.append(f"  %nok = icmp eq i64 %nargs, {len(pattern)}")
+    # values by keyword follow the positional ones in args; each keyword must be the parameter's
+    # own name object (the interned name) at its position: constants len(HEAD_GUARD) + position
+    names = len(HEAD_GUARD)
+    lines += ["  %kwnull = icmp eq i8* %kwnames, null", "  br i1 %kwnull, label %kw0, label %kwn", "kwn:"]
+    load("nkwv", "%kwnames", 16)
+    lines += ["  br label %kw0", "kw0:", "  %nkw = phi i64 [ 0, %entry ], [ %nkwv, %kwn ]",
+              "  %total = add i64 %nargs, %nkw", f"  %nok = icmp eq i64 %total, {len(pattern)}"]
     check("%nok")
-    nconst, slot = len(HEAD_GUARD), 0
+    lines += ["  br label %kwloop", "kwloop:", f"  %i = phi i64 [ 0, %ok{blk[0]} ], [ %inext, %kwnext ]",
+              "  %more = icmp slt i64 %i, %nkw", "  br i1 %more, label %kwbody, label %kwdone", "kwbody:",
+              "  %ioff = shl i64 %i, 3", "  %itemoff = add i64 %ioff, 24",
+              "  %itemp = getelementptr i8, i8* %kwnames, i64 %itemoff", "  %itempp = bitcast i8* %itemp to i64*",
+              "  %item = load i64, i64* %itempp", "  %pos = add i64 %nargs, %i", f"  %cpos = add i64 %pos, {names}",
+              "  %wantp = getelementptr i64, i64* %c, i64 %cpos", "  %want = load i64, i64* %wantp",
+              "  %same = icmp eq i64 %item, %want", "  br i1 %same, label %kwnext, label %fail", "kwnext:",
+              "  %inext = add i64 %i, 1", "  br label %kwloop", "kwdone:"]
+    nconst, slot = names + len(pattern), 0
     for k, p in enumerate(pattern):
         lines += [f"  %v{k}p = getelementptr i8*, i8** %args, i64 {k}", f"  %v{k} = load i8*, i8** %v{k}p"]
         if p[0] == "b":
@@ -327,7 +345,7 @@ def guard_ir(name: str, pattern: tuple) -> str:
 def prepare_guard(pattern: tuple, cache) -> None:
     """Compile (or load) the guard trampoline for ``pattern`` (on the background compiler)."""
     if FIELDS:
-        _build(("guard", pattern), lambda name: guard_ir(name, pattern), cache)
+        _build(("guard", pattern), lambda name: guard_ir(name, pattern), cache, METH_FASTCALL | METH_KEYWORDS)
 
 
 def guard_ready(pattern: tuple) -> bool | None:
@@ -336,20 +354,23 @@ def guard_ready(pattern: tuple) -> bool | None:
     return None if d == 0 else d is not None
 
 
-def make_guard(pattern: tuple, replay, tensor_type, slots: tuple, out, expected: list):
+def make_guard(pattern: tuple, replay, tensor_type, slots: tuple, out, names: list, expected: list):
     """``guard(*values) -> replay(*arrays) | the guard's constants`` (see above), where an array
     result of ``out``'s dtype comes back as a Tensor: ``slots``, the offsets of a Tensor's
     ``_data``, ``_pshape`` and ``_dtype``; ``out``, (numpy dtype, msvm dtype) of the result, or
-    None. ``expected``: the constants after HEAD_GUARD, in the order ``guard_ir`` reads them. The
-    caller keeps ``replay``, ``out`` and the dtype objects whose addresses are in ``expected``
-    alive while the guard lives."""
+    None; ``names``: the parameters' names, in order (a value given by keyword must come under
+    its own name). ``expected``: the constants after the names, in the order ``guard_ir`` reads
+    them. The caller keeps ``replay``, ``out``, ``names`` and the dtype objects whose addresses are
+    in ``expected`` alive while the guard lives."""
     d = _defs.get(("guard", pattern))
     if d is None:
         return None
+    if len(names) != len(pattern):
+        raise ValueError("a guard needs one parameter name per value")
     api = ctypes.pythonapi
     fns = [ctypes.cast(getattr(api, n), ctypes.c_void_p).value
            for n in ("PyObject_Vectorcall", "PyType_GenericAlloc", "Py_IncRef", "Py_DecRef")]
     out_ids = [id(out[0]), id(out[1])] if out is not None else [0, 0]
     self = np.array([fns[0], id(replay), id(tensor_type), id(np.ndarray), slots[0], fns[1], fns[2], fns[3], id(None),
-                     slots[1], slots[2], *out_ids, *expected], dtype=np.int64)
+                     slots[1], slots[2], *out_ids, *[id(n) for n in names], *expected], dtype=np.int64)
     return _new(ctypes.addressof(d), self, None), self

@@ -323,9 +323,9 @@ def guard_ir(name: str, pattern: tuple) -> str:
               # wrap does: a new Tensor, _data the array, _pshape None, _dtype the msvm dtype)
               "  %rnull = icmp eq i8* %r, null", "  br i1 %rnull, label %raw, label %isarr", "isarr:"]
     load("rtype", "%r", _OB_TYPE)
-    load("rdescr", "%r", _DESCR)
-    lines += ["  %rta = icmp eq i64 %rtype, %array_type", "  %rdo = icmp eq i64 %rdescr, %out_descr",
-              "  %rok = and i1 %rta, %rdo", "  br i1 %rok, label %wrap, label %raw", "wrap:",
+    lines += ["  %rta = icmp eq i64 %rtype, %array_type", "  br i1 %rta, label %isarr2, label %raw", "isarr2:"]
+    load("rdescr", "%r", _DESCR)        # (read only once the result is known to be an array)
+    lines += ["  %rdo = icmp eq i64 %rdescr, %out_descr", "  br i1 %rdo, label %wrap, label %raw", "wrap:",
               "  %wtt = inttoptr i64 %tensor_type to i8*", "  %walloc = inttoptr i64 %alloc to i8* (i8*, i64)*",
               "  %t = call i8* %walloc(i8* %wtt, i64 0)", "  %tnull = icmp eq i8* %t, null",
               "  br i1 %tnull, label %nomem, label %fill", "fill:",

@@ -339,3 +339,87 @@ def test_guarded_calls_count_references_right():
     after = [sys.getrefcount(o) for o in (tx, ty, tx.asnumpy(), ty.asnumpy(), None, True)]
     assert after[:4] == before[:4]
     assert abs(after[4] - before[4]) < 50 and abs(after[5] - before[5]) < 50     # None, True: not leaked per call
+
+
+class Mixed(nn.Cell):
+    """Two tensors, a flag with a default and a sub-Cell: what guards see in practice."""
+
+    def __init__(self, n):
+        super().__init__()
+        self.dense = nn.Dense(n, n)
+
+    def construct(self, x, b, flag=True):
+        h = self.dense(x) + b
+        if flag:
+            h = ops.relu(h) * 2.0
+        return ops.softmax(h, -1)
+
+
+def _mixed_ref(net, x, b, flag):
+    h = x @ net.dense.weight.asnumpy().T + net.dense.bias.asnumpy() + b
+    if flag:
+        h = np.maximum(h, 0) * 2
+    e = np.exp(h - h.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+def test_random_call_sequences_through_guards_give_numpys_answers():
+    """Calls mixing shapes, layouts (reversed, F order), dtypes, the flag given or not, by
+    position or by keyword, in a random order with repeats (so guards are built, aimed and
+    refused over and over): every answer is numpy's, and earlier results stay intact."""
+    rng = np.random.default_rng(11)
+    n = 8
+    net = Mixed(n)
+    xs = []
+    for rows in (1, 3, 5):
+        a = rng.standard_normal((rows, n)).astype(np.float32)
+        xs += [a, np.asfortranarray(a), a[:, ::-1], a.astype(np.float64)]
+    bs = [rng.standard_normal(n).astype(np.float32), rng.standard_normal((1, n)).astype(np.float32)]
+    kept, guarded = [], 0
+    for step in range(300):
+        x, b = xs[rng.integers(len(xs))], bs[rng.integers(len(bs))]
+        if rng.random() < 0.7 and kept:             # repeat a recent call: a guard's own signature
+            x, b = kept[-int(rng.integers(1, min(4, len(kept)) + 1))][:2]
+        flag = [True, False, None][rng.integers(3)]
+        tx, tb = ms.Tensor(x), ms.Tensor(b)
+        style = rng.integers(3)
+        f = net.__dict__["_fast"]
+        if flag is None:
+            out = net(tx, tb) if style else net(x=tx, b=tb)
+        elif style == 0:
+            out = net(tx, tb, flag)
+        elif style == 1:
+            out = net(tx, tb, flag=flag)
+        else:
+            out = net(tx, b=tb, flag=flag)
+        guarded += f is not None and f[0](tx, tb, True if flag is None else flag) is not f[1]
+        kept.append((x, b, True if flag is None else flag, out))
+        if step % 10 == 9:
+            tiers.wait_for_compiles()
+    for x, b, flag, out in kept:
+        np.testing.assert_allclose(out.asnumpy(), _mixed_ref(net, x, b, flag), rtol=2e-4, atol=2e-5)
+    assert guarded > 30, f"only {guarded} of 300 calls had a guard that accepted them"
+
+
+@ms.jit
+def _scaled(x, y, flip=False):
+    h = ops.relu(x * 2.0 + y)
+    if flip:
+        h = -h
+    return h
+
+
+def test_a_jit_function_calls_its_guard_itself():
+    rng = np.random.default_rng(12)
+    x, y = (rng.standard_normal((4, 6)).astype(np.float32) for _ in range(2))
+    tx, ty = ms.Tensor(x), ms.Tensor(y)
+    for _ in range(12):
+        _scaled(tx, ty, flip=True)
+        tiers.wait_for_compiles()
+    f = _scaled._fast
+    assert f is not None and type(f[0](tx, ty, flip=True)) is ms.Tensor
+    want = -np.maximum(x * 2 + y, 0)
+    for got in (_scaled(tx, ty, flip=True), _scaled(tx, ty, True), _scaled(tx, y=ty, flip=True)):
+        np.testing.assert_allclose(got.asnumpy(), want, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(_scaled(tx, ty).asnumpy(), -want, rtol=1e-6, atol=1e-6)     # refused: the flag
+    np.testing.assert_allclose(_scaled(ty, tx, flip=True).asnumpy(), -np.maximum(y * 2 + x, 0), rtol=1e-6, atol=1e-6)

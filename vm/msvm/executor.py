@@ -489,8 +489,9 @@ class CellRunner(_Runner):
 class JitRunner(_Runner):
     """``ms.jit`` on a plain function."""
 
-    def __init__(self, fn, jit_config=None):
+    def __init__(self, fn, jit_config=None, owner=None):
         self.fn = fn
+        self.owner = owner          # the JitFunction, whose __call__ calls the guard itself
         self.opts = dict(jit_config or {})
         sig = inspect.signature(fn)
         self.params = [(p.name, p.default) for p in sig.parameters.values()]
@@ -501,6 +502,10 @@ class JitRunner(_Runner):
         self.src = None
 
     cell = property(lambda self: self.fn)
+
+    def aimed(self, guard) -> None:
+        if self.owner is not None and self.owner._runner is self:
+            self.owner._fast = None if guard is None else (guard[0], guard[1], self.shapes_seen)
 
     def resolve(self, vals):
         key = tuple(_key_of(v) for v in vals)

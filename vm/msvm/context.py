@@ -25,7 +25,6 @@ _ctx = {
 }
 
 
-
 def _note_slow() -> None:
     """Keep events.SLOW's "L1" reason (jit_level L1 is the interpreter) in step with the settings."""
     (events.SLOW.add if _ctx["jit_config"]["jit_level"] == "L1" else events.SLOW.discard)("L1")

@@ -96,7 +96,7 @@ MEMO_SIZE = 64          # exact call signatures remembered per Cell (layouts, dt
 REPLAY_AFTER = 2        # calls at one signature before its path is written as a straight-line replay
 _JIT = context._ctx["jit_config"]    # the live jit_config (set_context updates it in place)
 _DT = dt.from_numpy
-_SLOW = events.SLOW     # reasons calls go through the interpreter (event subscribers, a trace hook)
+_SLOW = events.SLOW     # reasons calls go through the interpreter (event subscribers, a trace hook, L1)
 _BY_NP = dt._BY_NP
 
 
@@ -351,7 +351,6 @@ class _Runner:
             t._data, t._pshape, t._dtype = out, None, _BY_NP.get(out.dtype) or _DT(out.dtype)
             return t
         return wrap(out)
-
 
     def aim(self, hit: list, vals, out) -> None:
         """Point the guard at this memo entry's signature, whose replay just ran: its guard when

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from msvm import nn, ops
 from msvm.bytecode import records, verify
-from msvm.compiler import tiers
+from msvm.compiler import entry, tiers
 from msvm.compiler.cache import KernelCache, make_key
 from msvm.compiler.kir import Elementwise
 from paths import EXAMPLES, ROOT
@@ -133,6 +133,13 @@ def test_random_fused_programs_l1_l2_l3_agree(prog, n0, n1, seed, bshape):
         kern = site.kernel_ir(lvl, plan)
         compiled = tiers.compile_kernel(kern, lvl, site.info(plan[2], plan[3]))
         outs[lvl] = site.run(compiled, plan, inputs, None)
+        if lvl == 3:        # the native entry a replay calls computes what the ctypes caller does
+            site.prepare_native(compiled, plan)
+            nat = site.native(compiled, plan)
+            if "s" in plan[4]["kinds"] or not entry.LAYOUT:
+                assert nat is None, "a scalar operand keeps the ctypes caller"
+            else:
+                np.testing.assert_array_equal(nat[0](*inputs, nat[1](nat[2], nat[3])), outs[3])
     for lvl, out in outs.items():
         assert out.shape == ref.shape and out.dtype == ref.dtype
         np.testing.assert_allclose(out, ref, rtol=2e-5, atol=2e-5, err_msg=f"L{lvl} {prog}")

@@ -370,7 +370,11 @@ class _Runner:
             ready = entry.guard_ready(state)
             if ready is None:
                 return
-            hit[5] = state = _make_guard(state, hit[3], vals, out, self.names) if ready else False
+            try:
+                hit[5] = state = _make_guard(state, hit[3], vals, out, self.names) if ready else False
+            except Exception as e:  # noqa: BLE001 - a guard only saves time; the Python way still runs
+                log.logger.debug("no call guard for %s: %s", type(self.cell).__name__, e)
+                hit[5] = state = False
         if state:
             self.guard = (state[0], state[1], hit)
             self.aimed(self.guard)

@@ -83,12 +83,19 @@ _defs: dict = {}          # pattern -> _MethodDef (kept for the process: functio
 _head = None
 
 
+def _api_addresses(names: tuple):
+    """The addresses of these C API functions in this interpreter, or None where one is not
+    exported (an interpreter where guards are not made)."""
+    try:
+        return [ctypes.cast(getattr(ctypes.pythonapi, n), ctypes.c_void_p).value for n in names]
+    except AttributeError:
+        return None
+
+
 def _head_values() -> list:
     global _head
     if _head is None:
-        api = ctypes.pythonapi
-        addr = [ctypes.cast(getattr(api, n), ctypes.c_void_p).value
-                for n in ("PyEval_SaveThread", "PyEval_RestoreThread", "PyErr_SetString")]
+        addr = _api_addresses(("PyEval_SaveThread", "PyEval_RestoreThread", "PyErr_SetString"))
         _head = [id(np.ndarray), *addr, id(TypeError)]
     return _head
 
@@ -367,9 +374,9 @@ def make_guard(pattern: tuple, replay, tensor_type, slots: tuple, out, names: li
         return None
     if len(names) != len(pattern):
         raise ValueError("a guard needs one parameter name per value")
-    api = ctypes.pythonapi
-    fns = [ctypes.cast(getattr(api, n), ctypes.c_void_p).value
-           for n in ("PyObject_Vectorcall", "PyType_GenericAlloc", "Py_IncRef", "Py_DecRef")]
+    fns = _api_addresses(("PyObject_Vectorcall", "PyType_GenericAlloc", "Py_IncRef", "Py_DecRef"))
+    if fns is None:
+        return None
     out_ids = [id(out[0]), id(out[1])] if out is not None else [0, 0]
     self = np.array([fns[0], id(replay), id(tensor_type), id(np.ndarray), slots[0], fns[1], fns[2], fns[3], id(None),
                      slots[1], slots[2], *out_ids, *[id(n) for n in names], *expected], dtype=np.int64)

@@ -423,3 +423,26 @@ def test_a_jit_function_calls_its_guard_itself():
         np.testing.assert_allclose(got.asnumpy(), want, rtol=1e-6, atol=1e-6)
     np.testing.assert_allclose(_scaled(tx, ty).asnumpy(), -want, rtol=1e-6, atol=1e-6)     # refused: the flag
     np.testing.assert_allclose(_scaled(ty, tx, flip=True).asnumpy(), -np.maximum(y * 2 + x, 0), rtol=1e-6, atol=1e-6)
+
+
+class Pair(nn.Cell):
+    def construct(self, x, y):
+        return ops.relu(ops.matmul(x, y)), x
+
+
+def test_a_guarded_call_with_a_tuple_result_runs_its_replay_once():
+    """A result the guard does not make a Tensor of (a tuple) is wrapped by the caller, not
+    computed again: one compiled-site hit per call."""
+    rng = np.random.default_rng(13)
+    net = Pair()
+    x, y = (rng.standard_normal(s).astype(np.float32) for s in ((4, 6), (6, 5)))
+    tx, ty = ms.Tensor(x), ms.Tensor(y)
+    _guarded(net, tx, ty)
+    stats = tiers.kernel_cache().stats
+    before = stats["hits"] + stats["misses"]
+    for _ in range(10):
+        out = net(tx, ty)
+    assert stats["hits"] + stats["misses"] - before == 10
+    assert isinstance(out, tuple) and out[1] is not None
+    np.testing.assert_allclose(out[0].asnumpy(), np.maximum(x @ y, 0), rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(out[1].asnumpy(), x)

@@ -285,7 +285,20 @@ class _Runner:
     shapes_seen = 0     # PARAMETER_SHAPES when the variants were compiled
     guard = None        # (guard, its "no" answer, memo entry): the last signature that ran its replay
 
-    def __call__(self, args, kwargs):
+    FALLBACK = FALLBACK     # what a guard returns when its replay raised: the interpreter runs the call
+
+    @staticmethod
+    def result(out):
+        """A replay's or interpreter's result as the caller gets it: an array becomes a Tensor."""
+        if type(out) is np.ndarray:
+            t = _new_tensor(Tensor)
+            t._data, t._pshape, t._dtype = out, None, _BY_NP.get(out.dtype) or _DT(out.dtype)
+            return t
+        return wrap(out)
+
+    def __call__(self, args, kwargs, guarded: bool = False):
+        """``guarded``: the caller (Cell.__call__) has had the guard run these values, whose replay
+        fell back; the guard is not asked again."""
         if PARAMETER_SHAPES[0] != self.shapes_seen:     # a Parameter changed shape: verify again
             self.variants.clear()
             self.memo.clear()
@@ -294,17 +307,13 @@ class _Runner:
             self.aimed(None)
         vals = args if (not kwargs and len(args) == self.n) else self.values(args, kwargs)
         g = self.guard
-        if g is not None and not _SLOW and _JIT["jit_level"] != "L1":
+        if g is not None and not guarded and not _SLOW and _JIT["jit_level"] != "L1":
             # the last replayed signature again? its guard checks the values natively and runs the replay
             out = g[0](*vals)
             if type(out) is Tensor:          # (the guard makes the Tensor of an array of the expected dtype)
                 return out
             if out is not g[1] and out is not FALLBACK:
-                if type(out) is np.ndarray:
-                    t = _new_tensor(Tensor)
-                    t._data, t._pshape, t._dtype = out, None, _BY_NP.get(out.dtype) or _DT(out.dtype)
-                    return t
-                return wrap(out)
+                return self.result(out)
         # the steady state: the same exact call signature as before -> its variant, program and bindings
         sig, rt = [], []
         for v in vals:
@@ -346,11 +355,7 @@ class _Runner:
                     self.memo.clear()
                 self.memo[tuple(sig)] = [var, bound, env.copy(), None, 0, None]
             out = _observed_call(var, bound, rt, env) if events._subs else bound.call(rt, env=env)
-        if type(out) is np.ndarray:
-            t = _new_tensor(Tensor)
-            t._data, t._pshape, t._dtype = out, None, _BY_NP.get(out.dtype) or _DT(out.dtype)
-            return t
-        return wrap(out)
+        return self.result(out)
 
     def aim(self, hit: list, vals, out) -> None:
         """Point the guard at this memo entry's signature, whose replay just ran: its guard when

@@ -43,12 +43,16 @@ class JitFunction:
 
     def __call__(self, *args, **kwargs):
         f = self._fast
-        if f is not None and not _SLOW and PARAMETER_SHAPES[0] == f[2]:
+        tried = f is not None and not _SLOW and PARAMETER_SHAPES[0] == f[2]
+        if tried:
             out = f[0](*args, **kwargs)          # the last replayed signature's guard (as Cell.__call__)
             if type(out) is Tensor:
                 return out
+            tried = out is not f[1]          # the guard took the values: their replay's result, or a fall back
+            if tried and out is not self._runner.FALLBACK:
+                return self._runner.result(out)
         if self._runner is None:
             from .executor import JitRunner
 
             self._runner = JitRunner(self.fn, self.config, owner=self)
-        return self._runner(args, kwargs)
+        return self._runner(args, kwargs, tried)

@@ -72,10 +72,3 @@ def aligned_empty(shape, d, align: int = ALIGN):
 def held() -> int:
     """Bytes the pool keeps (free or in use)."""
     return _held[0]
-
-
-def clear() -> None:
-    """Forget every kept block (arrays still using one keep it alive)."""
-    with _lock:
-        _blocks.clear()
-        _held[0] = 0

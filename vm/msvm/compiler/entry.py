@@ -79,7 +79,8 @@ class _MethodDef(ctypes.Structure):
 
 
 _lock = threading.Lock()
-_defs: dict = {}          # pattern -> _MethodDef (kept for the process: function objects point at it)
+_defs: dict = {}          # (pattern, nargs, release) or ("guard", pattern) -> _MethodDef or None (failed);
+#                           kept for the process: the function objects point at their definition
 _head = None
 
 
@@ -100,36 +101,46 @@ def _head_values() -> list:
     return _head
 
 
+def _prologue(lines: list) -> None:
+    """%c: the int64 constants of the builtin's ``self`` array (its data pointer)."""
+    lines += [f"  %sdp = getelementptr i8, i8* %self, i64 {_DATA}", "  %sdpp = bitcast i8* %sdp to i64**",
+              "  %c = load i64*, i64** %sdpp"]
+
+
+def _const(lines: list, k: int, v: str) -> None:
+    """%v: constant k."""
+    lines += [f"  %{v}p = getelementptr i64, i64* %c, i64 {k}", f"  %{v} = load i64, i64* %{v}p"]
+
+
+def _load(lines: list, v: str, base: str, off: int, ty: str = "i64") -> None:
+    """%v: the ``ty`` at byte offset ``off`` of the object at ``base``."""
+    lines += [f"  %{v}a = getelementptr i8, i8* {base}, i64 {off}", f"  %{v}b = bitcast i8* %{v}a to {ty}*",
+              f"  %{v} = load {ty}, {ty}* %{v}b"]
+
+
 def trampoline_ir(name: str, pattern: tuple, nargs: int, release: bool) -> str:
     """The trampoline's LLVM IR. ``pattern``: the kernel's arguments in order, each ``"c"`` (the next
     constant after HEAD) or an int k (the data pointer of argument k; ``nargs - 1`` is ``out``)."""
-    lines = [f"define i8* @{name}(i8* %self, i8** %args, i64 %nargs) nounwind {{", "entry:",
-             f"  %sdp = getelementptr i8, i8* %self, i64 {_DATA}",
-             "  %sdpp = bitcast i8* %sdp to i64**", "  %c = load i64*, i64** %sdpp"]
-
-    def const(k: int, v: str):
-        lines.extend([f"  %{v}p = getelementptr i64, i64* %c, i64 {k}", f"  %{v} = load i64, i64* %{v}p"])
-
+    lines = [f"define i8* @{name}(i8* %self, i8** %args, i64 %nargs) nounwind {{", "entry:"]
+    _prologue(lines)
     for k, h in enumerate(HEAD):
-        const(k, h)
+        _const(lines, k, h)
     read = sorted({p for p in pattern if p != "c"} | {nargs - 1})
     lines += [f"  %nok = icmp eq i64 %nargs, {nargs}", "  br i1 %nok, label %types, label %bad", "types:"]
     ok = "true"
     for k in read:
-        lines += [f"  %a{k}p = getelementptr i8*, i8** %args, i64 {k}", f"  %a{k} = load i8*, i8** %a{k}p",
-                  f"  %t{k}p = getelementptr i8, i8* %a{k}, i64 {_OB_TYPE}",
-                  f"  %t{k}pp = bitcast i8* %t{k}p to i64*", f"  %t{k} = load i64, i64* %t{k}pp",
-                  f"  %e{k} = icmp eq i64 %t{k}, %array_type", f"  %ok{k} = and i1 {ok}, %e{k}"]
+        lines += [f"  %a{k}p = getelementptr i8*, i8** %args, i64 {k}", f"  %a{k} = load i8*, i8** %a{k}p"]
+        _load(lines, f"t{k}", f"%a{k}", _OB_TYPE)
+        lines += [f"  %e{k} = icmp eq i64 %t{k}, %array_type", f"  %ok{k} = and i1 {ok}, %e{k}"]
         ok = f"%ok{k}"
     lines += [f"  br i1 {ok}, label %call, label %bad", "call:"]
     args, nconst = [], len(HEAD)
     for j, p in enumerate(pattern):
         if p == "c":
-            const(nconst, f"k{j}")
+            _const(lines, nconst, f"k{j}")
             nconst += 1
         else:
-            lines += [f"  %d{j}p = getelementptr i8, i8* %a{p}, i64 {_DATA}",
-                      f"  %d{j}pp = bitcast i8* %d{j}p to i64*", f"  %k{j} = load i64, i64* %d{j}pp"]
+            _load(lines, f"k{j}", f"%a{p}", _DATA)
         args.append(f"i64 %k{j}")
     sig = ", ".join(["i64"] * len(pattern))
     if release:
@@ -241,17 +252,9 @@ def guard_ir(name: str, pattern: tuple) -> str:
     """The guard's LLVM IR. ``pattern``: per call value, ``("t", rank, passed)`` (a Tensor) or
     ``("b", passed)`` (a bool); ``passed``: whether the replay takes it."""
     n_pass = sum(1 for p in pattern if p[-1])
-    lines = [f"define i8* @{name}(i8* %self, i8** %args, i64 %nargs, i8* %kwnames) {{", "entry:",
-             f"  %sdp = getelementptr i8, i8* %self, i64 {_DATA}",
-             "  %sdpp = bitcast i8* %sdp to i64**", "  %c = load i64*, i64** %sdpp",
-             f"  %argv = alloca i8*, i64 {max(n_pass, 1)}"]
-
-    def const(k: int, v: str):
-        lines.extend([f"  %{v}p = getelementptr i64, i64* %c, i64 {k}", f"  %{v} = load i64, i64* %{v}p"])
-
-    def load(v: str, base: str, off: int, ty: str = "i64"):
-        lines.extend([f"  %{v}a = getelementptr i8, i8* {base}, i64 {off}",
-                      f"  %{v}b = bitcast i8* %{v}a to {ty}*", f"  %{v} = load {ty}, {ty}* %{v}b"])
+    lines = [f"define i8* @{name}(i8* %self, i8** %args, i64 %nargs, i8* %kwnames) {{", "entry:"]
+    _prologue(lines)
+    lines.append(f"  %argv = alloca i8*, i64 {max(n_pass, 1)}")
 
     blk = [0]
 
@@ -260,12 +263,12 @@ def guard_ir(name: str, pattern: tuple) -> str:
         lines.extend([f"  br i1 {cond}, label %ok{blk[0]}, label %fail", f"ok{blk[0]}:"])
 
     for k, h in enumerate(HEAD_GUARD):
-        const(k, h)
+        _const(lines, k, h)
     # values by keyword follow the positional ones in args; each keyword must be the parameter's
     # own name object (the interned name) at its position: constants len(HEAD_GUARD) + position
     names = len(HEAD_GUARD)
     lines += ["  %kwnull = icmp eq i8* %kwnames, null", "  br i1 %kwnull, label %kw0, label %kwn", "kwn:"]
-    load("nkwv", "%kwnames", 16)
+    _load(lines, "nkwv", "%kwnames", 16)
     lines += ["  br label %kw0", "kw0:", "  %nkw = phi i64 [ 0, %entry ], [ %nkwv, %kwn ]",
               "  %total = add i64 %nargs, %nkw", f"  %nok = icmp eq i64 %total, {len(pattern)}"]
     check("%nok")
@@ -281,7 +284,7 @@ def guard_ir(name: str, pattern: tuple) -> str:
     for k, p in enumerate(pattern):
         lines += [f"  %v{k}p = getelementptr i8*, i8** %args, i64 {k}", f"  %v{k} = load i8*, i8** %v{k}p"]
         if p[0] == "b":
-            const(nconst, f"want{k}")
+            _const(lines, nconst, f"want{k}")
             nconst += 1
             lines.append(f"  %vi{k} = ptrtoint i8* %v{k} to i64")
             lines.append(f"  %isb{k} = icmp eq i64 %vi{k}, %want{k}")
@@ -289,30 +292,30 @@ def guard_ir(name: str, pattern: tuple) -> str:
             arr = f"%v{k}"
         else:
             rank = p[1]
-            load(f"vt{k}", f"%v{k}", _OB_TYPE)
+            _load(lines, f"vt{k}", f"%v{k}", _OB_TYPE)
             lines.append(f"  %ist{k} = icmp eq i64 %vt{k}, %tensor_type")
             check(f"%ist{k}")
             lines += [f"  %sa{k} = getelementptr i8, i8* %v{k}, i64 %slot", f"  %sb{k} = bitcast i8* %sa{k} to i8**",
                       f"  %a{k} = load i8*, i8** %sb{k}", f"  %nn{k} = icmp ne i8* %a{k}, null"]
             check(f"%nn{k}")
-            load(f"at{k}", f"%a{k}", _OB_TYPE)
+            _load(lines, f"at{k}", f"%a{k}", _OB_TYPE)
             lines.append(f"  %isa{k} = icmp eq i64 %at{k}, %array_type")
             check(f"%isa{k}")
-            load(f"nd{k}", f"%a{k}", _ND, "i32")
-            load(f"ds{k}", f"%a{k}", _DESCR)
-            const(nconst, f"wd{k}")
+            _load(lines, f"nd{k}", f"%a{k}", _ND, "i32")
+            _load(lines, f"ds{k}", f"%a{k}", _DESCR)
+            _const(lines, nconst, f"wd{k}")
             nconst += 1
             lines += [f"  %ndok{k} = icmp eq i32 %nd{k}, {rank}", f"  %dsok{k} = icmp eq i64 %ds{k}, %wd{k}",
                       f"  %hd{k} = and i1 %ndok{k}, %dsok{k}"]
             check(f"%hd{k}")
             if rank:
-                load(f"dp{k}", f"%a{k}", _DIMS, "i64*")
-                load(f"sp{k}", f"%a{k}", _STRIDES, "i64*")
+                _load(lines, f"dp{k}", f"%a{k}", _DIMS, "i64*")
+                _load(lines, f"sp{k}", f"%a{k}", _STRIDES, "i64*")
                 ok = "true"
                 for which, ptr in (("d", f"%dp{k}"), ("s", f"%sp{k}")):
                     for i in range(rank):
                         v = f"{which}{k}_{i}"
-                        const(nconst, f"w{v}")
+                        _const(lines, nconst, f"w{v}")
                         nconst += 1
                         lines += [f"  %{v}a = getelementptr i64, i64* {ptr}, i64 {i}",
                                   f"  %{v} = load i64, i64* %{v}a", f"  %{v}e = icmp eq i64 %{v}, %w{v}",
@@ -329,9 +332,9 @@ def guard_ir(name: str, pattern: tuple) -> str:
               # an array of the output's dtype comes back as a Tensor made here (what the executor's
               # wrap does: a new Tensor, _data the array, _pshape None, _dtype the msvm dtype)
               "  %rnull = icmp eq i8* %r, null", "  br i1 %rnull, label %raw, label %isarr", "isarr:"]
-    load("rtype", "%r", _OB_TYPE)
+    _load(lines, "rtype", "%r", _OB_TYPE)
     lines += ["  %rta = icmp eq i64 %rtype, %array_type", "  br i1 %rta, label %isarr2, label %raw", "isarr2:"]
-    load("rdescr", "%r", _DESCR)        # (read only once the result is known to be an array)
+    _load(lines, "rdescr", "%r", _DESCR)        # (read only once the result is known to be an array)
     lines += ["  %rdo = icmp eq i64 %rdescr, %out_descr", "  br i1 %rdo, label %wrap, label %raw", "wrap:",
               "  %wtt = inttoptr i64 %tensor_type to i8*", "  %walloc = inttoptr i64 %alloc to i8* (i8*, i64)*",
               "  %t = call i8* %walloc(i8* %wtt, i64 0)", "  %tnull = icmp eq i8* %t, null",

@@ -28,7 +28,7 @@ class Elementwise:
     dtype: str
     dims: tuple | None = None    # concrete (n0, n1, n2) in L3, None in L2
     stream: bool = False         # L3, output far bigger than the caches: non-temporal (streaming) stores;
-    #                              the caller passes an output aligned to a whole vector (tiers.ALIGN)
+    #                              the caller passes an output aligned to a whole vector (buffers.ALIGN)
 
     kind = "elementwise"
 

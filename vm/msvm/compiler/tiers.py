@@ -695,8 +695,8 @@ class Site:
     def native_spec(self, compiled: Compiled, plan):
         """(argument pattern, constants, nargs, release the GIL, allocator) of a native entry for
         this L3 kernel at this plan: the arguments ``caller``'s ``go`` passes, where all of them are
-        array pointers or constants; None where they are not (a scalar operand, a transposed weight,
-        work split over threads)."""
+        array pointers or constants; None where they are not (a scalar operand, work split over
+        threads)."""
         _cls, _key, _shape, _d, p = plan
         k = compiled.kernel
         nargs = len(self.in_types) + 1
@@ -777,8 +777,6 @@ class Site:
         p = data_pointer(a)
         self.ptrs[i] = (a, p)
         return p
-
-
 
 
 def _same(x):

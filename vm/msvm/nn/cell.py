@@ -59,11 +59,15 @@ class Cell:
 
     def __call__(self, *args, **kwargs):
         f = self.__dict__["_fast"]
-        if f is not None and not _SLOW and PARAMETER_SHAPES[0] == f[2] and _CTX["mode"] != 1:
+        tried = f is not None and not _SLOW and PARAMETER_SHAPES[0] == f[2] and _CTX["mode"] != 1
+        if tried:
             # the signature that last ran its replay, again? its guard answers natively (executor)
             out = f[0](*args, **kwargs)
             if type(out) is Tensor:
                 return out
+            tried = out is not f[1]          # the guard took the values: their replay's result, or a fall back
+            if tried and out is not self.__dict__["_runner"].FALLBACK:
+                return self.__dict__["_runner"].result(out)
         if _CTX["mode"] == 1:      # PYNATIVE_MODE
             return self.construct(*args, **kwargs)
         runner = self.__dict__["_runner"]
@@ -72,7 +76,7 @@ class Cell:
 
             runner = CellRunner(self)
             object.__setattr__(self, "_runner", runner)
-        return runner(args, kwargs)
+        return runner(args, kwargs, tried)
 
     # --- MindSpore API
     def set_inputs(self, *inputs, **kwargs):

@@ -237,6 +237,10 @@ class Tensor(TensorMethods):
         if self._data is None:
             raise ValueError(f"placeholder Tensor(shape={list(self._pshape)}, dtype={self._dtype}) has no data")
 
+    def init_data(self):
+        """MindSpore materialises a lazily initialised Tensor here; msvm's hold their data already."""
+        return self
+
     def asnumpy(self) -> np.ndarray:
         self._need_data()
         return self._data

@@ -9,6 +9,7 @@ import numpy as np
 
 from .. import dtype as dt
 from .. import ops
+from ..common.initializer import as_initializer
 from ..ops.functional import apply
 from ..tensor import Parameter, Tensor
 from .cell import Cell
@@ -17,26 +18,20 @@ STATIC_INIT = False   # set by msvm.static: parameters become placeholders (no d
 
 
 def _init(init, shape, dtype, fan_in):
-    """An initial value: a Tensor/array, 'zeros'/'ones'/'normal'/'uniform', or the default uniform."""
+    """An initial value: a Tensor/array, a number, an ``Initializer`` or its name (MindSpore's
+    ``weight_init``/``bias_init`` forms); ``None`` is MindSpore's default, HeUniform(sqrt(5)),
+    i.e. U(-1/sqrt(fan_in), 1/sqrt(fan_in))."""
     if STATIC_INIT:
         return Tensor(shape=list(shape), dtype=dt.as_dtype(dtype))
     if isinstance(init, Tensor):
         arr = init.asnumpy()
     elif isinstance(init, np.ndarray):
         arr = init
-    elif isinstance(init, (int, float)) and not isinstance(init, bool):
-        arr = np.full(shape, init)
-    elif init in ("zeros", "zero"):
-        arr = np.zeros(shape)
-    elif init in ("ones", "one"):
-        arr = np.ones(shape)
-    elif init == "normal":
-        arr = np.random.normal(0.0, 0.01, shape)
-    elif init is None or init in ("uniform", "he_uniform", "HeUniform", "xavier_uniform"):
+    elif init is None:
         bound = 1.0 / math.sqrt(max(fan_in, 1))
         arr = np.random.uniform(-bound, bound, shape)
     else:
-        raise ValueError(f"unknown initializer {init!r}")
+        arr = as_initializer(init)(shape)
     arr = np.asarray(arr, dtype=dt.as_dtype(dtype).np)
     if tuple(arr.shape) != tuple(shape):
         raise ValueError(f"initial value has shape {list(arr.shape)}, expected {list(shape)}")

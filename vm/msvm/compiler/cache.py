@@ -212,8 +212,10 @@ class KernelCache:
             for fd in {root_fd, dir_fd} - {None}:
                 os.close(fd)
             self.refused = str(e) if isinstance(e, _Refused) else f"{self.root}: {e.strerror or e}"
-            log.logger.warning("kernel cache: not using %s on disk: %s; compiled kernels are kept in memory only "
-                               "(fix or remove that directory, or set MSVM_CACHE_DIR)", self.dir, self.refused)
+            # not ours: a warning; could not be made (a read-only home): as quiet as before
+            say = log.logger.warning if isinstance(e, _Refused) else log.logger.info
+            say("kernel cache: not using %s on disk: %s; compiled kernels are kept in memory only "
+                "(fix or remove that directory, or set MSVM_CACHE_DIR)", self.dir, self.refused)
             events.emit({"type": "cache", "event": "refused", "directory": self.dir, "why": self.refused})
             return False
         for fd in {root_fd, dir_fd}:
@@ -304,8 +306,10 @@ class KernelCache:
 
     def write(self, key: str, obj: bytes, header: dict) -> None:
         disk = self._disk()
+        if disk is None:
+            return
         hb = json.dumps(dict(header, key=key), sort_keys=True).encode()
-        if disk is None or len(hb) > MAX_HEADER or len(obj) > MAX_OBJECT:
+        if len(hb) > MAX_HEADER or len(obj) > MAX_OBJECT:
             return
         body = PREFIX.pack(MAGIC, len(hb), len(obj)) + hb + obj
         data = body + _tag(disk.secret, key, body)

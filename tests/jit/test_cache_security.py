@@ -355,3 +355,37 @@ def test_a_tampered_key_file_is_not_trusted(tmp_path, how, warnings):
         assert open(tmp_path / "their-key", "rb").read() == attacker
     refused = [r for r in warnings if "key file" in r.getMessage()]
     assert len(refused) == (0 if how == "changed bytes" else 1)
+
+
+def _fake_gpu_runtime(directory):
+    """A GpuRuntime over a stand-in for CuPy whose Module.load rejects PTX that is not PTX (no GPU needed)."""
+    import threading
+    from types import SimpleNamespace
+
+    from msvm.compiler import gpu
+
+    class Module:
+        def load(self, ptx):
+            if not ptx.lstrip().startswith(b"//"):
+                raise RuntimeError("CUDA_ERROR_INVALID_PTX")
+
+        def get_function(self, name):
+            return name
+
+    rt = object.__new__(gpu.GpuRuntime)
+    rt.cp = SimpleNamespace(cuda=SimpleNamespace(function=SimpleNamespace(Module=Module)))
+    rt.arch, rt.device, rt.version = "sm_90", "cuda:sm_90", "llvmlite-test"
+    rt.cache, rt.mem, rt.plans, rt.modules, rt.lock = KernelCache(directory), {}, {}, [], threading.Lock()
+    return rt
+
+
+def test_a_ptx_entry_that_does_not_load_is_rebuilt(tmp_path):
+    first = _fake_gpu_runtime(str(tmp_path))
+    gk, steps = first.kernel(GOOD, 2)
+    assert "ptx" in steps
+    _, header = first.cache.read(gk.key)
+    first.cache.write(gk.key, b"not ptx", header)
+    again = _fake_gpu_runtime(str(tmp_path))
+    gk2, steps = again.kernel(GOOD, 2)
+    assert "ptx" in steps and gk2.fn == gk.fn and again.cache.stats["corrupt"] == 1
+    assert _fake_gpu_runtime(str(tmp_path)).cache.read(gk.key)[0].lstrip().startswith(b"//")

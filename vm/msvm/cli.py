@@ -281,11 +281,14 @@ def cmd_cache(args) -> int:
     if args.action == "clear":
         n = cache.clear_disk()
         print(f"removed {n} kernel(s) from {cache.dir}")
+        if cache.refused:
+            print(f"not used: {cache.refused}")
         return 0
     entries = cache.disk_entries()
-    size = sum(os.path.getsize(os.path.join(cache.dir, e)) for e in entries)
     print(f"directory: {cache.dir}")
-    print(f"kernels:   {len(entries)} ({size / 1024:.1f} KiB)")
+    if cache.refused:
+        print(f"not used:  {cache.refused}")
+    print(f"kernels:   {len(entries)} ({cache.disk_bytes() / 1024:.1f} KiB)")
     print("hits/misses are counted per process: see ms.cache_stats() or msvm profile")
     return 0
 

@@ -41,6 +41,7 @@ class Codegen:
         self.target = target
         self.lljit = None
         self.engines: list = []      # one JIT library (resource tracker) per loaded object, kept for the process
+        self.libs = 0                # JIT libraries named so far (msvm_lib<n>)
         self.lock = threading.RLock()        # parsing, passes, codegen (one LLVM context, shared target machines)
         self.load_lock = threading.Lock()    # linking into the LLJIT (ORC), so a load never waits for a compile
         self.version = f"llvmlite-{llvmlite.__version__}-llvm-{'.'.join(map(str, llvm.llvm_version_info))}"
@@ -101,7 +102,8 @@ class Codegen:
             lib = llvm.JITLibraryBuilder().add_current_process().add_object_img(obj)
             for n in names:
                 lib.export_symbol(n)
-            tracker = lib.link(self.lljit, f"msvm_lib{len(self.engines)}")
+            self.libs += 1                        # a name per attempt: a failed link keeps its name taken
+            tracker = lib.link(self.lljit, f"msvm_lib{self.libs}")
             self.engines.append(tracker)          # kept: dropping the tracker would free the code
             out = {}
             for n in names:

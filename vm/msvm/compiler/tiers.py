@@ -262,15 +262,16 @@ def compile_kernel(kernel, level: int, info: dict, cached_only: bool = False) ->
     if log.debug_enabled():
         log.logger.debug("JIT compiling %s (shape=%s, dtype=%s) at L%d...", info.get("op"), info.get("shape"),
                          info.get("dtype"), level)
-    source = "compiled"
-    disk = cache.read(key)
+    names = [name] + ([f"{name}_epi"] if kernel.kind == "matmul" and kernel.epilogue else [])
+    t0 = time.perf_counter()
+    disk = cache.load(key, lambda obj: cg.load(obj, names))     # an entry that does not link is discarded
     if disk is None and cached_only:
         return None
-    t0 = time.perf_counter()
     if disk is not None:
-        obj, _header = disk
+        addrs, obj = disk
         source = "disk"
     else:
+        source = "compiled"
         t0 = time.perf_counter()
         ir = lower(kernel, name, cg.features)
         steps["Step3 IR Generation"] = time.perf_counter() - t0
@@ -279,8 +280,8 @@ def compile_kernel(kernel, level: int, info: dict, cached_only: bool = False) ->
         obj, times = cg.compile(ir, level)
         steps["Step5 Hardware Mapping"] = times["parse"] + times["optimize"]
         steps["Step6 Code Generation"] = times["codegen"]
-    t0 = time.perf_counter()
-    addrs = cg.load(obj, [name] + ([f"{name}_epi"] if kernel.kind == "matmul" and kernel.epilogue else []))
+        t0 = time.perf_counter()
+        addrs = cg.load(obj, names)
     compiled = Compiled(kernel, level, addrs, name, key)
     if source == "compiled":
         cache.write(key, obj, {"name": name, "level": level, "kernel": text, "created": time.time()})

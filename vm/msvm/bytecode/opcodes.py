@@ -26,7 +26,7 @@ from . import shapes as S
 ABI_VERSION = 1
 
 OPERAND_KINDS = ("local", "const", "name", "label", "count", "callee")
-KINDS = ("control", "memory", "layout", "elementwise", "reduction", "matmul", "fused")
+KINDS = ("control", "memory", "layout", "elementwise", "reduction", "matmul", "conv", "fused")
 
 
 @dataclass(frozen=True)
@@ -165,6 +165,19 @@ _op("CONCAT", 0x45, ["n:count", "axis:const"], "n", 1, S.concat, "layout", "pop 
 _op("STACK", 0x46, ["n:count", "axis:const"], "n", 1, partial(S.concat, name="STACK"), "layout",
     "pop n tensors; stack them along a new axis")
 _op("SLICE", 0x47, ["index:const"], 1, 1, S.slice_, "layout", "pop x; push x[index] (basic indexing)", view=True)
+
+# --- convolution, pooling, gather (NCHW; pad is ("same",) or (top, bottom, left, right)) ------------
+_op("CONV2D", 0x70, ["stride:const", "pad:const", "dilation:const", "group:const"], 2, 1, S.conv2d, "conv",
+    "pop w [O, C/group, kh, kw], x [N, C, H, W]; push the cross-correlation [N, O, Ho, Wo]")
+_op("MAX_POOL2D", 0x71, ["kernel:const", "stride:const", "pad:const"], 1, 1, partial(S.pool2d, name="MAX_POOL2D"),
+    "conv", "pop x [N, C, H, W]; push the max over each kernel window (padding never wins)")
+_op("AVG_POOL2D", 0x72, ["kernel:const", "stride:const", "pad:const", "count_pad:const"], 1, 1,
+    partial(S.pool2d, name="AVG_POOL2D"), "conv",
+    "pop x [N, C, H, W]; push the mean over each kernel window (padding counted when count_pad)")
+_op("ADAPTIVE_AVG_POOL2D", 0x73, ["size:const"], 1, 1, S.adaptive_pool2d, "conv",
+    "pop x [N, C, H, W]; push [N, C, oh, ow], each the mean of its bin (PyTorch/MindSpore's bins)")
+_op("GATHER", 0x74, ["axis:const"], 2, 1, S.gather, "layout",
+    "pop indices, x; push x's slices at the (int) indices along axis: x.shape[:axis]+idx.shape+x.shape[axis+1:]")
 
 # --- fused (produced by the fusion pass, jit/fuse.py; the interpreter runs them too) ---------
 # A fused instruction carries its expression as a program (postfix tuple of nodes: ("in", k),

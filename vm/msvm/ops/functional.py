@@ -170,6 +170,74 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-05):
     return apply("LAYER_NORM", (input, weight, bias), (-n, -n, float(eps)))
 
 
+# ---------------------------------------------------------------- convolution, pooling, gather (NCHW)
+
+def _pair(v, what):
+    if isinstance(v, int) and not isinstance(v, bool):
+        return (v, v)
+    v = tuple(int(x) for x in v)
+    if len(v) == 1:
+        return (v[0], v[0])
+    if len(v) != 2:
+        raise ValueError(f"{what}: expected an int or a pair of ints, got {v}")
+    return v
+
+
+def conv_pad(pad_mode, padding, what):
+    """The pad operand of CONV2D/pools: ('same',) or (top, bottom, left, right)."""
+    mode = str(pad_mode).lower()
+    if mode == "same":
+        return ("same",)
+    if mode == "valid":
+        return (0, 0, 0, 0)
+    if mode != "pad":
+        raise ValueError(f"{what}: pad_mode must be 'same', 'valid' or 'pad', not {pad_mode!r}")
+    if isinstance(padding, int) and not isinstance(padding, bool):
+        return (padding,) * 4
+    p = tuple(int(x) for x in padding)
+    if len(p) == 2:
+        return (p[0], p[0], p[1], p[1])
+    if len(p) != 4:
+        raise ValueError(f"{what}: padding must be an int, 2 or 4 ints, got {p}")
+    return p
+
+
+def conv2d(input, weight, bias=None, stride=1, pad_mode="valid", padding=0, dilation=1, groups=1):
+    out = apply("CONV2D", (input, weight), (_pair(stride, "conv2d: stride"), conv_pad(pad_mode, padding, "conv2d"),
+                                            _pair(dilation, "conv2d: dilation"), int(groups)))
+    if bias is not None:
+        out = out + reshape(bias, (1, -1, 1, 1))
+    return out
+
+
+def max_pool2d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):
+    if _pair(dilation, "max_pool2d: dilation") != (1, 1) or ceil_mode or return_indices:
+        raise NotImplementedError("ops.max_pool2d: dilation, ceil_mode and return_indices are not supported yet")
+    k = _pair(kernel_size, "max_pool2d: kernel_size")
+    s = k if stride is None else _pair(stride, "max_pool2d: stride")
+    return apply("MAX_POOL2D", (x,), (k, s, conv_pad("pad", padding, "max_pool2d")))
+
+
+def avg_pool2d(input, kernel_size=1, stride=1, padding=0, ceil_mode=False, count_include_pad=True,
+               divisor_override=None):
+    if ceil_mode or divisor_override is not None:
+        raise NotImplementedError("ops.avg_pool2d: ceil_mode and divisor_override are not supported yet")
+    k = _pair(kernel_size, "avg_pool2d: kernel_size")
+    return apply("AVG_POOL2D", (input,), (k, _pair(stride, "avg_pool2d: stride"),
+                                          conv_pad("pad", padding, "avg_pool2d"), bool(count_include_pad)))
+
+
+def adaptive_avg_pool2d(input, output_size):
+    size = (output_size, output_size) if isinstance(output_size, int) or output_size is None else tuple(output_size)
+    return apply("ADAPTIVE_AVG_POOL2D", (input,), (tuple(None if d is None else int(d) for d in size),))
+
+
+def gather(input_params, input_indices, axis, batch_dims=0):
+    if batch_dims:
+        raise NotImplementedError("ops.gather: batch_dims is not supported yet")
+    return apply("GATHER", (input_params, input_indices), (int(axis),))
+
+
 # ---------------------------------------------------------------- layout
 
 def reshape(input, shape):

@@ -171,6 +171,61 @@ ReduceMax = type("ReduceMax", (_reduce(F.amax, "keepdims"),), {})
 ReduceMin = type("ReduceMin", (_reduce(F.amin, "keepdims"),), {})
 
 
+class Conv2D(Primitive):
+    """MindSpore's ``P.Conv2D(out_channel, kernel_size, mode=1, pad_mode='valid', pad=0, stride=1, dilation=1, group=1)``."""
+
+    def __init__(self, out_channel, kernel_size, mode=1, pad_mode="valid", pad=0, stride=1, dilation=1, group=1,
+                 data_format="NCHW"):
+        if data_format != "NCHW":
+            raise NotImplementedError("Conv2D: only data_format='NCHW' is supported")
+        super().__init__(out_channel=out_channel, kernel_size=kernel_size, pad_mode=pad_mode, pad=pad, stride=stride,
+                         dilation=dilation, group=group)
+        self.out_channel, self.kernel_size = out_channel, kernel_size
+        self.pad = F.conv_pad(pad_mode, pad, "Conv2D")
+        self.stride, self.dilation, self.group = F._pair(_hw(stride), "Conv2D"), F._pair(_hw(dilation), "Conv2D"), group
+
+    def __call__(self, x, w):
+        return F.apply("CONV2D", (x, w), (self.stride, self.pad, self.dilation, int(self.group)))
+
+
+def _hw(v):
+    """MindSpore's strides may be (1, 1, sh, sw)."""
+    return tuple(v)[2:] if isinstance(v, (tuple, list)) and len(v) == 4 else v
+
+
+class MaxPool(Primitive):
+    def __init__(self, kernel_size=1, strides=1, pad_mode="valid", data_format="NCHW"):
+        super().__init__(kernel_size=kernel_size, strides=strides, pad_mode=pad_mode)
+        self.k, self.s = F._pair(_hw(kernel_size), "MaxPool"), F._pair(_hw(strides), "MaxPool")
+        self.pad = F.conv_pad(pad_mode, 0, "MaxPool")
+
+    def __call__(self, x):
+        return F.apply("MAX_POOL2D", (x,), (self.k, self.s, self.pad))
+
+
+class AvgPool(MaxPool):
+    def __call__(self, x):
+        return F.apply("AVG_POOL2D", (x,), (self.k, self.s, self.pad, False))
+
+
+class AdaptiveAvgPool2D(Primitive):
+    def __init__(self, output_size):
+        super().__init__(output_size=output_size)
+        self.output_size = output_size
+
+    def __call__(self, x):
+        return F.adaptive_avg_pool2d(x, self.output_size)
+
+
+class Gather(Primitive):
+    def __init__(self, batch_dims=0):
+        super().__init__(batch_dims=batch_dims)
+        self.batch_dims = batch_dims
+
+    def __call__(self, input_params, input_indices, axis):
+        return F.gather(input_params, input_indices, axis, self.batch_dims)
+
+
 class LayerNorm(Primitive):
     """Returns (y, mean, variance) as MindSpore's primitive does; mean/var are recomputed."""
 

@@ -42,6 +42,8 @@ const fixed = (v: unknown, digits: number): string => (isNum(v) ? v.toFixed(digi
 const hex = (v: unknown): string => (isNum(v) && v >= 0 ? '0x' + Math.trunc(v).toString(16).padStart(4, '0') : text(v));
 const oneBased = (v: unknown): string => (isNum(v) ? String(v + 1) : text(v));
 const list = <T>(v: T[] | undefined | null): T[] => (Array.isArray(v) ? v : []);
+/** The entries of an array of records that are records (a program may send anything). */
+const records = <T>(v: T[] | undefined | null): T[] => list(v).filter((x) => !!x && typeof x === 'object');
 const json = (v: unknown): string => JSON.stringify(v) ?? '';
 const where = (r: LspRange | undefined): string => `${oneBased(r?.start?.line)}:${oneBased(r?.start?.character)}`;
 const pct = (rate: unknown): string => (isNum(rate) ? (rate * 100).toFixed(1) : text(rate));
@@ -53,12 +55,12 @@ function renderBytecode(data: BytecodeResult, colors: unknown[]): void {
     app.append(h('div', { class: 'header' }, h('p', { class: 'error' }, text(data.error))));
     return;
   }
-  app.append(h('div', { class: 'header' }, h('h2', {}, text(data.name ?? data.cell), data.fused && ' ',
-    data.fused && h('span', { class: 'muted' }, '(fused)'))));
-  app.append(bytecodeTable(list(data.instructions), list(colors), 'main'));
-  for (const fn of list(data.functions)) {
+  app.append(h('div', { class: 'header' }, h('h2', {}, text(data.name ?? data.cell), data.fused ? ' ' : null,
+    data.fused ? h('span', { class: 'muted' }, '(fused)') : null)));
+  app.append(bytecodeTable(records(data.instructions), list(colors), 'main'));
+  for (const fn of records(data.functions)) {
     app.append(h('h3', {}, text(fn.name)));
-    app.append(bytecodeTable(list(fn.instructions), [], text(fn.name)));
+    app.append(bytecodeTable(records(fn.instructions), [], text(fn.name)));
   }
 }
 
@@ -70,7 +72,7 @@ function bytecodeTable(instructions: Instruction[], colors: unknown[], fn: strin
   const t = table('bytecode', ['address', 'instruction', 'operands', ['stack', 'operand-stack depth after the instruction'],
     'type', 'source']);
   instructions.forEach((ins, k) => {
-    const parts = list(ins.parts);
+    const parts = records(ins.parts);
     const color = colors[k];
     const cls = ['ins', Number.isInteger(color) && (color as number) >= 0 && (color as number) < 8 ? `c${color}` : '',
       parts.length ? 'fused' : ''].filter(Boolean).join(' ');
@@ -124,17 +126,17 @@ function renderHeatmap(p: Profile | null): void {
       'No profile yet: run "msvm: Run with msvm Profiling", debug a program, or run one in a terminal.'));
     return;
   }
-  const compiles = list(p.compiles);
+  const compiles = records(p.compiles);
   app.append(h('div', { class: 'header' }, h('h2', {}, 'JIT heatmap'), h('p', { class: 'muted' },
     `${text(p.script)} · ${fixed(p.wall_ms, 1)} ms · ${compiles.length} compiles · cache ${pct(p.cache?.hit_rate ?? p.cache?.rate ?? 0)}% hit`)));
-  for (const c of list(p.codes)) {
+  for (const c of records(p.codes)) {
     app.append(h('h3', {}, text(c.name), c.calls ? ' ' : null, c.calls ? h('span', { class: 'muted' }, `${text(c.calls)} calls`) : null));
     const t = table('heat', ['address', 'instruction', 'line', 'compile', 'execution', 'tiers']);
-    list(c.instructions).forEach((i: ProfileInstruction) => {
+    records(c.instructions).forEach((i: ProfileInstruction) => {
       const loc = Array.isArray(i.loc) ? i.loc : [];
       const compile = cell('num compile', i.compile_ms ? `${fixed(i.compile_ms, 2)} ms` : '');
       const exec = cell('num exec', i.exec_ns ? `${isNum(i.exec_ns) ? (i.exec_ns / 1e3).toFixed(1) : text(i.exec_ns)} µs` : '');
-      const tiers = list(i.tiers).map((tr) => `L${text(tr.level)}${tr.source === 'disk' ? ' (disk)' : ''} @${fixed(tr.t_ms, 0)} ms`);
+      const tiers = records(i.tiers).map((tr) => `L${text(tr.level)}${tr.source === 'disk' ? ' (disk)' : ''} @${fixed(tr.t_ms, 0)} ms`);
       const tr = h('tr', { class: 'hrow', tabindex: 0, data: { line: text(loc[0]) } },
         cell('addr', hex(i.offset)), cell('op', text(i.op)), cell('num', text(loc[0])), compile, exec,
         cell('tiers', tiers.join(', ')));
@@ -147,7 +149,7 @@ function renderHeatmap(p: Profile | null): void {
     });
     app.append(t.table);
   }
-  const steps = Object.entries(p.steps_total ?? {});
+  const steps = p.steps_total && typeof p.steps_total === 'object' ? Object.entries(p.steps_total) : [];
   const max = Math.max(1e-9, ...steps.map(([, v]) => (isNum(v) ? v : 0)));
   const st = h('div', { class: 'steps' }, h('h3', {}, 'Compile time by step'));
   for (const [k, v] of steps) {
@@ -179,7 +181,7 @@ function renderCache(s: CacheStats | null): void {
     `${text(s.hits)} hits · ${text(s.misses)} misses · ${text(s.compiles)} compiled · ${text(s.disk_loads)} loaded from disk` +
     (s.script ? ` · ${text(s.script)}` : ''))));
   const t = table('cache', ['key', 'kernel', 'shape', 'dtype', 'tier', 'from']);
-  for (const k of list(s.recent)) {
+  for (const k of records(s.recent)) {
     t.body.append(h('tr', {}, cell('key', text(k.key)), cell('', text(k.op)), cell('', json(k.shape ?? '')),
       cell('', text(k.dtype)), cell('', k.level ? `L${text(k.level)}` : ''), cell('', text(k.source))));
   }

@@ -97,6 +97,9 @@ _op("BRANCH_IF_SYMBOLIC", 0x0B, ["pred:const", "target:label"], 0, 0, S.branch, 
 _op("CALL_CELL", 0x0C, ["callee:callee", "n:count"], "n", 1, S.call_cell, "control",
     "pop n arguments, run the sub-Cell callees[callee] in a new frame, push its result")
 _op("RETURN", 0x0D, [], 1, 0, S.nothing, "control", "pop the result and leave the frame", terminator=True)
+_op("RAISE", 0x5F, ["exc:const", "message:const"], 0, 0, S.nothing, "control",
+    "raise the built-in exception consts[exc] with the message consts[message] (strings and symbolic dims)",
+    terminator=True)
 _op("ALLOC_DEVICE_MEM", 0x0E, ["device:const", "stream:const"], 0, 0, S.nothing, "memory",
     "take the frame's workspace (reused output buffers) on device/stream")
 _op("FREE_DEVICE_MEM", 0x0F, ["device:const", "stream:const"], 0, 0, S.nothing, "memory",

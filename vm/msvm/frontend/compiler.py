@@ -423,6 +423,69 @@ class FunctionCompiler:
     def stmt_Pass(self, node):
         pass
 
+    def stmt_Raise(self, node):
+        """``raise ValueError(f"... {H} ...")``: a RAISE instruction; under a shape predicate or a
+        flag it is a run-time check, the message's symbolic values filled in when it fires."""
+        exc = node.exc
+        if exc is None:
+            raise self.error("a bare `raise` is not supported in construct", node)
+        func, args = (exc.func, exc.args) if isinstance(exc, ast.Call) else (exc, [])
+        name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
+        if name not in RAISABLE:
+            raise self.error(f"construct may raise the built-in exceptions {', '.join(sorted(RAISABLE))}; "
+                             f"not {ast.unparse(func)}", node)
+        parts = self.message_parts(args[0]) if args else ()
+        self.emit("RAISE", self.cb.const(name), self.cb.const(tuple(parts)))
+        raise _AllReturned()
+
+    def stmt_Assert(self, node):
+        test = self.expr(node.test)
+        if not isinstance(test, Pred):
+            if isinstance(test, GraphValue):
+                raise self.error("assert on a tensor's values is not supported; assert on shapes or flags", node.test)
+            if _truth(test):
+                return
+            raise self.error("assertion is false at compile time", node)
+        if test.const_value() is True:
+            return
+        parts = self.message_parts(node.msg) if node.msg is not None else ("assertion failed: " + ast.unparse(node.test),)
+        self.loc = self.node_loc(node.test)
+        l_ok = self.cb.new_label()
+        self.emit("BRANCH_IF_SYMBOLIC", self.cb.const(S.pnot(test)), l_ok)
+        self.emit("RAISE", self.cb.const("AssertionError"), self.cb.const(tuple(parts)))
+        self.cb.place(l_ok)
+
+    def message_parts(self, node) -> list:
+        """A message as strings and symbolic dims (joined when RAISE fires)."""
+        out = []
+
+        def put(v):
+            if isinstance(v, GraphValue) and isinstance(v.type, ScalarType) and isinstance(v.type.value, Expr):
+                v = v.type.value
+            if isinstance(v, Expr):
+                out.append(v if v.const_value() is None else str(v.const_value()))
+            elif isinstance(v, tuple):
+                out.append("(")
+                for k, x in enumerate(v):
+                    if k:
+                        out.append(", ")
+                    put(x)
+                out.append(",)" if len(v) == 1 else ")")
+            elif isinstance(v, GraphValue):
+                out.append(f"<{v.type}>")
+            else:
+                out.append(str(v))
+
+        if isinstance(node, ast.JoinedStr):
+            for piece in node.values:
+                if isinstance(piece, ast.Constant):
+                    out.append(str(piece.value))
+                else:
+                    put(self.expr(piece.value))
+        else:
+            put(self.expr(node))
+        return [p for p in out if p != ""]
+
     def stmt_Return(self, node):
         value = self.expr(node.value) if node.value is not None else None
         self.loc = self.node_loc(node)
@@ -644,11 +707,6 @@ class FunctionCompiler:
 
     def stmt_While(self, node):
         raise self.error("while loops are not supported in construct; use for i in range(n)", node)
-
-    def stmt_Assert(self, node):
-        test = self.expr(node.test)
-        if isinstance(test, (bool, np.bool_)) and not test:
-            raise self.error("assertion is false at compile time", node)
 
     # --- expressions
     def expr(self, node):
@@ -876,6 +934,14 @@ class FunctionCompiler:
         sym = _CMPOPS[type(op)]
         if isinstance(a, GraphValue) or isinstance(b, GraphValue):
             return _PYCMP[sym](a, b)
+        if isinstance(a, tuple) and isinstance(b, tuple) and sym in ("==", "!="):
+            # (H, W) != (224, 224): the dims' predicates, folded where they are known
+            same = len(a) == len(b)
+            if same and any(isinstance(x, Expr) or isinstance(y, Expr) for x, y in zip(a, b)):
+                preds = [_as_pred(self.compare(ast.Eq(), x, y, node)) for x, y in zip(a, b)]
+                eq = S.pand(*preds)
+                return eq if sym == "==" else S.pnot(eq)
+            return (a == b) if sym == "==" else (a != b)
         if isinstance(a, Expr) or isinstance(b, Expr):
             if not (_is_int(a) and _is_int(b)):
                 raise self.error(f"cannot compare {a!r} with {b!r}", node)
@@ -1068,6 +1134,11 @@ class FunctionCompiler:
         if isinstance(v, float) or isinstance(v, GraphValue):
             return ArgSpec("scalar", ScalarType("f"))
         return ArgSpec("const", value=v)
+
+
+# the exceptions construct may raise (RAISE carries the name; the interpreter raises the builtin)
+RAISABLE = frozenset({"ValueError", "TypeError", "RuntimeError", "IndexError", "KeyError", "AssertionError",
+                      "NotImplementedError", "ArithmeticError", "ZeroDivisionError", "Exception"})
 
 
 class _AllReturned(Exception):

@@ -215,6 +215,21 @@ def h_return(ctx, i, args):
     return h
 
 
+def h_raise(ctx, i, args):
+    import builtins
+
+    exc = getattr(builtins, args[0])
+    if not (isinstance(exc, type) and issubclass(exc, Exception)):
+        raise TypeError(f"RAISE: {args[0]!r} is not a built-in exception")
+    parts = [compile_sym(p) if not isinstance(p, str) else p for p in args[1]]
+
+    def h(f, s):
+        e = exc("".join(p if isinstance(p, str) else str(p(f.symbols)) for p in parts))
+        e.msvm_raised = True
+        raise e
+    return h
+
+
 def h_alloc(ctx, i, args):
     return lambda f, s: i + 1
 
@@ -347,7 +362,7 @@ _SPECIAL = {
     "NOP": h_nop, "LOAD_TENSOR": h_load_tensor, "STORE_TENSOR": h_store_tensor, "LOAD_CONST": h_load_const,
     "LOAD_PARAM": h_load_param, "LOAD_SYM": h_load_sym, "SET_SYM": h_set_sym, "BUILD_TUPLE": h_build_tuple,
     "UNPACK_TUPLE": h_unpack_tuple, "POP_TOP": h_pop_top, "JUMP": h_jump, "BRANCH_IF_SYMBOLIC": h_branch,
-    "CALL_CELL": h_call_cell, "RETURN": h_return, "ALLOC_DEVICE_MEM": h_alloc, "FREE_DEVICE_MEM": h_alloc,
+    "CALL_CELL": h_call_cell, "RETURN": h_return, "RAISE": h_raise, "ALLOC_DEVICE_MEM": h_alloc, "FREE_DEVICE_MEM": h_alloc,
 }
 
 # the handler table, indexed by opcode byte
@@ -613,6 +628,12 @@ def run(f: Frame):
         if isinstance(e, (ExecutionError, ShapeMismatch)):
             raise
         idx = f.index if trace is not None or events.profiling else i
+        if getattr(e, "msvm_raised", False):   # the user's own `raise` in construct: theirs, unwrapped
+            ins = bound.code.instrs[idx]
+            if hasattr(e, "add_note"):
+                e.add_note(f"raised by {bound.code.name} at {bound.code.filename}:{ins.loc.line}:{ins.loc.col + 1} "
+                           f"(bytecode offset 0x{ins.offset:04x})")
+            raise
         err = _exec_error(bound.code, idx, e)
         on_exception = getattr(trace, "on_exception", None)
         if on_exception is not None:      # a debugger sees the failing frame before it unwinds

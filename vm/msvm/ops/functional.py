@@ -9,6 +9,8 @@ definition serves both modes, and argument handling (negative axes, RESHAPE's
 
 from __future__ import annotations
 
+import builtins
+
 from .. import dtype as dt
 from ..bytecode.symbolic import Expr, product
 from ..frontend.graph import is_graph, trace_op
@@ -294,6 +296,59 @@ def broadcast_to(input, shape):
     off = len(shape) - len(src)
     shape = tuple(src[i - off] if (isinstance(d, int) and d == -1) else d for i, d in enumerate(shape))
     return apply("BROADCAST_TO", (input,), (tuple(_plain(d) for d in shape),))
+
+
+def _known_dim(x, axis, what):
+    rank = _rank(x)
+    if not -rank <= axis < rank:
+        raise ValueError(f"{what}: axis {axis} is out of range for rank {rank}")
+    axis %= rank
+    d = _shape(x)[axis]
+    if isinstance(d, Expr):
+        if d.const_value() is None:
+            raise ValueError(f"{what}: the size of axis {axis} ({d}) must be known to split a tensor into "
+                             f"a fixed number of parts")
+        d = d.const_value()
+    return axis, int(d)
+
+
+def _take(x, axis, start, stop=None):
+    """x[..., start, ...] (stop None) or x[..., start:stop, ...] along axis, as one SLICE."""
+    spec = (("s", None, None, None),) * axis + ((("i", start),) if stop is None else (("s", start, stop, 1),))
+    return apply("SLICE", (x,), (spec,))
+
+
+def unstack(input_x, axis=0):
+    """The slices of input_x along axis (whose size must be known), as a tuple."""
+    axis, n = _known_dim(input_x, axis, "ops.unstack")
+    return tuple(_take(input_x, axis, k) for k in range(n))
+
+
+def split(tensor, split_size_or_sections, axis=0):
+    """MindSpore's ops.split: pieces of split_size (the last may be smaller) or of the given sections."""
+    axis, n = _known_dim(tensor, axis, "ops.split")
+    if isinstance(split_size_or_sections, int) and not isinstance(split_size_or_sections, bool):
+        step = split_size_or_sections
+        if step <= 0:
+            raise ValueError(f"ops.split: split_size must be positive, got {step}")
+        sizes = [builtins.min(step, n - k) for k in range(0, n, step)]
+    else:
+        sizes = [int(v) for v in split_size_or_sections]
+        if sum_(sizes) != n:
+            raise ValueError(f"ops.split: sections {sizes} do not add up to the axis size {n}")
+    out, start = [], 0
+    for size in sizes:
+        out.append(_take(tensor, axis, start, start + size))
+        start += size
+    return tuple(out)
+
+
+def chunk(input, chunks, axis=0):
+    """MindSpore's ops.chunk: ceil(n / chunks)-sized pieces along axis."""
+    axis, n = _known_dim(input, axis, "ops.chunk")
+    if chunks <= 0:
+        raise ValueError(f"ops.chunk: chunks must be positive, got {chunks}")
+    return split(input, builtins.max(-(-n // chunks), 1), axis)
 
 
 def flatten(input, order="C", *, start_dim=1, end_dim=-1):

@@ -226,6 +226,29 @@ class Gather(Primitive):
         return F.gather(input_params, input_indices, axis, self.batch_dims)
 
 
+class Unstack(Primitive):
+    def __init__(self, axis=0, num=None):
+        super().__init__(axis=axis)
+        self.axis = axis
+
+    def __call__(self, x):
+        return F.unstack(x, self.axis)
+
+
+class Split(Primitive):
+    """MindSpore's ``P.Split(axis=0, output_num=1)``: output_num equal pieces."""
+
+    def __init__(self, axis=0, output_num=1):
+        super().__init__(axis=axis, output_num=output_num)
+        self.axis, self.output_num = axis, output_num
+
+    def __call__(self, x):
+        axis, n = F._known_dim(x, self.axis, "Split")
+        if n % self.output_num:
+            raise ValueError(f"Split: axis size {n} is not divisible by output_num {self.output_num}")
+        return F.split(x, n // self.output_num, axis)
+
+
 class LayerNorm(Primitive):
     """Returns (y, mean, variance) as MindSpore's primitive does; mean/var are recomputed."""
 

@@ -55,26 +55,49 @@ class FunctionSource:
         self.qualname = qualname or node.name
 
 
-_source_cache: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_parsed: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()   # code object -> (node, line, col)
 
 
 def source_of(fn) -> FunctionSource:
-    """Parse a live Python function (its file is read, nothing is executed)."""
+    """Parse a live Python function (its file is read, nothing is executed).
+
+    The parse is cached per code object; what a function *closes over* is not: the closure
+    values and globals in the FunctionSource are those of this function object, so functions
+    made by one factory (``make(ops.add)``, ``make(ops.sub)``) each compile with their own.
+    They are read now, when a signature compiles, and baked into that signature's bytecode
+    as compile-time constants (MindSpore's graph mode treats them the same way); a signature
+    compiled earlier keeps what it read (see the README's "The API")."""
     fn = inspect.unwrap(getattr(fn, "__func__", fn))
     code = getattr(fn, "__code__", None)
     if code is None:
         raise FrontendError(f"{fn!r} is not a Python function and cannot be compiled")
     try:
-        return _source_cache[code]
+        parsed = _parsed[code]
     except (KeyError, TypeError):
-        pass
-    if code.co_name == "<lambda>":
-        src = _lambda_source(fn, code)
+        parsed = _lambda_node(code) if code.co_name == "<lambda>" else _def_node(fn, code)
         try:
-            _source_cache[code] = src
+            _parsed[code] = parsed
         except TypeError:
             pass
-        return src
+    node, line_offset, col_offset = parsed
+    return FunctionSource(node, code.co_filename, line_offset, col_offset, fn.__globals__, _closure_of(fn, code),
+                          "<lambda>" if code.co_name == "<lambda>" else fn.__qualname__)
+
+
+def _closure_of(fn, code) -> dict:
+    """The values of this function object's closure cells (an empty cell is left out)."""
+    closure = {}
+    if fn.__closure__:
+        for name, cell in zip(code.co_freevars, fn.__closure__):
+            try:
+                closure[name] = cell.cell_contents
+            except ValueError:
+                pass
+    return closure
+
+
+def _def_node(fn, code) -> tuple:
+    """(the def's node, line offset, column offset) read from its file."""
     try:
         lines, first = inspect.getsourcelines(fn)
     except (OSError, TypeError) as e:
@@ -86,22 +109,10 @@ def source_of(fn) -> FunctionSource:
     node = tree.body[0]
     if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
         raise FrontendError(f"{fn.__qualname__} is not a def", code.co_filename, first, 0)
-    closure = {}
-    if fn.__closure__:
-        for name, cell in zip(code.co_freevars, fn.__closure__):
-            try:
-                closure[name] = cell.cell_contents
-            except ValueError:
-                pass
-    src = FunctionSource(node, code.co_filename, first - 1, indent, fn.__globals__, closure, fn.__qualname__)
-    try:
-        _source_cache[code] = src
-    except TypeError:
-        pass
-    return src
+    return node, first - 1, indent
 
 
-def _lambda_source(fn, code) -> FunctionSource:
+def _lambda_node(code) -> tuple:
     """A lambda: find its node in the file by line (and column when a line holds several)."""
     import linecache
 
@@ -125,14 +136,7 @@ def _lambda_source(fn, code) -> FunctionSource:
     ast.copy_location(node, lam)
     ast.copy_location(node.body[0], lam.body)
     node.end_lineno, node.end_col_offset = lam.end_lineno, lam.end_col_offset
-    closure = {}
-    if fn.__closure__:
-        for name, cell in zip(code.co_freevars, fn.__closure__):
-            try:
-                closure[name] = cell.cell_contents
-            except ValueError:
-                pass
-    return FunctionSource(node, code.co_filename, 0, 0, fn.__globals__, closure, "<lambda>")
+    return node, 0, 0
 
 
 # ---------------------------------------------------------------- helpers
@@ -934,8 +938,8 @@ class FunctionCompiler:
     def call(self, fn, args, kwargs, node):
         if is_cell(fn):
             return self.call_cell(fn, args, kwargs, node)
-        if hasattr(type(fn), "__msvm_inline__"):
-            return self.inline(fn, args, kwargs, node)
+        if hasattr(type(fn), "__msvm_inline__") or isinstance(getattr(fn, "__msvm_jit__", None), pytypes.FunctionType):
+            return self.inline(fn, args, kwargs, node)      # (an ms.jit function is inlined as its function)
         if fn is builtins.len:
             (v,) = args
             if isinstance(v, GraphValue):

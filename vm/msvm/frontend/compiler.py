@@ -822,7 +822,8 @@ class FunctionCompiler:
                 if isinstance(v.type, ScalarType) and isinstance(v.type.value, Pred):
                     return S.pnot(v.type.value)
                 raise self.error("'not' on a tensor: use ops.logical_not", node)
-            return not _truth(v)
+            t = _truth(v)
+            return S.pnot(t) if isinstance(t, Pred) else not t
         if isinstance(node.op, ast.USub):
             return -v
         if isinstance(node.op, ast.UAdd):
@@ -837,6 +838,9 @@ class FunctionCompiler:
                 raise self.error("'and'/'or' on tensors: use ops.logical_and / ops.logical_or", e)
             if not isinstance(v, Pred):
                 t = _truth(v)
+                if isinstance(t, Pred):         # a symbolic int: its truth is known at run time
+                    vals.append(t)
+                    continue
                 # Python short-circuit on known values
                 if isinstance(node.op, ast.And) and not t:
                     return v if not vals else S.FALSE
@@ -888,6 +892,8 @@ class FunctionCompiler:
 
     def expr_IfExp(self, node):
         test = self.expr(node.test)
+        if isinstance(test, Expr):
+            test = _truth(test)
         if isinstance(test, Pred):
             c = test.const_value()
             if c is None:
@@ -1021,7 +1027,7 @@ class FunctionCompiler:
         cell_getattr(cell, "construct")
         params = construct_params(cell)
         try:
-            values = bind_arguments(params, args, kwargs, cell)
+            values = bind_arguments(params, args, dict(kwargs), f"{type(cell).__name__}.construct()")
         except TypeError as e:
             raise self.error(str(e), node) from None
         specs, runtime = [], []
@@ -1102,8 +1108,12 @@ def _has_graph(v) -> bool:
     return any(isinstance(x, GraphValue) or (isinstance(x, tuple) and _has_graph(x)) for x in v)
 
 
-def _truth(v) -> bool:
-    return bool(v)      # a symbolic Expr raises SymbolicError unless it is constant
+def _truth(v):
+    """Python's truth of a compile-time value; of a symbolic int (an int argument, a dim) the
+    predicate ``v != 0``, tested at run time as Python would (``if n:``, ``not n``, ``n and f``)."""
+    if isinstance(v, Expr) and v.const_value() is None:
+        return S.compare("!=", v, 0)
+    return bool(v)
 
 
 def _same_const(a, b) -> bool:
@@ -1184,19 +1194,31 @@ def construct_params(cell) -> list:
     return [(p.name, p.default) for p in sig.parameters.values()]
 
 
-def bind_arguments(params, args, kwargs, owner) -> list:
+def bind_arguments(params, args, kwargs: dict, label: str) -> list:
+    """The values of ``params`` ([(name, default)]) for a call, Python's rules; the TypeError for a
+    bad call names ``label`` (``Net.construct()``, ``fn()``) and the parameters, as Python does."""
+    names = [n for n, _ in params]
     if len(args) > len(params):
-        raise TypeError(f"{type(owner).__name__}.construct takes {len(params)} arguments, got {len(args)}")
-    values = list(args)
+        listed = f" ({', '.join(names)})" if names else ""
+        raise TypeError(f"{label} takes {len(params)} argument{'s' if len(params) != 1 else ''}{listed} but "
+                        f"{len(args)} were given")
+    unknown = sorted(k for k in kwargs if k not in names)
+    if unknown:
+        raise TypeError(f"{label} got an unexpected keyword argument '{unknown[0]}'")
+    twice = [n for n in names[:len(args)] if n in kwargs]
+    if twice:
+        raise TypeError(f"{label} got multiple values for argument '{twice[0]}'")
+    values, missing = list(args), []
     for name, default in params[len(args):]:
         if name in kwargs:
             values.append(kwargs.pop(name))
         elif default is not inspect.Parameter.empty:
             values.append(default)
         else:
-            raise TypeError(f"{type(owner).__name__}.construct is missing argument '{name}'")
-    if kwargs:
-        raise TypeError(f"{type(owner).__name__}.construct got unexpected arguments {sorted(kwargs)}")
+            missing.append(name)
+    if missing:
+        raise TypeError(f"{label} missing {len(missing)} required argument{'s' if len(missing) > 1 else ''}: "
+                        + ", ".join(f"'{n}'" for n in missing))
     return values
 
 

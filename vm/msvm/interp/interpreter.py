@@ -554,7 +554,8 @@ def _compile_binder(code: Code):
     for lhs, rhs, _why in code.assumptions:
         lines.append(f"    if {_src(lhs)} != {_src(rhs)}: return None")
     lines.append("    return env")
-    ns = dict(consts, __builtins__={"max": max, "min": min, "bool": bool, "type": type})
+    ns = dict(consts, __builtins__={"max": max, "min": min, "bool": bool, "type": type, "TypeError": TypeError,
+                                    "ValueError": ValueError})
     try:
         exec("\n".join(lines), ns)  # noqa: S102 - generated from the verified signature, names quoted
     except Exception:  # noqa: BLE001 - never let an odd signature break calling; the slow path works

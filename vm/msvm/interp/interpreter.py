@@ -244,6 +244,8 @@ class ComputeSpec:
             kern = self.kern = np.matmul        # (kernels.matmul's own first case, without its frame)
             self.operands = operands = ()
         out_tensor = bool(nxt) and isinstance(nxt[-1], TensorType) and nxt[-1].rank > 0
+        if nxt and isinstance(nxt[-1], TensorType) and nxt[-1].rank == 0:
+            kern = self.kern = K.as_array(kern)     # a 0-d tensor is a 0-d array, never a numpy scalar
         # an output buffer kept across calls: the result never leaves the frame (escape analysis)
         self.reuse = bool(i in ctx.reusable and name in K.OUT_CAPABLE and st is not None and out_tensor
                           and all(isinstance(t, TensorType) and t.rank > 0 for t in st[len(st) - n:]))

@@ -280,7 +280,7 @@ class _Runner:
                 return vals
             except KeyError:
                 pass
-        return bind_arguments(self.params, args, dict(kwargs), self.label)
+        return bind_arguments(self.params, args, kwargs, self.label)
 
     def check_flags(self, vals) -> None:
         """A parameter whose default is a bool takes a bool (or 0/1, the same flag); anything else

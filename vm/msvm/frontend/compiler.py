@@ -1027,7 +1027,7 @@ class FunctionCompiler:
         cell_getattr(cell, "construct")
         params = construct_params(cell)
         try:
-            values = bind_arguments(params, args, dict(kwargs), f"{type(cell).__name__}.construct()")
+            values = bind_arguments(params, args, kwargs, f"{type(cell).__name__}.construct()")
         except TypeError as e:
             raise self.error(str(e), node) from None
         specs, runtime = [], []
@@ -1197,29 +1197,37 @@ def construct_params(cell) -> list:
 def bind_arguments(params, args, kwargs: dict, label: str) -> list:
     """The values of ``params`` ([(name, default)]) for a call, Python's rules; the TypeError for a
     bad call names ``label`` (``Net.construct()``, ``fn()``) and the parameters, as Python does."""
-    names = [n for n, _ in params]
     if len(args) > len(params):
-        listed = f" ({', '.join(names)})" if names else ""
-        raise TypeError(f"{label} takes {len(params)} argument{'s' if len(params) != 1 else ''}{listed} but "
-                        f"{len(args)} were given")
-    unknown = sorted(k for k in kwargs if k not in names)
-    if unknown:
-        raise TypeError(f"{label} got an unexpected keyword argument '{unknown[0]}'")
-    twice = [n for n in names[:len(args)] if n in kwargs]
-    if twice:
-        raise TypeError(f"{label} got multiple values for argument '{twice[0]}'")
-    values, missing = list(args), []
+        raise _call_error(params, args, kwargs, label)
+    values, rest = list(args), dict(kwargs)
     for name, default in params[len(args):]:
-        if name in kwargs:
-            values.append(kwargs.pop(name))
+        if name in rest:
+            values.append(rest.pop(name))
         elif default is not inspect.Parameter.empty:
             values.append(default)
         else:
-            missing.append(name)
-    if missing:
-        raise TypeError(f"{label} missing {len(missing)} required argument{'s' if len(missing) > 1 else ''}: "
-                        + ", ".join(f"'{n}'" for n in missing))
+            raise _call_error(params, args, kwargs, label)
+    if rest:
+        raise _call_error(params, args, kwargs, label)
     return values
+
+
+def _call_error(params, args, kwargs: dict, label: str) -> TypeError:
+    """What is wrong with a call, in Python's order and words."""
+    names = [n for n, _ in params]
+    if len(args) > len(params):
+        listed = f" ({', '.join(names)})" if names else ""
+        return TypeError(f"{label} takes {len(params)} argument{'s' if len(params) != 1 else ''}{listed} but "
+                         f"{len(args)} were given")
+    unknown = sorted(k for k in kwargs if k not in names)
+    if unknown:
+        return TypeError(f"{label} got an unexpected keyword argument '{unknown[0]}'")
+    twice = [n for n in names[:len(args)] if n in kwargs]
+    if twice:
+        return TypeError(f"{label} got multiple values for argument '{twice[0]}'")
+    missing = [n for n, d in params[len(args):] if n not in kwargs and d is inspect.Parameter.empty]
+    return TypeError(f"{label} missing {len(missing)} required argument{'s' if len(missing) > 1 else ''}: "
+                     + ", ".join(f"'{n}'" for n in missing))
 
 
 # ---------------------------------------------------------------- compiling Cells

@@ -126,6 +126,7 @@ class Outer(nn.Cell):
     def __init__(self, call):
         super().__init__()
         self.inner = Inner()
+        self.flagged = Masked()
         self.call = call
 
     def construct(self, x):
@@ -135,16 +136,19 @@ class Outer(nn.Cell):
             return self.inner(x, 2.0, 3.0)
         if self.call == "keyword":
             return self.inner(x, factor=2.0)
+        if self.call == "flag":
+            return self.flagged(x, training="yes")
         return self.inner(x, scale=2.0) + self.inner(x)
 
 
 @pytest.mark.parametrize("call,says", [("missing", "missing 1 required argument: 'x'"),
                                        ("extra", "takes 2 arguments (x, scale) but 3 were given"),
-                                       ("keyword", "unexpected keyword argument 'factor'")])
+                                       ("keyword", "unexpected keyword argument 'factor'"),
+                                       ("flag", "argument 'training' is a bool flag")])
 def test_bad_sub_cell_calls_name_the_sub_cell(call, says):
     with pytest.raises(ms.errors.FrontendError) as e:
         Outer(call)(T(X))
-    assert "Inner.construct()" in str(e.value) and says in str(e.value)
+    assert ("Masked" if call == "flag" else "Inner") + ".construct()" in str(e.value) and says in str(e.value)
 
 
 def test_sub_cell_optional_argument_omitted():

@@ -1032,7 +1032,10 @@ class FunctionCompiler:
             raise self.error(str(e), node) from None
         specs, runtime = [], []
         sym_names: dict = {}
-        for (pname, _default), v in zip(params, values):
+        for (pname, default), v in zip(params, values):
+            if type(default) is bool and not _flag_like(v):
+                raise self.error(f"{type(cell).__name__}.construct(): argument '{pname}' is a bool flag (its default "
+                                 f"is {default}), got {type(v).__name__}; pass True or False", node)
             spec = self.callee_spec(pname, v, sym_names)
             specs.append(spec)
             if spec.kind != "const":
@@ -1106,6 +1109,15 @@ def _subst_const(c, subst):
 
 def _has_graph(v) -> bool:
     return any(isinstance(x, GraphValue) or (isinstance(x, tuple) and _has_graph(x)) for x in v)
+
+
+def _flag_like(v) -> bool:
+    """What a sub-Cell's bool flag may be given: a bool, 0/1, a predicate or an int symbol, a run-time bool or int."""
+    if isinstance(v, (bool, np.bool_, Pred, Expr)):
+        return True
+    if isinstance(v, (int, np.integer)):
+        return v in (0, 1)
+    return isinstance(v, GraphValue) and isinstance(v.type, ScalarType) and v.type.kind in "bi"
 
 
 def _truth(v):

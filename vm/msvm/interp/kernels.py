@@ -167,7 +167,6 @@ def as_array(kern):
     def kern0(*args, **kwargs):
         r = kern(*args, **kwargs)
         return r if type(r) is np.ndarray else np.asarray(r)
-    kern0.kernel = kern
     return kern0
 
 

@@ -165,7 +165,7 @@ class Tensor(TensorMethods):
             arr = input_data
             if d is None:
                 d = dt.from_numpy(arr.dtype)
-            arr = np.ascontiguousarray(arr, dtype=d.np)
+            arr = _contiguous(arr, d)
         else:
             if isinstance(input_data, (bool, np.bool_)):
                 d = d or dt.bool_
@@ -176,7 +176,7 @@ class Tensor(TensorMethods):
             arr = np.array(input_data)
             if d is None:
                 d = dt.float32 if arr.dtype.kind == "f" else dt.from_numpy(arr.dtype)
-            arr = np.ascontiguousarray(arr, dtype=d.np)
+            arr = _contiguous(arr, d)
         self._data = arr
         self._pshape = None
         self._dtype = d
@@ -280,6 +280,12 @@ class Tensor(TensorMethods):
         return str(self._data) if self._data is not None else repr(self)
 
 
+def _contiguous(arr, d: dt.DType) -> np.ndarray:
+    """A C-contiguous array of dtype d with arr's shape: a 0-d array stays 0-d
+    (``np.ascontiguousarray`` would make it 1-d, so ``Tensor(np.array(768.))`` had shape (1,))."""
+    return np.asarray(arr, dtype=d.np, order="C")
+
+
 class Parameter(Tensor):
     """A named, trainable Tensor held by a Cell.
 
@@ -330,7 +336,9 @@ def _frozen(a: np.ndarray) -> np.ndarray:
 
 
 def wrap(v):
-    """Eager results: ndarrays become Tensors, tuples stay tuples, scalars stay."""
+    """Results as the caller gets them: ndarrays become Tensors, and so do numpy scalars (numpy
+    gives one for an op on 0-d arrays; it is a 0-d tensor of its dtype); tuples stay tuples
+    (of wrapped items); Python scalars stay."""
     if isinstance(v, np.ndarray):
         t = Tensor.__new__(Tensor)
         t._data = v
@@ -339,6 +347,8 @@ def wrap(v):
         return t
     if isinstance(v, tuple):
         return tuple(wrap(x) for x in v)
+    if isinstance(v, np.generic):
+        return wrap(np.asarray(v))
     return v
 
 

@@ -55,26 +55,49 @@ class FunctionSource:
         self.qualname = qualname or node.name
 
 
-_source_cache: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_parsed: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()   # code object -> (node, line, col)
 
 
 def source_of(fn) -> FunctionSource:
-    """Parse a live Python function (its file is read, nothing is executed)."""
+    """Parse a live Python function (its file is read, nothing is executed).
+
+    The parse is cached per code object; what a function *closes over* is not: the closure
+    values and globals in the FunctionSource are those of this function object, so functions
+    made by one factory (``make(ops.add)``, ``make(ops.sub)``) each compile with their own.
+    They are read now, when a signature compiles, and baked into that signature's bytecode
+    as compile-time constants (MindSpore's graph mode treats them the same way); a signature
+    compiled earlier keeps what it read (see the README's "The API")."""
     fn = inspect.unwrap(getattr(fn, "__func__", fn))
     code = getattr(fn, "__code__", None)
     if code is None:
         raise FrontendError(f"{fn!r} is not a Python function and cannot be compiled")
     try:
-        return _source_cache[code]
+        parsed = _parsed[code]
     except (KeyError, TypeError):
-        pass
-    if code.co_name == "<lambda>":
-        src = _lambda_source(fn, code)
+        parsed = _lambda_node(code) if code.co_name == "<lambda>" else _def_node(fn, code)
         try:
-            _source_cache[code] = src
+            _parsed[code] = parsed
         except TypeError:
             pass
-        return src
+    node, line_offset, col_offset = parsed
+    return FunctionSource(node, code.co_filename, line_offset, col_offset, fn.__globals__, _closure_of(fn, code),
+                          "<lambda>" if code.co_name == "<lambda>" else fn.__qualname__)
+
+
+def _closure_of(fn, code) -> dict:
+    """The values of this function object's closure cells (an empty cell is left out)."""
+    closure = {}
+    if fn.__closure__:
+        for name, cell in zip(code.co_freevars, fn.__closure__):
+            try:
+                closure[name] = cell.cell_contents
+            except ValueError:
+                pass
+    return closure
+
+
+def _def_node(fn, code) -> tuple:
+    """(the def's node, line offset, column offset) read from its file."""
     try:
         lines, first = inspect.getsourcelines(fn)
     except (OSError, TypeError) as e:
@@ -86,22 +109,10 @@ def source_of(fn) -> FunctionSource:
     node = tree.body[0]
     if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
         raise FrontendError(f"{fn.__qualname__} is not a def", code.co_filename, first, 0)
-    closure = {}
-    if fn.__closure__:
-        for name, cell in zip(code.co_freevars, fn.__closure__):
-            try:
-                closure[name] = cell.cell_contents
-            except ValueError:
-                pass
-    src = FunctionSource(node, code.co_filename, first - 1, indent, fn.__globals__, closure, fn.__qualname__)
-    try:
-        _source_cache[code] = src
-    except TypeError:
-        pass
-    return src
+    return node, first - 1, indent
 
 
-def _lambda_source(fn, code) -> FunctionSource:
+def _lambda_node(code) -> tuple:
     """A lambda: find its node in the file by line (and column when a line holds several)."""
     import linecache
 
@@ -125,14 +136,7 @@ def _lambda_source(fn, code) -> FunctionSource:
     ast.copy_location(node, lam)
     ast.copy_location(node.body[0], lam.body)
     node.end_lineno, node.end_col_offset = lam.end_lineno, lam.end_col_offset
-    closure = {}
-    if fn.__closure__:
-        for name, cell in zip(code.co_freevars, fn.__closure__):
-            try:
-                closure[name] = cell.cell_contents
-            except ValueError:
-                pass
-    return FunctionSource(node, code.co_filename, 0, 0, fn.__globals__, closure, "<lambda>")
+    return node, 0, 0
 
 
 # ---------------------------------------------------------------- helpers
@@ -876,7 +880,8 @@ class FunctionCompiler:
                 if isinstance(v.type, ScalarType) and isinstance(v.type.value, Pred):
                     return S.pnot(v.type.value)
                 raise self.error("'not' on a tensor: use ops.logical_not", node)
-            return not _truth(v)
+            t = _truth(v)
+            return S.pnot(t) if isinstance(t, Pred) else not t
         if isinstance(node.op, ast.USub):
             return -v
         if isinstance(node.op, ast.UAdd):
@@ -891,6 +896,9 @@ class FunctionCompiler:
                 raise self.error("'and'/'or' on tensors: use ops.logical_and / ops.logical_or", e)
             if not isinstance(v, Pred):
                 t = _truth(v)
+                if isinstance(t, Pred):         # a symbolic int: its truth is known at run time
+                    vals.append(t)
+                    continue
                 # Python short-circuit on known values
                 if isinstance(node.op, ast.And) and not t:
                     return v if not vals else S.FALSE
@@ -950,6 +958,8 @@ class FunctionCompiler:
 
     def expr_IfExp(self, node):
         test = self.expr(node.test)
+        if isinstance(test, Expr):
+            test = _truth(test)
         if isinstance(test, Pred):
             c = test.const_value()
             if c is None:
@@ -1000,8 +1010,8 @@ class FunctionCompiler:
     def call(self, fn, args, kwargs, node):
         if is_cell(fn):
             return self.call_cell(fn, args, kwargs, node)
-        if hasattr(type(fn), "__msvm_inline__"):
-            return self.inline(fn, args, kwargs, node)
+        if hasattr(type(fn), "__msvm_inline__") or isinstance(getattr(fn, "__msvm_jit__", None), pytypes.FunctionType):
+            return self.inline(fn, args, kwargs, node)      # (an ms.jit function is inlined as its function)
         if fn is builtins.len:
             (v,) = args
             if isinstance(v, GraphValue):
@@ -1083,12 +1093,15 @@ class FunctionCompiler:
         cell_getattr(cell, "construct")
         params = construct_params(cell)
         try:
-            values = bind_arguments(params, args, kwargs, cell)
+            values = bind_arguments(params, args, kwargs, f"{type(cell).__name__}.construct()")
         except TypeError as e:
             raise self.error(str(e), node) from None
         specs, runtime = [], []
         sym_names: dict = {}
-        for (pname, _default), v in zip(params, values):
+        for (pname, default), v in zip(params, values):
+            if type(default) is bool and not _flag_like(v):
+                raise self.error(f"{type(cell).__name__}.construct(): argument '{pname}' is a bool flag (its default "
+                                 f"is {default}), got {type(v).__name__}; pass True or False", node)
             spec = self.callee_spec(pname, v, sym_names)
             specs.append(spec)
             if spec.kind != "const":
@@ -1169,8 +1182,21 @@ def _has_graph(v) -> bool:
     return any(isinstance(x, GraphValue) or (isinstance(x, tuple) and _has_graph(x)) for x in v)
 
 
-def _truth(v) -> bool:
-    return bool(v)      # a symbolic Expr raises SymbolicError unless it is constant
+def _flag_like(v) -> bool:
+    """What a sub-Cell's bool flag may be given: a bool, 0/1, a predicate or an int symbol, a run-time bool or int."""
+    if isinstance(v, (bool, np.bool_, Pred, Expr)):
+        return True
+    if isinstance(v, (int, np.integer)):
+        return v in (0, 1)
+    return isinstance(v, GraphValue) and isinstance(v.type, ScalarType) and v.type.kind in "bi"
+
+
+def _truth(v):
+    """Python's truth of a compile-time value; of a symbolic int (an int argument, a dim) the
+    predicate ``v != 0``, tested at run time as Python would (``if n:``, ``not n``, ``n and f``)."""
+    if isinstance(v, Expr) and v.const_value() is None:
+        return S.compare("!=", v, 0)
+    return bool(v)
 
 
 def _same_const(a, b) -> bool:
@@ -1251,20 +1277,40 @@ def construct_params(cell) -> list:
     return [(p.name, p.default) for p in sig.parameters.values()]
 
 
-def bind_arguments(params, args, kwargs, owner) -> list:
+def bind_arguments(params, args, kwargs: dict, label: str) -> list:
+    """The values of ``params`` ([(name, default)]) for a call, Python's rules; the TypeError for a
+    bad call names ``label`` (``Net.construct()``, ``fn()``) and the parameters, as Python does."""
     if len(args) > len(params):
-        raise TypeError(f"{type(owner).__name__}.construct takes {len(params)} arguments, got {len(args)}")
-    values = list(args)
+        raise _call_error(params, args, kwargs, label)
+    values, rest = list(args), dict(kwargs)
     for name, default in params[len(args):]:
-        if name in kwargs:
-            values.append(kwargs.pop(name))
+        if name in rest:
+            values.append(rest.pop(name))
         elif default is not inspect.Parameter.empty:
             values.append(default)
         else:
-            raise TypeError(f"{type(owner).__name__}.construct is missing argument '{name}'")
-    if kwargs:
-        raise TypeError(f"{type(owner).__name__}.construct got unexpected arguments {sorted(kwargs)}")
+            raise _call_error(params, args, kwargs, label)
+    if rest:
+        raise _call_error(params, args, kwargs, label)
     return values
+
+
+def _call_error(params, args, kwargs: dict, label: str) -> TypeError:
+    """What is wrong with a call, in Python's order and words."""
+    names = [n for n, _ in params]
+    if len(args) > len(params):
+        listed = f" ({', '.join(names)})" if names else ""
+        return TypeError(f"{label} takes {len(params)} argument{'s' if len(params) != 1 else ''}{listed} but "
+                         f"{len(args)} were given")
+    unknown = sorted(k for k in kwargs if k not in names)
+    if unknown:
+        return TypeError(f"{label} got an unexpected keyword argument '{unknown[0]}'")
+    twice = [n for n in names[:len(args)] if n in kwargs]
+    if twice:
+        return TypeError(f"{label} got multiple values for argument '{twice[0]}'")
+    missing = [n for n, d in params[len(args):] if n not in kwargs and d is inspect.Parameter.empty]
+    return TypeError(f"{label} missing {len(missing)} required argument{'s' if len(missing) > 1 else ''}: "
+                     + ", ".join(f"'{n}'" for n in missing))
 
 
 # ---------------------------------------------------------------- compiling Cells

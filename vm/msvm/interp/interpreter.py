@@ -259,6 +259,8 @@ class ComputeSpec:
             kern = self.kern = np.matmul        # (kernels.matmul's own first case, without its frame)
             self.operands = operands = ()
         out_tensor = bool(nxt) and isinstance(nxt[-1], TensorType) and nxt[-1].rank > 0
+        if nxt and isinstance(nxt[-1], TensorType) and nxt[-1].rank == 0:
+            kern = self.kern = K.as_array(kern)     # a 0-d tensor is a 0-d array, never a numpy scalar
         # an output buffer kept across calls: the result never leaves the frame (escape analysis)
         self.reuse = bool(i in ctx.reusable and name in K.OUT_CAPABLE and st is not None and out_tensor
                           and all(isinstance(t, TensorType) and t.rank > 0 for t in st[len(st) - n:]))
@@ -569,7 +571,8 @@ def _compile_binder(code: Code):
     for lhs, rhs, _why in code.assumptions:
         lines.append(f"    if {_src(lhs)} != {_src(rhs)}: return None")
     lines.append("    return env")
-    ns = dict(consts, __builtins__={"max": max, "min": min, "bool": bool, "type": type})
+    ns = dict(consts, __builtins__={"max": max, "min": min, "bool": bool, "type": type, "TypeError": TypeError,
+                                    "ValueError": ValueError})
     try:
         exec("\n".join(lines), ns)  # noqa: S102 - generated from the verified signature, names quoted
     except Exception:  # noqa: BLE001 - never let an odd signature break calling; the slow path works

@@ -118,7 +118,7 @@ def _with_out(ufunc):
 
 
 def _rsqrt(x, out):
-    r = np.sqrt(x, out=out)
+    r = np.sqrt(x, out=out) if out is not None else np.asarray(np.sqrt(x))    # (a 0-d x gives a numpy scalar)
     return np.divide(1, r, out=r)
 
 
@@ -144,7 +144,7 @@ def _gelu(x, out):
 
 def _gelu_tanh(x, out):
     t = x.dtype.type
-    inner = x * x
+    inner = np.asarray(x * x)          # (an array to work in, also for a 0-d x)
     inner *= t(0.044715)
     inner += t(1.0)
     inner *= x
@@ -157,6 +157,17 @@ def _gelu_tanh(x, out):
 
 def _reciprocal(x, out):
     return np.divide(x.dtype.type(1), x, out=out) if out is not None else np.divide(x.dtype.type(1), x)
+
+
+def as_array(kern):
+    """``kern`` for an instruction whose result is a 0-d tensor: numpy gives a numpy scalar for
+    most ops on 0-d arrays, and the VM's tensors are ndarrays (what the binder, sub-Cell calls,
+    sites and the caller's Tensor expect), so the result becomes a 0-d array of its dtype.
+    Linked only where the verified result type is rank 0 (``ComputeSpec``)."""
+    def kern0(*args, **kwargs):
+        r = kern(*args, **kwargs)
+        return r if type(r) is np.ndarray else np.asarray(r)
+    return kern0
 
 
 def where(c, a, b, out=None):

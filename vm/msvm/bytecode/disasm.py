@@ -86,7 +86,7 @@ def program_repr(program) -> str:
                 b, a = stack.pop(), stack.pop()
                 stack.append(f"{name.lower()}({a}, {b})")
             elif stack:
-                extra = "".join(f", {x}" for x in node[1:])
+                extra = "".join(f", {_const_repr(x, '')}" for x in node[1:])
                 stack.append(f"{name.lower()}({stack.pop()}{extra})")
     return stack[-1] if stack else "?"
 
@@ -100,6 +100,8 @@ def _const_repr(v, oname: str) -> str:
         return fmt_shape(v)
     if isinstance(v, np.ndarray):
         return f"array{list(v.shape)}:{v.dtype}"
+    if isinstance(v, dt.DType):     # dumps spell dtypes as numpy does, like Tensor[float32, ...]
+        return v.name
     if isinstance(v, bool) and oname in ("transpose_a", "transpose_b", "keep_dims"):
         return f"{oname}={v}"
     if isinstance(v, tuple):

@@ -258,3 +258,71 @@ def test_dumps_spell_dtypes_as_numpy():
     text = dump(next(iter(net._runner.variants.values())).code)
     assert "CAST" in text and "float16" in text and "Float16" not in text
     assert "Tensor[float16, [x0,x1]]" in text
+
+
+# --- 3. construct(self, *inputs) ---------------------------------------------------------------
+
+class Star(nn.Cell):
+    """Indexing, unpacking, len, iteration and slicing of the *inputs tuple."""
+
+    def construct(self, *inputs):
+        a, b = inputs[:2]
+        s = inputs[0] * len(inputs)
+        for t in inputs[1:]:
+            s = s + t
+        return s - a * b + inputs[-1]
+
+
+def star_ref(*xs):
+    s = xs[0] * len(xs)
+    for t in xs[1:]:
+        s = s + t
+    return s - xs[0] * xs[1] + xs[-1]
+
+
+class FixedThenStar(nn.Cell):
+    def __init__(self):
+        super().__init__()
+        self.star = Star()
+
+    def construct(self, x, *rest):
+        return self.star(x, *rest) + len(rest), rest
+
+
+@pytest.mark.parametrize("n", [2, 3, 5])
+@pytest.mark.parametrize("mode", [ms.PYNATIVE_MODE, ms.GRAPH_MODE])
+def test_construct_with_varargs(n, mode):
+    ms.set_context(mode=mode)
+    xs = [f32(2, 3) for _ in range(n)]
+    net = Star()
+    for _ in range(3):      # the memo and the replay serve the later calls
+        np.testing.assert_allclose(net(*[ms.Tensor(x) for x in xs]).asnumpy(), star_ref(*xs), rtol=1e-6)
+    ys = [f32(4, 3) for _ in range(n + 1)]      # another count and shape: another signature
+    np.testing.assert_allclose(net(*[ms.Tensor(y) for y in ys]).asnumpy(), star_ref(*ys), rtol=1e-6)
+    out, rest = FixedThenStar()(*[ms.Tensor(x) for x in xs])
+    np.testing.assert_allclose(out.asnumpy(), star_ref(*xs) + (n - 1), rtol=1e-6)
+    assert isinstance(rest, tuple) and len(rest) == n - 1
+    np.testing.assert_array_equal(rest[-1].asnumpy(), xs[-1])
+
+
+def test_varargs_with_set_inputs_and_jit():
+    net = Star()
+    net.set_inputs(ms.Tensor(shape=[None, 3], dtype=ms.float32), ms.Tensor(shape=[None, 3], dtype=ms.float32))
+    for rows in (2, 5):
+        xs = [f32(rows, 3), f32(rows, 3)]
+        np.testing.assert_allclose(net(*[ms.Tensor(x) for x in xs]).asnumpy(), star_ref(*xs), rtol=1e-6)
+
+    @ms.jit
+    def scale_first(*xs):
+        return xs[0] * len(xs)
+
+    x = f32(2, 2)
+    np.testing.assert_allclose(scale_first(ms.Tensor(x), ms.Tensor(x)).asnumpy(), x * 2)
+    np.testing.assert_allclose(scale_first(ms.Tensor(x)).asnumpy(), x)
+
+
+def test_varargs_misuse_is_reported_at_the_line():
+    net = Star()
+    line = Star.construct.__code__.co_firstlineno + 1
+    with pytest.raises(FrontendError, match=rf"test_conform.py:{line}:\d+: cannot unpack 1 values into 2 names"):
+        net(ms.Tensor(f32(2, 3)))

@@ -21,7 +21,18 @@ from .bytecode.disasm import display_name, dump, to_json
 from .bytecode.symbolic import Expr
 from .bytecode.types import ScalarType, TensorType
 from .errors import MsvmError, ShapeMismatch
-from .frontend.compiler import ArgSpec, cell_getattr, compile_cell_for, compile_function, construct_params, source_of
+from .frontend.compiler import (
+    ArgSpec,
+    bind_arguments,
+    cell_getattr,
+    compile_cell_for,
+    compile_function,
+    construct_params,
+    expand_params,
+    signature_params,
+    source_of,
+    vararg_index,
+)
 from .interp import replay
 from .interp.interpreter import BoundCode
 from .interp.replay import FALLBACK
@@ -256,7 +267,12 @@ class _Runner:
     """What Cells and jit functions share: arguments to values, the call memo, the call.
     Subclasses set ``n``, ``names``, ``params``, ``variants``, ``memo`` and define ``resolve``."""
 
+    vararg = None       # the index of a *args parameter (then ``n`` is -1: no call has the plain count)
+
     def values(self, args, kwargs):
+        if self.vararg is not None:
+            return args if not kwargs and len(args) >= self.vararg else bind_arguments(
+                self.params, args, dict(kwargs), self.cell)
         if not kwargs and len(args) == self.n:
             return args
         if len(args) + len(kwargs) == self.n:      # the rest by keyword, all given
@@ -339,8 +355,8 @@ class _Runner:
                 rt = [rt[i] for i in var.runtime_idx]
             if rp and not _SLOW and _JIT["jit_level"] != "L1":
                 out = rp(*rt)           # the straight-line replay of this signature's path
-                if out is not FALLBACK and (g is None or g[2] is not hit):
-                    self.aim(hit, vals, out)
+                if out is not FALLBACK and (g is None or g[2] is not hit) and self.vararg is None:
+                    self.aim(hit, vals, out)     # (a guard takes a fixed count of values: none for *args)
             elif rp is None:
                 hit[4] += 1
                 if hit[4] >= REPLAY_AFTER:
@@ -452,7 +468,8 @@ class CellRunner(_Runner):
         self.variants: dict = {}
         self.memo: dict = {}     # exact call signature -> (Variant, BoundCode, symbol bindings)
         self.params = construct_params(cell)
-        self.n = len(self.params)
+        self.vararg = vararg_index(self.params)
+        self.n = len(self.params) if self.vararg is None else -1
         self.defaults = [d for _, d in self.params]
         self.names = [n for n, _ in self.params]
 
@@ -478,7 +495,7 @@ class CellRunner(_Runner):
     def specs(self, vals):
         declared = getattr(self.cell, "_msvm_inputs", None)
         specs = []
-        for k, ((name, _), v) in enumerate(zip(self.params, vals)):
+        for k, ((name, _), v) in enumerate(zip(expand_params(self.params, len(vals)), vals)):
             dec = declared[k] if declared is not None and k < len(declared) else None
             specs.append(arg_spec(name, v, dec if isinstance(dec, Tensor) else None))
         return specs
@@ -502,8 +519,9 @@ class JitRunner(_Runner):
         self.owner = owner          # the JitFunction, whose __call__ calls the guard itself
         self.opts = dict(jit_config or {})
         sig = inspect.signature(fn)
-        self.params = [(p.name, p.default) for p in sig.parameters.values()]
-        self.n = len(self.params)
+        self.params = signature_params(sig)
+        self.vararg = vararg_index(self.params)
+        self.n = len(self.params) if self.vararg is None else -1
         self.names = [n for n, _ in self.params]
         self.variants: dict = {}
         self.memo: dict = {}
@@ -520,7 +538,7 @@ class JitRunner(_Runner):
         var = self.variants.get(key)
         if var is None:
             t0 = time.perf_counter()
-            specs = [arg_spec(name, v) for (name, _), v in zip(self.params, vals)]
+            specs = [arg_spec(name, v) for (name, _), v in zip(expand_params(self.params, len(vals)), vals)]
             code = compile_function(source_of(self.fn), specs, name=self.fn.__qualname__)
             run = optimize(code)
             _announce(code, run, len(self.variants) + 1, (time.perf_counter() - t0) * 1e3, self.opts)

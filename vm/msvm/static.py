@@ -29,7 +29,7 @@ from . import dtype as dt
 from .bytecode.code import Code
 from .errors import FrontendError, MsvmError, VerifyError
 from .executor import ArgSpec, arg_spec, tensor_spec
-from .frontend.compiler import FunctionSource, compile_cell_for, compile_function
+from .frontend.compiler import FunctionSource, compile_cell_for, compile_function, signature_params
 from .nn import layers as _layers
 from .nn.cell import Cell
 from .tensor import Parameter, Tensor
@@ -257,8 +257,7 @@ class StaticCell(Cell):
 
     def __msvm_construct_params__(self):
         m = self._static_class.find_method("construct")
-        sig = m.signature(skip_self=True)
-        return [(p.name, p.default) for p in sig.parameters.values()]
+        return signature_params(m.signature(skip_self=True))
 
 
 class _Self:

@@ -230,8 +230,12 @@ class FunctionCompiler:
                 raise self.error(f"{fn.name} must take self", fn)
             self.vars[params[0]] = self.self_obj
             params = params[1:]
-        if fn.args.vararg or fn.args.kwarg or fn.args.kwonlyargs or fn.args.posonlyargs:
-            raise self.error("*args, **kwargs and keyword-only parameters are not supported in construct", fn)
+        if fn.args.kwarg or fn.args.kwonlyargs or fn.args.posonlyargs:
+            raise self.error("**kwargs and keyword-only parameters are not supported in construct", fn)
+        vararg, n_fixed = (fn.args.vararg.arg if fn.args.vararg else None), len(params)
+        if vararg is not None:     # *inputs: one parameter per extra argument; construct sees their tuple
+            params = [p for p, _ in expand_params([(p, None) for p in params] + [(vararg, VARARGS)],
+                                                   len(self.specs))]
         if len(params) != len(self.specs):
             raise self.error(f"{fn.name} takes {len(params)} arguments, got {len(self.specs)}", fn)
         code = self.cb.code
@@ -252,6 +256,8 @@ class FunctionCompiler:
                 self.vars[pname] = t.value
             else:
                 self.vars[pname] = GraphValue(t, ("local", slot))
+        if vararg is not None:
+            self.vars[vararg] = tuple(self.vars[p] for p in params[n_fixed:])
         self.env.unifiable = unifiable
         self.record_hover_args(fn, params)
         with using(self):
@@ -1020,6 +1026,7 @@ class FunctionCompiler:
             values = bind_arguments(params, args, kwargs, cell)
         except TypeError as e:
             raise self.error(str(e), node) from None
+        params = expand_params(params, len(values))
         specs, runtime = [], []
         sym_names: dict = {}
         for (pname, _default), v in zip(params, values):
@@ -1171,16 +1178,47 @@ def named_children(obj):
     return []
 
 
+class _VarArgs:
+    def __repr__(self):
+        return "VARARGS"
+
+
+VARARGS = _VarArgs()
+"""The 'default' that marks the ``*args`` parameter in a [(name, default)] parameter list."""
+
+
+def signature_params(sig: inspect.Signature) -> list:
+    """[(name, default, inspect._empty or VARARGS)] of a signature (bound methods: without self)."""
+    return [(p.name, VARARGS if p.kind is inspect.Parameter.VAR_POSITIONAL else p.default)
+            for p in sig.parameters.values()]
+
+
 def construct_params(cell) -> list:
-    """[(name, default or inspect._empty)] of cell.construct, without self."""
+    """[(name, default or inspect._empty or VARARGS)] of cell.construct, without self."""
     fn = getattr(cell, "__msvm_construct_params__", None)
     if fn is not None:
         return fn()
-    sig = inspect.signature(cell.construct)
-    return [(p.name, p.default) for p in sig.parameters.values()]
+    return signature_params(inspect.signature(cell.construct))
+
+
+def vararg_index(params) -> int | None:
+    return next((i for i, (_, d) in enumerate(params) if d is VARARGS), None)
+
+
+def expand_params(params, n_values: int) -> list:
+    """The parameter list for a call with n_values arguments: ``*inputs`` becomes one entry per
+    extra value, ``inputs_0``, ``inputs_1``, ... (the frontend gives construct the tuple of them)."""
+    vi = vararg_index(params)
+    if vi is None:
+        return list(params)
+    name = params[vi][0]
+    return list(params[:vi]) + [(f"{name}_{k}", inspect.Parameter.empty) for k in range(max(n_values - vi, 0))]
 
 
 def bind_arguments(params, args, kwargs, owner) -> list:
+    vi = vararg_index(params)
+    if vi is not None:       # construct(self, x, *inputs): the positionals past x are the tuple
+        return bind_arguments(params[:vi], args[:vi], kwargs, owner) + list(args[vi:])
     if len(args) > len(params):
         raise TypeError(f"{type(owner).__name__}.construct takes {len(params)} arguments, got {len(args)}")
     values = list(args)

@@ -326,3 +326,122 @@ def test_varargs_misuse_is_reported_at_the_line():
     line = Star.construct.__code__.co_firstlineno + 1
     with pytest.raises(FrontendError, match=rf"test_conform.py:{line}:\d+: cannot unpack 1 values into 2 names"):
         net(ms.Tensor(f32(2, 3)))
+
+
+# --- 5. a dim that may be 1 when the code runs broadcasts ------------------------------------------
+
+class Sub(nn.Cell):
+    def construct(self, a, b):
+        return a - b
+
+
+class SubThenMore(nn.Cell):
+    """The broadcast result feeds more ops and a sub-Cell, whose own dims may then be 1 too."""
+
+    def __init__(self):
+        super().__init__()
+        self.sub = Sub()
+
+    def construct(self, a, b, c):
+        d = ops.relu(a - b) * 2.0
+        return self.sub(d, c) + b
+
+
+# (a, b[, c]) shapes that one bytecode (all dims None) must broadcast like numpy
+BCAST = [
+    [(2, 3, 4, 4), (4, 1)],             # the issue's case: b's last dim is 1
+    [(2, 3, 4, 4), (4, 4)],
+    [(2, 3, 1, 4), (4, 1)],             # both sides broadcast
+    [(1, 1, 1, 1), (4, 5)],
+    [(2, 1, 4, 1), (1, 6)],
+    [(3, 2, 5, 1), (5, 7)],
+]
+
+
+@pytest.mark.parametrize("shapes", BCAST, ids=[f"{a}-{b}" for a, b in BCAST])
+def test_set_inputs_none_dims_broadcast_at_run_time(shapes):
+    a, b = (f32(*s) for s in shapes)
+    net = Sub()
+    net.set_inputs(ms.Tensor(shape=[None] * 4, dtype=ms.float32), ms.Tensor(shape=[None] * 2, dtype=ms.float32))
+    for x, y in [(a, b)] + [(f32(*s1), f32(*s2)) for s1, s2 in BCAST]:    # one bytecode serves them all
+        out = net(ms.Tensor(x), ms.Tensor(y))
+        np.testing.assert_array_equal(out.asnumpy(), x - y)
+    assert len(net._runner.variants) == 1
+
+
+def test_broadcast_through_ops_and_sub_cells():
+    net = SubThenMore()
+    net.set_inputs(*[ms.Tensor(shape=[None, None], dtype=ms.float32) for _ in range(3)])
+    for sa, sb, sc in [((4, 5), (4, 5), (4, 5)), ((4, 1), (1, 5), (4, 5)), ((1, 5), (4, 1), (1, 1)),
+                       ((4, 5), (1, 1), (4, 1)), ((1, 1), (1, 1), (3, 2))]:
+        a, b, c = f32(*sa), f32(*sb), f32(*sc)
+        out = net(ms.Tensor(a), ms.Tensor(b), ms.Tensor(c))
+        np.testing.assert_allclose(out.asnumpy(), (np.maximum(a - b, 0) * 2 - c) + b, rtol=1e-6)
+
+
+def test_a_sliced_dim_may_be_1_without_set_inputs():
+    class Net(nn.Cell):
+        def construct(self, x, y):
+            return x[1:] + y           # x[1:] has x0 - 1 rows: 1 when x has 2
+
+    for sx, sy in [((2, 3), (5, 3)), ((6, 3), (5, 3)), ((3, 3), (2, 3))]:
+        x, y = f32(*sx), f32(*sy)
+        out = Net()(ms.Tensor(x), ms.Tensor(y))
+        np.testing.assert_array_equal(out.asnumpy(), x[1:] + y)
+
+
+def test_incompatible_dims_fail_on_entry_naming_the_op_and_line():
+    net = Sub()
+    net.set_inputs(ms.Tensor(shape=[None] * 4, dtype=ms.float32), ms.Tensor(shape=[None] * 2, dtype=ms.float32))
+    with pytest.raises(ms.ShapeMismatch) as e:
+        net(ms.Tensor(f32(2, 3, 4, 4)), ms.Tensor(f32(3, 1)))
+    msg, line = str(e.value), Sub.construct.__code__.co_firstlineno + 1
+    assert f"test_conform.py:{line}:" in msg and "BROADCAST_SUB: cannot broadcast [a0,a1,a2,a3] with [b0,b1]" in msg
+    assert "a2=4" in msg and "b0=3" in msg, msg
+
+
+def test_the_verifier_reports_a_broadcast_mismatch_only_when_certain():
+    from msvm.bytecode import CodeBuilder, Loc, verify
+    from msvm.bytecode import symbolic as S
+    from msvm.bytecode.types import TensorType
+    from msvm.errors import VerifyError
+
+    def code(sa, sb, may_be_one=()):
+        cb = CodeBuilder("t", "t.py", 1)
+        c = cb.code
+        c.params = [("a", TensorType(sa, ms.float32)), ("b", TensorType(sb, ms.float32))]
+        c.may_be_one = frozenset(may_be_one)
+        loc = Loc(1, 0, 1, 1)
+        for n in ("a", "b"):
+            cb.emit("LOAD_TENSOR", cb.local(n), loc=loc)
+        cb.emit("BROADCAST_SUB", loc=loc)
+        cb.emit("RETURN", loc=loc)
+        return verify(cb.finish())
+
+    a0, a1, b0 = S.sym("a0"), S.sym("a1"), S.sym("b0")
+    one, four, five = S.Expr.const(1), S.Expr.const(4), S.Expr.const(5)
+    c = code((a0, a1), (b0,), may_be_one={"a1", "b0"})       # two unknowns: an unknown result, checked later
+    assert str(c.result_type) == "Tensor[float32, [a0,(b0 if a1 == 1 else a1)]]"
+    assert c.params[1][1].shape == (b0,) and len(c.assumptions) == 1
+    c = code((a0, a1), (four,), may_be_one={"a1"})           # a known 4: a1 is 1 or 4
+    assert c.result_type.shape == (a0, four) and c.params[0][1].shape == (a0, a1)
+    c = code((a0, a1), (b0,))                                # both known not to be 1: unified, as before
+    assert c.params[1][1].shape == (a1,) and not c.assumptions
+    with pytest.raises(VerifyError, match="cannot broadcast"):
+        code((a0, four), (five,))                            # certain
+    c = code((a0, one), (five,))
+    assert c.result_type.shape == (a0, five)
+
+
+def test_may_be_one_survives_save_and_load(tmp_path):
+    from msvm import bytecode
+
+    net = Sub()
+    net.set_inputs(ms.Tensor(shape=[None] * 4, dtype=ms.float32), ms.Tensor(shape=[None] * 2, dtype=ms.float32))
+    net(ms.Tensor(f32(2, 3, 4, 4)), ms.Tensor(f32(4, 1)))
+    code = next(iter(net._runner.variants.values())).code
+    assert {"a2", "a3", "b0", "b1"} <= code.may_be_one
+    bytecode.save(code, tmp_path / "sub.msbc")
+    back = bytecode.load(tmp_path / "sub.msbc")
+    assert back == code and back.may_be_one == code.may_be_one
+    assert [str(a) for a in back.assumptions] == [str(a) for a in code.assumptions]

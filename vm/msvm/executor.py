@@ -58,10 +58,10 @@ def tensor_spec(name: str, shape, d: dt.DType, declared=None) -> ArgSpec:
         if len(ph) != len(shape) or declared.dtype is not d:
             raise ShapeMismatch(f"argument {name}: set_inputs declared {declared.dtype}{list(ph)}, got "
                                 f"{d}{list(shape)}")
-        dims = _declared_dims(name, ph)
-    else:
-        dims = [Expr.const(1) if n == 1 else S.sym(f"{name}{i}") for i, n in enumerate(shape)]
-    return ArgSpec("tensor", TensorType(tuple(dims), d))
+        dims = _declared_dims(name, ph)       # (dynamic dims may be 1 when it runs)
+        return ArgSpec("tensor", TensorType(tuple(dims), d), may_be_one={x.as_symbol() for x in dims} - {None})
+    dims = [Expr.const(1) if n == 1 else S.sym(f"{name}{i}") for i, n in enumerate(shape)]
+    return ArgSpec("tensor", TensorType(tuple(dims), d))      # (a variant per pattern of 1 dims: these are not)
 
 
 def arg_spec(name: str, v, declared=None) -> ArgSpec:

@@ -235,7 +235,7 @@ def loc_from_data(d) -> Loc:
 
 def code_to_data(code: Code, index: dict) -> dict:
     """One function as JSON; ``index`` maps callee Code ids to their position in the file."""
-    return {
+    d = {
         "name": code.name, "filename": code.filename, "firstlineno": code.firstlineno,
         "consts": [value_to_data(c) for c in code.consts],
         "names": list(code.names), "varnames": list(code.varnames),
@@ -243,6 +243,9 @@ def code_to_data(code: Code, index: dict) -> dict:
         "attr_types": {k: type_to_data(t) for k, t in code.attr_types.items()},
         "callees": [[path, index[id(sub)]] for path, sub in code.callees],
     }
+    if code.may_be_one:
+        d["may_be_one"] = sorted(code.may_be_one)
+    return d
 
 
 def to_json(code: Code) -> dict:
@@ -278,7 +281,7 @@ def code_from_data(d: dict, instrs: list, done: list) -> Code:
         names=[str(n) for n in d["names"]], varnames=[str(n) for n in d["varnames"]],
         params=[(str(p), type_from_data(t)) for p, t in d["params"]],
         attr_types={str(k): type_from_data(t) for k, t in d["attr_types"].items()},
-        callees=callees)
+        callees=callees, may_be_one=frozenset(str(s) for s in d.get("may_be_one", ())))
 
 
 def from_json(data: dict) -> Code:

@@ -144,12 +144,13 @@ class _Returned(Exception):
 class ArgSpec:
     """How one argument enters compiled code: a tensor type, a run-time scalar, or a baked constant."""
 
-    __slots__ = ("kind", "type", "value")
+    __slots__ = ("kind", "type", "value", "may_be_one")
 
-    def __init__(self, kind: str, type_=None, value=None):
+    def __init__(self, kind: str, type_=None, value=None, may_be_one=frozenset()):
         self.kind = kind      # 'tensor' | 'scalar' | 'const'
         self.type = type_
         self.value = value
+        self.may_be_one = frozenset(may_be_one)   # dim symbols of type that may be 1 at run time
 
 
 _BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
@@ -259,6 +260,7 @@ class FunctionCompiler:
         if vararg is not None:
             self.vars[vararg] = tuple(self.vars[p] for p in params[n_fixed:])
         self.env.unifiable = unifiable
+        self.env.may_be_one = set().union(*(s.may_be_one for s in self.specs))
         self.record_hover_args(fn, params)
         with using(self):
             try:
@@ -268,6 +270,7 @@ class FunctionCompiler:
             except (_Returned, _AllReturned):
                 pass
         code = self.cb.finish()
+        code.may_be_one = frozenset(self.env.may_be_one)
         code.params = [(p, self.env.norm_type(t)) for p, t in code.params]
         if self.env.subst:   # dims unified after they were emitted: store the final forms
             code.consts = [_subst_const(c, self.env.subst) for c in code.consts]
@@ -1055,7 +1058,7 @@ class FunctionCompiler:
 
     def callee_spec(self, pname, v, sym_names: dict) -> ArgSpec:
         if isinstance(v, GraphValue) and isinstance(v.type, TensorType):
-            dims = []
+            dims, ones = [], set()
             for i, d in enumerate(self.env.norm_type(v.type).shape):
                 if d.is_const():
                     dims.append(d)
@@ -1063,7 +1066,9 @@ class FunctionCompiler:
                     if d not in sym_names:
                         sym_names[d] = S.sym(f"{pname}{i}")
                     dims.append(sym_names[d])
-            return ArgSpec("tensor", TensorType(tuple(dims), v.type.dtype))
+                    if not self.env.not_one(d):     # (x0 - 1, a set_inputs None dim: may be 1)
+                        ones.add(sym_names[d].as_symbol())
+            return ArgSpec("tensor", TensorType(tuple(dims), v.type.dtype), may_be_one=ones)
         if isinstance(v, GraphValue) and isinstance(v.type, TupleType):
             raise ShapeError(f"argument {pname}: passing a tuple of tensors to a sub-Cell is not supported")
         if isinstance(v, (Pred, bool, np.bool_)) or (isinstance(v, GraphValue) and v.type == ScalarType("b")):
@@ -1250,7 +1255,7 @@ def spec_key(specs) -> tuple:
             except TypeError:
                 out.append(("c", "id", id(v)))
         else:
-            out.append((s.kind, s.type))
+            out.append((s.kind, s.type, tuple(sorted(s.may_be_one))))
     return tuple(out)
 
 

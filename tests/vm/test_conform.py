@@ -445,3 +445,24 @@ def test_may_be_one_survives_save_and_load(tmp_path):
     back = bytecode.load(tmp_path / "sub.msbc")
     assert back == code and back.may_be_one == code.may_be_one
     assert [str(a) for a in back.assumptions] == [str(a) for a in code.assumptions]
+
+
+class AddInLoop(nn.Cell):
+    def __init__(self):
+        super().__init__()
+        self.b = ms.Parameter(ms.Tensor(np.arange(4, dtype=np.float32)))
+
+    def construct(self, x, n):
+        for _ in range(n):          # a loop over a symbolic range: x keeps one shape
+            x = x + self.b
+        return x
+
+
+def test_a_loop_carried_none_dim_takes_the_broadcast_dim():
+    net = AddInLoop()
+    net.set_inputs(ms.Tensor(shape=[None, None], dtype=ms.float32))
+    for rows, n in ((2, 3), (5, 1)):
+        x = f32(rows, 4)
+        np.testing.assert_allclose(net(ms.Tensor(x), n).asnumpy(), x + n * np.arange(4, dtype=np.float32), rtol=1e-6)
+    with pytest.raises(ms.ShapeMismatch, match=r"argument x has dim 1 = 1, .* \[x0,4\]"):
+        net(ms.Tensor(f32(2, 1)), 2)     # its shape would change in the first iteration

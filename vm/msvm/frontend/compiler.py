@@ -640,6 +640,8 @@ class FunctionCompiler:
             old = entry[name]
             if isinstance(old, GraphValue) and isinstance(v, GraphValue):
                 if self.env.norm_type(old.type) != self.env.norm_type(v.type):
+                    self.narrow_loop_type(name, old.type, v.type)
+                if self.env.norm_type(old.type) != self.env.norm_type(v.type):
                     raise self.error(f"'{name}' changes from {old.type} to {v.type} inside a loop over a symbolic "
                                      "range; its shape must stay the same each iteration", node)
             elif not (_same_const(old, v) if type(old) is type(v) else False):
@@ -650,6 +652,19 @@ class FunctionCompiler:
         self.emit("JUMP", top)
         self.cb.place(end)
         self.vars = {k: v for k, v in self.vars.items() if k != node.target.id}
+
+    def narrow_loop_type(self, name, old, new):
+        """A loop-carried tensor whose dim that may be 1 (a set_inputs None dim) broadcasts in the body
+        (``x = x + b``): its shape is the same each iteration only if that dim already is the
+        broadcast's, so the dim is unified with it (the entry then checks it)."""
+        if not (isinstance(old, TensorType) and isinstance(new, TensorType) and old.rank == new.rank):
+            return
+        for a, b in zip(self.env.norm_type(old).shape, self.env.norm_type(new).shape):
+            if a != b and a.as_symbol() in self.env.unifiable and self.env.not_one(b):
+                try:
+                    self.env.require_eq(a, b, f"'{name}' keeps its shape across iterations of a loop")
+                except ShapeError:
+                    pass
 
     def stmt_While(self, node):
         raise self.error("while loops are not supported in construct; use for i in range(n)", node)

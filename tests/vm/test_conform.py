@@ -466,3 +466,21 @@ def test_a_loop_carried_none_dim_takes_the_broadcast_dim():
         np.testing.assert_allclose(net(ms.Tensor(x), n).asnumpy(), x + n * np.arange(4, dtype=np.float32), rtol=1e-6)
     with pytest.raises(ms.ShapeMismatch, match=r"argument x has dim 1 = 1, .* \[x0,4\]"):
         net(ms.Tensor(f32(2, 1)), 2)     # its shape would change in the first iteration
+
+
+def test_static_analysis_of_a_varargs_construct():
+    from msvm.static import analyze
+
+    src = (
+        "import msvm as ms\n"
+        "from msvm import nn\n"
+        "class Star(nn.Cell):\n"
+        "    def construct(self, x, *inputs):\n"
+        "        a, b = inputs\n"
+        "        return x + a * b\n"
+        "net = Star()\n"
+        "net.set_inputs(*[ms.Tensor(shape=[None, 4], dtype=ms.float32)] * 3)\n"
+    )
+    (e,) = analyze(src, "star.py")
+    assert e.error is None, e.error
+    assert [p for p, _ in e.code.params] == ["x", "inputs_0", "inputs_1"]

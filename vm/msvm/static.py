@@ -738,6 +738,17 @@ def _specs_for(params, node: ast.FunctionDef, declared, calls, module, skip_self
                 specs.append(arg_spec(pname, v))
             continue
         specs.append(arg_spec(pname, v))
+    star = node.args.vararg
+    if star is not None:      # *inputs: as many as set_inputs declares or the first call passes
+        n = max(len(call_args), len(declared) if declared is not None else 0)
+        for k in range(len(args), n):
+            v = declared[k] if declared is not None and k < len(declared) else call_args[k]
+            v = _to_msvm(v)
+            if isinstance(v, Unknown):
+                raise _NotKnown(f"the shape of argument {k - len(args)} of *{star.arg} is not known statically: "
+                                "call set_inputs(...)", module.filename, star.lineno, star.col_offset,
+                                star.end_lineno, star.end_col_offset)
+            specs.append(arg_spec(f"{star.arg}_{k - len(args)}", v))
     return specs
 
 

@@ -1208,7 +1208,7 @@ VARARGS = _VarArgs()
 
 
 def signature_params(sig: inspect.Signature) -> list:
-    """[(name, default, inspect._empty or VARARGS)] of a signature (bound methods: without self)."""
+    """[(name, default or inspect._empty or VARARGS)] of a signature (bound methods: without self)."""
     return [(p.name, VARARGS if p.kind is inspect.Parameter.VAR_POSITIONAL else p.default)
             for p in sig.parameters.values()]
 

@@ -29,7 +29,10 @@ from .frontend.compiler import (
     compile_cell_for,
     compile_function,
     construct_params,
+    expand_params,
+    signature_params,
     source_of,
+    vararg_index,
 )
 from .interp import replay
 from .interp.interpreter import BoundCode
@@ -56,10 +59,10 @@ def tensor_spec(name: str, shape, d: dt.DType, declared=None) -> ArgSpec:
         if len(ph) != len(shape) or declared.dtype is not d:
             raise ShapeMismatch(f"argument {name}: set_inputs declared {declared.dtype}{list(ph)}, got "
                                 f"{d}{list(shape)}")
-        dims = _declared_dims(name, ph)
-    else:
-        dims = [Expr.const(1) if n == 1 else S.sym(f"{name}{i}") for i, n in enumerate(shape)]
-    return ArgSpec("tensor", TensorType(tuple(dims), d))
+        dims = _declared_dims(name, ph)       # (dynamic dims may be 1 when it runs)
+        return ArgSpec("tensor", TensorType(tuple(dims), d), may_be_one={x.as_symbol() for x in dims} - {None})
+    dims = [Expr.const(1) if n == 1 else S.sym(f"{name}{i}") for i, n in enumerate(shape)]
+    return ArgSpec("tensor", TensorType(tuple(dims), d))      # (a variant per pattern of 1 dims: these are not)
 
 
 def arg_spec(name: str, v, declared=None, flag: bool = False) -> ArgSpec:
@@ -268,7 +271,12 @@ class _Runner:
     """What Cells and jit functions share: arguments to values, the call memo, the call.
     Subclasses set ``n``, ``names``, ``params``, ``label``, ``variants``, ``memo`` and define ``resolve``."""
 
+    vararg = None       # the index of a *args parameter (then ``n`` is -1: no call has the plain count)
+
     def values(self, args, kwargs):
+        if self.vararg is not None:
+            return args if not kwargs and len(args) >= self.vararg else bind_arguments(
+                self.params, args, dict(kwargs), self.label)
         if not kwargs and len(args) == self.n:
             return args
         if len(args) + len(kwargs) == self.n:      # the rest by keyword, all given
@@ -367,8 +375,8 @@ class _Runner:
                 rt = [rt[i] for i in var.runtime_idx]
             if rp and not _SLOW and _JIT["jit_level"] != "L1":
                 out = rp(*rt)           # the straight-line replay of this signature's path
-                if out is not FALLBACK and (g is None or g[2] is not hit):
-                    self.aim(hit, vals, out)
+                if out is not FALLBACK and (g is None or g[2] is not hit) and self.vararg is None:
+                    self.aim(hit, vals, out)     # (a guard takes a fixed count of values: none for *args)
             elif rp is None:
                 hit[4] += 1
                 if hit[4] >= REPLAY_AFTER:
@@ -485,7 +493,8 @@ class CellRunner(_Runner):
         self.variants: dict = {}
         self.memo: dict = {}     # exact call signature -> (Variant, BoundCode, symbol bindings)
         self.params = construct_params(cell)
-        self.n = len(self.params)
+        self.vararg = vararg_index(self.params)
+        self.n = len(self.params) if self.vararg is None else -1
         self.defaults = [d for _, d in self.params]
         self.names = [n for n, _ in self.params]
         self.flag_idx = [k for k, (_, d) in enumerate(self.params) if type(d) is bool]
@@ -516,7 +525,7 @@ class CellRunner(_Runner):
     def specs(self, vals):
         declared = getattr(self.cell, "_msvm_inputs", None)
         specs = []
-        for k, ((name, _), v) in enumerate(zip(self.params, vals)):
+        for k, ((name, _), v) in enumerate(zip(expand_params(self.params, len(vals)), vals)):
             dec = declared[k] if declared is not None and k < len(declared) else None
             specs.append(arg_spec(name, v, dec if isinstance(dec, Tensor) else None, k in self.flag_idx))
         return specs
@@ -543,8 +552,9 @@ class JitRunner(_Runner):
         self.owner = owner          # the JitFunction, whose __call__ calls the guard itself
         self.opts = dict(jit_config or {})
         sig = inspect.signature(fn)
-        self.params = [(p.name, p.default) for p in sig.parameters.values()]
-        self.n = len(self.params)
+        self.params = signature_params(sig)
+        self.vararg = vararg_index(self.params)
+        self.n = len(self.params) if self.vararg is None else -1
         self.names = [n for n, _ in self.params]
         self.flag_idx = [k for k, (_, d) in enumerate(self.params) if type(d) is bool]
         self.label = f"{getattr(fn, '__qualname__', fn)}()"
@@ -565,7 +575,8 @@ class JitRunner(_Runner):
             self.check_flags(vals)
         if var is None:
             t0 = time.perf_counter()
-            specs = [arg_spec(name, v, None, k in self.flag_idx) for k, ((name, _), v) in enumerate(zip(self.params, vals))]
+            specs = [arg_spec(name, v, None, k in self.flag_idx)
+                     for k, ((name, _), v) in enumerate(zip(expand_params(self.params, len(vals)), vals))]
             try:
                 code = compile_function(source_of(self.fn), specs, name=self.fn.__qualname__)
             except FrontendError as e:

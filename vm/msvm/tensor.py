@@ -27,6 +27,8 @@ class TensorMethods:
     def __rmul__(self, o): return _ops().mul(o, self)
     def __truediv__(self, o): return _ops().div(self, o)
     def __rtruediv__(self, o): return _ops().div(o, self)
+    def __floordiv__(self, o): return _ops().floor_divide(self, o)
+    def __rfloordiv__(self, o): return _ops().floor_divide(o, self)
     def __pow__(self, o): return _ops().pow(self, o)
     def __rpow__(self, o): return _ops().pow(o, self)
     def __matmul__(self, o): return _ops().matmul(self, o)

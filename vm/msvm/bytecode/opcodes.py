@@ -115,6 +115,8 @@ _BINARY = [
     ("BROADCAST_LT", 0x19, "a < b", "bool"), ("BROADCAST_LE", 0x1A, "a <= b", "bool"),
     ("BROADCAST_GT", 0x1B, "a > b", "bool"), ("BROADCAST_GE", 0x1C, "a >= b", "bool"),
     ("BROADCAST_AND", 0x1D, "logical a and b", "bool"), ("BROADCAST_OR", 0x1E, "logical a or b", "bool"),
+    ("BROADCAST_FLOORDIV", 0x32, "floor(a / b) (ints stay ints)", None),
+    ("BROADCAST_TRUNCDIV", 0x33, "trunc(a / b), rounded toward zero (ints stay ints)", None),
 ]
 for _n, _c, _d, _o in _BINARY:
     _op(_n, _c, [], 2, 1, partial(S.binary, name=_n, out_dtype=_o), "elementwise",

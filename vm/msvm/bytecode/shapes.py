@@ -417,18 +417,24 @@ def slice_(ctx, ins, args):
 def _slice_len(d: Expr, start, stop, step):
     """len(range(n)[start:stop:step]) for a possibly symbolic n and constant bounds."""
     step = 1 if step is None else step
-    if step <= 0:
-        raise ShapeError("SLICE: step must be positive")
+    if step == 0:
+        raise ShapeError("SLICE: slice step cannot be zero")
     if d.is_const():
         return Expr.const(len(range(*slice(start, stop, step).indices(d.const_value()))))
-
-    def bound(b, default):
-        if b is None:
-            return default
-        return smax(d + b, 0) if b < 0 else smin(Expr.const(b), d)
-    lo, hi = bound(start, Expr.const(0)), bound(stop, d)
+    if step > 0:
+        def bound(b, default):
+            if b is None:
+                return default
+            return smax(d + b, 0) if b < 0 else smin(Expr.const(b), d)
+        lo, hi = bound(start, Expr.const(0)), bound(stop, d)
+    else:      # Python's clamping for a negative step: indices run from start down to stop + 1, within [-1, d-1]
+        def bound(b, default):
+            if b is None:
+                return default
+            return smax(d + b, -1) if b < 0 else smin(Expr.const(b), d - 1)
+        hi, lo = bound(start, d - 1), bound(stop, Expr.const(-1))
     n = smax(hi - lo, 0)
-    return n if step == 1 else (n + (step - 1)) // step
+    return n if abs(step) == 1 else (n + (abs(step) - 1)) // abs(step)
 
 
 # ---------------------------------------------------------------- data movement and control

@@ -204,7 +204,7 @@ def emit_program(v: Vals, program: tuple, inputs: list) -> str:
         elif tag == "c":
             stack.append(v.const(float(node[1])))
         elif tag == "CAST":
-            if str(node[1]) != ("float32" if v.t == "float" else "float64"):
+            if getattr(node[1], "name", node[1]) != ("float32" if v.t == "float" else "float64"):
                 raise Unsupported(f"CAST to {node[1]} inside a {v.t} kernel")
         elif tag in UNARY:
             stack.append(UNARY[tag](v, stack.pop()))

@@ -500,7 +500,7 @@ class Site:
         for x in inputs:
             if isinstance(x, np.ndarray) and x.ndim == 0 and x.dtype != d:
                 raise Unsupported("0-d input of another dtype")
-        if any(n[0] == "CAST" and str(n[1]) != str(d) for n in program):
+        if any(n[0] == "CAST" and getattr(n[1], "name", n[1]) != str(d) for n in program):
             raise Unsupported("cast to another dtype")
         shapes = [x.shape if _is_tensor(x) else None for x in inputs]
         out_shape = out_shape or np.broadcast_shapes(*[s for s in shapes if s is not None])

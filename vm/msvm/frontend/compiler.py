@@ -148,12 +148,13 @@ class _Returned(Exception):
 class ArgSpec:
     """How one argument enters compiled code: a tensor type, a run-time scalar, or a baked constant."""
 
-    __slots__ = ("kind", "type", "value")
+    __slots__ = ("kind", "type", "value", "may_be_one")
 
-    def __init__(self, kind: str, type_=None, value=None):
+    def __init__(self, kind: str, type_=None, value=None, may_be_one=frozenset()):
         self.kind = kind      # 'tensor' | 'scalar' | 'const'
         self.type = type_
         self.value = value
+        self.may_be_one = frozenset(may_be_one)   # dim symbols of type that may be 1 at run time
 
 
 _BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
@@ -234,8 +235,12 @@ class FunctionCompiler:
                 raise self.error(f"{fn.name} must take self", fn)
             self.vars[params[0]] = self.self_obj
             params = params[1:]
-        if fn.args.vararg or fn.args.kwarg or fn.args.kwonlyargs or fn.args.posonlyargs:
-            raise self.error("*args, **kwargs and keyword-only parameters are not supported in construct", fn)
+        if fn.args.kwarg or fn.args.kwonlyargs or fn.args.posonlyargs:
+            raise self.error("**kwargs and keyword-only parameters are not supported in construct", fn)
+        vararg, n_fixed = (fn.args.vararg.arg if fn.args.vararg else None), len(params)
+        if vararg is not None:     # *inputs: one parameter per extra argument; construct sees their tuple
+            params = [p for p, _ in expand_params([(p, None) for p in params] + [(vararg, VARARGS)],
+                                                   len(self.specs))]
         if len(params) != len(self.specs):
             raise self.error(f"{fn.name} takes {len(params)} arguments, got {len(self.specs)}", fn)
         code = self.cb.code
@@ -256,7 +261,10 @@ class FunctionCompiler:
                 self.vars[pname] = t.value
             else:
                 self.vars[pname] = GraphValue(t, ("local", slot))
+        if vararg is not None:
+            self.vars[vararg] = tuple(self.vars[p] for p in params[n_fixed:])
         self.env.unifiable = unifiable
+        self.env.may_be_one = set().union(*(s.may_be_one for s in self.specs))
         self.record_hover_args(fn, params)
         with using(self):
             try:
@@ -266,6 +274,7 @@ class FunctionCompiler:
             except (_Returned, _AllReturned):
                 pass
         code = self.cb.finish()
+        code.may_be_one = frozenset(self.env.may_be_one)
         code.params = [(p, self.env.norm_type(t)) for p, t in code.params]
         if self.env.subst:   # dims unified after they were emitted: store the final forms
             code.consts = [_subst_const(c, self.env.subst) for c in code.consts]
@@ -698,6 +707,8 @@ class FunctionCompiler:
             old = entry[name]
             if isinstance(old, GraphValue) and isinstance(v, GraphValue):
                 if self.env.norm_type(old.type) != self.env.norm_type(v.type):
+                    self.narrow_loop_type(name, old.type, v.type)
+                if self.env.norm_type(old.type) != self.env.norm_type(v.type):
                     raise self.error(f"'{name}' changes from {old.type} to {v.type} inside a loop over a symbolic "
                                      "range; its shape must stay the same each iteration", node)
             elif not (_same_const(old, v) if type(old) is type(v) else False):
@@ -708,6 +719,19 @@ class FunctionCompiler:
         self.emit("JUMP", top)
         self.cb.place(end)
         self.vars = {k: v for k, v in self.vars.items() if k != node.target.id}
+
+    def narrow_loop_type(self, name, old, new):
+        """A loop-carried tensor whose dim that may be 1 (a set_inputs None dim) broadcasts in the body
+        (``x = x + b``): its shape is the same each iteration only if that dim already is the
+        broadcast's, so the dim is unified with it (the entry then checks it)."""
+        if not (isinstance(old, TensorType) and isinstance(new, TensorType) and old.rank == new.rank):
+            return
+        for a, b in zip(self.env.norm_type(old).shape, self.env.norm_type(new).shape):
+            if a != b and a.as_symbol() in self.env.unifiable and self.env.not_one(b):
+                try:
+                    self.env.require_eq(a, b, f"'{name}' keeps its shape across iterations of a loop")
+                except ShapeError:
+                    pass
 
     def stmt_While(self, node):
         raise self.error("while loops are not supported in construct; use for i in range(n)", node)
@@ -1096,6 +1120,7 @@ class FunctionCompiler:
             values = bind_arguments(params, args, kwargs, f"{type(cell).__name__}.construct()")
         except TypeError as e:
             raise self.error(str(e), node) from None
+        params = expand_params(params, len(values))
         specs, runtime = [], []
         sym_names: dict = {}
         for (pname, default), v in zip(params, values):
@@ -1127,7 +1152,7 @@ class FunctionCompiler:
 
     def callee_spec(self, pname, v, sym_names: dict) -> ArgSpec:
         if isinstance(v, GraphValue) and isinstance(v.type, TensorType):
-            dims = []
+            dims, ones = [], set()
             for i, d in enumerate(self.env.norm_type(v.type).shape):
                 if d.is_const():
                     dims.append(d)
@@ -1135,7 +1160,9 @@ class FunctionCompiler:
                     if d not in sym_names:
                         sym_names[d] = S.sym(f"{pname}{i}")
                     dims.append(sym_names[d])
-            return ArgSpec("tensor", TensorType(tuple(dims), v.type.dtype))
+                    if not self.env.not_one(d):     # (x0 - 1, a set_inputs None dim: may be 1)
+                        ones.add(sym_names[d].as_symbol())
+            return ArgSpec("tensor", TensorType(tuple(dims), v.type.dtype), may_be_one=ones)
         if isinstance(v, GraphValue) and isinstance(v.type, TupleType):
             raise ShapeError(f"argument {pname}: passing a tuple of tensors to a sub-Cell is not supported")
         if isinstance(v, (Pred, bool, np.bool_)) or (isinstance(v, GraphValue) and v.type == ScalarType("b")):
@@ -1268,18 +1295,50 @@ def named_children(obj):
     return []
 
 
+class _VarArgs:
+    def __repr__(self):
+        return "VARARGS"
+
+
+VARARGS = _VarArgs()
+"""The 'default' that marks the ``*args`` parameter in a [(name, default)] parameter list."""
+
+
+def signature_params(sig: inspect.Signature) -> list:
+    """[(name, default or inspect._empty or VARARGS)] of a signature (bound methods: without self)."""
+    return [(p.name, VARARGS if p.kind is inspect.Parameter.VAR_POSITIONAL else p.default)
+            for p in sig.parameters.values()]
+
+
 def construct_params(cell) -> list:
-    """[(name, default or inspect._empty)] of cell.construct, without self."""
+    """[(name, default or inspect._empty or VARARGS)] of cell.construct, without self."""
     fn = getattr(cell, "__msvm_construct_params__", None)
     if fn is not None:
         return fn()
-    sig = inspect.signature(cell.construct)
-    return [(p.name, p.default) for p in sig.parameters.values()]
+    return signature_params(inspect.signature(cell.construct))
+
+
+def vararg_index(params) -> int | None:
+    return next((i for i, (_, d) in enumerate(params) if d is VARARGS), None)
+
+
+def expand_params(params, n_values: int) -> list:
+    """The parameter list for a call with n_values arguments: ``*inputs`` becomes one entry per
+    extra value, ``inputs_0``, ``inputs_1``, ... (the frontend gives construct the tuple of them)."""
+    vi = vararg_index(params)
+    if vi is None:
+        return list(params)
+    name = params[vi][0]
+    return list(params[:vi]) + [(f"{name}_{k}", inspect.Parameter.empty) for k in range(max(n_values - vi, 0))]
 
 
 def bind_arguments(params, args, kwargs: dict, label: str) -> list:
     """The values of ``params`` ([(name, default)]) for a call, Python's rules; the TypeError for a
-    bad call names ``label`` (``Net.construct()``, ``fn()``) and the parameters, as Python does."""
+    bad call names ``label`` (``Net.construct()``, ``fn()``) and the parameters, as Python does.
+    A ``*args`` parameter takes the positionals past the ones before it."""
+    vi = vararg_index(params)
+    if vi is not None:       # construct(self, x, *inputs): the positionals past x are the tuple
+        return bind_arguments(params[:vi], args[:vi], kwargs, label) + list(args[vi:])
     if len(args) > len(params):
         raise _call_error(params, args, kwargs, label)
     values, rest = list(args), dict(kwargs)
@@ -1329,7 +1388,7 @@ def spec_key(specs) -> tuple:
             except TypeError:
                 out.append(("c", "id", id(v)))
         else:
-            out.append((s.kind, s.type))
+            out.append((s.kind, s.type, tuple(sorted(s.may_be_one))))
     return tuple(out)
 
 

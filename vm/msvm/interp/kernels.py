@@ -449,12 +449,31 @@ def gather(x, idx, axis, out=None):
         raise IndexError(f"GATHER: index {int(bad)} is out of range for axis {axis} of size {size}")
     return np.take(x, idx, axis=axis)
 
+def _floordiv(a, b, out=None):
+    """floor(a / b): numpy's floor_divide on ints; on floats the floor of the true quotient, as
+    MindSpore's div(rounding_mode='floor') (numpy's float floor_divide gives 1.0 // 0.1 == 9)."""
+    if np.result_type(a, b).kind != "f":
+        return np.floor_divide(a, b, out=out) if out is not None else np.floor_divide(a, b)
+    q = np.true_divide(a, b, out=out) if out is not None else np.true_divide(a, b)
+    return np.floor(q, out=q) if isinstance(q, np.ndarray) else np.floor(q)
+
+
+def _truncdiv(a, b, out=None):
+    """trunc(a / b): the quotient rounded toward zero (C's integer division)."""
+    if np.result_type(a, b).kind != "f":
+        q = np.floor_divide(a, b)
+        q = q + ((np.remainder(a, b) != 0) & ((np.asarray(a) < 0) != (np.asarray(b) < 0)))
+        return np.asarray(q, dtype=np.result_type(a, b))
+    q = np.true_divide(a, b, out=out) if out is not None else np.true_divide(a, b)
+    return np.trunc(q, out=q) if isinstance(q, np.ndarray) else np.trunc(q)
+
 
 KERNELS = {
     "BROADCAST_ADD": _binary(np.add), "BROADCAST_SUB": _binary(np.subtract),
     "BROADCAST_MUL": _binary(np.multiply), "BROADCAST_DIV": _binary(np.true_divide, force_float=True),
     "BROADCAST_POW": _binary(np.power), "BROADCAST_MAX": _binary(np.maximum),
     "BROADCAST_MIN": _binary(np.minimum),
+    "BROADCAST_FLOORDIV": _binary(_floordiv), "BROADCAST_TRUNCDIV": _binary(_truncdiv),
     "BROADCAST_EQ": _compare(np.equal), "BROADCAST_NE": _compare(np.not_equal),
     "BROADCAST_LT": _compare(np.less), "BROADCAST_LE": _compare(np.less_equal),
     "BROADCAST_GT": _compare(np.greater), "BROADCAST_GE": _compare(np.greater_equal),

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import builtins
 
+import numpy as np
+
 from .. import dtype as dt
 from ..bytecode.symbolic import Expr, product
 from ..frontend.graph import is_graph, trace_op
@@ -51,9 +53,18 @@ def mul(input, other): return apply("BROADCAST_MUL", (input, other))
 
 
 def div(input, other, *, rounding_mode=None):
-    if rounding_mode is not None:
-        raise NotImplementedError("ops.div: rounding_mode is not supported yet")
-    return apply("BROADCAST_DIV", (input, other))
+    """True division; rounding_mode 'floor' rounds the quotient down, 'trunc' toward zero (on
+    int inputs both keep the int dtype, as MindSpore's FloorDiv / TruncateDiv)."""
+    if rounding_mode is None:
+        return apply("BROADCAST_DIV", (input, other))
+    if rounding_mode == "floor":
+        return apply("BROADCAST_FLOORDIV", (input, other))
+    if rounding_mode == "trunc":
+        return apply("BROADCAST_TRUNCDIV", (input, other))
+    raise ValueError(f"ops.div: rounding_mode must be None, 'floor' or 'trunc', got {rounding_mode!r}")
+
+
+def floor_divide(input, other): return apply("BROADCAST_FLOORDIV", (input, other))
 
 
 def pow(input, exponent): return apply("BROADCAST_POW", (input, exponent))  # noqa: A001
@@ -124,29 +135,40 @@ def bmm(input_x, mat2):
 
 # ---------------------------------------------------------------- reductions
 
-def _axes(axis):
+def _axes(axis, what="axis"):
+    """Axes as a tuple of ints (None: all). A constant Tensor gives its values; a run-time
+    tensor cannot, since the result's shape depends on them."""
     if axis is None:
         return None
+    if is_graph(axis):
+        raise TypeError(f"{what} must be a constant int, tuple of ints or constant Tensor, got a run-time value "
+                        f"{axis.type} (the axes decide the result's shape, so they must be known when compiling)")
+    if isinstance(axis, Tensor):
+        return tuple(int(a) for a in axis.asnumpy().ravel())
     if isinstance(axis, (list, tuple)):
+        if any(is_graph(a) or isinstance(a, Expr) for a in axis):
+            raise TypeError(f"{what} must hold constant ints, got {axis!r}")
         return tuple(int(a) for a in axis)
+    if isinstance(axis, Expr) or isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):
+        raise TypeError(f"{what} must be a constant int, tuple of ints or constant Tensor, got {axis!r}")
     return (int(axis),)
 
 
 def sum(input, dim=None, keepdim=False, *, dtype=None):  # noqa: A001
-    out = apply("REDUCE_SUM", (input,), (_axes(dim), bool(keepdim)))
+    out = apply("REDUCE_SUM", (input,), (_axes(dim, "ops.sum: dim"), bool(keepdim)))
     return cast(out, dtype) if dtype is not None else out
 
 
 def mean(x, axis=None, keep_dims=False):
-    return apply("REDUCE_MEAN", (x,), (_axes(axis), bool(keep_dims)))
+    return apply("REDUCE_MEAN", (x,), (_axes(axis, "ops.mean: axis"), bool(keep_dims)))
 
 
 def amax(input, axis=None, keepdims=False, *, initial=None, where=None):
-    return apply("REDUCE_MAX", (input,), (_axes(axis), bool(keepdims)))
+    return apply("REDUCE_MAX", (input,), (_axes(axis, "ops.amax: axis"), bool(keepdims)))
 
 
 def amin(input, axis=None, keepdims=False, *, initial=None, where=None):
-    return apply("REDUCE_MIN", (input,), (_axes(axis), bool(keepdims)))
+    return apply("REDUCE_MIN", (input,), (_axes(axis, "ops.amin: axis"), bool(keepdims)))
 
 
 max = amax  # noqa: A001
@@ -287,7 +309,12 @@ def unsqueeze(input, dim):
 
 
 def squeeze(input, axis=None):
-    return apply("SQUEEZE", (input,), (_axes(axis),))
+    if axis is None and is_graph(input):
+        # in bytecode: the dims the signature knows are 1; a symbolic dim stays (the result's rank is fixed)
+        axis = tuple(i for i, d in enumerate(_shape(input)) if (d.const_value() if isinstance(d, Expr) else d) == 1)
+        if not axis:
+            return input
+    return apply("SQUEEZE", (input,), (_axes(axis, "ops.squeeze: axis"),))
 
 
 def broadcast_to(input, shape):

@@ -43,7 +43,7 @@ def _unary(fn):
 
 
 ReLU = type("ReLU", (_unary(F.relu),), {})
-GeLU = type("GeLU", (_unary(F.gelu),), {})
+GeLU = type("GeLU", (_unary(lambda x: F.gelu(x, "tanh")),), {})     # MindSpore's primitive is the tanh form
 Exp = type("Exp", (_unary(F.exp),), {})
 Tanh = type("Tanh", (_unary(F.tanh),), {})
 Sigmoid = type("Sigmoid", (_unary(F.sigmoid),), {})
@@ -161,7 +161,13 @@ def _reduce(fn, keep_name):
             self.keep_dims = keep_dims
 
         def __call__(self, x, axis=()):
-            return fn(x, axis if axis != () else None, self.keep_dims)
+            if isinstance(axis, tuple) and axis == ():
+                return fn(x, None, self.keep_dims)
+            try:
+                axes = F._axes(axis, "axis")
+            except TypeError as e:
+                raise TypeError(f"{self.name}: {e}") from None
+            return fn(x, axes, self.keep_dims)
     return P
 
 

@@ -100,6 +100,20 @@ def test_unary_ops_on_edge_values(op, dtype, tier, n):
 
 @pytest.mark.parametrize("tier", TIERS)
 @pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("op", ["TANH", "ERF", "GELU", "GELU_TANH", "SIGMOID", "EXP"])
+def test_approximations_keep_relative_accuracy_near_zero(op, dtype, tier):
+    """tanh x ~ x and erf x ~ 2x/sqrt(pi) down to subnormal x (so 1 / tanh(1e-40) is not 1 / 0)."""
+    tiny = edge_values(dtype)[6]
+    x = np.array([[tiny, -tiny, 1e-30, -1e-20, 1e-8, -1e-6, 1e-4, -0.01, 0.3, -0.6, 0.62, 0.63, -0.9, 0.99, 1.01]],
+                 dtype=dtype)
+    with np.errstate(all="ignore"):
+        want = np.asarray(NUMPY_UNARY[op](x), dtype=dtype)
+    got = run_fused([("in", 0), (op,)], [x], tier, dtype)
+    np.testing.assert_allclose(got, want, rtol=1e-6 if dtype == np.float32 else 1e-12, atol=0, err_msg=f"{op} {tier}")
+
+
+@pytest.mark.parametrize("tier", TIERS)
+@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("op", sorted(NUMPY_BINARY))
 def test_binary_ops_on_every_pair_of_edge_values(op, dtype, tier):
     e = edge_values(dtype)

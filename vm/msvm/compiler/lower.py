@@ -173,12 +173,30 @@ class Vals:
     def recip(self, x: str) -> str:
         return self.b.op(f"fdiv {self.vt} {self.const(1.0)}, {x}")
 
+    def poly(self, z: str, coefs) -> str:
+        """coefs[0] z^(n-1) + ... + coefs[-1], by Horner's rule."""
+        y = self.const(coefs[0])
+        for c in coefs[1:]:
+            y = self.bin("fadd", self.bin("fmul", y, z), self.const(c))
+        return y
+
     def tanh(self, x: str) -> str:
-        # tanh |x| = 1 - 2 / (e^(2|x|) + 1), then x's sign: saturates at both ends, keeps -0.0 and NaN
-        e = self.exp(self.b.op(f"fmul {self.vt} {self.call('fabs', x)}, {self.const(2.0)}"))
-        d = self.b.op(f"fadd {self.vt} {e}, {self.const(1.0)}")
-        r = self.b.op(f"fsub {self.vt} {self.const(1.0)}, {self.b.op(f'fdiv {self.vt} {self.const(2.0)}, {d}')}")
-        return self.call("copysign", r, x)
+        # tanh |x| with x's sign (so -0.0 stays -0.0): for |x| >= 0.625, 1 - 2 / (e^(2|x|) + 1) (saturates
+        # at inf; NaN stays NaN); below, Cephes' |x| + |x| z P(z) (z = x^2), tanh x ~ x down to subnormal x
+        ax = self.call("fabs", x)
+        e = self.exp(self.bin("fmul", ax, self.const(2.0)))
+        d = self.bin("fadd", e, self.const(1.0))
+        big = self.bin("fsub", self.const(1.0), self.bin("fdiv", self.const(2.0), d))
+        z = self.bin("fmul", x, x)
+        if self.t == "float":
+            zp = self.bin("fmul", self.poly(z, (-5.70498872745e-3, 2.06390887954e-2, -5.37397155531e-2,
+                                                 1.33314422036e-1, -3.33332819422e-1)), z)
+        else:
+            p = self.poly(z, (-9.64399179425052238628e-1, -9.92877231001918586564e1, -1.61468768441708447952e3))
+            q = self.poly(z, (1.0, 1.12811678491632931402e2, 2.23548839060100448583e3, 4.84406305325125486048e3))
+            zp = self.bin("fdiv", self.bin("fmul", z, p), q)
+        small = self.bin("fadd", ax, self.bin("fmul", ax, zp))
+        return self.call("copysign", self.select_cmp("olt", ax, self.const(0.625), small, big), x)
 
     def sigmoid(self, x: str) -> str:
         e = self.exp(self.b.op(f"fneg {self.vt} {x}"))
@@ -187,7 +205,7 @@ class Vals:
     def erf(self, x: str) -> str:
         if self.t == "double":
             raise Unsupported("ERF in float64 (no vector erf; stays in the interpreter)")
-        # Abramowitz & Stegun 7.1.26, |error| <= 1.5e-7
+        # |x| >= 1: Abramowitz & Stegun 7.1.26, |error| <= 1.5e-7
         ax = self.call("fabs", x)
         t = self.recip(self.b.op(f"fadd {self.vt} {self.b.op(f'fmul {self.vt} {ax}, {self.const(0.3275911)}')}, "
                                  f"{self.const(1.0)}"))
@@ -196,8 +214,12 @@ class Vals:
             y = self.b.op(f"fadd {self.vt} {self.b.op(f'fmul {self.vt} {y}, {t}')}, {self.const(c)}")
         y = self.b.op(f"fmul {self.vt} {y}, {t}")
         e = self.exp(self.b.op(f"fneg {self.vt} {self.b.op(f'fmul {self.vt} {ax}, {ax}')}"))
-        r = self.b.op(f"fsub {self.vt} {self.const(1.0)}, {self.b.op(f'fmul {self.vt} {y}, {e}')}")
-        return self.call("copysign", r, x)
+        r = self.call("copysign", self.bin("fsub", self.const(1.0), self.bin("fmul", y, e)), x)
+        # |x| < 1: Cephes' x T(x^2), exact in relative terms near 0 (tiny and subnormal x, -0.0)
+        small = self.bin("fmul", x, self.poly(self.bin("fmul", x, x), (
+            7.853861353153693e-5, -8.010193625184903e-4, 5.188327685732524e-3, -2.685381193529856e-2,
+            1.128358514861418e-1, -3.761262582423300e-1, 1.128379165726710)))
+        return self.select_cmp("olt", ax, self.const(1.0), small, r)
 
 
 def _gelu(v, x):      # as the reference: ((erf(x / sqrt 2) + 1) * x) * 0.5

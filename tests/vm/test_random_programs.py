@@ -3,12 +3,12 @@ reference the compiled tiers are tested against, so it is tested against numpy).
 
 The programs and their inputs come from tests/random_programs.py: expression trees over
 x [B,N], v [N], c [B,1], a 0-d s and a parameter W [N,N], emitted as bytecode with
-symbolic B and N (B is never 1 or N: broadcasting would unify it with another dim); inputs with NaN, ±inf, ±0.0 and subnormals in them, empty (B = 0) and
-strided ones. If the verifier accepts a program, the interpreter's result must match
-numpy for concrete B, N in value (NaN and inf at the same places, the signs of zeros),
-shape and dtype; if it rejects it, numpy must fail on it too; if it accepts it only by
-unifying symbols with constants, the entry check must stop the call before any
-instruction runs.
+symbolic B and N (B is never 1 or N: broadcasting would unify it with another dim);
+inputs with NaN, ±inf, ±0.0 and subnormals in them, empty (B = 0) and strided ones. If
+the verifier accepts a program, the interpreter's result must match numpy for concrete
+B, N in value (NaN and inf at the same places, the signs of zeros), shape and dtype; if
+it rejects it, numpy must fail on it too; if it accepts it only by unifying symbols with
+constants, the entry check must stop the call before any instruction runs.
 """
 
 import msvm as ms

@@ -12,7 +12,7 @@ Elementwise kernels have the signature
 and loop ``i0 in [start, end)`` (so a caller may split rows over threads), ``i1`` and
 a vectorized inner loop over ``i2`` (tensor inputs are contiguous or broadcast along
 it). In L3 the dims and strides are constants (no scalar tail when vectors cover a row)
-and the module is optimized (codegen.L3_PASSES, codegen O3 with FMA).
+and the module is optimized (codegen.L3_PASSES, codegen O3).
 
 Matmul kernels call BLAS sgemm/dgemm (a function pointer argument) on row blocks
 and apply the epilogue to each block while it is in cache.
@@ -101,6 +101,11 @@ class Vals:
         self.intrinsics.add(f"declare {self.vt} @{full}({', '.join([self.vt] * len(args))})")
         return self.b.op(f"call {self.vt} @{full}({', '.join(f'{self.vt} {a}' for a in args)})")
 
+    def mad(self, a: str, b: str, c: str) -> str:
+        """a * b + c, contracted to one FMA where the target has it: only inside the approximations,
+        on bounded arguments (a program's own a * b + c keeps numpy's two roundings)."""
+        return self.b.op(f"fadd contract {self.vt} {self.b.op(f'fmul contract {self.vt} {a}, {b}')}, {c}")
+
     def select(self, c: str, x: str, y: str) -> str:
         return self.b.op(f"select {self.it} {c}, {self.vt} {x}, {self.vt} {y}")
 
@@ -139,8 +144,8 @@ class Vals:
         z = self.b.op(f"fmul {self.vt} {r}, {r}")
         y = self.const(1.9875691500e-4)
         for c in (1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1):
-            y = self.b.op(f"fadd {self.vt} {self.b.op(f'fmul {self.vt} {y}, {r}')}, {self.const(c)}")
-        y = self.b.op(f"fadd {self.vt} {self.b.op(f'fmul {self.vt} {y}, {z}')}, {r}")
+            y = self.mad(y, r, self.const(c))
+        y = self.mad(y, z, r)
         y = self.b.op(f"fadd {self.vt} {y}, {self.const(1.0)}")
         it = "i32" if self.w == 1 else f"<{self.w} x i32>"
         n = self.b.op(f"fptosi {self.vt} {fx} to {it}")
@@ -177,16 +182,18 @@ class Vals:
         """coefs[0] z^(n-1) + ... + coefs[-1], by Horner's rule."""
         y = self.const(coefs[0])
         for c in coefs[1:]:
-            y = self.bin("fadd", self.bin("fmul", y, z), self.const(c))
+            y = self.mad(y, z, self.const(c))
         return y
 
-    def tanh(self, x: str) -> str:
+    def tanh(self, x: str, near_zero: bool = True) -> str:
         # tanh |x| with x's sign (so -0.0 stays -0.0): for |x| >= 0.625, 1 - 2 / (e^(2|x|) + 1) (saturates
         # at inf; NaN stays NaN); below, Cephes' |x| + |x| z P(z) (z = x^2), tanh x ~ x down to subnormal x
         ax = self.call("fabs", x)
         e = self.exp(self.bin("fmul", ax, self.const(2.0)))
         d = self.bin("fadd", e, self.const(1.0))
         big = self.bin("fsub", self.const(1.0), self.bin("fdiv", self.const(2.0), d))
+        if not near_zero:      # (for 1 + tanh: its relative accuracy near 0 does not show)
+            return self.call("copysign", big, x)
         z = self.bin("fmul", x, x)
         if self.t == "float":
             zp = self.bin("fmul", self.poly(z, (-5.70498872745e-3, 2.06390887954e-2, -5.37397155531e-2,
@@ -202,19 +209,18 @@ class Vals:
         e = self.exp(self.b.op(f"fneg {self.vt} {x}"))
         return self.recip(self.b.op(f"fadd {self.vt} {e}, {self.const(1.0)}"))
 
-    def erf(self, x: str) -> str:
+    def erf(self, x: str, near_zero: bool = True) -> str:
         if self.t == "double":
             raise Unsupported("ERF in float64 (no vector erf; stays in the interpreter)")
         # |x| >= 1: Abramowitz & Stegun 7.1.26, |error| <= 1.5e-7
         ax = self.call("fabs", x)
         t = self.recip(self.b.op(f"fadd {self.vt} {self.b.op(f'fmul {self.vt} {ax}, {self.const(0.3275911)}')}, "
                                  f"{self.const(1.0)}"))
-        y = self.const(1.061405429)
-        for c in (-1.453152027, 1.421413741, -0.284496736, 0.254829592):
-            y = self.b.op(f"fadd {self.vt} {self.b.op(f'fmul {self.vt} {y}, {t}')}, {self.const(c)}")
-        y = self.b.op(f"fmul {self.vt} {y}, {t}")
+        y = self.bin("fmul", self.poly(t, (1.061405429, -1.453152027, 1.421413741, -0.284496736, 0.254829592)), t)
         e = self.exp(self.b.op(f"fneg {self.vt} {self.b.op(f'fmul {self.vt} {ax}, {ax}')}"))
         r = self.call("copysign", self.bin("fsub", self.const(1.0), self.bin("fmul", y, e)), x)
+        if not near_zero:      # (for 1 + erf: its relative accuracy near 0 does not show)
+            return r
         # |x| < 1: Cephes' x T(x^2), exact in relative terms near 0 (tiny and subnormal x, -0.0)
         small = self.bin("fmul", x, self.poly(self.bin("fmul", x, x), (
             7.853861353153693e-5, -8.010193625184903e-4, 5.188327685732524e-3, -2.685381193529856e-2,
@@ -223,14 +229,14 @@ class Vals:
 
 
 def _gelu(v, x):      # as the reference: ((erf(x / sqrt 2) + 1) * x) * 0.5
-    return v.bin("fmul", v.bin("fmul", v.bin("fadd", v.erf(v.bin("fmul", x, v.const(1 / math.sqrt(2)))),
-                                             v.const(1.0)), x), v.const(0.5))
+    e = v.erf(v.bin("fmul", x, v.const(1 / math.sqrt(2))), near_zero=False)
+    return v.bin("fmul", v.bin("fmul", v.bin("fadd", e, v.const(1.0)), x), v.const(0.5))
 
 
 def _gelu_tanh(v, x):   # as the reference: ((tanh((x * x * 0.044715 + 1) * x * sqrt(2/pi)) + 1) * x) * 0.5
     inner = v.bin("fadd", v.bin("fmul", v.bin("fmul", x, x), v.const(0.044715)), v.const(1.0))
     inner = v.bin("fmul", v.bin("fmul", inner, x), v.const(math.sqrt(2 / math.pi)))
-    return v.bin("fmul", v.bin("fmul", v.bin("fadd", v.tanh(inner), v.const(1.0)), x), v.const(0.5))
+    return v.bin("fmul", v.bin("fmul", v.bin("fadd", v.tanh(inner, near_zero=False), v.const(1.0)), x), v.const(0.5))
 
 
 UNARY = {

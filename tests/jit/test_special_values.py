@@ -194,6 +194,27 @@ def test_softmax_and_layer_norm_rows_with_special_values(level, tier, dtype, n):
                    for k in (s_.l2 if tier == "L2" else s_.l3).values()), "the row kernels must have been compiled"
 
 
+@pytest.mark.parametrize("shape", [(3, 0), (0, 5), (0, 0)])
+def test_empty_tensors_give_the_same_answer_at_every_tier(level, shape):
+    """Softmax over an empty row is numpy's error (a max of nothing) at every tier; the rest is
+    an empty result of the right shape."""
+    x = np.zeros(shape, np.float32)
+    answers = []
+    for tier in TIERS:
+        level(tier)
+        net = _Rows(shape[-1], np.float32)
+        try:
+            sm, ln = net(ms.Tensor(x))
+            answers.append((sm.shape, ln.shape))
+        except ms.ExecutionError as e:
+            answers.append(type(e.__cause__ or e).__name__)
+        out = _interpreted_ops(ms.Tensor(x), ms.Tensor(x)) if shape[-1] else None
+        if out is not None:
+            assert [o.shape for o in out[4:]] == [shape] * (len(out) - 4), tier
+    assert answers[1:] == answers[:-1], answers
+    assert answers[0] == ("ValueError" if shape[-1] == 0 else (shape, shape)), answers
+
+
 class _Dense(nn.Cell):
     def __init__(self, w, b):
         super().__init__()

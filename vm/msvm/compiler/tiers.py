@@ -554,6 +554,8 @@ class Site:
         x = inputs[0]
         if not isinstance(x, np.ndarray) or x.ndim == 0:
             raise Unsupported("row kernel of a scalar")
+        if x.shape[-1] == 0:      # softmax of an empty row is numpy's error (no max): the interpreter's answer
+            raise Unsupported("rows of length 0")
         d = self._float_dtype([x])
         if self.op == "SOFTMAX":
             if self.args[0] not in (-1, x.ndim - 1):

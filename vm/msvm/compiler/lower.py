@@ -24,7 +24,9 @@ semantics, once, in ``Vals``: ``maximum``/``minimum`` are numpy's (NaN if either
 the second operand on ties: max(-0.0, 0.0) is 0.0), never ``llvm.maxnum`` (which drops NaN)
 or a bare ordered compare; ``exp`` gives inf, 0 and NaN where numpy does; composites follow
 the reference kernel's order of operations (``interp/kernels.py``) so they overflow where it
-does.
+does. A CAST to another dtype is never lowered (the planner keeps it in the interpreter): NaN
+or ±inf to an integer is undefined in C, and numpy's answer is the machine's (INT_MIN on x86),
+so every tier gives whatever numpy gives there.
 """
 
 from __future__ import annotations

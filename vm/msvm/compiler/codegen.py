@@ -22,7 +22,8 @@ _instance = None
 # loop and SLP vectorizers find nothing to do; what L3 needs from the IR passes is folding the
 # now-constant dims and strides, loop canonical form and redundancy elimination. This list gives
 # kernels as fast as the O3 pipeline at a third to a half of its compile time (bench/jit_bench.py,
-# "L3 pipeline"); codegen stays O3 (FMA contraction, scheduling, LSR).
+# "L3 pipeline"); codegen stays O3 (scheduling, LSR; no FMA contraction: the IR has no fast-math
+# flags, see lower.py).
 L3_PASSES = ("sroa", "instruction_combine", "simplify_cfg", "loop_simplify", "loop_rotate", "new_gvn",
              "instruction_combine", "aggressive_dce")
 
@@ -52,7 +53,7 @@ class Codegen:
 
     def compile(self, ir: str, level: int) -> tuple:
         """IR text -> (object bytes, {step: seconds}). level 2: no IR passes, codegen O0; level 3: the
-        L3_PASSES on the IR, codegen O3 (FMA)."""
+        L3_PASSES on the IR, codegen O3."""
         with self.lock:          # LLVM's context and target machines are not thread-safe
             return self._compile(ir, level)
 

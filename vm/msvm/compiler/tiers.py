@@ -5,7 +5,7 @@ Code gets a ``Site``. A call at a shape class it has no kernel for runs the L1
 reference kernel and queues an L2 compile (shape-generic: dims are arguments) on
 the background thread; the next calls use L2. After ``l3_after`` calls at the same
 concrete shapes the site queues an L3 compile (dims and strides are constants, the
-L3 passes, codegen O3 with FMA, BLAS row blocks for matmul) and switches to it — for
+L3 passes, codegen O3, BLAS row blocks for matmul) and switches to it — for
 at most ``L3_SHAPES`` shapes: a site whose shapes keep changing is polymorphic and
 stays on its shape-generic L2 kernel (so a stream of new batch sizes costs one
 compile, not one per size). ``jit_level`` "L1" never
@@ -555,6 +555,8 @@ class Site:
         x = inputs[0]
         if not isinstance(x, np.ndarray) or x.ndim == 0:
             raise Unsupported("row kernel of a scalar")
+        if x.shape[-1] == 0:      # softmax of an empty row is numpy's error (no max): the interpreter's answer
+            raise Unsupported("rows of length 0")
         d = self._float_dtype([x])
         if self.op == "SOFTMAX":
             if self.args[0] not in (-1, x.ndim - 1):

@@ -161,7 +161,7 @@ def hover(a: Analysis, line0: int, character: int) -> dict | None:
         if e.code is None:
             continue
         for c in e.code.all_codes():
-            for loc, name, t in getattr(c, "hover", []):
+            for loc, name, t in c.hover:
                 if loc.line == line1 and loc.col <= col <= max(loc.end_col, loc.col + 1) and loc.end_line == line1:
                     if best is None or (loc.end_col - loc.col) < (best[0].end_col - best[0].col):
                         best = (loc, name, t)

@@ -63,6 +63,10 @@ class Code:
     result_type: object = None
     stack_types: list = field(default_factory=list, compare=False, repr=False)
     assumptions: list = field(default_factory=list, compare=False, repr=False)
+    # filled by the parts that make and run it (not serialized)
+    hover: list = field(default_factory=list, compare=False, repr=False)      # frontend: [(loc, name, type)]
+    fusion_s: float = field(default=0.0, compare=False, repr=False)          # executor: seconds the fusion took
+    jit_sites: dict = field(default_factory=dict, compare=False, repr=False)  # tier manager: index -> Site
 
     def __post_init__(self):
         self.relayout()

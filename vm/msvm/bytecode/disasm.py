@@ -15,7 +15,7 @@ from ..errors import BytecodeError
 from .code import Code, Instr, Loc
 from .opcodes import BY_NAME
 from .symbolic import Expr, Pred, SymbolicError, fmt_shape, from_data
-from .types import NONE, NoneType, ScalarType, TensorType, TupleType
+from .types import NONE, NoneType, ScalarType, ShapeError, TensorType, TupleType
 
 
 @dataclass(frozen=True)
@@ -70,25 +70,20 @@ def argrepr(code: Code, ins: Instr) -> str:
 
 def program_repr(program) -> str:
     """A fused program as an expression: relu((in0 + in1))."""
-    stack = []
-    for node in program:
-        if node[0] == "in":
-            stack.append(f"in{node[1]}")
-        elif node[0] == "c":
-            stack.append(repr(node[1]))
-        else:
-            name = node[0].replace("BROADCAST_", "")
-            sym = {"ADD": "+", "SUB": "-", "MUL": "*", "DIV": "/", "POW": "**"}.get(name)
-            if sym and len(stack) >= 2:
-                b, a = stack.pop(), stack.pop()
-                stack.append(f"({a} {sym} {b})")
-            elif name in ("MAX", "MIN") and len(stack) >= 2:
-                b, a = stack.pop(), stack.pop()
-                stack.append(f"{name.lower()}({a}, {b})")
-            elif stack:
-                extra = "".join(f", {_const_repr(x, '')}" for x in node[1:])
-                stack.append(f"{name.lower()}({stack.pop()}{extra})")
-    return stack[-1] if stack else "?"
+    from .program import evaluate
+
+    def op(row, args, operands):
+        name = row.name.replace("BROADCAST_", "")
+        sym = {"ADD": "+", "SUB": "-", "MUL": "*", "DIV": "/", "POW": "**"}.get(name)
+        if sym and len(args) == 2:
+            return f"({args[0]} {sym} {args[1]})"
+        extra = "".join(f", {_const_repr(x, '')}" for x in operands)
+        return f"{name.lower()}({', '.join(args)}{extra})"
+
+    try:
+        return evaluate(program, lambda k: f"in{k}", repr, op)
+    except ShapeError:
+        return "?"
 
 
 def _const_repr(v, oname: str) -> str:

@@ -26,7 +26,7 @@ import numpy as np
 from .. import events
 from ..bytecode.code import Code
 from ..bytecode.disasm import argrepr
-from ..bytecode.opcodes import TABLE
+from ..bytecode.opcodes import OUT_CAPABLE, TABLE
 from ..bytecode.symbolic import fmt_shape
 from ..bytecode.types import ScalarType, TensorType
 from ..errors import ExecutionError, ShapeMismatch
@@ -262,7 +262,7 @@ class ComputeSpec:
         if nxt and isinstance(nxt[-1], TensorType) and nxt[-1].rank == 0:
             kern = self.kern = K.as_array(kern)     # a 0-d tensor is a 0-d array, never a numpy scalar
         # an output buffer kept across calls: the result never leaves the frame (escape analysis)
-        self.reuse = bool(i in ctx.reusable and name in K.OUT_CAPABLE and st is not None and out_tensor
+        self.reuse = bool(i in ctx.reusable and name in OUT_CAPABLE and st is not None and out_tensor
                           and all(isinstance(t, TensorType) and t.rank > 0 for t in st[len(st) - n:]))
         acc = ctx.accelerator
         self.site = self.reference = None

@@ -1,10 +1,18 @@
 """The verifier: abstract interpretation of a Code over static types.
 
-It walks every reachable path with a worklist, applying each instruction's
-shape rule from the opcode table to the metadata stack, and checks operand
-indexes, label targets, stack depth, locals used before assignment and that no
-path falls off the end. At a join, dims that differ become a fresh ``join``
-symbol. It fills ``code.stack_types`` (the metadata stack before each
+Every instruction, reachable or not, is checked on its own first: operand
+indexes in range, label targets on instruction boundaries, each constant
+operand of the type its instruction needs, and every symbol and flag its
+operands use bound (by a parameter or by a SET_SYM). Unreachable code is kept
+(offsets, source maps and breakpoints stay as they are, and the frontend leaves
+some after a return in a branch) but it must pass these checks, because the
+interpreter links every instruction, reachable or not.
+
+Then it walks every reachable path with a worklist, applying each instruction's
+shape rule from the opcode table to the metadata stack, and checks stack depth,
+locals used before assignment, symbols used before the SET_SYM that binds them
+and that no path falls off the end. At a join, dims that differ become a fresh
+``join`` symbol. It fills ``code.stack_types`` (the metadata stack before each
 instruction), ``code.result_type`` and ``code.assumptions`` (equalities that
 could not be decided statically; the VM checks them on entry). Errors are
 ``VerifyError`` at the instruction's source line and bytecode offset.
@@ -12,8 +20,10 @@ could not be decided statically; the VM checks them on entry). Errors are
 
 from __future__ import annotations
 
+from .. import dtype as dt
 from ..errors import VerifyError
 from .code import Code
+from .opcodes import BY_NAME
 from .symbolic import Expr, Pred, fmt_shape, sym
 from .types import NONE, ScalarType, ShapeEnv, ShapeError, TensorType, TupleType
 
@@ -36,6 +46,18 @@ def entry_symbols(params) -> set:
                 n = d.as_symbol()
                 if n:
                     out.add(n)
+    return out
+
+
+def bound_symbols(params) -> set:
+    """The symbols and flags the VM binds from the arguments on entry (as the binder does):
+    a dim that is exactly a symbol, a scalar argument whose value is a symbol or a flag."""
+    out = entry_symbols(params)
+    for _, t in params:
+        if isinstance(t, ScalarType) and isinstance(t.value, Expr) and t.value.as_symbol():
+            out.add(t.value.as_symbol())
+        elif isinstance(t, ScalarType) and isinstance(t.value, Pred) and t.value.op == "flag":
+            out.add(t.value.args[0])
     return out
 
 
@@ -136,7 +158,103 @@ def _merge(a, b, where: str, what: str):
     raise ShapeError(f"{what} is {a} on one path and {b} on another ({where})")
 
 
-def _check_operands(code: Code, ins, i):
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _ints(v) -> bool:
+    return isinstance(v, tuple) and all(_is_int(x) for x in v)
+
+
+def _number(v) -> bool:
+    return isinstance(v, (int, float))
+
+
+def _slice_spec(v) -> bool:
+    def item(s):
+        if not isinstance(s, tuple) or not s:
+            return False
+        if s[0] == "i":
+            return len(s) == 2 and _is_int(s[1])
+        if s[0] == "s":
+            return len(s) == 4 and all(x is None or _is_int(x) for x in s[1:])
+        return s in (("n",), ("e",))
+    return isinstance(v, tuple) and all(item(s) for s in v)
+
+
+def _program(v) -> bool:
+    """A fused program: ("in", k) | ("c", number) | (ELEMENTWISE_OP, *its constant operands)."""
+    if not isinstance(v, tuple) or not v:
+        return False
+    for node in v:
+        if not isinstance(node, tuple) or not node or not isinstance(node[0], str):
+            return False
+        if node[0] in ("in", "c"):
+            if len(node) != 2 or not (_is_int(node[1]) and node[1] >= 0 if node[0] == "in" else _number(node[1])):
+                return False
+            continue
+        op = BY_NAME.get(node[0])
+        if op is None or op.kind != "elementwise" or len(node) != 1 + len(op.operands):
+            return False
+        if any(_const_problem(op.name, oname, x) for (oname, _), x in zip(op.operands, node[1:])):
+            return False
+    return True
+
+
+# What each constant operand must be, by operand name ("OP.operand" where one op differs);
+# a test checks every const operand of the table has an entry.
+CONST_OPERANDS = {
+    "value": (lambda v: True, "a value"),          # LOAD_CONST: typed by the rule (type_of_const)
+    "FILL.value": (_number, "a number"),
+    "expr": (lambda v: isinstance(v, (Expr, Pred)), "a symbolic expression or predicate"),
+    "SET_SYM.expr": (lambda v: isinstance(v, Expr), "a symbolic integer expression"),
+    "pred": (lambda v: isinstance(v, Pred), "a predicate"),
+    "device": (lambda v: (_is_int(v) and v >= 0) or isinstance(v, str), "a device id"),
+    "stream": (lambda v: (_is_int(v) and v >= 0) or isinstance(v, str), "a stream id"),
+    "dtype": (lambda v: isinstance(v, dt.DType), "a dtype"),
+    "shape": (lambda v: isinstance(v, tuple) and all(isinstance(d, Expr) or (_is_int(d) and d >= 0) for d in v),
+              "a tuple of dims (ints >= 0 or symbolic)"),
+    "transpose_a": (lambda v: isinstance(v, bool), "a bool"),
+    "transpose_b": (lambda v: isinstance(v, bool), "a bool"),
+    "keep_dims": (lambda v: isinstance(v, bool), "a bool"),
+    "batched": (lambda v: isinstance(v, bool), "a bool"),
+    "axes": (lambda v: v is None or _is_int(v) or _ints(v), "None, an int or a tuple of ints"),
+    "axis": (lambda v: v is None or _is_int(v), "an int (or None)"),
+    "begin_norm_axis": (_is_int, "an int"),
+    "begin_params_axis": (_is_int, "an int"),
+    "epsilon": (lambda v: _number(v) and not isinstance(v, bool), "a number"),
+    "perm": (_ints, "a tuple of ints"),
+    "index": (_slice_spec, "a slice spec: a tuple of ('i', k), ('s', start, stop, step), ('n',), ('e',)"),
+    "program": (_program, "a fused elementwise program"),
+}
+
+
+def _const_problem(opname: str, oname: str, v) -> str | None:
+    check, what = CONST_OPERANDS.get(f"{opname}.{oname}") or CONST_OPERANDS.get(oname, (None, None))
+    if check is None:
+        return f"operand {oname!r} has no type check (add it to verify.CONST_OPERANDS)"
+    return None if check(v) else f"operand {oname} must be {what}, found {_short(v)}"
+
+
+def _short(v) -> str:
+    r = repr(v)
+    return r if len(r) <= 60 else r[:57] + "..."
+
+
+def operand_symbols(code: Code, ins) -> set:
+    """The symbols and flags the constant operands of ``ins`` use (evaluated at run time)."""
+    out: set = set()
+    todo = [code.consts[raw] for (_, kind), raw in zip(ins.op.operands, ins.args) if kind == "const"]
+    while todo:
+        v = todo.pop()
+        if isinstance(v, (Expr, Pred)):
+            out |= v.symbols()
+        elif isinstance(v, tuple):
+            todo.extend(v)
+    return out
+
+
+def _check_operands(code: Code, ins, i=None):
     for (oname, kind), raw in zip(ins.op.operands, ins.args):
         table = {"const": code.consts, "name": code.names, "local": code.varnames, "callee": code.callees}.get(kind)
         if table is not None and not 0 <= raw < len(table):
@@ -145,6 +263,50 @@ def _check_operands(code: Code, ins, i):
             raise ShapeError(f"{ins.op.name}: jump target 0x{raw:04x} is not the start of an instruction")
         if kind == "label" and raw == code.size:
             raise ShapeError(f"{ins.op.name}: jump target 0x{raw:04x} is past the last instruction")
+        if kind == "const":
+            problem = _const_problem(ins.op.name, oname, code.consts[raw])
+            if problem:
+                raise ShapeError(f"{ins.op.name}: {problem}")
+        if kind == "name" and ins.op.name == "SET_SYM" and not code.names[raw]:
+            raise ShapeError("SET_SYM: the symbol name is empty")
+
+
+def _fail(code: Code, ins, message: str):
+    return VerifyError(message, code.filename, ins.loc.line, ins.loc.col, ins.loc.end_line, ins.loc.end_col,
+                       ins.offset)
+
+
+def check_instructions(code: Code):
+    """The checks every instruction passes, reachable or not (see the module docstring)."""
+    for i, ins in enumerate(code.instrs):
+        try:
+            _check_operands(code, ins, i)
+        except ShapeError as e:
+            raise _fail(code, ins, str(e)) from None
+
+
+def _check_symbols(code: Code, params, states):
+    """Every symbol and flag an operand uses is bound: by the arguments on entry, or by a
+    SET_SYM on every path to it (for unreachable code: by some SET_SYM in the code)."""
+    entry = bound_symbols(params)
+    for pname, t in params:
+        values = list(t.shape) if isinstance(t, TensorType) else [t.value] if isinstance(t, ScalarType) else []
+        for v in values:
+            if isinstance(v, (Expr, Pred)) and not v.symbols() <= entry:
+                missing = ", ".join(sorted(v.symbols() - entry))
+                raise VerifyError(f"parameter {pname!r} ({t}) uses {missing}, which no argument binds",
+                                  code.filename, code.firstlineno, 0)
+    anywhere = {code.names[ins.args[0]] for ins in code.instrs if ins.op.name == "SET_SYM"}
+    for i, ins in enumerate(code.instrs):
+        used = operand_symbols(code, ins)
+        if not used:
+            continue
+        defined = states[i][2] if states[i] is not None else anywhere
+        missing = used - entry - defined
+        if missing:
+            why = ("no argument binds it and no SET_SYM before it does" if states[i] is not None
+                   else "no argument binds it and no SET_SYM does (unreachable code)")
+            raise _fail(code, ins, f"{ins.op.name} uses {', '.join(sorted(missing))}: {why}")
 
 
 def verify(code: Code, env: ShapeEnv | None = None) -> Code:
@@ -156,6 +318,7 @@ def verify(code: Code, env: ShapeEnv | None = None) -> Code:
     n = len(code.instrs)
     if n == 0:
         raise VerifyError("empty code: no instructions", code.filename, code.firstlineno, 0)
+    check_instructions(code)
     ctx = _Ctx(code, env)
     slots = {name: i for i, name in enumerate(code.varnames)}
     entry_locals = {}
@@ -163,18 +326,17 @@ def verify(code: Code, env: ShapeEnv | None = None) -> Code:
         if pname not in slots:
             raise VerifyError(f"parameter {pname!r} has no local slot", code.filename, code.firstlineno, 0)
         entry_locals[slots[pname]] = t
-    states: list = [None] * n          # (stack tuple, locals dict) before each instruction
-    states[0] = ((), entry_locals)
+    states: list = [None] * n          # (stack tuple, locals dict, symbols SET_SYM bound) before each instruction
+    states[0] = ((), entry_locals, frozenset())
     work = [0]
     results = []
     while work:
         i = work.pop()
         ins = code.instrs[i]
-        stack, local_types = states[i]
+        stack, local_types, syms = states[i]
         ctx.locals = dict(local_types)
         ctx.offset = ins.offset
         try:
-            _check_operands(code, ins, i)
             args = code.decode_args(ins)
             npop = ins.op.n_pops(args)
             if npop > len(stack):
@@ -182,7 +344,13 @@ def verify(code: Code, env: ShapeEnv | None = None) -> Code:
             popped = [env.norm_type(t) for t in stack[len(stack) - npop:]]
             rest = stack[:len(stack) - npop]
             n_assumed = len(env.assumptions)
-            out = ins.op.rule(ctx, popped, args)
+            try:
+                out = ins.op.rule(ctx, popped, args)
+            except ShapeError:
+                raise
+            except Exception as e:  # noqa: BLE001 - operands a rule cannot use are a verify error, not a crash
+                raise ShapeError(f"{ins.op.name}: the shape rule cannot use these operands "
+                                 f"({type(e).__name__}: {e})") from None
             for k in range(n_assumed, len(env.assumptions)):   # say where each assumption comes from
                 a, b, why = env.assumptions[k]
                 env.assumptions[k] = (a, b, f"{code.filename}:{ins.loc} (0x{ins.offset:04x}): {why}")
@@ -202,11 +370,13 @@ def verify(code: Code, env: ShapeEnv | None = None) -> Code:
             li = ins.op.label_operand
             if li is not None:
                 succ.append(code.offset_index[ins.args[li]])
+            if ins.op.name == "SET_SYM":
+                syms = syms | {args[0]}
             for j in succ:
-                new = (new_stack, ctx.locals)
+                new = (new_stack, ctx.locals, syms)
                 old = states[j]
                 if old is None:
-                    states[j] = (new_stack, dict(ctx.locals))
+                    states[j] = (new_stack, dict(ctx.locals), syms)
                     work.append(j)
                     continue
                 merged = _merge_state(old, new, code, j)
@@ -224,15 +394,17 @@ def verify(code: Code, env: ShapeEnv | None = None) -> Code:
             result = _merge(env.norm_type(result), env.norm_type(r), "return", "the result")
     except ShapeError as e:
         raise VerifyError(str(e), code.filename, code.firstlineno, 0) from None
+    params = [(p, env.norm_type(t)) for p, t in code.params]
+    _check_symbols(code, params, states)       # against the parameters as the binder will see them
     code.stack_types = [tuple(env.norm_type(t) for t in s[0]) if s else None for s in states]
     code.result_type = env.norm_type(result)
     code.assumptions = list(env.assumptions)
-    code.params = [(p, env.norm_type(t)) for p, t in code.params]
+    code.params = params
     return code
 
 
 def _merge_state(old, new, code, j):
-    (s1, l1), (s2, l2) = old, new
+    (s1, l1, y1), (s2, l2, y2) = old, new
     where = f"@{code.instrs[j].offset:04x}"
     if len(s1) != len(s2):
         raise ShapeError(f"stack depth {len(s1)} and {len(s2)} meet at offset 0x{code.instrs[j].offset:04x}")
@@ -240,7 +412,7 @@ def _merge_state(old, new, code, j):
     local_types = {}
     for k in set(l1) | set(l2):
         local_types[k] = _merge(l1.get(k, UNDEF), l2.get(k, UNDEF), where, f"local {code.varnames[k]!r}")
-    return stack, local_types
+    return stack, local_types, y1 & y2
 
 
 def describe_stack(types) -> list:

@@ -219,8 +219,8 @@ def _json(r: _Reader, raw: bytes, at: int, what: str):
         r.fail(f"{what}: malformed JSON: {e.msg}", at + len(text[:e.pos].encode("utf-8")))
     except RecursionError:
         r.fail(f"{what}: JSON nested too deeply (the limit is {MAX_JSON_DEPTH} levels)")
-    except ValueError as e:             # e.g. an integer of more digits than Python converts
-        r.fail(f"{what}: malformed JSON: {e}")
+    except ValueError as e:             # an integer of more digits than Python converts
+        r.fail(f"{what}: malformed JSON: {str(e).split(':')[0]}")
     try:
         check_json(v, what)
     except BytecodeError as e:

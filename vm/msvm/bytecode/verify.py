@@ -28,6 +28,7 @@ from .symbolic import Expr, Pred, fmt_shape, sym
 from .types import NONE, ScalarType, ShapeEnv, ShapeError, TensorType, TupleType
 
 MAX_STACK = 1024
+WORK_LIMIT = 1 << 22       # stack entries kept and local-variable entries copied or merged, per function
 
 
 class _Undef:
@@ -110,6 +111,8 @@ class _Ctx:
         self.code = code
         self.env = env
         self.locals: dict = {}
+        self.own_locals = True
+        self.budget = WORK_LIMIT
         self.offset = 0
 
     def local_type(self, slot):
@@ -119,7 +122,20 @@ class _Ctx:
         return self.env.norm_type(t)
 
     def set_local(self, slot, t):
+        if not self.own_locals:        # the block's entry state is shared: copy it before the first store
+            self.spend(len(self.locals))
+            self.locals = dict(self.locals)
+            self.own_locals = True
         self.locals[slot] = t
+
+    def spend(self, n: int):
+        """The stack kept before each instruction and the copies and merges of local-variable states
+        grow with length x depth and blocks x locals, the verifier's only super-linear work: capped."""
+        self.budget -= n
+        if self.budget < 0:
+            raise ShapeError(f"too complex to verify: more than {WORK_LIMIT} stack and local-variable entries "
+                             f"kept, copied or merged ({len(self.code.instrs)} instructions, "
+                             f"{len(self.code.varnames)} locals); split the function")
 
     def attr_type(self, name):
         try:
@@ -301,7 +317,7 @@ def _check_symbols(code: Code, params, states):
         used = operand_symbols(code, ins)
         if not used:
             continue
-        defined = states[i][2] if states[i] is not None else anywhere
+        defined = states[i][1] if states[i] is not None else anywhere
         missing = used - entry - defined
         if missing:
             why = ("no argument binds it and no SET_SYM before it does" if states[i] is not None
@@ -326,66 +342,41 @@ def verify(code: Code, env: ShapeEnv | None = None) -> Code:
         if pname not in slots:
             raise VerifyError(f"parameter {pname!r} has no local slot", code.filename, code.firstlineno, 0)
         entry_locals[slots[pname]] = t
-    states: list = [None] * n          # (stack tuple, locals dict, symbols SET_SYM bound) before each instruction
-    states[0] = ((), entry_locals, frozenset())
+    leaders = _leaders(code)
+    block_in = {0: ((), entry_locals, frozenset())}   # (stack, locals, symbols SET_SYM bound) at each leader
+    pre: list = [None] * n             # (stack, symbols) before each reachable instruction
     work = [0]
     results = []
     while work:
         i = work.pop()
-        ins = code.instrs[i]
-        stack, local_types, syms = states[i]
-        ctx.locals = dict(local_types)
-        ctx.offset = ins.offset
-        try:
-            args = code.decode_args(ins)
-            npop = ins.op.n_pops(args)
-            if npop > len(stack):
-                raise ShapeError(f"{ins.op.name} pops {npop} values but the stack holds {len(stack)}")
-            popped = [env.norm_type(t) for t in stack[len(stack) - npop:]]
-            rest = stack[:len(stack) - npop]
-            n_assumed = len(env.assumptions)
+        stack, ctx.locals, syms = block_in[i]
+        ctx.own_locals = False         # copied on the first store (most blocks store nothing)
+        while True:                    # one basic block: straight-line until the next leader
+            ins = code.instrs[i]
+            pre[i] = (stack, syms)
+            ctx.offset = ins.offset
             try:
-                out = ins.op.rule(ctx, popped, args)
-            except ShapeError:
-                raise
-            except Exception as e:  # noqa: BLE001 - operands a rule cannot use are a verify error, not a crash
-                raise ShapeError(f"{ins.op.name}: the shape rule cannot use these operands "
-                                 f"({type(e).__name__}: {e})") from None
-            for k in range(n_assumed, len(env.assumptions)):   # say where each assumption comes from
-                a, b, why = env.assumptions[k]
-                env.assumptions[k] = (a, b, f"{code.filename}:{ins.loc} (0x{ins.offset:04x}): {why}")
-            pushed = [] if out is None else (out if isinstance(out, list) else [out])
-            if len(pushed) != ins.op.n_pushes(args):
-                raise ShapeError(f"{ins.op.name}: rule pushed {len(pushed)} values, table says {ins.op.n_pushes(args)}")
-            new_stack = rest + tuple(pushed)
-            if len(new_stack) > MAX_STACK:
-                raise ShapeError(f"operand stack deeper than {MAX_STACK}")
-            if ins.op.name == "RETURN":
-                results.append(popped[0])
-            succ = []
-            if not ins.op.terminator:
-                if i + 1 >= n:
-                    raise ShapeError(f"{ins.op.name} at the end of the code falls off the end (no RETURN)")
-                succ.append(i + 1)
-            li = ins.op.label_operand
-            if li is not None:
-                succ.append(code.offset_index[ins.args[li]])
-            if ins.op.name == "SET_SYM":
-                syms = syms | {args[0]}
-            for j in succ:
-                new = (new_stack, ctx.locals, syms)
-                old = states[j]
-                if old is None:
-                    states[j] = (new_stack, dict(ctx.locals), syms)
-                    work.append(j)
+                new_stack, succ = _step(code, ctx, env, ins, i, stack, results)
+                ctx.spend(len(new_stack))
+                if ins.op.name == "SET_SYM":
+                    syms = syms | {code.names[ins.args[0]]}
+                if succ == [i + 1] and i + 1 not in leaders:
+                    stack, i = new_stack, i + 1
                     continue
-                merged = _merge_state(old, new, code, j)
-                if merged != old:
-                    states[j] = merged
-                    work.append(j)
-        except ShapeError as e:
-            raise VerifyError(str(e), code.filename, ins.loc.line, ins.loc.col, ins.loc.end_line,
-                              ins.loc.end_col, ins.offset) from None
+                for j in succ:
+                    new = (new_stack, ctx.locals, syms)
+                    old = block_in.get(j)
+                    if old is None:
+                        block_in[j] = new
+                        work.append(j)
+                        continue
+                    merged = _merge_state(old, new, code, j, ctx)
+                    if merged != old:
+                        block_in[j] = merged
+                        work.append(j)
+            except ShapeError as e:
+                raise _fail(code, ins, str(e)) from None
+            break
     if not results:
         raise VerifyError("no RETURN is reachable", code.filename, code.firstlineno, 0)
     result = results[0]
@@ -395,23 +386,78 @@ def verify(code: Code, env: ShapeEnv | None = None) -> Code:
     except ShapeError as e:
         raise VerifyError(str(e), code.filename, code.firstlineno, 0) from None
     params = [(p, env.norm_type(t)) for p, t in code.params]
-    _check_symbols(code, params, states)       # against the parameters as the binder will see them
-    code.stack_types = [tuple(env.norm_type(t) for t in s[0]) if s else None for s in states]
+    _check_symbols(code, params, pre)          # against the parameters as the binder will see them
+    norm = env.norm_type if env.subst else None
+    code.stack_types = [None if s is None else tuple(norm(t) for t in s[0]) if norm else s[0] for s in pre]
     code.result_type = env.norm_type(result)
     code.assumptions = list(env.assumptions)
     code.params = params
     return code
 
 
-def _merge_state(old, new, code, j):
+def _leaders(code: Code) -> set:
+    """The first instruction of each basic block: the entry, every jump target, what follows a branch."""
+    out = {0}
+    for i, ins in enumerate(code.instrs):
+        li = ins.op.label_operand
+        if li is not None:
+            out.add(code.offset_index[ins.args[li]])
+        if li is not None or ins.op.terminator:
+            out.add(i + 1)
+    return out
+
+
+def _step(code: Code, ctx, env: ShapeEnv, ins, i: int, stack: tuple, results: list):
+    """Apply one instruction's rule to the stack; returns (new stack, successor indexes)."""
+    args = code.decode_args(ins)
+    npop = ins.op.n_pops(args)
+    if npop > len(stack):
+        raise ShapeError(f"{ins.op.name} pops {npop} values but the stack holds {len(stack)}")
+    popped = [env.norm_type(t) for t in stack[len(stack) - npop:]]
+    rest = stack[:len(stack) - npop]
+    n_assumed = len(env.assumptions)
+    try:
+        out = ins.op.rule(ctx, popped, args)
+    except ShapeError:
+        raise
+    except Exception as e:  # noqa: BLE001 - operands a rule cannot use are a verify error, not a crash
+        raise ShapeError(f"{ins.op.name}: the shape rule cannot use these operands "
+                         f"({type(e).__name__}: {e})") from None
+    for k in range(n_assumed, len(env.assumptions)):   # say where each assumption comes from
+        a, b, why = env.assumptions[k]
+        env.assumptions[k] = (a, b, f"{code.filename}:{ins.loc} (0x{ins.offset:04x}): {why}")
+    pushed = [] if out is None else (out if isinstance(out, list) else [out])
+    if len(pushed) != ins.op.n_pushes(args):
+        raise ShapeError(f"{ins.op.name}: rule pushed {len(pushed)} values, table says {ins.op.n_pushes(args)}")
+    new_stack = rest + tuple(pushed)
+    if len(new_stack) > MAX_STACK:
+        raise ShapeError(f"operand stack deeper than {MAX_STACK}")
+    if ins.op.name == "RETURN":
+        results.append(popped[0])
+    succ = []
+    if not ins.op.terminator:
+        if i + 1 >= len(code.instrs):
+            raise ShapeError(f"{ins.op.name} at the end of the code falls off the end (no RETURN)")
+        succ.append(i + 1)
+    li = ins.op.label_operand
+    if li is not None:
+        succ.append(code.offset_index[ins.args[li]])
+    return new_stack, succ
+
+
+def _merge_state(old, new, code, j, ctx):
     (s1, l1, y1), (s2, l2, y2) = old, new
     where = f"@{code.instrs[j].offset:04x}"
     if len(s1) != len(s2):
         raise ShapeError(f"stack depth {len(s1)} and {len(s2)} meet at offset 0x{code.instrs[j].offset:04x}")
-    stack = tuple(_merge(a, b, where, "a stack value") for a, b in zip(s1, s2))
-    local_types = {}
-    for k in set(l1) | set(l2):
-        local_types[k] = _merge(l1.get(k, UNDEF), l2.get(k, UNDEF), where, f"local {code.varnames[k]!r}")
+    stack = s1 if s1 == s2 else tuple(_merge(a, b, where, "a stack value") for a, b in zip(s1, s2))
+    if l1 is l2 or l1 == l2:
+        local_types = l1
+    else:
+        ctx.spend(len(l1) + len(l2))
+        local_types = {}
+        for k in set(l1) | set(l2):
+            local_types[k] = _merge(l1.get(k, UNDEF), l2.get(k, UNDEF), where, f"local {code.varnames[k]!r}")
     return stack, local_types, y1 & y2
 
 

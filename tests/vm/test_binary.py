@@ -254,3 +254,33 @@ def test_cli_check_prints_one_line_for_crafted_content(tmp_path, matmul_code, ca
     assert "Traceback" not in r.stderr
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"{p}: offset 0x"), r.stderr
+
+
+def test_an_unexpected_exception_in_the_reader_becomes_a_located_bytecode_error(matmul_code, monkeypatch):
+    def broken(*a):
+        raise KeyError("surprise")
+    monkeypatch.setattr(binary, "code_from_data", broken)
+    with pytest.raises(ms.BytecodeError, match=r"^m.msbc: offset 0x0024: function 'DynamicMatmulCell.construct': "
+                                               r"malformed content the reader did not expect \(KeyError: 'surprise'\)"):
+        binary.loads(binary.dumps(matmul_code), "m.msbc")
+
+
+def test_shared_sub_cells_are_walked_once():
+    from msvm.bytecode import CodeBuilder
+    from msvm.bytecode.symbolic import sym
+    from msvm.bytecode.types import TensorType
+    t = TensorType((sym("B"),), ms.float32)
+    prev = None
+    for k in range(40):                      # each calls the one before twice: 2**40 paths, 40 functions
+        b = CodeBuilder(f"f{k}", "dag.py", 1)
+        b.local("x")
+        b.code.params.append(("x", t))
+        b.emit("LOAD_TENSOR", 0)
+        if prev is not None:
+            b.code.callees += [("a", prev), ("b", prev)]
+            b.emit("CALL_CELL", 0, 1)
+            b.emit("CALL_CELL", 1, 1)
+        b.emit("RETURN")
+        prev = b.finish()
+    assert [c.name for c in prev.all_codes()] == [f"f{k}" for k in range(40)]
+    assert [c.name for c in binary.loads(binary.dumps(prev)).all_codes()] == [f"f{k}" for k in range(40)]

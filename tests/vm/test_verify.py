@@ -1,5 +1,7 @@
 """The verifier and the checks on entry: shape errors before anything runs."""
 
+import sys
+
 import msvm as ms
 import numpy as np
 import pytest
@@ -251,3 +253,50 @@ def test_every_constant_operand_of_the_table_has_a_type_check():
         for oname, kind in op.operands:
             if kind == "const":
                 assert f"{op.name}.{oname}" in CONST_OPERANDS or oname in CONST_OPERANDS, (op.name, oname)
+
+
+# ---------------------------------------------------------------- bounded work
+
+def test_straight_line_code_does_not_copy_the_locals_at_every_instruction(monkeypatch):
+    V = sys.modules["msvm.bytecode.verify"]
+    monkeypatch.setattr(V, "WORK_LIMIT", 50_000)     # copying 2000 locals at each of 4000 instructions: 4M
+
+    def build(b):
+        for k in range(2000):
+            b.emit("LOAD_TENSOR", 0)
+            b.emit("STORE_TENSOR", b.local(f"v{k}"))
+        b.emit("LOAD_TENSOR", b.local("v1999"))
+        b.emit("RETURN")
+    assert bytecode.verify(_code(build, [("x", X)])).result_type == X
+
+
+def test_work_is_capped_for_many_blocks_times_many_locals(monkeypatch):
+    V = sys.modules["msvm.bytecode.verify"]
+    monkeypatch.setattr(V, "WORK_LIMIT", 50_000)
+
+    def build(b):
+        for k in range(200):
+            b.emit("LOAD_TENSOR", 0)
+            b.emit("STORE_TENSOR", b.local(f"v{k}"))
+        for k in range(400):                          # each block stores, so each has its own 200 locals
+            nxt = b.new_label()
+            b.emit("LOAD_TENSOR", 0)
+            b.emit("STORE_TENSOR", b.local(f"v{k % 200}"))
+            b.emit("BRANCH_IF_SYMBOLIC", b.const(S.sym("B") > 3), nxt)
+            b.place(nxt)
+        b.emit("LOAD_TENSOR", 0)
+        b.emit("RETURN")
+    with pytest.raises(ms.VerifyError, match="too complex to verify: more than 50000 stack and local-variable"):
+        bytecode.verify(_code(build, [("x", X)]))
+
+
+def test_symbolic_arithmetic_is_capped():
+    p = S.from_data(["poly", [[1, [[["sym", "B"], 1], [["sym", f"s{i}"], 1]]] for i in range(300)]
+                     + [[1, [[["sym", "B"], 1]]]]])
+
+    def build(b):
+        b.emit("LOAD_TENSOR", 0)
+        b.emit("RESHAPE", b.const((p, p, p)), loc=Loc(2, 0, 2, 1))   # the product has 300**3 / 6 terms
+        b.emit("RETURN")
+    with pytest.raises(ms.VerifyError, match=r"t.py:2:1: RESHAPE: symbolic arithmetic needs more than \d+ term"):
+        bytecode.verify(_code(build, [("x", X)]))

@@ -16,14 +16,48 @@ format and JSON.
 
 from __future__ import annotations
 
+import contextvars
 import math
+from contextlib import contextmanager
 from typing import Iterable, Mapping, Union
 
 IntLike = Union[int, "Expr"]
 
 
 class SymbolicError(ValueError):
-    """An expression could not be built or evaluated (unbound symbol, bad data)."""
+    """An expression could not be built or evaluated (unbound symbol, bad data, too much work)."""
+
+
+# A budget of term operations for symbolic arithmetic, set by the verifier for the code it
+# checks: products of big dims grow multiplicatively (a reshape multiplies all dims), so a
+# crafted file could otherwise make verification run for hours. None: no limit.
+_WORK: contextvars.ContextVar = contextvars.ContextVar("msvm_symbolic_work", default=None)
+
+
+class _Work:
+    __slots__ = ("left", "limit")
+
+    def __init__(self, limit: int):
+        self.left = self.limit = limit
+
+
+@contextmanager
+def work_limit(limit: int):
+    """Within this block, symbolic arithmetic may do at most ``limit`` term operations."""
+    token = _WORK.set(_Work(limit))
+    try:
+        yield
+    finally:
+        _WORK.reset(token)
+
+
+def _charge(n: int):
+    w = _WORK.get()
+    if w is not None:
+        w.left -= n
+        if w.left < 0:
+            raise SymbolicError(f"symbolic arithmetic needs more than {w.limit} term operations (the limit): "
+                                "the dims are too large")
 
 
 # ---------------------------------------------------------------- atoms
@@ -110,6 +144,7 @@ class Expr:
 
     def __init__(self, terms: dict):
         # terms: {monomial: coeff}, monomial = tuple of (Atom, power) sorted by atom
+        _charge(len(terms))
         items = [(m, c) for m, c in terms.items() if c != 0]
         items.sort(key=lambda mc: (len(mc[0]), repr(_mono_key(mc[0]))))
         self.terms = tuple(items)
@@ -203,6 +238,7 @@ class Expr:
 
     def __mul__(self, other):
         other = Expr.of(other)
+        _charge(len(self.terms) * len(other.terms))
         terms: dict = {}
         for m1, c1 in self.terms:
             for m2, c2 in other.terms:

@@ -24,11 +24,12 @@ from .. import dtype as dt
 from ..errors import VerifyError
 from .code import Code
 from .opcodes import BY_NAME
-from .symbolic import Expr, Pred, fmt_shape, sym
+from .symbolic import Expr, Pred, SymbolicError, fmt_shape, sym, work_limit
 from .types import NONE, ScalarType, ShapeEnv, ShapeError, TensorType, TupleType
 
 MAX_STACK = 1024
 WORK_LIMIT = 1 << 22       # stack entries kept and local-variable entries copied or merged, per function
+SYMBOLIC_WORK = 1 << 18    # term operations of symbolic arithmetic per function (BERT's layer takes ~700)
 
 
 class _Undef:
@@ -257,20 +258,29 @@ def _short(v) -> str:
     return r if len(r) <= 60 else r[:57] + "..."
 
 
-def operand_symbols(code: Code, ins) -> set:
-    """The symbols and flags the constant operands of ``ins`` use (evaluated at run time)."""
+def operand_symbols(code: Code, ins, cache: dict | None = None) -> set:
+    """The symbols and flags the constant operands of ``ins`` use (evaluated at run time);
+    ``cache`` keeps them per constant index (many instructions share one constant)."""
     out: set = set()
-    todo = [code.consts[raw] for (_, kind), raw in zip(ins.op.operands, ins.args) if kind == "const"]
-    while todo:
-        v = todo.pop()
-        if isinstance(v, (Expr, Pred)):
-            out |= v.symbols()
-        elif isinstance(v, tuple):
-            todo.extend(v)
+    for (_, kind), raw in zip(ins.op.operands, ins.args):
+        if kind != "const":
+            continue
+        syms = cache.get(raw) if cache is not None else None
+        if syms is None:
+            syms, todo = set(), [code.consts[raw]]
+            while todo:
+                v = todo.pop()
+                if isinstance(v, (Expr, Pred)):
+                    syms |= v.symbols()
+                elif isinstance(v, tuple):
+                    todo.extend(v)
+            if cache is not None:
+                cache[raw] = syms
+        out |= syms
     return out
 
 
-def _check_operands(code: Code, ins, i=None):
+def _check_operands(code: Code, ins):
     for (oname, kind), raw in zip(ins.op.operands, ins.args):
         table = {"const": code.consts, "name": code.names, "local": code.varnames, "callee": code.callees}.get(kind)
         if table is not None and not 0 <= raw < len(table):
@@ -294,9 +304,9 @@ def _fail(code: Code, ins, message: str):
 
 def check_instructions(code: Code):
     """The checks every instruction passes, reachable or not (see the module docstring)."""
-    for i, ins in enumerate(code.instrs):
+    for ins in code.instrs:
         try:
-            _check_operands(code, ins, i)
+            _check_operands(code, ins)
         except ShapeError as e:
             raise _fail(code, ins, str(e)) from None
 
@@ -313,8 +323,9 @@ def _check_symbols(code: Code, params, states):
                 raise VerifyError(f"parameter {pname!r} ({t}) uses {missing}, which no argument binds",
                                   code.filename, code.firstlineno, 0)
     anywhere = {code.names[ins.args[0]] for ins in code.instrs if ins.op.name == "SET_SYM"}
+    cache: dict = {}
     for i, ins in enumerate(code.instrs):
-        used = operand_symbols(code, ins)
+        used = operand_symbols(code, ins, cache)
         if not used:
             continue
         defined = states[i][1] if states[i] is not None else anywhere
@@ -330,6 +341,14 @@ def verify(code: Code, env: ShapeEnv | None = None) -> Code:
     for _, sub in code.callees:
         if sub.result_type is None:
             verify(sub)
+    try:
+        with work_limit(SYMBOLIC_WORK):
+            return _verify(code, env)
+    except SymbolicError as e:          # the symbolic work ran out outside an instruction
+        raise VerifyError(str(e), code.filename, code.firstlineno, 0) from None
+
+
+def _verify(code: Code, env: ShapeEnv | None) -> Code:
     env = env or ShapeEnv(entry_symbols(code.params))
     n = len(code.instrs)
     if n == 0:
@@ -374,8 +393,8 @@ def verify(code: Code, env: ShapeEnv | None = None) -> Code:
                     if merged != old:
                         block_in[j] = merged
                         work.append(j)
-            except ShapeError as e:
-                raise _fail(code, ins, str(e)) from None
+            except (ShapeError, SymbolicError) as e:
+                raise _fail(code, ins, f"{ins.op.name}: {e}" if isinstance(e, SymbolicError) else str(e)) from None
             break
     if not results:
         raise VerifyError("no RETURN is reachable", code.filename, code.firstlineno, 0)
@@ -418,7 +437,7 @@ def _step(code: Code, ctx, env: ShapeEnv, ins, i: int, stack: tuple, results: li
     n_assumed = len(env.assumptions)
     try:
         out = ins.op.rule(ctx, popped, args)
-    except ShapeError:
+    except (ShapeError, SymbolicError):
         raise
     except Exception as e:  # noqa: BLE001 - operands a rule cannot use are a verify error, not a crash
         raise ShapeError(f"{ins.op.name}: the shape rule cannot use these operands "

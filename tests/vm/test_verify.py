@@ -248,7 +248,7 @@ def test_constant_operands_of_the_wrong_type_are_rejected():
 
 def test_every_constant_operand_of_the_table_has_a_type_check():
     from msvm.bytecode.opcodes import TABLE
-    from msvm.bytecode.verify import CONST_OPERANDS
+    from msvm.bytecode.operands import CONST_OPERANDS
     for op in TABLE:
         for oname, kind in op.operands:
             if kind == "const":

@@ -21,7 +21,7 @@ from .opcodes import BY_NAME
 from .symbolic import Expr, Pred, SymbolicError, from_data
 from .types import NONE, ScalarType, TensorType, TupleType
 
-MAX_JSON_DEPTH = 160        # a symbolic value (symbolic.MAX_DEPTH levels) takes about two JSON levels each
+MAX_JSON_DEPTH = 160        # keeps the recursive readers far from the recursion limit; a symbolic level takes up to 6
 MAX_TABLE = 0xFFFF + 1      # operands are u16: no table can use more entries
 MAX_RANK = 32               # dims of a tensor type or a constant array
 MAX_LINE = 2 ** 31 - 1

@@ -3,10 +3,11 @@
 Every instruction, reachable or not, is checked on its own first: operand
 indexes in range, label targets on instruction boundaries, each constant
 operand of the type its instruction needs, and every symbol and flag its
-operands use bound (by a parameter or by a SET_SYM). Unreachable code is kept
-(offsets, source maps and breakpoints stay as they are, and the frontend leaves
-some after a return in a branch) but it must pass these checks, because the
-interpreter links every instruction, reachable or not.
+operands use bound (by a parameter or by a SET_SYM). Unreachable code is
+accepted, not stripped (stripping would move the offsets that labels, the source
+map and breakpoints refer to; the flag specializer strips its own), but it must
+pass these checks, because the interpreter links every instruction, reachable or
+not. It cannot be typed: no path gives it a stack.
 
 Then it walks every reachable path with a worklist, applying each instruction's
 shape rule from the opcode table to the metadata stack, and checks stack depth,
@@ -20,10 +21,9 @@ could not be decided statically; the VM checks them on entry). Errors are
 
 from __future__ import annotations
 
-from .. import dtype as dt
 from ..errors import VerifyError
 from .code import Code
-from .opcodes import BY_NAME
+from .operands import const_problem
 from .symbolic import Expr, Pred, SymbolicError, fmt_shape, sym, work_limit
 from .types import NONE, ScalarType, ShapeEnv, ShapeError, TensorType, TupleType
 
@@ -175,89 +175,6 @@ def _merge(a, b, where: str, what: str):
     raise ShapeError(f"{what} is {a} on one path and {b} on another ({where})")
 
 
-def _is_int(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _ints(v) -> bool:
-    return isinstance(v, tuple) and all(_is_int(x) for x in v)
-
-
-def _number(v) -> bool:
-    return isinstance(v, (int, float))
-
-
-def _slice_spec(v) -> bool:
-    def item(s):
-        if not isinstance(s, tuple) or not s:
-            return False
-        if s[0] == "i":
-            return len(s) == 2 and _is_int(s[1])
-        if s[0] == "s":
-            return len(s) == 4 and all(x is None or _is_int(x) for x in s[1:])
-        return s in (("n",), ("e",))
-    return isinstance(v, tuple) and all(item(s) for s in v)
-
-
-def _program(v) -> bool:
-    """A fused program: ("in", k) | ("c", number) | (ELEMENTWISE_OP, *its constant operands)."""
-    if not isinstance(v, tuple) or not v:
-        return False
-    for node in v:
-        if not isinstance(node, tuple) or not node or not isinstance(node[0], str):
-            return False
-        if node[0] in ("in", "c"):
-            if len(node) != 2 or not (_is_int(node[1]) and node[1] >= 0 if node[0] == "in" else _number(node[1])):
-                return False
-            continue
-        op = BY_NAME.get(node[0])
-        if op is None or op.kind != "elementwise" or len(node) != 1 + len(op.operands):
-            return False
-        if any(_const_problem(op.name, oname, x) for (oname, _), x in zip(op.operands, node[1:])):
-            return False
-    return True
-
-
-# What each constant operand must be, by operand name ("OP.operand" where one op differs);
-# a test checks every const operand of the table has an entry.
-CONST_OPERANDS = {
-    "value": (lambda v: True, "a value"),          # LOAD_CONST: typed by the rule (type_of_const)
-    "FILL.value": (_number, "a number"),
-    "expr": (lambda v: isinstance(v, (Expr, Pred)), "a symbolic expression or predicate"),
-    "SET_SYM.expr": (lambda v: isinstance(v, Expr), "a symbolic integer expression"),
-    "pred": (lambda v: isinstance(v, Pred), "a predicate"),
-    "device": (lambda v: (_is_int(v) and v >= 0) or isinstance(v, str), "a device id"),
-    "stream": (lambda v: (_is_int(v) and v >= 0) or isinstance(v, str), "a stream id"),
-    "dtype": (lambda v: isinstance(v, dt.DType), "a dtype"),
-    "shape": (lambda v: isinstance(v, tuple) and all(isinstance(d, Expr) or (_is_int(d) and d >= 0) for d in v),
-              "a tuple of dims (ints >= 0 or symbolic)"),
-    "transpose_a": (lambda v: isinstance(v, bool), "a bool"),
-    "transpose_b": (lambda v: isinstance(v, bool), "a bool"),
-    "keep_dims": (lambda v: isinstance(v, bool), "a bool"),
-    "batched": (lambda v: isinstance(v, bool), "a bool"),
-    "axes": (lambda v: v is None or _is_int(v) or _ints(v), "None, an int or a tuple of ints"),
-    "axis": (lambda v: v is None or _is_int(v), "an int (or None)"),
-    "begin_norm_axis": (_is_int, "an int"),
-    "begin_params_axis": (_is_int, "an int"),
-    "epsilon": (lambda v: _number(v) and not isinstance(v, bool), "a number"),
-    "perm": (_ints, "a tuple of ints"),
-    "index": (_slice_spec, "a slice spec: a tuple of ('i', k), ('s', start, stop, step), ('n',), ('e',)"),
-    "program": (_program, "a fused elementwise program"),
-}
-
-
-def _const_problem(opname: str, oname: str, v) -> str | None:
-    check, what = CONST_OPERANDS.get(f"{opname}.{oname}") or CONST_OPERANDS.get(oname, (None, None))
-    if check is None:
-        return f"operand {oname!r} has no type check (add it to verify.CONST_OPERANDS)"
-    return None if check(v) else f"operand {oname} must be {what}, found {_short(v)}"
-
-
-def _short(v) -> str:
-    r = repr(v)
-    return r if len(r) <= 60 else r[:57] + "..."
-
-
 def operand_symbols(code: Code, ins, cache: dict | None = None) -> set:
     """The symbols and flags the constant operands of ``ins`` use (evaluated at run time);
     ``cache`` keeps them per constant index (many instructions share one constant)."""
@@ -290,7 +207,7 @@ def _check_operands(code: Code, ins):
         if kind == "label" and raw == code.size:
             raise ShapeError(f"{ins.op.name}: jump target 0x{raw:04x} is past the last instruction")
         if kind == "const":
-            problem = _const_problem(ins.op.name, oname, code.consts[raw])
+            problem = const_problem(ins.op.name, oname, code.consts[raw])
             if problem:
                 raise ShapeError(f"{ins.op.name}: {problem}")
         if kind == "name" and ins.op.name == "SET_SYM" and not code.names[raw]:

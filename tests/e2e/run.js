@@ -5,8 +5,19 @@
 //      cursor on the `if training:` line;
 //   2. a `msvm` debug session steps by instruction in VS Code's Disassembly view;
 //   3. after an example runs in a terminal, the status bar shows the cache rate;
-//   4. the JIT heatmap opens with coloured rows.
-// Screenshots go to artifacts/e2e-*.png. Waits are on the page's state, never fixed sleeps.
+//   4. the JIT heatmap opens with coloured rows;
+//   5. "Run with msvm Profiling" fills the heatmap with execution times.
+// It prints the versions it drives first. Screenshots go to artifacts/e2e-*.png; a failing step
+// leaves e2e-failure.png (and one named after the step), the code-server log's tail and the
+// extension host's logs. Waits are on the page's state, never fixed sleeps.
+//
+// It drives VS Code the way a keyboard user does wherever VS Code's own widgets are involved:
+// menus and quick picks are chosen with the arrow keys and Enter, the debugger is stopped by its
+// command. How a browser build delivers a mouse click to a menu item is not part of what is
+// tested (Chromium 156.0.8078.114 highlighted the item on click but did not run it). Where only
+// a mouse action will do (a row of our own webview, a list row that takes the focus), the step
+// checks that the action had its effect and falls back to another way when it did not; the step's
+// "ok" line names each fallback taken.
 //
 // With MSVM_E2E_SCENARIO=managed-venv it checks the other way in: no msvm.pythonPath, a
 // python3 without msvm — the extension creates its own venv from the Python packages the
@@ -43,11 +54,42 @@ function healthy(port) {
   });
 }
 
+let current = 'start-up';
+let fallbacks = [];
+// a mouse action that did not have its effect, and the way that was taken instead
+function fellBack(what) {
+  fallbacks.push(what);
+}
 async function step(name, fn) {
   const t0 = Date.now();
+  current = name;
+  fallbacks = [];
   process.stdout.write(`  ${name} ... `);
   await fn();
-  console.log(`ok (${((Date.now() - t0) / 1000).toFixed(1)} s)`);
+  const notes = fallbacks.length ? ` [fell back: ${fallbacks.join('; ')}]` : '';
+  console.log(`ok (${((Date.now() - t0) / 1000).toFixed(1)} s)${notes}`);
+}
+
+function packageVersion(dir) {
+  try {
+    return JSON.parse(fs.readFileSync(path.join(dir, 'package.json'), 'utf8')).version;
+  } catch {
+    return 'unknown';
+  }
+}
+
+// the newest files under `dir` whose path matches `re`, each with its tail
+function logTails(dir, re, bytes = 3000) {
+  const found = [];
+  const walk = (d) => {
+    for (const e of fs.readdirSync(d, { withFileTypes: true })) {
+      const p = path.join(d, e.name);
+      if (e.isDirectory()) walk(p);
+      else if (re.test(p)) found.push(p);
+    }
+  };
+  if (fs.existsSync(dir)) walk(dir);
+  return found.map((p) => `--- ${path.relative(dir, p)} (tail) ---\n${fs.readFileSync(p, 'utf8').slice(-bytes)}`).join('\n');
 }
 
 async function main() {
@@ -86,31 +128,122 @@ async function main() {
     browser = await chromium.launch({ executablePath: CHROMIUM, args: ['--headless', '--no-sandbox', '--disable-gpu',
       '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync',
     ] });
+    const codeServer = path.join(ENTRY, '..', '..', '..');
+    console.log(`e2e${MANAGED ? ' (managed venv)' : ''}: Chromium ${browser.version()} (${CHROMIUM}), `
+      + `code-server ${packageVersion(codeServer)} with VS Code ${packageVersion(path.join(codeServer, 'lib', 'vscode'))}, `
+      + `playwright-core ${packageVersion(path.dirname(require.resolve('playwright-core/package.json')))}, node ${process.version}`);
     page = await browser.newPage({ viewport: { width: 1500, height: 950 } });
     page.setDefaultTimeout(T);
     await page.goto(`http://127.0.0.1:${port}/?folder=${encodeURIComponent(dirs.ws)}`);
     await page.locator('.monaco-workbench').waitFor();
 
-    const runCommand = async (title) => {
+    // true when `wait(ms)` (a locator's waitFor, a waitForFunction) succeeds within ms; false when it
+    // times out, so that the caller can try the other way
+    const within = async (ms, wait) => {
+      try {
+        await wait(ms);
+        return true;
+      } catch (e) {
+        if (e.name === 'TimeoutError') return false;
+        throw e;
+      }
+    };
+    const focusIn = (selector) => (ms) => page.waitForFunction(
+      (sel) => !!document.activeElement?.closest(sel), selector, { timeout: ms });
+    const quickInput = page.locator('.quick-input-widget input');
+    const openQuickInput = async () => {
       // the title bar's command center opens the palette wherever the focus is (a webview or the
-      // terminal may swallow F1)
+      // terminal may swallow F1); F1 when the click did not open it
       const center = page.locator('.command-center-center');
       if (await center.isVisible()) await center.click();
-      else await page.keyboard.press('F1');
-      const input = page.locator('.quick-input-widget input');
-      await input.waitFor();
-      await input.fill(`>${title}`);
-      await page.locator('.quick-input-list .monaco-list-row', { hasText: title }).first().waitFor();
+      if (!(await within(5000, (ms) => quickInput.waitFor({ timeout: ms })))) {
+        fellBack('command center click -> F1');
+        await page.keyboard.press('F1');
+      }
+      await quickInput.waitFor();
+    };
+    // runs the row of the quick input that shows `label`: fills the input with `text` first (unless
+    // it is null: a quick pick a command opened keeps its own prefix), moves the list's focus onto
+    // the row with ArrowDown, presses Enter
+    const pick = async (text, label) => {
+      await quickInput.waitFor();
+      if (text !== null) await quickInput.fill(text);
+      const rows = page.locator('.quick-input-list .monaco-list-row');
+      await rows.filter({ hasText: label }).first().waitFor();
+      const focused = page.locator('.quick-input-list .monaco-list-row.focused');
+      const n = await rows.count();
+      for (let k = 0; (await focused.count()) === 0 || !(await focused.first().innerText()).includes(label); k++) {
+        if (k > n) throw new Error(`the quick input never focused "${label}"`);
+        await page.keyboard.press('ArrowDown');
+      }
+      const before = await quickInput.inputValue();
       await page.keyboard.press('Enter');
+      // done when the quick input closed, or when the command put a quick pick of its own in it
+      await page.waitForFunction((typed) => {
+        const w = document.querySelector('.quick-input-widget');
+        const i = w?.querySelector('input');
+        return !w || getComputedStyle(w).display === 'none' || !i || i.value !== typed;
+      }, before);
+    };
+    const runCommand = async (title) => {
+      await openQuickInput();
+      await pick(`>${title}`, title);
+    };
+    // chooses `label` in the open context menu by keyboard: ArrowDown moves the menu's focus over
+    // its enabled items (the pointer may already have focused one), Enter runs the focused item
+    const chooseMenuItem = async (label) => {
+      const menu = page.locator('.context-view .monaco-menu');
+      await menu.locator('.action-label', { hasText: label }).first().waitFor();
+      const focused = menu.locator('.action-item.focused');
+      const n = await menu.locator('.action-item').count();
+      for (let k = 0; k <= n; k++) {
+        if ((await focused.count()) > 0 && (await focused.first().innerText()).includes(label)) {
+          await page.keyboard.press('Enter');
+          await menu.waitFor({ state: 'detached' });
+          return;
+        }
+        await page.keyboard.press('ArrowDown');
+      }
+      throw new Error(`the context menu never focused "${label}"`);
+    };
+    // opens the editor's context menu on a line: a right-click, or Shift+F10 on the line when the
+    // right-click did not open it
+    const contextMenuOn = async (line) => {
+      await line.click({ button: 'right' });
+      const menu = page.locator('.context-view .monaco-menu');
+      if (await within(5000, (ms) => menu.waitFor({ timeout: ms }))) return;
+      fellBack('right-click -> Shift+F10');
+      await line.click();
+      await page.keyboard.press('Shift+F10');
+      await menu.waitFor();
     };
     const openFile = async (name) => {
+      const tab = page.locator('.tab.active', { hasText: name });
       const row = page.locator('.explorer-folders-view .monaco-list-row', { hasText: name }).first();
       const explorerShown = await page.locator('.explorer-folders-view').isVisible();
       if (!explorerShown && await page.locator('.debug-call-stack, .terminal-wrapper').first().isVisible()) {
-        await page.locator('.activitybar .action-item a[aria-label^="Explorer"]').click();   // another view replaced it
+        await runCommand('View: Show Explorer');   // another view replaced it
       }
       await row.click();
-      await page.locator('.tab.active', { hasText: name }).waitFor();
+      if (await within(5000, (ms) => tab.waitFor({ timeout: ms }))) return;
+      fellBack('explorer click -> Quick Open');
+      await openQuickInput();                    // Quick Open by name
+      await pick(name, name);
+      await tab.waitFor();
+    };
+    // focuses the active terminal: it has the focus once it is created; a click, or the command,
+    // when it has not
+    const focusTerminal = async () => {
+      const term = page.locator('.terminal-wrapper.active .xterm');
+      await term.waitFor();
+      const focused = focusIn('.terminal-wrapper.active');
+      if (await within(3000, focused)) return;
+      fellBack('terminal focus -> click');
+      await term.click();
+      if (await within(3000, focused)) return;
+      fellBack('terminal click -> Terminal: Focus Terminal');
+      await runCommand('Terminal: Focus Terminal');
+      await focused(T);
     };
 
     await step('open examples/dynamic_matmul.py; the code lens appears', async () => {
@@ -128,31 +261,43 @@ async function main() {
     }
 
     await step('right-click > View MS Bytecode; clicking BRANCH_IF_SYMBOLIC moves the cursor to `if training:`', async () => {
-      await page.locator('.view-line', { hasText: 'out = self.matmul(x, y)' }).click({ button: 'right' });
-      await page.locator('.context-view .action-label', { hasText: 'View MS Bytecode' }).click();
+      await contextMenuOn(page.locator('.view-line', { hasText: 'out = self.matmul(x, y)' }));
+      await chooseMenuItem('View MS Bytecode');
       const frame = page.frameLocator('iframe.webview.ready').frameLocator('iframe#active-frame');
       const row = frame.locator('tr.ins', { hasText: 'BRANCH_IF_SYMBOLIC' });
       await row.waitFor();
       const lines = fs.readFileSync(path.join(dirs.ws, 'dynamic_matmul.py'), 'utf8').split('\n');
       const want = lines.findIndex((l) => l.includes('if training:')) + 1;
-      await row.click();
       // the editor's active line number is the cursor's line (the status bar's "Ln" item hides while
       // the webview keeps the focus, so it is not what is checked)
-      await page.waitForFunction((ln) => [...document.querySelectorAll('.monaco-editor .line-numbers.active-line-number')]
-        .some((e) => e.textContent.trim() === String(ln)), want);
+      const onLine = (ms) => page.waitForFunction((ln) => [...document.querySelectorAll('.monaco-editor .line-numbers.active-line-number')]
+        .some((e) => e.textContent.trim() === String(ln)), want, { timeout: ms });
+      await row.click();
+      if (!(await within(5000, onLine))) {
+        fellBack('webview row click -> a dispatched click');
+        await row.dispatchEvent('click');        // the page's own handler, without the browser's pointer
+        await onLine(T);
+      }
       await shot('bytecode');
     });
 
     await step('a msvm debug session steps by instruction in the Disassembly view', async () => {
       await page.locator('.view-line', { hasText: 'out = self.matmul(x, y)' }).click();
       await runCommand('Debug: Select and Start Debugging');
-      await page.locator('.quick-input-list .monaco-list-row', { hasText: 'msvm: dynamic_matmul' }).first().click();
+      await pick(null, 'msvm: dynamic_matmul');
       const frames = page.locator('.debug-call-stack .monaco-list-row');
       await frames.filter({ hasText: 'DynamicMatmulCell.construct @0x0000' }).first().waitFor({ timeout: 90000 });
       await runCommand('Open Disassembly View');
       const dis = page.locator('.disassembly-view');
       await dis.locator('.monaco-list-row', { hasText: 'LOAD_TENSOR' }).first().waitFor();
+      // F10 steps by instruction while the Disassembly view has the focus
+      const disFocused = focusIn('.disassembly-view');
       await dis.locator('.monaco-list-row', { hasText: 'LOAD_TENSOR' }).first().click();
+      if (!(await within(3000, disFocused))) {
+        fellBack('Disassembly row click -> focus()');
+        await dis.locator('.monaco-list').first().focus();
+        await disFocused(T);
+      }
       await shot('disassembly-0');
       for (const want of ['@0x0003', '@0x0006']) {      // one instruction per F10
         await page.keyboard.press('F10');
@@ -160,15 +305,13 @@ async function main() {
       }
       await dis.locator('.monaco-list-row', { hasText: 'MATMUL' }).first().waitFor();
       await shot('disassembly');
-      await page.locator('.debug-toolbar .codicon-debug-stop').click();
+      await runCommand('Debug: Stop');
       await frames.first().waitFor({ state: 'detached' });
     });
 
     await step('after an example runs in a terminal, the status bar shows the cache rate', async () => {
       await runCommand('Terminal: Create New Terminal');
-      const term = page.locator('.terminal-wrapper.active .xterm');
-      await term.waitFor();
-      await term.click();
+      await focusTerminal();
       await page.keyboard.type(`${PYTHON} bert_layer.py\n`);
       const status = page.locator('.statusbar-item', { hasText: /JIT Cache: \d+% hit/ });
       await status.waitFor({ timeout: 120000 });
@@ -195,9 +338,11 @@ async function main() {
     });
     console.log('e2e: all passed');
   } catch (e) {
-    if (page) await shot('failure').catch(() => undefined);
-    console.error('\n', e);
+    const name = `failure-${current.replace(/[^A-Za-z0-9]+/g, '-').slice(0, 40).replace(/-+$/, '')}`;
+    if (page) await shot('failure').then(() => shot(name)).catch(() => undefined);
+    console.error(`\nstep failed: ${current} (screenshots: artifacts/e2e-failure.png, artifacts/e2e-${name}.png)\n`, e);
     console.error('--- code-server log (tail) ---\n' + serverLog.slice(-4000));
+    console.error(logTails(path.join(dirs.ud, 'logs'), /(exthost\.log|msvm[^/]*\.log)$/));
     process.exitCode = 1;
   } finally {
     await browser?.close();

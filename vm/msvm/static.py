@@ -29,7 +29,7 @@ from . import dtype as dt
 from .bytecode.code import Code
 from .errors import FrontendError, MsvmError, VerifyError
 from .executor import ArgSpec, arg_spec, tensor_spec
-from .frontend.compiler import FunctionSource, compile_cell_for, compile_function
+from .frontend.compiler import FunctionSource, compile_cell_for, compile_function, signature_params
 from .nn import layers as _layers
 from .nn.cell import Cell
 from .tensor import Parameter, Tensor
@@ -257,8 +257,7 @@ class StaticCell(Cell):
 
     def __msvm_construct_params__(self):
         m = self._static_class.find_method("construct")
-        sig = m.signature(skip_self=True)
-        return [(p.name, p.default) for p in sig.parameters.values()]
+        return signature_params(m.signature(skip_self=True))
 
 
 class _Self:
@@ -739,6 +738,17 @@ def _specs_for(params, node: ast.FunctionDef, declared, calls, module, skip_self
                 specs.append(arg_spec(pname, v))
             continue
         specs.append(arg_spec(pname, v))
+    star = node.args.vararg
+    if star is not None:      # *inputs: as many as set_inputs declares or the first call passes
+        n = max(len(call_args), len(declared) if declared is not None else 0)
+        for k in range(len(args), n):
+            v = declared[k] if declared is not None and k < len(declared) else call_args[k]
+            v = _to_msvm(v)
+            if isinstance(v, Unknown):
+                raise _NotKnown(f"the shape of argument {k - len(args)} of *{star.arg} is not known statically: "
+                                "call set_inputs(...)", module.filename, star.lineno, star.col_offset,
+                                star.end_lineno, star.end_col_offset)
+            specs.append(arg_spec(f"{star.arg}_{k - len(args)}", v))
     return specs
 
 

@@ -10,6 +10,8 @@ const operand of the table has an entry.
 
 from __future__ import annotations
 
+import builtins
+
 from .. import dtype as dt
 from .opcodes import BY_NAME
 from .symbolic import Expr, Pred
@@ -25,6 +27,19 @@ def _ints(v) -> bool:
 
 def _number(v) -> bool:
     return isinstance(v, (int, float))
+
+
+def _positive_pair(v) -> bool:
+    return isinstance(v, tuple) and len(v) == 2 and all(_is_int(x) and x > 0 for x in v)
+
+
+def _pad(v) -> bool:
+    return v == ("same",) or (isinstance(v, tuple) and len(v) == 4 and all(_is_int(x) and x >= 0 for x in v))
+
+
+def _exception_name(v) -> bool:
+    exc = getattr(builtins, v, None) if isinstance(v, str) else None
+    return isinstance(exc, type) and issubclass(exc, Exception)
 
 
 def _slice_spec(v) -> bool:
@@ -83,6 +98,17 @@ CONST_OPERANDS = {
     "perm": (_ints, "a tuple of ints"),
     "index": (_slice_spec, "a slice spec: a tuple of ('i', k), ('s', start, stop, step), ('n',), ('e',)"),
     "program": (_program, "a fused elementwise program"),
+    "exc": (_exception_name, "the name of a built-in exception"),
+    "message": (lambda v: isinstance(v, tuple) and all(isinstance(x, (str, Expr, Pred)) for x in v),
+                "a tuple of strings and symbolic values"),
+    "stride": (_positive_pair, "a pair of positive ints"),
+    "dilation": (_positive_pair, "a pair of positive ints"),
+    "kernel": (_positive_pair, "a pair of positive ints"),
+    "pad": (_pad, "('same',) or 4 ints >= 0"),
+    "group": (lambda v: _is_int(v) and v > 0, "a positive int"),
+    "count_pad": (lambda v: isinstance(v, bool), "a bool"),
+    "size": (lambda v: isinstance(v, tuple) and len(v) == 2 and all(x is None or (_is_int(x) and x > 0) for x in v),
+             "a pair of positive ints or None"),
 }
 
 

@@ -205,6 +205,8 @@ def code_from_data(d, instrs: list, done: list) -> Code:
     attrs = d["attr_types"]
     if not isinstance(attrs, dict):
         raise BytecodeError(f"attr_types: expected an object, found {short(attrs)}")
+    may_be_one = frozenset(ident(s, f"may_be_one[{i}]")
+                           for i, s in enumerate(_list(d.get("may_be_one", []), "may_be_one")))
     return Code(
         name=ident(d["name"], "name"), filename=ident(d["filename"], "filename"),
         firstlineno=_int(d["firstlineno"], "firstlineno", 0, MAX_LINE), instrs=instrs,
@@ -213,7 +215,7 @@ def code_from_data(d, instrs: list, done: list) -> Code:
         varnames=[ident(n, f"varnames[{i}]") for i, n in enumerate(_list(d["varnames"], "varnames"))],
         params=params,
         attr_types={ident(k, "attr_types key"): type_from_data(t, f"attr_types[{k!r}]") for k, t in attrs.items()},
-        callees=callees)
+        callees=callees, may_be_one=may_be_one)
 
 
 def instr_from_record(r, what: str) -> Instr:

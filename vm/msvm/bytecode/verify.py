@@ -266,7 +266,9 @@ def verify(code: Code, env: ShapeEnv | None = None) -> Code:
 
 
 def _verify(code: Code, env: ShapeEnv | None) -> Code:
-    env = env or ShapeEnv(entry_symbols(code.params))
+    if env is None:
+        env = ShapeEnv(entry_symbols(code.params))
+        env.may_be_one = set(code.may_be_one)
     n = len(code.instrs)
     if n == 0:
         raise VerifyError("empty code: no instructions", code.filename, code.firstlineno, 0)

@@ -113,13 +113,21 @@ class Code:
     def all_codes(self) -> list:
         """This code and every callee, callees first, each once."""
         seen: list = []
-
-        def walk(c):
-            for _, sub in c.callees:
-                walk(sub)
-            if not any(s is c for s in seen):
-                seen.append(c)
-        walk(self)
+        done: set = set()
+        stack = [(self, iter(self.callees))]     # iterative post-order: callee chains can be long
+        entered = {id(self)}
+        while stack:
+            c, it = stack[-1]
+            for _, sub in it:
+                if id(sub) not in entered:
+                    entered.add(id(sub))
+                    stack.append((sub, iter(sub.callees)))
+                    break
+            else:
+                stack.pop()
+                if id(c) not in done:
+                    done.add(id(c))
+                    seen.append(c)
         return seen
 
 

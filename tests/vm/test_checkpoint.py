@@ -467,6 +467,13 @@ def test_fuzz_reads_or_refuses(tmp_path, data):
             assert "no parameters left" in str(e)
 
 
+def test_trailing_ones_are_dropped_as_mindspore_does(tmp_path):
+    p = str(tmp_path / "t.ckpt")
+    ms.save_checkpoint({"weight": ms.Tensor(np.arange(6, dtype=np.float32).reshape(3, 2, 1, 1))}, p)
+    dense = nn.Dense(2, 3)
+    assert ms.load_checkpoint(p, net=dense) and dense.weight.asnumpy().tolist() == [[0, 1], [2, 3], [4, 5]]
+
+
 # --- the MindSpore alias -------------------------------------------------------------------------
 
 def test_mindspore_imports_resolve_to_msvm():
@@ -488,3 +495,27 @@ def test_mindspore_imports_resolve_to_msvm():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd="/")
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "ok"
+
+
+def test_a_model_zoo_loads_its_checkpoint(tmp_path):
+    """mindcv's create_model(checkpoint_path=...) goes through mindspore.load_checkpoint / load_param_into_net."""
+    code = textwrap.dedent("""
+        import msvm
+        msvm.as_mindspore()
+        import mindcv, mindspore as ms, numpy as np, sys
+        ms.set_context(jit_config={"jit_level": "L1"})
+        net = mindcv.create_model("resnet18", num_classes=10)
+        names = list(net.parameters_dict())
+        assert names[:3] == ["conv1.weight", "bn1.gamma", "bn1.beta"], names[:3]
+        assert "layer1.0.bn1.moving_mean" in names and names[-1] == "classifier.bias", names[-3:]
+        ms.save_checkpoint(net, sys.argv[1])
+        net2 = mindcv.create_model("resnet18", num_classes=10, checkpoint_path=sys.argv[1])
+        x = ms.Tensor(np.random.default_rng(0).random((1, 3, 32, 32)).astype(np.float32))
+        net.set_train(False)
+        net2.set_train(False)
+        print(np.array_equal(net(x).asnumpy(), net2(x).asnumpy()))
+    """)
+    r = subprocess.run([sys.executable, "-c", code, str(tmp_path / "r18.ckpt")], capture_output=True, text=True,
+                       timeout=300, cwd="/")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip().endswith("True")

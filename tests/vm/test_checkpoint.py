@@ -439,18 +439,38 @@ def test_malformed_safetensors(tmp_path, data, message):
         ms.load_checkpoint(write(tmp_path, data, "bad.safetensors"))
 
 
+def test_overlapping_safetensors_are_refused_before_allocating(tmp_path):
+    """Many entries over the same bytes would each be a copy: the layout is checked first."""
+    header = {f"t{i}": {"dtype": "F32", "shape": [1024], "data_offsets": [0, 4096]} for i in range(2000)}
+    with pytest.raises(CheckpointError, match="a gap or an overlap"):
+        ms.load_checkpoint(write(tmp_path, safetensors_bytes(header, b"\0" * 4096), "o.safetensors"))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=64))
+def test_fuzz_any_bytes(data):
+    for read in (lambda: ckpt._read_ckpt(data, "f.ckpt", False), lambda: ckpt._read_safetensors(data, "f.safetensors")):
+        try:
+            read()
+        except CheckpointError as e:
+            assert "byte offset" in str(e)
+
+
 def mutations():
+    """A good file with a few bytes overwritten, a run of bytes inserted, and the tail cut."""
     good = [HAND_ASSEMBLED, open(FIXTURE, "rb").read()[:600],
             safetensors_bytes({"w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}, b"\0" * 8)]
-    return st.tuples(st.sampled_from(range(len(good))), st.lists(st.tuples(st.integers(0, 700), st.integers(0, 255)),
-                                                                  max_size=4), st.integers(0, 700)).map(
-        lambda t: _mutate(good[t[0]], t[1], t[2]))
+    return st.builds(_mutate, st.sampled_from(good), st.lists(st.tuples(st.integers(0, 700), st.integers(0, 255)),
+                                                             max_size=4),
+                     st.tuples(st.integers(0, 700), st.binary(max_size=12)), st.integers(0, 720))
 
 
-def _mutate(data, flips, cut):
+def _mutate(data, flips, insert, cut):
     b = bytearray(data)
     for at, v in flips:
         b[at % len(b)] = v
+    at, run = insert
+    b[at % len(b):at % len(b)] = run
     return bytes(b[:max(1, cut)]) if cut < len(b) else bytes(b)
 
 
@@ -465,6 +485,28 @@ def test_fuzz_reads_or_refuses(tmp_path, data):
             assert "byte offset" in str(e) or "CRC" in str(e)
         except ValueError as e:
             assert "no parameters left" in str(e)
+
+
+def test_what_the_writer_refuses(tmp_path):
+    w = ms.Parameter(ms.Tensor(np.ones(2, np.float32)), name="w")
+    with pytest.raises(ValueError, match="two entries are named 'w'"):
+        ms.save_checkpoint([w, ms.Parameter(ms.Tensor(np.ones(2, np.float32)), name="w")], str(tmp_path / "d"))
+    with pytest.raises(ValueError, match="two entries are named 'w'"):
+        ms.save_checkpoint([w], str(tmp_path / "d"), append_dict={"w": 1})
+    with pytest.raises(ValueError, match="'s' is a str"):
+        ms.save_checkpoint({"s": "text"}, str(tmp_path / "d"), format="safetensors")
+    assert not list(tmp_path.iterdir())                  # nothing half-written is left behind
+
+
+def test_reader_accepts_packed_dims_and_random_op(tmp_path):
+    packed = ckpt._field(1, b"\x02\x01") + ckpt._field(2, b"Int8") + ckpt._field(3, b"\x05\x06")
+    data = ckpt._field(1, ckpt._field(1, b"p") + ckpt._field(2, packed)) + ckpt.encode_value("random_op", [], "random_op",
+                                                                                           b"\x01\x02")
+    d = ms.load_checkpoint(write(tmp_path, data, "p.ckpt"))
+    assert d["p"].shape == (2, 1) and d["p"].asnumpy().ravel().tolist() == [5, 6] and d["random_op"] == b"\x01\x02"
+    ms.save_checkpoint(d, str(tmp_path / "q.ckpt"))
+    assert ms.load_checkpoint(str(tmp_path / "q.ckpt"))["random_op"] == b"\x01\x02"
+    assert ms.load_param_into_net(nn.Dense(1, 1), d) == (["weight", "bias"], ["p"])
 
 
 def test_trailing_ones_are_dropped_as_mindspore_does(tmp_path):

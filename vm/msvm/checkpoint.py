@@ -39,6 +39,7 @@ import binascii
 import json
 import os
 import struct
+from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
@@ -155,10 +156,10 @@ def _parse_tensor(w: _Wire, at: int):
     dims, tensor_type, content = [], None, None
     for field, wire, v, off in w.fields("TensorProto"):
         if field == 1 and wire == 0:
-            dims.append(v)
+            dims.append(_dim(w, v, off))
         elif field == 1 and wire == 2:                         # packed, as a proto3 writer would
-            while v.pos < v.end:
-                dims.append(v.varint())
+            while v.pos < v.end and len(dims) <= MAX_RANK:
+                dims.append(_dim(w, v.varint(), off))
         elif field == 2 and wire == 2:
             tensor_type = v.text("tensor_type")
         elif field == 3 and wire == 2:
@@ -167,12 +168,16 @@ def _parse_tensor(w: _Wire, at: int):
             raise _unexpected(w, "TensorProto", field, wire, off)
         if len(dims) > MAX_RANK:
             raise w.error(f"TensorProto has more than {MAX_RANK} dims", off)
-        if dims and dims[-1] >= 1 << 63:
-            raise w.error(f"negative dim {dims[-1] - (1 << 64)}", off)
     if tensor_type is None or content is None:
         raise w.error(f"TensorProto lacks its required {'tensor_type' if tensor_type is None else 'tensor_content'}",
                       at)
     return dims, tensor_type, content
+
+
+def _dim(w: _Wire, d: int, at: int) -> int:
+    if d >= 1 << 63:                                            # an int64 below zero
+        raise w.error(f"negative dim {d - (1 << 64)}", at)
+    return d
 
 
 def _parse_ckpt(data: bytes, path: str) -> list:
@@ -235,8 +240,8 @@ def _to_value(path: str, chunks: list):
         if c.tensor_type != tensor_type or c.dims != dims:
             raise CheckpointError(f"{path}: '{tag}' is in several Values that disagree on dims or type "
                                   f"(at byte offset {c.offset})")
-    content = b"".join(bytes(c.content) for c in chunks) if len(chunks) > 1 else first.content
-    if tensor_type == "random_op":
+    content = b"".join(c.content for c in chunks) if len(chunks) > 1 else first.content
+    if tensor_type == "random_op":                # MindSpore 1.x's saved random state: kept as bytes
         return bytes(content)
     if tensor_type == "str":
         if len(content) % 4:
@@ -314,7 +319,7 @@ def _read_safetensors(data: bytes, path: str) -> dict:
     if not isinstance(meta, dict):
         raise error("__metadata__ is not an object", 8)
     base, size = 8 + n, len(data) - 8 - n
-    buf, spans, out = memoryview(data), [], {}
+    spans = []
     for name, info in header.items():
         if not (isinstance(info, dict) and isinstance(info.get("dtype"), str) and isinstance(info.get("shape"), list)
                 and isinstance(info.get("data_offsets"), list) and len(info["data_offsets"]) == 2
@@ -329,17 +334,20 @@ def _read_safetensors(data: bytes, path: str) -> dict:
         if not begin <= end <= size:
             raise error(f"'{name}' has data_offsets [{begin}, {end}] outside the {size}-byte buffer", base)
         spans.append((begin, end, name))
-        type_name = ST_TYPES[info["dtype"]]
-        file_dtype, ms_dtype = CKPT_TYPES[type_name]
-        out[name] = _make_param(path, name, file_dtype, ms_dtype, info["shape"], buf[base + begin:base + end],
-                                base + begin, type_name)
     at = 0
-    for begin, end, name in sorted(spans):
+    for begin, end, name in sorted(spans):      # the tensors tile the buffer: together no bigger than the file
         if begin != at:
             raise error(f"'{name}' starts at {begin} in the buffer, expected {at} (a gap or an overlap)", base + begin)
         at = end
     if at != size:
         raise error(f"the tensors cover {at} of the buffer's {size} bytes", base + at)
+    buf, out = memoryview(data), {}
+    for name, info in header.items():
+        begin, end = info["data_offsets"]
+        type_name = ST_TYPES[info["dtype"]]
+        file_dtype, ms_dtype = CKPT_TYPES[type_name]
+        out[name] = _make_param(path, name, file_dtype, ms_dtype, info["shape"], buf[base + begin:base + end],
+                                base + begin, type_name)
     return out
 
 
@@ -389,6 +397,8 @@ def _write_ckpt(f, pairs, crc_check):
     for name, value in pairs:
         if isinstance(value, str):
             chunks = [encode_value(name, [0], "str", np.array(value).astype("<U").tobytes())]
+        elif isinstance(value, bytes) and name == "random_op":
+            chunks = [encode_value(name, [], "random_op", value)]
         else:
             arr = _array(name, value)
             raw = memoryview(arr.reshape(-1)).cast("B") if arr.size else b""
@@ -500,7 +510,7 @@ def load_param_into_net(net, parameter_dict, strict_load=False, remove_redundanc
     updates = [(p, _fit(p, key, parameter_dict[key], strict_load)) for p, key in plan]
     for p, arr in updates:
         p.set_data(arr)
-    for _, key in plan:
+    for key in {key for _, key in plan}:
         ckpt_not_load.remove(key)
     if param_not_load:
         logger.warning("load_param_into_net: %d parameters of the net are not loaded: %s", len(param_not_load),
@@ -555,8 +565,11 @@ def save_checkpoint(save_obj, ckpt_file_name, integrated_save=True, async_save=F
     if not path.endswith(format):
         path += f".{format}"
     pairs = _entries(save_obj, choice_func)
-    for name, value in (append_dict or {}).items():
-        pairs.append((name, value))
+    pairs += list((append_dict or {}).items())
+    twice = [k for k, n in Counter(k for k, _ in pairs).items() if n > 1]
+    if twice:
+        raise ValueError(f"save_checkpoint: two entries are named '{twice[0]}'; a checkpoint is keyed on names "
+                         "(give the parameters distinct names, or build the net with auto_prefix=True)")
     tmp = f"{path}.tmp{os.getpid()}"
     try:
         with open(tmp, "wb") as f:

@@ -318,6 +318,8 @@ def test_mismatches_name_the_parameter(tmp_path):
     with pytest.raises(ParameterMismatch, match="lacks 1 of the net's parameters: layer1.0.bn1.gamma"):
         ms.load_param_into_net(SmallCNN(), d, strict_load=True)
     assert ms.load_param_into_net(net, d, strict_load=False)[0] == ["layer1.0.bn1.gamma"]
+    with pytest.raises(TypeError, match="'fc.bias': ndarray"):
+        ms.load_param_into_net(net, {"fc.bias": np.zeros(5, np.float32)})
 
 
 def test_dtypes_convert_as_mindspore(tmp_path):

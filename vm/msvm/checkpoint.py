@@ -489,6 +489,10 @@ def load_param_into_net(net, parameter_dict, strict_load=False, remove_redundanc
         raise TypeError(f"load_param_into_net: net is a Cell, got {type(net).__name__}")
     if not isinstance(parameter_dict, dict):
         raise TypeError(f"load_param_into_net: parameter_dict is a dict, got {type(parameter_dict).__name__}")
+    for key, value in parameter_dict.items():
+        if not isinstance(key, str) or not isinstance(value, (Tensor, str, bytes, list)):
+            raise TypeError(f"load_param_into_net: parameter_dict maps names to Parameters, got {key!r}: "
+                            f"{type(value).__name__}")
     params = [p for _, p in net.parameters_and_names()]
     plan, param_not_load = [], []
     ckpt_not_load = [k for k in parameter_dict if k != "random_op"]

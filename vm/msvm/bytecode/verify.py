@@ -265,9 +265,24 @@ def verify(code: Code, env: ShapeEnv | None = None) -> Code:
         raise VerifyError(str(e), code.filename, code.firstlineno, 0) from None
 
 
+def raise_guards(code: Code) -> set:
+    """In a code that may RAISE, the symbols its branches test stay symbols (the frontend's
+    keep_symbolic): an equality met later is an entry check, not a substitution that would fold
+    the guard of the user's raise away."""
+    if not any(ins.op.name == "RAISE" for ins in code.instrs):
+        return set()
+    out: set = set()
+    for ins in code.instrs:
+        if ins.op.name == "BRANCH_IF_SYMBOLIC":
+            pred = code.decode_args(ins)[0]
+            if hasattr(pred, "symbols"):
+                out |= pred.symbols()
+    return out
+
+
 def _verify(code: Code, env: ShapeEnv | None) -> Code:
     if env is None:
-        env = ShapeEnv(entry_symbols(code.params))
+        env = ShapeEnv(entry_symbols(code.params) - raise_guards(code))
         env.may_be_one = set(code.may_be_one)
     n = len(code.instrs)
     if n == 0:

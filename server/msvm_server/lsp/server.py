@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import hashlib
 import json
 import os
 import sys
@@ -47,7 +46,9 @@ class NotTrusted(JsonRpcException):
 
 class MsvmLanguageServer(LanguageServer):
     def __init__(self):
-        super().__init__("msvm-lsp", __version__)
+        # Full sync: pygls applies incremental edits by str.splitlines, which also breaks
+        # lines at U+2028, \x0c, \x85..., so an edit below such a character lands elsewhere
+        super().__init__("msvm-lsp", __version__, text_document_sync_kind=types.TextDocumentSyncKind.Full)
         self.analyses: dict = {}           # uri -> Analysis of the latest text
         self.pending: dict = {}            # uri -> debounce task
         self.pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="msvm-analysis")
@@ -66,7 +67,7 @@ class MsvmLanguageServer(LanguageServer):
     async def analysis(self, uri: str) -> A.Analysis:
         source, path = self.source_of(uri)
         cached = self.analyses.get(uri)
-        digest = hashlib.sha256(source.encode()).hexdigest()
+        digest = A.digest(source)
         if cached is not None and cached.digest == digest:
             return cached
         a = await asyncio.get_running_loop().run_in_executor(self.pool, A.analyze, source, path)

@@ -5,10 +5,24 @@ import * as cp from 'child_process';
 import * as fs from 'fs';
 import * as path from 'path';
 import * as vscode from 'vscode';
+import COMMAND from './server-command.json';
+
+/** The servers' arguments after the Python executable (isolated mode: nothing of the workspace on sys.path). */
+export const LSP_ARGS: string[] = COMMAND.lsp;
+export const DAP_ARGS: string[] = COMMAND.dap;
+
+/** The cwd of every Python the extension starts: its own storage folder, never the workspace. */
+export function serverCwd(ctx: vscode.ExtensionContext): string {
+  const dir = ctx.globalStorageUri.fsPath;
+  fs.mkdirSync(dir, { recursive: true });
+  return dir;
+}
+
+let cwd: string | undefined;
 
 function run(cmd: string, args: string[], log?: vscode.OutputChannel): Promise<{ code: number; out: string }> {
   return new Promise((resolve) => {
-    const p = cp.spawn(cmd, args, { env: { ...process.env, PYTHONNOUSERSITE: '1' } });
+    const p = cp.spawn(cmd, [...COMMAND.run, ...args], { cwd, env: { ...process.env, PYTHONNOUSERSITE: '1' } });
     let out = '';
     p.stdout.on('data', (d) => { out += d; log?.append(String(d)); });
     p.stderr.on('data', (d) => { out += d; log?.append(String(d)); });
@@ -37,6 +51,7 @@ const PROBE = 'import msvm_server.lsp.server, msvm_server.dap.adapter';
 
 /** A Python that can run `-m msvm_server`; installs the bundled packages into a private venv if needed. */
 export async function serverPython(ctx: vscode.ExtensionContext, log: vscode.OutputChannel): Promise<string> {
+  cwd = serverCwd(ctx);
   const python = await configuredPython();
   if ((await run(python, ['-c', PROBE])).code === 0) return python;
   const bundled = path.join(ctx.extensionPath, 'python');

@@ -371,3 +371,16 @@ async def test_incremental_edit_below_a_line_separator(client, tmp_path):
         change_doc(client, uri, text.replace("(768, 1024)", "(512, 1024)"), 2)
     got = await diagnostics_for(client, uri, lambda d: len(d) == 1)
     assert "[x0,768] @ [512,1024]" in got[0].message
+
+
+async def test_imports_that_would_run_a_program_are_not_followed(client, tmp_path):
+    """Analysis imports msvm and numpy modules to resolve names, never a __main__ (msvm's runs
+    the msvm command and exits), a private module or a conftest."""
+    text = BAD_CELL.replace("from msvm import nn, ops\n", "from msvm import nn, ops\nfrom msvm import __main__\n"
+                            "import numpy.f2py.__main__\nimport numpy.conftest\nfrom numpy import _pytesttester\n")
+    uri = open_doc(client, tmp_path / "mains.py", text)
+    await diagnostics_for(client, uri, lambda d: d == [])
+    lenses = await client.text_document_code_lens_async(types.CodeLensParams(types.TextDocumentIdentifier(uri)))
+    assert [lens.command.arguments[1] for lens in lenses] == ["Proj"]
+    res = await request(client, "msvm/bytecode", {"uri": uri, "cell": "Proj"})
+    assert field(res, "instructions"), "the server still answers"

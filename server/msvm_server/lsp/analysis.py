@@ -103,6 +103,8 @@ def analyze(source: str, path: str) -> Analysis:
         a.error = e
     except RecursionError:
         a.error = SourceError("the file nests too deeply to analyze", path, 1, 0)
+    except (Exception, SystemExit) as e:  # noqa: BLE001 - a bug in the analysis must not end the server
+        a.error = SourceError(f"msvm could not analyze this file ({type(e).__name__}: {e})", path, 1, 0)
     return a
 
 

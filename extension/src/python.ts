@@ -5,6 +5,7 @@ import * as cp from 'child_process';
 import * as fs from 'fs';
 import * as path from 'path';
 import * as vscode from 'vscode';
+import { isInside } from './logic';
 import COMMAND from './server-command.json';
 
 /** The servers' arguments after the Python executable (isolated mode: nothing of the workspace on sys.path). */
@@ -31,6 +32,10 @@ function run(cmd: string, args: string[], log?: vscode.OutputChannel): Promise<{
   });
 }
 
+function real(p: string): string {
+  try { return fs.realpathSync(p); } catch { return path.resolve(p); }
+}
+
 export async function configuredPython(): Promise<string> {
   const fromSettings = vscode.workspace.getConfiguration('msvm').get<string>('pythonPath');
   if (fromSettings) return fromSettings;
@@ -41,7 +46,9 @@ export async function configuredPython(): Promise<string> {
       const envPath = api?.environments?.getActiveEnvironmentPath?.();
       const env = envPath && await api.environments.resolveEnvironment(envPath);
       const exe = env?.executable?.uri?.fsPath;
-      if (exe) return exe;
+      // in Restricted Mode an interpreter inside the workspace (its .venv) is the workspace's code
+      if (exe && (vscode.workspace.isTrusted || !isInside(real(exe), (vscode.workspace.workspaceFolders ?? [])
+        .map((f) => real(f.uri.fsPath))))) return exe;
     } catch { /* fall through to python3 */ }
   }
   return 'python3';

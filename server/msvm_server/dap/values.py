@@ -23,9 +23,11 @@ PREVIEW = 8
 
 
 def _col1(path: str, line: int, col_bytes: int) -> int:
-    """1-based character column from a 0-based UTF-8 byte column."""
+    """1-based column in UTF-16 units (as VS Code counts them) from a 0-based UTF-8 byte column.
+    linecache splits lines as Python's tokenizer does (\n, \r\n, \r), not at U+2028."""
     text = linecache.getline(path, line)
-    return len(text.encode("utf-8")[:max(0, col_bytes)].decode("utf-8", errors="ignore")) + 1
+    chars = text.encode("utf-8", "surrogatepass")[:max(0, col_bytes)].decode("utf-8", errors="ignore")
+    return len(chars.encode("utf-16-le", "surrogatepass")) // 2 + 1
 
 
 def describe(v) -> str:

@@ -280,9 +280,17 @@ async def test_run_profile_crash_and_hang(trusted_client, tmp_path):
     assert field(res, "profile") is not None, "the profile is written even when the program fails"
 
     hang = tmp_path / "hang.py"
-    hang.write_text("import time\nwhile True:\n    time.sleep(0.05)\n")
-    res = await request(client, "msvm/runProfile", {"uri": uri_of(hang), "timeout": 3})
+    pid_file = tmp_path / "child.pid"
+    hang.write_text("import subprocess, sys, time\n"
+                    "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])\n"
+                    f"open({str(pid_file)!r}, 'w').write(str(child.pid))\n"
+                    "while True:\n    time.sleep(0.05)\n")
+    res = await request(client, "msvm/runProfile", {"uri": uri_of(hang), "timeout": 8})
     assert "ran past" in field(res, "error")
+    from stdio_client import alive, wait_until
+
+    assert pid_file.exists(), "the program started its child before the timeout"
+    wait_until(lambda: not alive(int(pid_file.read_text())), 30, "the hung program's child ending with it")
     uri = open_doc(client, ARTICLE)
     res = await request(client, "msvm/bytecode", {"uri": uri})
     assert field(res, "instructions"), "the server still answers"

@@ -265,5 +265,6 @@ def main(argv=None) -> int:
         signal.signal(sig, _exit_on_signal)     # killed by the client: still end the program's group
     try:
         return adapter.serve()
-    finally:
-        adapter.stop_program(kill=True)
+    finally:     # after a signal: no message (the write lock may be held), only the group's end
+        if adapter.proc is not None and not adapter.group_killed:
+            _signal_group(adapter.proc, signal.SIGKILL)

@@ -22,6 +22,7 @@ import asyncio
 import concurrent.futures
 import json
 import os
+import signal
 import sys
 import tempfile
 
@@ -231,11 +232,15 @@ async def run_profile(ls: MsvmLanguageServer, params):
             env["MSVM_TELEMETRY"] = ls.hub.address
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "msvm", "profile", "--json", out, path, cwd=os.path.dirname(path), env=env,
-            stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+            stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            start_new_session=True)         # its own process group: a timeout ends what it started too
         try:
             stdout, stderr = await asyncio.wait_for(proc.communicate(), timeout)
         except asyncio.TimeoutError:
-            proc.kill()
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                proc.kill()
             await proc.wait()
             return {"status": None, "error": f"{os.path.basename(path)} ran past {timeout:g}s and was stopped",
                     "profile": None}

@@ -211,6 +211,7 @@ class Debuggee:
         prof = Profiler(self.program, self.args).start(exec_times=True)
         threading.Thread(target=self._stats_loop, name="msvm-dap-stats", daemon=True).start()
         sys.argv = [self.program] + list(self.args)
+        _preload()
         ours = list(sys.path)
         sys.path[:] = [os.path.dirname(os.path.abspath(self.program))] + [p for p in ours
                                                                           if p not in self.added_paths]
@@ -305,6 +306,14 @@ def _encode(ins) -> bytes:
     from msvm.bytecode.binary import encode_instrs
 
     return encode_instrs([ins])
+
+
+def _preload():
+    """What the debugger imports lazily, imported before the program's directory joins sys.path."""
+    import msvm.bytecode.binary  # noqa: F401
+    import msvm.bytecode.disasm  # noqa: F401
+    import msvm.compiler.fuse  # noqa: F401
+    import msvm.static  # noqa: F401
 
 
 def _end_group():

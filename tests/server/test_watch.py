@@ -11,6 +11,13 @@ from msvm_server.dap.values import EvalError, safe_eval
 class Holder:
     def __init__(self):
         self.w = np.arange(6.0).reshape(2, 3)
+        self.d = {"k": 2}
+
+    def _ran(self, *args):
+        raise AssertionError("a user's method ran")
+
+    __len__ = __float__ = __abs__ = __bool__ = __iter__ = __array__ = __index__ = __getitem__ = __eq__ = _ran
+    __hash__ = object.__hash__
 
     @property
     def loud(self):
@@ -40,7 +47,9 @@ HOSTILE = [
     "__import__('os')", "getattr(x, 'tofile')", "eval('1')", "exec('1')", "compile('1', 'f', 'eval')",
     "().__class__.__bases__[0].__subclasses__()", "x.__class__", "x._private", "net.__dict__", "type(x)",
     "vars(net)", "globals()", "np.__dict__", "print(1)", "breakpoint()", "x.ctypes", "x.data", "x.base",
-    "net.loud", "net + 1", "np.ndarray", "np.testing",
+    "net.loud", "net + 1", "np.ndarray", "np.testing", "len(net)", "float(net)", "abs(net)", "bool(net)",
+    "list(net)", "np.asarray(net)", "np.mean([net])", "x[net]", "net[0]", "[net] == [net]", "not net",
+    "{'k': net} == {'k': net}", "np.array([net], dtype=object) + 1", "x.astype(net)",
     # syntax that runs code or binds names
     "lambda: 0", "[a for a in (1, 2)]", "{a: 1 for a in (1,)}", "(a for a in (1,))", "(y := 1)", "f'{x}'",
     "{1, 2}", "{'a': 1}", "print(*[1])", "np.sum(**{'a': x})",
@@ -77,7 +86,9 @@ BENIGN = [
     ("float(t.asnumpy().sum())", 10.0), ("x[[0, 2]].shape", (2, 4)), ("v.sum() > 0", True), ("-x[0, 1]", -1.0),
     ("abs(-B)", 3), ("max(1, B)", 3), ("x is None", False), ("np.float32(2) * 2", 4.0), ("2 ** 64", 2 ** 64),
     ("(v[:100, None] + v[None, :100]).shape", (100, 100)), ("np.sqrt(x).dtype.name", "float32"),
-    ("tuple(x.shape)", (3, 4)), ("np.isnan(x).sum()", 0), ("x[..., 0].shape", (3,)), ("x[None].shape", (1, 3, 4)),
+    ("tuple(x.shape)", (3, 4)), ("net.d['k'] * 2", 4), ("[1, 2] == [1, 2]", True), ("stack[0].shape", (3, 4)),
+    ("t.shape[1]", 5), ("np.asarray(t).shape", (2, 5)), ("np.isnan(x).sum()", 0), ("x[..., 0].shape", (3,)),
+    ("x[None].shape", (1, 3, 4)), ("x.dtype == np.float32", True),
 ]
 
 

@@ -60,6 +60,7 @@ def _pick(module, names: str) -> dict:
 
 
 _NP = {**_pick(np, _NP_REDUCE), **_pick(np, _NP_SIZED)}
+_NP_TYPES = tuple(f for f in _NP.values() if isinstance(f, type))
 _LINALG = _pick(np.linalg, _LINALG_REDUCE)
 _MODULES = {id(np): ("np", dict(_NP, linalg=np.linalg)), id(np.linalg): ("np.linalg", _LINALG)}
 _REDUCING = {id(f) for f in (*_pick(np, _NP_REDUCE).values(), *_LINALG.values(), len, min, max, sum, bool,
@@ -89,11 +90,40 @@ def _is_tensor(v) -> bool:
 _PLAIN = (int, float, complex, bool, str, bytes, tuple, list, type(None), slice, type(Ellipsis), np.dtype)
 
 
+def _pure(v, budget: list) -> bool:
+    """Whether operators, conversions and numpy may touch v without running a user's code
+    (__add__, __eq__, __len__, __array__, __index__...): plain values, arrays, and lists,
+    tuples and dicts of them (walked up to a budget of items)."""
+    budget[0] -= 1
+    if budget[0] < 0:
+        return False
+    if type(v) in (list, tuple):
+        return all(_pure(x, budget) for x in v)
+    if type(v) is dict:
+        return all(_pure(k, budget) and _pure(x, budget) for k, x in v.items())
+    if isinstance(v, (list, tuple, dict)):
+        return False                      # a user's subclass
+    if _is_array(v):
+        return v.dtype.kind != "O"            # an object array's operators call its elements'
+    if isinstance(v, type):
+        return any(v is t for t in _NP_TYPES)  # np.float32 and the like, as dtypes
+    return isinstance(v, _PLAIN) and (type(v).__module__ or "").split(".")[0] in ("builtins", "numpy")
+
+
 def _operand(v, what: str):
     """Operators only on values whose operators are known to be pure (no user __add__, __eq__...)."""
-    if isinstance(v, _PLAIN) or _is_array(v):
+    if _pure(v, [10_000]):
         return v
     raise EvalError(f"{what} is not available on a {type(v).__name__} in a watch expression")
+
+
+def _argument(v, fn_name: str):
+    """A call's argument: pure, an msvm Tensor (numpy reads it through msvm's own __array__),
+    or one of the listed numpy types (``np.float32`` as a dtype)."""
+    if _pure(v, [10_000]) or _is_tensor(v):
+        return v
+    raise EvalError(f"{fn_name}() of a {type(v).__name__} is not available in a watch expression "
+                    f"(it could run that object's own methods)")
 
 
 def _nbytes(shape, itemsize: int = 8) -> int:
@@ -208,6 +238,8 @@ def _call(fn, args: list, kwargs: dict):
                         f"(np.mean, np.linalg.norm, len, ...) and tensor methods (x.sum(), x.astype(...)) can")
     if "out" in kwargs:
         raise EvalError("out= writes into an array: not available in a watch expression")
+    for a in list(args) + list(kwargs.values()):
+        _argument(a, getattr(fn, "__name__", "the call"))
     owner = getattr(fn, "__self__", None)
     name = getattr(fn, "__name__", "")
     if fn in (list, tuple):
@@ -238,7 +270,11 @@ def _call(fn, args: list, kwargs: dict):
 
 def _index(v, key):
     """Basic indexing is a view; advanced indexing is sized before it runs."""
+    if not _pure(key, [10_000]):
+        raise EvalError(f"indexing with a {type(key).__name__} is not available in a watch expression")
     if not _is_array(v):
+        if not (type(v) in (list, tuple, dict, str, bytes) or _is_tensor(v)):
+            raise EvalError(f"indexing a {type(v).__name__} is not available in a watch expression")
         return v[key]
     keys = key if isinstance(key, tuple) else (key,)
     fancy = [np.asarray(k) if isinstance(k, list) else k for k in keys if _is_array(k) or isinstance(k, list)]
@@ -286,7 +322,7 @@ def safe_eval(expression: str, names: dict, unset=frozenset()):
         if isinstance(n, ast.Attribute):
             return _attribute(ev(n.value), n.attr)
         if isinstance(n, ast.Subscript):
-            return _index(_operand(ev(n.value), "indexing"), ev(n.slice))
+            return _index(ev(n.value), ev(n.slice))
         if isinstance(n, ast.Slice):
             return slice(*(ev(x) if x is not None else None for x in (n.lower, n.upper, n.step)))
         if isinstance(n, (ast.Tuple, ast.List)):

@@ -643,6 +643,12 @@ def _jit_fn():
 
 
 def _allowed_module(name: str) -> bool:
+    """Modules the analysis may import to know what a name is: msvm's, numpy's and math, but
+    never a ``__main__`` (``from msvm import __main__`` runs the msvm command), a private
+    module or a test configuration, whose import does more than define names."""
+    parts = name.split(".")
+    if any(p.startswith("_") or p == "conftest" for p in parts):
+        return False
     return name in ("msvm", "numpy", "math") or name.startswith(("msvm.", "numpy."))
 
 
@@ -752,12 +758,20 @@ def _specs_for(params, node: ast.FunctionDef, declared, calls, module, skip_self
     return specs
 
 
+def _byte_col(e: SyntaxError) -> int:
+    """A SyntaxError's 0-based column in UTF-8 bytes, as every other Loc (its offset counts characters)."""
+    col = max(0, (e.offset or 1) - 1)
+    if not e.text:
+        return col
+    return len(e.text[:col].encode("utf-8", "surrogatepass"))
+
+
 def analyze(source: str, filename: str) -> list:
     """Every Cell class and jit function in the source, compiled where possible."""
     try:
         module = StaticModule(source, filename)
     except SyntaxError as e:
-        raise FrontendError(f"syntax error: {e.msg}", filename, e.lineno or 1, (e.offset or 1) - 1) from None
+        raise FrontendError(f"syntax error: {e.msg}", filename, e.lineno or 1, _byte_col(e)) from None
     entries = []
     seen_classes = set()
     instances = {id(c): c for c, _ in module.instances}

@@ -1,0 +1,1128 @@
+"""The bounded abstract evaluator behind ``msvm.static``: a Python file's top level,
+its functions and each Cell's ``__init__``, evaluated without running anything.
+
+Values are Python constants (folded), msvm placeholders (tensors with a shape and
+no data), ``AbstractArray`` (a numpy array known by shape and dtype), ``SymInt``
+(an int nobody passed: a constructor argument with no call site; a symbol where it
+becomes a dim, its ``assumed`` value where a decision needs one, with a note) and
+``UnknownData`` (a tensor whose data, hence shape, comes from outside: its rank and
+dims are chosen when the Cell is compiled). Everything else is ``Unknown``.
+
+What it may build is an allowlist: msvm's Tensor / Parameter, the Cells of
+``msvm.nn``, the primitives of ``msvm.ops`` and dtypes, all as placeholders (no
+data is allocated: ``np.zeros((10**6, 10**6))`` is a shape). Any other call, user
+class or msvm object (``Telemetry``, ``open``, sockets, threads) is ``Unknown`` and
+never runs.
+
+It is bounded (``Budget``): steps and seconds per slice of work, loop iterations,
+the size of an int (bits), of a string or container and of all of them together;
+what it cannot afford becomes ``Unknown`` and leaves a ``Note`` (an Information
+diagnostic in the editor, a ``; note:`` line in ``msvm dump``); a slice that runs
+out stops there and the Cells still get their bytecode.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import inspect
+import math
+import operator as o
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import dtype as dt
+from .bytecode import symbolic as S
+from .bytecode.symbolic import Expr
+from .errors import FrontendError
+from .frontend.compiler import FunctionSource
+from .nn import layers as _layers
+from .nn.cell import Cell
+from .tensor import Parameter, Tensor
+
+
+@dataclass
+class Budget:
+    """What one slice of abstract evaluation may spend."""
+
+    steps: int = 50_000            # statements + expressions
+    seconds: float = 0.4           # per slice (the top level; each factory and Cell built on its own)
+    total_seconds: float = 0.8     # all slices of one document together
+    int_bits: int = 4096           # a larger int is Unknown
+    size: int = 1 << 20            # items of one string / list / tuple
+    total_size: int = 1 << 24      # items of all of them, per document
+    loop: int = 256                # iterations of one loop statement
+    depth: int = 24                # nested calls / Cells
+    calls_kept: int = 8            # calls of one Cell remembered (its argument shapes)
+
+
+@dataclass
+class Note:
+    """Something the analysis assumed or could not afford, at a source line."""
+
+    line: int
+    col: int
+    message: str
+
+    def __str__(self):
+        return f"line {self.line}: {self.message}"
+
+
+class Unknown:
+    """A value static analysis cannot know (it would need running user code)."""
+
+    def __init__(self, why: str):
+        self.why = why
+
+    def __repr__(self):
+        return f"<unknown: {self.why}>"
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return Unknown(self.why)
+
+    def __call__(self, *a, **k):
+        return Unknown(self.why)
+
+
+class UnknownData:
+    """A tensor whose data comes from outside the file (``np.load``, a ctor argument):
+    its dtype is known (or float32), its rank and dims are chosen at compile time."""
+
+    def __init__(self, why: str, dtype=None, parameter=False):
+        self.why, self.dtype, self.parameter = why, dtype or dt.float32, parameter
+
+    def __repr__(self):
+        return f"<{'Parameter' if self.parameter else 'Tensor'} of unknown shape: {self.why}>"
+
+
+class SymInt:
+    """An int nobody passed (a constructor argument without a call site or default)."""
+
+    __slots__ = ("expr", "assumed", "name")
+    ASSUMED = 2
+
+    def __init__(self, expr: Expr, assumed: int, name: str = ""):
+        self.expr, self.assumed, self.name = expr, assumed, name or str(expr)
+
+    @classmethod
+    def named(cls, name: str):
+        return cls(S.sym(name), cls.ASSUMED, name)
+
+    def __repr__(self):
+        return f"<symbol {self.expr}>"
+
+
+@dataclass
+class AbstractArray:
+    """A numpy array known only by shape and dtype (dims: ints or SymInt)."""
+
+    shape: tuple
+    dtype: np.dtype
+
+    def astype(self, d, *a, **k):
+        return AbstractArray(self.shape, np.dtype(dt.as_dtype(d).np if isinstance(d, dt.DType) else d))
+
+    @property
+    def T(self):
+        return AbstractArray(self.shape[::-1], self.dtype)
+
+    @property
+    def ndim(self):
+        return len(self.shape)
+
+    def reshape(self, *shape):
+        shape = shape[0] if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
+        total = int(np.prod(self.shape))
+        known = int(np.prod([d for d in shape if d != -1]))
+        return AbstractArray(tuple(total // known if d == -1 else d for d in shape), self.dtype)
+
+
+class AbstractRng:
+    """``np.random.default_rng(...)`` / ``RandomState(...)``: draws are AbstractArrays."""
+
+    def __getattr__(self, name):
+        if name.startswith("_"):
+            raise AttributeError(name)
+
+        def draw(*args, size=None, dtype=None, **kwargs):
+            if size is None:
+                nsize = {"standard_normal": 0, "random": 0, "normal": 2, "uniform": 2, "integers": 2,
+                         "choice": 1, "standard_cauchy": 0}
+                k = nsize.get(name)
+                size = args[k] if k is not None and len(args) > k else None
+            if size is None:
+                return Unknown("a random scalar")
+            kind = np.int64 if name == "integers" else np.float64
+            return AbstractArray(_shape_tuple(size), np.dtype(dtype or kind))
+        return draw
+
+
+def _dim(v):
+    if isinstance(v, (SymInt, str)) or v is None:
+        return v
+    return int(v)
+
+
+def _shape_tuple(v) -> tuple:
+    if isinstance(v, (list, tuple)):
+        return tuple(_dim(x) for x in v)
+    return (_dim(v),)
+
+
+def placeholder(shape, dtype) -> Tensor:
+    """A placeholder Tensor; SymInt dims become symbolic dims."""
+    shape = list(shape)
+    t = Tensor(shape=[None] * len(shape), dtype=dtype)
+    t._pshape = tuple(d.expr if isinstance(d, SymInt) else None if (d is None or d == -1) else d for d in shape)
+    return t
+
+
+def parameter(src: Tensor, name=None) -> Parameter:
+    """Parameter(src); a placeholder's symbolic dims are kept."""
+    if not src.is_placeholder:
+        return Parameter(src, name=name)
+    p = Parameter(Tensor(shape=[None] * len(src.placeholder_shape), dtype=src.dtype), name=name)
+    p._pshape = src.placeholder_shape
+    return p
+
+
+def _placeholder(arr: AbstractArray, dtype=None) -> Tensor:
+    d = dt.as_dtype(dtype) if dtype is not None else dt.from_numpy(arr.dtype)
+    return placeholder(arr.shape, d)
+
+
+_NP_CREATE = {"zeros", "ones", "empty", "full", "zeros_like", "ones_like", "empty_like", "full_like", "eye",
+              "identity", "arange", "linspace"}
+_NP_RANDOM = {"randn", "rand", "random", "normal", "uniform", "standard_normal", "random_sample", "randint"}
+_NP_FOLD = {"sqrt", "prod", "log", "exp", "log2", "ceil", "floor"}
+_MATH_FOLD = {math.sqrt, math.log, math.exp, math.ceil, math.floor, math.log2, math.gcd, math.isqrt}
+_BUILTINS = {"range", "len", "int", "float", "bool", "tuple", "list", "min", "max", "abs", "sum", "round", "str",
+             "isinstance", "enumerate", "zip", "reversed", "super", "print", "sorted"}
+_BUILTIN_FNS = {getattr(builtins, n) for n in _BUILTINS - {"super", "print"}}
+_MSVM_BUILDABLE = ("msvm.nn", "msvm.ops", "msvm.tensor", "msvm.dtype")
+
+
+def _np_call(fn_name: str, random: bool, args, kwargs):
+    dtype = kwargs.get("dtype")
+    if random:
+        if fn_name in ("randn", "rand"):
+            return AbstractArray(tuple(_dim(a) for a in args), np.dtype(np.float64))
+        size = kwargs.get("size", args[-1] if fn_name in ("normal", "uniform", "randint") and len(args) >= 3 else
+                          (args[0] if args and fn_name not in ("normal", "uniform", "randint") else None))
+        if size is None:
+            return Unknown("a random scalar")
+        return AbstractArray(_shape_tuple(size), np.dtype(np.int64 if fn_name == "randint" else np.float64))
+    if fn_name in ("zeros", "ones", "empty"):
+        dtype = dtype or (args[1] if len(args) > 1 else None)
+        return AbstractArray(_shape_tuple(args[0] if args else kwargs["shape"]), np.dtype(dtype or np.float64))
+    if fn_name == "full":
+        dtype = dtype or (args[2] if len(args) > 2 else None)
+        return AbstractArray(_shape_tuple(args[0]), np.dtype(dtype or np.asarray(args[1]).dtype))
+    if fn_name.endswith("_like") and isinstance(args[0], AbstractArray):
+        return AbstractArray(args[0].shape, np.dtype(dtype or args[0].dtype))
+    if fn_name in ("eye", "identity"):
+        n = _dim(args[0])
+        return AbstractArray((n, _dim(args[1]) if len(args) > 1 and fn_name == "eye" else n),
+                             np.dtype(dtype or np.float64))
+    if fn_name == "arange":
+        return AbstractArray((len(range(*[int(a) for a in args])),), np.dtype(dtype or np.int64))
+    if fn_name == "linspace":
+        return AbstractArray((int(kwargs.get("num", args[2] if len(args) > 2 else 50)),), np.dtype(np.float64))
+    return Unknown(f"numpy.{fn_name}")
+
+
+class OutOfBudget(Exception):
+    """A slice of evaluation spent its steps or seconds."""
+
+    def __init__(self, what: str):
+        super().__init__(what)
+        self.what = what
+
+
+class _Return(BaseException):
+    def __init__(self, value):
+        self.value = value
+
+
+class _Break(BaseException):
+    pass
+
+
+class _Continue(BaseException):
+    pass
+
+
+@dataclass
+class StaticFunction:
+    node: ast.FunctionDef
+    module: "StaticModule"
+    jit: bool = False
+    calls: list = field(default_factory=list)
+    env: dict | None = None         # where it was defined (None: the module)
+
+    @property
+    def name(self):
+        return self.node.name
+
+    def source(self) -> FunctionSource:
+        return FunctionSource(self.node, self.module.filename, 0, 0, self.module.env, {}, self.node.name)
+
+    def signature(self, skip_self=False):
+        return _signature(self.node, self.module, skip_self)
+
+    def __msvm_inline__(self):
+        return self.source(), None, self.signature()
+
+
+class StaticBoundMethod:
+    def __init__(self, fn: StaticFunction, obj):
+        self.fn, self.obj = fn, obj
+
+    def __msvm_inline__(self):
+        src = self.fn.source()
+        src.qualname = f"{type(self.obj).__name__}.{self.fn.name}"
+        return src, self.obj, self.fn.signature()
+
+
+def _signature(node: ast.FunctionDef, module, skip_self=False) -> inspect.Signature:
+    a = node.args
+    params = []
+    pos = a.posonlyargs + a.args
+    defaults = [None] * (len(pos) - len(a.defaults)) + list(a.defaults)
+    for i, (arg, d) in enumerate(zip(pos, defaults)):
+        if skip_self and i == 0:
+            continue
+        default = inspect.Parameter.empty if d is None else module.eval(d, module.env)
+        params.append(inspect.Parameter(arg.arg, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=default))
+    for arg, d in zip(a.kwonlyargs, a.kw_defaults):
+        default = inspect.Parameter.empty if d is None else module.eval(d, module.env)
+        params.append(inspect.Parameter(arg.arg, inspect.Parameter.KEYWORD_ONLY, default=default))
+    return inspect.Signature(params)
+
+
+class StaticClass:
+    def __init__(self, node: ast.ClassDef, module: "StaticModule", bases):
+        self.node, self.module, self.bases = node, module, bases
+        self.name = node.name
+        self.methods = {n.name: StaticFunction(n, module) for n in node.body if isinstance(n, ast.FunctionDef)}
+        self.attrs = {}
+        for st in node.body:
+            if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name):
+                self.attrs[st.targets[0].id] = module.eval(st.value, module.env)
+        self.instances: list = []
+
+    @property
+    def is_cell(self) -> bool:
+        for b in self.bases:
+            if isinstance(b, StaticClass) and b.is_cell:
+                return True
+            if isinstance(b, type) and issubclass(b, Cell):
+                return True
+        return False
+
+    def real_base(self):
+        for b in self.bases:
+            if isinstance(b, StaticClass):
+                r = b.real_base()
+                if r is not None:
+                    return r
+            elif isinstance(b, type) and issubclass(b, Cell):
+                return b
+        return None
+
+    def find_method(self, name):
+        if name in self.methods:
+            return self.methods[name]
+        for b in self.bases:
+            if isinstance(b, StaticClass):
+                m = b.find_method(name)
+                if m is not None:
+                    return m
+        return None
+
+    def find_attr(self, name):
+        if name in self.attrs:
+            return self.attrs[name]
+        for b in self.bases:
+            if isinstance(b, StaticClass):
+                try:
+                    return b.find_attr(name)
+                except KeyError:
+                    pass
+        raise KeyError(name)
+
+    def __call__(self, *args, **kwargs):
+        return self.module.instantiate(self, args, kwargs)
+
+
+class StaticCell(Cell):
+    """A Cell built from source: what the frontend sees when nothing may run."""
+
+    _static_class: StaticClass = None
+
+    def __msvm_getattr__(self, name):
+        d = self.__dict__
+        if name in d:
+            v = d[name]
+            if isinstance(v, (Unknown, UnknownData, SymInt)):
+                from .bytecode.types import ShapeError
+                why = v.why if not isinstance(v, SymInt) else f"{v.expr} was never passed"
+                raise ShapeError(f"self.{name} cannot be known without running the program ({why})")
+            return v
+        m = self._static_class.find_method(name)
+        if m is not None:
+            return StaticBoundMethod(m, self)
+        try:
+            return self._static_class.find_attr(name)
+        except KeyError:
+            pass
+        base = self._static_class.real_base()
+        if base is not None and hasattr(base, name):
+            return getattr(self, name)
+        raise AttributeError(name)
+
+    def __msvm_construct_source__(self):
+        m = self._static_class.find_method("construct")
+        if m is None:
+            raise FrontendError(f"{type(self).__name__} has no construct()", self._static_class.module.filename,
+                                self._static_class.node.lineno, self._static_class.node.col_offset)
+        return m.source()
+
+    def __msvm_construct_params__(self):
+        m = self._static_class.find_method("construct")
+        sig = m.signature(skip_self=True)
+        return [(p.name, p.default) for p in sig.parameters.values()]
+
+
+class _Self:
+    """Marker for super() inside __init__."""
+
+
+def _size(v) -> int:
+    return len(v) if isinstance(v, (str, list, tuple, range, bytes)) else 0
+
+
+class StaticModule:
+    """The abstract evaluation of one Python source file."""
+
+    def __init__(self, source: str, filename: str, budget: Budget | None = None):
+        self.filename = filename
+        self.source = source
+        self.budget = budget or Budget()
+        self.tree = ast.parse(source, filename)
+        self.env: dict = {"__name__": "__main__"}
+        self.classes: list = []
+        self.functions: list = []
+        self.instances: list = []    # (StaticCell, assigned name or None)
+        self.notes: list = []
+        self.allocated = 0           # items of strings / containers made so far (total_size)
+        self.depth = 0
+        self.line = 1
+        self.started = time.monotonic()
+        self.slice("the module's top level")
+        try:
+            self.exec_block(self.tree.body, self.env, module_level=True)
+        except OutOfBudget as e:
+            self.note(f"analysis of the module stopped here: {e.what}; the Cells are compiled from what was seen")
+        except (_Return, _Break, _Continue):
+            pass
+        self.run_uncalled_functions()
+
+    # --- budget and notes
+    def slice(self, what: str, share: float = 1.0):
+        """Start a new slice of work with a fresh step and time allowance."""
+        self.what = what
+        self.steps_left = int(self.budget.steps * share)
+        now = time.monotonic()
+        self.deadline = min(now + self.budget.seconds * share, self.started + self.budget.total_seconds)
+
+    def tick(self):
+        self.steps_left -= 1
+        if self.steps_left < 0:
+            raise OutOfBudget(f"{self.budget.steps} steps spent on {self.what}")
+        if self.steps_left & 63 == 0 and time.monotonic() > self.deadline:
+            raise OutOfBudget(f"the time for {self.what} is spent")
+
+    def note(self, message: str, node=None):
+        line = getattr(node, "lineno", None) or self.line
+        col = getattr(node, "col_offset", 0) if node is not None else 0
+        if not any(n.line == line and n.message == message for n in self.notes) and len(self.notes) < 100:
+            self.notes.append(Note(line, col, message))
+
+    def afford(self, v):
+        """v, or Unknown (with a note) when it is larger than the budget allows."""
+        if isinstance(v, int) and not isinstance(v, bool) and v.bit_length() > self.budget.int_bits:
+            self.note(f"an integer of more than {self.budget.int_bits} bits is not evaluated")
+            return Unknown("an integer too large to evaluate")
+        n = _size(v) if not isinstance(v, range) else 0
+        if n:
+            if n > self.budget.size:
+                self.note(f"a value of {n} items is not evaluated (the analysis keeps at most {self.budget.size})")
+                return Unknown("a value too large to evaluate")
+            self.allocated += n
+            if self.allocated > self.budget.total_size:
+                self.note("the analysis of this file made its share of strings and lists; later ones are unknown")
+                return Unknown("the file's memory budget is spent")
+        return v
+
+    def concrete(self, v, node=None):
+        """A SymInt's assumed value (noted), other values unchanged."""
+        if isinstance(v, SymInt):
+            self.note(f"assumed {v.name} = {v.assumed} (its value is not known statically; structure that "
+                      f"depends on it follows this value)", node)
+            return v.assumed
+        return v
+
+    # --- statements
+    def exec_block(self, stmts, env, module_level=False, self_obj=None):
+        for st in stmts:
+            try:
+                self.exec_stmt(st, env, module_level, self_obj)
+            except (OutOfBudget, _Return, _Break, _Continue):
+                raise
+            except Exception:  # noqa: BLE001 - static analysis never fails on odd code
+                continue
+
+    def exec_stmt(self, st, env, module_level, self_obj):
+        self.tick()
+        self.line = st.lineno
+        if isinstance(st, ast.Import):
+            for a in st.names:
+                mod = _resolve_module(a.name)
+                env[(a.asname or a.name).split(".")[0]] = mod if a.asname or "." not in a.name else \
+                    _resolve_module(a.name.split(".")[0])
+        elif isinstance(st, ast.ImportFrom):
+            base = st.module or ""
+            for a in st.names:
+                mod = _resolve_module(f"{base}.{a.name}")
+                if isinstance(mod, Unknown):
+                    parent = _resolve_module(base)
+                    mod = getattr(parent, a.name, Unknown(f"{base}.{a.name}")) if not isinstance(parent, Unknown) \
+                        else Unknown(f"import {base}")
+                env[a.asname or a.name] = mod
+        elif isinstance(st, ast.ClassDef):
+            bases = [self.eval(b, env) for b in st.bases]
+            c = StaticClass(st, self, bases)
+            env[st.name] = c
+            if module_level:
+                self.classes.append(c)
+        elif isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            f = StaticFunction(st, self, env=None if module_level else env)
+            for dec in st.decorator_list:
+                target = dec.func if isinstance(dec, ast.Call) else dec
+                v = self.eval(target, env)
+                if v is _jit_fn():
+                    f.jit = True
+            env[st.name] = f
+            if module_level:
+                self.functions.append(f)
+        elif isinstance(st, (ast.Assign, ast.AnnAssign)):
+            if st.value is None:
+                return
+            value = self.eval(st.value, env, self_obj)
+            targets = st.targets if isinstance(st, ast.Assign) else [st.target]
+            for t in targets:
+                self.assign(t, value, env, self_obj)
+        elif isinstance(st, ast.AugAssign) and isinstance(st.target, ast.Name):
+            cur = env.get(st.target.id, self.env.get(st.target.id))
+            rhs = self.eval(st.value, env, self_obj)
+            env[st.target.id] = self.binop(type(st.op), cur, rhs)
+        elif isinstance(st, ast.Expr):
+            self.eval(st.value, env, self_obj)
+        elif isinstance(st, ast.If):
+            test = self.eval(st.test, env, self_obj)
+            if isinstance(test, (Unknown, Tensor, AbstractArray, UnknownData)):
+                self.note("this condition is not known statically; the analysis assumed it true", st)
+                test = True
+            self.exec_block(st.body if test else st.orelse, env, module_level, self_obj)
+        elif isinstance(st, ast.For):
+            self.exec_for(st, env, module_level, self_obj)
+        elif isinstance(st, ast.While):
+            self.exec_while(st, env, module_level, self_obj)
+        elif isinstance(st, ast.Try) or type(st).__name__ == "TryStar":
+            try:
+                self.exec_block(st.body, env, module_level, self_obj)
+            finally:
+                self.exec_block(st.orelse + st.finalbody, env, module_level, self_obj)
+        elif isinstance(st, ast.With):
+            for item in st.items:
+                if item.optional_vars is not None:
+                    self.assign(item.optional_vars, Unknown("a with statement's value"), env, self_obj)
+            self.exec_block(st.body, env, module_level, self_obj)
+        elif isinstance(st, ast.Return):
+            raise _Return(None if st.value is None else self.eval(st.value, env, self_obj))
+        elif isinstance(st, ast.Break):
+            raise _Break()
+        elif isinstance(st, ast.Continue):
+            raise _Continue()
+
+    def _loop_body(self, st, env, module_level, self_obj) -> bool:
+        """Run one iteration; False when the loop breaks."""
+        try:
+            self.exec_block(st.body, env, module_level, self_obj)
+        except _Break:
+            return False
+        except _Continue:
+            pass
+        return True
+
+    def exec_for(self, st, env, module_level, self_obj):
+        seq = self.eval(st.iter, env, self_obj)
+        if isinstance(seq, (range, list, tuple, str)):
+            cap = self.budget.loop
+            for k, v in enumerate(seq):
+                if k >= cap:
+                    self.note(f"loop stopped after {cap} of {len(seq)} iterations (the analysis does not run "
+                              f"loops to the end)", st)
+                    return
+                self.assign(st.target, v, env, self_obj)
+                if not self._loop_body(st, env, module_level, self_obj):
+                    return
+            self.exec_block(st.orelse, env, module_level, self_obj)
+
+    def exec_while(self, st, env, module_level, self_obj):
+        for _ in range(self.budget.loop):
+            test = self.eval(st.test, env, self_obj)
+            if isinstance(test, Unknown) or not isinstance(test, (bool, int, float, str, list, tuple)):
+                return
+            if not test:
+                self.exec_block(st.orelse, env, module_level, self_obj)
+                return
+            if not self._loop_body(st, env, module_level, self_obj):
+                return
+        self.note(f"loop stopped after {self.budget.loop} iterations (the analysis does not run loops to the end)",
+                  st)
+
+    def assign(self, target, value, env, self_obj):
+        if isinstance(target, ast.Name):
+            env[target.id] = value
+            if isinstance(value, StaticCell):
+                self.instances.append((value, target.id))
+        elif isinstance(target, (ast.Tuple, ast.List)):
+            if isinstance(value, (tuple, list)) and len(value) == len(target.elts):
+                for t, v in zip(target.elts, value):
+                    self.assign(t, v, env, self_obj)
+            else:
+                for t in target.elts:
+                    self.assign(t, Unknown("unpacking"), env, self_obj)
+        elif isinstance(target, ast.Attribute):
+            obj = self.eval(target.value, env, self_obj)
+            if isinstance(obj, StaticCell) and (obj is self_obj):
+                object.__setattr__(obj, target.attr, value) if isinstance(value, (UnknownData, SymInt)) \
+                    else setattr(obj, target.attr, value)
+
+    # --- expressions
+    def eval(self, node, env, self_obj=None):
+        try:
+            return self._eval(node, env, self_obj)
+        except (OutOfBudget, _Return, _Break, _Continue):
+            raise
+        except Exception as e:  # noqa: BLE001
+            return Unknown(f"{type(e).__name__}: {e}")
+
+    def _eval(self, node, env, self_obj):
+        self.tick()
+        ev = lambda n: self.eval(n, env, self_obj)  # noqa: E731
+        if isinstance(node, ast.Constant):
+            return self.afford(node.value)
+        if isinstance(node, ast.Name):
+            if node.id in env:
+                return env[node.id]
+            if node.id in self.env:
+                return self.env[node.id]
+            if node.id in _BUILTINS:
+                return getattr(builtins, node.id)
+            return Unknown(f"name {node.id}")
+        if isinstance(node, (ast.Tuple, ast.List)):
+            vals = []
+            for e in node.elts:
+                if isinstance(e, ast.Starred):
+                    v = ev(e.value)
+                    if not isinstance(v, (list, tuple)):
+                        return Unknown("*unpacking")
+                    vals.extend(v)
+                else:
+                    vals.append(ev(e))
+            return self.afford(tuple(vals) if isinstance(node, ast.Tuple) else vals)
+        if isinstance(node, ast.Attribute):
+            base = ev(node.value)
+            return self.getattr(base, node.attr)
+        if isinstance(node, ast.BinOp):
+            return self.binop(type(node.op), ev(node.left), ev(node.right))
+        if isinstance(node, ast.UnaryOp):
+            v = self.concrete(ev(node.operand), node)
+            if isinstance(v, (int, float, bool)):
+                return {ast.USub: lambda: -v, ast.UAdd: lambda: v, ast.Not: lambda: not v,
+                        ast.Invert: lambda: ~v}[type(node.op)]()
+            return Unknown("unary operator")
+        if isinstance(node, ast.Compare):
+            vals = [self.concrete(ev(node.left), node)] + [self.concrete(ev(c), node) for c in node.comparators]
+            if all(isinstance(v, (int, float, str, bool, type(None))) for v in vals):
+                table = {ast.Eq: o.eq, ast.NotEq: o.ne, ast.Lt: o.lt, ast.LtE: o.le, ast.Gt: o.gt,
+                         ast.GtE: o.ge, ast.Is: o.is_, ast.IsNot: o.is_not}
+                return all(table[type(op)](a, b) for op, a, b in zip(node.ops, vals, vals[1:]))
+            if all(isinstance(op, (ast.Is, ast.IsNot)) for op in node.ops) and len(vals) == 2 and \
+                    not isinstance(vals[0], Unknown) and not isinstance(vals[1], Unknown):
+                return (vals[0] is vals[1]) == isinstance(node.ops[0], ast.Is)
+            return Unknown("comparison")
+        if isinstance(node, ast.BoolOp):
+            vals = [self.concrete(ev(v), node) for v in node.values]
+            if any(isinstance(v, Unknown) for v in vals):
+                return Unknown("boolean expression")
+            return all(vals) if isinstance(node.op, ast.And) else any(vals)
+        if isinstance(node, ast.IfExp):
+            t = self.concrete(ev(node.test), node)
+            if isinstance(t, Unknown):
+                return t
+            return ev(node.body) if t else ev(node.orelse)
+        if isinstance(node, ast.Subscript):
+            base, idx = ev(node.value), self.concrete(ev(node.slice), node)
+            if isinstance(base, (tuple, list, dict, str)) and not isinstance(idx, Unknown):
+                return self.afford(base[idx])
+            if isinstance(base, Cell) and isinstance(idx, int):
+                return base[idx]
+            return Unknown("subscript")
+        if isinstance(node, ast.Slice):
+            return slice(*(None if p is None else self.concrete(ev(p), node)
+                           for p in (node.lower, node.upper, node.step)))
+        if isinstance(node, ast.ListComp) and len(node.generators) == 1 and not node.generators[0].ifs:
+            g = node.generators[0]
+            seq = ev(g.iter)
+            if not isinstance(seq, (range, list, tuple)) or len(seq) > self.budget.loop:
+                return Unknown("comprehension")
+            out = []
+            for v in seq:
+                inner = dict(env)
+                self.assign(g.target, v, inner, self_obj)
+                out.append(self.eval(node.elt, inner, self_obj))
+            return out
+        if isinstance(node, ast.Call):
+            return self.call(node, env, self_obj)
+        return Unknown(type(node).__name__)
+
+    def getattr(self, base, attr):
+        if isinstance(base, Unknown):
+            return base
+        if attr.startswith("__"):
+            return Unknown(f"attribute {attr}")      # (2).__pow__(...) would skip the budget
+        if isinstance(base, _Self):
+            return lambda *a, **k: None      # super().__init__(...)
+        if isinstance(base, StaticCell):
+            try:
+                return base.__msvm_getattr__(attr)
+            except Exception:  # noqa: BLE001
+                return Unknown(f"self.{attr}")
+        if isinstance(base, StaticClass):
+            m = base.find_method(attr)
+            return m if m is not None else Unknown(f"{base.name}.{attr}")
+        if isinstance(base, AbstractArray):
+            if attr in ("shape", "dtype", "ndim", "T", "astype", "reshape"):
+                return getattr(base, attr)
+            return Unknown(f"array.{attr}")
+        if isinstance(base, AbstractRng):
+            return getattr(base, attr)
+        mod = getattr(base, "__name__", "") if inspect.ismodule(base) else ""
+        if inspect.ismodule(base) and not _allowed_module(mod):
+            return Unknown(f"{mod}.{attr}")
+        if inspect.ismodule(base) or _is_msvm_obj(base) or isinstance(base, (dt.DType, Tensor, int, float, tuple)):
+            return getattr(base, attr)
+        return Unknown(f"attribute {attr}")
+
+    def binop(self, op, a, b):
+        if isinstance(a, SymInt) or isinstance(b, SymInt):
+            return self.sym_binop(op, a, b)
+        if isinstance(a, AbstractArray) or isinstance(b, AbstractArray):
+            return _array_binop(a, b)
+        table = {ast.Add: o.add, ast.Sub: o.sub, ast.Mult: o.mul, ast.Div: o.truediv, ast.FloorDiv: o.floordiv,
+                 ast.Mod: o.mod, ast.Pow: o.pow}
+        ok = (int, float, bool, tuple, list, str)
+        if not (isinstance(a, ok) and isinstance(b, ok) and op in table):
+            return Unknown("arithmetic on unknown values")
+        bits = self.budget.int_bits
+        if op is ast.Pow and isinstance(a, int) and isinstance(b, int) and abs(a) > 1 and b > 0 and \
+                b * a.bit_length() > bits + 64:
+            self.note(f"a power larger than {bits} bits is not evaluated")
+            return Unknown("a power too large to evaluate")
+        if op is ast.Mult and isinstance(a, int) and isinstance(b, int) and \
+                a.bit_length() + b.bit_length() > bits + 64:
+            self.note(f"a product larger than {bits} bits is not evaluated")
+            return Unknown("a product too large to evaluate")
+        if op is ast.Mult and (isinstance(a, (tuple, list, str)) or isinstance(b, (tuple, list, str))):
+            seq, n = (a, b) if isinstance(a, (tuple, list, str)) else (b, a)
+            if isinstance(n, int) and n > 0 and len(seq) * n > self.budget.size:
+                self.note(f"a value of {len(seq) * n} items is not evaluated (the analysis keeps at most "
+                          f"{self.budget.size})")
+                return Unknown("a value too large to evaluate")
+        if op is ast.Mod and isinstance(a, str):
+            return Unknown("%-formatting")
+        if op is ast.Add and isinstance(a, (str, list, tuple)) and isinstance(b, type(a)) and \
+                len(a) + len(b) > self.budget.size:
+            self.note(f"a value of {len(a) + len(b)} items is not evaluated (the analysis keeps at most "
+                      f"{self.budget.size})")
+            return Unknown("a value too large to evaluate")
+        return self.afford(table[op](a, b))
+
+    def sym_binop(self, op, a, b):
+        ea = a.expr if isinstance(a, SymInt) else a
+        eb = b.expr if isinstance(b, SymInt) else b
+        va = a.assumed if isinstance(a, SymInt) else a
+        vb = b.assumed if isinstance(b, SymInt) else b
+        table = {ast.Add: o.add, ast.Sub: o.sub, ast.Mult: o.mul, ast.FloorDiv: o.floordiv}
+        if op not in table or not all(isinstance(v, int) and not isinstance(v, bool) for v in (va, vb)):
+            return Unknown("arithmetic on a symbol")
+        try:
+            return SymInt(table[op](ea if isinstance(ea, Expr) else Expr.const(ea), eb), table[op](va, vb))
+        except Exception:  # noqa: BLE001
+            return Unknown("arithmetic on a symbol")
+
+    def call_args(self, node, env, self_obj):
+        args = []
+        for a in node.args:
+            if isinstance(a, ast.Starred):
+                v = self.eval(a.value, env, self_obj)
+                if not isinstance(v, (list, tuple)):
+                    return None, None
+                args.extend(v)
+            else:
+                args.append(self.eval(a, env, self_obj))
+        kwargs = {}
+        for k in node.keywords:
+            if k.arg:
+                kwargs[k.arg] = self.eval(k.value, env, self_obj)
+            else:
+                v = self.eval(k.value, env, self_obj)
+                if not isinstance(v, dict):
+                    return None, None
+                kwargs.update(v)
+        return args, kwargs
+
+    def call(self, node, env, self_obj):
+        fn = self.eval(node.func, env, self_obj)
+        if fn is builtins.super:
+            return _Self()
+        args, kwargs = self.call_args(node, env, self_obj)
+        if args is None:
+            return Unknown("*args")
+        if isinstance(fn, Unknown):
+            return fn
+        if isinstance(fn, StaticClass):
+            return self.instantiate(fn, args, kwargs) if fn.is_cell else Unknown(f"instance of {fn.name}")
+        if isinstance(fn, StaticCell):
+            fn_calls = fn.__dict__.get("_static_calls")
+            if fn_calls is None:
+                object.__setattr__(fn, "_static_calls", [])
+            if len(fn._static_calls) < self.budget.calls_kept:
+                fn._static_calls.append((args, kwargs))
+            return Unknown(f"result of calling {type(fn).__name__}")
+        if isinstance(fn, StaticFunction):
+            if len(fn.calls) < self.budget.calls_kept:
+                fn.calls.append((args, kwargs))
+            if fn.jit:
+                return Unknown(f"result of {fn.name}()")
+            return self.call_function(fn, args, kwargs, node)
+        if fn is _jit_fn():
+            if args and isinstance(args[0], StaticFunction):
+                args[0].jit = True
+                return args[0]
+            return Unknown("jit")
+        big = [a for a in list(args) + list(kwargs.values()) if _size(a) > self.budget.size]
+        if big and fn not in (builtins.len, builtins.range):
+            self.note(f"a call over {_size(big[0])} items is not evaluated", node)
+            return Unknown("a call too large to evaluate")
+        if fn in _BUILTIN_FNS:
+            args = [self.concrete(a, node) for a in args]
+            if any(isinstance(a, (Unknown, UnknownData)) for a in args):
+                return Unknown("builtin on unknown values")
+            r = fn(*args, **kwargs)
+            return self.afford(list(r) if isinstance(r, (enumerate, zip, reversed)) else r)
+        if fn is builtins.print:
+            return None
+        if isinstance(getattr(fn, "__self__", None), (AbstractArray, AbstractRng)) or \
+                getattr(fn, "__qualname__", "").startswith("AbstractRng"):
+            return fn(*args, **kwargs)
+        mod = getattr(fn, "__module__", "") or ""
+        if mod.startswith("numpy") or (getattr(fn, "__self__", None) is not None and
+                                       type(getattr(fn, "__self__", None)).__module__.startswith("numpy")):
+            return self.numpy_call(fn, mod, args, kwargs)
+        if fn in _MATH_FOLD:
+            args = [self.concrete(a, node) for a in args]
+            if all(isinstance(a, (int, float)) for a in args):
+                return self.afford(fn(*args, **kwargs))
+            return Unknown(f"math.{fn.__name__}")
+        if callable(fn) and getattr(fn, "__self__", None) is not None and isinstance(fn.__self__, Cell) \
+                and getattr(fn, "__name__", "") in ("append", "set_inputs", "set_train", "extend", "insert"):
+            return fn(*[_to_msvm(a) for a in args], **kwargs)
+        if isinstance(fn, type) and _buildable(fn):
+            return self.construct_msvm(fn, args, kwargs)
+        if callable(fn) and not isinstance(fn, type) and (mod.startswith("msvm.ops.primitives") or
+                                                          mod == "msvm.dtype"):
+            return fn(*args, **kwargs)
+        return Unknown(f"call of {getattr(fn, '__qualname__', type(fn).__name__)}")
+
+    def numpy_call(self, fn, mod, args, kwargs):
+        name = getattr(fn, "__name__", "")
+        if name in ("default_rng", "RandomState", "Generator"):
+            return AbstractRng()
+        if name == "load" or name in ("loadtxt", "fromfile", "genfromtxt"):
+            return UnknownData(f"numpy.{name} reads a file")
+        random = "random" in mod or name in _NP_RANDOM and "random" in repr(fn)
+        if name in _NP_CREATE or name in _NP_RANDOM:
+            return _np_call(name, random and name in _NP_RANDOM, args, kwargs)
+        if name in ("float32", "float64", "float16", "int32", "int64") and not args:
+            return Unknown("numpy scalar")
+        if all(isinstance(a, (int, float)) for a in args) and name in _NP_FOLD:
+            return self.afford(fn(*args, **kwargs))
+        if name in ("array", "asarray") and args and isinstance(args[0], AbstractArray):
+            return args[0] if not kwargs.get("dtype") else args[0].astype(kwargs["dtype"])
+        return Unknown(f"numpy.{name}")
+
+    def call_function(self, fn: StaticFunction, args, kwargs, node=None):
+        """A plain function of the file (a factory, a helper), evaluated with these arguments."""
+        if self.depth >= self.budget.depth:
+            return Unknown(f"calls nested deeper than {self.budget.depth}")
+        try:
+            ba = fn.signature().bind(*args, **kwargs)
+            ba.apply_defaults()
+        except TypeError:
+            return Unknown(f"a call of {fn.name} that does not match its signature")
+        env = dict(fn.env or {})
+        env.update(ba.arguments)
+        self.depth += 1
+        try:
+            self.exec_block(fn.node.body, env)
+        except _Return as r:
+            return r.value
+        except (_Break, _Continue):
+            pass
+        finally:
+            self.depth -= 1
+        return None
+
+    def run_uncalled_functions(self):
+        """Factories nobody calls (``def resnet50(): return ResNet(...)``) are evaluated once,
+        their arguments from defaults or symbols, so the Cells they build are seen."""
+        for f in self.functions:
+            if f.jit or f.calls or f.name.startswith("_"):
+                continue
+            args = {}
+            for p in f.signature().parameters.values():
+                args[p.name] = p.default if p.default is not inspect.Parameter.empty else SymInt.named(p.name)
+            self.slice(f"{f.name}()", 0.25)
+            try:
+                self.call_function(f, [], args)
+            except OutOfBudget as e:
+                self.note(f"analysis of {f.name}() stopped: {e.what}", f.node)
+
+    def construct_msvm(self, cls, args, kwargs):
+        """Build an msvm object; tensors become placeholders (no data is made)."""
+        args = [_to_msvm(a) for a in args]
+        kwargs = {k: _to_msvm(v) for k, v in kwargs.items()}
+        if cls is Tensor:
+            src = args[0] if args else kwargs.get("input_data")
+            d = args[1] if len(args) > 1 else kwargs.get("dtype")
+            if isinstance(src, Tensor) and src.is_placeholder:
+                t = Tensor(shape=[None] * len(src.placeholder_shape), dtype=d or src.dtype)
+                t._pshape = src.placeholder_shape
+                return t
+            if isinstance(src, UnknownData):
+                return UnknownData(src.why, d or src.dtype)
+            if src is None:
+                shape = kwargs.get("shape", args[2] if len(args) > 2 else None)
+                if shape is None:
+                    return Unknown("Tensor() without data or shape")
+                return placeholder(_shape_tuple(shape), dt.as_dtype(d) if d is not None else dt.float32)
+            if isinstance(src, (int, float, bool, list, tuple)):
+                return Tensor(src, dtype=d)
+            return UnknownData(f"Tensor of {getattr(src, 'why', 'unknown data')}", d)
+        if cls is Parameter:
+            src = args[0] if args else kwargs.get("default_input")
+            if isinstance(src, Tensor):
+                return parameter(src, kwargs.get("name"))
+            if isinstance(src, (int, float)):
+                return Parameter(src)
+            return UnknownData(f"Parameter of {getattr(src, 'why', 'unknown data')}",
+                               getattr(src, "dtype", None) if isinstance(src, UnknownData) else None, parameter=True)
+        if any(isinstance(a, (Unknown, UnknownData)) for a in list(args) + list(kwargs.values())):
+            return Unknown(f"{cls.__name__} of unknown arguments")
+        with _abstract_init():
+            return _build_with_symbols(cls, args, kwargs)
+
+    def instantiate(self, cls: StaticClass, args, kwargs):
+        if self.depth >= self.budget.depth:
+            return Unknown("Cells nested too deeply")
+        sub = type(cls.name, (StaticCell,), {"_static_class": cls})
+        obj = sub.__new__(sub)
+        Cell.__init__(obj)
+        init = cls.find_method("__init__")
+        if init is None:
+            base = cls.real_base()
+            if base is not None and base is not Cell:
+                return Unknown(f"{cls.name} extends {base.__name__}")
+            cls.instances.append(obj)
+            return obj
+        params = {}
+        sig = list(init.signature().parameters.values())
+        args = list(args)
+        kwargs = dict(kwargs)
+        for i, p in enumerate(sig):
+            if i == 0:
+                params[p.name] = obj
+            elif args and p.kind != inspect.Parameter.KEYWORD_ONLY:
+                params[p.name] = args.pop(0)
+            elif p.name in kwargs:
+                params[p.name] = kwargs.pop(p.name)
+            elif p.default is not inspect.Parameter.empty:
+                params[p.name] = p.default
+            else:
+                params[p.name] = SymInt.named(p.name)
+        env = dict(params)
+        self.depth += 1
+        try:
+            self.exec_block(init.node.body, env, self_obj=obj)
+        except (_Return, _Break, _Continue):
+            pass
+        finally:
+            self.depth -= 1
+        cls.instances.append(obj)
+        return obj
+
+
+def _array_binop(a, b):
+    shapes = [x.shape if isinstance(x, AbstractArray) else () for x in (a, b)]
+    if not all(isinstance(x, (AbstractArray, int, float)) for x in (a, b)):
+        return Unknown("arithmetic on unknown values")
+    try:
+        shape = np.broadcast_shapes(*shapes)
+    except (TypeError, ValueError):
+        return Unknown("arrays that do not broadcast")
+    d = np.result_type(*[x.dtype if isinstance(x, AbstractArray) else np.asarray(x).dtype for x in (a, b)])
+    return AbstractArray(tuple(shape), d)
+
+
+# ---------------------------------------------------------------- msvm objects with symbolic arguments
+
+def _probes():
+    out, n = [], 10007
+    while len(out) < 64:
+        if all(n % p for p in range(2, int(n ** 0.5) + 1)):
+            out.append(n)
+        n += 2
+    return out
+
+
+_PROBES = _probes()
+
+
+def _build_with_symbols(cls, args, kwargs):
+    """cls(*args, **kwargs) where SymInt arguments are first replaced by distinct primes, and
+    every dim / int attribute of the result that is a small multiple of a prime is replaced by
+    the symbol (``nn.Dense(cin, cout).weight`` is ``[cout, cin]``)."""
+    syms = {}
+
+    def sub(v):
+        if isinstance(v, SymInt):
+            if len(syms) >= len(_PROBES):
+                raise ValueError("too many symbolic arguments")
+            p = next((p for p, s in syms.items() if s.expr == v.expr), None) or _PROBES[len(syms)]
+            syms[p] = v
+            return p
+        if isinstance(v, (list, tuple)):
+            return type(v)(sub(x) for x in v)
+        return v
+
+    args = [sub(a) for a in args]
+    kwargs = {k: sub(v) for k, v in kwargs.items()}
+    obj = cls(*args, **kwargs)
+    if syms:
+        _unprobe(obj, syms, set())
+    return obj
+
+
+def _back(v, syms):
+    if isinstance(v, bool) or not isinstance(v, int):
+        return v
+    for p, s in syms.items():
+        if v % p == 0 and 0 < v // p <= 64:
+            return s.expr * (v // p) if v // p != 1 else s.expr
+    return v
+
+
+def _unprobe(obj, syms, seen):
+    if id(obj) in seen:
+        return
+    seen.add(id(obj))
+    if isinstance(obj, Tensor):
+        if obj.is_placeholder:
+            obj._pshape = tuple(_back(d, syms) for d in obj._pshape)
+        return
+    d = getattr(obj, "__dict__", None)
+    if d is None:
+        return
+    for k, v in list(d.items()):
+        if isinstance(v, (Tensor, Cell)) or hasattr(v, "__dict__") and _is_msvm_obj(v):
+            _unprobe(v, syms, seen)
+        elif isinstance(v, int) and not isinstance(v, bool):
+            nv = _back(v, syms)
+            if nv is not v:
+                object.__setattr__(obj, k, nv)
+        elif isinstance(v, tuple) and all(isinstance(x, int) for x in v):
+            object.__setattr__(obj, k, tuple(_back(x, syms) for x in v))
+        elif isinstance(v, dict):
+            for x in v.values():
+                _unprobe(x, syms, seen)
+
+
+class _abstract_init:
+    """While active, nn layers create placeholder parameters instead of random data."""
+
+    def __enter__(self):
+        self.prev = _layers.STATIC_INIT
+        _layers.STATIC_INIT = True
+
+    def __exit__(self, *exc):
+        _layers.STATIC_INIT = self.prev
+
+
+def _to_msvm(v):
+    if isinstance(v, AbstractArray):
+        return _placeholder(v)
+    if isinstance(v, list):
+        return [_to_msvm(x) for x in v]
+    return v
+
+
+def _jit_fn():
+    from .jitfn import jit
+    return jit
+
+
+def _buildable(cls) -> bool:
+    """msvm classes the analysis may build: tensors, nn Cells, ops primitives, dtypes."""
+    mod = cls.__module__ or ""
+    return any(mod == m or mod.startswith(m + ".") for m in _MSVM_BUILDABLE)
+
+
+def _allowed_module(name: str) -> bool:
+    return name in ("msvm", "numpy", "math") or name.startswith(("msvm.", "numpy."))
+
+
+def _is_msvm_obj(v) -> bool:
+    mod = getattr(type(v), "__module__", "") or ""
+    return mod.startswith("msvm") or (inspect.isclass(v) and (v.__module__ or "").startswith("msvm"))
+
+
+def _resolve_module(name: str):
+    import importlib
+
+    if name == "mindspore" or name.startswith("mindspore."):
+        name = "msvm" + name[len("mindspore"):]
+    if not _allowed_module(name):
+        return Unknown(f"module {name}")
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        return Unknown(f"module {name}")

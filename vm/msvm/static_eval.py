@@ -47,8 +47,8 @@ from .tensor import Parameter, Tensor
 class Budget:
     """What one slice of abstract evaluation may spend."""
 
-    steps: int = 50_000            # statements + expressions
-    seconds: float = 0.4           # per slice (the top level; each factory and Cell built on its own)
+    steps: int = 200_000           # statements + expressions, per slice
+    seconds: float = 0.5           # per slice (the top level; each factory and Cell built on its own)
     total_seconds: float = 0.8     # all slices of one document together
     int_bits: int = 4096           # a larger int is Unknown
     size: int = 1 << 20            # items of one string / list / tuple
@@ -725,6 +725,8 @@ class StaticModule:
             return Unknown(f"array.{attr}")
         if isinstance(base, AbstractRng):
             return getattr(base, attr)
+        if isinstance(base, list) and attr in ("append", "extend", "insert", "index", "count", "copy"):
+            return _ListMethod(self, base, attr)
         mod = getattr(base, "__name__", "") if inspect.ismodule(base) else ""
         if inspect.ismodule(base) and not _allowed_module(mod):
             return Unknown(f"{mod}.{attr}")
@@ -841,6 +843,8 @@ class StaticModule:
             return self.afford(list(r) if isinstance(r, (enumerate, zip, reversed)) else r)
         if fn is builtins.print:
             return None
+        if isinstance(fn, _ListMethod):
+            return fn(*args)
         if isinstance(getattr(fn, "__self__", None), (AbstractArray, AbstractRng)) or \
                 getattr(fn, "__qualname__", "").startswith("AbstractRng"):
             return fn(*args, **kwargs)
@@ -989,6 +993,20 @@ class StaticModule:
             self.depth -= 1
         cls.instances.append(obj)
         return obj
+
+
+class _ListMethod:
+    """list.append / extend / insert / ... within the size budget."""
+
+    def __init__(self, module, lst, name):
+        self.module, self.lst, self.name = module, lst, name
+
+    def __call__(self, *args):
+        grow = len(args[-1]) if self.name == "extend" and args and isinstance(args[-1], (list, tuple)) else 1
+        if len(self.lst) + grow > self.module.budget.size:
+            return Unknown("a list too large to evaluate")
+        self.module.allocated += grow
+        return getattr(self.lst, self.name)(*args)
 
 
 def _array_binop(a, b):

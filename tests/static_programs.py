@@ -1,0 +1,174 @@
+"""Programs that static analysis (msvm.static) must read without running them: shared by
+tests/vm/test_static.py and the language server tests (issue 17)."""
+
+HEAD = '''import math
+
+import msvm as ms
+import numpy as np
+from msvm import nn, ops
+'''
+
+# the article's program, its calls under the main guard, inputs from a Generator
+MAIN_GUARD = HEAD + '''
+
+class DynamicMatmulCell(nn.Cell):
+    def __init__(self):
+        super().__init__()
+        self.matmul = ops.MatMul()
+        self.relu = ops.ReLU()
+
+    def construct(self, x, y, training=True):
+        out = self.matmul(x, y)
+        if training:
+            out = self.relu(out)
+        return out
+
+
+if __name__ == "__main__":
+    rng = np.random.default_rng(0)
+    x1 = ms.Tensor(rng.standard_normal((32, 768)).astype(np.float32))
+    y = ms.Tensor(rng.standard_normal((768, 1024)).astype(np.float32))
+    net = DynamicMatmulCell()
+    out1 = net(x1, y, training=True)
+'''
+
+# weights from data nobody can see; the argument's shape is not described either
+DATA_WEIGHTS = HEAD + '''
+W = np.load("weights.npy")
+
+
+class Proj(nn.Cell):
+    def __init__(self, w):
+        super().__init__()
+        self.w = ms.Parameter(ms.Tensor(w))
+        self.matmul = ops.MatMul()
+
+    def construct(self, x):
+        return self.matmul(x, self.w)
+
+
+net = Proj(W)
+'''
+
+# set_inputs in a try: under the main guard, declaring a shape that cannot multiply
+TRY_SET_INPUTS = HEAD + '''
+
+class Proj(nn.Cell):
+    def __init__(self):
+        super().__init__()
+        self.w = ms.Parameter(ms.Tensor(np.zeros((768, 1024), np.float32)))
+        self.matmul = ops.MatMul()
+
+    def construct(self, x):
+        return self.matmul(x, self.w)
+
+
+if __name__ == "__main__":
+    net = Proj()
+    try:
+        net.set_inputs(ms.Tensor(shape=[None, 512], dtype=ms.float32))
+    except Exception as e:
+        print(e)
+'''
+
+# a model-zoo file: Cells and factories, nothing called; shapes follow constructor arguments
+ZOO = HEAD + '''
+
+class Block(nn.Cell):
+    def __init__(self, cin, cout, expansion=4):
+        super().__init__()
+        self.fc1 = nn.Dense(cin, cout)
+        self.fc2 = nn.Dense(cout, cout * expansion)
+        self.relu = ops.ReLU()
+
+    def construct(self, x):
+        return self.relu(self.fc2(self.relu(self.fc1(x))))
+
+
+class Net(nn.Cell):
+    def __init__(self, block, layers, width=64, num_classes=1000):
+        super().__init__()
+        cells = []
+        cin = width
+        for n in layers:
+            cells.append(block(cin, width))
+            cin = width * 4
+        self.body = nn.SequentialCell(cells)
+        self.head = nn.Dense(cin, num_classes)
+
+    def construct(self, x):
+        b, s, _ = x.shape
+        return self.head(self.body(x))
+
+
+class Plain(nn.Cell):
+    def __init__(self, cin, cout):
+        super().__init__()
+        self.fc = nn.Dense(cin, cout)
+
+    def construct(self, x):
+        return self.fc(x)
+
+
+class Deep(nn.Cell):
+    def __init__(self, dim, depth):
+        super().__init__()
+        self.layers = nn.CellList([nn.Dense(dim, dim) for _ in range(depth)])
+
+    def construct(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+def net50():
+    return Net(Block, [3, 4, 6, 3])
+'''
+
+# a training loop at module level
+TRAINING_LOOP = HEAD + '''
+
+class Net(nn.Cell):
+    def __init__(self):
+        super().__init__()
+        self.dense = nn.Dense(768, 10)
+
+    def construct(self, x):
+        return self.dense(x)
+
+
+net = Net()
+x = ms.Tensor(np.zeros((4, 768), np.float32))
+for e in range(100):
+    for s in range(1000):
+        net(x)
+'''
+
+# one Cell, then a line the evaluator must not afford
+HOSTILE_CELL = HEAD + '''
+
+class Net(nn.Cell):
+    def construct(self, x):
+        return ops.relu(x)
+
+
+'''
+
+HOSTILE = [
+    "n = sum(range(10**12))",
+    "n = 2**2**2**2**2**2",
+    "n = 10**10**10",
+    "s = 'a'\nfor i in range(100):\n    s = s + s",
+    "a = [0]*10**10",
+    "n = math.factorial(10**7)",
+    "s = 'x'*10**12",
+    "for e in range(100):\n    for s in range(1000):\n        Net()(ms.Tensor(np.zeros((4, 8), np.float32)))",
+    "while True:\n    pass",
+    "a = np.zeros((10**6, 10**6))\nb = np.arange(10**12)",
+    "x = (2).__pow__(10**10)",
+    "x = list(range(10**9))",
+    "x = max(range(10**12))",
+    "x = '%*d' % (10**9, 1)",
+    "def f(n):\n    return f(n + 1)\n\n\nf(0)",
+    "x = math.prod(range(1, 10**7))",
+]

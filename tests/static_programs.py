@@ -144,6 +144,19 @@ for e in range(100):
         net(x)
 '''
 
+# the training loop first, the Cell defined after it
+LOOP_THEN_CELL = HEAD + '''
+for a in range(100):
+    for b in range(100):
+        for c in range(100):
+            n = a * b * c
+
+
+class Late(nn.Cell):
+    def construct(self, x: "B, 8"):
+        return ops.relu(x)
+'''
+
 # one Cell, then a line the evaluator must not afford
 HOSTILE_CELL = HEAD + '''
 

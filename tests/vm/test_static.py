@@ -102,6 +102,12 @@ def test_training_loop_at_module_level():
     assert any("loop stopped after" in n.message for n in entries.notes)
 
 
+def test_cells_defined_after_a_loop_the_analysis_stopped_in():
+    e, entries = entry(P.LOOP_THEN_CELL, "Late")
+    assert e.error is None and signature(e.code) == "; (x: Tensor[float32, [B,8]]) -> Tensor[float32, [B,8]]"
+    assert any("analysis of the module stopped here" in n.message for n in entries.notes)
+
+
 def test_dump_prints_notes_and_exits_cleanly(tmp_path):
     for name, src in (("loop.py", P.TRAINING_LOOP), ("main.py", P.MAIN_GUARD), ("data.py", P.DATA_WEIGHTS),
                       ("zoo.py", P.ZOO)):
@@ -185,7 +191,7 @@ def _imports(path):
 
 
 def test_static_analysis_and_the_frontend_do_not_import_the_executor():
-    for f in ("static.py", "static_eval.py", "frontend/argspec.py", "frontend/compiler.py"):
+    for f in ("static.py", "static_eval.py", "static_values.py", "frontend/argspec.py", "frontend/compiler.py"):
         assert not [n for n in _imports(VM / f) if "executor" in n], f
     from msvm import executor
     from msvm.frontend import argspec

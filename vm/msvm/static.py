@@ -2,7 +2,7 @@
 without executing the file.
 
 The module's top level, its functions and each Cell's ``__init__`` are evaluated
-abstractly by ``static_eval`` (bounded in steps, time, int size, memory and loop
+abstractly by ``static_eval`` over the values of ``static_values`` (bounded in steps, time, int size, memory and loop
 iterations; it builds only msvm placeholders, never user objects or effects).
 
 Shapes are symbols unless something in the file makes them known:
@@ -51,19 +51,8 @@ from .bytecode.types import TensorType
 from .errors import FrontendError, MsvmError, SourceError, VerifyError
 from .frontend.argspec import ArgSpec, arg_spec, declared_dims, tensor_spec
 from .frontend.compiler import compile_cell_for, compile_function, named_children
-from .static_eval import (  # noqa: F401 - re-exported for older callers
-    AbstractArray,
-    Budget,
-    Note,
-    OutOfBudget,
-    StaticCell,
-    StaticModule,
-    SymInt,
-    Unknown,
-    UnknownData,
-    _to_msvm,
-    parameter,
-)
+from .static_eval import OutOfBudget, StaticCell, StaticModule  # noqa: F401 - StaticCell: re-exported
+from .static_values import AbstractArray, Budget, Note, SymInt, Unknown, UnknownData, parameter, to_msvm  # noqa: F401
 from .tensor import Tensor
 
 __all__ = ["AssumedShapeError", "Budget", "Entry", "Note", "StaticModule", "Unknown", "analyze", "analyze_file"]
@@ -99,10 +88,6 @@ class AssumedShapeError(FrontendError):
     """A compile or verify error under assumed shapes: not certain to happen at run time."""
 
     certain = False
-
-
-class _NotKnown(FrontendError):
-    """An argument's shape is not known statically (kept for callers that test for it)."""
 
 
 # ---------------------------------------------------------------- unknown shapes
@@ -247,7 +232,7 @@ def _specs_for(params, node: ast.FunctionDef, declared, calls, module, skip_self
             specs.append(spec)
             continue
         v = call_args[k] if k < len(call_args) else call_kwargs.get(pname, default)
-        v = _to_msvm(v)
+        v = to_msvm(v)
         if v is inspect.Parameter.empty or isinstance(v, (Unknown, UnknownData)):
             specs.append(_arg_var(pname, a, node, getattr(v, "dtype", None) if isinstance(v, UnknownData) else None))
             continue

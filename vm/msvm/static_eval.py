@@ -26,213 +26,44 @@ from __future__ import annotations
 import ast
 import builtins
 import inspect
-import math
 import operator as o
 import time
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from . import dtype as dt
-from .bytecode import symbolic as S
 from .bytecode.symbolic import Expr
 from .errors import FrontendError
 from .frontend.compiler import FunctionSource
-from .nn import layers as _layers
 from .nn.cell import Cell
+from .static_values import (
+    BUILTIN_FNS,
+    BUILTINS,
+    MATH_FOLD,
+    NP_CREATE,
+    NP_FOLD,
+    NP_RANDOM,
+    AbstractArray,
+    AbstractRng,
+    Budget,
+    Note,
+    SymInt,
+    Unknown,
+    UnknownData,
+    abstract_init,
+    allowed_module,
+    array_binop,
+    build_with_symbols,
+    buildable,
+    is_msvm_obj,
+    jit_fn,
+    np_call,
+    parameter,
+    placeholder,
+    resolve_module,
+    shape_tuple,
+    to_msvm,
+)
 from .tensor import Parameter, Tensor
-
-
-@dataclass
-class Budget:
-    """What one slice of abstract evaluation may spend."""
-
-    steps: int = 200_000           # statements + expressions, per slice
-    seconds: float = 0.5           # per slice (the top level; each factory and Cell built on its own)
-    total_seconds: float = 0.8     # all slices of one document together
-    int_bits: int = 4096           # a larger int is Unknown
-    size: int = 1 << 20            # items of one string / list / tuple
-    total_size: int = 1 << 24      # items of all of them, per document
-    loop: int = 256                # iterations of one loop statement
-    depth: int = 24                # nested calls / Cells
-    calls_kept: int = 8            # calls of one Cell remembered (its argument shapes)
-
-
-@dataclass
-class Note:
-    """Something the analysis assumed or could not afford, at a source line."""
-
-    line: int
-    col: int
-    message: str
-
-    def __str__(self):
-        return f"line {self.line}: {self.message}"
-
-
-class Unknown:
-    """A value static analysis cannot know (it would need running user code)."""
-
-    def __init__(self, why: str):
-        self.why = why
-
-    def __repr__(self):
-        return f"<unknown: {self.why}>"
-
-    def __getattr__(self, name):
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return Unknown(self.why)
-
-    def __call__(self, *a, **k):
-        return Unknown(self.why)
-
-
-class UnknownData:
-    """A tensor whose data comes from outside the file (``np.load``, a ctor argument):
-    its dtype is known (or float32), its rank and dims are chosen at compile time."""
-
-    def __init__(self, why: str, dtype=None, parameter=False):
-        self.why, self.dtype, self.parameter = why, dtype or dt.float32, parameter
-
-    def __repr__(self):
-        return f"<{'Parameter' if self.parameter else 'Tensor'} of unknown shape: {self.why}>"
-
-
-class SymInt:
-    """An int nobody passed (a constructor argument without a call site or default)."""
-
-    __slots__ = ("expr", "assumed", "name")
-    ASSUMED = 2
-
-    def __init__(self, expr: Expr, assumed: int, name: str = ""):
-        self.expr, self.assumed, self.name = expr, assumed, name or str(expr)
-
-    @classmethod
-    def named(cls, name: str):
-        return cls(S.sym(name), cls.ASSUMED, name)
-
-    def __repr__(self):
-        return f"<symbol {self.expr}>"
-
-
-@dataclass
-class AbstractArray:
-    """A numpy array known only by shape and dtype (dims: ints or SymInt)."""
-
-    shape: tuple
-    dtype: np.dtype
-
-    def astype(self, d, *a, **k):
-        return AbstractArray(self.shape, np.dtype(dt.as_dtype(d).np if isinstance(d, dt.DType) else d))
-
-    @property
-    def T(self):
-        return AbstractArray(self.shape[::-1], self.dtype)
-
-    @property
-    def ndim(self):
-        return len(self.shape)
-
-    def reshape(self, *shape):
-        shape = shape[0] if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
-        total = int(np.prod(self.shape))
-        known = int(np.prod([d for d in shape if d != -1]))
-        return AbstractArray(tuple(total // known if d == -1 else d for d in shape), self.dtype)
-
-
-class AbstractRng:
-    """``np.random.default_rng(...)`` / ``RandomState(...)``: draws are AbstractArrays."""
-
-    def __getattr__(self, name):
-        if name.startswith("_"):
-            raise AttributeError(name)
-
-        def draw(*args, size=None, dtype=None, **kwargs):
-            if size is None:
-                nsize = {"standard_normal": 0, "random": 0, "normal": 2, "uniform": 2, "integers": 2,
-                         "choice": 1, "standard_cauchy": 0}
-                k = nsize.get(name)
-                size = args[k] if k is not None and len(args) > k else None
-            if size is None:
-                return Unknown("a random scalar")
-            kind = np.int64 if name == "integers" else np.float64
-            return AbstractArray(_shape_tuple(size), np.dtype(dtype or kind))
-        return draw
-
-
-def _dim(v):
-    if isinstance(v, (SymInt, str)) or v is None:
-        return v
-    return int(v)
-
-
-def _shape_tuple(v) -> tuple:
-    if isinstance(v, (list, tuple)):
-        return tuple(_dim(x) for x in v)
-    return (_dim(v),)
-
-
-def placeholder(shape, dtype) -> Tensor:
-    """A placeholder Tensor; SymInt dims become symbolic dims."""
-    shape = list(shape)
-    t = Tensor(shape=[None] * len(shape), dtype=dtype)
-    t._pshape = tuple(d.expr if isinstance(d, SymInt) else None if (d is None or d == -1) else d for d in shape)
-    return t
-
-
-def parameter(src: Tensor, name=None) -> Parameter:
-    """Parameter(src); a placeholder's symbolic dims are kept."""
-    if not src.is_placeholder:
-        return Parameter(src, name=name)
-    p = Parameter(Tensor(shape=[None] * len(src.placeholder_shape), dtype=src.dtype), name=name)
-    p._pshape = src.placeholder_shape
-    return p
-
-
-def _placeholder(arr: AbstractArray, dtype=None) -> Tensor:
-    d = dt.as_dtype(dtype) if dtype is not None else dt.from_numpy(arr.dtype)
-    return placeholder(arr.shape, d)
-
-
-_NP_CREATE = {"zeros", "ones", "empty", "full", "zeros_like", "ones_like", "empty_like", "full_like", "eye",
-              "identity", "arange", "linspace"}
-_NP_RANDOM = {"randn", "rand", "random", "normal", "uniform", "standard_normal", "random_sample", "randint"}
-_NP_FOLD = {"sqrt", "prod", "log", "exp", "log2", "ceil", "floor"}
-_MATH_FOLD = {math.sqrt, math.log, math.exp, math.ceil, math.floor, math.log2, math.gcd, math.isqrt}
-_BUILTINS = {"range", "len", "int", "float", "bool", "tuple", "list", "min", "max", "abs", "sum", "round", "str",
-             "isinstance", "enumerate", "zip", "reversed", "super", "print", "sorted"}
-_BUILTIN_FNS = {getattr(builtins, n) for n in _BUILTINS - {"super", "print"}}
-_MSVM_BUILDABLE = ("msvm.nn", "msvm.ops", "msvm.tensor", "msvm.dtype")
-
-
-def _np_call(fn_name: str, random: bool, args, kwargs):
-    dtype = kwargs.get("dtype")
-    if random:
-        if fn_name in ("randn", "rand"):
-            return AbstractArray(tuple(_dim(a) for a in args), np.dtype(np.float64))
-        size = kwargs.get("size", args[-1] if fn_name in ("normal", "uniform", "randint") and len(args) >= 3 else
-                          (args[0] if args and fn_name not in ("normal", "uniform", "randint") else None))
-        if size is None:
-            return Unknown("a random scalar")
-        return AbstractArray(_shape_tuple(size), np.dtype(np.int64 if fn_name == "randint" else np.float64))
-    if fn_name in ("zeros", "ones", "empty"):
-        dtype = dtype or (args[1] if len(args) > 1 else None)
-        return AbstractArray(_shape_tuple(args[0] if args else kwargs["shape"]), np.dtype(dtype or np.float64))
-    if fn_name == "full":
-        dtype = dtype or (args[2] if len(args) > 2 else None)
-        return AbstractArray(_shape_tuple(args[0]), np.dtype(dtype or np.asarray(args[1]).dtype))
-    if fn_name.endswith("_like") and isinstance(args[0], AbstractArray):
-        return AbstractArray(args[0].shape, np.dtype(dtype or args[0].dtype))
-    if fn_name in ("eye", "identity"):
-        n = _dim(args[0])
-        return AbstractArray((n, _dim(args[1]) if len(args) > 1 and fn_name == "eye" else n),
-                             np.dtype(dtype or np.float64))
-    if fn_name == "arange":
-        return AbstractArray((len(range(*[int(a) for a in args])),), np.dtype(dtype or np.int64))
-    if fn_name == "linspace":
-        return AbstractArray((int(kwargs.get("num", args[2] if len(args) > 2 else 50)),), np.dtype(np.float64))
-    return Unknown(f"numpy.{fn_name}")
 
 
 class OutOfBudget(Exception):
@@ -421,16 +252,30 @@ class StaticModule:
         self.notes: list = []
         self.allocated = 0           # items of strings / containers made so far (total_size)
         self.depth = 0
+        self.cells_built = 0         # user Cells instantiated so far
         self.line = 1
         self.started = time.monotonic()
         self.slice("the module's top level")
-        try:
-            self.exec_block(self.tree.body, self.env, module_level=True)
-        except OutOfBudget as e:
-            self.note(f"analysis of the module stopped here: {e.what}; the Cells are compiled from what was seen")
-        except (_Return, _Break, _Continue):
-            pass
+        body = self.tree.body
+        for k, st in enumerate(body):
+            try:
+                self.exec_block([st], self.env, module_level=True)
+            except OutOfBudget as e:
+                self.note(f"analysis of the module stopped here: {e.what}; the Cells are compiled from what was seen")
+                self.define(body[k + 1:])
+                break
+            except (_Return, _Break, _Continue):
+                pass
         self.run_uncalled_functions()
+
+    def define(self, stmts):
+        """After the budget ran out: only the imports, classes and functions of the rest."""
+        self.slice("the definitions after it", 0.25)
+        try:
+            self.exec_block([st for st in stmts if isinstance(st, (ast.Import, ast.ImportFrom, ast.ClassDef,
+                                                                   ast.FunctionDef))], self.env, module_level=True)
+        except (OutOfBudget, _Return, _Break, _Continue):
+            pass
 
     # --- budget and notes
     def slice(self, what: str, share: float = 1.0):
@@ -492,15 +337,15 @@ class StaticModule:
         self.line = st.lineno
         if isinstance(st, ast.Import):
             for a in st.names:
-                mod = _resolve_module(a.name)
+                mod = resolve_module(a.name)
                 env[(a.asname or a.name).split(".")[0]] = mod if a.asname or "." not in a.name else \
-                    _resolve_module(a.name.split(".")[0])
+                    resolve_module(a.name.split(".")[0])
         elif isinstance(st, ast.ImportFrom):
             base = st.module or ""
             for a in st.names:
-                mod = _resolve_module(f"{base}.{a.name}")
+                mod = resolve_module(f"{base}.{a.name}")
                 if isinstance(mod, Unknown):
-                    parent = _resolve_module(base)
+                    parent = resolve_module(base)
                     mod = getattr(parent, a.name, Unknown(f"{base}.{a.name}")) if not isinstance(parent, Unknown) \
                         else Unknown(f"import {base}")
                 env[a.asname or a.name] = mod
@@ -515,7 +360,7 @@ class StaticModule:
             for dec in st.decorator_list:
                 target = dec.func if isinstance(dec, ast.Call) else dec
                 v = self.eval(target, env)
-                if v is _jit_fn():
+                if v is jit_fn():
                     f.jit = True
             env[st.name] = f
             if module_level:
@@ -634,7 +479,7 @@ class StaticModule:
                 return env[node.id]
             if node.id in self.env:
                 return self.env[node.id]
-            if node.id in _BUILTINS:
+            if node.id in BUILTINS:
                 return getattr(builtins, node.id)
             return Unknown(f"name {node.id}")
         if isinstance(node, (ast.Tuple, ast.List)):
@@ -728,9 +573,9 @@ class StaticModule:
         if isinstance(base, list) and attr in ("append", "extend", "insert", "index", "count", "copy"):
             return _ListMethod(self, base, attr)
         mod = getattr(base, "__name__", "") if inspect.ismodule(base) else ""
-        if inspect.ismodule(base) and not _allowed_module(mod):
+        if inspect.ismodule(base) and not allowed_module(mod):
             return Unknown(f"{mod}.{attr}")
-        if inspect.ismodule(base) or _is_msvm_obj(base) or isinstance(base, (dt.DType, Tensor, int, float, tuple)):
+        if inspect.ismodule(base) or is_msvm_obj(base) or isinstance(base, (dt.DType, Tensor, int, float, tuple)):
             return getattr(base, attr)
         return Unknown(f"attribute {attr}")
 
@@ -738,7 +583,7 @@ class StaticModule:
         if isinstance(a, SymInt) or isinstance(b, SymInt):
             return self.sym_binop(op, a, b)
         if isinstance(a, AbstractArray) or isinstance(b, AbstractArray):
-            return _array_binop(a, b)
+            return array_binop(a, b)
         table = {ast.Add: o.add, ast.Sub: o.sub, ast.Mult: o.mul, ast.Div: o.truediv, ast.FloorDiv: o.floordiv,
                  ast.Mod: o.mod, ast.Pow: o.pow}
         ok = (int, float, bool, tuple, list, str)
@@ -826,7 +671,7 @@ class StaticModule:
             if fn.jit:
                 return Unknown(f"result of {fn.name}()")
             return self.call_function(fn, args, kwargs, node)
-        if fn is _jit_fn():
+        if fn is jit_fn():
             if args and isinstance(args[0], StaticFunction):
                 args[0].jit = True
                 return args[0]
@@ -835,7 +680,7 @@ class StaticModule:
         if big and fn not in (builtins.len, builtins.range):
             self.note(f"a call over {_size(big[0])} items is not evaluated", node)
             return Unknown("a call too large to evaluate")
-        if fn in _BUILTIN_FNS:
+        if fn in BUILTIN_FNS:
             args = [self.concrete(a, node) for a in args]
             if any(isinstance(a, (Unknown, UnknownData)) for a in args):
                 return Unknown("builtin on unknown values")
@@ -852,15 +697,15 @@ class StaticModule:
         if mod.startswith("numpy") or (getattr(fn, "__self__", None) is not None and
                                        type(getattr(fn, "__self__", None)).__module__.startswith("numpy")):
             return self.numpy_call(fn, mod, args, kwargs)
-        if fn in _MATH_FOLD:
+        if fn in MATH_FOLD:
             args = [self.concrete(a, node) for a in args]
             if all(isinstance(a, (int, float)) for a in args):
                 return self.afford(fn(*args, **kwargs))
             return Unknown(f"math.{fn.__name__}")
         if callable(fn) and getattr(fn, "__self__", None) is not None and isinstance(fn.__self__, Cell) \
                 and getattr(fn, "__name__", "") in ("append", "set_inputs", "set_train", "extend", "insert"):
-            return fn(*[_to_msvm(a) for a in args], **kwargs)
-        if isinstance(fn, type) and _buildable(fn):
+            return fn(*[to_msvm(a) for a in args], **kwargs)
+        if isinstance(fn, type) and buildable(fn):
             return self.construct_msvm(fn, args, kwargs)
         if callable(fn) and not isinstance(fn, type) and (mod.startswith("msvm.ops.primitives") or
                                                           mod == "msvm.dtype"):
@@ -873,12 +718,12 @@ class StaticModule:
             return AbstractRng()
         if name == "load" or name in ("loadtxt", "fromfile", "genfromtxt"):
             return UnknownData(f"numpy.{name} reads a file")
-        random = "random" in mod or name in _NP_RANDOM and "random" in repr(fn)
-        if name in _NP_CREATE or name in _NP_RANDOM:
-            return _np_call(name, random and name in _NP_RANDOM, args, kwargs)
+        random = "random" in mod or name in NP_RANDOM and "random" in repr(fn)
+        if name in NP_CREATE or name in NP_RANDOM:
+            return np_call(name, random and name in NP_RANDOM, args, kwargs)
         if name in ("float32", "float64", "float16", "int32", "int64") and not args:
             return Unknown("numpy scalar")
-        if all(isinstance(a, (int, float)) for a in args) and name in _NP_FOLD:
+        if all(isinstance(a, (int, float)) for a in args) and name in NP_FOLD:
             return self.afford(fn(*args, **kwargs))
         if name in ("array", "asarray") and args and isinstance(args[0], AbstractArray):
             return args[0] if not kwargs.get("dtype") else args[0].astype(kwargs["dtype"])
@@ -916,15 +761,18 @@ class StaticModule:
             for p in f.signature().parameters.values():
                 args[p.name] = p.default if p.default is not inspect.Parameter.empty else SymInt.named(p.name)
             self.slice(f"{f.name}()", 0.25)
+            notes, built = len(self.notes), self.cells_built
             try:
                 self.call_function(f, [], args)
             except OutOfBudget as e:
                 self.note(f"analysis of {f.name}() stopped: {e.what}", f.node)
+            if self.cells_built == built:       # not a factory: what it assumed does not matter
+                del self.notes[notes:]
 
     def construct_msvm(self, cls, args, kwargs):
         """Build an msvm object; tensors become placeholders (no data is made)."""
-        args = [_to_msvm(a) for a in args]
-        kwargs = {k: _to_msvm(v) for k, v in kwargs.items()}
+        args = [to_msvm(a) for a in args]
+        kwargs = {k: to_msvm(v) for k, v in kwargs.items()}
         if cls is Tensor:
             src = args[0] if args else kwargs.get("input_data")
             d = args[1] if len(args) > 1 else kwargs.get("dtype")
@@ -938,7 +786,7 @@ class StaticModule:
                 shape = kwargs.get("shape", args[2] if len(args) > 2 else None)
                 if shape is None:
                     return Unknown("Tensor() without data or shape")
-                return placeholder(_shape_tuple(shape), dt.as_dtype(d) if d is not None else dt.float32)
+                return placeholder(shape_tuple(shape), dt.as_dtype(d) if d is not None else dt.float32)
             if isinstance(src, (int, float, bool, list, tuple)):
                 return Tensor(src, dtype=d)
             return UnknownData(f"Tensor of {getattr(src, 'why', 'unknown data')}", d)
@@ -952,12 +800,13 @@ class StaticModule:
                                getattr(src, "dtype", None) if isinstance(src, UnknownData) else None, parameter=True)
         if any(isinstance(a, (Unknown, UnknownData)) for a in list(args) + list(kwargs.values())):
             return Unknown(f"{cls.__name__} of unknown arguments")
-        with _abstract_init():
-            return _build_with_symbols(cls, args, kwargs)
+        with abstract_init():
+            return build_with_symbols(cls, args, kwargs)
 
     def instantiate(self, cls: StaticClass, args, kwargs):
         if self.depth >= self.budget.depth:
             return Unknown("Cells nested too deeply")
+        self.cells_built += 1
         sub = type(cls.name, (StaticCell,), {"_static_class": cls})
         obj = sub.__new__(sub)
         Cell.__init__(obj)
@@ -1009,138 +858,3 @@ class _ListMethod:
         return getattr(self.lst, self.name)(*args)
 
 
-def _array_binop(a, b):
-    shapes = [x.shape if isinstance(x, AbstractArray) else () for x in (a, b)]
-    if not all(isinstance(x, (AbstractArray, int, float)) for x in (a, b)):
-        return Unknown("arithmetic on unknown values")
-    try:
-        shape = np.broadcast_shapes(*shapes)
-    except (TypeError, ValueError):
-        return Unknown("arrays that do not broadcast")
-    d = np.result_type(*[x.dtype if isinstance(x, AbstractArray) else np.asarray(x).dtype for x in (a, b)])
-    return AbstractArray(tuple(shape), d)
-
-
-# ---------------------------------------------------------------- msvm objects with symbolic arguments
-
-def _probes():
-    out, n = [], 10007
-    while len(out) < 64:
-        if all(n % p for p in range(2, int(n ** 0.5) + 1)):
-            out.append(n)
-        n += 2
-    return out
-
-
-_PROBES = _probes()
-
-
-def _build_with_symbols(cls, args, kwargs):
-    """cls(*args, **kwargs) where SymInt arguments are first replaced by distinct primes, and
-    every dim / int attribute of the result that is a small multiple of a prime is replaced by
-    the symbol (``nn.Dense(cin, cout).weight`` is ``[cout, cin]``)."""
-    syms = {}
-
-    def sub(v):
-        if isinstance(v, SymInt):
-            if len(syms) >= len(_PROBES):
-                raise ValueError("too many symbolic arguments")
-            p = next((p for p, s in syms.items() if s.expr == v.expr), None) or _PROBES[len(syms)]
-            syms[p] = v
-            return p
-        if isinstance(v, (list, tuple)):
-            return type(v)(sub(x) for x in v)
-        return v
-
-    args = [sub(a) for a in args]
-    kwargs = {k: sub(v) for k, v in kwargs.items()}
-    obj = cls(*args, **kwargs)
-    if syms:
-        _unprobe(obj, syms, set())
-    return obj
-
-
-def _back(v, syms):
-    if isinstance(v, bool) or not isinstance(v, int):
-        return v
-    for p, s in syms.items():
-        if v % p == 0 and 0 < v // p <= 64:
-            return s.expr * (v // p) if v // p != 1 else s.expr
-    return v
-
-
-def _unprobe(obj, syms, seen):
-    if id(obj) in seen:
-        return
-    seen.add(id(obj))
-    if isinstance(obj, Tensor):
-        if obj.is_placeholder:
-            obj._pshape = tuple(_back(d, syms) for d in obj._pshape)
-        return
-    d = getattr(obj, "__dict__", None)
-    if d is None:
-        return
-    for k, v in list(d.items()):
-        if isinstance(v, (Tensor, Cell)) or hasattr(v, "__dict__") and _is_msvm_obj(v):
-            _unprobe(v, syms, seen)
-        elif isinstance(v, int) and not isinstance(v, bool):
-            nv = _back(v, syms)
-            if nv is not v:
-                object.__setattr__(obj, k, nv)
-        elif isinstance(v, tuple) and all(isinstance(x, int) for x in v):
-            object.__setattr__(obj, k, tuple(_back(x, syms) for x in v))
-        elif isinstance(v, dict):
-            for x in v.values():
-                _unprobe(x, syms, seen)
-
-
-class _abstract_init:
-    """While active, nn layers create placeholder parameters instead of random data."""
-
-    def __enter__(self):
-        self.prev = _layers.STATIC_INIT
-        _layers.STATIC_INIT = True
-
-    def __exit__(self, *exc):
-        _layers.STATIC_INIT = self.prev
-
-
-def _to_msvm(v):
-    if isinstance(v, AbstractArray):
-        return _placeholder(v)
-    if isinstance(v, list):
-        return [_to_msvm(x) for x in v]
-    return v
-
-
-def _jit_fn():
-    from .jitfn import jit
-    return jit
-
-
-def _buildable(cls) -> bool:
-    """msvm classes the analysis may build: tensors, nn Cells, ops primitives, dtypes."""
-    mod = cls.__module__ or ""
-    return any(mod == m or mod.startswith(m + ".") for m in _MSVM_BUILDABLE)
-
-
-def _allowed_module(name: str) -> bool:
-    return name in ("msvm", "numpy", "math") or name.startswith(("msvm.", "numpy."))
-
-
-def _is_msvm_obj(v) -> bool:
-    mod = getattr(type(v), "__module__", "") or ""
-    return mod.startswith("msvm") or (inspect.isclass(v) and (v.__module__ or "").startswith("msvm"))
-
-
-def _resolve_module(name: str):
-    import importlib
-
-    if name == "mindspore" or name.startswith("mindspore."):
-        name = "msvm" + name[len("mindspore"):]
-    if not _allowed_module(name):
-        return Unknown(f"module {name}")
-    try:
-        return importlib.import_module(name)
-    except ImportError:
-        return Unknown(f"module {name}")

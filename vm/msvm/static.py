@@ -296,6 +296,8 @@ def analyze(source: str, filename: str, budget: Budget | None = None) -> Entries
         module = StaticModule(source, filename, budget)
     except SyntaxError as e:
         raise FrontendError(f"syntax error: {e.msg}", filename, e.lineno or 1, (e.offset or 1) - 1) from None
+    except (RecursionError, MemoryError):
+        raise FrontendError("the file nests too deeply to analyze", filename, 1, 0) from None
     entries = Entries()
     seen_classes = set()
     instances = {id(c): c for c, _ in module.instances}

@@ -684,6 +684,8 @@ class StaticModule:
             args = [self.concrete(a, node) for a in args]
             if any(isinstance(a, (Unknown, UnknownData)) for a in args):
                 return Unknown("builtin on unknown values")
+            if fn is builtins.sum and not all(isinstance(x, (int, float)) for a in args[:1] for x in a):
+                return Unknown("sum of other than numbers")      # (sum of lists is quadratic)
             r = fn(*args, **kwargs)
             return self.afford(list(r) if isinstance(r, (enumerate, zip, reversed)) else r)
         if fn is builtins.print:
@@ -798,7 +800,7 @@ class StaticModule:
                 return Parameter(src)
             return UnknownData(f"Parameter of {getattr(src, 'why', 'unknown data')}",
                                getattr(src, "dtype", None) if isinstance(src, UnknownData) else None, parameter=True)
-        if any(isinstance(a, (Unknown, UnknownData)) for a in list(args) + list(kwargs.values())):
+        if any(isinstance(a, Unknown) for a in list(args) + list(kwargs.values())):
             return Unknown(f"{cls.__name__} of unknown arguments")
         with abstract_init():
             return build_with_symbols(cls, args, kwargs)

@@ -35,7 +35,7 @@ class Budget:
     total_seconds: float = 0.8     # all slices of one document together
     int_bits: int = 4096           # a larger int is Unknown
     size: int = 1 << 20            # items of one string / list / tuple
-    total_size: int = 1 << 24      # items of all of them, per document
+    total_size: int = 1 << 22      # items of all of them, per document
     loop: int = 256                # iterations of one loop statement
     depth: int = 24                # nested calls / Cells
     calls_kept: int = 8            # calls of one Cell remembered (its argument shapes)

@@ -46,7 +46,9 @@ async def test_data_built_weights_are_notes_and_bytecode(client, tmp_path):
 
 async def test_hostile_document_keeps_the_server_answering(client, tmp_path):
     path = tmp_path / "hostile.py"
-    path.write_text(P.HOSTILE_CELL + "\n".join(P.HOSTILE) + "\n" + P.TRAINING_LOOP.split("\n\n\n", 1)[1])
+    loop = "net = Net()\nx = ms.Tensor(np.zeros((4, 8), np.float32))\nfor e in range(100):\n    for s in range(1000):\n" \
+           "        net(x)\n"
+    path.write_text(P.HOSTILE_CELL + "\n".join(P.HOSTILE) + "\n" + loop)
     uri = open_doc(client, path)
     lenses = await client.text_document_code_lens_async(types.CodeLensParams(types.TextDocumentIdentifier(uri)))
     assert [lens.command.arguments[1] for lens in lenses] == ["Net"]

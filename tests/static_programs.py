@@ -125,6 +125,24 @@ def net50():
     return Net(Block, [3, 4, 6, 3])
 '''
 
+# constructor arguments from a file nobody can read; an activation nobody passes
+CONFIG = HEAD + '''import json
+
+cfg = json.load(open("config.json"))
+
+
+class Head(nn.Cell):
+    def __init__(self, hidden, classes, act):
+        super().__init__()
+        self.fc = nn.Dense(hidden, classes, activation=act)
+
+    def construct(self, x):
+        return self.fc(x)
+
+
+head = Head(cfg["hidden"], cfg["classes"])
+'''
+
 # a training loop at module level
 TRAINING_LOOP = HEAD + '''
 

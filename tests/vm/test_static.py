@@ -95,6 +95,14 @@ def test_model_zoo_file_shapes_follow_constructor_arguments():
     assert any("assumed depth = 2" in n.message for n in entries.notes)
 
 
+def test_unknown_constructor_arguments_are_symbols_named_after_them():
+    e, _ = entry(P.CONFIG, "Head")
+    assert e.error is None, e.error
+    assert "Tensor[float32, [classes,hidden]]" in params_of(e.code)
+    (dense,) = [c for c in e.code.all_codes() if c is not e.code]
+    assert signature(dense) == "; (x: Tensor[float32, [x0,hidden]]) -> Tensor[float32, [x0,classes]]"
+
+
 def test_training_loop_at_module_level():
     e, entries = entry(P.TRAINING_LOOP, "Net")
     assert e.error is None

@@ -201,7 +201,7 @@ class StaticCell(Cell):
             v = d[name]
             if isinstance(v, (Unknown, UnknownData, SymInt)):
                 from .bytecode.types import ShapeError
-                why = v.why if not isinstance(v, SymInt) else f"{v.expr} was never passed"
+                why = v.why if not isinstance(v, SymInt) else f"{v.name}: {v.why}"
                 raise ShapeError(f"self.{name} cannot be known without running the program ({why})")
             return v
         m = self._static_class.find_method(name)
@@ -834,6 +834,9 @@ class StaticModule:
                 params[p.name] = p.default
             else:
                 params[p.name] = SymInt.named(p.name)
+        for name, v in params.items():     # an unknown argument (cfg.hidden) is a symbol named after it
+            if isinstance(v, Unknown):
+                params[name] = SymInt.named(name, f"its value is not known statically ({v.why})")
         env = dict(params)
         self.depth += 1
         try:

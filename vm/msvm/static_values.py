@@ -83,17 +83,19 @@ class UnknownData:
 
 
 class SymInt:
-    """An int nobody passed (a constructor argument without a call site or default)."""
+    """An int nobody passed (a constructor argument without a call site or default, or
+    one whose value is unknown): a symbol where it becomes a dim, ``assumed`` where a
+    decision needs a value."""
 
-    __slots__ = ("expr", "assumed", "name")
+    __slots__ = ("expr", "assumed", "name", "why")
     ASSUMED = 2
 
-    def __init__(self, expr: Expr, assumed: int, name: str = ""):
-        self.expr, self.assumed, self.name = expr, assumed, name or str(expr)
+    def __init__(self, expr: Expr, assumed: int, name: str = "", why: str = "nobody passes it"):
+        self.expr, self.assumed, self.name, self.why = expr, assumed, name or str(expr), why
 
     @classmethod
-    def named(cls, name: str):
-        return cls(S.sym(name), cls.ASSUMED, name)
+    def named(cls, name: str, why: str = "nobody passes it"):
+        return cls(S.sym(name), cls.ASSUMED, name, why)
 
     def __repr__(self):
         return f"<symbol {self.expr}>"
@@ -261,12 +263,29 @@ def build_with_symbols(cls, args, kwargs):
             return type(v)(sub(x) for x in v)
         return v
 
+    args, kwargs = _ints_only(cls, args, kwargs)
     args = [sub(a) for a in args]
     kwargs = {k: sub(v) for k, v in kwargs.items()}
     obj = cls(*args, **kwargs)
     if syms:
         _unprobe(obj, syms, set())
     return obj
+
+
+def _ints_only(cls, args, kwargs):
+    """A symbol is an int: an argument whose default is something else (``activation=None``)
+    keeps its default."""
+    try:
+        sig = inspect.signature(cls)
+        ba = sig.bind_partial(*args, **kwargs)
+    except (TypeError, ValueError):
+        return args, kwargs
+    for name, v in list(ba.arguments.items()):
+        d = sig.parameters[name].default
+        if isinstance(v, SymInt) and d is not inspect.Parameter.empty and (isinstance(d, bool) or
+                                                                            not isinstance(d, int)):
+            ba.arguments[name] = d
+    return list(ba.args), dict(ba.kwargs)
 
 
 def _back(v, syms):

@@ -53,6 +53,8 @@ def test_weights_from_data_get_symbolic_shapes():
     assert signature(e.code) == "; (x: Tensor[float32, [x0,w0]]) -> Tensor[float32, [x0,w1]]"
     said = " | ".join(n.message for n in e.notes)
     assert "self.w: Tensor<float32, [w0,w1]> (rank 2 assumed" in said
+    (w,) = [n for n in e.notes if "self.w" in n.message]
+    assert "self.w = ms.Parameter(" in P.DATA_WEIGHTS.splitlines()[w.line - 1]
     assert "argument x: Tensor<float32, [x0,x1]> (rank 2 assumed" in said
 
 

@@ -162,8 +162,8 @@ def _attr_vars(cell, taken: set) -> list:
                                           isinstance(e.value, ast.Name) and e.value.id == "self")
                 ranks, is_exact = _candidates(exact, least)
                 node = cls.node if cls is not None else None
-                out.append(_RankVar(name, f"self.{k}", v.dtype, ranks, is_exact, getattr(node, "lineno", 0),
-                                    getattr(node, "col_offset", 0), obj, k, v.parameter))
+                line, col = (v.line, v.col) if v.line else (getattr(node, "lineno", 0), getattr(node, "col_offset", 0))
+                out.append(_RankVar(name, f"self.{k}", v.dtype, ranks, is_exact, line, col, obj, k, v.parameter))
         for _, child in named_children(obj):
             walk(child)
 

@@ -457,6 +457,8 @@ class StaticModule:
         elif isinstance(target, ast.Attribute):
             obj = self.eval(target.value, env, self_obj)
             if isinstance(obj, StaticCell) and (obj is self_obj):
+                if isinstance(value, UnknownData):
+                    value.line, value.col = target.lineno, target.col_offset
                 object.__setattr__(obj, target.attr, value) if isinstance(value, (UnknownData, SymInt)) \
                     else setattr(obj, target.attr, value)
 

@@ -77,6 +77,7 @@ class UnknownData:
 
     def __init__(self, why: str, dtype=None, parameter=False):
         self.why, self.dtype, self.parameter = why, dtype or dt.float32, parameter
+        self.line, self.col = 0, 0      # where it was assigned to an attribute
 
     def __repr__(self):
         return f"<{'Parameter' if self.parameter else 'Tensor'} of unknown shape: {self.why}>"

@@ -46,6 +46,24 @@ def test_main_guard_program_with_generator_inputs():
     assert e.notes == [] and not e.assumed, "the call under the main guard gives the shapes"
 
 
+def test_calls_inside_a_main_function_and_a_loop():
+    src = P.MAIN_GUARD.split('if __name__ == "__main__":')[0] + '''
+def main():
+    rng = np.random.default_rng(0)
+    y = ms.Tensor(rng.standard_normal((768, 1024)).astype(np.float32))
+    net = DynamicMatmulCell()
+    for batch in (1, 32):
+        net(ms.Tensor(rng.standard_normal((batch, 768)).astype(np.float32)), y, training=False)
+
+
+if __name__ == "__main__":
+    main()
+'''
+    e, _ = entry(src, "DynamicMatmulCell")
+    assert signature(e.code) == ("; (x: Tensor[float32, [1,x1]], y: Tensor[float32, [x1,y1]], "
+                                 "training: bool(training)) -> Tensor[float32, [1,y1]]"), "the first call, as at run time"
+
+
 def test_weights_from_data_get_symbolic_shapes():
     e, _ = entry(P.DATA_WEIGHTS, "Proj")
     assert e.error is None, e.error

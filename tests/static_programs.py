@@ -205,5 +205,6 @@ HOSTILE = [
     "x = sum([[0] * 1000] * 1000, [])",
     "x = [[0] * 10**6 for _ in range(200)]",
     "x = 1" + " + 1" * 2000,
+    "x = list(range(10**6))\nfor i in range(256):\n    y = sorted(x)",
     "x = " + "[" * 190 + "]" * 190,
 ]

@@ -314,7 +314,7 @@ def analyze(source: str, filename: str, budget: Budget | None = None) -> Entries
             if objs:
                 cell = objs[0]
             else:
-                module.slice(f"building {cls.name}", 0.25)
+                module.slice(f"building {cls.name}")
                 try:
                     cell = module.instantiate(cls, [], {})
                 except OutOfBudget as stop:

@@ -279,11 +279,14 @@ class StaticModule:
 
     # --- budget and notes
     def slice(self, what: str, share: float = 1.0):
-        """Start a new slice of work with a fresh step and time allowance."""
+        """Start a new slice of work with a fresh step and time allowance: its share of the
+        slice budget, within what is left of the document's, and at least ``min_seconds`` (so
+        a Cell defined or built after a slow top level still gets its bytecode)."""
         self.what = what
         self.steps_left = int(self.budget.steps * share)
         now = time.monotonic()
-        self.deadline = min(now + self.budget.seconds * share, self.started + self.budget.total_seconds)
+        left = self.started + self.budget.total_seconds
+        self.deadline = max(min(now + self.budget.seconds * share, left), now + self.budget.min_seconds)
 
     def tick(self):
         self.steps_left -= 1
@@ -764,7 +767,7 @@ class StaticModule:
             args = {}
             for p in f.signature().parameters.values():
                 args[p.name] = p.default if p.default is not inspect.Parameter.empty else SymInt.named(p.name)
-            self.slice(f"{f.name}()", 0.25)
+            self.slice(f"{f.name}()")
             notes, built = len(self.notes), self.cells_built
             try:
                 self.call_function(f, [], args)

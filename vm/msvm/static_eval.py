@@ -382,7 +382,7 @@ class StaticModule:
         elif isinstance(st, ast.Expr):
             self.eval(st.value, env, self_obj)
         elif isinstance(st, ast.If):
-            test = self.eval(st.test, env, self_obj)
+            test = self.concrete(self.eval(st.test, env, self_obj), st)
             if isinstance(test, (Unknown, Tensor, AbstractArray, UnknownData)):
                 self.note("this condition is not known statically; the analysis assumed it true", st)
                 test = True
@@ -434,7 +434,7 @@ class StaticModule:
 
     def exec_while(self, st, env, module_level, self_obj):
         for _ in range(self.budget.loop):
-            test = self.eval(st.test, env, self_obj)
+            test = self.concrete(self.eval(st.test, env, self_obj), st)
             if isinstance(test, Unknown) or not isinstance(test, (bool, int, float, str, list, tuple)):
                 return
             if not test:
@@ -510,14 +510,15 @@ class StaticModule:
                         ast.Invert: lambda: ~v}[type(node.op)]()
             return Unknown("unary operator")
         if isinstance(node, ast.Compare):
-            vals = [self.concrete(ev(node.left), node)] + [self.concrete(ev(c), node) for c in node.comparators]
+            raw = [ev(node.left)] + [ev(c) for c in node.comparators]
+            if all(isinstance(op, (ast.Is, ast.IsNot)) for op in node.ops) and len(raw) == 2 and \
+                    not any(isinstance(v, Unknown) for v in raw):      # (a symbol is an int, never None)
+                return (raw[0] is raw[1]) == isinstance(node.ops[0], ast.Is)
+            vals = [self.concrete(v, node) for v in raw]
             if all(isinstance(v, (int, float, str, bool, type(None))) for v in vals):
                 table = {ast.Eq: o.eq, ast.NotEq: o.ne, ast.Lt: o.lt, ast.LtE: o.le, ast.Gt: o.gt,
                          ast.GtE: o.ge, ast.Is: o.is_, ast.IsNot: o.is_not}
                 return all(table[type(op)](a, b) for op, a, b in zip(node.ops, vals, vals[1:]))
-            if all(isinstance(op, (ast.Is, ast.IsNot)) for op in node.ops) and len(vals) == 2 and \
-                    not isinstance(vals[0], Unknown) and not isinstance(vals[1], Unknown):
-                return (vals[0] is vals[1]) == isinstance(node.ops[0], ast.Is)
             return Unknown("comparison")
         if isinstance(node, ast.BoolOp):
             vals = [self.concrete(ev(v), node) for v in node.values]

@@ -16,6 +16,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[ide,dev]'
+	$(BIN)/pip install -q --no-deps 'mindcv==0.3.0'    # a real model zoo for the tests (tests/vm/test_compat.py)
 	touch $(STAMP)
 
 node: $(NODE_STAMP)

@@ -59,8 +59,9 @@ export function nonce(random: () => number = Math.random): string {
   return s;
 }
 
-const isPos = (p: unknown): boolean => !!p && typeof (p as { line: unknown }).line === 'number' &&
-  typeof (p as { character: unknown }).character === 'number';
+const isIndex = (n: unknown): boolean => Number.isInteger(n) && (n as number) >= 0;
+const isPos = (p: unknown): boolean => !!p && isIndex((p as { line: unknown }).line) &&
+  isIndex((p as { character: unknown }).character);
 export const isRange = (r: unknown): r is LspRange => !!r && isPos((r as LspRange).start) && isPos((r as LspRange).end);
 
 /** Messages from a page are untrusted input: only well-formed ones pass. */

@@ -1,5 +1,7 @@
 // Unit tests of the extension's pure logic.
 import * as assert from 'assert';
+import * as fs from 'fs';
+import * as path from 'path';
 import { cellForLine, colorIndices, heatAlpha, instructionsAtLine, lineColors, linesOf, nonce, parseFromPage,
   programEnv, statusText, statusTooltip, summarize } from '../../extension/src/logic';
 import { pageHtml } from '../../extension/src/html';
@@ -49,6 +51,9 @@ describe('messages from pages are checked', () => {
     assert.strictEqual(parseFromPage({ type: 'reveal', range: { start: 1 } }), null);
     assert.strictEqual(parseFromPage({ type: 'exec', cmd: 'rm' }), null);
     assert.strictEqual(parseFromPage('reveal'), null);
+    const nan = { start: { line: NaN, character: 0 }, end: { line: 1, character: 0 } };
+    assert.strictEqual(parseFromPage({ type: 'reveal', range: nan }), null);
+    assert.strictEqual(parseFromPage({ type: 'reveal', range: { ...nan, start: { line: -1, character: 0 } } }), null);
   });
 });
 
@@ -64,6 +69,15 @@ describe('pages', () => {
     assert.match(html, new RegExp(`<script nonce="${n}" src="vscode-resource:/main.js">`));
     assert.ok(!/unsafe-inline|unsafe-eval|https?:/.test(html));
     assert.match(html, /T &lt;x&gt;/);
+    const odd = pageHtml({ title: '</title><script>x()</script>', script: 'vscode-resource:/a"><script>x()</script>',
+      style: 'vscode-resource:/s.css" onload="x()', nonce: n, cspSource: 'vscode-resource:"><b>', page: 'cache' });
+    assert.strictEqual(odd.match(/<script/g)?.length, 1, 'one script element, the page\'s own');
+    assert.ok(!/<b>|" onload/.test(odd));
+    assert.throws(() => pageHtml({ title: '', script: '', style: '', nonce: `${n}' 'unsafe-inline`, cspSource: '', page: 'cache' }));
+  });
+  it('the page script parses no HTML: it builds the DOM with createElement and text', () => {
+    const src = fs.readFileSync(path.join(__dirname, '..', '..', 'webview', 'main.ts'), 'utf8');
+    assert.ok(!/innerHTML|outerHTML|insertAdjacentHTML|document\.write|createContextualFragment|DOMParser/.test(src));
   });
   it('heat is visible but bounded', () => {
     assert.strictEqual(heatAlpha(0), 0);

@@ -8,6 +8,7 @@ import { pathToFileURL } from 'url';
 import { chromium, type Browser, type Page } from 'playwright-core';
 import { nonce } from '../../extension/src/logic';
 import { pageHtml } from '../../extension/src/html';
+import { at, payload, poison } from './hostile';
 import { BYTECODE, PROFILE, STATS } from './sample';
 
 const ROOT = path.resolve(__dirname, '..', '..');
@@ -39,6 +40,9 @@ describe('panel pages in Chromium', function () {
     page.on('console', (m) => { if (m.type() === 'error') errors.push(m.text()); });
     await page.addInitScript(() => {
       (window as any).__posted = [];
+      (window as any).__pwned = [];
+      (window as any).__violations = [];
+      document.addEventListener('securitypolicyviolation', (e) => (window as any).__violations.push(`${e.violatedDirective} ${e.blockedURI}`));
       (window as any).acquireVsCodeApi = () => ({ postMessage: (m: unknown) => (window as any).__posted.push(m),
         setState: () => undefined, getState: () => undefined });
     });
@@ -46,7 +50,13 @@ describe('panel pages in Chromium', function () {
     await page.waitForFunction(() => (window as any).__posted.some((m: any) => m.type === 'ready'));
     return { page, errors };
   }
-  const send = (page: Page, msg: unknown) => page.evaluate((m) => window.postMessage(m, '*'), msg);
+  // posts a message to the page and resolves once the page has handled it (messages are delivered in order)
+  const send = (page: Page, msg: unknown) => page.evaluate((m) => new Promise<void>((resolve) => {
+    const done = (e: MessageEvent) => { if (e.data === '__sent') { window.removeEventListener('message', done); resolve(); } };
+    window.addEventListener('message', done);
+    window.postMessage(m, '*');
+    window.postMessage('__sent', '*');
+  }), msg);
   const posted = (page: Page) => page.evaluate(() => (window as any).__posted.filter((m: any) => m.type !== 'ready'));
   const shot = async (page: Page, name: string) => {
     fs.mkdirSync(ARTIFACTS, { recursive: true });
@@ -104,5 +114,110 @@ describe('panel pages in Chromium', function () {
     assert.deepStrictEqual(cells.slice(0, 4), ['abc123def4567890', 'FUSED_MATMUL_RELU', '[32,1024]', 'float32']);
     await shot(page, 'panel-cache.png');
     assert.deepStrictEqual(errors, []);
+  });
+
+  // ------------------------------------------------------------ hostile strings
+  // Programs name Cells, files, kernels and cache keys, and send any JSON they like over
+  // telemetry: each field must reach the page as text, never as markup.
+  const TAGS = new Set(['DIV', 'H2', 'H3', 'P', 'SPAN', 'TABLE', 'THEAD', 'TBODY', 'TR', 'TH', 'TD']);
+  const ATTRS = new Set(['class', 'data-offset', 'data-fn', 'data-line', 'tabindex', 'title', 'style']);
+
+  /** What a page made of a hostile message: stray elements and attributes, its text, what ran. */
+  async function inspect(page: Page) {
+    return page.evaluate(() => {
+      const app = document.getElementById('app')!;
+      const stray: string[] = [];
+      for (const e of Array.from(app.querySelectorAll('*'))) {
+        if (!['DIV', 'H2', 'H3', 'P', 'SPAN', 'TABLE', 'THEAD', 'TBODY', 'TR', 'TH', 'TD'].includes(e.tagName)) stray.push(e.tagName);
+        for (const a of Array.from(e.attributes)) stray.push(`${e.tagName}@${a.name}`);
+      }
+      return { stray, text: app.textContent ?? '', pwned: (window as any).__pwned, violations: (window as any).__violations,
+        scripts: document.scripts.length, images: document.images.length };
+    });
+  }
+  function assertInert(r: Awaited<ReturnType<typeof inspect>>, errors: string[]) {
+    const bad = r.stray.filter((s) => { const [tag, attr] = s.split('@'); return !TAGS.has(tag) || (attr && !ATTRS.has(attr)); });
+    assert.deepStrictEqual(bad, [], 'elements or attributes made from program data');
+    assert.strictEqual(r.scripts, 1, 'only the page\'s own script');
+    assert.strictEqual(r.images, 0);
+    assert.deepStrictEqual(r.pwned, []);
+    assert.deepStrictEqual(r.violations, [], 'nothing the CSP had to block');
+    assert.deepStrictEqual(errors, []);
+  }
+  function assertShown(text: string, data: unknown, paths: string[], json: string[] = []) {
+    for (const p of paths) assert.ok(text.includes(payload(p)), `${p} is shown literally`);
+    for (const p of json) assert.ok(text.includes(JSON.stringify(at(data, p))), `${p} is shown literally, as JSON`);
+  }
+
+  it('bytecode: hostile names, operands, types, offsets and ranges stay text', async () => {
+    const { page, errors } = await open('bytecode');
+    const data = poison({ ...BYTECODE, functions: [{ name: 'helper', instructions: [BYTECODE.instructions[0]] }] }) as typeof BYTECODE;
+    const colors = poison([0, 0, 0, 1, 2, 3]);
+    await send(page, { type: 'bytecode', data, uri: payload('uri'), colors });
+    const r = await inspect(page);
+    assertInert(r, errors);
+    assertShown(r.text, data, ['name', 'instructions[0].op', 'instructions[0].argrepr', 'instructions[0].type',
+      'instructions[0].offset', 'instructions[0].stackDepth', 'instructions[2].parts[1].op', 'functions[0].name',
+      'functions[0].instructions[0].op']);
+    assert.strictEqual(await page.locator('tr.ins[data-fn="main"]').count(), 6);
+    assert.strictEqual(await page.locator('h3').first().getAttribute('class'), null);
+    assert.strictEqual(await page.locator('tr.ins').last().getAttribute('data-fn'), payload('functions[0].name'));
+    // a hostile highlight and an error message
+    await send(page, { type: 'highlight', offsets: poison([6, 17]) });
+    await send(page, { type: 'bytecode', data: { ...poison(BYTECODE) as object, error: payload('error') }, uri: 'u', colors: [] });
+    const e = await inspect(page);
+    assertInert(e, errors);
+    assertShown(e.text, {}, ['error']);
+    await page.close();
+  });
+
+  it('heatmap: a hostile profile (script, names, loc, tiers, steps, compiles) stays text', async () => {
+    const { page, errors } = await open('heatmap');
+    // the strings and the locs, numbers elsewhere
+    const locs = { ...PROFILE, codes: PROFILE.codes.map((c) => ({ ...c, name: payload('name'), file: payload('file'),
+      instructions: c.instructions.map((i, k) => ({ ...i, op: payload(`op${k}`), loc: poison(i.loc, `loc${k}`) })) })) };
+    await send(page, { type: 'heatmap', profile: locs });
+    const l = await inspect(page);
+    assertInert(l, errors);
+    assertShown(l.text, locs, ['name', 'op0', 'op1', 'loc1[0]']);
+    // every leaf
+    const profile = poison(PROFILE);
+    await send(page, { type: 'heatmap', profile });
+    const r = await inspect(page);
+    assertInert(r, errors);
+    assertShown(r.text, profile, ['script', 'wall_ms', 'codes[0].name', 'codes[0].calls', 'codes[0].instructions[1].op',
+      'codes[0].instructions[1].offset', 'codes[0].instructions[1].loc[0]', 'codes[0].instructions[1].compile_ms',
+      'codes[0].instructions[1].exec_ns', 'codes[0].instructions[1].tiers[0].level', 'codes[0].instructions[1].tiers[0].t_ms',
+      'steps_total.Step1 Parse', 'compiles[0].code', 'compiles[0].op', 'compiles[0].offset', 'compiles[0].level',
+      'compiles[0].dtype', 'compiles[0].source', 'compiles[0].ms'], ['compiles[0].shape']);
+    // a step's name is a key, not a leaf: a hostile one is text too
+    await send(page, { type: 'heatmap', profile: { ...PROFILE, steps_total: { [payload('step')]: 1 } } });
+    const s = await inspect(page);
+    assertInert(s, errors);
+    assertShown(s.text, {}, ['step']);
+    // records of the wrong types are skipped or shown as text, never a broken page
+    await send(page, { type: 'heatmap', profile: { ...PROFILE, codes: [null, 7, { name: 1, calls: 0, instructions: [null,
+      { op: 2, loc: 'x', tiers: [null, 'L9'], parts: 3 }] }], compiles: 'x', steps_total: null, cache: 'x' } });
+    assert.strictEqual(await page.locator('tr.hrow').count(), 1);
+    assert.deepStrictEqual(errors, []);
+    // a click on a row whose loc is not numbers reveals nothing
+    await send(page, { type: 'heatmap', profile });
+    await page.locator('tr.hrow').first().click();
+    assert.deepStrictEqual(await posted(page), []);
+    await page.close();
+  });
+
+  it('cache: hostile telemetry statistics and keys stay text', async () => {
+    const { page, errors } = await open('cache');
+    const stats = poison({ ...STATS, script: '/w/x.py', recent: [{ ...STATS.recent[0], level: 2 }] });
+    await send(page, { type: 'cache', stats });
+    const r = await inspect(page);
+    assertInert(r, errors);
+    assertShown(r.text, stats, ['hits', 'misses', 'compiles', 'disk_loads', 'script', 'recent[0].key', 'recent[0].op',
+      'recent[0].dtype', 'recent[0].source', 'recent[0].level'], ['recent[0].shape']);
+    await send(page, { type: 'cache', stats: { hits: 1, recent: [null, 'k', { key: 3 }] } });
+    assert.strictEqual(await page.locator('table.cache tbody tr').count(), 1);
+    assert.deepStrictEqual(errors, []);
+    await page.close();
   });
 });

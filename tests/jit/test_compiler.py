@@ -16,6 +16,7 @@ from msvm.compiler import entry, tiers
 from msvm.compiler.cache import KernelCache, make_key
 from msvm.compiler.kir import Elementwise
 from paths import EXAMPLES, ROOT
+from special_values import assert_numpy_equal, sprinkle
 
 
 class Block(nn.Cell):
@@ -92,8 +93,8 @@ def test_fusion_on_and_off_agree(level):
     np.testing.assert_allclose(outs[0], bert_layer.numpy_reference(bert_layer.layer, x), rtol=1e-5, atol=2e-5)
 
 
-UNARY = ["RELU", "NEG", "ABS", "TANH", "SIGMOID", "EXP", "GELU", "GELU_TANH", "ERF"]
-BINARY = ["BROADCAST_ADD", "BROADCAST_SUB", "BROADCAST_MUL", "BROADCAST_MAX", "BROADCAST_MIN"]
+UNARY = ["RELU", "NEG", "ABS", "TANH", "SIGMOID", "EXP", "GELU", "GELU_TANH", "ERF", "SQRT", "LOG", "RECIPROCAL"]
+BINARY = ["BROADCAST_ADD", "BROADCAST_SUB", "BROADCAST_MUL", "BROADCAST_MAX", "BROADCAST_MIN", "BROADCAST_DIV"]
 
 
 def programs():
@@ -104,18 +105,22 @@ def programs():
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(prog=programs(), n0=st.integers(1, 4), n1=st.integers(1, 19), seed=st.integers(0, 1000),
-       bshape=st.sampled_from(["full", "row", "col", "scalar"]))
-def test_random_fused_programs_l1_l2_l3_agree(prog, n0, n1, seed, bshape):
-    """One FUSED_ELEMENTWISE site run at L1 (numpy reference), L2 and L3 on the same inputs."""
+@given(prog=programs(), n0=st.integers(0, 4), n1=st.integers(1, 19), seed=st.integers(0, 1000),
+       bshape=st.sampled_from(["full", "row", "col", "scalar", "0-d"]), share=st.sampled_from([0.0, 0.2, 0.5]))
+def test_random_fused_programs_l1_l2_l3_agree(prog, n0, n1, seed, bshape, share):
+    """One FUSED_ELEMENTWISE site run at L1 (numpy reference), L2 and L3 on the same inputs, with
+    NaN, ±inf, ±0.0, subnormals and huge values among them (``share``), empty ones (n0 = 0) and a
+    0-d one: NaN, inf and the signs of zeros where numpy has them."""
     from msvm.interp.kernels import run_program
 
     prog = tuple(prog)
     rng = np.random.default_rng(seed)
-    x = rng.standard_normal((n0, n1)).astype(np.float32)
-    other = {"full": (n0, n1), "row": (n1,), "col": (n0, 1), "scalar": ()}[bshape]
-    y = rng.standard_normal(other).astype(np.float32) if other else 0.75
-    z = rng.standard_normal((n0, n1)).astype(np.float32)
+    x = sprinkle(rng, rng.standard_normal((n0, n1)).astype(np.float32), share)
+    other = {"full": (n0, n1), "row": (n1,), "col": (n0, 1), "scalar": (), "0-d": ()}[bshape]
+    y = sprinkle(rng, rng.standard_normal(other).astype(np.float32), share) if other else 0.75
+    if bshape == "0-d":
+        y = sprinkle(rng, np.asarray(rng.standard_normal(), np.float32), share)
+    z = sprinkle(rng, rng.standard_normal((n0, n1)).astype(np.float32), share)
     used = sorted({n[1] for n in prog if n[0] == "in"})       # a fused program reads every input it has
     if not any(k != 1 or other for k in used):
         return
@@ -142,19 +147,20 @@ def test_random_fused_programs_l1_l2_l3_agree(prog, n0, n1, seed, bshape):
                 np.testing.assert_array_equal(nat[0](*inputs, nat[1](nat[2], nat[3])), outs[3])
     for lvl, out in outs.items():
         assert out.shape == ref.shape and out.dtype == ref.dtype
-        np.testing.assert_allclose(out, ref, rtol=2e-5, atol=2e-5, err_msg=f"L{lvl} {prog}")
+        assert_numpy_equal(out, ref, rtol=2e-5, atol=2e-5, msg=f"L{lvl} {prog}")
 
 
-SHAPE_POOL = [(2, 6), (3, 4), (4, 3), (1, 12), (6, 2), (3, 5), (2, 64), (1, 128), (5, 3), (1, 1)]
+SHAPE_POOL = [(2, 6), (3, 4), (4, 3), (1, 12), (6, 2), (3, 5), (2, 64), (1, 128), (5, 3), (1, 1), (0, 5), (3, 0)]
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(prog=programs(), shapes=st.lists(st.sampled_from(SHAPE_POOL), min_size=3, max_size=9),
-       seed=st.integers(0, 1000), row=st.booleans())
-def test_random_programs_over_a_stream_of_shapes(prog, shapes, seed, row):
+       seed=st.integers(0, 1000), row=st.booleans(), share=st.sampled_from([0.0, 0.3]), strided=st.booleans())
+def test_random_programs_over_a_stream_of_shapes(prog, shapes, seed, row, share, strided):
     """One site called through the tier manager (auto, L3 after one call) with a stream of
-    shapes, some repeated and several with the same element count: every result is numpy's,
-    with its own shape, whichever tier runs it."""
+    shapes, some repeated, several with the same element count, some empty, with special
+    values (``share``) and strided inputs: every result is numpy's, with its own shape,
+    whichever tier runs it."""
     from msvm.interp.kernels import run_program
 
     prog = tuple(prog)
@@ -166,9 +172,13 @@ def test_random_programs_over_a_stream_of_shapes(prog, shapes, seed, row):
     try:
         site = None
         for n0, n1 in shapes:
-            inputs = [rng.standard_normal((n0, n1)).astype(np.float32) for _ in range(k)]
+            inputs = [sprinkle(rng, rng.standard_normal((n0, n1)).astype(np.float32), share) for _ in range(k)]
             if row and k > 1:           # the last input broadcast along rows
-                inputs[-1] = rng.standard_normal(n1).astype(np.float32)
+                inputs[-1] = sprinkle(rng, rng.standard_normal(n1).astype(np.float32), share)
+            if strided and k:           # the first input every other column of a wider array
+                wide = np.zeros((n0, 2 * n1), np.float32)
+                wide[:, ::2] = inputs[0]
+                inputs[0] = wide[:, ::2]
             with np.errstate(all="ignore"):
                 ref = np.asarray(run_program(prog, inputs))
             if ref.ndim == 0:
@@ -177,7 +187,7 @@ def test_random_programs_over_a_stream_of_shapes(prog, shapes, seed, row):
             with np.errstate(all="ignore"):
                 out = site(inputs, lambda *a: np.asarray(run_program(prog, list(a))), None)
             assert out.shape == ref.shape, (prog, (n0, n1), out.shape)
-            np.testing.assert_allclose(out, ref, rtol=2e-5, atol=2e-5, err_msg=f"{prog} at {(n0, n1)}")
+            assert_numpy_equal(out, ref, rtol=2e-5, atol=2e-5, msg=f"{prog} at {(n0, n1)}")
             tiers.wait_for_compiles()
     finally:
         ms.set_context(jit_config={"l3_after": 5})
@@ -427,7 +437,7 @@ def test_exit_with_compiles_queued_is_clean(tmp_path):
     assert "exiting" in r.stdout and "Traceback" not in r.stderr and "Exception" not in r.stderr
     files = [p for p in cache.rglob("*") if p.is_file()]
     assert not [p for p in files if p.name.startswith(".tmp-")], "a half-written kernel was left behind"
-    assert all(p.suffix == ".o" for p in files), files
+    assert all(p.suffix == ".o" or p.name == ".msvm-key" for p in files), files
     # whatever was written loads back in a fresh process (checksums verified on load)
     check = subprocess.run([sys.executable, "-c", "from msvm.compiler.cache import KernelCache\n"
                             "c = KernelCache()\n"

@@ -7,7 +7,7 @@ Cells' ``construct`` methods and ``@ms.jit`` functions compile to tensor bytecod
 with symbolic shapes, are verified before they run, and run in the interpreter.
 """
 
-from . import bytecode, events, nn, ops
+from . import bytecode, common, events, nn, ops
 from .context import GRAPH_MODE, PYNATIVE_MODE, get_context, set_context
 from .dtype import (
                     bool_,
@@ -39,6 +39,13 @@ def _start_telemetry():
     telemetry.start_from_env()
 
 
+def as_mindspore() -> None:
+    """Make ``import mindspore`` (and ``mindspore.*``) resolve to msvm in this process (see msvm.compat)."""
+    from .compat import as_mindspore as _as_mindspore
+
+    _as_mindspore()
+
+
 def cache_stats() -> dict:
     """Kernel cache statistics: hits, misses, hit_rate, compiles, disk_loads, recent (last 10 keys)."""
     from .compiler.tiers import stats
@@ -47,8 +54,8 @@ def cache_stats() -> dict:
 
 
 __all__ = ["GRAPH_MODE", "PYNATIVE_MODE", "BytecodeError", "ExecutionError", "FrontendError", "MsvmError",
-           "Parameter", "ShapeMismatch", "cache_stats", "Tensor", "VerifyError", "bool_", "bytecode", "double", "events",
-           "float16", "float32", "float64", "float_", "get_context", "half", "int8", "int16", "int32", "int64",
-           "int_", "jit", "nn", "ops", "set_context", "set_trace", "single", "uint8"]
+           "Parameter", "ShapeMismatch", "Tensor", "VerifyError", "as_mindspore", "bool_", "bytecode", "cache_stats",
+           "common", "double", "events", "float16", "float32", "float64", "float_", "get_context", "half", "int8",
+           "int16", "int32", "int64", "int_", "jit", "nn", "ops", "set_context", "set_trace", "single", "uint8"]
 
 _start_telemetry()

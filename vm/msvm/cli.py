@@ -28,6 +28,8 @@ def _parser():
     r = sub.add_parser("run", help="run a Python script with msvm (its Cells run as bytecode)")
     r.add_argument("--log-level", default=None, help="DEBUG shows every [MS] line (or set MSVM_LOG)")
     r.add_argument("--dump", action="store_true", help="print each Cell's bytecode when it is compiled")
+    r.add_argument("--mindspore", action="store_true",
+                   help="run MindSpore code unchanged: `import mindspore` resolves to msvm (or MSVM_AS_MINDSPORE=1)")
     r.add_argument("script")
     r.add_argument("args", nargs=argparse.REMAINDER)
 
@@ -51,6 +53,7 @@ def _parser():
     pr.add_argument("--html", help="write a self-contained HTML report here")
     pr.add_argument("--json", help="write the profile as JSON here (the editor's heatmap reads it)")
     pr.add_argument("--no-exec-times", action="store_true", help="do not time each instruction")
+    pr.add_argument("--mindspore", action="store_true", help="`import mindspore` resolves to msvm")
     pr.add_argument("script")
     pr.add_argument("args", nargs=argparse.REMAINDER)
 
@@ -82,6 +85,9 @@ def _leading_run_options(args):
         elif rest[0] == "--dump" and hasattr(args, "dump"):
             args.dump = True
             rest.pop(0)
+        elif rest[0] == "--mindspore":
+            args.mindspore = True
+            rest.pop(0)
         elif rest[0] == "--log-level" and len(rest) > 1:
             args.log_level = rest[1]
             del rest[:2]
@@ -110,6 +116,10 @@ def _configure_run(args):
         os.environ["MSVM_DUMP_BYTECODE"] = "1"
         from . import context
         context.set_context(jit_config={"dump_bytecode": True})
+    if getattr(args, "mindspore", False) or os.environ.get("MSVM_AS_MINDSPORE", "") not in ("", "0"):
+        os.environ["MSVM_AS_MINDSPORE"] = "1"          # the script's own child processes too
+        from .compat import as_mindspore
+        as_mindspore()
 
 
 def _run_script(args):
@@ -277,11 +287,14 @@ def cmd_cache(args) -> int:
     if args.action == "clear":
         n = cache.clear_disk()
         print(f"removed {n} kernel(s) from {cache.dir}")
+        if cache.refused:
+            print(f"not used: {cache.refused}")
         return 0
     entries = cache.disk_entries()
-    size = sum(os.path.getsize(os.path.join(cache.dir, e)) for e in entries)
     print(f"directory: {cache.dir}")
-    print(f"kernels:   {len(entries)} ({size / 1024:.1f} KiB)")
+    if cache.refused:
+        print(f"not used:  {cache.refused}")
+    print(f"kernels:   {len(entries)} ({cache.disk_bytes() / 1024:.1f} KiB)")
     print("hits/misses are counted per process: see ms.cache_stats() or msvm profile")
     return 0
 

@@ -16,10 +16,11 @@ import numpy as np
 class DType:
     """One tensor element type. Compare with ``is`` or ``==``; hashable."""
 
-    __slots__ = ("name", "np", "kind", "code")
+    __slots__ = ("name", "np", "kind", "code", "ms_name")
 
-    def __init__(self, name: str, np_dtype, kind: str, code: int):
-        self.name = name
+    def __init__(self, name: str, np_dtype, kind: str, code: int, ms_name: str):
+        self.name = name            # numpy's spelling: what dumps, JSON and kernel keys use
+        self.ms_name = ms_name      # MindSpore's spelling: what str() and repr() give ('Float32')
         self.np = np.dtype(np_dtype)
         self.kind = kind  # 'f' float, 'i' signed int, 'u' unsigned, 'b' bool
         self.code = code  # stable number used by the binary format
@@ -33,7 +34,7 @@ class DType:
         return self.kind == "f"
 
     def __repr__(self):
-        return self.name
+        return self.ms_name
 
     __str__ = __repr__
 
@@ -41,19 +42,20 @@ class DType:
         return (by_name, (self.name,))
 
 
-float16 = DType("float16", np.float16, "f", 1)
-float32 = DType("float32", np.float32, "f", 2)
-float64 = DType("float64", np.float64, "f", 3)
-int8 = DType("int8", np.int8, "i", 4)
-int16 = DType("int16", np.int16, "i", 5)
-int32 = DType("int32", np.int32, "i", 6)
-int64 = DType("int64", np.int64, "i", 7)
-uint8 = DType("uint8", np.uint8, "u", 8)
-bool_ = DType("bool", np.bool_, "b", 9)
+float16 = DType("float16", np.float16, "f", 1, "Float16")
+float32 = DType("float32", np.float32, "f", 2, "Float32")
+float64 = DType("float64", np.float64, "f", 3, "Float64")
+int8 = DType("int8", np.int8, "i", 4, "Int8")
+int16 = DType("int16", np.int16, "i", 5, "Int16")
+int32 = DType("int32", np.int32, "i", 6, "Int32")
+int64 = DType("int64", np.int64, "i", 7, "Int64")
+uint8 = DType("uint8", np.uint8, "u", 8, "UInt8")
+bool_ = DType("bool", np.bool_, "b", 9, "Bool")
 
 ALL = (float16, float32, float64, int8, int16, int32, int64, uint8, bool_)
 _BY_NAME = {d.name: d for d in ALL}
 _BY_NAME["bool_"] = bool_
+_BY_NAME.update({d.ms_name: d for d in ALL})     # str(ms.float32) == 'Float32' reads back
 _BY_CODE = {d.code: d for d in ALL}
 _BY_NP = {d.np: d for d in ALL}
 

@@ -32,6 +32,10 @@ class FrontendError(SourceError):
     """Python in construct/jit that msvm cannot compile."""
 
 
+class ArgumentError(FrontendError, TypeError):
+    """A call's argument cannot be compiled with (names the Cell or function and the parameter)."""
+
+
 class VerifyError(SourceError):
     """The verifier rejected the bytecode: a shape, dtype or stack error."""
 

@@ -10,6 +10,7 @@ the same bytecode); other Python values are baked into the code.
 from __future__ import annotations
 
 import inspect
+import re
 import time
 
 import numpy as np
@@ -17,9 +18,19 @@ import numpy as np
 from . import context, events, log
 from . import dtype as dt
 from .bytecode.disasm import display_name, dump, to_json
-from .errors import MsvmError, ShapeMismatch
+from .errors import ArgumentError, FrontendError, MsvmError, ShapeMismatch
 from .frontend.argspec import arg_spec
-from .frontend.compiler import cell_getattr, compile_cell_for, compile_function, construct_params, source_of
+from .frontend.compiler import (
+    bind_arguments,
+    cell_getattr,
+    compile_cell_for,
+    compile_function,
+    construct_params,
+    expand_params,
+    signature_params,
+    source_of,
+    vararg_index,
+)
 from .interp import replay
 from .interp.interpreter import BoundCode
 from .interp.replay import FALLBACK
@@ -83,9 +94,10 @@ class Variant:
 
     __slots__ = ("code", "bound", "runtime_idx", "partial", "flags", "runs", "link", "source")
 
-    def __init__(self, code, bound, runtime_idx, source=None, link=None):
+    def __init__(self, code, bound, runtime_idx, nargs: int, source=None, link=None):
         self.code, self.bound, self.runtime_idx = code, bound, runtime_idx
-        self.partial = runtime_idx != list(range(len(code.params))) or len(runtime_idx) != len(code.params)
+        # some of the call's ``nargs`` arguments are baked in (None, str, ...): only the others run
+        self.partial = runtime_idx != list(range(nargs))
         self.flags, self.runs, self.link, self.source = None, {}, link, source
         if source is not None and link is not None and context.jit_option("enable_fusion"):
             from .compiler.specialize import flag_params
@@ -211,9 +223,14 @@ def _observed_call(var, bound, rt, env):
 
 class _Runner:
     """What Cells and jit functions share: arguments to values, the call memo, the call.
-    Subclasses set ``n``, ``names``, ``params``, ``variants``, ``memo`` and define ``resolve``."""
+    Subclasses set ``n``, ``names``, ``params``, ``label``, ``variants``, ``memo`` and define ``resolve``."""
+
+    vararg = None       # the index of a *args parameter (then ``n`` is -1: no call has the plain count)
 
     def values(self, args, kwargs):
+        if self.vararg is not None:
+            return args if not kwargs and len(args) >= self.vararg else bind_arguments(
+                self.params, args, dict(kwargs), self.label)
         if not kwargs and len(args) == self.n:
             return args
         if len(args) + len(kwargs) == self.n:      # the rest by keyword, all given
@@ -225,19 +242,32 @@ class _Runner:
                 return vals
             except KeyError:
                 pass
-        if len(args) > self.n:
-            raise TypeError(f"{type(self.cell).__name__}.construct takes {self.n} arguments, got {len(args)}")
-        vals = list(args)
-        for name, default in self.params[len(args):]:
-            if name in kwargs:
-                vals.append(kwargs.pop(name))
-            elif default is not inspect.Parameter.empty:
-                vals.append(default)
-            else:
-                raise TypeError(f"{type(self.cell).__name__}.construct() missing argument '{name}'")
-        if kwargs:
-            raise TypeError(f"{type(self.cell).__name__}.construct() got unexpected arguments {sorted(kwargs)}")
-        return vals
+        return bind_arguments(self.params, args, kwargs, self.label)
+
+    def check_flags(self, vals) -> None:
+        """A parameter whose default is a bool takes a bool (or 0/1, the same flag); anything else
+        is a TypeError that names the parameter. Asked when a call's signature is not in the memo."""
+        for k in self.flag_idx:
+            v = vals[k]
+            if isinstance(v, (bool, np.bool_)) or (isinstance(v, (int, np.integer)) and v in (0, 1)):
+                continue
+            name, default = self.params[k]
+            raise TypeError(f"{self.label}: argument '{name}' is a bool flag (its default is {default}), got "
+                            f"{type(v).__name__} {_short(v)}; pass True or False (0 and 1 are taken as False and "
+                            "True)")
+
+    def compile_error(self, e: FrontendError, specs, vals) -> Exception:
+        """A compile error that comes from an argument baked in as a constant (None, a str, a list
+        where a tensor is used) as a TypeError naming the parameter; any other stays as it is."""
+        baked = [(name, v) for (name, _), s, v in zip(self.params, specs, vals) if s.kind == "const"]
+        blamed = [(name, v) for name, v in baked if re.search(rf"\b{re.escape(type(v).__name__)}\b", e.message)
+                  or (v is not None and _short(v) in e.message)]
+        if not blamed:
+            return e
+        what = ", ".join(f"'{name}' = {_short(v)} ({type(v).__name__})" for name, v in blamed)
+        return ArgumentError(f"{self.label}: argument {what}, baked into the bytecode as a constant, cannot be used "
+                             f"here: {e.message}; pass a Tensor (or a value this code accepts)",
+                             e.filename, e.line, e.col, e.end_line, e.end_col)
 
     shapes_seen = 0     # PARAMETER_SHAPES when the variants were compiled
     guard = None        # (guard, its "no" answer, memo entry): the last signature that ran its replay
@@ -285,6 +315,9 @@ class _Runner:
             elif t is float:
                 sig.append(t)
                 rt.append(v)
+            elif v is None:         # an omitted optional argument (m=None): baked in, left out of rt below
+                sig.append(None)
+                rt.append(None)
             else:
                 sig = None
                 break
@@ -296,8 +329,8 @@ class _Runner:
                 rt = [rt[i] for i in var.runtime_idx]
             if rp and not _SLOW and _JIT["jit_level"] != "L1":
                 out = rp(*rt)           # the straight-line replay of this signature's path
-                if out is not FALLBACK and (g is None or g[2] is not hit):
-                    self.aim(hit, vals, out)
+                if out is not FALLBACK and (g is None or g[2] is not hit) and self.vararg is None:
+                    self.aim(hit, vals, out)     # (a guard takes a fixed count of values: none for *args)
             elif rp is None:
                 hit[4] += 1
                 if hit[4] >= REPLAY_AFTER:
@@ -343,6 +376,11 @@ class _Runner:
 
     def aimed(self, guard) -> None:
         """The guard changed (None: dropped); a Cell's runner tells the Cell (``Cell.__call__``)."""
+
+
+def _short(v) -> str:
+    r = repr(v)
+    return r if len(r) <= 40 else r[:37] + "..."
 
 
 def _tensor_slots():
@@ -409,9 +447,12 @@ class CellRunner(_Runner):
         self.variants: dict = {}
         self.memo: dict = {}     # exact call signature -> (Variant, BoundCode, symbol bindings)
         self.params = construct_params(cell)
-        self.n = len(self.params)
+        self.vararg = vararg_index(self.params)
+        self.n = len(self.params) if self.vararg is None else -1
         self.defaults = [d for _, d in self.params]
         self.names = [n for n, _ in self.params]
+        self.flag_idx = [k for k, (_, d) in enumerate(self.params) if type(d) is bool]
+        self.label = f"{type(cell).__name__}.construct()"
 
     def aimed(self, guard) -> None:
         fast = None if guard is None else (guard[0], guard[1], self.shapes_seen)
@@ -428,26 +469,32 @@ class CellRunner(_Runner):
                         for k, v in enumerate(vals))
         var = self.variants.get(key)
         if var is None:
+            self.check_flags(vals)
             var = self.variants[key] = self.compile(vals)
+        elif self.flag_idx:
+            self.check_flags(vals)
         rt = [_runtime_value(vals[i]) for i in var.runtime_idx] if var.partial else [_runtime_value(v) for v in vals]
         return var, (var.bound if var.flags is None else var.bound_for(rt)), rt
 
     def specs(self, vals):
         declared = getattr(self.cell, "_msvm_inputs", None)
         specs = []
-        for k, ((name, _), v) in enumerate(zip(self.params, vals)):
+        for k, ((name, _), v) in enumerate(zip(expand_params(self.params, len(vals)), vals)):
             dec = declared[k] if declared is not None and k < len(declared) else None
-            specs.append(arg_spec(name, v, dec if isinstance(dec, Tensor) else None))
+            specs.append(arg_spec(name, v, dec if isinstance(dec, Tensor) else None, k in self.flag_idx))
         return specs
 
     def compile(self, vals):
         t0 = time.perf_counter()
         specs = self.specs(vals)
-        code = compile_cell_for(self.cell, specs, generation=PARAMETER_SHAPES[0])
+        try:
+            code = compile_cell_for(self.cell, specs, generation=PARAMETER_SHAPES[0])
+        except FrontendError as e:
+            raise self.compile_error(e, specs, vals) from None
         run = optimize(code)
         _announce(code, run, len(self.variants) + 1, (time.perf_counter() - t0) * 1e3, None)
         bound = link_cell(run, self.cell, accelerator())
-        return Variant(run, bound, [k for k, s in enumerate(specs) if s.kind != "const"], code,
+        return Variant(run, bound, [k for k, s in enumerate(specs) if s.kind != "const"], len(specs), code,
                        lambda c: link_cell(c, self.cell, accelerator()))
 
 
@@ -459,9 +506,12 @@ class JitRunner(_Runner):
         self.owner = owner          # the JitFunction, whose __call__ calls the guard itself
         self.opts = dict(jit_config or {})
         sig = inspect.signature(fn)
-        self.params = [(p.name, p.default) for p in sig.parameters.values()]
-        self.n = len(self.params)
+        self.params = signature_params(sig)
+        self.vararg = vararg_index(self.params)
+        self.n = len(self.params) if self.vararg is None else -1
         self.names = [n for n, _ in self.params]
+        self.flag_idx = [k for k, (_, d) in enumerate(self.params) if type(d) is bool]
+        self.label = f"{getattr(fn, '__qualname__', fn)}()"
         self.variants: dict = {}
         self.memo: dict = {}
         self.src = None
@@ -475,12 +525,18 @@ class JitRunner(_Runner):
     def resolve(self, vals):
         key = tuple(_key_of(v) for v in vals)
         var = self.variants.get(key)
+        if self.flag_idx:
+            self.check_flags(vals)
         if var is None:
             t0 = time.perf_counter()
-            specs = [arg_spec(name, v) for (name, _), v in zip(self.params, vals)]
-            code = compile_function(source_of(self.fn), specs, name=self.fn.__qualname__)
+            specs = [arg_spec(name, v, None, k in self.flag_idx)
+                     for k, ((name, _), v) in enumerate(zip(expand_params(self.params, len(vals)), vals))]
+            try:
+                code = compile_function(source_of(self.fn), specs, name=self.fn.__qualname__)
+            except FrontendError as e:
+                raise self.compile_error(e, specs, vals) from None
             run = optimize(code)
             _announce(code, run, len(self.variants) + 1, (time.perf_counter() - t0) * 1e3, self.opts)
             bound = BoundCode(run, None, {}, None, accelerator())
-            var = self.variants[key] = Variant(run, bound, [k for k, s in enumerate(specs) if s.kind != "const"])
+            var = self.variants[key] = Variant(run, bound, [k for k, s in enumerate(specs) if s.kind != "const"], len(specs))
         return var, var.bound, [_runtime_value(vals[i]) for i in var.runtime_idx]

@@ -19,7 +19,6 @@ columns 0-based, as in the bytecode.
 from __future__ import annotations
 
 import collections
-import html
 import json
 import threading
 import time
@@ -141,18 +140,8 @@ def _plain(v):
 
 # ---------------------------------------------------------------- the HTML report
 
-def _asset(name: str) -> str:
-    from importlib.resources import files
-
-    return files("msvm.report").joinpath(name).read_text(encoding="utf-8")
-
-
 def render_html(report: dict) -> str:
-    """One self-contained page: the data inline, no network."""
-    data = json.dumps(report).replace("</", "<\\/")
-    title = html.escape(f"msvm profile: {report.get('script', '')}")
-    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{title}</title>"
-            f"<meta http-equiv='Content-Security-Policy' content=\"default-src 'none'; style-src 'unsafe-inline'; "
-            f"script-src 'unsafe-inline'\"><style>{_asset('profile.css')}</style></head><body><h1>{title}</h1>"
-            f"<div id='report'></div><script type='application/json' id='profile-data'>{data}</script>"
-            f"<script>{_asset('profile.js')}</script></body></html>")
+    """One self-contained page: every value escaped, no script, no network (see msvm.report.page)."""
+    from .report.page import render
+
+    return render(report)

@@ -237,6 +237,14 @@ def _specs_for(params, node: ast.FunctionDef, declared, calls, module, skip_self
             specs.append(_arg_var(pname, a, node, getattr(v, "dtype", None) if isinstance(v, UnknownData) else None))
             continue
         specs.append(_value_spec(pname, v))
+    star = node.args.vararg
+    if star is not None:      # *inputs: as many as set_inputs declares or the first call passes
+        n = max(len(call_args), len(declared) if declared is not None else 0)
+        for k in range(len(args), n):
+            v = declared[k] if declared is not None and k < len(declared) else call_args[k]
+            v = to_msvm(v)
+            name = f"{star.arg}_{k - len(args)}"
+            specs.append(_arg_var(name, star, node) if isinstance(v, (Unknown, UnknownData)) else _value_spec(name, v))
     return specs
 
 

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from . import dtype as dt
 from .bytecode.symbolic import Expr
 from .errors import FrontendError
-from .frontend.compiler import FunctionSource
+from .frontend.compiler import FunctionSource, signature_params
 from .nn.cell import Cell
 from .static_values import (
     BUILTIN_FNS,
@@ -102,8 +102,8 @@ class StaticFunction:
     def source(self) -> FunctionSource:
         return FunctionSource(self.node, self.module.filename, 0, 0, self.module.env, {}, self.node.name)
 
-    def signature(self, skip_self=False):
-        return _signature(self.node, self.module, skip_self)
+    def signature(self, skip_self=False, kwonly=False):
+        return _signature(self.node, self.module, skip_self, kwonly)
 
     def __msvm_inline__(self):
         return self.source(), None, self.signature()
@@ -119,7 +119,9 @@ class StaticBoundMethod:
         return src, self.obj, self.fn.signature()
 
 
-def _signature(node: ast.FunctionDef, module, skip_self=False) -> inspect.Signature:
+def _signature(node: ast.FunctionDef, module, skip_self=False, kwonly=False) -> inspect.Signature:
+    """The positional parameters (as the frontend compiles them); ``kwonly``: keyword-only ones too
+    (to bind a call the evaluator makes)."""
     a = node.args
     params = []
     pos = a.posonlyargs + a.args
@@ -129,7 +131,7 @@ def _signature(node: ast.FunctionDef, module, skip_self=False) -> inspect.Signat
             continue
         default = inspect.Parameter.empty if d is None else module.eval(d, module.env)
         params.append(inspect.Parameter(arg.arg, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=default))
-    for arg, d in zip(a.kwonlyargs, a.kw_defaults):
+    for arg, d in zip(a.kwonlyargs if kwonly else [], a.kw_defaults):
         default = inspect.Parameter.empty if d is None else module.eval(d, module.env)
         params.append(inspect.Parameter(arg.arg, inspect.Parameter.KEYWORD_ONLY, default=default))
     return inspect.Signature(params)
@@ -225,8 +227,7 @@ class StaticCell(Cell):
 
     def __msvm_construct_params__(self):
         m = self._static_class.find_method("construct")
-        sig = m.signature(skip_self=True)
-        return [(p.name, p.default) for p in sig.parameters.values()]
+        return signature_params(m.signature(skip_self=True))
 
 
 class _Self:
@@ -742,7 +743,7 @@ class StaticModule:
         if self.depth >= self.budget.depth:
             return Unknown(f"calls nested deeper than {self.budget.depth}")
         try:
-            ba = fn.signature().bind(*args, **kwargs)
+            ba = fn.signature(kwonly=True).bind(*args, **kwargs)
             ba.apply_defaults()
         except TypeError:
             return Unknown(f"a call of {fn.name} that does not match its signature")
@@ -766,7 +767,7 @@ class StaticModule:
             if f.jit or f.calls or f.name.startswith("_"):
                 continue
             args = {}
-            for p in f.signature().parameters.values():
+            for p in f.signature(kwonly=True).parameters.values():
                 args[p.name] = p.default if p.default is not inspect.Parameter.empty else SymInt.named(p.name)
             self.slice(f"{f.name}()")
             notes, built = len(self.notes), self.cells_built
@@ -826,7 +827,7 @@ class StaticModule:
             cls.instances.append(obj)
             return obj
         params = {}
-        sig = list(init.signature().parameters.values())
+        sig = list(init.signature(kwonly=True).parameters.values())
         args = list(args)
         kwargs = dict(kwargs)
         for i, p in enumerate(sig):

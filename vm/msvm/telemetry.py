@@ -9,7 +9,8 @@ JSON messages:
     {"type": "stats", "stats": {...}}      ms.cache_stats(), at most every 0.25 s when it changed
     {"type": "profile", "profile": {...}}  the profile (msvm.profile) when the program exits
 
-A telemetry problem never breaks the program: a failed connect or send turns it off.
+A telemetry problem never breaks the program: a failed connect or send turns it off, and
+a message longer than ``LINE_LIMIT`` (which the server would skip) is not sent.
 Per-instruction execution times are collected only with ``MSVM_PROFILE=1``.
 """
 
@@ -26,6 +27,7 @@ from . import events
 
 PROTOCOL = 1
 PERIOD_S = 0.25
+LINE_LIMIT = 4 * 1024 * 1024     # the longest line the server reads; a profile is one line (tens of kB for a BERT layer)
 _active = None
 
 
@@ -72,8 +74,15 @@ class Telemetry:
     def _send(self, msg: dict) -> None:
         if self.closed:
             return
+        line = (json.dumps(msg, default=str) + "\n").encode()
+        if len(line) > LINE_LIMIT:
+            from . import log
+
+            log.logger.warning("telemetry: a %s message of %d bytes is over the %d-byte line limit; not sent",
+                               msg.get("type"), len(line), LINE_LIMIT)
+            return
         try:
-            self.sock.sendall((json.dumps(msg, default=str) + "\n").encode())
+            self.sock.sendall(line)
         except OSError:
             self.closed = True
 

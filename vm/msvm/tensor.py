@@ -27,6 +27,8 @@ class TensorMethods:
     def __rmul__(self, o): return _ops().mul(o, self)
     def __truediv__(self, o): return _ops().div(self, o)
     def __rtruediv__(self, o): return _ops().div(o, self)
+    def __floordiv__(self, o): return _ops().floor_divide(self, o)
+    def __rfloordiv__(self, o): return _ops().floor_divide(o, self)
     def __pow__(self, o): return _ops().pow(self, o)
     def __rpow__(self, o): return _ops().pow(o, self)
     def __matmul__(self, o): return _ops().matmul(self, o)
@@ -165,7 +167,7 @@ class Tensor(TensorMethods):
             arr = input_data
             if d is None:
                 d = dt.from_numpy(arr.dtype)
-            arr = np.ascontiguousarray(arr, dtype=d.np)
+            arr = _contiguous(arr, d)
         else:
             if isinstance(input_data, (bool, np.bool_)):
                 d = d or dt.bool_
@@ -176,7 +178,7 @@ class Tensor(TensorMethods):
             arr = np.array(input_data)
             if d is None:
                 d = dt.float32 if arr.dtype.kind == "f" else dt.from_numpy(arr.dtype)
-            arr = np.ascontiguousarray(arr, dtype=d.np)
+            arr = _contiguous(arr, d)
         self._data = arr
         self._pshape = None
         self._dtype = d
@@ -237,6 +239,10 @@ class Tensor(TensorMethods):
         if self._data is None:
             raise ValueError(f"placeholder Tensor(shape={list(self._pshape)}, dtype={self._dtype}) has no data")
 
+    def init_data(self):
+        """MindSpore materialises a lazily initialised Tensor here; msvm's hold their data already."""
+        return self
+
     def asnumpy(self) -> np.ndarray:
         self._need_data()
         return self._data
@@ -274,6 +280,12 @@ class Tensor(TensorMethods):
 
     def __str__(self):
         return str(self._data) if self._data is not None else repr(self)
+
+
+def _contiguous(arr, d: dt.DType) -> np.ndarray:
+    """A C-contiguous array of dtype d with arr's shape: a 0-d array stays 0-d
+    (``np.ascontiguousarray`` would make it 1-d, so ``Tensor(np.array(768.))`` had shape (1,))."""
+    return np.asarray(arr, dtype=d.np, order="C")
 
 
 class Parameter(Tensor):
@@ -326,7 +338,9 @@ def _frozen(a: np.ndarray) -> np.ndarray:
 
 
 def wrap(v):
-    """Eager results: ndarrays become Tensors, tuples stay tuples, scalars stay."""
+    """Results as the caller gets them: ndarrays become Tensors, and so do numpy scalars (numpy
+    gives one for an op on 0-d arrays; it is a 0-d tensor of its dtype); tuples stay tuples
+    (of wrapped items); Python scalars stay."""
     if isinstance(v, np.ndarray):
         t = Tensor.__new__(Tensor)
         t._data = v
@@ -335,6 +349,8 @@ def wrap(v):
         return t
     if isinstance(v, tuple):
         return tuple(wrap(x) for x in v)
+    if isinstance(v, np.generic):
+        return wrap(np.asarray(v))
     return v
 
 

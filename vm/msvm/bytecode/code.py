@@ -56,6 +56,9 @@ class Code:
     attr_types: dict = field(default_factory=dict)   # attribute name -> TensorType
     callees: list = field(default_factory=list)      # [(attribute path, Code)]
     abi: int = ABI_VERSION
+    # parameter dim symbols that may be 1 when the code runs (set_inputs None dims): broadcasting
+    # leaves them free to be 1 instead of unifying them with the other dim (ShapeEnv.broadcast_dim)
+    may_be_one: frozenset = field(default_factory=frozenset)
     # filled by the verifier (not serialized; recomputed on load)
     result_type: object = None
     stack_types: list = field(default_factory=list, compare=False, repr=False)
@@ -100,6 +103,7 @@ class Code:
                 and _consts_key(self.consts) == _consts_key(other.consts)
                 and self.names == other.names and self.varnames == other.varnames
                 and self.params == other.params and self.attr_types == other.attr_types
+                and self.may_be_one == other.may_be_one
                 and [(p, c) for p, c in self.callees] == [(p, c) for p, c in other.callees])
 
     def all_codes(self) -> list:

@@ -86,7 +86,7 @@ def program_repr(program) -> str:
                 b, a = stack.pop(), stack.pop()
                 stack.append(f"{name.lower()}({a}, {b})")
             elif stack:
-                extra = "".join(f", {x}" for x in node[1:])
+                extra = "".join(f", {_const_repr(x, '')}" for x in node[1:])
                 stack.append(f"{name.lower()}({stack.pop()}{extra})")
     return stack[-1] if stack else "?"
 
@@ -100,6 +100,8 @@ def _const_repr(v, oname: str) -> str:
         return fmt_shape(v)
     if isinstance(v, np.ndarray):
         return f"array{list(v.shape)}:{v.dtype}"
+    if isinstance(v, dt.DType):     # dumps spell dtypes as numpy does, like Tensor[float32, ...]
+        return v.name
     if isinstance(v, bool) and oname in ("transpose_a", "transpose_b", "keep_dims"):
         return f"{oname}={v}"
     if isinstance(v, tuple):
@@ -233,7 +235,7 @@ def loc_from_data(d) -> Loc:
 
 def code_to_data(code: Code, index: dict) -> dict:
     """One function as JSON; ``index`` maps callee Code ids to their position in the file."""
-    return {
+    d = {
         "name": code.name, "filename": code.filename, "firstlineno": code.firstlineno,
         "consts": [value_to_data(c) for c in code.consts],
         "names": list(code.names), "varnames": list(code.varnames),
@@ -241,6 +243,9 @@ def code_to_data(code: Code, index: dict) -> dict:
         "attr_types": {k: type_to_data(t) for k, t in code.attr_types.items()},
         "callees": [[path, index[id(sub)]] for path, sub in code.callees],
     }
+    if code.may_be_one:
+        d["may_be_one"] = sorted(code.may_be_one)
+    return d
 
 
 def to_json(code: Code) -> dict:
@@ -276,7 +281,7 @@ def code_from_data(d: dict, instrs: list, done: list) -> Code:
         names=[str(n) for n in d["names"]], varnames=[str(n) for n in d["varnames"]],
         params=[(str(p), type_from_data(t)) for p, t in d["params"]],
         attr_types={str(k): type_from_data(t) for k, t in d["attr_types"].items()},
-        callees=callees)
+        callees=callees, may_be_one=frozenset(str(s) for s in d.get("may_be_one", ())))
 
 
 def from_json(data: dict) -> Code:

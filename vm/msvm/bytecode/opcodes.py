@@ -26,7 +26,7 @@ from . import shapes as S
 ABI_VERSION = 1
 
 OPERAND_KINDS = ("local", "const", "name", "label", "count", "callee")
-KINDS = ("control", "memory", "layout", "elementwise", "reduction", "matmul", "fused")
+KINDS = ("control", "memory", "layout", "elementwise", "reduction", "matmul", "conv", "fused")
 
 
 @dataclass(frozen=True)
@@ -97,6 +97,9 @@ _op("BRANCH_IF_SYMBOLIC", 0x0B, ["pred:const", "target:label"], 0, 0, S.branch, 
 _op("CALL_CELL", 0x0C, ["callee:callee", "n:count"], "n", 1, S.call_cell, "control",
     "pop n arguments, run the sub-Cell callees[callee] in a new frame, push its result")
 _op("RETURN", 0x0D, [], 1, 0, S.nothing, "control", "pop the result and leave the frame", terminator=True)
+_op("RAISE", 0x5F, ["exc:const", "message:const"], 0, 0, S.nothing, "control",
+    "raise the built-in exception consts[exc] with the message consts[message] (strings and symbolic dims)",
+    terminator=True)
 _op("ALLOC_DEVICE_MEM", 0x0E, ["device:const", "stream:const"], 0, 0, S.nothing, "memory",
     "take the frame's workspace (reused output buffers) on device/stream")
 _op("FREE_DEVICE_MEM", 0x0F, ["device:const", "stream:const"], 0, 0, S.nothing, "memory",
@@ -112,6 +115,8 @@ _BINARY = [
     ("BROADCAST_LT", 0x19, "a < b", "bool"), ("BROADCAST_LE", 0x1A, "a <= b", "bool"),
     ("BROADCAST_GT", 0x1B, "a > b", "bool"), ("BROADCAST_GE", 0x1C, "a >= b", "bool"),
     ("BROADCAST_AND", 0x1D, "logical a and b", "bool"), ("BROADCAST_OR", 0x1E, "logical a or b", "bool"),
+    ("BROADCAST_FLOORDIV", 0x32, "floor(a / b) (ints stay ints)", None),
+    ("BROADCAST_TRUNCDIV", 0x33, "trunc(a / b), rounded toward zero (ints stay ints)", None),
 ]
 for _n, _c, _d, _o in _BINARY:
     _op(_n, _c, [], 2, 1, partial(S.binary, name=_n, out_dtype=_o), "elementwise",
@@ -165,6 +170,19 @@ _op("CONCAT", 0x45, ["n:count", "axis:const"], "n", 1, S.concat, "layout", "pop 
 _op("STACK", 0x46, ["n:count", "axis:const"], "n", 1, partial(S.concat, name="STACK"), "layout",
     "pop n tensors; stack them along a new axis")
 _op("SLICE", 0x47, ["index:const"], 1, 1, S.slice_, "layout", "pop x; push x[index] (basic indexing)", view=True)
+
+# --- convolution, pooling, gather (NCHW; pad is ("same",) or (top, bottom, left, right)) ------------
+_op("CONV2D", 0x70, ["stride:const", "pad:const", "dilation:const", "group:const"], 2, 1, S.conv2d, "conv",
+    "pop w [O, C/group, kh, kw], x [N, C, H, W]; push the cross-correlation [N, O, Ho, Wo]")
+_op("MAX_POOL2D", 0x71, ["kernel:const", "stride:const", "pad:const"], 1, 1, partial(S.pool2d, name="MAX_POOL2D"),
+    "conv", "pop x [N, C, H, W]; push the max over each kernel window (padding never wins)")
+_op("AVG_POOL2D", 0x72, ["kernel:const", "stride:const", "pad:const", "count_pad:const"], 1, 1,
+    partial(S.pool2d, name="AVG_POOL2D"), "conv",
+    "pop x [N, C, H, W]; push the mean over each kernel window (padding counted when count_pad)")
+_op("ADAPTIVE_AVG_POOL2D", 0x73, ["size:const"], 1, 1, S.adaptive_pool2d, "conv",
+    "pop x [N, C, H, W]; push [N, C, oh, ow], each the mean of its bin (PyTorch/MindSpore's bins)")
+_op("GATHER", 0x74, ["axis:const"], 2, 1, S.gather, "layout",
+    "pop indices, x; push x's slices at the (int) indices along axis: x.shape[:axis]+idx.shape+x.shape[axis+1:]")
 
 # --- fused (produced by the fusion pass, jit/fuse.py; the interpreter runs them too) ---------
 # A fused instruction carries its expression as a program (postfix tuple of nodes: ("in", k),

@@ -202,6 +202,93 @@ def layer_norm(ctx, ins, args):
     return unary(ctx, [ctx.env.norm_type(x)], (), name="LAYER_NORM", out_dtype="float")
 
 
+# ---------------------------------------------------------------- convolution and pooling
+
+def _window_dim(ctx, d, k, s, pad, dil, what):
+    """Output length of a window of k (dilated by dil) stepping s over d with pad (before, after) or 'same'."""
+    if pad == "same":
+        return (d + (s - 1)) // s
+    span = dil * (k - 1) + 1
+    n = d + (pad[0] + pad[1])
+    c = n.const_value() if isinstance(n, Expr) else n
+    if c is not None and c < span:
+        raise ShapeError(f"{what}: the window ({span}) is larger than the padded input ({c})")
+    return (n - span) // s + 1
+
+
+def _pads(pad, what):
+    if pad == ("same",):
+        return "same", "same"
+    if len(pad) != 4 or not all(isinstance(p, int) and p >= 0 for p in pad):
+        raise ShapeError(f"{what}: padding must be ('same',) or 4 non-negative ints, got {pad!r}")
+    return (pad[0], pad[1]), (pad[2], pad[3])
+
+
+def _nchw(t, what, i=0):
+    t = _tensor(t, what, i)
+    if t.rank != 4:
+        raise ShapeError(f"{what}: needs a 4-D [N, C, H, W] tensor, got {fmt_shape(t.shape)}")
+    return t
+
+
+def conv2d(ctx, ins, args):
+    x, w = _nchw(ins[0], "CONV2D"), _nchw(ins[1], "CONV2D", 1)
+    stride, pad, dil, group = args
+    ph, pw = _pads(pad, "CONV2D")
+    n, c, h, wd = (ctx.env.norm(d) for d in x.shape)
+    o, cg, kh, kw = (ctx.env.norm(d) for d in w.shape)
+    if not isinstance(group, int) or group < 1:
+        raise ShapeError(f"CONV2D: group must be a positive int, got {group!r}")
+    khc, kwc = kh.const_value() if isinstance(kh, Expr) else kh, kw.const_value() if isinstance(kw, Expr) else kw
+    if khc is None or kwc is None:
+        raise ShapeError(f"CONV2D: the kernel size must be known, got weight {fmt_shape(w.shape)}")
+    ctx.env.require_eq(c, cg * group, f"CONV2D: input {fmt_shape(x.shape)} has {c} channels, the weight "
+                       f"{fmt_shape(w.shape)} expects {cg} x group {group}")
+    oc = o.const_value() if isinstance(o, Expr) else o
+    if oc is not None and oc % group:
+        raise ShapeError(f"CONV2D: {oc} output channels are not divisible by group {group}")
+    ho = _window_dim(ctx, h, khc, stride[0], ph, dil[0], "CONV2D")
+    wo = _window_dim(ctx, wd, kwc, stride[1], pw, dil[1], "CONV2D")
+    return TensorType((n, o, ctx.env.norm(Expr.of(ho)), ctx.env.norm(Expr.of(wo))), result_dtype([x, w]))
+
+
+def pool2d(ctx, ins, args, *, name):
+    x = _nchw(ins[0], name)
+    kernel, stride, pad = args[:3]
+    ph, pw = _pads(pad, name)
+    n, c, h, w = (ctx.env.norm(d) for d in x.shape)
+    ho = _window_dim(ctx, h, kernel[0], stride[0], ph, 1, name)
+    wo = _window_dim(ctx, w, kernel[1], stride[1], pw, 1, name)
+    d = x.dtype if name == "MAX_POOL2D" or x.dtype.is_float else dt.float32
+    return TensorType((n, c, ctx.env.norm(Expr.of(ho)), ctx.env.norm(Expr.of(wo))), d)
+
+
+def adaptive_pool2d(ctx, ins, args):
+    x = _nchw(ins[0], "ADAPTIVE_AVG_POOL2D")
+    (size,) = args
+    n, c = (ctx.env.norm(d) for d in x.shape[:2])
+    oh, ow = (x.shape[2 + i] if size[i] is None else size[i] for i in range(2))
+    return TensorType((n, c, ctx.env.norm(Expr.of(oh)), ctx.env.norm(Expr.of(ow))),
+                      x.dtype if x.dtype.is_float else dt.float32)
+
+
+def gather(ctx, ins, args):
+    x = _tensor(ins[0], "GATHER")
+    idx = ins[1]
+    if isinstance(idx, ScalarType):
+        if idx.kind not in "iu":
+            raise ShapeError(f"GATHER: indices must be ints, got {idx}")
+        ishape = ()
+    else:
+        idx = _tensor(idx, "GATHER", 1)
+        if idx.dtype.kind not in "iu":
+            raise ShapeError(f"GATHER: indices must be an int tensor, got {idx.dtype}")
+        ishape = tuple(idx.shape)
+    a = norm_axis(args[0], x.rank, "GATHER")
+    shape = tuple(x.shape[:a]) + ishape + tuple(x.shape[a + 1:])
+    return TensorType(tuple(ctx.env.norm(d) for d in shape), x.dtype)
+
+
 # ---------------------------------------------------------------- layout
 
 def _shape_operand(shape, what):
@@ -330,18 +417,24 @@ def slice_(ctx, ins, args):
 def _slice_len(d: Expr, start, stop, step):
     """len(range(n)[start:stop:step]) for a possibly symbolic n and constant bounds."""
     step = 1 if step is None else step
-    if step <= 0:
-        raise ShapeError("SLICE: step must be positive")
+    if step == 0:
+        raise ShapeError("SLICE: slice step cannot be zero")
     if d.is_const():
         return Expr.const(len(range(*slice(start, stop, step).indices(d.const_value()))))
-
-    def bound(b, default):
-        if b is None:
-            return default
-        return smax(d + b, 0) if b < 0 else smin(Expr.const(b), d)
-    lo, hi = bound(start, Expr.const(0)), bound(stop, d)
+    if step > 0:
+        def bound(b, default):
+            if b is None:
+                return default
+            return smax(d + b, 0) if b < 0 else smin(Expr.const(b), d)
+        lo, hi = bound(start, Expr.const(0)), bound(stop, d)
+    else:      # Python's clamping for a negative step: indices run from start down to stop + 1, within [-1, d-1]
+        def bound(b, default):
+            if b is None:
+                return default
+            return smax(d + b, -1) if b < 0 else smin(Expr.const(b), d - 1)
+        hi, lo = bound(start, d - 1), bound(stop, Expr.const(-1))
     n = smax(hi - lo, 0)
-    return n if step == 1 else (n + (step - 1)) // step
+    return n if abs(step) == 1 else (n + (abs(step) - 1)) // abs(step)
 
 
 # ---------------------------------------------------------------- data movement and control

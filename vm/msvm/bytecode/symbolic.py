@@ -28,6 +28,16 @@ class SymbolicError(ValueError):
 
 # ---------------------------------------------------------------- atoms
 
+def _operand_str(e) -> str:
+    """An operand of // or %: parenthesized unless it is one symbol, one atom or a constant."""
+    text = str(e)
+    if isinstance(e, Expr) and len(e.terms) == 1 and (e.const_value() is not None or e.as_symbol() is not None
+                                                     or (len(e.terms[0][0]) == 1 and e.terms[0][1] == 1
+                                                         and e.terms[0][0][0][1] == 1)):
+        return text
+    return text if isinstance(e, int) else f"({text})"
+
+
 class Atom:
     """A leaf of a polynomial: a named symbol or an opaque operation."""
 
@@ -53,10 +63,9 @@ class Atom:
     def __str__(self):
         if self.op == "sym":
             return self.args[0]
-        if self.op == "floordiv":
-            return f"({self.args[0]} // {self.args[1]})"
-        if self.op == "mod":
-            return f"({self.args[0]} % {self.args[1]})"
+        if self.op in ("floordiv", "mod"):
+            a, b = (_operand_str(x) for x in self.args)
+            return f"({a} {'//' if self.op == 'floordiv' else '%'} {b})"
         if self.op == "select":
             return f"({self.args[1]} if {self.args[0]} else {self.args[2]})"
         return f"{self.op}({', '.join(str(a) for a in self.args)})"

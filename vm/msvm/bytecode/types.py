@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .. import dtype as dt
+from . import symbolic as S
 from .symbolic import Expr, Pred, fmt_shape
 
 
@@ -104,6 +105,7 @@ class ShapeEnv:
         self.unifiable: set[str] = set(unifiable)
         self.assumptions: list[tuple[Expr, Expr, str]] = []
         self.origins: dict[str, str] = {}
+        self.may_be_one: set[str] = set()    # symbols that may be 1 at run time (Code.may_be_one)
 
     def norm(self, e: Expr) -> Expr:
         return e.subs(self.subst) if self.subst else e
@@ -142,9 +144,16 @@ class ShapeEnv:
             self.assumptions.append((a, b, why))
         return a if a.is_const() else b if b.is_const() else a
 
+    def assume(self, a: Expr, b: Expr, why: str) -> None:
+        """Leave a == b for the VM to check when the symbols are bound."""
+        a, b = self.norm(a), self.norm(b)
+        if a != b and not any(x == a and y == b for x, y, _ in self.assumptions):
+            self.assumptions.append((a, b, why))
+
     def broadcast(self, shapes, what: str) -> tuple:
-        """numpy broadcasting over symbolic shapes; non-1 symbolic dims must agree."""
+        """numpy broadcasting over symbolic shapes (see ``broadcast_dim``)."""
         rank = max(len(s) for s in shapes)
+        why = f"{what}: cannot broadcast " + " with ".join(fmt_shape(s) for s in shapes)
         out = []
         for i in range(rank):
             dims = [self.norm(s[len(s) - rank + i]) for s in shapes if len(s) - rank + i >= 0]
@@ -152,13 +161,39 @@ class ShapeEnv:
             for d in dims:
                 if d == 1:
                     continue
-                if cur is None:
-                    cur = d
-                else:
-                    cur = self.require_eq(cur, d, f"{what}: cannot broadcast "
-                                          + " with ".join(fmt_shape(s) for s in shapes))
+                cur = d if cur is None else self.broadcast_dim(cur, d, why)
             out.append(cur if cur is not None else Expr.const(1))
         return tuple(out)
+
+    def not_one(self, d: Expr) -> bool:
+        """Whether dim d is known not to be 1 when the code runs: a constant other than 1, or a
+        parameter's symbol whose signature says so (msvm compiles a variant per pattern of 1 dims;
+        set_inputs None dims may be 1). Other exprs (``x0 - 1``, ``select(...)``) may be 1."""
+        c = d.const_value()
+        if c is not None:
+            return c != 1
+        name = d.as_symbol()
+        return name is not None and name not in self.may_be_one
+
+    def broadcast_dim(self, a: Expr, b: Expr, why: str) -> Expr:
+        """The broadcast of two dims, neither the constant 1. Two dims known not to be 1 must be
+        equal (``require_eq``: unified, assumed, or a ShapeError when provably different). A dim
+        that may be 1 broadcasts: against a known dim k it gives k, two of them give
+        ``select(a == 1, b, a)``; the check that they are compatible (equal, or one of them 1)
+        is left for run time. Only what is certain is an error here."""
+        a, b = self.norm(a), self.norm(b)
+        if a == b:
+            return a
+        ka, kb = self.not_one(a), self.not_one(b)
+        if ka and kb:
+            return self.require_eq(a, b, why)
+        why = f"{why} (dims {a} and {b} must be equal or 1)"
+        if ka or kb:          # a known dim k and one u that may be 1: u is 1 or k
+            k, u = (a, b) if ka else (b, a)
+            self.assume(S.select(S.compare("==", u, 1), k, u), k, why)
+            return k
+        self.assume(S.select(S.compare("==", a, 1), b, a), S.select(S.compare("==", b, 1), a, b), why)
+        return S.select(S.compare("==", a, 1), b, a)
 
 
 def shape_of(values) -> tuple:

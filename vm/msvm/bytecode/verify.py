@@ -152,7 +152,9 @@ def verify(code: Code, env: ShapeEnv | None = None) -> Code:
     for _, sub in code.callees:
         if sub.result_type is None:
             verify(sub)
-    env = env or ShapeEnv(entry_symbols(code.params))
+    if env is None:
+        env = ShapeEnv(entry_symbols(code.params))
+        env.may_be_one = set(code.may_be_one)
     n = len(code.instrs)
     if n == 0:
         raise VerifyError("empty code: no instructions", code.filename, code.firstlineno, 0)

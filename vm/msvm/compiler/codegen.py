@@ -22,7 +22,8 @@ _instance = None
 # loop and SLP vectorizers find nothing to do; what L3 needs from the IR passes is folding the
 # now-constant dims and strides, loop canonical form and redundancy elimination. This list gives
 # kernels as fast as the O3 pipeline at a third to a half of its compile time (bench/jit_bench.py,
-# "L3 pipeline"); codegen stays O3 (FMA contraction, scheduling, LSR).
+# "L3 pipeline"); codegen stays O3 (scheduling, LSR; no FMA contraction: the IR has no fast-math
+# flags, see lower.py).
 L3_PASSES = ("sroa", "instruction_combine", "simplify_cfg", "loop_simplify", "loop_rotate", "new_gvn",
              "instruction_combine", "aggressive_dce")
 
@@ -41,6 +42,7 @@ class Codegen:
         self.target = target
         self.lljit = None
         self.engines: list = []      # one JIT library (resource tracker) per loaded object, kept for the process
+        self.libs = 0                # JIT libraries named so far (msvm_lib<n>)
         self.lock = threading.RLock()        # parsing, passes, codegen (one LLVM context, shared target machines)
         self.load_lock = threading.Lock()    # linking into the LLJIT (ORC), so a load never waits for a compile
         self.version = f"llvmlite-{llvmlite.__version__}-llvm-{'.'.join(map(str, llvm.llvm_version_info))}"
@@ -51,7 +53,7 @@ class Codegen:
 
     def compile(self, ir: str, level: int) -> tuple:
         """IR text -> (object bytes, {step: seconds}). level 2: no IR passes, codegen O0; level 3: the
-        L3_PASSES on the IR, codegen O3 (FMA)."""
+        L3_PASSES on the IR, codegen O3."""
         with self.lock:          # LLVM's context and target machines are not thread-safe
             return self._compile(ir, level)
 
@@ -101,7 +103,8 @@ class Codegen:
             lib = llvm.JITLibraryBuilder().add_current_process().add_object_img(obj)
             for n in names:
                 lib.export_symbol(n)
-            tracker = lib.link(self.lljit, f"msvm_lib{len(self.engines)}")
+            self.libs += 1                        # a name per attempt: a failed link keeps its name taken
+            tracker = lib.link(self.lljit, f"msvm_lib{self.libs}")
             self.engines.append(tracker)          # kept: dropping the tracker would free the code
             out = {}
             for n in names:

@@ -182,10 +182,12 @@ def _build(key: tuple, ir_for, cache, flags: int = METH_FASTCALL) -> None:
             name = "msvm_entry_" + hashlib.sha256(sig.encode()).hexdigest()[:16]
             ir = ir_for(name)
             ck = make_key(ir, 2, "cpu-entry", cg.version, cg.target_id)
-            disk = cache.read(ck)
-            obj = disk[0] if disk is not None else cg.compile(ir, 2)[0]
-            addr = cg.load(obj, [name])[name]
-            if disk is None:
+            disk = cache.load(ck, lambda obj: cg.load(obj, [name]))    # one that does not link is discarded
+            if disk is not None:
+                addr = disk[0][name]
+            else:
+                obj = cg.compile(ir, 2)[0]
+                addr = cg.load(obj, [name])[name]
                 cache.write(ck, obj, {"name": name, "entry": sig})
         except Exception as e:  # noqa: BLE001 - the Python path still runs
             log.logger.info("native entry %s not built: %s", key, e)

@@ -40,7 +40,7 @@ def fuse(code: Code) -> Code:
     callees = [(path, fuse(sub)) for path, sub in code.callees]
     instrs = [Instr(i.op, i.args, i.loc, i.parts) for i in code.instrs]
     new = Code(code.name, code.filename, code.firstlineno, instrs, list(code.consts), list(code.names),
-               list(code.varnames), list(code.params), dict(code.attr_types), callees)
+               list(code.varnames), list(code.params), dict(code.attr_types), callees, may_be_one=code.may_be_one)
     new.hover = getattr(code, "hover", [])
     targets = _targets_as_indexes(new)
     _forward_stores(new, targets, code)

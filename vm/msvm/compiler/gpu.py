@@ -86,9 +86,15 @@ class GpuRuntime:
             hit = self.mem.get(key)
         if hit is not None:
             return hit, {"memory": (time.perf_counter() - t0) * 1e3}
-        disk = self.cache.read(key)
+
+        def link(ptx: bytes):
+            module = self.cp.cuda.function.Module()
+            module.load(ptx + b"\0")
+            return module, module.get_function(fname)
+
+        disk = self.cache.load(key, link)          # PTX that does not load is discarded and built again
         if disk is not None:
-            ptx = disk[0]
+            (module, fn), _ptx = disk
             steps["disk"] = (time.perf_counter() - t0) * 1e3
         else:
             t1 = time.perf_counter()
@@ -98,11 +104,9 @@ class GpuRuntime:
             ptx = emit_ptx(ir, self.arch, level).encode()
             steps["ptx"] = (time.perf_counter() - t1) * 1e3
             self.cache.write(key, ptx, {"name": name, "level": level, "device": self.device, "kernel": kernel.text()})
-        t1 = time.perf_counter()
-        module = self.cp.cuda.function.Module()
-        module.load(ptx + b"\0")
-        fn = module.get_function(fname)
-        steps["load"] = (time.perf_counter() - t1) * 1e3
+            t1 = time.perf_counter()
+            module, fn = link(ptx)
+            steps["load"] = (time.perf_counter() - t1) * 1e3
         gk = GpuKernel(fn, kernel, level, key, fname)
         with self.lock:
             self.mem[key] = gk

@@ -12,10 +12,21 @@ Elementwise kernels have the signature
 and loop ``i0 in [start, end)`` (so a caller may split rows over threads), ``i1`` and
 a vectorized inner loop over ``i2`` (tensor inputs are contiguous or broadcast along
 it). In L3 the dims and strides are constants (no scalar tail when vectors cover a row)
-and the module is optimized (codegen.L3_PASSES, codegen O3 with FMA).
+and the module is optimized (codegen.L3_PASSES, codegen O3).
 
 Matmul kernels call BLAS sgemm/dgemm (a function pointer argument) on row blocks
 and apply the epilogue to each block while it is in cache.
+
+Every tier gives numpy's answer on NaN, ±inf and signed zeros, so the IR carries no fast-math
+flags (nnan, ninf and nsz would let LLVM fold NaN and zero signs away, arcp turns x / tiny into
+x * inf, contract and reassoc move where a sum overflows), and each op is emitted with numpy's
+semantics, once, in ``Vals``: ``maximum``/``minimum`` are numpy's (NaN if either operand is,
+the second operand on ties: max(-0.0, 0.0) is 0.0), never ``llvm.maxnum`` (which drops NaN)
+or a bare ordered compare; ``exp`` gives inf, 0 and NaN where numpy does; composites follow
+the reference kernel's order of operations (``interp/kernels.py``) so they overflow where it
+does. A CAST to another dtype is never lowered (the planner keeps it in the interpreter): NaN
+or ±inf to an integer is undefined in C, and numpy's answer is the machine's (INT_MIN on x86),
+so every tier gives whatever numpy gives there.
 """
 
 from __future__ import annotations
@@ -55,7 +66,10 @@ def _fconst(v: float, t: str) -> str:
     if t == "float":
         import struct
 
-        v = struct.unpack("f", struct.pack("f", v))[0]   # exactly representable as float
+        try:
+            v = struct.unpack("f", struct.pack("f", v))[0]   # exactly representable as float
+        except OverflowError:     # beyond float's range: inf, as numpy converts it
+            v = math.copysign(math.inf, v)
     if math.isinf(v):
         return "0x7FF0000000000000" if v > 0 else "0xFFF0000000000000"
     if math.isnan(v):
@@ -68,10 +82,10 @@ def _fconst(v: float, t: str) -> str:
 class Vals:
     """Emits math on a scalar type T or a vector <W x T>."""
 
-    def __init__(self, b: Builder, t: str, width: int, fast: bool):
+    def __init__(self, b: Builder, t: str, width: int):
         self.b, self.t, self.w = b, t, width
         self.vt = t if width == 1 else f"<{width} x {t}>"
-        self.flags = "fast " if fast else ""
+        self.it = "i1" if width == 1 else f"<{width} x i1>"
         self.suffix = ("f32" if t == "float" else "f64") if width == 1 else f"v{width}{'f32' if t == 'float' else 'f64'}"
         self.intrinsics: set = set()
 
@@ -82,24 +96,49 @@ class Vals:
         return f"splat ({self.t} {c})"        # (short IR text: parsing is part of every compile)
 
     def bin(self, opname: str, a: str, b: str) -> str:
-        return self.b.op(f"{opname} {self.flags}{self.vt} {a}, {b}")
+        return self.b.op(f"{opname} {self.vt} {a}, {b}")
 
     def call(self, name: str, *args: str) -> str:
         full = f"llvm.{name}.{self.suffix}"
         self.intrinsics.add(f"declare {self.vt} @{full}({', '.join([self.vt] * len(args))})")
-        return self.b.op(f"call {self.flags}{self.vt} @{full}({', '.join(f'{self.vt} {a}' for a in args)})")
+        return self.b.op(f"call {self.vt} @{full}({', '.join(f'{self.vt} {a}' for a in args)})")
+
+    def mad(self, a: str, b: str, c: str) -> str:
+        """a * b + c, contracted to one FMA where the target has it: only inside the approximations,
+        on bounded arguments (a program's own a * b + c keeps numpy's two roundings)."""
+        return self.b.op(f"fadd contract {self.vt} {self.b.op(f'fmul contract {self.vt} {a}, {b}')}, {c}")
+
+    def select(self, c: str, x: str, y: str) -> str:
+        return self.b.op(f"select {self.it} {c}, {self.vt} {x}, {self.vt} {y}")
 
     def select_cmp(self, pred: str, a: str, b: str, x: str, y: str) -> str:
-        c = self.b.op(f"fcmp {pred} {self.vt} {a}, {b}")
-        return self.b.op(f"select {'i1' if self.w == 1 else f'<{self.w} x i1>'} {c}, {self.vt} {x}, {self.vt} {y}")
+        return self.select(self.b.op(f"fcmp {pred} {self.vt} {a}, {b}"), x, y)
+
+    def isnan(self, x: str) -> str:
+        return self.b.op(f"fcmp uno {self.vt} {x}, {self.const(0.0)}")
+
+    def _pick(self, pred: str, a: str, b: str) -> str:
+        """numpy's maximum ("ogt") / minimum ("olt"): a where a wins or a is NaN, else b (so NaN
+        in b, and b on ties: the order of signed zeros numpy gives)."""
+        wins = self.b.op(f"or {self.it} {self.b.op(f'fcmp {pred} {self.vt} {a}, {b}')}, {self.isnan(a)}")
+        return self.select(wins, a, b)
+
+    def maximum(self, a: str, b: str) -> str:
+        return self._pick("ogt", a, b)
+
+    def minimum(self, a: str, b: str) -> str:
+        return self._pick("olt", a, b)
 
     # composite functions
     def exp(self, x: str) -> str:
         if self.t == "double":
             return self.call("exp", x)
-        # Cephes expf: x = n ln2 + r, e^r by a degree-6 polynomial, 2^n through the exponent bits
-        x = self.call("minnum", x, self.const(88.3762626647949))
-        x = self.call("maxnum", x, self.const(-87.3365478515625))
+        # Cephes expf: x = n ln2 + r, e^r by a degree-6 polynomial, 2^n through the exponent bits in
+        # two factors (n in [-150, 129]), so the result overflows to inf above 88.72 and is
+        # subnormal, then 0, below -87.34 as numpy's; NaN computes on 0 and is put back at the end
+        x0 = x
+        x = self.select_cmp("ole", x, self.const(89.0), x, self.const(89.0))      # (NaN -> 89)
+        x = self.select_cmp("oge", x, self.const(-104.0), x, self.const(-104.0))
         xl = self.b.op(f"fmul {self.vt} {x}, {self.const(1.44269504088896341)}")
         fx = self.call("floor", self.b.op(f"fadd {self.vt} {xl}, {self.const(0.5)}"))
         r = self.b.op(f"fsub {self.vt} {x}, {self.b.op(f'fmul {self.vt} {fx}, {self.const(0.693359375)}')}")
@@ -107,16 +146,17 @@ class Vals:
         z = self.b.op(f"fmul {self.vt} {r}, {r}")
         y = self.const(1.9875691500e-4)
         for c in (1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1):
-            y = self.b.op(f"fadd {self.vt} {self.b.op(f'fmul {self.vt} {y}, {r}')}, {self.const(c)}")
-        y = self.b.op(f"fadd {self.vt} {self.b.op(f'fmul {self.vt} {y}, {z}')}, {r}")
+            y = self.mad(y, r, self.const(c))
+        y = self.mad(y, z, r)
         y = self.b.op(f"fadd {self.vt} {y}, {self.const(1.0)}")
         it = "i32" if self.w == 1 else f"<{self.w} x i32>"
         n = self.b.op(f"fptosi {self.vt} {fx} to {it}")
-        c127 = "127" if self.w == 1 else "splat (i32 127)"
-        c23 = "23" if self.w == 1 else "splat (i32 23)"
-        e = self.b.op(f"shl {it} {self.b.op(f'add {it} {n}, {c127}')}, {c23}")
-        scale = self.b.op(f"bitcast {it} {e} to {self.vt}")
-        return self.b.op(f"fmul {self.vt} {y}, {scale}")
+        c1, c127, c23 = ("1", "127", "23") if self.w == 1 else ("splat (i32 1)", "splat (i32 127)", "splat (i32 23)")
+        n1 = self.b.op(f"ashr {it} {n}, {c1}")
+        for p in (n1, self.b.op(f"sub {it} {n}, {n1}")):
+            e = self.b.op(f"shl {it} {self.b.op(f'add {it} {p}, {c127}')}, {c23}")
+            y = self.b.op(f"fmul {self.vt} {y}, {self.b.op(f'bitcast {it} {e} to {self.vt}')}")
+        return self.select(self.isnan(x0), x0, y)
 
     def splat(self, x: str) -> str:
         """A scalar of type T broadcast to every lane."""
@@ -124,45 +164,81 @@ class Vals:
         return self.b.op(f"shufflevector {self.vt} {one}, {self.vt} undef, <{self.w} x i32> zeroinitializer")
 
     def reduce(self, kind: str, x: str) -> str:
-        """Lanes of x combined into one T: kind "fadd" (a sum) or "fmax"."""
-        red = f"llvm.vector.reduce.{kind}.{self.suffix}"
+        """Lanes of x combined into one T: kind "fadd" (a sum) or "fmax" (numpy's maximum: NaN
+        if any lane is; ``llvm.vector.reduce.fmax`` would drop it)."""
         if kind == "fadd":
+            red = f"llvm.vector.reduce.fadd.{self.suffix}"
             self.intrinsics.add(f"declare {self.t} @{red}({self.t}, {self.vt})")
             return self.b.op(f"call reassoc {self.t} @{red}({self.t} {_fconst(-0.0, self.t)}, {self.vt} {x})")
-        self.intrinsics.add(f"declare {self.t} @{red}({self.vt})")
-        return self.b.op(f"call {self.t} @{red}({self.vt} {x})")
+        s = Vals(self.b, self.t, 1)
+        lanes = [self.b.op(f"extractelement {self.vt} {x}, i32 {q}") for q in range(self.w)]
+        while len(lanes) > 1:
+            lanes = [s.maximum(lanes[q], lanes[q + 1]) for q in range(0, len(lanes) - 1, 2)] + \
+                    (lanes[-1:] if len(lanes) % 2 else [])
+        return lanes[0]
 
     def recip(self, x: str) -> str:
-        return self.b.op(f"fdiv {self.flags}{self.vt} {self.const(1.0)}, {x}")
+        return self.b.op(f"fdiv {self.vt} {self.const(1.0)}, {x}")
 
-    def tanh(self, x: str) -> str:
-        # tanh x = 1 - 2 / (e^(2x) + 1); saturates correctly at both ends
-        e = self.exp(self.b.op(f"fmul {self.vt} {x}, {self.const(2.0)}"))
-        d = self.b.op(f"fadd {self.vt} {e}, {self.const(1.0)}")
-        return self.b.op(f"fsub {self.vt} {self.const(1.0)}, {self.b.op(f'fdiv {self.vt} {self.const(2.0)}, {d}')}")
+    def poly(self, z: str, coefs) -> str:
+        """coefs[0] z^(n-1) + ... + coefs[-1], by Horner's rule."""
+        y = self.const(coefs[0])
+        for c in coefs[1:]:
+            y = self.mad(y, z, self.const(c))
+        return y
+
+    def tanh(self, x: str, near_zero: bool = True) -> str:
+        # tanh |x| with x's sign (so -0.0 stays -0.0): for |x| >= 0.625, 1 - 2 / (e^(2|x|) + 1) (saturates
+        # at inf; NaN stays NaN); below, Cephes' |x| + |x| z P(z) (z = x^2), tanh x ~ x down to subnormal x
+        ax = self.call("fabs", x)
+        e = self.exp(self.bin("fmul", ax, self.const(2.0)))
+        d = self.bin("fadd", e, self.const(1.0))
+        big = self.bin("fsub", self.const(1.0), self.bin("fdiv", self.const(2.0), d))
+        if not near_zero:      # (for 1 + tanh: its relative accuracy near 0 does not show)
+            return self.call("copysign", big, x)
+        z = self.bin("fmul", x, x)
+        if self.t == "float":
+            zp = self.bin("fmul", self.poly(z, (-5.70498872745e-3, 2.06390887954e-2, -5.37397155531e-2,
+                                                 1.33314422036e-1, -3.33332819422e-1)), z)
+        else:
+            p = self.poly(z, (-9.64399179425052238628e-1, -9.92877231001918586564e1, -1.61468768441708447952e3))
+            q = self.poly(z, (1.0, 1.12811678491632931402e2, 2.23548839060100448583e3, 4.84406305325125486048e3))
+            zp = self.bin("fdiv", self.bin("fmul", z, p), q)
+        small = self.bin("fadd", ax, self.bin("fmul", ax, zp))
+        return self.call("copysign", self.select_cmp("olt", ax, self.const(0.625), small, big), x)
 
     def sigmoid(self, x: str) -> str:
         e = self.exp(self.b.op(f"fneg {self.vt} {x}"))
         return self.recip(self.b.op(f"fadd {self.vt} {e}, {self.const(1.0)}"))
 
-    def erf(self, x: str) -> str:
+    def erf(self, x: str, near_zero: bool = True) -> str:
         if self.t == "double":
             raise Unsupported("ERF in float64 (no vector erf; stays in the interpreter)")
-        # Abramowitz & Stegun 7.1.26, |error| <= 1.5e-7
+        # |x| >= 1: Abramowitz & Stegun 7.1.26, |error| <= 1.5e-7
         ax = self.call("fabs", x)
         t = self.recip(self.b.op(f"fadd {self.vt} {self.b.op(f'fmul {self.vt} {ax}, {self.const(0.3275911)}')}, "
                                  f"{self.const(1.0)}"))
-        y = self.const(1.061405429)
-        for c in (-1.453152027, 1.421413741, -0.284496736, 0.254829592):
-            y = self.b.op(f"fadd {self.vt} {self.b.op(f'fmul {self.vt} {y}, {t}')}, {self.const(c)}")
-        y = self.b.op(f"fmul {self.vt} {y}, {t}")
+        y = self.bin("fmul", self.poly(t, (1.061405429, -1.453152027, 1.421413741, -0.284496736, 0.254829592)), t)
         e = self.exp(self.b.op(f"fneg {self.vt} {self.b.op(f'fmul {self.vt} {ax}, {ax}')}"))
-        r = self.b.op(f"fsub {self.vt} {self.const(1.0)}, {self.b.op(f'fmul {self.vt} {y}, {e}')}")
-        return self.call("copysign", r, x)
+        r = self.call("copysign", self.bin("fsub", self.const(1.0), self.bin("fmul", y, e)), x)
+        if not near_zero:      # (for 1 + erf: its relative accuracy near 0 does not show)
+            return r
+        # |x| < 1: Cephes' x T(x^2), exact in relative terms near 0 (tiny and subnormal x, -0.0)
+        small = self.bin("fmul", x, self.poly(self.bin("fmul", x, x), (
+            7.853861353153693e-5, -8.010193625184903e-4, 5.188327685732524e-3, -2.685381193529856e-2,
+            1.128358514861418e-1, -3.761262582423300e-1, 1.128379165726710)))
+        return self.select_cmp("olt", ax, self.const(1.0), small, r)
 
 
-def _relu(v, x):
-    return v.select_cmp("ogt", x, v.const(0.0), x, v.const(0.0))
+def _gelu(v, x):      # as the reference: ((erf(x / sqrt 2) + 1) * x) * 0.5
+    e = v.erf(v.bin("fmul", x, v.const(1 / math.sqrt(2))), near_zero=False)
+    return v.bin("fmul", v.bin("fmul", v.bin("fadd", e, v.const(1.0)), x), v.const(0.5))
+
+
+def _gelu_tanh(v, x):   # as the reference: ((tanh((x * x * 0.044715 + 1) * x * sqrt(2/pi)) + 1) * x) * 0.5
+    inner = v.bin("fadd", v.bin("fmul", v.bin("fmul", x, x), v.const(0.044715)), v.const(1.0))
+    inner = v.bin("fmul", v.bin("fmul", inner, x), v.const(math.sqrt(2 / math.pi)))
+    return v.bin("fmul", v.bin("fmul", v.bin("fadd", v.tanh(inner, near_zero=False), v.const(1.0)), x), v.const(0.5))
 
 
 UNARY = {
@@ -174,22 +250,19 @@ UNARY = {
     "RSQRT": lambda v, x: v.recip(v.call("sqrt", x)),
     "TANH": lambda v, x: v.tanh(x),
     "SIGMOID": lambda v, x: v.sigmoid(x),
-    "RELU": _relu,
+    "RELU": lambda v, x: v.maximum(x, v.const(0.0)),       # numpy's maximum(x, 0)
     "RECIPROCAL": lambda v, x: v.recip(x),
     "ERF": lambda v, x: v.erf(x),
-    "GELU": lambda v, x: v.bin("fmul", v.bin("fmul", x, v.const(0.5)),
-                               v.bin("fadd", v.erf(v.bin("fmul", x, v.const(1 / math.sqrt(2)))), v.const(1.0))),
-    "GELU_TANH": lambda v, x: v.bin("fmul", v.bin("fmul", x, v.const(0.5)), v.bin("fadd", v.const(1.0), v.tanh(
-        v.bin("fmul", v.const(math.sqrt(2 / math.pi)),
-              v.bin("fadd", x, v.bin("fmul", v.const(0.044715), v.bin("fmul", x, v.bin("fmul", x, x)))))))),
+    "GELU": _gelu,
+    "GELU_TANH": _gelu_tanh,
 }
 BINARY = {
     "BROADCAST_ADD": lambda v, a, b: v.bin("fadd", a, b),
     "BROADCAST_SUB": lambda v, a, b: v.bin("fsub", a, b),
     "BROADCAST_MUL": lambda v, a, b: v.bin("fmul", a, b),
     "BROADCAST_DIV": lambda v, a, b: v.bin("fdiv", a, b),
-    "BROADCAST_MAX": lambda v, a, b: v.select_cmp("ogt", a, b, a, b),
-    "BROADCAST_MIN": lambda v, a, b: v.select_cmp("olt", a, b, a, b),
+    "BROADCAST_MAX": lambda v, a, b: v.maximum(a, b),
+    "BROADCAST_MIN": lambda v, a, b: v.minimum(a, b),
     "BROADCAST_POW": lambda v, a, b: v.call("pow", a, b),
 }
 
@@ -204,7 +277,7 @@ def emit_program(v: Vals, program: tuple, inputs: list) -> str:
         elif tag == "c":
             stack.append(v.const(float(node[1])))
         elif tag == "CAST":
-            if str(node[1]) != ("float32" if v.t == "float" else "float64"):
+            if getattr(node[1], "name", node[1]) != ("float32" if v.t == "float" else "float64"):
                 raise Unsupported(f"CAST to {node[1]} inside a {v.t} kernel")
         elif tag in UNARY:
             stack.append(UNARY[tag](v, stack.pop()))
@@ -254,7 +327,6 @@ def lower_elementwise(k: Elementwise, name: str, features: str) -> str:
     if t is None:
         raise Unsupported(f"elementwise kernels in {k.dtype}")
     width = vec_width(features, t)
-    fast = k.dims is not None
     b = Builder()
     intrinsics: set = set()
     tensors, scalars, n1, n2, s0, s1, scal = elementwise_entry(
@@ -288,7 +360,7 @@ def lower_elementwise(k: Elementwise, name: str, features: str) -> str:
     b.raw("  %cv = icmp slt i64 %j, " + vec_end)
     b.raw(f"  br i1 %cv, label %vbody, label %{'sloop_pre' if tail else 'end2'}")
     b.raw("vbody:")
-    v = Vals(b, t, vw, fast)
+    v = Vals(b, t, vw)
     loaded = {}
     vt = v.vt
     for i in tensors:
@@ -316,7 +388,7 @@ def lower_elementwise(k: Elementwise, name: str, features: str) -> str:
     b.raw(f"  %jn = add i64 %j, {vw}")
     b.raw("  br label %vloop")
     if tail:
-        _scalar_tail(b, k, t, fast, tensors, scalars, base, scal, rowo, n2, intrinsics)
+        _scalar_tail(b, k, t, tensors, scalars, base, scal, rowo, n2, intrinsics)
     b.raw("end2:")
     b.raw("  %i1n = add i64 %i1, 1")
     b.raw("  br label %loop1")
@@ -332,7 +404,7 @@ def lower_elementwise(k: Elementwise, name: str, features: str) -> str:
     return "\n".join(sorted(intrinsics)) + "\n\n" + "\n".join(b.lines) + "\n" + meta
 
 
-def _scalar_tail(b, k, t, fast, tensors, scalars, base, scal, rowo, n2, intrinsics):
+def _scalar_tail(b, k, t, tensors, scalars, base, scal, rowo, n2, intrinsics):
     """The elements of a row after the last whole vector, one at a time."""
     b.raw("sloop_pre:")
     b.raw("  br label %sloop")
@@ -341,7 +413,7 @@ def _scalar_tail(b, k, t, fast, tensors, scalars, base, scal, rowo, n2, intrinsi
     b.raw(f"  %cs = icmp slt i64 %js, {n2}")
     b.raw("  br i1 %cs, label %sbody, label %end2")
     b.raw("sbody:")
-    sv = Vals(b, t, 1, fast)
+    sv = Vals(b, t, 1)
     loaded = {}
     for i in tensors:
         off = base[i] if k.bcast[i][2] else b.op(f"add i64 {base[i]}, %js")
@@ -450,11 +522,10 @@ def lower_row(k: RowKernel, name: str, features: str, width: int | None = None) 
     t = TYPES.get(k.dtype)
     if t is None:
         raise Unsupported(f"row kernels in {k.dtype}")
-    fast = k.n is not None
     w = width or vec_width(features, t)
     n = str(k.n) if k.n is not None else "%n_arg"
     b = Builder()
-    sv, vv = Vals(b, t, 1, fast), Vals(b, t, w, fast)
+    sv, vv = Vals(b, t, 1), Vals(b, t, w)
     align = 4 if t == "float" else 8
     b.raw(f"define void @{name}(i64 %start, i64 %end, i64 %n_arg, {t}* noalias %out, {t}* noalias %x, "
           f"{t}* %g, {t}* %bb) nounwind {{")
@@ -487,7 +558,7 @@ def lower_row(k: RowKernel, name: str, features: str, width: int | None = None) 
         b.raw(f"{label}_body:")
         outs = body(v, j, accs)
         for nx, o in zip(nxt, outs):
-            b.raw(f"  {nx} = fadd {v.vt} {o}, {v.const(0.0)}")
+            b.raw(f"  {nx} = fadd {v.vt} {o}, {v.const(-0.0)}")     # (x + -0.0 is x, -0.0 too)
         b.raw(f"  %{label}_jn = add i64 {j}, {step}")
         b.raw(f"  br label %{label}")
         b.raw(f"{label}_end:")
@@ -523,8 +594,7 @@ def lower_row(k: RowKernel, name: str, features: str, width: int | None = None) 
     nf = b.op(f"sitofp i64 {n} to {t}")
     vx: dict = {}
     if k.op == "softmax":
-        mx = row_pass("mx", lambda v, j, a: [v.select_cmp("ogt", ld(v, xr, j), a[0], ld(v, xr, j), a[0])],
-                      -math.inf, "fmax")
+        mx = row_pass("mx", lambda v, j, a: [v.maximum(ld(v, xr, j), a[0])], -math.inf, "fmax")
         vx[mx] = splat(mx)
 
         def exp_store(v, j, a):

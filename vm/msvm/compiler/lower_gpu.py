@@ -83,7 +83,7 @@ def lower_elementwise_gpu(k: Elementwise, name: str) -> str:
     r = b.op(f"udiv i64 %i, {n2}")
     i1 = b.op(f"urem i64 {r}, {n1}")
     i0 = b.op(f"udiv i64 {r}, {n1}")
-    v = GpuVals(b, t, 1, k.dims is not None)
+    v = GpuVals(b, t, 1)
     loaded = {}
     for i in tensors:
         off = b.op(f"add i64 {b.op(f'mul i64 {i0}, {s0[i]}')}, {b.op(f'mul i64 {i1}, {s1[i]}')}")

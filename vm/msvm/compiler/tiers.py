@@ -5,7 +5,7 @@ Code gets a ``Site``. A call at a shape class it has no kernel for runs the L1
 reference kernel and queues an L2 compile (shape-generic: dims are arguments) on
 the background thread; the next calls use L2. After ``l3_after`` calls at the same
 concrete shapes the site queues an L3 compile (dims and strides are constants, the
-L3 passes, codegen O3 with FMA, BLAS row blocks for matmul) and switches to it — for
+L3 passes, codegen O3, BLAS row blocks for matmul) and switches to it — for
 at most ``L3_SHAPES`` shapes: a site whose shapes keep changing is polymorphic and
 stays on its shape-generic L2 kernel (so a stream of new batch sizes costs one
 compile, not one per size). ``jit_level`` "L1" never
@@ -262,15 +262,16 @@ def compile_kernel(kernel, level: int, info: dict, cached_only: bool = False) ->
     if log.debug_enabled():
         log.logger.debug("JIT compiling %s (shape=%s, dtype=%s) at L%d...", info.get("op"), info.get("shape"),
                          info.get("dtype"), level)
-    source = "compiled"
-    disk = cache.read(key)
+    names = [name] + ([f"{name}_epi"] if kernel.kind == "matmul" and kernel.epilogue else [])
+    t0 = time.perf_counter()
+    disk = cache.load(key, lambda obj: cg.load(obj, names))     # an entry that does not link is discarded
     if disk is None and cached_only:
         return None
-    t0 = time.perf_counter()
     if disk is not None:
-        obj, _header = disk
+        addrs, obj = disk
         source = "disk"
     else:
+        source = "compiled"
         t0 = time.perf_counter()
         ir = lower(kernel, name, cg.features)
         steps["Step3 IR Generation"] = time.perf_counter() - t0
@@ -279,8 +280,8 @@ def compile_kernel(kernel, level: int, info: dict, cached_only: bool = False) ->
         obj, times = cg.compile(ir, level)
         steps["Step5 Hardware Mapping"] = times["parse"] + times["optimize"]
         steps["Step6 Code Generation"] = times["codegen"]
-    t0 = time.perf_counter()
-    addrs = cg.load(obj, [name] + ([f"{name}_epi"] if kernel.kind == "matmul" and kernel.epilogue else []))
+        t0 = time.perf_counter()
+        addrs = cg.load(obj, names)
     compiled = Compiled(kernel, level, addrs, name, key)
     if source == "compiled":
         cache.write(key, obj, {"name": name, "level": level, "kernel": text, "created": time.time()})
@@ -499,7 +500,7 @@ class Site:
         for x in inputs:
             if isinstance(x, np.ndarray) and x.ndim == 0 and x.dtype != d:
                 raise Unsupported("0-d input of another dtype")
-        if any(n[0] == "CAST" and str(n[1]) != str(d) for n in program):
+        if any(n[0] == "CAST" and getattr(n[1], "name", n[1]) != str(d) for n in program):
             raise Unsupported("cast to another dtype")
         shapes = [x.shape if _is_tensor(x) else None for x in inputs]
         out_shape = out_shape or np.broadcast_shapes(*[s for s in shapes if s is not None])
@@ -554,6 +555,8 @@ class Site:
         x = inputs[0]
         if not isinstance(x, np.ndarray) or x.ndim == 0:
             raise Unsupported("row kernel of a scalar")
+        if x.shape[-1] == 0:      # softmax of an empty row is numpy's error (no max): the interpreter's answer
+            raise Unsupported("rows of length 0")
         d = self._float_dtype([x])
         if self.op == "SOFTMAX":
             if self.args[0] not in (-1, x.ndim - 1):

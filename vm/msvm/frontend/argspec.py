@@ -23,12 +23,13 @@ from ..tensor import Tensor
 class ArgSpec:
     """How one argument enters compiled code: a tensor type, a run-time scalar, or a baked constant."""
 
-    __slots__ = ("kind", "type", "value")
+    __slots__ = ("kind", "type", "value", "may_be_one")
 
-    def __init__(self, kind: str, type_=None, value=None):
+    def __init__(self, kind: str, type_=None, value=None, may_be_one=frozenset()):
         self.kind = kind      # 'tensor' | 'scalar' | 'const'
         self.type = type_
         self.value = value
+        self.may_be_one = frozenset(may_be_one)   # dim symbols of type that may be 1 at run time
 
 
 def declared_dims(name, placeholder) -> list:
@@ -53,21 +54,23 @@ def tensor_spec(name: str, shape, d: dt.DType, declared=None) -> ArgSpec:
         if len(ph) != len(shape) or declared.dtype is not d:
             raise ShapeMismatch(f"argument {name}: set_inputs declared {declared.dtype}{list(ph)}, got "
                                 f"{d}{list(shape)}")
-        dims = declared_dims(name, ph)
-    else:
-        dims = [Expr.const(1) if n == 1 else S.sym(f"{name}{i}") for i, n in enumerate(shape)]
-    return ArgSpec("tensor", TensorType(tuple(dims), d))
+        dims = declared_dims(name, ph)       # (dynamic dims may be 1 when it runs)
+        return ArgSpec("tensor", TensorType(tuple(dims), d), may_be_one={x.as_symbol() for x in dims} - {None})
+    dims = [Expr.const(1) if n == 1 else S.sym(f"{name}{i}") for i, n in enumerate(shape)]
+    return ArgSpec("tensor", TensorType(tuple(dims), d))      # (a variant per pattern of 1 dims: these are not)
 
 
-def arg_spec(name: str, v, declared=None) -> ArgSpec:
-    """The spec of one argument value (a Tensor, placeholder, array, bool, int, float or constant)."""
+def arg_spec(name: str, v, declared=None, flag: bool = False) -> ArgSpec:
+    """How argument ``name`` enters the bytecode (a Tensor, placeholder, array, bool, int, float or
+    constant); ``flag``: its default is a bool, so an int (0 or 1, checked by ``check_flags``) is the
+    same run-time flag as False/True."""
     if isinstance(v, Tensor) and v.is_placeholder:
         return tensor_spec(name, v.placeholder_shape, v.dtype, v)
     if isinstance(v, Tensor) or isinstance(v, np.ndarray):
         arr = v.asnumpy() if isinstance(v, Tensor) else v
         d = v.dtype if isinstance(v, Tensor) else dt.from_numpy(arr.dtype)
         return tensor_spec(name, arr.shape, d, declared)
-    if isinstance(v, (bool, np.bool_)):
+    if isinstance(v, (bool, np.bool_)) or (flag and isinstance(v, (int, np.integer))):
         return ArgSpec("scalar", ScalarType("b", S.flag(name)))
     if isinstance(v, (int, np.integer)):
         return ArgSpec("scalar", ScalarType("i", S.sym(name)))

@@ -55,26 +55,49 @@ class FunctionSource:
         self.qualname = qualname or node.name
 
 
-_source_cache: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_parsed: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()   # code object -> (node, line, col)
 
 
 def source_of(fn) -> FunctionSource:
-    """Parse a live Python function (its file is read, nothing is executed)."""
+    """Parse a live Python function (its file is read, nothing is executed).
+
+    The parse is cached per code object; what a function *closes over* is not: the closure
+    values and globals in the FunctionSource are those of this function object, so functions
+    made by one factory (``make(ops.add)``, ``make(ops.sub)``) each compile with their own.
+    They are read now, when a signature compiles, and baked into that signature's bytecode
+    as compile-time constants (MindSpore's graph mode treats them the same way); a signature
+    compiled earlier keeps what it read (see the README's "The API")."""
     fn = inspect.unwrap(getattr(fn, "__func__", fn))
     code = getattr(fn, "__code__", None)
     if code is None:
         raise FrontendError(f"{fn!r} is not a Python function and cannot be compiled")
     try:
-        return _source_cache[code]
+        parsed = _parsed[code]
     except (KeyError, TypeError):
-        pass
-    if code.co_name == "<lambda>":
-        src = _lambda_source(fn, code)
+        parsed = _lambda_node(code) if code.co_name == "<lambda>" else _def_node(fn, code)
         try:
-            _source_cache[code] = src
+            _parsed[code] = parsed
         except TypeError:
             pass
-        return src
+    node, line_offset, col_offset = parsed
+    return FunctionSource(node, code.co_filename, line_offset, col_offset, fn.__globals__, _closure_of(fn, code),
+                          "<lambda>" if code.co_name == "<lambda>" else fn.__qualname__)
+
+
+def _closure_of(fn, code) -> dict:
+    """The values of this function object's closure cells (an empty cell is left out)."""
+    closure = {}
+    if fn.__closure__:
+        for name, cell in zip(code.co_freevars, fn.__closure__):
+            try:
+                closure[name] = cell.cell_contents
+            except ValueError:
+                pass
+    return closure
+
+
+def _def_node(fn, code) -> tuple:
+    """(the def's node, line offset, column offset) read from its file."""
     try:
         lines, first = inspect.getsourcelines(fn)
     except (OSError, TypeError) as e:
@@ -86,22 +109,10 @@ def source_of(fn) -> FunctionSource:
     node = tree.body[0]
     if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
         raise FrontendError(f"{fn.__qualname__} is not a def", code.co_filename, first, 0)
-    closure = {}
-    if fn.__closure__:
-        for name, cell in zip(code.co_freevars, fn.__closure__):
-            try:
-                closure[name] = cell.cell_contents
-            except ValueError:
-                pass
-    src = FunctionSource(node, code.co_filename, first - 1, indent, fn.__globals__, closure, fn.__qualname__)
-    try:
-        _source_cache[code] = src
-    except TypeError:
-        pass
-    return src
+    return node, first - 1, indent
 
 
-def _lambda_source(fn, code) -> FunctionSource:
+def _lambda_node(code) -> tuple:
     """A lambda: find its node in the file by line (and column when a line holds several)."""
     import linecache
 
@@ -125,14 +136,7 @@ def _lambda_source(fn, code) -> FunctionSource:
     ast.copy_location(node, lam)
     ast.copy_location(node.body[0], lam.body)
     node.end_lineno, node.end_col_offset = lam.end_lineno, lam.end_col_offset
-    closure = {}
-    if fn.__closure__:
-        for name, cell in zip(code.co_freevars, fn.__closure__):
-            try:
-                closure[name] = cell.cell_contents
-            except ValueError:
-                pass
-    return FunctionSource(node, code.co_filename, 0, 0, fn.__globals__, closure, "<lambda>")
+    return node, 0, 0
 
 
 # ---------------------------------------------------------------- helpers
@@ -221,8 +225,12 @@ class FunctionCompiler:
                 raise self.error(f"{fn.name} must take self", fn)
             self.vars[params[0]] = self.self_obj
             params = params[1:]
-        if fn.args.vararg or fn.args.kwarg or fn.args.kwonlyargs or fn.args.posonlyargs:
-            raise self.error("*args, **kwargs and keyword-only parameters are not supported in construct", fn)
+        if fn.args.kwarg or fn.args.kwonlyargs or fn.args.posonlyargs:
+            raise self.error("**kwargs and keyword-only parameters are not supported in construct", fn)
+        vararg, n_fixed = (fn.args.vararg.arg if fn.args.vararg else None), len(params)
+        if vararg is not None:     # *inputs: one parameter per extra argument; construct sees their tuple
+            params = [p for p, _ in expand_params([(p, None) for p in params] + [(vararg, VARARGS)],
+                                                   len(self.specs))]
         if len(params) != len(self.specs):
             raise self.error(f"{fn.name} takes {len(params)} arguments, got {len(self.specs)}", fn)
         code = self.cb.code
@@ -243,7 +251,10 @@ class FunctionCompiler:
                 self.vars[pname] = t.value
             else:
                 self.vars[pname] = GraphValue(t, ("local", slot))
+        if vararg is not None:
+            self.vars[vararg] = tuple(self.vars[p] for p in params[n_fixed:])
         self.env.unifiable = unifiable
+        self.env.may_be_one = set().union(*(s.may_be_one for s in self.specs))
         self.record_hover_args(fn, params)
         with using(self):
             try:
@@ -253,6 +264,7 @@ class FunctionCompiler:
             except (_Returned, _AllReturned):
                 pass
         code = self.cb.finish()
+        code.may_be_one = frozenset(self.env.may_be_one)
         code.params = [(p, self.env.norm_type(t)) for p, t in code.params]
         if self.env.subst:   # dims unified after they were emitted: store the final forms
             code.consts = [_subst_const(c, self.env.subst) for c in code.consts]
@@ -413,6 +425,69 @@ class FunctionCompiler:
 
     def stmt_Pass(self, node):
         pass
+
+    def stmt_Raise(self, node):
+        """``raise ValueError(f"... {H} ...")``: a RAISE instruction; under a shape predicate or a
+        flag it is a run-time check, the message's symbolic values filled in when it fires."""
+        exc = node.exc
+        if exc is None:
+            raise self.error("a bare `raise` is not supported in construct", node)
+        func, args = (exc.func, exc.args) if isinstance(exc, ast.Call) else (exc, [])
+        name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
+        if name not in RAISABLE:
+            raise self.error(f"construct may raise the built-in exceptions {', '.join(sorted(RAISABLE))}; "
+                             f"not {ast.unparse(func)}", node)
+        parts = self.message_parts(args[0]) if args else ()
+        self.emit("RAISE", self.cb.const(name), self.cb.const(tuple(parts)))
+        raise _AllReturned()
+
+    def stmt_Assert(self, node):
+        test = self.expr(node.test)
+        if not isinstance(test, Pred):
+            if isinstance(test, GraphValue):
+                raise self.error("assert on a tensor's values is not supported; assert on shapes or flags", node.test)
+            if _truth(test):
+                return
+            raise self.error("assertion is false at compile time", node)
+        if test.const_value() is True:
+            return
+        parts = self.message_parts(node.msg) if node.msg is not None else ("assertion failed: " + ast.unparse(node.test),)
+        self.loc = self.node_loc(node.test)
+        l_ok = self.cb.new_label()
+        self.emit("BRANCH_IF_SYMBOLIC", self.cb.const(S.pnot(test)), l_ok)
+        self.emit("RAISE", self.cb.const("AssertionError"), self.cb.const(tuple(parts)))
+        self.cb.place(l_ok)
+
+    def message_parts(self, node) -> list:
+        """A message as strings and symbolic dims (joined when RAISE fires)."""
+        out = []
+
+        def put(v):
+            if isinstance(v, GraphValue) and isinstance(v.type, ScalarType) and isinstance(v.type.value, Expr):
+                v = v.type.value
+            if isinstance(v, Expr):
+                out.append(v if v.const_value() is None else str(v.const_value()))
+            elif isinstance(v, tuple):
+                out.append("(")
+                for k, x in enumerate(v):
+                    if k:
+                        out.append(", ")
+                    put(x)
+                out.append(",)" if len(v) == 1 else ")")
+            elif isinstance(v, GraphValue):
+                out.append(f"<{v.type}>")
+            else:
+                out.append(str(v))
+
+        if isinstance(node, ast.JoinedStr):
+            for piece in node.values:
+                if isinstance(piece, ast.Constant):
+                    out.append(str(piece.value))
+                else:
+                    put(self.expr(piece.value))
+        else:
+            put(self.expr(node))
+        return [p for p in out if p != ""]
 
     def stmt_Return(self, node):
         value = self.expr(node.value) if node.value is not None else None
@@ -622,6 +697,8 @@ class FunctionCompiler:
             old = entry[name]
             if isinstance(old, GraphValue) and isinstance(v, GraphValue):
                 if self.env.norm_type(old.type) != self.env.norm_type(v.type):
+                    self.narrow_loop_type(name, old.type, v.type)
+                if self.env.norm_type(old.type) != self.env.norm_type(v.type):
                     raise self.error(f"'{name}' changes from {old.type} to {v.type} inside a loop over a symbolic "
                                      "range; its shape must stay the same each iteration", node)
             elif not (_same_const(old, v) if type(old) is type(v) else False):
@@ -633,13 +710,21 @@ class FunctionCompiler:
         self.cb.place(end)
         self.vars = {k: v for k, v in self.vars.items() if k != node.target.id}
 
+    def narrow_loop_type(self, name, old, new):
+        """A loop-carried tensor whose dim that may be 1 (a set_inputs None dim) broadcasts in the body
+        (``x = x + b``): its shape is the same each iteration only if that dim already is the
+        broadcast's, so the dim is unified with it (the entry then checks it)."""
+        if not (isinstance(old, TensorType) and isinstance(new, TensorType) and old.rank == new.rank):
+            return
+        for a, b in zip(self.env.norm_type(old).shape, self.env.norm_type(new).shape):
+            if a != b and a.as_symbol() in self.env.unifiable and self.env.not_one(b):
+                try:
+                    self.env.require_eq(a, b, f"'{name}' keeps its shape across iterations of a loop")
+                except ShapeError:
+                    pass
+
     def stmt_While(self, node):
         raise self.error("while loops are not supported in construct; use for i in range(n)", node)
-
-    def stmt_Assert(self, node):
-        test = self.expr(node.test)
-        if isinstance(test, (bool, np.bool_)) and not test:
-            raise self.error("assertion is false at compile time", node)
 
     # --- expressions
     def expr(self, node):
@@ -809,7 +894,8 @@ class FunctionCompiler:
                 if isinstance(v.type, ScalarType) and isinstance(v.type.value, Pred):
                     return S.pnot(v.type.value)
                 raise self.error("'not' on a tensor: use ops.logical_not", node)
-            return not _truth(v)
+            t = _truth(v)
+            return S.pnot(t) if isinstance(t, Pred) else not t
         if isinstance(node.op, ast.USub):
             return -v
         if isinstance(node.op, ast.UAdd):
@@ -824,6 +910,9 @@ class FunctionCompiler:
                 raise self.error("'and'/'or' on tensors: use ops.logical_and / ops.logical_or", e)
             if not isinstance(v, Pred):
                 t = _truth(v)
+                if isinstance(t, Pred):         # a symbolic int: its truth is known at run time
+                    vals.append(t)
+                    continue
                 # Python short-circuit on known values
                 if isinstance(node.op, ast.And) and not t:
                     return v if not vals else S.FALSE
@@ -867,6 +956,14 @@ class FunctionCompiler:
         sym = _CMPOPS[type(op)]
         if isinstance(a, GraphValue) or isinstance(b, GraphValue):
             return _PYCMP[sym](a, b)
+        if isinstance(a, tuple) and isinstance(b, tuple) and sym in ("==", "!="):
+            # (H, W) != (224, 224): the dims' predicates, folded where they are known
+            same = len(a) == len(b)
+            if same and any(isinstance(x, Expr) or isinstance(y, Expr) for x, y in zip(a, b)):
+                preds = [_as_pred(self.compare(ast.Eq(), x, y, node)) for x, y in zip(a, b)]
+                eq = S.pand(*preds)
+                return eq if sym == "==" else S.pnot(eq)
+            return (a == b) if sym == "==" else (a != b)
         if isinstance(a, Expr) or isinstance(b, Expr):
             if not (_is_int(a) and _is_int(b)):
                 raise self.error(f"cannot compare {a!r} with {b!r}", node)
@@ -875,6 +972,8 @@ class FunctionCompiler:
 
     def expr_IfExp(self, node):
         test = self.expr(node.test)
+        if isinstance(test, Expr):
+            test = _truth(test)
         if isinstance(test, Pred):
             c = test.const_value()
             if c is None:
@@ -925,8 +1024,8 @@ class FunctionCompiler:
     def call(self, fn, args, kwargs, node):
         if is_cell(fn):
             return self.call_cell(fn, args, kwargs, node)
-        if hasattr(type(fn), "__msvm_inline__"):
-            return self.inline(fn, args, kwargs, node)
+        if hasattr(type(fn), "__msvm_inline__") or isinstance(getattr(fn, "__msvm_jit__", None), pytypes.FunctionType):
+            return self.inline(fn, args, kwargs, node)      # (an ms.jit function is inlined as its function)
         if fn is builtins.len:
             (v,) = args
             if isinstance(v, GraphValue):
@@ -1008,12 +1107,16 @@ class FunctionCompiler:
         cell_getattr(cell, "construct")
         params = construct_params(cell)
         try:
-            values = bind_arguments(params, args, kwargs, cell)
+            values = bind_arguments(params, args, kwargs, f"{type(cell).__name__}.construct()")
         except TypeError as e:
             raise self.error(str(e), node) from None
+        params = expand_params(params, len(values))
         specs, runtime = [], []
         sym_names: dict = {}
-        for (pname, _default), v in zip(params, values):
+        for (pname, default), v in zip(params, values):
+            if type(default) is bool and not _flag_like(v):
+                raise self.error(f"{type(cell).__name__}.construct(): argument '{pname}' is a bool flag (its default "
+                                 f"is {default}), got {type(v).__name__}; pass True or False", node)
             spec = self.callee_spec(pname, v, sym_names)
             specs.append(spec)
             if spec.kind != "const":
@@ -1039,7 +1142,7 @@ class FunctionCompiler:
 
     def callee_spec(self, pname, v, sym_names: dict) -> ArgSpec:
         if isinstance(v, GraphValue) and isinstance(v.type, TensorType):
-            dims = []
+            dims, ones = [], set()
             for i, d in enumerate(self.env.norm_type(v.type).shape):
                 if d.is_const():
                     dims.append(d)
@@ -1047,7 +1150,9 @@ class FunctionCompiler:
                     if d not in sym_names:
                         sym_names[d] = S.sym(f"{pname}{i}")
                     dims.append(sym_names[d])
-            return ArgSpec("tensor", TensorType(tuple(dims), v.type.dtype))
+                    if not self.env.not_one(d):     # (x0 - 1, a set_inputs None dim: may be 1)
+                        ones.add(sym_names[d].as_symbol())
+            return ArgSpec("tensor", TensorType(tuple(dims), v.type.dtype), may_be_one=ones)
         if isinstance(v, GraphValue) and isinstance(v.type, TupleType):
             raise ShapeError(f"argument {pname}: passing a tuple of tensors to a sub-Cell is not supported")
         if isinstance(v, (Pred, bool, np.bool_)) or (isinstance(v, GraphValue) and v.type == ScalarType("b")):
@@ -1059,6 +1164,11 @@ class FunctionCompiler:
         if isinstance(v, float) or isinstance(v, GraphValue):
             return ArgSpec("scalar", ScalarType("f"))
         return ArgSpec("const", value=v)
+
+
+# the exceptions construct may raise (RAISE carries the name; the interpreter raises the builtin)
+RAISABLE = frozenset({"ValueError", "TypeError", "RuntimeError", "IndexError", "KeyError", "AssertionError",
+                      "NotImplementedError", "ArithmeticError", "ZeroDivisionError", "Exception"})
 
 
 class _AllReturned(Exception):
@@ -1089,8 +1199,21 @@ def _has_graph(v) -> bool:
     return any(isinstance(x, GraphValue) or (isinstance(x, tuple) and _has_graph(x)) for x in v)
 
 
-def _truth(v) -> bool:
-    return bool(v)      # a symbolic Expr raises SymbolicError unless it is constant
+def _flag_like(v) -> bool:
+    """What a sub-Cell's bool flag may be given: a bool, 0/1, a predicate or an int symbol, a run-time bool or int."""
+    if isinstance(v, (bool, np.bool_, Pred, Expr)):
+        return True
+    if isinstance(v, (int, np.integer)):
+        return v in (0, 1)
+    return isinstance(v, GraphValue) and isinstance(v.type, ScalarType) and v.type.kind in "bi"
+
+
+def _truth(v):
+    """Python's truth of a compile-time value; of a symbolic int (an int argument, a dim) the
+    predicate ``v != 0``, tested at run time as Python would (``if n:``, ``not n``, ``n and f``)."""
+    if isinstance(v, Expr) and v.const_value() is None:
+        return S.compare("!=", v, 0)
+    return bool(v)
 
 
 def _same_const(a, b) -> bool:
@@ -1162,29 +1285,81 @@ def named_children(obj):
     return []
 
 
+class _VarArgs:
+    def __repr__(self):
+        return "VARARGS"
+
+
+VARARGS = _VarArgs()
+"""The 'default' that marks the ``*args`` parameter in a [(name, default)] parameter list."""
+
+
+def signature_params(sig: inspect.Signature) -> list:
+    """[(name, default or inspect._empty or VARARGS)] of a signature (bound methods: without self)."""
+    return [(p.name, VARARGS if p.kind is inspect.Parameter.VAR_POSITIONAL else p.default)
+            for p in sig.parameters.values()]
+
+
 def construct_params(cell) -> list:
-    """[(name, default or inspect._empty)] of cell.construct, without self."""
+    """[(name, default or inspect._empty or VARARGS)] of cell.construct, without self."""
     fn = getattr(cell, "__msvm_construct_params__", None)
     if fn is not None:
         return fn()
-    sig = inspect.signature(cell.construct)
-    return [(p.name, p.default) for p in sig.parameters.values()]
+    return signature_params(inspect.signature(cell.construct))
 
 
-def bind_arguments(params, args, kwargs, owner) -> list:
+def vararg_index(params) -> int | None:
+    return next((i for i, (_, d) in enumerate(params) if d is VARARGS), None)
+
+
+def expand_params(params, n_values: int) -> list:
+    """The parameter list for a call with n_values arguments: ``*inputs`` becomes one entry per
+    extra value, ``inputs_0``, ``inputs_1``, ... (the frontend gives construct the tuple of them)."""
+    vi = vararg_index(params)
+    if vi is None:
+        return list(params)
+    name = params[vi][0]
+    return list(params[:vi]) + [(f"{name}_{k}", inspect.Parameter.empty) for k in range(max(n_values - vi, 0))]
+
+
+def bind_arguments(params, args, kwargs: dict, label: str) -> list:
+    """The values of ``params`` ([(name, default)]) for a call, Python's rules; the TypeError for a
+    bad call names ``label`` (``Net.construct()``, ``fn()``) and the parameters, as Python does.
+    A ``*args`` parameter takes the positionals past the ones before it."""
+    vi = vararg_index(params)
+    if vi is not None:       # construct(self, x, *inputs): the positionals past x are the tuple
+        return bind_arguments(params[:vi], args[:vi], kwargs, label) + list(args[vi:])
     if len(args) > len(params):
-        raise TypeError(f"{type(owner).__name__}.construct takes {len(params)} arguments, got {len(args)}")
-    values = list(args)
+        raise _call_error(params, args, kwargs, label)
+    values, rest = list(args), dict(kwargs)
     for name, default in params[len(args):]:
-        if name in kwargs:
-            values.append(kwargs.pop(name))
+        if name in rest:
+            values.append(rest.pop(name))
         elif default is not inspect.Parameter.empty:
             values.append(default)
         else:
-            raise TypeError(f"{type(owner).__name__}.construct is missing argument '{name}'")
-    if kwargs:
-        raise TypeError(f"{type(owner).__name__}.construct got unexpected arguments {sorted(kwargs)}")
+            raise _call_error(params, args, kwargs, label)
+    if rest:
+        raise _call_error(params, args, kwargs, label)
     return values
+
+
+def _call_error(params, args, kwargs: dict, label: str) -> TypeError:
+    """What is wrong with a call, in Python's order and words."""
+    names = [n for n, _ in params]
+    if len(args) > len(params):
+        listed = f" ({', '.join(names)})" if names else ""
+        return TypeError(f"{label} takes {len(params)} argument{'s' if len(params) != 1 else ''}{listed} but "
+                         f"{len(args)} were given")
+    unknown = sorted(k for k in kwargs if k not in names)
+    if unknown:
+        return TypeError(f"{label} got an unexpected keyword argument '{unknown[0]}'")
+    twice = [n for n in names[:len(args)] if n in kwargs]
+    if twice:
+        return TypeError(f"{label} got multiple values for argument '{twice[0]}'")
+    missing = [n for n, d in params[len(args):] if n not in kwargs and d is inspect.Parameter.empty]
+    return TypeError(f"{label} missing {len(missing)} required argument{'s' if len(missing) > 1 else ''}: "
+                     + ", ".join(f"'{n}'" for n in missing))
 
 
 # ---------------------------------------------------------------- compiling Cells
@@ -1203,7 +1378,7 @@ def spec_key(specs) -> tuple:
             except TypeError:
                 out.append(("c", "id", id(v)))
         else:
-            out.append((s.kind, s.type))
+            out.append((s.kind, s.type, tuple(sorted(s.may_be_one))))
     return tuple(out)
 
 

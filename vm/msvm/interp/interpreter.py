@@ -215,6 +215,21 @@ def h_return(ctx, i, args):
     return h
 
 
+def h_raise(ctx, i, args):
+    import builtins
+
+    exc = getattr(builtins, args[0])
+    if not (isinstance(exc, type) and issubclass(exc, Exception)):
+        raise TypeError(f"RAISE: {args[0]!r} is not a built-in exception")
+    parts = [compile_sym(p) if not isinstance(p, str) else p for p in args[1]]
+
+    def h(f, s):
+        e = exc("".join(p if isinstance(p, str) else str(p(f.symbols)) for p in parts))
+        e.msvm_raised = True
+        raise e
+    return h
+
+
 def h_alloc(ctx, i, args):
     return lambda f, s: i + 1
 
@@ -244,6 +259,8 @@ class ComputeSpec:
             kern = self.kern = np.matmul        # (kernels.matmul's own first case, without its frame)
             self.operands = operands = ()
         out_tensor = bool(nxt) and isinstance(nxt[-1], TensorType) and nxt[-1].rank > 0
+        if nxt and isinstance(nxt[-1], TensorType) and nxt[-1].rank == 0:
+            kern = self.kern = K.as_array(kern)     # a 0-d tensor is a 0-d array, never a numpy scalar
         # an output buffer kept across calls: the result never leaves the frame (escape analysis)
         self.reuse = bool(i in ctx.reusable and name in K.OUT_CAPABLE and st is not None and out_tensor
                           and all(isinstance(t, TensorType) and t.rank > 0 for t in st[len(st) - n:]))
@@ -347,7 +364,7 @@ _SPECIAL = {
     "NOP": h_nop, "LOAD_TENSOR": h_load_tensor, "STORE_TENSOR": h_store_tensor, "LOAD_CONST": h_load_const,
     "LOAD_PARAM": h_load_param, "LOAD_SYM": h_load_sym, "SET_SYM": h_set_sym, "BUILD_TUPLE": h_build_tuple,
     "UNPACK_TUPLE": h_unpack_tuple, "POP_TOP": h_pop_top, "JUMP": h_jump, "BRANCH_IF_SYMBOLIC": h_branch,
-    "CALL_CELL": h_call_cell, "RETURN": h_return, "ALLOC_DEVICE_MEM": h_alloc, "FREE_DEVICE_MEM": h_alloc,
+    "CALL_CELL": h_call_cell, "RETURN": h_return, "RAISE": h_raise, "ALLOC_DEVICE_MEM": h_alloc, "FREE_DEVICE_MEM": h_alloc,
 }
 
 # the handler table, indexed by opcode byte
@@ -554,7 +571,8 @@ def _compile_binder(code: Code):
     for lhs, rhs, _why in code.assumptions:
         lines.append(f"    if {_src(lhs)} != {_src(rhs)}: return None")
     lines.append("    return env")
-    ns = dict(consts, __builtins__={"max": max, "min": min, "bool": bool, "type": type})
+    ns = dict(consts, __builtins__={"max": max, "min": min, "bool": bool, "type": type, "TypeError": TypeError,
+                                    "ValueError": ValueError})
     try:
         exec("\n".join(lines), ns)  # noqa: S102 - generated from the verified signature, names quoted
     except Exception:  # noqa: BLE001 - never let an odd signature break calling; the slow path works
@@ -613,6 +631,12 @@ def run(f: Frame):
         if isinstance(e, (ExecutionError, ShapeMismatch)):
             raise
         idx = f.index if trace is not None or events.profiling else i
+        if getattr(e, "msvm_raised", False):   # the user's own `raise` in construct: theirs, unwrapped
+            ins = bound.code.instrs[idx]
+            if hasattr(e, "add_note"):
+                e.add_note(f"raised by {bound.code.name} at {bound.code.filename}:{ins.loc.line}:{ins.loc.col + 1} "
+                           f"(bytecode offset 0x{ins.offset:04x})")
+            raise
         err = _exec_error(bound.code, idx, e)
         on_exception = getattr(trace, "on_exception", None)
         if on_exception is not None:      # a debugger sees the failing frame before it unwinds

@@ -118,7 +118,7 @@ def _with_out(ufunc):
 
 
 def _rsqrt(x, out):
-    r = np.sqrt(x, out=out)
+    r = np.sqrt(x, out=out) if out is not None else np.asarray(np.sqrt(x))    # (a 0-d x gives a numpy scalar)
     return np.divide(1, r, out=r)
 
 
@@ -144,7 +144,7 @@ def _gelu(x, out):
 
 def _gelu_tanh(x, out):
     t = x.dtype.type
-    inner = x * x
+    inner = np.asarray(x * x)          # (an array to work in, also for a 0-d x)
     inner *= t(0.044715)
     inner += t(1.0)
     inner *= x
@@ -157,6 +157,17 @@ def _gelu_tanh(x, out):
 
 def _reciprocal(x, out):
     return np.divide(x.dtype.type(1), x, out=out) if out is not None else np.divide(x.dtype.type(1), x)
+
+
+def as_array(kern):
+    """``kern`` for an instruction whose result is a 0-d tensor: numpy gives a numpy scalar for
+    most ops on 0-d arrays, and the VM's tensors are ndarrays (what the binder, sub-Cell calls,
+    sites and the caller's Tensor expect), so the result becomes a 0-d array of its dtype.
+    Linked only where the verified result type is rank 0 (``ComputeSpec``)."""
+    def kern0(*args, **kwargs):
+        r = kern(*args, **kwargs)
+        return r if type(r) is np.ndarray else np.asarray(r)
+    return kern0
 
 
 def where(c, a, b, out=None):
@@ -342,11 +353,127 @@ def slice_(x, spec, out=None):
     return np.asarray(x[index_of(spec)])
 
 
+# ---------------------------------------------------------------- convolution and pooling (NCHW)
+
+def _same_pads(d, k, s, dil):
+    """MindSpore's (and TensorFlow's) 'same': output ceil(d / s), the extra pixel after."""
+    total = max((-(-d // s) - 1) * s + dil * (k - 1) + 1 - d, 0)
+    return total // 2, total - total // 2
+
+
+def _padded(x, kernel, stride, dil, pad, value):
+    if pad == ("same",):
+        ph = _same_pads(x.shape[2], kernel[0], stride[0], dil[0])
+        pw = _same_pads(x.shape[3], kernel[1], stride[1], dil[1])
+    else:
+        ph, pw = (pad[0], pad[1]), (pad[2], pad[3])
+    if any(ph) or any(pw):
+        x = np.pad(x, ((0, 0), (0, 0), ph, pw), constant_values=value)
+    return x, ph, pw
+
+
+def _windows(x, kernel, stride, dil):
+    """[N, C, Ho, Wo, kh, kw] views of x's (dilated, strided) windows; no copy."""
+    kh, kw = kernel
+    span = (dil[0] * (kh - 1) + 1, dil[1] * (kw - 1) + 1)
+    v = np.lib.stride_tricks.sliding_window_view(x, span, axis=(2, 3))
+    return v[:, :, ::stride[0], ::stride[1], ::dil[0], ::dil[1]]
+
+
+def conv2d(x, w, stride, pad, dilation, group, out=None):
+    x, w = np.asarray(x), np.asarray(w)
+    dtype = np.result_type(x, w)
+    o, cg, kh, kw = w.shape
+    xp, _, _ = _padded(x, (kh, kw), stride, dilation, pad, 0)
+    win = _windows(xp, (kh, kw), stride, dilation)            # N, C, Ho, Wo, kh, kw
+    n, c, ho, wo = win.shape[:4]
+    if c != cg * group:
+        raise ValueError(f"CONV2D: input has {c} channels, the weight expects {cg} x group {group}")
+    if group == 1:
+        cols = win.transpose(0, 2, 3, 1, 4, 5).reshape(n * ho * wo, c * kh * kw)
+        res = (cols @ w.reshape(o, -1).T).reshape(n, ho, wo, o).transpose(0, 3, 1, 2)
+    elif cg == 1 and o == group:                                # depthwise
+        res = np.einsum("nchwij,cij->nchw", win, w[:, 0], optimize=True)
+    else:
+        og = o // group
+        wg = w.reshape(group, og, cg * kh * kw)
+        res = np.empty((n, o, ho, wo), dtype=dtype)
+        for g in range(group):
+            cols = win[:, g * cg:(g + 1) * cg].transpose(0, 2, 3, 1, 4, 5).reshape(n * ho * wo, cg * kh * kw)
+            res[:, g * og:(g + 1) * og] = (cols @ wg[g].T).reshape(n, ho, wo, og).transpose(0, 3, 1, 2)
+    return np.ascontiguousarray(res, dtype=dtype)
+
+
+def max_pool2d(x, kernel, stride, pad, out=None):
+    x = np.asarray(x)
+    low = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min if x.dtype.kind in "iu" else False
+    xp, _, _ = _padded(x, kernel, stride, (1, 1), pad, low)
+    return np.ascontiguousarray(_windows(xp, kernel, stride, (1, 1)).max(axis=(4, 5)))
+
+
+def avg_pool2d(x, kernel, stride, pad, count_pad, out=None):
+    x = np.asarray(x)
+    if x.dtype.kind != "f":
+        x = x.astype(np.float32)
+    xp, ph, pw = _padded(x, kernel, stride, (1, 1), pad, 0)
+    total = _windows(xp, kernel, stride, (1, 1)).sum(axis=(4, 5))
+    if count_pad and pad != ("same",):
+        return np.ascontiguousarray(total / x.dtype.type(kernel[0] * kernel[1]))
+    ones = np.pad(np.ones((1, 1) + x.shape[2:], dtype=x.dtype), ((0, 0), (0, 0), ph, pw))
+    count = _windows(ones, kernel, stride, (1, 1)).sum(axis=(4, 5))
+    return np.ascontiguousarray(total / count)
+
+
+def adaptive_avg_pool2d(x, size, out=None):
+    x = np.asarray(x)
+    if x.dtype.kind != "f":
+        x = x.astype(np.float32)
+    h, w = x.shape[2:]
+    oh, ow = (x.shape[2 + i] if size[i] is None else size[i] for i in range(2))
+    if h % oh == 0 and w % ow == 0:
+        return x.reshape(x.shape[0], x.shape[1], oh, h // oh, ow, w // ow).mean(axis=(3, 5))
+    res = np.empty(x.shape[:2] + (oh, ow), dtype=x.dtype)
+    for i in range(oh):
+        h0, h1 = (i * h) // oh, -(-((i + 1) * h) // oh)
+        for j in range(ow):
+            w0, w1 = (j * w) // ow, -(-((j + 1) * w) // ow)
+            res[:, :, i, j] = x[:, :, h0:h1, w0:w1].mean(axis=(2, 3))
+    return res
+
+
+def gather(x, idx, axis, out=None):
+    x, idx = np.asarray(x), np.asarray(idx)
+    size = x.shape[axis]
+    if idx.size and (idx.min() < -size or idx.max() >= size):
+        bad = idx.max() if idx.max() >= size else idx.min()
+        raise IndexError(f"GATHER: index {int(bad)} is out of range for axis {axis} of size {size}")
+    return np.take(x, idx, axis=axis)
+
+def _floordiv(a, b, out=None):
+    """floor(a / b): numpy's floor_divide on ints; on floats the floor of the true quotient, as
+    MindSpore's div(rounding_mode='floor') (numpy's float floor_divide gives 1.0 // 0.1 == 9)."""
+    if np.result_type(a, b).kind != "f":
+        return np.floor_divide(a, b, out=out) if out is not None else np.floor_divide(a, b)
+    q = np.true_divide(a, b, out=out) if out is not None else np.true_divide(a, b)
+    return np.floor(q, out=q) if isinstance(q, np.ndarray) else np.floor(q)
+
+
+def _truncdiv(a, b, out=None):
+    """trunc(a / b): the quotient rounded toward zero (C's integer division)."""
+    if np.result_type(a, b).kind != "f":
+        q = np.floor_divide(a, b)
+        q = q + ((np.remainder(a, b) != 0) & ((np.asarray(a) < 0) != (np.asarray(b) < 0)))
+        return np.asarray(q, dtype=np.result_type(a, b))
+    q = np.true_divide(a, b, out=out) if out is not None else np.true_divide(a, b)
+    return np.trunc(q, out=q) if isinstance(q, np.ndarray) else np.trunc(q)
+
+
 KERNELS = {
     "BROADCAST_ADD": _binary(np.add), "BROADCAST_SUB": _binary(np.subtract),
     "BROADCAST_MUL": _binary(np.multiply), "BROADCAST_DIV": _binary(np.true_divide, force_float=True),
     "BROADCAST_POW": _binary(np.power), "BROADCAST_MAX": _binary(np.maximum),
     "BROADCAST_MIN": _binary(np.minimum),
+    "BROADCAST_FLOORDIV": _binary(_floordiv), "BROADCAST_TRUNCDIV": _binary(_truncdiv),
     "BROADCAST_EQ": _compare(np.equal), "BROADCAST_NE": _compare(np.not_equal),
     "BROADCAST_LT": _compare(np.less), "BROADCAST_LE": _compare(np.less_equal),
     "BROADCAST_GT": _compare(np.greater), "BROADCAST_GE": _compare(np.greater_equal),
@@ -368,6 +495,8 @@ KERNELS = {
     "SOFTMAX": softmax, "LOG_SOFTMAX": log_softmax, "LAYER_NORM": layer_norm,
     "RESHAPE": reshape, "TRANSPOSE": transpose, "EXPAND_DIMS": expand_dims, "SQUEEZE": squeeze,
     "BROADCAST_TO": broadcast_to, "CONCAT": concat, "STACK": stack, "SLICE": slice_,
+    "CONV2D": conv2d, "MAX_POOL2D": max_pool2d, "AVG_POOL2D": avg_pool2d,
+    "ADAPTIVE_AVG_POOL2D": adaptive_avg_pool2d, "GATHER": gather,
 }
 
 # kernels that accept ``out=`` and write the whole result into it

@@ -149,6 +149,8 @@ class _Writer:
                 stack.append(v)
             elif name == "RETURN":
                 result = stack.pop()
+            elif name == "RAISE":        # the interpreter raises it, with its message
+                raise NotReplayable("the path raises")
             else:
                 spec = specs.get(i) or specs.setdefault(i, ComputeSpec(bound, i, args))
                 stack.append(self.compute(i, spec, self.pop(stack, spec.n)))

@@ -1,7 +1,35 @@
 """``msvm.nn``: Cell and the built-in layers."""
 
 from .cell import Cell, CellList, SequentialCell
-from .layers import GELU, Dense, Dropout, LayerNorm, ReLU, Sigmoid, Softmax, Tanh
+from .layers import (
+    ELU,
+    GELU,
+    AdaptiveAvgPool2d,
+    AvgPool2d,
+    BatchNorm1d,
+    BatchNorm2d,
+    Conv1d,
+    Conv2d,
+    Dense,
+    Dropout,
+    Embedding,
+    Flatten,
+    HSigmoid,
+    HSwish,
+    Identity,
+    LayerNorm,
+    LeakyReLU,
+    MaxPool2d,
+    ReLU,
+    ReLU6,
+    Sigmoid,
+    SiLU,
+    Softmax,
+    Softplus,
+    Tanh,
+)
 
-__all__ = ["GELU", "Cell", "CellList", "Dense", "Dropout", "LayerNorm", "ReLU", "SequentialCell", "Sigmoid",
-           "Softmax", "Tanh"]
+__all__ = ["ELU", "GELU", "AdaptiveAvgPool2d", "AvgPool2d", "BatchNorm1d", "BatchNorm2d", "Cell", "CellList",
+           "Conv1d", "Conv2d", "Dense", "Dropout", "Embedding", "Flatten", "HSigmoid", "HSwish", "Identity",
+           "LayerNorm", "LeakyReLU", "MaxPool2d", "ReLU", "ReLU6", "SequentialCell", "SiLU", "Sigmoid", "Softmax",
+           "Softplus", "Tanh"]

@@ -126,8 +126,9 @@ class Cell:
         return list(self._cells.items())
 
     def __msvm_construct_params__(self):
-        sig = inspect.signature(self.construct)
-        return [(p.name, p.default) for p in sig.parameters.values()]
+        from ..frontend.compiler import signature_params
+
+        return signature_params(inspect.signature(self.construct))
 
     def extend_repr(self):
         return ""

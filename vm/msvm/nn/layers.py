@@ -9,7 +9,8 @@ import numpy as np
 
 from .. import dtype as dt
 from .. import ops
-from ..ops.functional import apply
+from ..common.initializer import as_initializer
+from ..ops.functional import _pair, apply, conv_pad
 from ..tensor import Parameter, Tensor
 from .cell import Cell
 
@@ -17,26 +18,20 @@ STATIC_INIT = False   # set by msvm.static: parameters become placeholders (no d
 
 
 def _init(init, shape, dtype, fan_in):
-    """An initial value: a Tensor/array, 'zeros'/'ones'/'normal'/'uniform', or the default uniform."""
+    """An initial value: a Tensor/array, a number, an ``Initializer`` or its name (MindSpore's
+    ``weight_init``/``bias_init`` forms); ``None`` is MindSpore's default, HeUniform(sqrt(5)),
+    i.e. U(-1/sqrt(fan_in), 1/sqrt(fan_in))."""
     if STATIC_INIT:
         return Tensor(shape=list(shape), dtype=dt.as_dtype(dtype))
     if isinstance(init, Tensor):
         arr = init.asnumpy()
     elif isinstance(init, np.ndarray):
         arr = init
-    elif isinstance(init, (int, float)) and not isinstance(init, bool):
-        arr = np.full(shape, init)
-    elif init in ("zeros", "zero"):
-        arr = np.zeros(shape)
-    elif init in ("ones", "one"):
-        arr = np.ones(shape)
-    elif init == "normal":
-        arr = np.random.normal(0.0, 0.01, shape)
-    elif init is None or init in ("uniform", "he_uniform", "HeUniform", "xavier_uniform"):
+    elif init is None:
         bound = 1.0 / math.sqrt(max(fan_in, 1))
         arr = np.random.uniform(-bound, bound, shape)
     else:
-        raise ValueError(f"unknown initializer {init!r}")
+        arr = as_initializer(init)(shape)
     arr = np.asarray(arr, dtype=dt.as_dtype(dtype).np)
     if tuple(arr.shape) != tuple(shape):
         raise ValueError(f"initial value has shape {list(arr.shape)}, expected {list(shape)}")
@@ -61,6 +56,8 @@ class Dense(Cell):
         if self.has_bias:
             self.bias = Parameter(_init(bias_init if bias_init is not None else "zeros", (self.out_channels,),
                                         dtype, self.in_channels), name="bias")
+        else:
+            self.bias = None
         self.matmul = ops.MatMul(transpose_b=True)
         if isinstance(activation, str):
             if activation.lower() not in _ACTIVATIONS:
@@ -136,6 +133,229 @@ class Softmax(Cell):
 
     def construct(self, x):
         return ops.softmax(x, self.axis)
+
+
+class _Conv(Cell):
+    def _setup(self, in_channels, out_channels, ksize, stride, pad_mode, padding, dilation, group, has_bias,
+               weight_init, bias_init, dtype):
+        self.in_channels, self.out_channels, self.group = int(in_channels), int(out_channels), int(group)
+        if self.in_channels % self.group or self.out_channels % self.group:
+            raise ValueError(f"{type(self).__name__}: in_channels {in_channels} and out_channels {out_channels} "
+                             f"must be divisible by group {group}")
+        self.kernel_size, self.stride, self.dilation = ksize, stride, dilation
+        self.pad_mode, self.padding = pad_mode, padding
+        self.pad = conv_pad(pad_mode, padding, type(self).__name__)
+        self.has_bias = bool(has_bias)
+        shape = (self.out_channels, self.in_channels // self.group) + tuple(ksize)
+        fan_in = (self.in_channels // self.group) * math.prod(ksize)
+        self.weight = Parameter(_init(weight_init, shape, dtype, fan_in), name="weight")
+        if self.has_bias:
+            self.bias = Parameter(_init(bias_init if bias_init is not None else "zeros", (self.out_channels,), dtype,
+                                        fan_in), name="bias")
+        else:
+            self.bias = None                 # as MindSpore's: model zoos test `cell.bias is not None`
+
+
+class Conv2d(_Conv):
+    """MindSpore's nn.Conv2d (NCHW): weight [out, in/group, kh, kw]; pad_mode 'same' (default), 'valid', 'pad'."""
+
+    def __init__(self, in_channels, out_channels, kernel_size, stride=1, pad_mode="same", padding=0, dilation=1,
+                 group=1, has_bias=False, weight_init=None, bias_init=None, data_format="NCHW", dtype=dt.float32):
+        super().__init__()
+        if data_format != "NCHW":
+            raise NotImplementedError("nn.Conv2d: only data_format='NCHW' is supported")
+        self._setup(in_channels, out_channels, _pair(kernel_size, "Conv2d: kernel_size"),
+                    _pair(stride, "Conv2d: stride"), pad_mode, padding, _pair(dilation, "Conv2d: dilation"),
+                    group, has_bias, weight_init, bias_init, dtype)
+
+    def construct(self, x):
+        out = apply("CONV2D", (x, self.weight), (self.stride, self.pad, self.dilation, self.group))
+        if self.has_bias:
+            out = out + ops.reshape(self.bias, (1, -1, 1, 1))
+        return out
+
+
+class Conv1d(_Conv):
+    """MindSpore's nn.Conv1d ([N, C, L]): weight [out, in/group, k]; runs as a 2-D convolution of height 1."""
+
+    def __init__(self, in_channels, out_channels, kernel_size, stride=1, pad_mode="same", padding=0, dilation=1,
+                 group=1, has_bias=False, weight_init=None, bias_init=None, dtype=dt.float32):
+        super().__init__()
+        if isinstance(padding, (tuple, list)):
+            padding = (0, 0, int(padding[0]), int(padding[-1]))
+        elif pad_mode == "pad":
+            padding = (0, 0, int(padding), int(padding))
+        self._setup(in_channels, out_channels, (int(kernel_size),), (1, int(stride)), pad_mode, padding,
+                    (1, int(dilation)), group, has_bias, weight_init, bias_init, dtype)
+
+    def construct(self, x):
+        w = ops.expand_dims(self.weight, 2)
+        out = apply("CONV2D", (ops.expand_dims(x, 2), w), (self.stride, self.pad, self.dilation, self.group))
+        out = ops.squeeze(out, 2)
+        if self.has_bias:
+            out = out + ops.reshape(self.bias, (1, -1, 1))
+        return out
+
+
+class _BatchNorm(Cell):
+    """Inference batch norm over axis 1: (x - moving_mean) / sqrt(moving_variance + eps) * gamma + beta."""
+
+    RANKS = (2, 3, 4)
+
+    def __init__(self, num_features, eps=1e-5, momentum=0.9, affine=True, gamma_init="ones", beta_init="zeros",
+                 moving_mean_init="zeros", moving_var_init="ones", use_batch_statistics=None, data_format="NCHW",
+                 dtype=dt.float32):
+        super().__init__()
+        if data_format != "NCHW":
+            raise NotImplementedError(f"{type(self).__name__}: only data_format='NCHW' is supported")
+        n = int(num_features)
+        self.num_features, self.eps, self.momentum = n, float(eps), momentum
+        self.gamma = Parameter(_init(gamma_init, (n,), dtype, 1), name="gamma", requires_grad=affine)
+        self.beta = Parameter(_init(beta_init, (n,), dtype, 1), name="beta", requires_grad=affine)
+        self.moving_mean = Parameter(_init(moving_mean_init, (n,), dtype, 1), name="mean", requires_grad=False)
+        self.moving_variance = Parameter(_init(moving_var_init, (n,), dtype, 1), name="variance",
+                                         requires_grad=False)
+
+    def construct(self, x):
+        shape = (1, -1) + (1,) * (len(x.shape) - 2)
+        scale = self.gamma * ops.rsqrt(self.moving_variance + self.eps)
+        shift = self.beta - self.moving_mean * scale
+        return x * ops.reshape(scale, shape) + ops.reshape(shift, shape)
+
+
+class BatchNorm2d(_BatchNorm):
+    pass
+
+
+class BatchNorm1d(_BatchNorm):
+    pass
+
+
+class MaxPool2d(Cell):
+    def __init__(self, kernel_size=1, stride=1, pad_mode="valid", padding=0, dilation=1, return_indices=False,
+                 ceil_mode=False, data_format="NCHW"):
+        super().__init__()
+        if dilation not in (1, (1, 1)) or return_indices or ceil_mode or data_format != "NCHW":
+            raise NotImplementedError("nn.MaxPool2d: dilation, return_indices, ceil_mode and NHWC are not supported yet")
+        self.kernel_size = _pair(kernel_size, "MaxPool2d: kernel_size")
+        self.stride = _pair(stride, "MaxPool2d: stride")
+        self.pad = conv_pad(pad_mode, padding, "MaxPool2d")
+
+    def construct(self, x):
+        return apply("MAX_POOL2D", (x,), (self.kernel_size, self.stride, self.pad))
+
+
+class AvgPool2d(Cell):
+    def __init__(self, kernel_size=1, stride=1, pad_mode="valid", padding=0, ceil_mode=False, count_include_pad=True,
+                 divisor_override=None, data_format="NCHW"):
+        super().__init__()
+        if ceil_mode or divisor_override is not None or data_format != "NCHW":
+            raise NotImplementedError("nn.AvgPool2d: ceil_mode, divisor_override and NHWC are not supported yet")
+        self.kernel_size = _pair(kernel_size, "AvgPool2d: kernel_size")
+        self.stride = _pair(stride, "AvgPool2d: stride")
+        self.pad = conv_pad(pad_mode, padding, "AvgPool2d")
+        self.count_include_pad = bool(count_include_pad)
+
+    def construct(self, x):
+        return apply("AVG_POOL2D", (x,), (self.kernel_size, self.stride, self.pad, self.count_include_pad))
+
+
+class AdaptiveAvgPool2d(Cell):
+    def __init__(self, output_size):
+        super().__init__()
+        size = (output_size, output_size) if isinstance(output_size, int) or output_size is None else output_size
+        self.output_size = tuple(None if d is None else int(d) for d in size)
+
+    def construct(self, x):
+        return apply("ADAPTIVE_AVG_POOL2D", (x,), (self.output_size,))
+
+
+class Embedding(Cell):
+    """A lookup table [vocab_size, embedding_size]; ids of any shape -> ids.shape + [embedding_size]."""
+
+    def __init__(self, vocab_size, embedding_size, use_one_hot=False, embedding_table="normal", dtype=dt.int32,
+                 padding_idx=None):
+        super().__init__()
+        self.vocab_size, self.embedding_size = int(vocab_size), int(embedding_size)
+        table = _init(embedding_table, (self.vocab_size, self.embedding_size), dt.float32, self.embedding_size)
+        if padding_idx is not None and not STATIC_INIT:
+            arr = table.asnumpy().copy()
+            arr[int(padding_idx)] = 0
+            table = Tensor(arr)
+        self.embedding_table = Parameter(table, name="embedding_table")
+        self.padding_idx = padding_idx
+
+    def construct(self, ids):
+        return apply("GATHER", (self.embedding_table, ids), (0,))
+
+
+class Flatten(Cell):
+    def __init__(self, start_dim=1, end_dim=-1):
+        super().__init__()
+        self.start_dim, self.end_dim = start_dim, end_dim
+
+    def construct(self, x):
+        return ops.flatten(x, start_dim=self.start_dim, end_dim=self.end_dim)
+
+
+class Identity(Cell):
+    def construct(self, x):
+        return x
+
+
+class ReLU6(Cell):
+    def construct(self, x):
+        return ops.minimum(ops.relu(x), 6.0)
+
+
+class HSigmoid(Cell):
+    """relu6(x + 3) / 6."""
+
+    def construct(self, x):
+        return ops.minimum(ops.relu(x + 3.0), 6.0) / 6.0
+
+
+class HSwish(Cell):
+    """x * relu6(x + 3) / 6."""
+
+    def construct(self, x):
+        return x * (ops.minimum(ops.relu(x + 3.0), 6.0) / 6.0)
+
+
+class SiLU(Cell):
+    def construct(self, x):
+        return x * ops.sigmoid(x)
+
+
+class ELU(Cell):
+    def __init__(self, alpha=1.0):
+        super().__init__()
+        self.alpha = float(alpha)
+
+    def construct(self, x):
+        return ops.where(x > 0.0, x, (ops.exp(ops.minimum(x, 0.0)) - 1.0) * self.alpha)
+
+
+class LeakyReLU(Cell):
+    def __init__(self, alpha=0.2):
+        super().__init__()
+        self.alpha = float(alpha)
+
+    def construct(self, x):
+        return ops.where(x >= 0.0, x, x * self.alpha)
+
+
+class Softplus(Cell):
+    """log(1 + exp(beta * x)) / beta, linear above threshold (stable: max(z, 0) + log(1 + exp(-|z|)))."""
+
+    def __init__(self, beta=1.0, threshold=20.0):
+        super().__init__()
+        self.beta, self.threshold = float(beta), float(threshold)
+
+    def construct(self, x):
+        z = x * self.beta
+        soft = (ops.relu(z) + ops.log(ops.exp(-ops.abs(z)) + 1.0)) / self.beta
+        return ops.where(z > self.threshold, x, soft)
 
 
 class Dropout(Cell):

@@ -9,6 +9,10 @@ definition serves both modes, and argument handling (negative axes, RESHAPE's
 
 from __future__ import annotations
 
+import builtins
+
+import numpy as np
+
 from .. import dtype as dt
 from ..bytecode.symbolic import Expr, product
 from ..frontend.graph import is_graph, trace_op
@@ -49,9 +53,18 @@ def mul(input, other): return apply("BROADCAST_MUL", (input, other))
 
 
 def div(input, other, *, rounding_mode=None):
-    if rounding_mode is not None:
-        raise NotImplementedError("ops.div: rounding_mode is not supported yet")
-    return apply("BROADCAST_DIV", (input, other))
+    """True division; rounding_mode 'floor' rounds the quotient down, 'trunc' toward zero (on
+    int inputs both keep the int dtype, as MindSpore's FloorDiv / TruncateDiv)."""
+    if rounding_mode is None:
+        return apply("BROADCAST_DIV", (input, other))
+    if rounding_mode == "floor":
+        return apply("BROADCAST_FLOORDIV", (input, other))
+    if rounding_mode == "trunc":
+        return apply("BROADCAST_TRUNCDIV", (input, other))
+    raise ValueError(f"ops.div: rounding_mode must be None, 'floor' or 'trunc', got {rounding_mode!r}")
+
+
+def floor_divide(input, other): return apply("BROADCAST_FLOORDIV", (input, other))
 
 
 def pow(input, exponent): return apply("BROADCAST_POW", (input, exponent))  # noqa: A001
@@ -122,29 +135,40 @@ def bmm(input_x, mat2):
 
 # ---------------------------------------------------------------- reductions
 
-def _axes(axis):
+def _axes(axis, what="axis"):
+    """Axes as a tuple of ints (None: all). A constant Tensor gives its values; a run-time
+    tensor cannot, since the result's shape depends on them."""
     if axis is None:
         return None
+    if is_graph(axis):
+        raise TypeError(f"{what} must be a constant int, tuple of ints or constant Tensor, got a run-time value "
+                        f"{axis.type} (the axes decide the result's shape, so they must be known when compiling)")
+    if isinstance(axis, Tensor):
+        return tuple(int(a) for a in axis.asnumpy().ravel())
     if isinstance(axis, (list, tuple)):
+        if any(is_graph(a) or isinstance(a, Expr) for a in axis):
+            raise TypeError(f"{what} must hold constant ints, got {axis!r}")
         return tuple(int(a) for a in axis)
+    if isinstance(axis, Expr) or isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):
+        raise TypeError(f"{what} must be a constant int, tuple of ints or constant Tensor, got {axis!r}")
     return (int(axis),)
 
 
 def sum(input, dim=None, keepdim=False, *, dtype=None):  # noqa: A001
-    out = apply("REDUCE_SUM", (input,), (_axes(dim), bool(keepdim)))
+    out = apply("REDUCE_SUM", (input,), (_axes(dim, "ops.sum: dim"), bool(keepdim)))
     return cast(out, dtype) if dtype is not None else out
 
 
 def mean(x, axis=None, keep_dims=False):
-    return apply("REDUCE_MEAN", (x,), (_axes(axis), bool(keep_dims)))
+    return apply("REDUCE_MEAN", (x,), (_axes(axis, "ops.mean: axis"), bool(keep_dims)))
 
 
 def amax(input, axis=None, keepdims=False, *, initial=None, where=None):
-    return apply("REDUCE_MAX", (input,), (_axes(axis), bool(keepdims)))
+    return apply("REDUCE_MAX", (input,), (_axes(axis, "ops.amax: axis"), bool(keepdims)))
 
 
 def amin(input, axis=None, keepdims=False, *, initial=None, where=None):
-    return apply("REDUCE_MIN", (input,), (_axes(axis), bool(keepdims)))
+    return apply("REDUCE_MIN", (input,), (_axes(axis, "ops.amin: axis"), bool(keepdims)))
 
 
 max = amax  # noqa: A001
@@ -168,6 +192,74 @@ def log_softmax(logits, axis=-1):
 def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-05):
     n = len(_dims(normalized_shape))
     return apply("LAYER_NORM", (input, weight, bias), (-n, -n, float(eps)))
+
+
+# ---------------------------------------------------------------- convolution, pooling, gather (NCHW)
+
+def _pair(v, what):
+    if isinstance(v, int) and not isinstance(v, bool):
+        return (v, v)
+    v = tuple(int(x) for x in v)
+    if len(v) == 1:
+        return (v[0], v[0])
+    if len(v) != 2:
+        raise ValueError(f"{what}: expected an int or a pair of ints, got {v}")
+    return v
+
+
+def conv_pad(pad_mode, padding, what):
+    """The pad operand of CONV2D/pools: ('same',) or (top, bottom, left, right)."""
+    mode = str(pad_mode).lower()
+    if mode == "same":
+        return ("same",)
+    if mode == "valid":
+        return (0, 0, 0, 0)
+    if mode != "pad":
+        raise ValueError(f"{what}: pad_mode must be 'same', 'valid' or 'pad', not {pad_mode!r}")
+    if isinstance(padding, int) and not isinstance(padding, bool):
+        return (padding,) * 4
+    p = tuple(int(x) for x in padding)
+    if len(p) == 2:
+        return (p[0], p[0], p[1], p[1])
+    if len(p) != 4:
+        raise ValueError(f"{what}: padding must be an int, 2 or 4 ints, got {p}")
+    return p
+
+
+def conv2d(input, weight, bias=None, stride=1, pad_mode="valid", padding=0, dilation=1, groups=1):
+    out = apply("CONV2D", (input, weight), (_pair(stride, "conv2d: stride"), conv_pad(pad_mode, padding, "conv2d"),
+                                            _pair(dilation, "conv2d: dilation"), int(groups)))
+    if bias is not None:
+        out = out + reshape(bias, (1, -1, 1, 1))
+    return out
+
+
+def max_pool2d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):
+    if _pair(dilation, "max_pool2d: dilation") != (1, 1) or ceil_mode or return_indices:
+        raise NotImplementedError("ops.max_pool2d: dilation, ceil_mode and return_indices are not supported yet")
+    k = _pair(kernel_size, "max_pool2d: kernel_size")
+    s = k if stride is None else _pair(stride, "max_pool2d: stride")
+    return apply("MAX_POOL2D", (x,), (k, s, conv_pad("pad", padding, "max_pool2d")))
+
+
+def avg_pool2d(input, kernel_size=1, stride=1, padding=0, ceil_mode=False, count_include_pad=True,
+               divisor_override=None):
+    if ceil_mode or divisor_override is not None:
+        raise NotImplementedError("ops.avg_pool2d: ceil_mode and divisor_override are not supported yet")
+    k = _pair(kernel_size, "avg_pool2d: kernel_size")
+    return apply("AVG_POOL2D", (input,), (k, _pair(stride, "avg_pool2d: stride"),
+                                          conv_pad("pad", padding, "avg_pool2d"), bool(count_include_pad)))
+
+
+def adaptive_avg_pool2d(input, output_size):
+    size = (output_size, output_size) if isinstance(output_size, int) or output_size is None else tuple(output_size)
+    return apply("ADAPTIVE_AVG_POOL2D", (input,), (tuple(None if d is None else int(d) for d in size),))
+
+
+def gather(input_params, input_indices, axis, batch_dims=0):
+    if batch_dims:
+        raise NotImplementedError("ops.gather: batch_dims is not supported yet")
+    return apply("GATHER", (input_params, input_indices), (int(axis),))
 
 
 # ---------------------------------------------------------------- layout
@@ -217,7 +309,12 @@ def unsqueeze(input, dim):
 
 
 def squeeze(input, axis=None):
-    return apply("SQUEEZE", (input,), (_axes(axis),))
+    if axis is None and is_graph(input):
+        # in bytecode: the dims the signature knows are 1; a symbolic dim stays (the result's rank is fixed)
+        axis = tuple(i for i, d in enumerate(_shape(input)) if (d.const_value() if isinstance(d, Expr) else d) == 1)
+        if not axis:
+            return input
+    return apply("SQUEEZE", (input,), (_axes(axis, "ops.squeeze: axis"),))
 
 
 def broadcast_to(input, shape):
@@ -226,6 +323,59 @@ def broadcast_to(input, shape):
     off = len(shape) - len(src)
     shape = tuple(src[i - off] if (isinstance(d, int) and d == -1) else d for i, d in enumerate(shape))
     return apply("BROADCAST_TO", (input,), (tuple(_plain(d) for d in shape),))
+
+
+def _known_dim(x, axis, what):
+    rank = _rank(x)
+    if not -rank <= axis < rank:
+        raise ValueError(f"{what}: axis {axis} is out of range for rank {rank}")
+    axis %= rank
+    d = _shape(x)[axis]
+    if isinstance(d, Expr):
+        if d.const_value() is None:
+            raise ValueError(f"{what}: the size of axis {axis} ({d}) must be known to split a tensor into "
+                             f"a fixed number of parts")
+        d = d.const_value()
+    return axis, int(d)
+
+
+def _take(x, axis, start, stop=None):
+    """x[..., start, ...] (stop None) or x[..., start:stop, ...] along axis, as one SLICE."""
+    spec = (("s", None, None, None),) * axis + ((("i", start),) if stop is None else (("s", start, stop, 1),))
+    return apply("SLICE", (x,), (spec,))
+
+
+def unstack(input_x, axis=0):
+    """The slices of input_x along axis (whose size must be known), as a tuple."""
+    axis, n = _known_dim(input_x, axis, "ops.unstack")
+    return tuple(_take(input_x, axis, k) for k in range(n))
+
+
+def split(tensor, split_size_or_sections, axis=0):
+    """MindSpore's ops.split: pieces of split_size (the last may be smaller) or of the given sections."""
+    axis, n = _known_dim(tensor, axis, "ops.split")
+    if isinstance(split_size_or_sections, int) and not isinstance(split_size_or_sections, bool):
+        step = split_size_or_sections
+        if step <= 0:
+            raise ValueError(f"ops.split: split_size must be positive, got {step}")
+        sizes = [builtins.min(step, n - k) for k in range(0, n, step)]
+    else:
+        sizes = [int(v) for v in split_size_or_sections]
+        if sum_(sizes) != n:
+            raise ValueError(f"ops.split: sections {sizes} do not add up to the axis size {n}")
+    out, start = [], 0
+    for size in sizes:
+        out.append(_take(tensor, axis, start, start + size))
+        start += size
+    return tuple(out)
+
+
+def chunk(input, chunks, axis=0):
+    """MindSpore's ops.chunk: ceil(n / chunks)-sized pieces along axis."""
+    axis, n = _known_dim(input, axis, "ops.chunk")
+    if chunks <= 0:
+        raise ValueError(f"ops.chunk: chunks must be positive, got {chunks}")
+    return split(input, builtins.max(-(-n // chunks), 1), axis)
 
 
 def flatten(input, order="C", *, start_dim=1, end_dim=-1):

@@ -43,7 +43,7 @@ def _unary(fn):
 
 
 ReLU = type("ReLU", (_unary(F.relu),), {})
-GeLU = type("GeLU", (_unary(F.gelu),), {})
+GeLU = type("GeLU", (_unary(lambda x: F.gelu(x, "tanh")),), {})     # MindSpore's primitive is the tanh form
 Exp = type("Exp", (_unary(F.exp),), {})
 Tanh = type("Tanh", (_unary(F.tanh),), {})
 Sigmoid = type("Sigmoid", (_unary(F.sigmoid),), {})
@@ -161,7 +161,13 @@ def _reduce(fn, keep_name):
             self.keep_dims = keep_dims
 
         def __call__(self, x, axis=()):
-            return fn(x, axis if axis != () else None, self.keep_dims)
+            if isinstance(axis, tuple) and axis == ():
+                return fn(x, None, self.keep_dims)
+            try:
+                axes = F._axes(axis, "axis")
+            except TypeError as e:
+                raise TypeError(f"{self.name}: {e}") from None
+            return fn(x, axes, self.keep_dims)
     return P
 
 
@@ -169,6 +175,84 @@ ReduceSum = type("ReduceSum", (_reduce(F.sum, "keepdim"),), {})
 ReduceMean = type("ReduceMean", (_reduce(F.mean, "keep_dims"),), {})
 ReduceMax = type("ReduceMax", (_reduce(F.amax, "keepdims"),), {})
 ReduceMin = type("ReduceMin", (_reduce(F.amin, "keepdims"),), {})
+
+
+class Conv2D(Primitive):
+    """MindSpore's ``P.Conv2D(out_channel, kernel_size, mode=1, pad_mode='valid', pad=0, stride=1, dilation=1, group=1)``."""
+
+    def __init__(self, out_channel, kernel_size, mode=1, pad_mode="valid", pad=0, stride=1, dilation=1, group=1,
+                 data_format="NCHW"):
+        if data_format != "NCHW":
+            raise NotImplementedError("Conv2D: only data_format='NCHW' is supported")
+        super().__init__(out_channel=out_channel, kernel_size=kernel_size, pad_mode=pad_mode, pad=pad, stride=stride,
+                         dilation=dilation, group=group)
+        self.out_channel, self.kernel_size = out_channel, kernel_size
+        self.pad = F.conv_pad(pad_mode, pad, "Conv2D")
+        self.stride, self.dilation, self.group = F._pair(_hw(stride), "Conv2D"), F._pair(_hw(dilation), "Conv2D"), group
+
+    def __call__(self, x, w):
+        return F.apply("CONV2D", (x, w), (self.stride, self.pad, self.dilation, int(self.group)))
+
+
+def _hw(v):
+    """MindSpore's strides may be (1, 1, sh, sw)."""
+    return tuple(v)[2:] if isinstance(v, (tuple, list)) and len(v) == 4 else v
+
+
+class MaxPool(Primitive):
+    def __init__(self, kernel_size=1, strides=1, pad_mode="valid", data_format="NCHW"):
+        super().__init__(kernel_size=kernel_size, strides=strides, pad_mode=pad_mode)
+        self.k, self.s = F._pair(_hw(kernel_size), "MaxPool"), F._pair(_hw(strides), "MaxPool")
+        self.pad = F.conv_pad(pad_mode, 0, "MaxPool")
+
+    def __call__(self, x):
+        return F.apply("MAX_POOL2D", (x,), (self.k, self.s, self.pad))
+
+
+class AvgPool(MaxPool):
+    def __call__(self, x):
+        return F.apply("AVG_POOL2D", (x,), (self.k, self.s, self.pad, False))
+
+
+class AdaptiveAvgPool2D(Primitive):
+    def __init__(self, output_size):
+        super().__init__(output_size=output_size)
+        self.output_size = output_size
+
+    def __call__(self, x):
+        return F.adaptive_avg_pool2d(x, self.output_size)
+
+
+class Gather(Primitive):
+    def __init__(self, batch_dims=0):
+        super().__init__(batch_dims=batch_dims)
+        self.batch_dims = batch_dims
+
+    def __call__(self, input_params, input_indices, axis):
+        return F.gather(input_params, input_indices, axis, self.batch_dims)
+
+
+class Unstack(Primitive):
+    def __init__(self, axis=0, num=None):
+        super().__init__(axis=axis)
+        self.axis = axis
+
+    def __call__(self, x):
+        return F.unstack(x, self.axis)
+
+
+class Split(Primitive):
+    """MindSpore's ``P.Split(axis=0, output_num=1)``: output_num equal pieces."""
+
+    def __init__(self, axis=0, output_num=1):
+        super().__init__(axis=axis, output_num=output_num)
+        self.axis, self.output_num = axis, output_num
+
+    def __call__(self, x):
+        axis, n = F._known_dim(x, self.axis, "Split")
+        if n % self.output_num:
+            raise ValueError(f"Split: axis size {n} is not divisible by output_num {self.output_num}")
+        return F.split(x, n // self.output_num, axis)
 
 
 class LayerNorm(Primitive):

@@ -1,1 +1,1 @@
-"""Static assets of the self-contained HTML profile report (CSS and JS, inlined by msvm.profile)."""
+"""The self-contained HTML profile report: ``page.render`` and its stylesheet (profile.css, inlined)."""

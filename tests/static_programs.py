@@ -143,6 +143,55 @@ class Head(nn.Cell):
 head = Head(cfg["hidden"], cfg["classes"])
 '''
 
+# mindcv's shape: a helper method builds the stages, a class attribute with an annotation,
+# factories with **kwargs that hand the class to a builder from another module
+MINDCV_LIKE = HEAD + '''from .helpers import build_model_with_cfg, register_model
+
+
+class Bottleneck(nn.Cell):
+    expansion: int = 4
+
+    def __init__(self, in_channels, channels, base_width=64, norm=None):
+        super().__init__()
+        width = int(channels * (base_width / 64.0))
+        self.fc1 = nn.Dense(in_channels, width)
+        self.fc2 = nn.Dense(width, channels * self.expansion)
+
+    def construct(self, x):
+        return self.fc2(self.fc1(x))
+
+
+class ResNet(nn.Cell):
+    def __init__(self, block, layers, num_classes=1000, in_channels=3):
+        super().__init__()
+        self.input_channels = 64
+        self.stem = nn.Dense(in_channels, self.input_channels)
+        self.layer1 = self._make_layer(block, 64, layers[0])
+        self.layer2 = self._make_layer(block, 128, layers[1])
+        self.head = nn.Dense(self.input_channels, num_classes)
+
+    def _make_layer(self, block, channels, n):
+        layers = []
+        for _ in range(n):
+            layers.append(block(self.input_channels, channels))
+            self.input_channels = channels * block.expansion
+        return nn.SequentialCell(layers)
+
+    def construct(self, x):
+        return self.head(self.layer2(self.layer1(self.stem(x))))
+
+
+def _create_resnet(pretrained=False, **kwargs):
+    return build_model_with_cfg(ResNet, pretrained, **kwargs)
+
+
+@register_model
+def resnet50(pretrained: bool = False, num_classes: int = 1000, in_channels=3, **kwargs):
+    model_args = dict(block=Bottleneck, layers=[3, 4, 6, 3], num_classes=num_classes, in_channels=in_channels,
+                      **kwargs)
+    return _create_resnet(pretrained, **model_args)
+'''
+
 # a training loop at module level
 TRAINING_LOOP = HEAD + '''
 

@@ -123,6 +123,15 @@ def test_unknown_constructor_arguments_are_symbols_named_after_them():
     assert signature(dense) == "; (x: Tensor[float32, [x0,hidden]]) -> Tensor[float32, [x0,classes]]"
 
 
+def test_a_mindcv_like_file_builds_through_its_factory():
+    entries = analyze(P.MINDCV_LIKE, "resnet.py")
+    by = {e.name: e for e in entries}
+    assert by["ResNet"].error is None, by["ResNet"].error
+    assert signature(by["ResNet"].code) == "; (x: Tensor[float32, [x0,3]]) -> Tensor[float32, [x0,1000]]"
+    assert "Tensor[float32, [1000,512]]" in params_of(by["ResNet"].code)        # 128 * expansion 4
+    assert any("assumed build_model_with_cfg(...) builds ResNet" in n.message for n in entries.notes)
+
+
 def test_training_loop_at_module_level():
     e, entries = entry(P.TRAINING_LOOP, "Net")
     assert e.error is None

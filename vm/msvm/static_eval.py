@@ -131,9 +131,13 @@ def _signature(node: ast.FunctionDef, module, skip_self=False, kwonly=False) -> 
             continue
         default = inspect.Parameter.empty if d is None else module.eval(d, module.env)
         params.append(inspect.Parameter(arg.arg, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=default))
+    if kwonly and a.vararg is not None:
+        params.append(inspect.Parameter(a.vararg.arg, inspect.Parameter.VAR_POSITIONAL))
     for arg, d in zip(a.kwonlyargs if kwonly else [], a.kw_defaults):
         default = inspect.Parameter.empty if d is None else module.eval(d, module.env)
         params.append(inspect.Parameter(arg.arg, inspect.Parameter.KEYWORD_ONLY, default=default))
+    if kwonly and a.kwarg is not None:
+        params.append(inspect.Parameter(a.kwarg.arg, inspect.Parameter.VAR_KEYWORD))
     return inspect.Signature(params)
 
 
@@ -146,6 +150,8 @@ class StaticClass:
         for st in node.body:
             if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name):
                 self.attrs[st.targets[0].id] = module.eval(st.value, module.env)
+            elif isinstance(st, ast.AnnAssign) and st.value is not None and isinstance(st.target, ast.Name):
+                self.attrs[st.target.id] = module.eval(st.value, module.env)      # expansion: int = 4
         self.instances: list = []
 
     @property
@@ -570,7 +576,12 @@ class StaticModule:
                 return Unknown(f"self.{attr}")
         if isinstance(base, StaticClass):
             m = base.find_method(attr)
-            return m if m is not None else Unknown(f"{base.name}.{attr}")
+            if m is not None:
+                return m
+            try:
+                return base.find_attr(attr)          # block.expansion
+            except KeyError:
+                return Unknown(f"{base.name}.{attr}")
         if isinstance(base, AbstractArray):
             if attr in ("shape", "dtype", "ndim", "T", "astype", "reshape"):
                 return getattr(base, attr)
@@ -621,6 +632,7 @@ class StaticModule:
         return self.afford(table[op](a, b))
 
     def sym_binop(self, op, a, b):
+        a, b = (int(v) if isinstance(v, float) and v.is_integer() else v for v in (a, b))   # (channels * 1.0)
         ea = a.expr if isinstance(a, SymInt) else a
         eb = b.expr if isinstance(b, SymInt) else b
         va = a.assumed if isinstance(a, SymInt) else a
@@ -662,7 +674,7 @@ class StaticModule:
         if args is None:
             return Unknown("*args")
         if isinstance(fn, Unknown):
-            return fn
+            return self.unknown_builder(fn, args, kwargs, node)
         if isinstance(fn, StaticClass):
             return self.instantiate(fn, args, kwargs) if fn.is_cell else Unknown(f"instance of {fn.name}")
         if isinstance(fn, StaticCell):
@@ -678,6 +690,10 @@ class StaticModule:
             if fn.jit:
                 return Unknown(f"result of {fn.name}()")
             return self.call_function(fn, args, kwargs, node)
+        if isinstance(fn, StaticBoundMethod) and fn.obj is self_obj and fn.fn.name != "construct":
+            return self.call_function(fn.fn, [fn.obj] + list(args), kwargs, node, self_obj=fn.obj)
+        if fn is builtins.int and len(args) == 1 and isinstance(args[0], SymInt):
+            return args[0]
         if fn is jit_fn():
             if args and isinstance(args[0], StaticFunction):
                 args[0].jit = True
@@ -715,11 +731,26 @@ class StaticModule:
                 and getattr(fn, "__name__", "") in ("append", "set_inputs", "set_train", "extend", "insert"):
             return fn(*[to_msvm(a) for a in args], **kwargs)
         if isinstance(fn, type) and buildable(fn):
+            if not any(isinstance(a, ast.Starred) for a in node.args):
+                args = [_named_symbol(a, n) for a, n in zip(args, node.args)]
+                kwargs = {k.arg: _named_symbol(kwargs[k.arg], k.value) for k in node.keywords if k.arg}
             return self.construct_msvm(fn, args, kwargs)
         if callable(fn) and not isinstance(fn, type) and (mod.startswith("msvm.ops.primitives") or
                                                           mod == "msvm.dtype"):
             return fn(*args, **kwargs)
         return Unknown(f"call of {getattr(fn, '__qualname__', type(fn).__name__)}")
+
+    def unknown_builder(self, fn: Unknown, args, kwargs, node):
+        """An unknown function given a Cell class of the file (a model zoo's
+        ``build_model_with_cfg(ResNet, pretrained, **kwargs)``) is assumed to build it from the
+        keyword arguments its ``__init__`` takes."""
+        cls = next((a for a in args if isinstance(a, StaticClass) and a.is_cell), None)
+        init = cls.find_method("__init__") if cls is not None else None
+        if init is None:
+            return fn
+        names = set(init.signature(kwonly=True).parameters)
+        self.note(f"assumed {ast.unparse(node.func)}(...) builds {cls.name} from its keyword arguments", node)
+        return self.instantiate(cls, [], {k: v for k, v in kwargs.items() if k in names})
 
     def numpy_call(self, fn, mod, args, kwargs):
         name = getattr(fn, "__name__", "")
@@ -738,8 +769,9 @@ class StaticModule:
             return args[0] if not kwargs.get("dtype") else args[0].astype(kwargs["dtype"])
         return Unknown(f"numpy.{name}")
 
-    def call_function(self, fn: StaticFunction, args, kwargs, node=None):
-        """A plain function of the file (a factory, a helper), evaluated with these arguments."""
+    def call_function(self, fn: StaticFunction, args, kwargs, node=None, self_obj=None):
+        """A plain function of the file (a factory, a helper) or a method of a Cell being built
+        (``self._make_layer(...)``, ``self_obj``), evaluated with these arguments."""
         if self.depth >= self.budget.depth:
             return Unknown(f"calls nested deeper than {self.budget.depth}")
         try:
@@ -751,7 +783,7 @@ class StaticModule:
         env.update(ba.arguments)
         self.depth += 1
         try:
-            self.exec_block(fn.node.body, env)
+            self.exec_block(fn.node.body, env, self_obj=self_obj)
         except _Return as r:
             return r.value
         except (_Break, _Continue):
@@ -768,7 +800,8 @@ class StaticModule:
                 continue
             args = {}
             for p in f.signature(kwonly=True).parameters.values():
-                args[p.name] = p.default if p.default is not inspect.Parameter.empty else SymInt.named(p.name)
+                if p.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD):
+                    args[p.name] = p.default if p.default is not inspect.Parameter.empty else SymInt.named(p.name)
             self.slice(f"{f.name}()")
             notes, built = len(self.notes), self.cells_built
             try:
@@ -833,6 +866,10 @@ class StaticModule:
         for i, p in enumerate(sig):
             if i == 0:
                 params[p.name] = obj
+            elif p.kind is inspect.Parameter.VAR_POSITIONAL:
+                params[p.name], args = tuple(args), []
+            elif p.kind is inspect.Parameter.VAR_KEYWORD:
+                params[p.name] = {k: v for k, v in kwargs.items() if k not in params}
             elif args and p.kind != inspect.Parameter.KEYWORD_ONLY:
                 params[p.name] = args.pop(0)
             elif p.name in kwargs:
@@ -854,6 +891,15 @@ class StaticModule:
             self.depth -= 1
         cls.instances.append(obj)
         return obj
+
+
+def _named_symbol(v, node):
+    """An unknown argument written as a name (``width``, ``cfg.hidden``) is a symbol of that name,
+    so ``nn.Conv2d(cin, width, 1)`` and ``nn.BatchNorm2d(width)`` share their dim."""
+    if not isinstance(v, Unknown):
+        return v
+    name = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else None
+    return SymInt.named(name, f"its value is not known statically ({v.why})") if name else v
 
 
 class _ListMethod:

@@ -188,7 +188,7 @@ NP_RANDOM = {"randn", "rand", "random", "normal", "uniform", "standard_normal", 
 NP_FOLD = {"sqrt", "prod", "log", "exp", "log2", "ceil", "floor"}
 MATH_FOLD = {math.sqrt, math.log, math.exp, math.ceil, math.floor, math.log2, math.gcd, math.isqrt}
 BUILTINS = {"range", "len", "int", "float", "bool", "tuple", "list", "min", "max", "abs", "sum", "round", "str",
-             "isinstance", "enumerate", "zip", "reversed", "super", "print", "sorted"}
+             "isinstance", "enumerate", "zip", "reversed", "super", "print", "sorted", "dict"}
 BUILTIN_FNS = {getattr(builtins, n) for n in BUILTINS - {"super", "print"}}
 _MSVM_BUILDABLE = ("msvm.nn", "msvm.ops", "msvm.tensor", "msvm.dtype")
 

@@ -132,6 +132,103 @@ def test_a_mindcv_like_file_builds_through_its_factory():
     assert any("assumed build_model_with_cfg(...) builds ResNet" in n.message for n in entries.notes)
 
 
+def test_relative_imports_read_the_package_files(tmp_path):
+    pkg = tmp_path / "zoo"
+    (pkg / "layers").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "layers" / "pooling.py").write_text(P.HEAD + '''
+
+class Pool(nn.Cell):
+    def __init__(self, keep_dims=False):
+        super().__init__()
+        self.keep_dims = keep_dims
+
+    def construct(self, x):
+        return ops.mean(x, axis=1, keep_dims=self.keep_dims)
+
+
+if __name__ == "__main__":
+    raise SystemExit("an imported module is not the main program")
+''')
+    (pkg / "helpers.py").write_text("def build(cls, **kwargs):\n    return cls(**kwargs)\n")
+    src = P.HEAD + '''from .helpers import build
+from .layers.pooling import Pool
+
+
+class Net(nn.Cell):
+    def __init__(self, dim, classes=10):
+        super().__init__()
+        self.fc = nn.Dense(dim, classes)
+        self.pool = Pool()
+
+    def construct(self, x):
+        b, s, d = x.shape
+        return self.fc(self.pool(x))
+
+
+def small():
+    return build(Net, dim=32)
+'''
+    (pkg / "net.py").write_text(src)
+    (e,) = analyze(src, str(pkg / "net.py"))
+    assert e.error is None, e.error
+    assert signature(e.code) == "; (x: Tensor[float32, [x0,x1,32]]) -> Tensor[float32, [x0,10]]"
+
+
+def test_a_cell_that_only_configures_an_msvm_layer_and_dict_configs():
+    src = P.HEAD + '''
+
+class Drop(nn.Dropout):
+    def __init__(self, p=0.5):
+        super().__init__(p=p)
+
+
+cfgs = {"a": [16, "M", 32], "b": [8]}
+
+
+def make(cfg, cin=3):
+    layers = []
+    for v in cfg:
+        if v == "M":
+            layers += [nn.ReLU()]
+        else:
+            layers += [nn.Dense(cin, v), Drop()]
+            cin = v
+    return nn.SequentialCell(layers)
+
+
+class VGG(nn.Cell):
+    def __init__(self, features, classes=10):
+        super().__init__()
+        self.features = features
+        self.head = nn.Dense(32, classes)
+
+    def construct(self, x):
+        return self.head(self.features(x))
+
+
+def vgg_a():
+    return VGG(make(cfgs.get("a")))
+'''
+    entries = analyze(src, "vgg.py")
+    by = {e.name: e for e in entries}
+    assert by["VGG"].error is None, by["VGG"].error
+    assert signature(by["VGG"].code) == "; (x: Tensor[float32, [x0,3]]) -> Tensor[float32, [x0,10]]"
+    assert "Drop.construct" in {c.name for c in by["VGG"].code.all_codes()}     # nn.Dropout's construct
+
+
+def test_mindcv_resnet_file_dumps_statically():
+    import importlib.util
+
+    spec = importlib.util.find_spec("mindcv")
+    if spec is None:
+        pytest.skip("mindcv is not installed (make installs it)")
+    path = pathlib.Path(spec.submodule_search_locations[0]) / "models" / "resnet.py"
+    by = {e.name: e for e in analyze(path.read_text(), str(path))}
+    assert by["ResNet"].error is None, by["ResNet"].error
+    assert signature(by["ResNet"].code) == "; (x: Tensor[float32, [x0,3,x2,x3]]) -> Tensor[float32, [x0,1000]]"
+
+
 def test_training_loop_at_module_level():
     e, entries = entry(P.TRAINING_LOOP, "Net")
     assert e.error is None

@@ -344,6 +344,9 @@ def analyze(source: str, filename: str, budget: Budget | None = None) -> Entries
         except RecursionError:
             e.error = FrontendError(f"{cls.name} nests too deeply to compile", filename, cnode.lineno,
                                     cnode.col_offset)
+        except Exception as err:  # noqa: BLE001 - an analysis bug must not cost the file its other Cells
+            e.error = FrontendError(f"msvm could not compile {cls.name} statically ({type(err).__name__}: {err})",
+                                    filename, cnode.lineno, cnode.col_offset)
     # a Cell whose shapes were assumed on its own is shown as its parent calls it
     called = {}
     for e in entries:
@@ -370,6 +373,9 @@ def analyze(source: str, filename: str, budget: Budget | None = None) -> Entries
         except RecursionError:
             e.error = FrontendError(f"{f.name} nests too deeply to compile", filename, f.node.lineno,
                                     f.node.col_offset)
+        except Exception as err:  # noqa: BLE001
+            e.error = FrontendError(f"msvm could not compile {f.name} statically ({type(err).__name__}: {err})",
+                                    filename, f.node.lineno, f.node.col_offset)
     entries.notes = list(module.notes)
     return entries
 

@@ -27,13 +27,14 @@ import ast
 import builtins
 import inspect
 import operator as o
+import os
 import time
 from dataclasses import dataclass, field
 
 from . import dtype as dt
 from .bytecode.symbolic import Expr
 from .errors import FrontendError
-from .frontend.compiler import FunctionSource, signature_params
+from .frontend.compiler import FunctionSource, signature_params, source_of
 from .nn.cell import Cell
 from .static_values import (
     BUILTIN_FNS,
@@ -224,8 +225,14 @@ class StaticCell(Cell):
             return getattr(self, name)
         raise AttributeError(name)
 
+    def _base_construct(self):
+        base = self._static_class.real_base()
+        return base.construct if base is not None and base is not Cell else None
+
     def __msvm_construct_source__(self):
         m = self._static_class.find_method("construct")
+        if m is None and self._base_construct() is not None:
+            return source_of(self._base_construct())         # class Dropout(nn.Dropout): only __init__
         if m is None:
             raise FrontendError(f"{type(self).__name__} has no construct()", self._static_class.module.filename,
                                 self._static_class.node.lineno, self._static_class.node.col_offset)
@@ -233,11 +240,42 @@ class StaticCell(Cell):
 
     def __msvm_construct_params__(self):
         m = self._static_class.find_method("construct")
+        if m is None and self._base_construct() is not None:
+            return signature_params(inspect.signature(self._base_construct()))[1:]
+        if m is None:
+            self.__msvm_construct_source__()        # (raises: no construct at all)
         return signature_params(m.signature(skip_self=True))
 
 
 class _Self:
-    """Marker for super() inside __init__."""
+    """super() inside __init__: ``super().__init__(...)`` runs the msvm base's __init__ (when the
+    Cell extends one, such as nn.Dropout) on placeholders; otherwise it does nothing."""
+
+    def __init__(self, obj):
+        self.obj = obj
+
+    def init(self, *args, **kwargs):
+        base = self.obj._static_class.real_base() if isinstance(self.obj, StaticCell) else None
+        if base is None or base is Cell:
+            return None
+        _init_real_base(base, self.obj, args, kwargs)
+        return None
+
+
+def _init_real_base(base, obj, args, kwargs):
+    args = [to_msvm(a) for a in args]
+    kwargs = {k: to_msvm(v) for k, v in kwargs.items()}
+    if any(isinstance(a, (Unknown, SymInt, UnknownData)) for a in list(args) + list(kwargs.values())):
+        raise ValueError("the msvm base of a Cell built from unknown arguments")
+    with abstract_init():
+        base.__init__(obj, *args, **kwargs)
+
+
+class StaticNamespace:
+    """A module of the document's package (a relative import), evaluated abstractly."""
+
+    def __init__(self, module: "StaticModule"):
+        self.module = module
 
 
 def _size(v) -> int:
@@ -247,12 +285,18 @@ def _size(v) -> int:
 class StaticModule:
     """The abstract evaluation of one Python source file."""
 
-    def __init__(self, source: str, filename: str, budget: Budget | None = None):
+    MAX_IMPORTS = 16        # files of the package read for relative imports, per document
+    MAX_IMPORT_DEPTH = 3
+
+    def __init__(self, source: str, filename: str, budget: Budget | None = None, imports: dict | None = None,
+                 import_depth: int = 0, started: float | None = None):
         self.filename = filename
         self.source = source
         self.budget = budget or Budget()
         self.tree = ast.parse(source, filename)
-        self.env: dict = {"__name__": "__main__"}
+        self.imports = {} if imports is None else imports     # path -> StaticNamespace (shared)
+        self.import_depth = import_depth
+        self.env: dict = {"__name__": "__main__" if import_depth == 0 else os.path.basename(filename)[:-3]}
         self.classes: list = []
         self.functions: list = []
         self.instances: list = []    # (StaticCell, assigned name or None)
@@ -261,7 +305,7 @@ class StaticModule:
         self.depth = 0
         self.cells_built = 0         # user Cells instantiated so far
         self.line = 1
-        self.started = time.monotonic()
+        self.started = time.monotonic() if started is None else started
         self.slice("the module's top level")
         body = self.tree.body
         for k, st in enumerate(body):
@@ -273,7 +317,8 @@ class StaticModule:
                 break
             except (_Return, _Break, _Continue):
                 pass
-        self.run_uncalled_functions()
+        if import_depth == 0:
+            self.run_uncalled_functions()
 
     def define(self, stmts):
         """After the budget ran out: only the imports, classes and functions of the rest."""
@@ -283,6 +328,38 @@ class StaticModule:
                                                                    ast.FunctionDef))], self.env, module_level=True)
         except (OutOfBudget, _Return, _Break, _Continue):
             pass
+
+    # --- relative imports: other files of the package, read (never run) the same way
+    def import_relative(self, st: ast.ImportFrom, env):
+        pkg = os.path.dirname(os.path.abspath(self.filename))
+        for _ in range(st.level - 1):
+            pkg = os.path.dirname(pkg)
+        target = os.path.join(pkg, *(st.module.split(".") if st.module else []))
+        for a in st.names:
+            value = self.load(os.path.join(target, a.name))       # a submodule
+            if value is None:
+                mod = self.load(target)
+                value = mod.module.env.get(a.name, Unknown(f"{a.name} of {mod.module.filename}")) if mod else \
+                    Unknown(f"import {'.' * st.level}{st.module or ''}")
+            env[a.asname or a.name] = value
+
+    def load(self, base: str):
+        """The StaticNamespace of base.py or base/__init__.py, evaluated once per document."""
+        path = next((p for p in (base + ".py", os.path.join(base, "__init__.py")) if os.path.isfile(p)), None)
+        if path is None or self.import_depth >= self.MAX_IMPORT_DEPTH:
+            return None
+        if path in self.imports:
+            return self.imports[path]
+        if len(self.imports) >= self.MAX_IMPORTS or os.path.getsize(path) > 1 << 20:
+            return None
+        self.imports[path] = None       # (an import cycle sees nothing)
+        try:
+            with open(path, encoding="utf-8") as f:
+                module = StaticModule(f.read(), path, self.budget, self.imports, self.import_depth + 1, self.started)
+        except (OSError, SyntaxError, ValueError, RecursionError):
+            return None
+        self.imports[path] = StaticNamespace(module)
+        return self.imports[path]
 
     # --- budget and notes
     def slice(self, what: str, share: float = 1.0):
@@ -324,6 +401,12 @@ class StaticModule:
                 return Unknown("the file's memory budget is spent")
         return v
 
+    def afford_dict(self, d: dict):
+        if len(d) > self.budget.size:
+            return Unknown("a dict too large to evaluate")
+        self.allocated += len(d)
+        return d
+
     def concrete(self, v, node=None):
         """A SymInt's assumed value (noted), other values unchanged."""
         if isinstance(v, SymInt):
@@ -350,6 +433,8 @@ class StaticModule:
                 mod = resolve_module(a.name)
                 env[(a.asname or a.name).split(".")[0]] = mod if a.asname or "." not in a.name else \
                     resolve_module(a.name.split(".")[0])
+        elif isinstance(st, ast.ImportFrom) and st.level:
+            self.import_relative(st, env)
         elif isinstance(st, ast.ImportFrom):
             base = st.module or ""
             for a in st.names:
@@ -505,6 +590,21 @@ class StaticModule:
                 else:
                     vals.append(ev(e))
             return self.afford(tuple(vals) if isinstance(node, ast.Tuple) else vals)
+        if isinstance(node, ast.Dict):
+            out = {}
+            for k, v in zip(node.keys, node.values):
+                if k is None:       # {**other}
+                    other = ev(v)
+                    if not isinstance(other, dict):
+                        return Unknown("**unpacking")
+                    out.update(other)
+                    continue
+                key = ev(k)
+                if isinstance(key, (Unknown, SymInt, UnknownData)) or not isinstance(key, (str, int, float, bool,
+                                                                                            tuple, type(None))):
+                    return Unknown("a dict with unknown keys")
+                out[key] = ev(v)
+            return self.afford_dict(out)
         if isinstance(node, ast.Attribute):
             base = ev(node.value)
             return self.getattr(base, node.attr)
@@ -565,15 +665,17 @@ class StaticModule:
     def getattr(self, base, attr):
         if isinstance(base, Unknown):
             return base
+        if isinstance(base, _Self):
+            return base.init if attr == "__init__" else Unknown(f"super().{attr}")
         if attr.startswith("__"):
             return Unknown(f"attribute {attr}")      # (2).__pow__(...) would skip the budget
-        if isinstance(base, _Self):
-            return lambda *a, **k: None      # super().__init__(...)
         if isinstance(base, StaticCell):
             try:
                 return base.__msvm_getattr__(attr)
             except Exception:  # noqa: BLE001
                 return Unknown(f"self.{attr}")
+        if isinstance(base, StaticNamespace):
+            return base.module.env.get(attr, Unknown(f"{attr} of {base.module.filename}"))
         if isinstance(base, StaticClass):
             m = base.find_method(attr)
             if m is not None:
@@ -590,6 +692,8 @@ class StaticModule:
             return getattr(base, attr)
         if isinstance(base, list) and attr in ("append", "extend", "insert", "index", "count", "copy"):
             return _ListMethod(self, base, attr)
+        if isinstance(base, dict) and attr in ("get", "items", "keys", "values", "copy"):
+            return _DictMethod(base, attr)
         mod = getattr(base, "__name__", "") if inspect.ismodule(base) else ""
         if inspect.ismodule(base) and not allowed_module(mod):
             return Unknown(f"{mod}.{attr}")
@@ -669,7 +773,7 @@ class StaticModule:
     def call(self, node, env, self_obj):
         fn = self.eval(node.func, env, self_obj)
         if fn is builtins.super:
-            return _Self()
+            return _Self(self_obj)
         args, kwargs = self.call_args(node, env, self_obj)
         if args is None:
             return Unknown("*args")
@@ -713,7 +817,7 @@ class StaticModule:
             return self.afford(list(r) if isinstance(r, (enumerate, zip, reversed)) else r)
         if fn is builtins.print:
             return None
-        if isinstance(fn, _ListMethod):
+        if isinstance(fn, (_ListMethod, _DictMethod)):
             return fn(*args)
         if isinstance(getattr(fn, "__self__", None), (AbstractArray, AbstractRng)) or \
                 getattr(fn, "__qualname__", "").startswith("AbstractRng"):
@@ -798,6 +902,10 @@ class StaticModule:
         for f in self.functions:
             if f.jit or f.calls or f.name.startswith("_"):
                 continue
+            if time.monotonic() > self.started + self.budget.total_seconds:
+                self.note(f"{f.name}() and the functions after it are not evaluated: the analysis' time for "
+                          f"this file is spent", f.node)
+                return
             args = {}
             for p in f.signature(kwonly=True).parameters.values():
                 if p.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD):
@@ -849,14 +957,18 @@ class StaticModule:
         if self.depth >= self.budget.depth:
             return Unknown("Cells nested too deeply")
         self.cells_built += 1
-        sub = type(cls.name, (StaticCell,), {"_static_class": cls})
+        base = cls.real_base()
+        bases = (StaticCell,) if base is None or base is Cell else (StaticCell, base)
+        sub = type(cls.name, bases, {"_static_class": cls})
         obj = sub.__new__(sub)
         Cell.__init__(obj)
         init = cls.find_method("__init__")
         if init is None:
-            base = cls.real_base()
-            if base is not None and base is not Cell:
-                return Unknown(f"{cls.name} extends {base.__name__}")
+            if len(bases) > 1:
+                try:
+                    _init_real_base(base, obj, args, kwargs)
+                except Exception as e:  # noqa: BLE001
+                    return Unknown(f"{cls.name} extends {base.__name__}: {e}")
             cls.instances.append(obj)
             return obj
         params = {}
@@ -900,6 +1012,17 @@ def _named_symbol(v, node):
         return v
     name = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else None
     return SymInt.named(name, f"its value is not known statically ({v.why})") if name else v
+
+
+class _DictMethod:
+    """dict.get / items / keys / values / copy (views become lists)."""
+
+    def __init__(self, d, name):
+        self.d, self.name = d, name
+
+    def __call__(self, *args):
+        r = getattr(self.d, self.name)(*args)
+        return list(r) if self.name in ("items", "keys", "values") else r
 
 
 class _ListMethod:

@@ -14,6 +14,10 @@ data is allocated: ``np.zeros((10**6, 10**6))`` is a shape). Any other call, use
 class or msvm object (``Telemetry``, ``open``, sockets, threads) is ``Unknown`` and
 never runs.
 
+Calls of the file's own functions and of the methods of a Cell being built are
+evaluated (factories nobody calls are evaluated once, their arguments from defaults or
+symbols); a relative import reads the package's other file the same way (never runs it).
+
 It is bounded (``Budget``): steps and seconds per slice of work, loop iterations,
 the size of an int (bits), of a string or container and of all of them together;
 what it cannot afford becomes ``Unknown`` and leaves a ``Note`` (an Information
@@ -263,6 +267,8 @@ class _Self:
 
 
 def _init_real_base(base, obj, args, kwargs):
+    if not buildable(base):
+        raise ValueError(f"{base.__name__} is not a class the analysis builds")
     args = [to_msvm(a) for a in args]
     kwargs = {k: to_msvm(v) for k, v in kwargs.items()}
     if any(isinstance(a, (Unknown, SymInt, UnknownData)) for a in list(args) + list(kwargs.values())):

@@ -171,6 +171,18 @@ describe('msvm debug adapter', function () {
     const e3 = await dc.evaluateRequest({ expression: sym.name, frameId: f.id, context: 'watch' });
     assert.strictEqual(e3.body.result, sym.value);
     await assert.rejects(dc.evaluateRequest({ expression: 'x.__class__', frameId: f.id, context: 'watch' }));
+    // only what reads: writing files, mapping memory, loading code and huge allocations are refused
+    const written = path.join(fs.mkdtempSync('/tmp/msvm-dap-w-'), 'x.npy');
+    for (const expression of [`np.save('${written}', x)`, `np.memmap('${written}', mode='w+', shape=(4,))`,
+      "np.ctypeslib.load_library('libc', '/lib')", `np.load('${written}', allow_pickle=True)`, 'np.zeros(10**12)',
+      "'a' * 10**10", '().__class__.__bases__[0].__subclasses__()', 'np.add(x, 1, out=x)']) {
+      await assert.rejects(dc.evaluateRequest({ expression, frameId: f.id, context: 'watch' }),
+        /not available in a watch expression|cannot be called|at most/, expression);
+    }
+    assert.ok(!fs.existsSync(written), 'nothing was written');
+    const e4 = await dc.evaluateRequest({ expression: 'float(np.mean(x)) >= 0 and x.sum(axis=0).shape == (3,)',
+      frameId: f.id, context: 'watch' });
+    assert.strictEqual(e4.body.result, 'True');
   });
 
   it('an exception inside a Cell stops with its message, then the session terminates', async () => {

@@ -268,16 +268,24 @@ def emit_kernels(code, what: str, arch: str = "sm_90", flags=()) -> str:
 
 
 def cmd_check(args) -> int:
+    """One line either way: ``FILE: ok: ...`` on stdout, or ``FILE: offset 0x..: message`` on stderr (exit 1)."""
     from .bytecode import load
 
     try:
         code = load(args.file)
     except BytecodeError as e:
-        print(f"msvm: {e}", file=sys.stderr)
+        _one_line(str(e))
         return 1
+    except OSError as e:
+        _one_line(f"{args.file}: cannot read: {e.strerror or e}")
+        return 2 if isinstance(e, FileNotFoundError) else 1
     n = sum(len(c.instrs) for c in code.all_codes())
     print(f"{args.file}: ok: {code.name}, {len(code.all_codes())} function(s), {n} instructions, ABI {code.abi}")
     return 0
+
+
+def _one_line(message: str):
+    print(message.replace("\r", "\\r").replace("\n", "\\n"), file=sys.stderr)
 
 
 def cmd_cache(args) -> int:

@@ -298,12 +298,20 @@ def _as_source_error(err, filename, node) -> SourceError:
     return FrontendError(str(err), filename, node.lineno, node.col_offset)
 
 
+def _byte_col(e: SyntaxError) -> int:
+    """A SyntaxError's 0-based column in UTF-8 bytes, as every other Loc (its offset counts characters)."""
+    col = max(0, (e.offset or 1) - 1)
+    if not e.text:
+        return col
+    return len(e.text[:col].encode("utf-8", "surrogatepass"))
+
+
 def analyze(source: str, filename: str, budget: Budget | None = None) -> Entries:
     """Every Cell class and jit function in the source, compiled where possible."""
     try:
         module = StaticModule(source, filename, budget)
     except SyntaxError as e:
-        raise FrontendError(f"syntax error: {e.msg}", filename, e.lineno or 1, (e.offset or 1) - 1) from None
+        raise FrontendError(f"syntax error: {e.msg}", filename, e.lineno or 1, _byte_col(e)) from None
     except (RecursionError, MemoryError):
         raise FrontendError("the file nests too deeply to analyze", filename, 1, 0) from None
     entries = Entries()

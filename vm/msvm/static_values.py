@@ -355,6 +355,12 @@ def buildable(cls) -> bool:
 
 
 def allowed_module(name: str) -> bool:
+    """Modules the analysis may import to know what a name is: msvm's, numpy's and math, but
+    never a ``__main__`` (``from msvm import __main__`` runs the msvm command), a private
+    module or a test configuration, whose import does more than define names."""
+    parts = name.split(".")
+    if any(p.startswith("_") or p == "conftest" for p in parts):
+        return False
     return name in ("msvm", "numpy", "math") or name.startswith(("msvm.", "numpy."))
 
 

@@ -196,6 +196,7 @@ class FunctionCompiler:
         self.generation = generation     # the caller's Parameter-shape generation, for sub-Cells' cache keys
         self.specs = specs
         self.inline_depth = 0
+        self.branch_preds: list = []      # the predicates of the symbolic ifs being compiled
         self.scope = ""            # prefix of local slot names inside inlined helpers
         self.inlines = 0
         self.loop_syms = 0
@@ -438,8 +439,16 @@ class FunctionCompiler:
             raise self.error(f"construct may raise the built-in exceptions {', '.join(sorted(RAISABLE))}; "
                              f"not {ast.unparse(func)}", node)
         parts = self.message_parts(args[0]) if args else ()
+        self.keep_symbolic(*self.branch_preds)
         self.emit("RAISE", self.cb.const(name), self.cb.const(tuple(parts)))
         raise _AllReturned()
+
+    def keep_symbolic(self, *preds):
+        """The dims a raise is guarded by stay symbols: a later use that needs them equal to a
+        constant becomes an entry check (which the raise precedes, interp.BoundCode.raise_first)
+        instead of a substitution that would fold the guard away."""
+        for p in preds:
+            self.env.unifiable -= p.symbols()
 
     def stmt_Assert(self, node):
         test = self.expr(node.test)
@@ -453,6 +462,7 @@ class FunctionCompiler:
             return
         parts = self.message_parts(node.msg) if node.msg is not None else ("assertion failed: " + ast.unparse(node.test),)
         self.loc = self.node_loc(node.test)
+        self.keep_symbolic(test, *self.branch_preds)
         l_ok = self.cb.new_label()
         self.emit("BRANCH_IF_SYMBOLIC", self.cb.const(S.pnot(test)), l_ok)
         self.emit("RAISE", self.cb.const("AssertionError"), self.cb.const(tuple(parts)))
@@ -554,7 +564,11 @@ class FunctionCompiler:
         l_else, l_end, l_fix = self.cb.new_label(), self.cb.new_label(), self.cb.new_label()
         self.emit("BRANCH_IF_SYMBOLIC", self.cb.const(pred), l_else)
         before = dict(self.vars)
-        then_vars, then_ret = self.sub_block(node.body)
+        self.branch_preds.append(pred)
+        try:
+            then_vars, then_ret = self.sub_block(node.body)
+        finally:
+            self.branch_preds.pop()
         if not then_ret:
             self.emit("JUMP", l_fix, loc=self.node_loc(node.test))
         self.cb.place(l_else)

@@ -35,7 +35,7 @@ from ..bytecode.symbolic import Expr, Pred, SymbolicError
 from ..bytecode.types import NONE, ScalarType, ShapeEnv, ShapeError, TensorType, TupleType
 from ..bytecode.verify import bind_callee, subs_type, verify
 from ..errors import FrontendError
-from ..tensor import PARAMETER_SHAPES
+from .argspec import ArgSpec
 from .graph import GraphValue, lift, using
 
 # ---------------------------------------------------------------- sources
@@ -145,18 +145,6 @@ class _Returned(Exception):
     """Internal: control left the block through a return."""
 
 
-class ArgSpec:
-    """How one argument enters compiled code: a tensor type, a run-time scalar, or a baked constant."""
-
-    __slots__ = ("kind", "type", "value", "may_be_one")
-
-    def __init__(self, kind: str, type_=None, value=None, may_be_one=frozenset()):
-        self.kind = kind      # 'tensor' | 'scalar' | 'const'
-        self.type = type_
-        self.value = value
-        self.may_be_one = frozenset(may_be_one)   # dim symbols of type that may be 1 at run time
-
-
 _BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
            ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow,
            ast.MatMult: operator.matmul}
@@ -196,7 +184,8 @@ class FunctionCompiler:
 
     MAX_UNROLL = 4096
 
-    def __init__(self, src: FunctionSource, self_obj, specs: list, name: str, cell_compiler=None):
+    def __init__(self, src: FunctionSource, self_obj, specs: list, name: str, cell_compiler=None,
+                 generation: int = 0):
         self.src = src
         self.self_obj = self_obj
         self.cb = CodeBuilder(name, src.filename, src.node.lineno + src.line_offset)
@@ -204,6 +193,7 @@ class FunctionCompiler:
         self.loc = Loc(self.cb.code.firstlineno, src.col_offset, self.cb.code.firstlineno, src.col_offset)
         self.vars: dict = {}
         self.cell_compiler = cell_compiler or compile_cell_for
+        self.generation = generation     # the caller's Parameter-shape generation, for sub-Cells' cache keys
         self.specs = specs
         self.inline_depth = 0
         self.branch_preds: list = []      # the predicates of the symbolic ifs being compiled
@@ -1146,7 +1136,7 @@ class FunctionCompiler:
             if spec.kind != "const":
                 runtime.append(v)
         try:
-            sub = self.cell_compiler(cell, specs)
+            sub = self.cell_compiler(cell, specs, generation=self.generation)
         except FrontendError:
             raise
         key = (path, id(sub))
@@ -1270,7 +1260,7 @@ def tensor_type(v) -> TensorType:
     for i, d in enumerate(v._pshape):
         if d is None:
             raise ShapeError(f"a tensor attribute has an unknown dim {i}")
-        dims.append(S.sym(d) if isinstance(d, str) else Expr.const(d))
+        dims.append(S.sym(d) if isinstance(d, str) else d if isinstance(d, Expr) else Expr.const(d))
     return TensorType(tuple(dims), v._dtype)
 
 
@@ -1406,20 +1396,22 @@ def spec_key(specs) -> tuple:
     return tuple(out)
 
 
-def compile_cell_for(cell, specs, name: str | None = None):
-    """Compile (and verify) cell.construct for these argument specs; cached per cell."""
+def compile_cell_for(cell, specs, name: str | None = None, generation: int = 0):
+    """Compile (and verify) cell.construct for these argument specs; cached per cell and
+    ``generation`` (the run time passes its Parameter-shape counter, so a Parameter's new
+    shape compiles afresh; static analysis builds new Cells and passes nothing)."""
     try:
         cache = _cell_codes.setdefault(cell, {})
     except TypeError:
         cache = {}
-    key = (spec_key(specs), PARAMETER_SHAPES[0])     # (a Parameter's new shape compiles afresh)
+    key = (spec_key(specs), generation)
     code = cache.get(key)
     if code is not None:
         return code
     src_fn = getattr(cell, "__msvm_construct_source__", None)
     src = src_fn() if src_fn is not None else source_of(type(cell).construct)
     qual = name or f"{type(cell).__name__}.construct"
-    fc = FunctionCompiler(src, cell, specs, qual)
+    fc = FunctionCompiler(src, cell, specs, qual, generation=generation)
     code = fc.compile()
     code.hover = fc.hover
     verify(code)

@@ -255,6 +255,16 @@ def _assumption(var: _RankVar, rank: int) -> str:
     return f"{var.what}: Tensor<{var.dtype.name}, {shape}>"
 
 
+def _rank_combinations(choices):
+    """Every combination of candidate ranks, those nearest the first choices first (each variable
+    gets to try its other ranks early, not only the last one's), lazily for many variables."""
+    if len(choices) > 8:                       # 4**8 combinations: keep itertools' order
+        yield from itertools.product(*choices)
+        return
+    for idx in sorted(itertools.product(*[range(len(c)) for c in choices]), key=lambda t: (sum(t), t)):
+        yield tuple(c[i] for c, i in zip(choices, idx))
+
+
 def _compile_assuming(entry: Entry, specs: list, attr_vars: list, compile_fn, filename):
     """Compile with every combination of candidate ranks (best first) until one verifies."""
     arg_vars = [s for s in specs if isinstance(s, _RankVar)]
@@ -264,7 +274,7 @@ def _compile_assuming(entry: Entry, specs: list, attr_vars: list, compile_fn, fi
         return
     entry.assumed = any(not v.exact for v in rank_vars)
     first_err, deadline = None, time.monotonic() + COMPILE_SECONDS
-    for k, ranks in enumerate(itertools.product(*[v.ranks for v in rank_vars])):
+    for k, ranks in enumerate(_rank_combinations([v.ranks for v in rank_vars])):
         if k >= MAX_TRIES or (k and time.monotonic() > deadline):
             break
         chosen = dict(zip(map(id, rank_vars), ranks))

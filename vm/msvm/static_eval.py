@@ -30,10 +30,13 @@ from __future__ import annotations
 import ast
 import builtins
 import inspect
+import math
 import operator as o
 import os
 import time
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from . import dtype as dt
 from .bytecode.symbolic import Expr
@@ -848,7 +851,26 @@ class StaticModule:
         if callable(fn) and not isinstance(fn, type) and (mod.startswith("msvm.ops.primitives") or
                                                           mod == "msvm.dtype"):
             return fn(*args, **kwargs)
+        if mod == "msvm.common.initializer":
+            return self.initializer_call(fn, args, kwargs)
         return Unknown(f"call of {getattr(fn, '__qualname__', type(fn).__name__)}")
+
+    def initializer_call(self, fn, args, kwargs):
+        """``initializer(init, shape, dtype)``: a placeholder of that shape (no data is drawn);
+        an Initializer object itself is only a description."""
+        if getattr(fn, "__name__", "") != "initializer":
+            return Unknown("an initializer")
+        shape = kwargs.get("shape", args[1] if len(args) > 1 else None)
+        d = kwargs.get("dtype", args[2] if len(args) > 2 else dt.float32)
+        if isinstance(shape, (int, SymInt)):
+            shape = (shape,)
+        if not isinstance(shape, (tuple, list)) or not all(isinstance(x, (int, SymInt)) for x in shape):
+            return UnknownData("initializer of an unknown shape")
+        try:
+            d = dt.as_dtype(d)
+        except (TypeError, ValueError, KeyError):
+            d = dt.float32
+        return Tensor(shape=[str(x.expr) if isinstance(x, SymInt) else int(x) for x in shape], dtype=d)
 
     def unknown_builder(self, fn: Unknown, args, kwargs, node):
         """An unknown function given a Cell class of the file (a model zoo's
@@ -868,6 +890,14 @@ class StaticModule:
             return AbstractRng()
         if name == "load" or name in ("loadtxt", "fromfile", "genfromtxt"):
             return UnknownData(f"numpy.{name} reads a file")
+        owner = getattr(fn, "__self__", None)
+        if name in ("item", "tolist") and isinstance(owner, np.generic):
+            return fn()                              # a numpy scalar's Python value
+        if name in ("linspace", "arange") and all(isinstance(a, (int, float)) and not isinstance(a, bool)
+                                                  for a in (*args, *kwargs.values())):
+            small = _small_range(name, args, kwargs)   # drop-path rates and the like: their values
+            if small is not None:
+                return small
         random = "random" in mod or name in NP_RANDOM and "random" in repr(fn)
         if name in NP_CREATE or name in NP_RANDOM:
             return np_call(name, random and name in NP_RANDOM, args, kwargs)
@@ -1009,6 +1039,23 @@ class StaticModule:
             self.depth -= 1
         cls.instances.append(obj)
         return obj
+
+
+def _small_range(name, args, kwargs, limit: int = 4096):
+    """np.linspace / np.arange over plain numbers, as a list of numpy scalars, when it has at
+    most ``limit`` items (its length is worked out before anything is built); else None."""
+    try:
+        if name == "linspace":
+            num = kwargs.get("num", args[2] if len(args) > 2 else 50)
+            n = int(num)
+        else:
+            start, stop, step = (0, args[0], 1) if len(args) == 1 else (args[0], args[1], args[2] if len(args) > 2 else 1)
+            n = int(math.ceil((stop - start) / step)) if step else limit + 1
+        if not 0 <= n <= limit:
+            return None
+        return list((np.linspace if name == "linspace" else np.arange)(*args, **kwargs))
+    except (TypeError, ValueError, ZeroDivisionError, OverflowError, IndexError):
+        return None
 
 
 def _named_symbol(v, node):

@@ -277,3 +277,27 @@ def mobilenet_v3_large(p, x):
 
 MODELS = {"resnet18": lambda p, x: resnet(p, x, "resnet18"), "resnet50": lambda p, x: resnet(p, x, "resnet50"),
           "mobilenet_v2_100": mobilenet_v2, "mobilenet_v3_large_100": mobilenet_v3_large}
+
+
+def test_weights(named_shapes, seed: int = 0) -> dict:
+    """float32 weights under which a random deep network's logits depend on the image and are
+    well conditioned: He (fan-in) normal convolutions, 1/sqrt(fan-in) dense layers, BatchNorm
+    scales in [0.6, 1.2] (larger gains make MobileNetV3's logits move by 3e-5 when the weights
+    move by one float32 ulp), shifts, statistics and biases of about 0.1. (mindcv's own init
+    draws depthwise weights by fan-out; with it and shifted BN the MobileNets' logits change by
+    1e-8 between two images, so comparing them would test little.)"""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for name, shape in named_shapes:
+        shape = tuple(shape)
+        leaf = name.rsplit(".", 1)[-1]
+        if len(shape) == 4:
+            v = rng.standard_normal(shape) * np.sqrt(2.0 / np.prod(shape[1:]))
+        elif len(shape) == 2:
+            v = rng.standard_normal(shape) / np.sqrt(shape[1])
+        elif leaf in ("gamma", "moving_variance"):
+            v = rng.uniform(0.6, 1.2, shape)
+        else:                                   # beta, moving_mean, biases
+            v = rng.normal(0.0, 0.1, shape)
+        out[name] = v.astype(np.float32)
+    return out

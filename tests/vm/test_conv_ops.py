@@ -419,6 +419,22 @@ def test_empty_batch(level, rng):
 
 # ---------------------------------------------------------------- the verifier
 
+@pytest.mark.parametrize("cell,dims", [
+    (lambda: nn.Conv2d(3, 4, 3, 2, "same"), "[N,4,((H + 1) // 2),((W + 1) // 2)]"),
+    (lambda: nn.Conv2d(3, 4, 7, 2, "pad", 3), "[N,4,((H - 1) // 2) + 1,((W - 1) // 2) + 1]"),
+    (lambda: nn.Conv2d(3, 4, 3, 1, "pad", 1, dilation=2), "[N,4,H - 2,W - 2]"),
+    (lambda: nn.MaxPool2d(3, 2, "same"), "[N,3,((H + 1) // 2),((W + 1) // 2)]"),
+    (lambda: nn.AvgPool2d(2, 2), "[N,3,((H - 2) // 2) + 1,((W - 2) // 2) + 1]"),
+    (lambda: nn.AdaptiveAvgPool2d((3, None)), "[N,3,3,W]"),
+])
+def test_symbolic_result_shapes(cell, dims):
+    """The shape rules' output dims over symbolic H and W, as the bytecode view and hovers print them."""
+    c = cell()
+    c.set_inputs(ms.Tensor(shape=["N", 3, "H", "W"], dtype=ms.float32))
+    c(ms.Tensor(np.ones((2, 3, 11, 12), np.float32)))
+    assert str(next(iter(c._runner.variants.values())).code.result_type) == f"Tensor[float32, {dims}]"
+
+
 def test_conv_channel_mismatch_is_a_shape_error_at_its_line():
     conv = nn.Conv2d(3, 8, 3)
     conv.set_inputs(ms.Tensor(shape=[None, 4, None, None], dtype=ms.float32))

@@ -53,10 +53,11 @@ class Atom:
     def __str__(self):
         if self.op == "sym":
             return self.args[0]
-        if self.op == "floordiv":
-            return f"({self.args[0]} // {self.args[1]})"
-        if self.op == "mod":
-            return f"({self.args[0]} % {self.args[1]})"
+        if self.op in ("floordiv", "mod"):      # (H + 1) // 2, not H + 1 // 2
+            a, b = str(self.args[0]), str(self.args[1])
+            a = f"({a})" if " " in a else a
+            b = b if b.isidentifier() or b.lstrip("-").isdigit() else f"({b})"
+            return f"({a} {'//' if self.op == 'floordiv' else '%'} {b})"
         if self.op == "select":
             return f"({self.args[1]} if {self.args[0]} else {self.args[2]})"
         return f"{self.op}({', '.join(str(a) for a in self.args)})"

@@ -3,7 +3,8 @@
 For resnet18, resnet50, mobilenet_v2_100 and mobilenet_v3_large_100 (``mindcv.create_model``
 under ``msvm.as_mindspore()``, eval mode, batch 1, the weights of tests/refs/cv.py
 ``test_weights``) at 224, 160 and 192: msvm's steady time per forward at L1 (the interpreter)
-and at jit_level 'auto' (the default tiers, once compiles are done and replays are built),
+and at jit_level 'auto' (the default tiers, once compiles are done and replays are built;
+two nets with the same weights, timed in interleaved calls),
 the reference's time (tests/refs/cv.py, float64 numpy), and the max |msvm - reference|
 relative to the max |logit|. Medians of a few runs; one Cell per model serves every size.
 
@@ -39,26 +40,40 @@ def median_ms(fn, runs):
     return statistics.median(ts)
 
 
-def build(mindcv, name):
+def build(mindcv, name, weights=None):
     net = mindcv.create_model(name)
     net.set_train(False)
     params = net.parameters_dict()
-    for k, v in cv.test_weights([(k, p.shape) for k, p in params.items()]).items():
+    weights = weights or cv.test_weights([(k, p.shape) for k, p in params.items()])
+    for k, v in weights.items():
         params[k].set_data(ms.Tensor(v))
-    return net, cv.as_float64(net.parameters_dict())
+    return net, weights
 
 
-def steady(net, images, level, runs):
-    """{size: median ms} at one jit_level, after warm-up calls at every size (compiles done)."""
+def at(level, net, t):
     ms.set_context(jit_config={"jit_level": level})
-    net.set_train(False)                       # a fresh runner for this level
+    return net(t)
+
+
+def steady(nets, images, runs):
+    """{level: {size: median ms}}: one net per level, warmed up at every size until compiles are
+    done and replays built, then timed in interleaved pairs (a shared machine's load hits both)."""
     for _ in range(8):                         # 'auto' moves a site to L3 after l3_after (5) calls
         for t in images.values():
-            net(t)
+            for level, net in nets.items():
+                at(level, net, t)
         tiers.wait_for_compiles(120)
-    times = {s: median_ms(lambda t=t: net(t), runs) for s, t in images.items()}
-    outs = {s: net(t).asnumpy() for s, t in images.items()}
-    return times, outs, len(net._runner.variants)
+    times = {level: {s: [] for s in images} for level in nets}
+    for _ in range(runs):
+        for s, t in images.items():
+            for level, net in nets.items():
+                ms.set_context(jit_config={"jit_level": level})
+                t0 = time.perf_counter()
+                net(t)
+                times[level][s].append((time.perf_counter() - t0) * 1e3)
+    outs = {level: {s: at(level, net, t).asnumpy() for s, t in images.items()} for level, net in nets.items()}
+    return ({level: {s: statistics.median(v) for s, v in d.items()} for level, d in times.items()}, outs,
+            {level: len(net._runner.variants) for level, net in nets.items()})
 
 
 def main():
@@ -74,12 +89,14 @@ def main():
 
     print(f"{'model':24} {'size':>4} {'L1 ms':>8} {'auto ms':>8} {'numpy f64 ms':>12} {'rel err':>9}  bytecodes")
     for name in args.models:
-        net, p = build(mindcv, name)
+        net1, weights = build(mindcv, name)
+        neta, _ = build(mindcv, name, weights)
+        p = {k: v.astype(np.float64) for k, v in weights.items()}
         rng = np.random.default_rng(0)
         xs = {s: rng.standard_normal((1, 3, s, s)).astype(np.float32) for s in sizes}
         images = {s: ms.Tensor(x) for s, x in xs.items()}
-        t1, o1, n1 = steady(net, images, "L1", args.runs)
-        ta, oa, na = steady(net, images, "auto", args.runs)
+        times, outs, counts = steady({"L1": net1, "auto": neta}, images, args.runs)
+        t1, ta, o1, oa, n1, na = times["L1"], times["auto"], outs["L1"], outs["auto"], counts["L1"], counts["auto"]
         for s in sizes:
             x64 = xs[s].astype(np.float64)
             forward = cv.MODELS[name]

@@ -472,3 +472,48 @@ def test_primitive_conv_mismatch_points_at_the_users_line():
     line = UserConv.construct.__code__.co_firstlineno + 2
     assert f"test_conv_ops.py:{line}:" in str(e.value)
     assert "[B,4,H,W]" in str(e.value) and "[8,3,3,3]" in str(e.value)
+
+
+CNN_SOURCE = '''
+import msvm as ms
+from msvm import nn, ops
+
+
+class TinyCNN(nn.Cell):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, stride=2, pad_mode="pad", padding=1)
+        self.bn = nn.BatchNorm2d(8)
+        self.dw = nn.Conv2d(8, 8, 3, pad_mode="same", group=8)
+        self.pool = nn.MaxPool2d(3, 2, pad_mode="same")
+        self.avg = nn.AvgPool2d(2, 2)
+        self.gap = nn.AdaptiveAvgPool2d((1, None))
+        self.emb = nn.Embedding(10, 4)
+
+    def construct(self, x: "B, 3, H, W", ids: "int32[B, 5]"):
+        h = ops.relu(self.bn(self.conv(x)))
+        h = self.avg(self.pool(self.dw(h)))
+        h = self.gap(h)
+        return h, self.emb(ids), ops.gather(h, ids, 1)
+'''
+
+
+def test_static_analysis_and_binary_round_trip(tmp_path):
+    """What the language server does without running the program: the CNN Cell's bytecode with
+    symbolic shapes; it survives .msbc save/load and assemble(disassemble(...))."""
+    from msvm import bytecode
+    from msvm.static import analyze_file
+
+    src = tmp_path / "cnn.py"
+    src.write_text(CNN_SOURCE)
+    (entry,) = analyze_file(str(src))
+    assert entry.error is None, entry.error
+    w = "((((((W - 1) // 2) + 2) // 2) - 2) // 2) + 1"
+    assert str(entry.code.result_type) == (f"(Tensor[float32, [B,8,1,{w}]], Tensor[float32, [B,5,4]], "
+                                           f"Tensor[float32, [B,B,5,1,{w}]])")
+    bytecode.save(entry.code, tmp_path / "cnn.msbc")
+    back = bytecode.load(tmp_path / "cnn.msbc")
+    assert back == entry.code and bytecode.dump(back) == bytecode.dump(entry.code)
+    again = bytecode.assemble(bytecode.disassemble(entry.code))
+    assert again == entry.code
+    bytecode.verify(again)

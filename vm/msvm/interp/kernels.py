@@ -358,6 +358,9 @@ def _windows(x, kernel, stride, dil):
     """[N, C, Ho, Wo, kh, kw] views of x's (dilated, strided) windows; no copy."""
     kh, kw = kernel
     span = (dil[0] * (kh - 1) + 1, dil[1] * (kw - 1) + 1)
+    if span[0] > x.shape[2] or span[1] > x.shape[3]:
+        raise ValueError(f"the window ({span[0]}x{span[1]}) is larger than the padded input "
+                         f"({x.shape[2]}x{x.shape[3]}); use a larger input or more padding")
     v = np.lib.stride_tricks.sliding_window_view(x, span, axis=(2, 3))
     return v[:, :, ::stride[0], ::stride[1], ::dil[0], ::dil[1]]
 

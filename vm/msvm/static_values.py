@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import builtins
 import inspect
+import itertools
 import math
 from dataclasses import dataclass
 
@@ -189,7 +190,7 @@ NP_FOLD = {"sqrt", "prod", "log", "exp", "log2", "ceil", "floor"}
 MATH_FOLD = {math.sqrt, math.log, math.exp, math.ceil, math.floor, math.log2, math.gcd, math.isqrt}
 BUILTINS = {"range", "len", "int", "float", "bool", "tuple", "list", "min", "max", "abs", "sum", "round", "str",
              "isinstance", "enumerate", "zip", "reversed", "super", "print", "sorted", "dict"}
-BUILTIN_FNS = {getattr(builtins, n) for n in BUILTINS - {"super", "print"}}
+BUILTIN_FNS = {getattr(builtins, n) for n in BUILTINS - {"super", "print"}} | {itertools.repeat}
 _MSVM_BUILDABLE = ("msvm.nn", "msvm.ops", "msvm.tensor", "msvm.dtype")
 
 
@@ -361,7 +362,11 @@ def allowed_module(name: str) -> bool:
     parts = name.split(".")
     if any(p.startswith("_") or p == "conftest" for p in parts):
         return False
-    return name in ("msvm", "numpy", "math") or name.startswith(("msvm.", "numpy."))
+    return name in ("msvm", "numpy", "math") + PURE_STDLIB or name.startswith(("msvm.", "numpy."))
+
+
+# standard modules whose import only defines names (model zoos' helpers use them: to_2tuple)
+PURE_STDLIB = ("collections", "collections.abc", "itertools", "functools", "typing")
 
 
 def is_msvm_obj(v) -> bool:

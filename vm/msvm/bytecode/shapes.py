@@ -410,15 +410,19 @@ def slice_(ctx, ins, args):
             if d.is_const() and not -d.const_value() <= k < d.const_value():
                 raise ShapeError(f"SLICE: index {k} is out of range for dim {dim - 1} of {fmt_shape(t.shape)}")
             continue
-        out.append(_slice_len(d, s[1], s[2], s[3]))
-    return TensorType(tuple(out), t.dtype)
+        out.append(_slice_len(d, s[1], s[2], s[3], ctx.env))
+    return TensorType(tuple(ctx.env.norm(d) for d in out), t.dtype)
 
 
-def _slice_len(d: Expr, start, stop, step):
-    """len(range(n)[start:stop:step]) for a possibly symbolic n and constant bounds."""
+def _slice_len(d: Expr, start, stop, step, env=None):
+    """len(range(n)[start:stop:step]) for a possibly symbolic n; bounds are ints or symbolic
+    exprs over dims (``x[:, :S]``, ``bias[..., k - q:k, :k]``)."""
     step = 1 if step is None else step
     if step == 0:
         raise ShapeError("SLICE: slice step cannot be zero")
+    start, stop = (b.const_value() if isinstance(b, Expr) and b.is_const() else b for b in (start, stop))
+    if isinstance(start, Expr) or isinstance(stop, Expr):
+        return _symbolic_slice_len(d, start, stop, step, env)
     if d.is_const():
         return Expr.const(len(range(*slice(start, stop, step).indices(d.const_value()))))
     if step > 0:
@@ -435,6 +439,27 @@ def _slice_len(d: Expr, start, stop, step):
         hi, lo = bound(start, d - 1), bound(stop, Expr.const(-1))
     n = smax(hi - lo, 0)
     return n if abs(step) == 1 else (n + (abs(step) - 1)) // abs(step)
+
+
+def _symbolic_slice_len(d: Expr, start, stop, step, env):
+    """A slice with a symbolic bound (a dim expression, so never negative): its length is
+    ``stop - start``, with ``0 <= start <= stop <= d`` left for the VM to check when the
+    symbols are bound (numpy would clamp; a model that slices a table by a length means the
+    length to fit)."""
+    if step != 1:
+        raise ShapeError(f"SLICE: a slice with a symbolic bound needs step 1, got {step}")
+    for b in (start, stop):
+        if isinstance(b, int) and b < 0:
+            raise ShapeError(f"SLICE: a slice with a symbolic bound cannot also have a negative bound ({b})")
+    lo = Expr.of(0 if start is None else start)
+    hi = d if stop is None else Expr.of(stop)
+    if env is not None:
+        why = f"SLICE: bounds [{lo}:{hi}] must lie within a dim of size {d}"
+        if stop is not None and not (d.is_const() and hi.is_const()):
+            env.assume(smin(hi, d), hi, why)
+        if start is not None:
+            env.assume(smin(lo, hi), lo, why)
+    return hi - lo
 
 
 # ---------------------------------------------------------------- data movement and control

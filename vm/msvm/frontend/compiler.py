@@ -41,6 +41,18 @@ from .graph import GraphValue, lift, using
 # ---------------------------------------------------------------- sources
 
 
+def _index_int(v):
+    """An index or slice bound as an int or a symbolic Expr (numpy ints and constant exprs become ints)."""
+    if isinstance(v, Expr):
+        c = v.const_value()
+        return v if c is None else c
+    if isinstance(v, (np.integer,)):
+        return int(v)
+    if isinstance(v, bool):
+        return int(v)
+    return v
+
+
 class FunctionSource:
     """The parsed function and where it is in its file."""
 
@@ -841,27 +853,35 @@ class FunctionCompiler:
             raise self.error(f"cannot index {type(base).__name__} with {index!r}: {e}", node) from None
 
     def tensor_index(self, base, sl, node):
-        items = sl.elts if isinstance(sl, ast.Tuple) else [sl]
-        spec = []
-        for it in items:
-            if isinstance(it, ast.Slice):
-                parts = [None if p is None else self.expr(p) for p in (it.lower, it.upper, it.step)]
-                for p in parts:
-                    if p is not None and not (isinstance(p, int) and not isinstance(p, bool)):
-                        raise self.error("slice bounds must be constant ints", it)
-                spec.append(("s", *parts))
-            else:
-                v = self.expr(it)
-                if v is None:
-                    spec.append(("n",))
-                elif v is Ellipsis:
-                    spec.append(("e",))
-                elif isinstance(v, int) and not isinstance(v, bool):
-                    spec.append(("i", v))
-                else:
-                    raise self.error("tensor indices must be constant ints, slices, None or ...", it)
         from .graph import trace_op
 
+        items = sl.elts if isinstance(sl, ast.Tuple) else [sl]
+        spec = []
+        for k, it in enumerate(items):
+            if isinstance(it, ast.Slice):
+                parts = [None if p is None else _index_int(self.expr(p)) for p in (it.lower, it.upper, it.step)]
+                for p in parts:
+                    if p is not None and not isinstance(p, (int, Expr)):
+                        raise self.error("slice bounds must be ints or expressions over shapes and int "
+                                         f"arguments, got {type(p).__name__}", it)
+                spec.append(("s", *parts))
+                continue
+            v = _index_int(self.expr(it))
+            if v is None:
+                spec.append(("n",))
+            elif v is Ellipsis:
+                spec.append(("e",))
+            elif isinstance(v, int):
+                spec.append(("i", v))
+            elif isinstance(v, GraphValue) and isinstance(v.type, TensorType) and v.type.dtype.kind in "iu":
+                # x[idx] / x[:, idx] with an int tensor: a GATHER along that axis (the items before it
+                # are full slices, none after it)
+                if k != len(items) - 1 or any(s != ("s", None, None, None) for s in spec):
+                    raise self.error("an int tensor index must come after full slices only (x[idx], x[:, idx])",
+                                     it)
+                return trace_op("GATHER", (base, v), (len(spec),))
+            else:
+                raise self.error("tensor indices must be ints, slices, None, ..., or an int tensor", it)
         return trace_op("SLICE", (base,), (tuple(spec),))
 
     def expr_Slice(self, node):

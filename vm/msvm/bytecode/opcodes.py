@@ -184,6 +184,12 @@ _op("ADAPTIVE_AVG_POOL2D", 0x73, ["size:const"], 1, 1, S.adaptive_pool2d, "conv"
 _op("GATHER", 0x74, ["axis:const"], 2, 1, S.gather, "layout",
     "pop indices, x; push x's slices at the (int) indices along axis: x.shape[:axis]+idx.shape+x.shape[axis+1:]")
 
+# --- indexing and creation (model zoo) ----------------------------------------------------------
+_op("ARANGE", 0x78, ["start:const", "stop:const", "step:const", "dtype:const"], 0, 1, S.arange, "layout",
+    "push [start, start+step, ...) below stop (start and stop may be symbolic dims)")
+_op("CUMSUM", 0x79, ["axis:const", "exclusive:const", "reverse:const"], 1, 1, S.cumsum, "layout",
+    "pop x; push the running sum along axis (exclusive: without the element itself; reverse: from the end)")
+
 # --- fused (produced by the fusion pass, jit/fuse.py; the interpreter runs them too) ---------
 # A fused instruction carries its expression as a program (postfix tuple of nodes: ("in", k),
 # ("c", value) or (OPNAME, *operands)); the disassembler names it after its parts:

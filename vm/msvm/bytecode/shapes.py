@@ -9,6 +9,8 @@ frontend calls the same rules while it emits, so it and the verifier agree.
 
 from __future__ import annotations
 
+import math
+
 from .. import dtype as dt
 from .symbolic import Expr, fmt_shape, product, smax, smin
 from .types import NONE, ScalarType, ShapeError, TensorType, TupleType, type_of_const
@@ -287,6 +289,34 @@ def gather(ctx, ins, args):
     a = norm_axis(args[0], x.rank, "GATHER")
     shape = tuple(x.shape[:a]) + ishape + tuple(x.shape[a + 1:])
     return TensorType(tuple(ctx.env.norm(d) for d in shape), x.dtype)
+
+
+# ---------------------------------------------------------------- indexing and creation (model zoo)
+
+def arange(ctx, ins, args):
+    start, stop, step, dtype = args
+    if step == 0:
+        raise ShapeError("ARANGE: step cannot be zero")
+    sym = [b for b in (start, stop) if isinstance(b, Expr) and not b.is_const()]
+    if sym:
+        if not isinstance(step, int) or isinstance(step, bool):
+            raise ShapeError(f"ARANGE: with a symbolic end the step must be an int, got {step!r}")
+        lo, hi = Expr.of(start), Expr.of(stop)
+        n = smax(hi - lo, 0) if step > 0 else smax(lo - hi, 0)
+        n = n if abs(step) == 1 else (n + (abs(step) - 1)) // abs(step)
+    else:
+        start, stop = (b.const_value() if isinstance(b, Expr) else b for b in (start, stop))
+        n = Expr.const(max(math.ceil((stop - start) / step), 0))     # numpy's length, float ends too
+    return TensorType((ctx.env.norm(n),), dtype)
+
+
+def cumsum(ctx, ins, args):
+    t = _tensor(ins[0], "CUMSUM")
+    norm_axis(args[0], t.rank, "CUMSUM")
+    out = t.dtype
+    if out.kind == "b" or (out.kind in "iu" and out.itemsize < 4):
+        out = dt.int64
+    return TensorType(t.shape, out)
 
 
 # ---------------------------------------------------------------- layout

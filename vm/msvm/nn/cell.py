@@ -91,6 +91,12 @@ class Cell:
         self._drop_runner()
         return self
 
+    def to_float(self, dst_type):
+        """MindSpore's mixed-precision marker: msvm computes in the parameters' own dtype (float32
+        models stay float32), so it records the type and returns the Cell, as MindSpore does."""
+        object.__setattr__(self, "_float_type", dst_type)
+        return self
+
     def parameters_dict(self, recurse=True) -> dict:
         out = {}
         for name, p in self.parameters_and_names():

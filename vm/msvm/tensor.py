@@ -73,8 +73,8 @@ class TensorMethods:
     def astype(self, dtype):
         return _ops().cast(self, dtype)
 
-    def to(self, dtype):
-        return _ops().cast(self, dtype)
+    def to(self, dtype=None):
+        return self if dtype is None else _ops().cast(self, dtype)
 
     def float(self):
         return _ops().cast(self, dt.float32)
@@ -134,6 +134,9 @@ class TensorMethods:
 
     def cumsum(self, axis=None, dtype=None):
         return _ops().cumsum(self, 0 if axis is None else axis, dtype)
+
+    def split(self, split_size_or_sections, axis=0):
+        return _ops().split(self, split_size_or_sections, axis)
 
     def type_as(self, other):
         return _ops().cast(self, other.dtype)

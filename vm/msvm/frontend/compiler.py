@@ -258,25 +258,11 @@ class FunctionCompiler:
         code = self.cb.code
         unifiable = set()
         for pname, spec in zip(params, self.specs):
-            if spec.kind == "const":
-                self.vars[pname] = spec.value
-                continue
-            slot = self.cb.local(pname)
-            t = spec.type
-            code.params.append((pname, t))
-            if isinstance(t, TensorType):
-                for d in t.shape:
-                    if d.as_symbol():
-                        unifiable.add(d.as_symbol())
-                self.vars[pname] = GraphValue(t, ("local", slot))
-            elif isinstance(t, ScalarType) and t.value is not None:
-                self.vars[pname] = t.value
-            else:
-                self.vars[pname] = GraphValue(t, ("local", slot))
+            self.bind_param(pname, spec, unifiable)
         if vararg is not None:
             self.vars[vararg] = tuple(self.vars[p] for p in params[n_fixed:])
         self.env.unifiable = unifiable
-        self.env.may_be_one = set().union(*(s.may_be_one for s in self.specs))
+        self.env.may_be_one = set().union(*(s.may_be_one for s in _flat_specs(self.specs)))
         self.record_hover_args(fn, params)
         with using(self):
             try:
@@ -302,6 +288,31 @@ class FunctionCompiler:
         if isinstance(v, tuple):
             return TupleType(tuple(self.hover_type(x) for x in v))
         return v
+
+    def bind_param(self, pname, spec, unifiable):
+        """One parameter of construct: a baked constant, a run-time tensor or scalar (a local slot),
+        or (model zoo) a tuple of them, one slot per item (``freqs_cis = (cos, sin)``)."""
+        code = self.cb.code
+        if spec.kind == "const":
+            self.vars[pname] = spec.value
+            return
+        if spec.kind == "tuple":
+            for j, item in enumerate(spec.value):
+                self.bind_param(f"{pname}[{j}]", item, unifiable)
+            self.vars[pname] = tuple(self.vars.pop(f"{pname}[{j}]") for j in range(len(spec.value)))
+            return
+        slot = self.cb.local(pname)
+        t = spec.type
+        code.params.append((pname, t))
+        if isinstance(t, TensorType):
+            for d in t.shape:
+                if d.as_symbol():
+                    unifiable.add(d.as_symbol())
+            self.vars[pname] = GraphValue(t, ("local", slot))
+        elif isinstance(t, ScalarType) and t.value is not None:
+            self.vars[pname] = t.value
+        else:
+            self.vars[pname] = GraphValue(t, ("local", slot))
 
     def record_hover_args(self, fn, params):
         args = fn.args.args[1:] if self.self_obj is not None else fn.args.args
@@ -1149,12 +1160,21 @@ class FunctionCompiler:
                                  f"is {default}), got {type(v).__name__}; pass True or False", node)
             spec = self.callee_spec(pname, v, sym_names)
             specs.append(spec)
-            if spec.kind != "const":
-                runtime.append(v)
+            runtime.extend(_runtime_values(spec, v))
         try:
             sub = self.cell_compiler(cell, specs)
-        except FrontendError:
-            raise
+        except FrontendError as e:
+            # (model zoo) a bool flag that decides the structure of a value (``if output_attentions:
+            # outputs += (w,)``) cannot stay a run-time flag: the Python bools given at this call site
+            # are baked in instead, as MindSpore's graph mode does with every bool
+            baked = [k for k, ((_, default), v) in enumerate(zip(params, values))
+                     if isinstance(v, (bool, np.bool_)) and specs[k].kind == "scalar"]
+            if "holds different Python objects" not in str(e) or not baked:
+                raise
+            for k in baked:
+                specs[k] = ArgSpec("const", value=bool(values[k]))
+            runtime = [r for spec, v in zip(specs, values) for r in _runtime_values(spec, v)]
+            sub = self.cell_compiler(cell, specs)
         key = (path, id(sub))
         if key not in self._callee_index:
             self._callee_index[key] = len(self.cb.code.callees)
@@ -1171,6 +1191,8 @@ class FunctionCompiler:
         return GraphValue(out_type, ("call", idx, tuple(gins)), self.loc)
 
     def callee_spec(self, pname, v, sym_names: dict) -> ArgSpec:
+        if isinstance(v, tuple) and _has_graph(v):      # (model zoo) a tuple holding run-time values
+            return ArgSpec("tuple", value=[self.callee_spec(f"{pname}_{j}", x, sym_names) for j, x in enumerate(v)])
         if isinstance(v, GraphValue) and isinstance(v.type, TensorType):
             dims, ones = [], set()
             for i, d in enumerate(self.env.norm_type(v.type).shape):
@@ -1397,10 +1419,25 @@ def _call_error(params, args, kwargs: dict, label: str) -> TypeError:
 _cell_codes: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
+def _flat_specs(specs) -> list:
+    return [x for s in specs for x in (_flat_specs(s.value) if s.kind == "tuple" else [s])]
+
+
+def _runtime_values(spec, v) -> list:
+    """The run-time values an argument passes for its spec (none for a constant, one per item of a tuple)."""
+    if spec.kind == "const":
+        return []
+    if spec.kind == "tuple":
+        return [r for s, x in zip(spec.value, v) for r in _runtime_values(s, x)]
+    return [v]
+
+
 def spec_key(specs) -> tuple:
     out = []
     for s in specs:
-        if s.kind == "const":
+        if s.kind == "tuple":
+            out.append(("t", spec_key(s.value)))
+        elif s.kind == "const":
             v = s.value
             try:
                 hash(v)

@@ -463,6 +463,14 @@ def depend(value, expr):
     return value
 
 
+def addmm(input, mat1, mat2, *, beta=1, alpha=1):
+    """beta * input + alpha * (mat1 @ mat2)."""
+    prod = matmul(mat1, mat2)
+    if alpha != 1:
+        prod = prod * alpha
+    return prod + (input if beta == 1 else input * beta)
+
+
 def expand_as(input, other):
     return broadcast_to(input, _shape(other))
 

@@ -269,6 +269,9 @@ class StridedSlice(Primitive):
         return F.apply("SLICE", (x,), (tuple(spec),))
 
 
+Square = type("Square", (_unary(lambda x: F.mul(x, x)),), {})
+
+
 class Tile(Primitive):
     def __call__(self, x, multiples):
         return F.tile(x, multiples)

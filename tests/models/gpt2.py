@@ -219,6 +219,9 @@ class GPT2Model(nn.Cell):
         self.h = nn.CellList([GPT2Block(config, layer_idx=i) for i in range(config.n_layer)])
         self.ln_f = nn.LayerNorm((self.embed_dim,), epsilon=config.layer_norm_epsilon)
 
+    def get_head_mask(self, head_mask, num_hidden_layers):
+        return [None] * num_hidden_layers if head_mask is None else head_mask
+
     @property
     def dtype(self):
         return mindspore.float32
@@ -228,6 +231,7 @@ class GPT2Model(nn.Cell):
         input_ids = input_ids.view(-1, input_shape[-1])
         batch_size = input_ids.shape[0]
         past_length = 0
+        past_key_values = tuple([None] * len(self.h))
         position_ids = ops.arange(past_length, input_shape[-1] + past_length, dtype=mindspore.int64)
         position_ids = position_ids.unsqueeze(0)
         if attention_mask is not None:
@@ -235,13 +239,15 @@ class GPT2Model(nn.Cell):
             attention_mask = attention_mask[:, None, None, :]
             attention_mask = attention_mask.to(dtype=self.dtype)
             attention_mask = (1.0 - attention_mask) * float(np.finfo(mindspore.dtype_to_nptype(self.dtype)).min)
+        head_mask = self.get_head_mask(None, self.config.n_layer)
         inputs_embeds = self.wte(input_ids)
         position_embeds = self.wpe(position_ids)
         hidden_states = inputs_embeds + position_embeds
         hidden_states = self.drop(hidden_states)
         output_shape = (-1,) + input_shape[1:] + (hidden_states.shape[-1],)
-        for i, block in enumerate(self.h):
-            outputs = block(hidden_states, layer_past=None, attention_mask=attention_mask, head_mask=None)
+        for i, (block, layer_past) in enumerate(zip(self.h, past_key_values)):
+            outputs = block(hidden_states, layer_past=layer_past, attention_mask=attention_mask,
+                            head_mask=head_mask[i])
             hidden_states = outputs[0]
         hidden_states = self.ln_f(hidden_states)
         hidden_states = hidden_states.view(output_shape)

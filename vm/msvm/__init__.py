@@ -57,6 +57,7 @@ def cache_stats() -> dict:
 __all__ = ["GRAPH_MODE", "PYNATIVE_MODE", "BytecodeError", "ExecutionError", "FrontendError", "MsvmError",
            "Parameter", "ShapeMismatch", "Tensor", "VerifyError", "as_mindspore", "bool_", "bytecode", "cache_stats",
            "common", "double", "dtype_to_nptype", "events", "float16", "float32", "float64", "float_", "get_context",
-           "half", "int8", "int16", "int32", "int64", "int_", "jit", "nn", "ops", "set_context", "set_trace", "single", "uint8"]
+           "half", "int8", "int16", "int32", "int64", "int_", "jit", "nn", "ops", "set_context", "set_trace", "single",
+           "uint8"]
 
 _start_telemetry()

@@ -473,11 +473,11 @@ def _slice_len(d: Expr, start, stop, step, env=None):
 
 def _symbolic_slice_len(d: Expr, start, stop, step, env):
     """A slice with a symbolic bound (a dim expression, so never negative): its length is
-    ``stop - start``, with ``0 <= start <= stop <= d`` left for the VM to check when the
+    ``ceil((stop - start) / step)``, with ``0 <= start <= stop <= d`` left for the VM to check when the
     symbols are bound (numpy would clamp; a model that slices a table by a length means the
     length to fit)."""
-    if step != 1:
-        raise ShapeError(f"SLICE: a slice with a symbolic bound needs step 1, got {step}")
+    if not isinstance(step, int) or step < 1:
+        raise ShapeError(f"SLICE: a slice with a symbolic bound needs a positive constant step, got {step}")
     for b in (start, stop):
         if isinstance(b, int) and b < 0:
             raise ShapeError(f"SLICE: a slice with a symbolic bound cannot also have a negative bound ({b})")
@@ -489,7 +489,7 @@ def _symbolic_slice_len(d: Expr, start, stop, step, env):
             env.assume(smin(hi, d), hi, why)
         if start is not None:
             env.assume(smin(lo, hi), lo, why)
-    return hi - lo
+    return hi - lo if step == 1 else (hi - lo + (step - 1)) // step
 
 
 # ---------------------------------------------------------------- data movement and control

@@ -176,7 +176,7 @@ _CMPOPS = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==",
 _PYCMP = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge, "==": operator.eq,
           "!=": operator.ne}
 _SAFE_BUILTINS = {"len", "range", "int", "float", "bool", "tuple", "list", "min", "max", "abs", "enumerate",
-                  "zip", "isinstance", "reversed", "sum", "round", "str", "print"}
+                  "zip", "isinstance", "hasattr", "reversed", "sum", "round", "str", "print"}
 _FOLD_MODULES = ("math", "numpy")
 
 
@@ -1085,6 +1085,8 @@ class FunctionCompiler:
             return out
         if fn is builtins.print:
             return None
+        if fn is builtins.isinstance and len(args) == 2 and isinstance(args[0], (GraphValue, Expr, Pred)):
+            return _isinstance_of_runtime(args[0], args[1])
         if any(fn is getattr(builtins, n, None) for n in _SAFE_BUILTINS):
             if any(isinstance(a, (GraphValue, Expr, Pred)) for a in args):
                 raise self.error(f"{getattr(fn, '__name__', fn)}() of a symbolic or run-time value is not "
@@ -1417,6 +1419,27 @@ def _call_error(params, args, kwargs: dict, label: str) -> TypeError:
 # ---------------------------------------------------------------- compiling Cells
 
 _cell_codes: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _isinstance_of_runtime(v, classes) -> bool:
+    """(model zoo) isinstance on a run-time value, by what it is when the code runs: a symbolic dim
+    is an int, a predicate a bool, a tensor value a Tensor, a scalar value its kind's Python type."""
+    from ..tensor import Tensor
+
+    if isinstance(v, Expr):
+        probe = int
+    elif isinstance(v, Pred):
+        probe = bool
+    elif isinstance(v.type, TensorType):
+        probe = Tensor
+    elif isinstance(v.type, ScalarType):
+        probe = {"b": bool, "i": int, "u": int, "f": float}.get(v.type.kind, object)
+    elif isinstance(v.type, TupleType):
+        probe = tuple
+    else:
+        probe = object
+    classes = classes if isinstance(classes, tuple) else (classes,)
+    return any(issubclass(probe, c) for c in classes if isinstance(c, type))
 
 
 def _flat_specs(specs) -> list:

@@ -435,7 +435,7 @@ def scalar_to_tensor(input_x, dtype=dt.float32):
     if isinstance(input_x, np.generic):
         input_x = input_x.item()
     if isinstance(input_x, Expr) or is_graph(input_x):
-        return apply("CAST", (input_x,), (dt.as_dtype(dtype),))
+        return trace_op("CAST", (input_x,), (dt.as_dtype(dtype),))
     return Tensor(np.asarray(input_x, dtype=dt.as_dtype(dtype).np))
 
 

@@ -1,7 +1,7 @@
 """Issue 16 (NLP): BERT (MindSpore's official model), GPT-2 (MindNLP style) and a LLaMA decoder
 (mindformers style), written as their sources write them and imported under the mindspore alias,
 run at sequence lengths 16, 37 and 128 through one bytecode, against float64 numpy references
-(tests/refs/nlp.py), in L1, L3 with fusion and L3 without fusion."""
+(tests/refs/nlp.py), in L1, L2, L3 with fusion and L3 without fusion."""
 
 import sys
 
@@ -11,7 +11,7 @@ import pytest
 from msvm.compiler import tiers
 
 LENGTHS = (16, 37, 128)
-TIERS = [("L1", True), ("L3", True), ("L3", False)]
+TIERS = [("L1", True), ("L2", True), ("L3", True), ("L3", False)]
 BATCH, VOCAB = 2, 100
 
 

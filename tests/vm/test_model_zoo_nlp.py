@@ -8,6 +8,7 @@ import sys
 import msvm as ms
 import numpy as np
 import pytest
+from msvm import compat
 from msvm.compiler import tiers
 
 LENGTHS = (16, 37, 128)
@@ -24,6 +25,7 @@ def zoo():
     yield bert, gpt2, llama, nlp
     for name in [m for m in sys.modules if m.startswith("models.")]:
         sys.modules.pop(name)
+    compat.remove_alias()        # the alias never outlives this module's tests
 
 
 def _inputs(rng, s):
@@ -122,3 +124,4 @@ def test_length_past_the_position_table_is_a_clear_error(zoo, rng):
     ids, mask = _inputs(rng, 20)
     with pytest.raises(Exception, match="SLICE"):
         net(ms.Tensor(ids), ms.Tensor(ids * 0), ms.Tensor(mask))
+

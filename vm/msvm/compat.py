@@ -208,5 +208,14 @@ def as_mindspore() -> None:
     sys.meta_path.insert(0, _FINDER)
 
 
+def remove_alias() -> None:
+    """Undo ``as_mindspore()``: ``import mindspore`` no longer resolves to msvm, and the alias
+    modules imported so far are forgotten (a test that imports a model zoo in-process cleans up)."""
+    while _FINDER in sys.meta_path:
+        sys.meta_path.remove(_FINDER)
+    for name in [n for n, m in sys.modules.items() if isinstance(m, _Alias)]:
+        del sys.modules[name]
+
+
 def is_active() -> bool:
     return any(f is _FINDER for f in sys.meta_path)

@@ -79,14 +79,14 @@ class Indexing(nn.Cell):
         self.table = ms.Tensor(rng.standard_normal((10, 4)).astype(np.float32))
 
     def construct(self, ids, x):
-        return self.table[ids], x[:, ids[0]]
+        return self.table[ids], x[:, ids[0]], self.table[ids[1], :], self.table[ids[0], ...]
 
 
 def test_int_tensor_index_is_a_gather(level, rng):
     net = Indexing(rng)
     t = net.table.asnumpy()
     _calls(net, lambda n: (rng.integers(0, 10, (2, n)).astype(np.int32), rng.standard_normal((3, 10)).astype(np.float32)),
-           lambda ids, x: (t[ids], x[:, ids[0]]))
+           lambda ids, x: (t[ids], x[:, ids[0]], t[ids[1], :], t[ids[0], ...]))
 
 
 class Creation(nn.Cell):

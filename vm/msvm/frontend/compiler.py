@@ -885,11 +885,14 @@ class FunctionCompiler:
             elif isinstance(v, int):
                 spec.append(("i", v))
             elif isinstance(v, GraphValue) and isinstance(v.type, TensorType) and v.type.dtype.kind in "iu":
-                # x[idx] / x[:, idx] with an int tensor: a GATHER along that axis (the items before it
-                # are full slices, none after it)
-                if k != len(items) - 1 or any(s != ("s", None, None, None) for s in spec):
-                    raise self.error("an int tensor index must come after full slices only (x[idx], x[:, idx])",
-                                     it)
+                # x[idx], x[:, idx], x[idx, :] with an int tensor: a GATHER along that axis (the other
+                # items are full slices, or ... after it)
+                rest = items[k + 1:]
+                if any(s != ("s", None, None, None) for s in spec) or not all(
+                        (isinstance(r, ast.Slice) and r.lower is None and r.upper is None and r.step is None)
+                        or (isinstance(r, ast.Constant) and r.value is Ellipsis) for r in rest):
+                    raise self.error("an int tensor index goes with full slices only (x[idx], x[:, idx], x[idx, :]);"
+                                     " use ops.gather for the rest", it)
                 return trace_op("GATHER", (base, v), (len(spec),))
             else:
                 raise self.error("tensor indices must be ints, slices, None, ..., or an int tensor", it)

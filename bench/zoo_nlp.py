@@ -49,7 +49,7 @@ def models(layers, hidden):
     gcfg = gpt2.GPT2Config(vocab_size=VOCAB, n_positions=128, n_embd=hidden, n_layer=layers, n_head=heads)
     lcfg = llama.LlamaConfig(vocab_size=VOCAB, hidden_size=hidden, num_layers=layers, num_heads=heads,
                              n_kv_heads=max(heads // 2, 1), intermediate_size=4 * hidden, seq_length=128)
-    bcfg = argparse.Namespace(num_attention_heads=heads, num_hidden_layers=layers)
+    bcfg = argparse.Namespace(num_attention_heads=heads, num_hidden_layers=layers, use_relative_positions=False)
     g, lm = gpt2.GPT2Model(gcfg), llama.LlamaModel(lcfg)
     return [
         ("BERT", b, lambda ids, m: (ids, ids * 0, m), lambda p, ids, m: nlp.bert(p, bcfg, ids, ids * 0, m)),

@@ -6,8 +6,10 @@ BertTransformer, CreateAttentionMaskFromInputMask, BertModel), constructor argum
 primitives and construct-time idioms — ``F.shape``, ``self.position_ids[:, :shape[1]]``,
 ``F.depend``, ``F.tuple_to_array((1.0,))``, ``P.DType``, ``P.StridedSlice`` with the batch size
 read from ``P.Shape()``, ``mstype.dtype_to_nptype``, ``.to_float`` — written again here, not
-copied. Left out: relative positions, one-hot embeddings and dropout in training (the model runs
-with is_training=False). Runs under ``msvm.as_mindspore()``.
+copied; with ``use_relative_positions`` the RelaPosMatrixGenerator builds its distance matrix from
+``F.tuple_to_array(F.make_range(length))``, P.Tile and ``C.clip_by_value``. Left out: one-hot
+embeddings and dropout in training (the model runs with is_training=False). Runs under
+``msvm.as_mindspore()``.
 """
 
 import copy
@@ -17,8 +19,10 @@ import mindspore.common.dtype as mstype
 import mindspore.nn as nn
 import mindspore.ops.functional as F
 import numpy as np
-from mindspore.common.initializer import TruncatedNormal
+from mindspore.common.initializer import TruncatedNormal, initializer
+from mindspore.common.parameter import Parameter
 from mindspore.common.tensor import Tensor
+from mindspore.ops import composite as C
 from mindspore.ops import operations as P
 
 
@@ -104,6 +108,55 @@ class BertOutput(nn.Cell):
         return output
 
 
+class RelaPosMatrixGenerator(nn.Cell):
+    """The matrix of clipped relative distances j - i between positions, shifted to be >= 0."""
+
+    def __init__(self, max_relative_position):
+        super().__init__()
+        self._max_relative_position = max_relative_position
+        self._min_relative_position = -max_relative_position
+        self.tile = P.Tile()
+        self.range_mat = P.Reshape()
+        self.sub = P.Sub()
+        self.expanddims = P.ExpandDims()
+        self.cast = P.Cast()
+
+    def construct(self, length):
+        range_vec_row_out = self.cast(F.tuple_to_array(F.make_range(length)), mstype.int32)
+        range_vec_col_out = self.range_mat(range_vec_row_out, (length, -1))
+        tile_row_out = self.tile(range_vec_row_out, (length,))
+        tile_col_out = self.tile(range_vec_col_out, (1, length))
+        range_mat_out = self.range_mat(tile_row_out, (length, length))
+        transpose_out = self.range_mat(tile_col_out, (length, length))
+        distance_mat = self.sub(range_mat_out, transpose_out)
+        distance_mat_clipped = C.clip_by_value(distance_mat, self._min_relative_position,
+                                               self._max_relative_position)
+        final_mat = distance_mat_clipped + self._max_relative_position
+        return final_mat
+
+
+class RelaPosEmbeddingsGenerator(nn.Cell):
+    """[length, length, depth] embeddings of the relative positions."""
+
+    def __init__(self, depth, max_relative_position, initializer_range, use_one_hot_embeddings=False):
+        super().__init__()
+        self.depth = depth
+        self.vocab_size = max_relative_position * 2 + 1
+        self.use_one_hot_embeddings = use_one_hot_embeddings
+        self.embeddings_table = Parameter(initializer(TruncatedNormal(initializer_range),
+                                                      [self.vocab_size, self.depth]), "embeddings_table")
+        self.relative_positions_matrix = RelaPosMatrixGenerator(max_relative_position=max_relative_position)
+        self.reshape = P.Reshape()
+        self.shape = P.Shape()
+        self.gather = P.Gather()
+        self.matmul = P.BatchMatMul()
+
+    def construct(self, length):
+        relative_positions_matrix_out = self.relative_positions_matrix(length)
+        embeddings = self.gather(self.embeddings_table, relative_positions_matrix_out, 0)
+        return embeddings
+
+
 class SaturateCast(nn.Cell):
     """Clamps to the target type's finite range, then casts."""
 
@@ -151,6 +204,8 @@ class BertAttention(nn.Cell):
         self.multiply = P.Mul()
         self.transpose = P.Transpose()
         self.trans_shape = (0, 2, 1, 3)
+        self.trans_shape_relative = (2, 0, 1, 3)
+        self.trans_shape_position = (1, 2, 0, 3)
         self.multiply_data = -10000.0
         self.matmul = P.BatchMatMul()
         self.softmax = nn.Softmax()
@@ -163,6 +218,10 @@ class BertAttention(nn.Cell):
             self.get_dtype = P.DType()
         self.shape_return = (-1, num_attention_heads * size_per_head)
         self.cast_compute_type = SaturateCast(dst_type=compute_type)
+        if self.use_relative_positions:
+            self._generate_relative_positions_embeddings = RelaPosEmbeddingsGenerator(
+                depth=size_per_head, max_relative_position=16, initializer_range=initializer_range,
+                use_one_hot_embeddings=use_one_hot_embeddings)
 
     def construct(self, from_tensor, to_tensor, attention_mask):
         shape_from = F.shape(attention_mask)[2]
@@ -179,6 +238,19 @@ class BertAttention(nn.Cell):
         key_layer = self.transpose(key_layer, self.trans_shape)
 
         attention_scores = self.matmul_trans_b(query_layer, key_layer)
+
+        if self.use_relative_positions:
+            # relations_keys [F, F, H]; query_layer_t [F, B, N, H]; query_layer_r [F, B * N, H]
+            relations_keys = self._generate_relative_positions_embeddings(shape_from)
+            relations_keys = self.cast_compute_type(relations_keys)
+            query_layer_t = self.transpose(query_layer, self.trans_shape_relative)
+            query_layer_r = self.reshape(query_layer_t, (shape_from, -1, self.size_per_head))
+            key_position_scores = self.matmul_trans_b(query_layer_r, relations_keys)
+            key_position_scores_r = self.reshape(key_position_scores,
+                                                 (shape_from, -1, self.num_attention_heads, shape_from))
+            key_position_scores_r_t = self.transpose(key_position_scores_r, self.trans_shape_position)
+            attention_scores = attention_scores + key_position_scores_r_t
+
         attention_scores = self.multiply(self.scores_mul, attention_scores)
 
         if self.has_attention_mask:
@@ -194,6 +266,18 @@ class BertAttention(nn.Cell):
         value_layer = self.reshape(value_out, (-1, shape_from, self.num_attention_heads, self.size_per_head))
         value_layer = self.transpose(value_layer, self.trans_shape)
         context_layer = self.matmul(attention_probs, value_layer)
+
+        if self.use_relative_positions:
+            # relations_values [F, F, H]; attention_probs_r [F, B * N, T]
+            relations_values = self._generate_relative_positions_embeddings(shape_from)
+            relations_values = self.cast_compute_type(relations_values)
+            attention_probs_t = self.transpose(attention_probs, self.trans_shape_relative)
+            attention_probs_r = self.reshape(attention_probs_t, (shape_from, -1, shape_from))
+            value_position_scores = self.matmul(attention_probs_r, relations_values)
+            value_position_scores_r = self.reshape(value_position_scores,
+                                                   (shape_from, -1, self.num_attention_heads, self.size_per_head))
+            value_position_scores_r_t = self.transpose(value_position_scores_r, self.trans_shape_position)
+            context_layer = context_layer + value_position_scores_r_t
 
         context_layer = self.transpose(context_layer, self.trans_shape)
         context_layer = self.reshape(context_layer, self.shape_return)

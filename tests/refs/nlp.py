@@ -47,15 +47,19 @@ def merge(x):
 
 def bert(p, cfg, input_ids, token_type_ids, input_mask):
     """(sequence_output, pooled_output): embeddings + LayerNorm, post-LN encoder layers with the
-    (1 - mask) * -10000 adder and tanh GELU (nn.Dense(activation='gelu')), tanh pooler."""
+    (1 - mask) * -10000 adder and tanh GELU (nn.Dense(activation='gelu')), tanh pooler; with
+    use_relative_positions, Shaw et al.'s relative key and value embeddings (distances clipped
+    to +-16)."""
     eps, n = 1e-7, cfg.num_attention_heads
     s = input_ids.shape[1]
     x = p["bert_embedding_lookup.embedding_table"][input_ids]
     x = x + p["bert_embedding_postprocessor.token_type_embedding.embedding_table"][token_type_ids]
-    x = x + p["bert_embedding_postprocessor.full_position_embedding.embedding_table"][np.arange(s)][None]
+    if not cfg.use_relative_positions:        # (relative positions replace the absolute ones)
+        x = x + p["bert_embedding_postprocessor.full_position_embedding.embedding_table"][np.arange(s)][None]
     x = layer_norm(x, p["bert_embedding_postprocessor.layernorm.gamma"],
                    p["bert_embedding_postprocessor.layernorm.beta"], eps)
     adder = (1.0 - input_mask.astype(np.float64))[:, None, None, :] * -10000.0
+    rel = np.clip(np.arange(s)[None, :] - np.arange(s)[:, None], -16, 16) + 16     # [F, T]: j - i
 
     def dense(v, name):
         return v @ p[f"{name}.weight"].T + p[f"{name}.bias"]
@@ -64,8 +68,15 @@ def bert(p, cfg, input_ids, token_type_ids, input_mask):
         pre = f"bert_encoder.layers.{i}"
         att = f"{pre}.attention.attention"
         q, k, v = (heads(dense(x, f"{att}.{w}_layer"), n) for w in ("query", "key", "value"))
-        scores = q @ k.transpose(0, 1, 3, 2) / math.sqrt(q.shape[-1]) + adder
-        ctx = merge(softmax(scores) @ v)
+        scores = q @ k.transpose(0, 1, 3, 2)
+        if cfg.use_relative_positions:
+            e = p[f"{att}._generate_relative_positions_embeddings.embeddings_table"][rel]      # [F, T, H]
+            scores = scores + np.einsum("bnfh,fth->bnft", q, e)
+        probs = softmax(scores / math.sqrt(q.shape[-1]) + adder)
+        ctx = probs @ v
+        if cfg.use_relative_positions:
+            ctx = ctx + np.einsum("bnft,fth->bnfh", probs, e)
+        ctx = merge(ctx)
         out = f"{pre}.attention.output"
         a = layer_norm(x + dense(ctx, f"{out}.dense"), p[f"{out}.layernorm.gamma"], p[f"{out}.layernorm.beta"], eps)
         h = gelu_tanh(dense(a, f"{pre}.intermediate"))

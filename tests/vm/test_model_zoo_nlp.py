@@ -63,10 +63,12 @@ def _compiled_levels(net) -> set:
 
 
 @pytest.mark.parametrize("level,fusion", TIERS, ids=[f"{lv}-{'fused' if f else 'unfused'}" for lv, f in TIERS])
-def test_bert(zoo, level, fusion, rng):
+@pytest.mark.parametrize("relative", [False, True], ids=["absolute", "relative"])
+def test_bert(zoo, level, fusion, relative, rng):
     bert, _, _, nlp = zoo
     cfg = bert.BertConfig(seq_length=128, vocab_size=VOCAB, hidden_size=64, num_hidden_layers=2,
-                          num_attention_heads=4, intermediate_size=128, max_position_embeddings=128, type_vocab_size=2)
+                          num_attention_heads=4, intermediate_size=128, max_position_embeddings=128, type_vocab_size=2,
+                          use_relative_positions=relative)
     net = bert.BertModel(cfg, is_training=False)
     p = nlp.params(net)
     calls = []

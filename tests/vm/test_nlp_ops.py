@@ -242,3 +242,20 @@ def test_slice_bound_past_the_dim_fails_at_entry(rng):
     net(ms.Tensor(np.ones((2, 4, 6), np.float32)), ms.Tensor(np.ones((2, 7, 6), np.float32)))
     with pytest.raises(Exception, match="SLICE: bounds"):
         net(ms.Tensor(np.ones((2, 24, 6), np.float32)), ms.Tensor(np.ones((2, 27, 6), np.float32)))
+
+
+class Distances(nn.Cell):
+    """BERT's relative positions: make_range of a dim, then an int chain that fusion keeps int."""
+
+    def construct(self, x):
+        n = x.shape[0]
+        row = ops.cast(F.tuple_to_array(F.make_range(n)), ms.int32)
+        d = ops.tile(row, (n,)).reshape(n, n) - ops.tile(row.reshape(n, -1), (1, n)).reshape(n, n)
+        return ops.clip_by_value(d, -3, 3) + 3
+
+
+def test_make_range_and_an_int_chain_keep_int32(level, rng):
+    def ref(x):
+        n = x.shape[0]
+        return (np.clip(np.arange(n)[None, :] - np.arange(n)[:, None], -3, 3) + 3).astype(np.int32)
+    _calls(Distances(), lambda n: (np.zeros((n,), np.float32),), ref)

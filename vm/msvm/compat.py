@@ -39,6 +39,7 @@ MODULES = {
     "mindspore.ops": "msvm.ops",
     "mindspore.ops.operations": "msvm.ops.primitives",
     "mindspore.ops.functional": "msvm.ops",
+    "mindspore.ops.composite": "msvm.ops",
     "mindspore.common": "msvm.common",
     "mindspore.common.dtype": "msvm.dtype",
     "mindspore.common.initializer": "msvm.common.initializer",

@@ -302,8 +302,11 @@ def arange(ctx, ins, args):
         if not isinstance(step, int) or isinstance(step, bool):
             raise ShapeError(f"ARANGE: with a symbolic end the step must be an int, got {step!r}")
         lo, hi = Expr.of(start), Expr.of(stop)
-        n = smax(hi - lo, 0) if step > 0 else smax(lo - hi, 0)
-        n = n if abs(step) == 1 else (n + (abs(step) - 1)) // abs(step)
+        span = hi - lo if step > 0 else lo - hi
+        # a symbolic end lies past the start (ops.arange(x.shape[1]), ops.arange(p, p + s)): the
+        # entry checks it, and the length stays a plain expression
+        ctx.env.assume(smax(span, 0), span, f"ARANGE: a symbolic range from {lo} to {hi} by {step} must not run backwards")
+        n = span if abs(step) == 1 else (span + (abs(step) - 1)) // abs(step)
     else:
         start, stop = (b.const_value() if isinstance(b, Expr) else b for b in (start, stop))
         n = Expr.const(max(math.ceil((stop - start) / step), 0))     # numpy's length, float ends too

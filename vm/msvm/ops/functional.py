@@ -439,8 +439,38 @@ def scalar_to_tensor(input_x, dtype=dt.float32):
     return Tensor(np.asarray(input_x, dtype=dt.as_dtype(dtype).np))
 
 
+class SymbolicRange:
+    """``F.make_range(n)`` for a symbolic n: the tuple cannot be built while compiling, so it
+    stays a range that ``F.tuple_to_array`` turns into an ARANGE."""
+
+    __slots__ = ("start", "stop", "step")
+
+    def __init__(self, start, stop, step):
+        self.start, self.stop, self.step = start, stop, step
+
+    def __repr__(self):
+        return f"make_range({self.start}, {self.stop}, {self.step})"
+
+
+def make_range(start, limit=None, delta=1):
+    """MindSpore's F.make_range: the tuple of ints in [start, limit) by delta."""
+    if limit is None:
+        start, limit = 0, start
+    start, limit, delta = (_bound(v, "F.make_range") for v in (start, limit, delta))
+    if any(isinstance(v, Expr) for v in (start, limit, delta)):
+        return SymbolicRange(start, limit, delta)
+    return tuple(range(start, limit, delta))
+
+
+def clip_by_value(x, clip_value_min=None, clip_value_max=None):
+    """MindSpore's C.clip_by_value."""
+    return clip(x, clip_value_min, clip_value_max)
+
+
 def tuple_to_array(input_x):
     """A tuple of numbers (or shape dims) as a 1-D tensor: int64 for ints, float32 otherwise."""
+    if isinstance(input_x, SymbolicRange):
+        return arange(input_x.start, input_x.stop, input_x.step, dtype=dt.int64)
     vals = tuple(v.item() if isinstance(v, np.generic) else v for v in input_x)
     d = dt.int64 if all(isinstance(v, (int, Expr)) and not isinstance(v, bool) for v in vals) else dt.float32
     if any(isinstance(v, Expr) and not v.is_const() for v in vals):

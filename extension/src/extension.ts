@@ -5,7 +5,7 @@ import { LanguageClient, LanguageClientOptions, ServerOptions, State } from 'vsc
 import { programEnv, statusText, statusTooltip } from './logic';
 import { BytecodePanel, CachePanel, HeatmapPanel } from './panels';
 import type { CacheStats, Profile } from './protocol';
-import { serverPython } from './python';
+import { DAP_ARGS, LSP_ARGS, serverCwd, serverPython } from './python';
 
 let client: LanguageClient | undefined;
 let output: vscode.OutputChannel;
@@ -60,8 +60,8 @@ export async function activate(ctx: vscode.ExtensionContext) {
       void vscode.window.showErrorMessage(`msvm: ${e instanceof Error ? e.message : e}`);
       return;
     }
-    const serverOptions: ServerOptions = { command: python, args: ['-m', 'msvm_server', 'lsp'],
-      options: { env: { ...process.env, MSVM_LOG: settings().jitLogLevel } } };
+    const serverOptions: ServerOptions = { command: python, args: LSP_ARGS,
+      options: { cwd: serverCwd(ctx), env: { ...process.env, MSVM_LOG: settings().jitLogLevel } } };
     const clientOptions: LanguageClientOptions = {
       documentSelector: [{ scheme: 'file', language: 'python' }, { scheme: 'untitled', language: 'python' }],
       outputChannel: output,
@@ -131,7 +131,7 @@ export async function activate(ctx: vscode.ExtensionContext) {
     vscode.debug.registerDebugAdapterDescriptorFactory('msvm', {
       async createDebugAdapterDescriptor() {
         const python = await serverPython(ctx, output);
-        return new vscode.DebugAdapterExecutable(python, ['-m', 'msvm_server', 'dap']);
+        return new vscode.DebugAdapterExecutable(python, DAP_ARGS, { cwd: serverCwd(ctx) });
       },
     }),
     vscode.debug.registerDebugConfigurationProvider('msvm', {

@@ -5,16 +5,35 @@ import * as cp from 'child_process';
 import * as fs from 'fs';
 import * as path from 'path';
 import * as vscode from 'vscode';
+import { isInside } from './logic';
+import COMMAND from './server-command.json';
+
+/** The servers' arguments after the Python executable (isolated mode: nothing of the workspace on sys.path). */
+export const LSP_ARGS: string[] = COMMAND.lsp;
+export const DAP_ARGS: string[] = COMMAND.dap;
+
+/** The cwd of every Python the extension starts: its own storage folder, never the workspace. */
+export function serverCwd(ctx: vscode.ExtensionContext): string {
+  const dir = ctx.globalStorageUri.fsPath;
+  fs.mkdirSync(dir, { recursive: true });
+  return dir;
+}
+
+let cwd: string | undefined;
 
 function run(cmd: string, args: string[], log?: vscode.OutputChannel): Promise<{ code: number; out: string }> {
   return new Promise((resolve) => {
-    const p = cp.spawn(cmd, args, { env: { ...process.env, PYTHONNOUSERSITE: '1' } });
+    const p = cp.spawn(cmd, [...COMMAND.run, ...args], { cwd, env: { ...process.env, PYTHONNOUSERSITE: '1' } });
     let out = '';
     p.stdout.on('data', (d) => { out += d; log?.append(String(d)); });
     p.stderr.on('data', (d) => { out += d; log?.append(String(d)); });
     p.on('error', (e) => resolve({ code: -1, out: String(e) }));
     p.on('close', (code) => resolve({ code: code ?? -1, out }));
   });
+}
+
+function real(p: string): string {
+  try { return fs.realpathSync(p); } catch { return path.resolve(p); }
 }
 
 export async function configuredPython(): Promise<string> {
@@ -27,7 +46,9 @@ export async function configuredPython(): Promise<string> {
       const envPath = api?.environments?.getActiveEnvironmentPath?.();
       const env = envPath && await api.environments.resolveEnvironment(envPath);
       const exe = env?.executable?.uri?.fsPath;
-      if (exe) return exe;
+      // in Restricted Mode an interpreter inside the workspace (its .venv) is the workspace's code
+      if (exe && (vscode.workspace.isTrusted || !isInside(real(exe), (vscode.workspace.workspaceFolders ?? [])
+        .map((f) => real(f.uri.fsPath))))) return exe;
     } catch { /* fall through to python3 */ }
   }
   return 'python3';
@@ -37,6 +58,7 @@ const PROBE = 'import msvm_server.lsp.server, msvm_server.dap.adapter';
 
 /** A Python that can run `-m msvm_server`; installs the bundled packages into a private venv if needed. */
 export async function serverPython(ctx: vscode.ExtensionContext, log: vscode.OutputChannel): Promise<string> {
+  cwd = serverCwd(ctx);
   const python = await configuredPython();
   if ((await run(python, ['-c', PROBE])).code === 0) return python;
   const bundled = path.join(ctx.extensionPath, 'python');

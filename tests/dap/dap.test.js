@@ -171,6 +171,18 @@ describe('msvm debug adapter', function () {
     const e3 = await dc.evaluateRequest({ expression: sym.name, frameId: f.id, context: 'watch' });
     assert.strictEqual(e3.body.result, sym.value);
     await assert.rejects(dc.evaluateRequest({ expression: 'x.__class__', frameId: f.id, context: 'watch' }));
+    // only what reads: writing files, mapping memory, loading code and huge allocations are refused
+    const written = path.join(fs.mkdtempSync('/tmp/msvm-dap-w-'), 'x.npy');
+    for (const expression of [`np.save('${written}', x)`, `np.memmap('${written}', mode='w+', shape=(4,))`,
+      "np.ctypeslib.load_library('libc', '/lib')", `np.load('${written}', allow_pickle=True)`, 'np.zeros(10**12)',
+      "'a' * 10**10", '().__class__.__bases__[0].__subclasses__()', 'np.add(x, 1, out=x)']) {
+      await assert.rejects(dc.evaluateRequest({ expression, frameId: f.id, context: 'watch' }),
+        /not available in a watch expression|cannot be called|at most/, expression);
+    }
+    assert.ok(!fs.existsSync(written), 'nothing was written');
+    const e4 = await dc.evaluateRequest({ expression: 'float(np.mean(x)) >= 0 and x.sum(axis=0).shape == (3,)',
+      frameId: f.id, context: 'watch' });
+    assert.strictEqual(e4.body.result, 'True');
   });
 
   it('an exception inside a Cell stops with its message, then the session terminates', async () => {
@@ -246,7 +258,8 @@ describe('msvm debug adapter', function () {
       source: { path: loop }, breakpoints: [{ line }] }));
     let stopped = dc.waitForEvent('stopped');
     await dc.launch({ program: loop, jitLevel: 'L1', env: { LOOP_SECONDS: '60' } });
-    await bpDone;      // (verified once Step runs: its argument shape is not known statically)
+    // verified before Step runs: static analysis compiles it with x's rank assumed (msvm.static)
+    assert.strictEqual((await bpDone).body.breakpoints[0].verified, true);
     await dc.configurationDoneRequest();
     for (let call = 0; call < 3; call++) {     // each call is a new frame, even where it reuses the last one's memory
       assert.strictEqual((await stopped).body.reason, 'breakpoint', `call ${call + 1}`);

@@ -2,7 +2,7 @@
 import * as assert from 'assert';
 import * as fs from 'fs';
 import * as path from 'path';
-import { cellForLine, colorIndices, heatAlpha, instructionsAtLine, lineColors, linesOf, nonce, parseFromPage,
+import { cellForLine, colorIndices, heatAlpha, instructionsAtLine, isInside, lineColors, linesOf, nonce, parseFromPage,
   programEnv, statusText, statusTooltip, summarize } from '../../extension/src/logic';
 import { pageHtml } from '../../extension/src/html';
 import { BYTECODE, STATS } from './sample';
@@ -92,5 +92,17 @@ describe('program environment from settings', () => {
       enableFusion: false }), { MSVM_JIT_LEVEL: 'L2', MSVM_LOG: 'DEBUG', MSVM_DUMP_BYTECODE: '1', MSVM_PROFILE: '1',
       MSVM_ENABLE_FUSION: '0' });
     assert.deepStrictEqual(programEnv({ jitLevel: 'auto', enableFusion: true }), {});
+  });
+});
+
+describe('which Python may run in Restricted Mode', () => {
+  it('an interpreter inside a workspace folder is the workspace\'s', () => {
+    assert.strictEqual(isInside('/w/proj/.venv/bin/python', ['/w/proj']), true);
+    assert.strictEqual(isInside('/w/proj/../proj/.venv/bin/python', ['/w/other', '/w/proj/']), true);
+    assert.strictEqual(isInside('/w/proj', ['/w/proj']), true);
+    assert.strictEqual(isInside('/usr/bin/python3', ['/w/proj']), false);
+    assert.strictEqual(isInside('/w/project2/bin/python', ['/w/proj']), false);
+    assert.strictEqual(isInside('/w/..proj/bin/python', ['/w']), true);
+    assert.strictEqual(isInside('/w/proj/bin/python', []), false);
   });
 });

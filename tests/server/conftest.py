@@ -10,7 +10,7 @@ SERVER = [sys.executable, "-m", "msvm_server", "lsp"]
 
 
 async def _session(client: LanguageClient, trusted: bool):
-    await client.initialize_session(types.InitializeParams(
+    client.init_result = await client.initialize_session(types.InitializeParams(
         capabilities=types.ClientCapabilities(),
         initialization_options={"workspaceTrusted": trusted, "profileTimeout": 60}))
 

@@ -280,9 +280,115 @@ async def test_run_profile_crash_and_hang(trusted_client, tmp_path):
     assert field(res, "profile") is not None, "the profile is written even when the program fails"
 
     hang = tmp_path / "hang.py"
-    hang.write_text("import time\nwhile True:\n    time.sleep(0.05)\n")
-    res = await request(client, "msvm/runProfile", {"uri": uri_of(hang), "timeout": 3})
+    pid_file = tmp_path / "child.pid"
+    hang.write_text("import subprocess, sys, time\n"
+                    "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])\n"
+                    f"open({str(pid_file)!r}, 'w').write(str(child.pid))\n"
+                    "while True:\n    time.sleep(0.05)\n")
+    res = await request(client, "msvm/runProfile", {"uri": uri_of(hang), "timeout": 8})
     assert "ran past" in field(res, "error")
+    from stdio_client import alive, wait_until
+
+    assert pid_file.exists(), "the program started its child before the timeout"
+    wait_until(lambda: not alive(int(pid_file.read_text())), 30, "the hung program's child ending with it")
     uri = open_doc(client, ARTICLE)
     res = await request(client, "msvm/bytecode", {"uri": uri})
+    assert field(res, "instructions"), "the server still answers"
+
+
+# Characters that str.splitlines treats as line ends but LSP (and Python's tokenizer) do not,
+# a lone surrogate (JSON can carry one; no UTF-8 encoder takes it) and an astral character
+# (two UTF-16 units), all in comments above the code whose positions are checked.
+ODD = "# odd: \u2028 \u2029 \x0c \x85 \x1c \x1d \x1e \x0b \ud800 \U0001F600 \udfff\n"
+
+
+def lsp_lines(text):
+    """The document's lines as LSP numbers them: only \\n, \\r\\n and \\r end one."""
+    import re
+
+    return re.split(r"\r\n|\r|\n", text)
+
+
+def utf16(s):
+    return len(s.encode("utf-16-le", "surrogatepass")) // 2
+
+
+def where(text, line_text, needle):
+    """The LSP (line, UTF-16 character) where needle starts on the line that holds line_text."""
+    lines = lsp_lines(text)
+    k = next(i for i, s in enumerate(lines) if line_text in s)
+    return k, utf16(lines[k][:lines[k].index(needle)])
+
+
+async def test_positions_survive_odd_line_breaks_and_surrogates(client, tmp_path):
+    text = BAD_CELL.replace("(768, 1024)", "(512, 1024)")
+    text = text.replace("import msvm as ms\n", "import msvm as ms\n" + ODD * 3)
+    text = text.replace("        y = ops.matmul", "        # \U0001F600\u2028\ud83d\n        y = ops.matmul")
+    text = text.replace("        y = ops.matmul(x, self.w)", "        y = ops.matmul(x, self.w)  # \u2029")
+    path = tmp_path / "odd.py"
+    uri = open_doc(client, path, text)
+    got = await diagnostics_for(client, uri, lambda d: len(d) == 1)
+    line, char = where(text, "y = ops.matmul", "ops.matmul")
+    assert (got[0].range.start.line, got[0].range.start.character) == (line, char)
+    assert (got[0].range.end.line, got[0].range.end.character) == (line, char + len("ops.matmul(x, self.w)"))
+
+    lenses = await client.text_document_code_lens_async(types.CodeLensParams(types.TextDocumentIdentifier(uri)))
+    assert [(lens.range.start.line, lens.command.arguments[1]) for lens in lenses] == \
+        [(where(text, "class Proj", "class")[0], "Proj")]
+
+    good = text.replace("(512, 1024)", "(768, 1024)")
+    change_doc(client, uri, good, 2)
+    await diagnostics_for(client, uri, lambda d: d == [])
+    res = await request(client, "msvm/bytecode", {"uri": uri, "cell": "Proj", "fused": False})
+    mm = [i for i in field(res, "instructions") if field(i, "op") == "MATMUL"]
+    assert mm, field(res, "instructions")
+    rng = field(mm[0], "range")
+    line, char = where(good, "y = ops.matmul", "ops.matmul")
+    assert (field(field(rng, "start"), "line"), field(field(rng, "start"), "character")) == (line, char)
+    assert field(field(rng, "end"), "character") == char + len("ops.matmul(x, self.w)")
+
+    k, c = where(good, "y = ops.matmul", "y =")
+    h = await client.text_document_hover_async(types.HoverParams(types.TextDocumentIdentifier(uri),
+                                                                 types.Position(k, c)))
+    assert h is not None and "y: Tensor[float32" in h.contents.value
+    assert (h.range.start.line, h.range.start.character) == (k, c)
+
+
+async def test_syntax_error_column_counts_utf16_units(client, tmp_path):
+    text = "import msvm as ms\n" + ODD + 'x = "\U0001F600\u00e9\u2028" +* 1\n'
+    uri = open_doc(client, tmp_path / "syn.py", text)
+    got = await diagnostics_for(client, uri, lambda d: len(d) == 1)
+    assert "syntax" in got[0].message
+    assert (got[0].range.start.line, got[0].range.start.character) == where(text, "+*", "*")
+
+
+async def test_incremental_edit_below_a_line_separator(client, tmp_path):
+    """The server syncs whole documents: pygls's incremental edits split lines as str.splitlines does."""
+    text = BAD_CELL.replace("import msvm as ms\n", "import msvm as ms\n" + ODD)
+    uri = open_doc(client, tmp_path / "edit.py", text)
+    await diagnostics_for(client, uri, lambda d: d == [])
+    line, char = where(text, "(768, 1024)", "768")
+    sync = client.init_result.capabilities.text_document_sync
+    kind = sync.change if hasattr(sync, "change") else sync
+    if kind == types.TextDocumentSyncKind.Incremental:
+        client.text_document_did_change(types.DidChangeTextDocumentParams(
+            types.VersionedTextDocumentIdentifier(uri=uri, version=2),
+            [types.TextDocumentContentChangePartial(range=types.Range(types.Position(line, char),
+                                                                      types.Position(line, char + 3)), text="512")]))
+    else:
+        change_doc(client, uri, text.replace("(768, 1024)", "(512, 1024)"), 2)
+    got = await diagnostics_for(client, uri, lambda d: len(d) == 1)
+    assert "[x0,768] @ [512,1024]" in got[0].message
+
+
+async def test_imports_that_would_run_a_program_are_not_followed(client, tmp_path):
+    """Analysis imports msvm and numpy modules to resolve names, never a __main__ (msvm's runs
+    the msvm command and exits), a private module or a conftest."""
+    text = BAD_CELL.replace("from msvm import nn, ops\n", "from msvm import nn, ops\nfrom msvm import __main__\n"
+                            "import numpy.f2py.__main__\nimport numpy.conftest\nfrom numpy import _pytesttester\n")
+    uri = open_doc(client, tmp_path / "mains.py", text)
+    await diagnostics_for(client, uri, lambda d: d == [])
+    lenses = await client.text_document_code_lens_async(types.CodeLensParams(types.TextDocumentIdentifier(uri)))
+    assert [lens.command.arguments[1] for lens in lenses] == ["Proj"]
+    res = await request(client, "msvm/bytecode", {"uri": uri, "cell": "Proj"})
     assert field(res, "instructions"), "the server still answers"

@@ -126,3 +126,28 @@ def test_split_needs_a_known_axis_size():
 
     with pytest.raises(ms.FrontendError, match="must be known"):
         Dyn()(ms.Tensor(np.ones((5, 2), np.float32)))
+
+
+class Strict(nn.Cell):
+    """ViT's pattern: the size check comes before a position embedding that only fits one size."""
+
+    def __init__(self):
+        super().__init__()
+        self.pos = ms.Parameter(ms.Tensor(np.ones((1, 16), np.float32)), name="pos")
+
+    def construct(self, x):
+        b, n = x.shape
+        if n != 16:
+            raise ValueError(f"Input length ({n}) doesn't match model (16).")
+        return x + self.pos
+
+
+@pytest.mark.parametrize("n", [16, 9])
+def test_a_users_raise_comes_before_an_entry_check_it_guards(n):
+    net = Strict()
+    x = ms.Tensor(np.ones((2, n), np.float32))
+    if n == 16:
+        np.testing.assert_array_equal(net(x).asnumpy(), np.full((2, 16), 2, np.float32))
+    else:
+        with pytest.raises(ValueError, match=r"Input length \(9\) doesn't match model \(16\)\."):
+            net(x)

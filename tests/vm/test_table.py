@@ -14,6 +14,29 @@ def test_every_row_has_rule_handler_and_kernel():
             assert r.name in kernels.KERNELS, f"{r.name} has no reference kernel"
 
 
+def test_every_computing_row_says_how_the_compiled_tiers_run_it():
+    """compiled= is "fused" (a lowering for FUSED_* programs), "kernel" (a Site planner) or
+    "l1" (the interpreter's kernel at every tier): never left to a name list elsewhere."""
+    import inspect
+
+    from msvm.bytecode.opcodes import COMPILED
+    from msvm.compiler import lower, tiers
+
+    for r in TABLE:
+        computes = r.kind not in ("control", "memory") or r.name == "FILL"
+        assert (r.compiled in COMPILED) == computes, r.name
+        if r.compiled == "fused":
+            assert r.kind == "elementwise", r.name
+            assert r.name in lower.UNARY or r.name in lower.BINARY or r.name == "CAST", f"{r.name} has no lowering"
+        if r.compiled == "kernel":
+            assert r.name in tiers.PLANNERS and hasattr(tiers.Site, tiers.PLANNERS[r.name]), f"{r.name} has no planner"
+        if r.out:
+            assert "out" in inspect.signature(kernels.KERNELS[r.name]).parameters, f"{r.name}'s kernel takes no out="
+        if r.leaf:
+            assert r.pops == 0 and r.pushes == 1, r.name
+    assert set(tiers.PLANNERS) == {r.name for r in TABLE if r.compiled == "kernel"}
+
+
 def test_codes_are_unique_and_fingerprint_is_stable():
     assert len(BY_CODE) == len(TABLE)
     assert fingerprint() == FINGERPRINT and len(FINGERPRINT) == 16

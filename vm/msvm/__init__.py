@@ -8,6 +8,7 @@ with symbolic shapes, are verified before they run, and run in the interpreter.
 """
 
 from . import bytecode, common, events, nn, ops
+from .checkpoint import load_checkpoint, load_param_into_net, save_checkpoint
 from .context import GRAPH_MODE, PYNATIVE_MODE, get_context, set_context
 from .dtype import (
                     bool_,
@@ -57,7 +58,7 @@ def cache_stats() -> dict:
 __all__ = ["GRAPH_MODE", "PYNATIVE_MODE", "BytecodeError", "ExecutionError", "FrontendError", "MsvmError",
            "Parameter", "ShapeMismatch", "Tensor", "VerifyError", "as_mindspore", "bool_", "bytecode", "cache_stats",
            "common", "double", "dtype_to_nptype", "events", "float16", "float32", "float64", "float_", "get_context",
-           "half", "int8", "int16", "int32", "int64", "int_", "jit", "nn", "ops", "set_context", "set_trace", "single",
-           "uint8"]
+           "half", "int8", "int16", "int32", "int64", "int_", "jit", "load_checkpoint", "load_param_into_net", "nn",
+           "ops", "save_checkpoint", "set_context", "set_trace", "single", "uint8"]
 
 _start_telemetry()

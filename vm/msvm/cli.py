@@ -202,13 +202,19 @@ def cmd_dump(args) -> int:
         save(good[0].code, args.out)
         print(f"wrote {args.out} ({os.path.getsize(args.out)} bytes)")
         return 0
+    file_notes = getattr(entries, "notes", [])
     if args.json:
         out = [{"name": e.name, "kind": e.kind, "line": e.line, **(to_json(e.code) if e.code else {}),
-                "error": str(e.error) if e.error else None} for e in entries]
+                "error": str(e.error) if e.error else None,
+                "notes": [{"line": n.line, "message": n.message} for n in file_notes + e.notes]} for e in entries]
         json.dump(out, sys.stdout, indent=1)
         print()
     else:
+        for n in file_notes:        # what the analysis assumed or could not afford
+            print(f"; note: {args.script}:{n.line}: {n.message}")
         for e in entries:
+            for n in e.notes:
+                print(f"; note: {args.script}:{n.line}: {e.name}: {n.message}")
             if e.code is not None:
                 print(dump(e.code, with_callees=args.callees))
     for e in failed:
@@ -262,16 +268,24 @@ def emit_kernels(code, what: str, arch: str = "sm_90", flags=()) -> str:
 
 
 def cmd_check(args) -> int:
+    """One line either way: ``FILE: ok: ...`` on stdout, or ``FILE: offset 0x..: message`` on stderr (exit 1)."""
     from .bytecode import load
 
     try:
         code = load(args.file)
     except BytecodeError as e:
-        print(f"msvm: {e}", file=sys.stderr)
+        _one_line(str(e))
         return 1
+    except OSError as e:
+        _one_line(f"{args.file}: cannot read: {e.strerror or e}")
+        return 2 if isinstance(e, FileNotFoundError) else 1
     n = sum(len(c.instrs) for c in code.all_codes())
     print(f"{args.file}: ok: {code.name}, {len(code.all_codes())} function(s), {n} instructions, ABI {code.abi}")
     return 0
+
+
+def _one_line(message: str):
+    print(message.replace("\r", "\\r").replace("\n", "\\n"), file=sys.stderr)
 
 
 def cmd_cache(args) -> int:

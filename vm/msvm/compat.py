@@ -46,6 +46,9 @@ MODULES = {
     "mindspore.common.tensor": "msvm.tensor",
     "mindspore.common.parameter": "msvm.tensor",
     "mindspore.context": "msvm.context",
+    # checkpoints are msvm's; the rest of mindspore.train (Model, callbacks) stays a gap
+    "mindspore.train": "msvm.checkpoint",
+    "mindspore.train.serialization": "msvm.checkpoint",
 }
 
 # attributes MindSpore has under another name in msvm, per mindspore module

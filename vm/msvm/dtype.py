@@ -142,3 +142,18 @@ def promote_weak(t: DType, kind: str) -> DType:
 def weak_default(kind: str) -> DType:
     """dtype of a Python scalar alone (two scalars combined)."""
     return {"b": bool_, "i": int64, "f": float32}[kind]
+
+
+def result_of(strong, weak) -> DType:
+    """The promotion rule, once: tensors' dtypes (``strong``) promote with each other, then each
+    Python scalar's kind (``weak``) lifts the result only across kinds (int tensor * 0.5 -> float32).
+    The shape rules call it on static types, the L1 kernels on values."""
+    if strong:
+        out = strong[0]
+        for d in strong[1:]:
+            out = promote(out, d)
+    else:
+        out = weak_default(max(weak, key="bif".index))
+    for k in weak:
+        out = promote_weak(out, k)
+    return out

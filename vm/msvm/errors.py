@@ -8,7 +8,41 @@ class MsvmError(Exception):
 
 
 class BytecodeError(MsvmError):
-    """A .msbc file or a Code object is malformed (names what, the offset, the ABIs)."""
+    """A .msbc file or a Code object is malformed.
+
+    It names what was expected and what was found; when it comes from a file it
+    also names the file, the byte offset in the file and, inside a function's
+    code, the function and the instruction's offset in that code. ``str()`` is one
+    line: ``FILE: offset 0x002a: function 'F': instruction 0x0006: message``.
+    """
+
+    def __init__(self, message: str, filename: str | None = None, offset: int | None = None,
+                 function: str | None = None, code_offset: int | None = None):
+        self.message = message
+        self.filename = filename
+        self.offset = offset                # byte offset in the file
+        self.function = function            # the function (Code name) it is in
+        self.code_offset = code_offset      # the instruction's offset in that function's code
+        super().__init__(self._text())
+
+    def _text(self) -> str:
+        parts = []
+        if self.filename is not None:
+            parts.append(self.filename)
+        if self.offset is not None:
+            parts.append(f"offset 0x{self.offset:04x}")
+        if self.function is not None:
+            parts.append(f"function {self.function!r}")
+        if self.code_offset is not None:
+            parts.append(f"instruction 0x{self.code_offset:04x}")
+        return ": ".join(parts + [self.message])
+
+    def located(self, filename=None, offset=None, function=None, code_offset=None) -> "BytecodeError":
+        """This error with the places it lacks filled in (the outer reader knows the file)."""
+        def pick(mine, given):
+            return mine if mine is not None else given
+        return BytecodeError(self.message, pick(self.filename, filename), pick(self.offset, offset),
+                             pick(self.function, function), pick(self.code_offset, code_offset))
 
 
 class SourceError(MsvmError):

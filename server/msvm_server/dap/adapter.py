@@ -16,13 +16,14 @@ from __future__ import annotations
 import os
 import secrets
 import shutil
+import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import threading
 
-from .wire import Channel, response
+from .wire import BadMessage, Channel, response
 
 CAPABILITIES = {
     "supportsConfigurationDoneRequest": True,
@@ -46,6 +47,7 @@ class Adapter:
         self.client = Channel(reader, writer)
         self.child: Channel | None = None
         self.proc: subprocess.Popen | None = None
+        self.group_killed = False
         self.sock_dir = None
         self.threads: list = []
         self.ended = threading.Event()
@@ -62,7 +64,11 @@ class Adapter:
     # --- main loop
     def serve(self) -> int:
         while True:
-            req = self.client.read()
+            try:
+                req = self.client.read()
+            except BadMessage as e:
+                self.bad_message(e)
+                continue
             if req is None:
                 break
             if req.get("type") != "request":
@@ -90,6 +96,11 @@ class Adapter:
         self.stop_program(kill=True)
         return 0
 
+    def bad_message(self, e: BadMessage):
+        """A frame the client sent that cannot be a request: said on stderr and in the Debug Console."""
+        print(f"msvm debug adapter: {e}", file=sys.stderr, flush=True)
+        self.event("output", {"category": "important", "output": f"msvm debug adapter: {e}\n"})
+
     def launch(self, req):
         a = req.get("arguments") or {}
         program = a.get("program")
@@ -116,10 +127,9 @@ class Adapter:
             env["MSVM_JIT_LEVEL"] = str(a["jitLevel"])
         if a.get("enableFusion") is False:
             env["MSVM_ENABLE_FUSION"] = "0"
-        here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        env["PYTHONPATH"] = here + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-        self.proc = subprocess.Popen([sys.executable, "-m", "msvm_server.dap.debuggee", f"unix:{sock_path}", path,
-                                      *[str(x) for x in a.get("args") or []]], cwd=cwd, env=env,
+        # its own process group and session: stop_program ends whatever the program started too
+        self.proc = subprocess.Popen(debuggee_command(f"unix:{sock_path}", path, [str(x) for x in a.get("args") or []]),
+                                     cwd=cwd, env=env, start_new_session=True,
                                      stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         for stream, category in ((self.proc.stdout, "stdout"), (self.proc.stderr, "stderr")):
             self._spawn(self._pump_output, stream, category)
@@ -156,7 +166,11 @@ class Adapter:
 
     def _pump_child(self):
         while True:
-            msg = self.child.read()
+            try:
+                msg = self.child.read()
+            except BadMessage as e:
+                print(f"msvm debug adapter: from the program: {e}", file=sys.stderr, flush=True)
+                continue
             if msg is None:
                 break
             self.client.write(msg)
@@ -177,14 +191,20 @@ class Adapter:
             shutil.rmtree(self.sock_dir, ignore_errors=True)
 
     def stop_program(self, kill: bool):
+        """End the program and everything it started (its process group), whether or not
+        the program itself has already exited."""
         p = self.proc
-        if p is not None and p.poll() is None:
-            p.terminate()
-            try:
-                p.wait(2 if not kill else 1)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+        if p is not None:
+            if p.poll() is None:
+                _signal_group(p, signal.SIGTERM)
+                try:
+                    p.wait(2 if not kill else 1)
+                except subprocess.TimeoutExpired:
+                    pass
+            if not self.group_killed:        # once: after that the group id may name someone else's
+                _signal_group(p, signal.SIGKILL)
+                self.group_killed = True
+            p.wait()
         if self.proc is None:
             with self.lock:
                 if not self.terminated_sent:
@@ -194,7 +214,57 @@ class Adapter:
             shutil.rmtree(self.sock_dir, ignore_errors=True)
 
 
+def _signal_group(p: subprocess.Popen, sig: int):
+    """Signal the debuggee's process group (its pid: it was started in a new session)."""
+    try:
+        os.killpg(p.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass                          # nothing left in the group
+
+
+# The debuggee's command line. ``-c`` (not ``-m``) and the first statement dropping the ''
+# that ``-c`` puts first on sys.path: nothing is imported from the program's cwd, and the
+# program later sees the sys.path ``python PROGRAM`` would give it (its directory first,
+# PYTHONPATH, site-packages). argv[1] holds the directories msvm and msvm_server are
+# imported from here, which the debuggee takes off sys.path again before the program runs.
+DEBUGGEE_BOOT = (
+    "import sys\n"
+    "if sys.path and sys.path[0] == '' and not getattr(sys.flags, 'safe_path', False):\n"
+    "    del sys.path[0]\n"
+    "added = [d for d in sys.argv[1].split(__import__('os').pathsep) if d and d not in sys.path]\n"
+    "sys.path[:0] = added\n"
+    "from msvm_server.dap.debuggee import main\n"
+    "sys.exit(main(sys.argv[2:], added))\n"
+)
+
+
+def import_roots() -> list:
+    """The directories this process imports msvm_server and msvm from (msvm is found, not imported)."""
+    import importlib.util
+
+    roots = [os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))]
+    spec = importlib.util.find_spec("msvm")
+    if spec is not None and spec.submodule_search_locations:
+        roots.append(os.path.dirname(os.path.abspath(list(spec.submodule_search_locations)[0])))
+    return roots
+
+
+def debuggee_command(address: str, program: str, args: list) -> list:
+    return [sys.executable, "-c", DEBUGGEE_BOOT, os.pathsep.join(import_roots()), address, program, *args]
+
+
+def _exit_on_signal(signum, frame):
+    raise SystemExit(128 + signum)
+
+
 def main(argv=None) -> int:
     out = sys.stdout.buffer
     sys.stdout = sys.stderr          # nothing but DAP messages may reach the client's stdout
-    return Adapter(sys.stdin.buffer, out).serve()
+    adapter = Adapter(sys.stdin.buffer, out)
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _exit_on_signal)     # killed by the client: still end the program's group
+    try:
+        return adapter.serve()
+    finally:     # after a signal: no message (the write lock may be held), only the group's end
+        if adapter.proc is not None and not adapter.group_killed:
+            _signal_group(adapter.proc, signal.SIGKILL)

@@ -1,10 +1,12 @@
 """The debugged process: runs the user's program under msvm with the runtime's hook and
 answers the adapter's DAP requests over a private socket.
 
-    python -m msvm_server.dap.debuggee ADDRESS PROGRAM [ARGS...]
+    python -c DEBUGGEE_BOOT ROOTS ADDRESS PROGRAM [ARGS...]     (see adapter.debuggee_command)
 
 The program's own stdout/stderr are this process's (the adapter turns them into
-``output`` events). The program starts after ``configurationDone``.
+``output`` events). The program starts after ``configurationDone``, with the sys.path
+``python PROGRAM`` would give it: nothing of its directory or cwd is imported before.
+The process leads its own process group; when the adapter goes away it ends the group.
 """
 
 from __future__ import annotations
@@ -18,14 +20,15 @@ import traceback
 
 from .runtime import Runtime, code_lines
 from .values import EvalError, Inspector
-from .wire import Channel, response
+from .wire import BadMessage, Channel, response
 
 STATS_PERIOD_S = 0.5
 EXCEPTION_FILTER = "msvm-cell-errors"
 
 
 class Debuggee:
-    def __init__(self, channel: Channel, program: str, args: list, config: dict):
+    def __init__(self, channel: Channel, program: str, args: list, config: dict, added_paths=()):
+        self.added_paths = list(added_paths)   # sys.path entries the boot added for msvm/msvm_server
         self.ch = channel
         self.program, self.args = program, args
         self.rt = Runtime(self.on_stop, self.on_bind)
@@ -48,15 +51,20 @@ class Debuggee:
     def serve(self):
         """The request loop (its own thread)."""
         while True:
-            req = self.ch.read()
+            try:
+                req = self.ch.read()
+            except BadMessage as e:
+                print(f"msvm debugger: {e}", file=sys.stderr, flush=True)
+                continue
             if req is None:
                 if self.finished.is_set():
                     return           # the program ended and closed the channel: main() reports its status
                 self.rt.shutdown()
-                os._exit(0)          # the adapter went away while the program runs: nothing to report to
+                _end_group()         # the adapter went away while the program runs: nothing to report to
+                os._exit(0)
             if req.get("type") != "request":
                 continue
-            handler = getattr(self, "req_" + req.get("command", ""), None)
+            handler = getattr(self, f"req_{req.get('command')}", None)
             if handler is None:
                 self.respond(req, error=f"msvm debugger: unsupported request {req.get('command')!r}")
                 continue
@@ -203,7 +211,10 @@ class Debuggee:
         prof = Profiler(self.program, self.args).start(exec_times=True)
         threading.Thread(target=self._stats_loop, name="msvm-dap-stats", daemon=True).start()
         sys.argv = [self.program] + list(self.args)
-        sys.path.insert(0, os.path.dirname(os.path.abspath(self.program)))
+        _preload()
+        ours = list(sys.path)
+        sys.path[:] = [os.path.dirname(os.path.abspath(self.program))] + [p for p in ours
+                                                                          if p not in self.added_paths]
         status = 0
         if not self.no_debug:
             msvm.set_trace(self.rt.hook)
@@ -215,6 +226,7 @@ class Debuggee:
             traceback.print_exc()
             status = 1
         finally:
+            sys.path[:] = ours           # what runs after the program imports nothing of its directory
             msvm.set_trace(None)
             prof.stop()
             self.done.set()
@@ -296,7 +308,23 @@ def _encode(ins) -> bytes:
     return encode_instrs([ins])
 
 
-def main(argv=None) -> int:
+def _preload():
+    """What the debugger imports lazily, imported before the program's directory joins sys.path."""
+    import msvm.bytecode.binary  # noqa: F401
+    import msvm.bytecode.disasm  # noqa: F401
+    import msvm.compiler.fuse  # noqa: F401
+    import msvm.static  # noqa: F401
+
+
+def _end_group():
+    """SIGKILL this process's group (everything the program started) if this process leads it."""
+    import signal
+
+    if os.getpgid(0) == os.getpid():
+        os.killpg(0, signal.SIGKILL)
+
+
+def main(argv=None, added_paths=()) -> int:
     argv = sys.argv[1:] if argv is None else argv
     address, program, args = argv[0], argv[1], argv[2:]
     if address.startswith("unix:"):
@@ -309,7 +337,7 @@ def main(argv=None) -> int:
     config = ch.read() or {}
     if config.get("token") != os.environ.pop("MSVM_DAP_TOKEN", None):
         return 3
-    dbg = Debuggee(ch, program, args, config)
+    dbg = Debuggee(ch, program, args, config, added_paths)
     threading.Thread(target=dbg.serve, name="msvm-dap-requests", daemon=True).start()
     status = dbg.run()
     dbg.finished.set()

@@ -298,7 +298,8 @@ def _python_frames(frame) -> list:
     out = []
     while frame is not None:
         fn = frame.f_code.co_filename
-        if not fn.startswith(_SKIP) and not fn.startswith("<frozen"):
+        boot = frame.f_back is None and fn == "<string>"      # the debuggee's ``python -c`` boot
+        if not fn.startswith(_SKIP) and not fn.startswith("<frozen") and not boot:
             out.append((frame.f_code.co_name, fn, frame.f_lineno, frame.f_locals))
         frame = frame.f_back
     return out

@@ -2,29 +2,32 @@
 
 ``Inspector.reset(stop)`` numbers the frames of one stop (Cell frames innermost first,
 then the host program's Python frames); variable references live until the program
-resumes. ``safe_eval`` evaluates watch expressions (``x.shape``, ``out[0, :4]``, ``B``)
-over a frame's values: names, attributes (no dunders), subscripts, arithmetic and calls
-of numpy functions and array methods only.
+resumes. ``watch.safe_eval`` evaluates watch expressions (``x.shape``, ``out[0, :4]``, ``B``)
+over a frame's values, allowing only what reads.
 """
 
 from __future__ import annotations
 
-import ast
 import linecache
-import operator
 import os
 import sys
 
 import numpy as np
 from msvm.bytecode.disasm import argrepr, display_name
 
+from .watch import EvalError, safe_eval
+
+__all__ = ["EvalError", "Inspector", "safe_eval"]
+
 PREVIEW = 8
 
 
 def _col1(path: str, line: int, col_bytes: int) -> int:
-    """1-based character column from a 0-based UTF-8 byte column."""
+    """1-based column in UTF-16 units (as VS Code counts them) from a 0-based UTF-8 byte column.
+    linecache splits lines as Python's tokenizer does (\n, \r\n, \r), not at U+2028."""
     text = linecache.getline(path, line)
-    return len(text.encode("utf-8")[:max(0, col_bytes)].decode("utf-8", errors="ignore")) + 1
+    chars = text.encode("utf-8", "surrogatepass")[:max(0, col_bytes)].decode("utf-8", errors="ignore")
+    return len(chars.encode("utf-16-le", "surrogatepass")) // 2 + 1
 
 
 def describe(v) -> str:
@@ -40,7 +43,7 @@ def describe(v) -> str:
 
 def preview(v) -> str:
     a = v.get() if hasattr(v, "get") and not isinstance(v, np.ndarray) else v
-    flat = np.asarray(a).reshape(-1)[:PREVIEW]
+    flat = np.asarray(a).flat[:PREVIEW]      # never a copy of the whole tensor (reshape copies a strided one)
     body = ", ".join(f"{x:.4g}" if np.issubdtype(flat.dtype, np.floating) else str(x) for x in flat.tolist())
     return f"[{body}{', ...' if a.size > PREVIEW else ''}]"
 
@@ -225,70 +228,3 @@ def _type_name(v) -> str:
     if isinstance(v, np.ndarray):
         return "Tensor"
     return type(v).__name__
-
-
-_BIN = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
-        ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow, ast.MatMult: operator.matmul}
-_UN = {ast.USub: operator.neg, ast.UAdd: operator.pos, ast.Not: operator.not_}
-_CMP = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt,
-        ast.GtE: operator.ge}
-_BUILTINS = {"len": len, "abs": abs, "min": min, "max": max, "float": float, "int": int, "round": round,
-             "list": list, "tuple": tuple, "sum": sum}
-
-
-class EvalError(Exception):
-    pass
-
-
-def safe_eval(expression: str, names: dict, unset=frozenset()):
-    try:
-        tree = ast.parse(expression.strip(), mode="eval")
-    except SyntaxError as e:
-        raise EvalError(f"syntax error in {expression!r}: {e.msg}") from None
-
-    def ev(n):
-        if isinstance(n, ast.Constant):
-            return n.value
-        if isinstance(n, ast.Name):
-            if n.id in names:
-                return names[n.id]
-            if n.id in _BUILTINS:
-                return _BUILTINS[n.id]
-            if n.id in unset:
-                raise EvalError(f"{n.id!r} has no value at this instruction: not assigned yet, or fusion kept it "
-                                f"on the operand stack (see Operand stack, or evaluate `top`; launch with "
-                                f"\"enableFusion\": false to keep every local)")
-            raise EvalError(f"name {n.id!r} is not defined here")
-        if isinstance(n, ast.Attribute):
-            if n.attr.startswith("_"):
-                raise EvalError(f"attribute {n.attr!r} is not available in a watch expression")
-            return getattr(ev(n.value), n.attr)
-        if isinstance(n, ast.Subscript):
-            return ev(n.value)[ev(n.slice)]
-        if isinstance(n, ast.Slice):
-            return slice(*(ev(x) if x is not None else None for x in (n.lower, n.upper, n.step)))
-        if isinstance(n, (ast.Tuple, ast.List)):
-            vals = [ev(e) for e in n.elts]
-            return tuple(vals) if isinstance(n, ast.Tuple) else vals
-        if isinstance(n, ast.BinOp) and type(n.op) in _BIN:
-            return _BIN[type(n.op)](ev(n.left), ev(n.right))
-        if isinstance(n, ast.UnaryOp) and type(n.op) in _UN:
-            return _UN[type(n.op)](ev(n.operand))
-        if isinstance(n, ast.Compare) and len(n.ops) == 1 and type(n.ops[0]) in _CMP:
-            return _CMP[type(n.ops[0])](ev(n.left), ev(n.comparators[0]))
-        if isinstance(n, ast.Call):
-            fn = ev(n.func)
-            if not _callable_ok(fn):
-                raise EvalError("only numpy functions and tensor methods can be called in a watch expression")
-            return fn(*[ev(a) for a in n.args], **{k.arg: ev(k.value) for k in n.keywords if k.arg})
-        raise EvalError(f"{type(n).__name__} is not supported in a watch expression")
-
-    return ev(tree.body)
-
-
-def _callable_ok(fn) -> bool:
-    if fn in _BUILTINS.values():
-        return True
-    mod = getattr(fn, "__module__", None) or ""
-    owner = getattr(fn, "__self__", None)
-    return mod.startswith("numpy") or isinstance(owner, np.ndarray) or isinstance(fn, np.ufunc)

@@ -15,6 +15,16 @@ def _log(direction: str, msg: dict):
             f.write(f"{os.getpid()} {direction} {json.dumps(msg, default=str)[:2000]}\n")
 
 
+MAX_MESSAGE = 64 << 20       # a larger Content-Length is refused, never allocated
+MAX_LINE = 1 << 16           # header lines are read in pieces of at most this
+_HEADER = b"content-length:"
+
+
+class BadMessage(Exception):
+    """A frame that was read and skipped: a malformed header or a body that is not a JSON object.
+    The stream stays usable; DAP has no error response without a request seq to answer."""
+
+
 class Channel:
     """Reads and writes framed JSON messages; writes are serialized and numbered."""
 
@@ -24,29 +34,54 @@ class Channel:
         self.seq = 0
 
     def read(self) -> dict | None:
-        """The next message, or None at end of input."""
-        length = None
+        """The next message, or None at end of input. Raises BadMessage for a frame it skipped."""
+        length, problem = None, None
         while True:
-            line = self.reader.readline()
+            line = self.reader.readline(MAX_LINE)
             if not line:
                 return None
+            # after a frame whose length was unknown or refused, resynchronize on the next header
+            at = line.lower().find(_HEADER)
+            if at > 0:
+                line = line[at:]
             line = line.strip()
             if not line:
-                if length is not None:
+                if length is not None or problem is not None:
                     break
                 continue
             name, _, value = line.decode("ascii", errors="replace").partition(":")
             if name.strip().lower() == "content-length":
-                length = int(value.strip())
-        body = b""
-        while len(body) < length:
-            chunk = self.reader.read(length - len(body))
-            if not chunk:
-                return None
-            body += chunk
-        msg = json.loads(body.decode("utf-8"))
+                try:
+                    length = int(value.strip())
+                    if length < 0:
+                        raise ValueError
+                except ValueError:
+                    length, problem = None, f"malformed Content-Length header {line[:80]!r}"
+        if problem is not None:
+            raise BadMessage(problem + " (message skipped)")
+        if length > MAX_MESSAGE:       # its body is skipped as the garbage before the next header
+            raise BadMessage(f"a {length}-byte message is over the {MAX_MESSAGE}-byte limit (skipped)")
+        body = self._read_exactly(length)
+        if body is None:
+            return None
+        try:
+            msg = json.loads(body.decode("utf-8"))
+        except ValueError as e:       # UnicodeDecodeError and JSONDecodeError are ValueErrors
+            raise BadMessage(f"a {length}-byte message is not JSON ({e}); skipped") from None
+        if not isinstance(msg, dict):
+            raise BadMessage(f"a message is JSON but not an object ({type(msg).__name__}); skipped")
         _log("<-", msg)
         return msg
+
+    def _read_exactly(self, n: int) -> bytes | None:
+        chunks, got = [], 0
+        while got < n:
+            chunk = self.reader.read(min(n - got, 1 << 20))
+            if not chunk:
+                return None
+            chunks.append(chunk)
+            got += len(chunk)
+        return b"".join(chunks)
 
     def write(self, msg: dict, renumber: bool = True) -> bool:
         """renumber=False keeps the message's own seq (a request relayed as it came)."""

@@ -4,12 +4,15 @@
 (``msvm.static``: nothing of the user's runs) and returns an ``Analysis``; the server's
 handlers are thin wrappers over ``code_lenses``, ``bytecode``, ``diagnostics`` and
 ``hover``. Positions: msvm's Loc has 1-based lines and 0-based *UTF-8 byte* columns
-(Python's ast); LSP has 0-based lines and UTF-16 columns. ``Lines`` converts.
+(Python's ast); LSP has 0-based lines and UTF-16 columns. ``Lines`` converts. Lines
+end where both LSP and Python's tokenizer end them: at ``\n``, ``\r\n`` and ``\r`` only
+(not at U+2028, U+2029, ``\x0c``, ``\x85``... where ``str.splitlines`` would).
 """
 
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass, field
 
 from msvm.bytecode import dump
@@ -20,11 +23,32 @@ from msvm.static import analyze as static_analyze
 SEVERITY_ERROR, SEVERITY_WARNING, SEVERITY_INFO = 1, 2, 3
 
 
+_EOL = re.compile(r"\r\n|\r|\n")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def clean(source: str) -> str:
+    """The document's text with each lone surrogate (which no UTF-8 encoder takes, and
+    JSON can carry) replaced by U+FFFD: one UTF-16 unit for one, so no position moves."""
+    if not _SURROGATE.search(source):
+        return source
+    return source.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+
+
+def digest(source: str) -> str:
+    return hashlib.sha256(source.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def split_lines(source: str) -> list:
+    """The document's lines as LSP numbers them (``\n``, ``\r\n``, ``\r``)."""
+    return _EOL.split(source)
+
+
 class Lines:
     """Column conversion between Python byte offsets and LSP UTF-16 offsets."""
 
     def __init__(self, source: str):
-        self.lines = source.splitlines() or [""]
+        self.lines = split_lines(clean(source))
 
     def _line(self, line0: int) -> str:
         return self.lines[line0] if 0 <= line0 < len(self.lines) else ""
@@ -55,6 +79,7 @@ class Analysis:
     entries: list = field(default_factory=list)
     error: MsvmError | None = None      # the whole file failed (a syntax error)
     digest: str = ""
+    notes: list = field(default_factory=list)   # what the analysis assumed or could not afford
 
     def entry(self, name: str | None = None, line0: int | None = None):
         for e in self.entries:
@@ -71,13 +96,17 @@ class Analysis:
 
 def analyze(source: str, path: str) -> Analysis:
     """Never raises for bad user code: errors become part of the Analysis."""
-    a = Analysis(path, Lines(source), digest=hashlib.sha256(source.encode()).hexdigest())
+    a = Analysis(path, Lines(source), digest=digest(source))
+    source = clean(source)
     try:
         a.entries = static_analyze(source, path)
+        a.notes = list(getattr(a.entries, "notes", [])) + [n for e in a.entries for n in e.notes]
     except MsvmError as e:
         a.error = e
     except RecursionError:
         a.error = SourceError("the file nests too deeply to analyze", path, 1, 0)
+    except (Exception, SystemExit) as e:  # noqa: BLE001 - a bug in the analysis must not end the server
+        a.error = SourceError(f"msvm could not analyze this file ({type(e).__name__}: {e})", path, 1, 0)
     return a
 
 
@@ -146,10 +175,14 @@ def diagnostics(a: Analysis) -> list:
             msg = err.message
         else:
             rng, msg = a.lines.range((1, 0, 1, 1)), str(err)
-        known = type(err).__name__ != "_NotKnown"
+        known = getattr(err, "certain", True)     # (msvm.static.AssumedShapeError: found under assumed shapes)
         out.append({"range": rng, "message": msg, "source": "msvm",
                     "severity": SEVERITY_ERROR if known else SEVERITY_INFO,
                     "code": type(err).__name__.lstrip("_")})
+    for n in a.notes:       # assumed shapes and values, loops and values the analysis did not afford
+        line = max(1, n.line)
+        out.append({"range": a.lines.range((line, 0, line, len(a.lines._line(line - 1).encode()))),
+                    "message": n.message, "source": "msvm", "severity": SEVERITY_INFO, "code": "note"})
     return out
 
 
@@ -161,7 +194,7 @@ def hover(a: Analysis, line0: int, character: int) -> dict | None:
         if e.code is None:
             continue
         for c in e.code.all_codes():
-            for loc, name, t in getattr(c, "hover", []):
+            for loc, name, t in c.hover:
                 if loc.line == line1 and loc.col <= col <= max(loc.end_col, loc.col + 1) and loc.end_line == line1:
                     if best is None or (loc.end_col - loc.col) < (best[0].end_col - best[0].col):
                         best = (loc, name, t)

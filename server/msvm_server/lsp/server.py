@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import hashlib
 import json
 import os
+import signal
 import sys
 import tempfile
 
@@ -47,7 +47,9 @@ class NotTrusted(JsonRpcException):
 
 class MsvmLanguageServer(LanguageServer):
     def __init__(self):
-        super().__init__("msvm-lsp", __version__)
+        # Full sync: pygls applies incremental edits by str.splitlines, which also breaks
+        # lines at U+2028, \x0c, \x85..., so an edit below such a character lands elsewhere
+        super().__init__("msvm-lsp", __version__, text_document_sync_kind=types.TextDocumentSyncKind.Full)
         self.analyses: dict = {}           # uri -> Analysis of the latest text
         self.pending: dict = {}            # uri -> debounce task
         self.pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="msvm-analysis")
@@ -66,7 +68,7 @@ class MsvmLanguageServer(LanguageServer):
     async def analysis(self, uri: str) -> A.Analysis:
         source, path = self.source_of(uri)
         cached = self.analyses.get(uri)
-        digest = hashlib.sha256(source.encode()).hexdigest()
+        digest = A.digest(source)
         if cached is not None and cached.digest == digest:
             return cached
         a = await asyncio.get_running_loop().run_in_executor(self.pool, A.analyze, source, path)
@@ -230,11 +232,15 @@ async def run_profile(ls: MsvmLanguageServer, params):
             env["MSVM_TELEMETRY"] = ls.hub.address
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "msvm", "profile", "--json", out, path, cwd=os.path.dirname(path), env=env,
-            stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+            stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            start_new_session=True)         # its own process group: a timeout ends what it started too
         try:
             stdout, stderr = await asyncio.wait_for(proc.communicate(), timeout)
         except asyncio.TimeoutError:
-            proc.kill()
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                proc.kill()
             await proc.wait()
             return {"status": None, "error": f"{os.path.basename(path)} ran past {timeout:g}s and was stopped",
                     "profile": None}

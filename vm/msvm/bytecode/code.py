@@ -63,6 +63,10 @@ class Code:
     result_type: object = None
     stack_types: list = field(default_factory=list, compare=False, repr=False)
     assumptions: list = field(default_factory=list, compare=False, repr=False)
+    # filled by the parts that make and run it (not serialized)
+    hover: list = field(default_factory=list, compare=False, repr=False)      # frontend: [(loc, name, type)]
+    fusion_s: float = field(default=0.0, compare=False, repr=False)          # executor: seconds the fusion took
+    jit_sites: dict = field(default_factory=dict, compare=False, repr=False)  # tier manager: index -> Site
 
     def __post_init__(self):
         self.relayout()
@@ -109,13 +113,21 @@ class Code:
     def all_codes(self) -> list:
         """This code and every callee, callees first, each once."""
         seen: list = []
-
-        def walk(c):
-            for _, sub in c.callees:
-                walk(sub)
-            if not any(s is c for s in seen):
-                seen.append(c)
-        walk(self)
+        done: set = set()
+        stack = [(self, iter(self.callees))]     # iterative post-order: callee chains can be long
+        entered = {id(self)}
+        while stack:
+            c, it = stack[-1]
+            for _, sub in it:
+                if id(sub) not in entered:
+                    entered.add(id(sub))
+                    stack.append((sub, iter(sub.callees)))
+                    break
+            else:
+                stack.pop()
+                if id(c) not in done:
+                    done.add(id(c))
+                    seen.append(c)
         return seen
 
 

@@ -13,9 +13,12 @@ import numpy as np
 from .. import dtype as dt
 from ..errors import BytecodeError
 from .code import Code, Instr, Loc
-from .opcodes import BY_NAME
-from .symbolic import Expr, Pred, SymbolicError, fmt_shape, from_data
-from .types import NONE, NoneType, ScalarType, TensorType, TupleType
+from .symbolic import Expr, Pred, fmt_shape
+from .tables import code_from_data, instr_from_record, loc_from_data, type_from_data, value_from_data
+from .types import NoneType, ScalarType, ShapeError, TensorType, TupleType
+
+__all__ = ["Instruction", "code_from_data", "code_to_data", "dump", "from_json", "loc_from_data", "loc_to_data",
+           "records", "to_json", "type_from_data", "type_to_data", "value_from_data", "value_to_data"]
 
 
 @dataclass(frozen=True)
@@ -70,25 +73,20 @@ def argrepr(code: Code, ins: Instr) -> str:
 
 def program_repr(program) -> str:
     """A fused program as an expression: relu((in0 + in1))."""
-    stack = []
-    for node in program:
-        if node[0] == "in":
-            stack.append(f"in{node[1]}")
-        elif node[0] == "c":
-            stack.append(repr(node[1]))
-        else:
-            name = node[0].replace("BROADCAST_", "")
-            sym = {"ADD": "+", "SUB": "-", "MUL": "*", "DIV": "/", "POW": "**"}.get(name)
-            if sym and len(stack) >= 2:
-                b, a = stack.pop(), stack.pop()
-                stack.append(f"({a} {sym} {b})")
-            elif name in ("MAX", "MIN") and len(stack) >= 2:
-                b, a = stack.pop(), stack.pop()
-                stack.append(f"{name.lower()}({a}, {b})")
-            elif stack:
-                extra = "".join(f", {_const_repr(x, '')}" for x in node[1:])
-                stack.append(f"{name.lower()}({stack.pop()}{extra})")
-    return stack[-1] if stack else "?"
+    from .program import evaluate
+
+    def op(row, args, operands):
+        name = row.name.replace("BROADCAST_", "")
+        sym = {"ADD": "+", "SUB": "-", "MUL": "*", "DIV": "/", "POW": "**"}.get(name)
+        if sym and len(args) == 2:
+            return f"({args[0]} {sym} {args[1]})"
+        extra = "".join(f", {_const_repr(x, '')}" for x in operands)
+        return f"{name.lower()}({', '.join(args)}{extra})"
+
+    try:
+        return evaluate(program, lambda k: f"in{k}", repr, op)
+    except ShapeError:
+        return "?"
 
 
 def _const_repr(v, oname: str) -> str:
@@ -168,32 +166,6 @@ def value_to_data(v):
     raise BytecodeError(f"constant {v!r} of type {type(v).__name__} cannot be serialized")
 
 
-def value_from_data(d):
-    if d is None or isinstance(d, (bool, str)):
-        return d
-    if not isinstance(d, dict) or len(d) == 0:
-        raise BytecodeError(f"malformed constant {d!r}")
-    try:
-        if "int" in d:
-            if not isinstance(d["int"], int):
-                raise BytecodeError(f"malformed int constant {d!r}")
-            return d["int"]
-        if "float" in d:
-            return float(d["float"])
-        if "sym" in d:
-            return from_data(d["sym"])
-        if "dtype" in d and "array" not in d:
-            return dt.by_name(d["dtype"])
-        if "tuple" in d:
-            return tuple(value_from_data(x) for x in d["tuple"])
-        if "array" in d:
-            a = np.array(d["array"], dtype=dt.by_name(d["dtype"]).np)
-            return a.reshape(d["shape"])
-    except (SymbolicError, ValueError, TypeError) as e:
-        raise BytecodeError(f"malformed constant {d!r}: {e}") from None
-    raise BytecodeError(f"unknown constant tag in {d!r}")
-
-
 def type_to_data(t):
     if isinstance(t, TensorType):
         return {"tensor": [d.to_data() for d in t.shape], "dtype": t.dtype.name}
@@ -206,31 +178,8 @@ def type_to_data(t):
     raise BytecodeError(f"type {t!r} cannot be serialized")
 
 
-def type_from_data(d):
-    try:
-        if "tensor" in d:
-            return TensorType(tuple(from_data(x) for x in d["tensor"]), dt.by_name(d["dtype"]))
-        if "scalar" in d:
-            if d["scalar"] not in ("b", "i", "f"):
-                raise BytecodeError(f"bad scalar kind {d['scalar']!r}")
-            return ScalarType(d["scalar"], from_data(d["value"]) if d["value"] is not None else None)
-        if "tuple" in d:
-            return TupleType(tuple(type_from_data(x) for x in d["tuple"]))
-        if "none" in d:
-            return NONE
-    except (SymbolicError, ValueError, TypeError, KeyError) as e:
-        raise BytecodeError(f"malformed type {d!r}: {e}") from None
-    raise BytecodeError(f"malformed type {d!r}")
-
-
 def loc_to_data(loc: Loc):
     return [loc.line, loc.col, loc.end_line, loc.end_col]
-
-
-def loc_from_data(d) -> Loc:
-    if not (isinstance(d, list) and len(d) == 4 and all(isinstance(x, int) and x >= 0 for x in d)):
-        raise BytecodeError(f"malformed source location {d!r}")
-    return Loc(*d)
 
 
 def code_to_data(code: Code, index: dict) -> dict:
@@ -266,36 +215,14 @@ def to_json(code: Code) -> dict:
     return {"abi": code.abi, "functions": funcs}
 
 
-def code_from_data(d: dict, instrs: list, done: list) -> Code:
-    for key in ("name", "filename", "firstlineno", "consts", "names", "varnames", "params", "attr_types", "callees"):
-        if key not in d:
-            raise BytecodeError(f"function record lacks {key!r}")
-    callees = []
-    for path, idx in d["callees"]:
-        if not isinstance(idx, int) or not 0 <= idx < len(done):
-            raise BytecodeError(f"callee {path!r} refers to function {idx}, which is not defined before it")
-        callees.append((str(path), done[idx]))
-    return Code(
-        name=str(d["name"]), filename=str(d["filename"]), firstlineno=int(d["firstlineno"]),
-        instrs=instrs, consts=[value_from_data(c) for c in d["consts"]],
-        names=[str(n) for n in d["names"]], varnames=[str(n) for n in d["varnames"]],
-        params=[(str(p), type_from_data(t)) for p, t in d["params"]],
-        attr_types={str(k): type_from_data(t) for k, t in d["attr_types"].items()},
-        callees=callees, may_be_one=frozenset(str(s) for s in d.get("may_be_one", ())))
-
-
 def from_json(data: dict) -> Code:
     """Assemble a program from ``to_json`` output (op names, raw operands, locations)."""
+    if not isinstance(data, dict) or not isinstance(data.get("functions"), list) or not data["functions"]:
+        raise BytecodeError("expected an object with a non-empty 'functions' list")
     done: list = []
-    for f in data["functions"]:
-        instrs = []
-        for r in f["instructions"]:
-            op = BY_NAME.get(r.get("opcode", r["op"]))
-            if op is None:
-                raise BytecodeError(f"unknown instruction {r['op']!r} at offset {r.get('offset')}")
-            if len(r["args"]) != len(op.operands):
-                raise BytecodeError(f"{op.name} takes {len(op.operands)} operands, got {len(r['args'])}")
-            parts = tuple((p, loc_from_data(pl)) for p, pl in r.get("parts", []))
-            instrs.append(Instr(op, tuple(int(a) for a in r["args"]), loc_from_data(r["loc"]), parts))
+    for fi, f in enumerate(data["functions"]):
+        if not isinstance(f, dict) or not isinstance(f.get("instructions"), list):
+            raise BytecodeError(f"functions[{fi}]: expected an object with an 'instructions' list")
+        instrs = [instr_from_record(r, f"functions[{fi}] instruction {k}") for k, r in enumerate(f["instructions"])]
         done.append(code_from_data(f, instrs, done))
     return done[-1]

@@ -27,6 +27,7 @@ ABI_VERSION = 1
 
 OPERAND_KINDS = ("local", "const", "name", "label", "count", "callee")
 KINDS = ("control", "memory", "layout", "elementwise", "reduction", "matmul", "conv", "fused")
+COMPILED = ("fused", "kernel", "l1")
 
 
 @dataclass(frozen=True)
@@ -42,7 +43,11 @@ class OpInfo:
     terminator: bool = False  # control never falls through (JUMP, RETURN)
     view: bool = False        # result may alias the input's memory
     parts: tuple = ()         # for fused instructions: the ops it replaces
-
+    compiled: str = ""        # how L2/L3 run it: "fused" (a part of FUSED_* programs, lowered to LLVM),
+    #                           "kernel" (a compiled kernel of its own), "l1" (its L1 kernel at every tier)
+    out: bool = False         # its L1 kernel writes the whole result into ``out=`` (buffers are reused)
+    costly: bool = False      # alone, still worth a compiled kernel (numpy makes several passes)
+    leaf: bool = False        # pushes a value without popping: may start a fused program
     @property
     def size(self) -> int:
         return 1 + 2 * len(self.operands)
@@ -72,19 +77,22 @@ def _op(name, code, operands, pops, pushes, rule, kind, doc, **kw):
     for _, k in ops:
         assert k in OPERAND_KINDS, (name, k)
     assert kind in KINDS, (name, kind)
+    computes = kind not in ("control", "memory") or name == "FILL"
+    assert (kw.get("compiled") in COMPILED) == computes, f"{name}: compiled= must be one of {COMPILED} exactly " \
+        "for a computing row"
     _ROWS.append(OpInfo(name, code, ops, pops, pushes, rule, kind, doc, **kw))
 
 
 # --- control and data movement ------------------------------------------------------------
 _op("NOP", 0x00, [], 0, 0, S.nothing, "control", "do nothing")
 _op("LOAD_TENSOR", 0x01, ["slot:local"], 0, 1, S.load_tensor, "memory",
-    "push local[slot] (tensor or scalar); its shape/dtype/strides go on the metadata stack")
+    "push local[slot] (tensor or scalar); its shape/dtype/strides go on the metadata stack", leaf=True)
 _op("STORE_TENSOR", 0x02, ["slot:local"], 1, 0, S.store_tensor, "memory", "local[slot] := pop()")
-_op("LOAD_CONST", 0x03, ["value:const"], 0, 1, S.load_const, "memory", "push consts[value]")
+_op("LOAD_CONST", 0x03, ["value:const"], 0, 1, S.load_const, "memory", "push consts[value]", leaf=True)
 _op("LOAD_PARAM", 0x04, ["attr:name"], 0, 1, S.load_param, "memory",
-    "push the Cell's parameter or tensor attribute names[attr] (no copy)")
+    "push the Cell's parameter or tensor attribute names[attr] (no copy)", leaf=True)
 _op("LOAD_SYM", 0x05, ["expr:const"], 0, 1, S.load_sym, "memory",
-    "push the value of a symbolic expression over the bound symbols")
+    "push the value of a symbolic expression over the bound symbols", leaf=True)
 _op("SET_SYM", 0x06, ["symbol:name", "expr:const"], 0, 0, S.set_sym, "control",
     "bind symbol names[symbol] to the value of consts[expr] (loop counters)")
 _op("BUILD_TUPLE", 0x07, ["n:count"], "n", 1, S.build_tuple, "memory", "pop n values, push them as a tuple")
@@ -106,99 +114,116 @@ _op("FREE_DEVICE_MEM", 0x0F, ["device:const", "stream:const"], 0, 0, S.nothing, 
     "give the frame's workspace back on device/stream")
 
 # --- elementwise: broadcast binaries --------------------------------------------------------
+# (name, byte, semantics, result dtype, flags): flags "f" fused (lowered in FUSED_* programs, else
+# its L1 kernel at every tier), "o" out-capable, "c" costly (see OpInfo)
 _BINARY = [
-    ("BROADCAST_ADD", 0x10, "a + b", None), ("BROADCAST_SUB", 0x11, "a - b", None),
-    ("BROADCAST_MUL", 0x12, "a * b", None), ("BROADCAST_DIV", 0x13, "a / b (true division)", "float"),
-    ("BROADCAST_POW", 0x14, "a ** b", None), ("BROADCAST_MAX", 0x15, "maximum(a, b)", None),
-    ("BROADCAST_MIN", 0x16, "minimum(a, b)", None),
-    ("BROADCAST_EQ", 0x17, "a == b", "bool"), ("BROADCAST_NE", 0x18, "a != b", "bool"),
-    ("BROADCAST_LT", 0x19, "a < b", "bool"), ("BROADCAST_LE", 0x1A, "a <= b", "bool"),
-    ("BROADCAST_GT", 0x1B, "a > b", "bool"), ("BROADCAST_GE", 0x1C, "a >= b", "bool"),
-    ("BROADCAST_AND", 0x1D, "logical a and b", "bool"), ("BROADCAST_OR", 0x1E, "logical a or b", "bool"),
-    ("BROADCAST_FLOORDIV", 0x32, "floor(a / b) (ints stay ints)", None),
-    ("BROADCAST_TRUNCDIV", 0x33, "trunc(a / b), rounded toward zero (ints stay ints)", None),
+    ("BROADCAST_ADD", 0x10, "a + b", None, "fo"), ("BROADCAST_SUB", 0x11, "a - b", None, "fo"),
+    ("BROADCAST_MUL", 0x12, "a * b", None, "fo"), ("BROADCAST_DIV", 0x13, "a / b (true division)", "float", "fo"),
+    ("BROADCAST_POW", 0x14, "a ** b", None, "fo"), ("BROADCAST_MAX", 0x15, "maximum(a, b)", None, "fo"),
+    ("BROADCAST_MIN", 0x16, "minimum(a, b)", None, "fo"),
+    ("BROADCAST_EQ", 0x17, "a == b", "bool", ""), ("BROADCAST_NE", 0x18, "a != b", "bool", ""),
+    ("BROADCAST_LT", 0x19, "a < b", "bool", ""), ("BROADCAST_LE", 0x1A, "a <= b", "bool", ""),
+    ("BROADCAST_GT", 0x1B, "a > b", "bool", ""), ("BROADCAST_GE", 0x1C, "a >= b", "bool", ""),
+    ("BROADCAST_AND", 0x1D, "logical a and b", "bool", ""), ("BROADCAST_OR", 0x1E, "logical a or b", "bool", ""),
+    ("BROADCAST_FLOORDIV", 0x32, "floor(a / b) (ints stay ints)", None, ""),
+    ("BROADCAST_TRUNCDIV", 0x33, "trunc(a / b), rounded toward zero (ints stay ints)", None, ""),
 ]
-for _n, _c, _d, _o in _BINARY:
-    _op(_n, _c, [], 2, 1, partial(S.binary, name=_n, out_dtype=_o), "elementwise",
-        f"pop b, a; push {_d} with numpy broadcasting")
 
-_op("WHERE", 0x1F, [], 3, 1, S.where, "elementwise", "pop b, a, cond; push where(cond, a, b)")
+
+def _flags(f: str) -> dict:
+    return {"compiled": "fused" if "f" in f else "l1", "out": "o" in f, "costly": "c" in f}
+
+
+for _n, _c, _d, _o, _f in _BINARY:
+    _op(_n, _c, [], 2, 1, partial(S.binary, name=_n, out_dtype=_o), "elementwise",
+        f"pop b, a; push {_d} with numpy broadcasting", **_flags(_f))
+
+_op("WHERE", 0x1F, [], 3, 1, S.where, "elementwise", "pop b, a, cond; push where(cond, a, b)", compiled="l1")
 
 # --- elementwise: unary ------------------------------------------------------------------
 _UNARY = [
-    ("NEG", 0x20, "-x", None), ("ABS", 0x21, "|x|", None), ("EXP", 0x22, "e**x", "float"),
-    ("LOG", 0x23, "ln x", "float"), ("SQRT", 0x24, "sqrt x", "float"), ("RSQRT", 0x25, "1/sqrt x", "float"),
-    ("TANH", 0x26, "tanh x", "float"), ("SIGMOID", 0x27, "1/(1+e**-x)", "float"),
-    ("RELU", 0x28, "max(x, 0)", None), ("GELU", 0x29, "x*Phi(x), exact (erf)", "float"),
-    ("GELU_TANH", 0x2A, "x*Phi(x), tanh approximation", "float"), ("ERF", 0x2B, "erf x", "float"),
-    ("RECIPROCAL", 0x2C, "1/x", "float"), ("LOGICAL_NOT", 0x2D, "not x", "bool"),
+    ("NEG", 0x20, "-x", None, "fo"), ("ABS", 0x21, "|x|", None, "fo"), ("EXP", 0x22, "e**x", "float", "foc"),
+    ("LOG", 0x23, "ln x", "float", "fo"), ("SQRT", 0x24, "sqrt x", "float", "fo"),
+    ("RSQRT", 0x25, "1/sqrt x", "float", "fo"), ("TANH", 0x26, "tanh x", "float", "foc"),
+    ("SIGMOID", 0x27, "1/(1+e**-x)", "float", "foc"), ("RELU", 0x28, "max(x, 0)", None, "fo"),
+    ("GELU", 0x29, "x*Phi(x), exact (erf)", "float", "foc"),
+    ("GELU_TANH", 0x2A, "x*Phi(x), tanh approximation", "float", "foc"), ("ERF", 0x2B, "erf x", "float", "foc"),
+    ("RECIPROCAL", 0x2C, "1/x", "float", "fo"), ("LOGICAL_NOT", 0x2D, "not x", "bool", ""),
 ]
-for _n, _c, _d, _o in _UNARY:
-    _op(_n, _c, [], 1, 1, partial(S.unary, name=_n, out_dtype=_o), "elementwise", f"pop x; push {_d}")
+for _n, _c, _d, _o, _f in _UNARY:
+    _op(_n, _c, [], 1, 1, partial(S.unary, name=_n, out_dtype=_o), "elementwise", f"pop x; push {_d}", **_flags(_f))
 
-_op("CAST", 0x2E, ["dtype:const"], 1, 1, S.cast, "elementwise", "pop x; push x converted to dtype")
+_op("CAST", 0x2E, ["dtype:const"], 1, 1, S.cast, "elementwise", "pop x; push x converted to dtype",
+    compiled="fused")
 _op("FILL", 0x2F, ["shape:const", "value:const", "dtype:const"], 0, 1, S.fill, "memory",
-    "push a new tensor of shape filled with value")
+    "push a new tensor of shape filled with value", compiled="l1")
 
 # --- matmul -------------------------------------------------------------------------------
 _op("MATMUL", 0x30, ["transpose_a:const", "transpose_b:const"], 2, 1, S.matmul, "matmul",
-    "pop b, a; push a @ b for 2-D tensors, optionally transposed")
+    "pop b, a; push a @ b for 2-D tensors, optionally transposed (FUSED_MATMUL when an epilogue follows)",
+    compiled="l1", out=True)
 _op("BATCH_MATMUL", 0x31, ["transpose_a:const", "transpose_b:const"], 2, 1, S.batch_matmul, "matmul",
-    "pop b, a; push batched a @ b over broadcast leading dims")
+    "pop b, a; push batched a @ b over broadcast leading dims", compiled="l1", out=True)
 
 # --- reductions and normalizations --------------------------------------------------------
 for _n, _c, _o, _d in [("REDUCE_SUM", 0x38, None, "sum"), ("REDUCE_MEAN", 0x39, "float", "mean"),
                        ("REDUCE_MAX", 0x3A, None, "max"), ("REDUCE_MIN", 0x3B, None, "min")]:
     _op(_n, _c, ["axes:const", "keep_dims:const"], 1, 1, partial(S.reduce, name=_n, out_dtype=_o),
-        "reduction", f"pop x; push the {_d} over axes (None: all)")
+        "reduction", f"pop x; push the {_d} over axes (None: all)", compiled="l1")
 _op("ARGMAX", 0x3C, ["axis:const", "keep_dims:const"], 1, 1, partial(S.argreduce, name="ARGMAX"),
-    "reduction", "pop x; push the int32 index of the max along axis")
-_op("SOFTMAX", 0x3D, ["axis:const"], 1, 1, S.softmax, "reduction", "pop x; push softmax along axis")
+    "reduction", "pop x; push the int32 index of the max along axis", compiled="l1")
+_op("SOFTMAX", 0x3D, ["axis:const"], 1, 1, S.softmax, "reduction", "pop x; push softmax along axis", compiled="kernel")
 _op("LOG_SOFTMAX", 0x3E, ["axis:const"], 1, 1, partial(S.softmax, name="LOG_SOFTMAX"), "reduction",
-    "pop x; push log(softmax(x)) along axis")
+    "pop x; push log(softmax(x)) along axis", compiled="l1")
 _op("LAYER_NORM", 0x3F, ["begin_norm_axis:const", "begin_params_axis:const", "epsilon:const"], 3, 1,
-    S.layer_norm, "reduction", "pop beta, gamma, x; push (x-mean)/sqrt(var+eps)*gamma+beta")
+    S.layer_norm, "reduction", "pop beta, gamma, x; push (x-mean)/sqrt(var+eps)*gamma+beta", compiled="kernel")
 
 # --- layout -------------------------------------------------------------------------------
 _op("RESHAPE", 0x40, ["shape:const"], 1, 1, S.reshape, "layout",
-    "pop x; push a view with the given shape (dims are exprs, -1 already resolved)", view=True)
-_op("TRANSPOSE", 0x41, ["perm:const"], 1, 1, S.transpose, "layout", "pop x; push x permuted", view=True)
-_op("EXPAND_DIMS", 0x42, ["axis:const"], 1, 1, S.expand_dims, "layout", "pop x; insert a dim of 1", view=True)
-_op("SQUEEZE", 0x43, ["axes:const"], 1, 1, S.squeeze, "layout", "pop x; drop dims of 1", view=True)
-_op("BROADCAST_TO", 0x44, ["shape:const"], 1, 1, S.broadcast_to, "layout", "pop x; broadcast to shape", view=True)
-_op("CONCAT", 0x45, ["n:count", "axis:const"], "n", 1, S.concat, "layout", "pop n tensors; join them along axis")
+    "pop x; push a view with the given shape (dims are exprs, -1 already resolved)", view=True, compiled="l1")
+_op("TRANSPOSE", 0x41, ["perm:const"], 1, 1, S.transpose, "layout", "pop x; push x permuted", view=True, compiled="l1")
+_op("EXPAND_DIMS", 0x42, ["axis:const"], 1, 1, S.expand_dims, "layout", "pop x; insert a dim of 1",
+    view=True, compiled="l1")
+_op("SQUEEZE", 0x43, ["axes:const"], 1, 1, S.squeeze, "layout", "pop x; drop dims of 1", view=True, compiled="l1")
+_op("BROADCAST_TO", 0x44, ["shape:const"], 1, 1, S.broadcast_to, "layout", "pop x; broadcast to shape",
+    view=True, compiled="l1")
+_op("CONCAT", 0x45, ["n:count", "axis:const"], "n", 1, S.concat, "layout", "pop n tensors; join them along axis",
+    compiled="l1")
 _op("STACK", 0x46, ["n:count", "axis:const"], "n", 1, partial(S.concat, name="STACK"), "layout",
-    "pop n tensors; stack them along a new axis")
-_op("SLICE", 0x47, ["index:const"], 1, 1, S.slice_, "layout", "pop x; push x[index] (basic indexing)", view=True)
+    "pop n tensors; stack them along a new axis", compiled="l1")
+_op("SLICE", 0x47, ["index:const"], 1, 1, S.slice_, "layout", "pop x; push x[index] (basic indexing)",
+    view=True, compiled="l1")
 
 # --- convolution, pooling, gather (NCHW; pad is ("same",) or (top, bottom, left, right)) ------------
 _op("CONV2D", 0x70, ["stride:const", "pad:const", "dilation:const", "group:const"], 2, 1, S.conv2d, "conv",
-    "pop w [O, C/group, kh, kw], x [N, C, H, W]; push the cross-correlation [N, O, Ho, Wo]")
+    "pop w [O, C/group, kh, kw], x [N, C, H, W]; push the cross-correlation [N, O, Ho, Wo]", compiled="l1")
 _op("MAX_POOL2D", 0x71, ["kernel:const", "stride:const", "pad:const"], 1, 1, partial(S.pool2d, name="MAX_POOL2D"),
-    "conv", "pop x [N, C, H, W]; push the max over each kernel window (padding never wins)")
+    "conv", "pop x [N, C, H, W]; push the max over each kernel window (padding never wins)", compiled="l1")
 _op("AVG_POOL2D", 0x72, ["kernel:const", "stride:const", "pad:const", "count_pad:const"], 1, 1,
     partial(S.pool2d, name="AVG_POOL2D"), "conv",
-    "pop x [N, C, H, W]; push the mean over each kernel window (padding counted when count_pad)")
+    "pop x [N, C, H, W]; push the mean over each kernel window (padding counted when count_pad)", compiled="l1")
 _op("ADAPTIVE_AVG_POOL2D", 0x73, ["size:const"], 1, 1, S.adaptive_pool2d, "conv",
-    "pop x [N, C, H, W]; push [N, C, oh, ow], each the mean of its bin (PyTorch/MindSpore's bins)")
+    "pop x [N, C, H, W]; push [N, C, oh, ow], each the mean of its bin (PyTorch/MindSpore's bins)", compiled="l1")
 _op("GATHER", 0x74, ["axis:const"], 2, 1, S.gather, "layout",
-    "pop indices, x; push x's slices at the (int) indices along axis: x.shape[:axis]+idx.shape+x.shape[axis+1:]")
+    "pop indices, x; push x's slices at the (int) indices along axis: x.shape[:axis]+idx.shape+x.shape[axis+1:]",
+    compiled="l1")
 
 # --- indexing and creation (model zoo) ----------------------------------------------------------
 _op("ARANGE", 0x78, ["start:const", "stop:const", "step:const", "dtype:const"], 0, 1, S.arange, "layout",
-    "push [start, start+step, ...) below stop (start and stop may be symbolic dims)")
+    "push [start, start+step, ...) below stop (start and stop may be symbolic dims)", compiled="l1")
 _op("CUMSUM", 0x79, ["axis:const", "exclusive:const", "reverse:const"], 1, 1, S.cumsum, "layout",
-    "pop x; push the running sum along axis (exclusive: without the element itself; reverse: from the end)")
+    "pop x; push the running sum along axis (exclusive: without the element itself; reverse: from the end)",
+    compiled="l1")
 
 # --- fused (produced by the fusion pass, jit/fuse.py; the interpreter runs them too) ---------
 # A fused instruction carries its expression as a program (postfix tuple of nodes: ("in", k),
 # ("c", value) or (OPNAME, *operands)); the disassembler names it after its parts:
 # FUSED_ADD_RELU_CAST, FUSED_MATMUL_RELU, FUSED_MATMUL_BIAS_GELU ...
 _op("FUSED_ELEMENTWISE", 0x60, ["program:const", "n:count"], "n", 1, S.fused_elementwise, "fused",
-    "pop n inputs; push the elementwise program over them (one pass, no temporaries)")
+    "pop n inputs; push the elementwise program over them (one pass, no temporaries)", compiled="kernel")
 _op("FUSED_MATMUL", 0x61, ["transpose_a:const", "transpose_b:const", "batched:const", "program:const", "n:count"],
     "n", 1, S.fused_matmul, "fused",
-    "pop n inputs (a, b, extras); push program(a @ b, extras...) applied to each block of the product")
+    "pop n inputs (a, b, extras); push program(a @ b, extras...) applied to each block of the product", compiled="kernel")
 
 
 # ---------------------------------------------------------------- derived views
@@ -214,6 +239,12 @@ UNARY = frozenset(r.name for r in TABLE if r.kind == "elementwise" and r.pops ==
 CONTROL = frozenset(r.name for r in TABLE if r.kind == "control")
 VIEWS = frozenset(r.name for r in TABLE if r.view)
 FUSED = frozenset(r.name for r in TABLE if r.kind == "fused")
+FUSABLE = frozenset(r.name for r in TABLE if r.compiled == "fused")       # may join a FUSED_* program
+JITABLE = frozenset(r.name for r in TABLE if r.compiled == "kernel")      # the tier manager compiles them
+MATMULS = frozenset(r.name for r in TABLE if r.kind == "matmul")          # start a FUSED_MATMUL
+LEAVES = frozenset(r.name for r in TABLE if r.leaf)
+COSTLY = frozenset(r.name for r in TABLE if r.costly)
+OUT_CAPABLE = frozenset(r.name for r in TABLE if r.out)
 
 
 def fingerprint() -> bytes:

@@ -33,18 +33,9 @@ def _as_tensorish(t):
 
 
 def result_dtype(types) -> dt.DType:
-    """Promotion over tensors and weak scalars (see msvm.dtype)."""
-    strong = [t.dtype for t in types if isinstance(t, TensorType)]
-    weak = [t.kind for t in types if isinstance(t, ScalarType)]
-    if strong:
-        out = strong[0]
-        for d in strong[1:]:
-            out = dt.promote(out, d)
-    else:
-        out = dt.weak_default(max(weak, key="bif".index))
-    for k in weak:
-        out = dt.promote_weak(out, k)
-    return out
+    """Promotion over tensors and weak scalars (see msvm.dtype.result_of)."""
+    return dt.result_of([t.dtype for t in types if isinstance(t, TensorType)],
+                        [t.kind for t in types if isinstance(t, ScalarType)])
 
 
 def norm_axis(axis: int, rank: int, what: str) -> int:
@@ -551,29 +542,15 @@ def branch(ctx, ins, args):
 
 def run_program(ctx, program, ins, what: str):
     """Type a fused program by applying each part's own rule; returns the result type."""
-    from .opcodes import BY_NAME
+    from .program import evaluate
 
-    stack = []
-    for node in program:
-        if node[0] == "in":
-            if not 0 <= node[1] < len(ins):
-                raise ShapeError(f"{what}: program reads input {node[1]} of {len(ins)}")
-            stack.append(ins[node[1]])
-        elif node[0] == "c":
-            stack.append(type_of_const(node[1]))
-        else:
-            op = BY_NAME.get(node[0])
-            if op is None or op.kind != "elementwise":
-                raise ShapeError(f"{what}: {node[0]!r} is not an elementwise instruction")
-            n = op.pops
-            if len(stack) < n:
-                raise ShapeError(f"{what}: program underflows at {node[0]}")
-            args = stack[len(stack) - n:]
-            del stack[len(stack) - n:]
-            stack.append(op.rule(ctx, [ctx.env.norm_type(a) for a in args], tuple(node[1:])))
-    if len(stack) != 1:
-        raise ShapeError(f"{what}: program leaves {len(stack)} values")
-    return stack[0]
+    def leaf(k):
+        if not 0 <= k < len(ins):
+            raise ShapeError(f"{what}: program reads input {k} of {len(ins)}")
+        return ins[k]
+
+    return evaluate(program, leaf, type_of_const,
+                    lambda row, args, operands: row.rule(ctx, [ctx.env.norm_type(a) for a in args], operands), what)
 
 
 def fused_elementwise(ctx, ins, args):

@@ -16,14 +16,48 @@ format and JSON.
 
 from __future__ import annotations
 
+import contextvars
 import math
+from contextlib import contextmanager
 from typing import Iterable, Mapping, Union
 
 IntLike = Union[int, "Expr"]
 
 
 class SymbolicError(ValueError):
-    """An expression could not be built or evaluated (unbound symbol, bad data)."""
+    """An expression could not be built or evaluated (unbound symbol, bad data, too much work)."""
+
+
+# A budget of term operations for symbolic arithmetic, set by the verifier for the code it
+# checks: products of big dims grow multiplicatively (a reshape multiplies all dims), so a
+# crafted file could otherwise make verification run for hours. None: no limit.
+_WORK: contextvars.ContextVar = contextvars.ContextVar("msvm_symbolic_work", default=None)
+
+
+class _Work:
+    __slots__ = ("left", "limit")
+
+    def __init__(self, limit: int):
+        self.left = self.limit = limit
+
+
+@contextmanager
+def work_limit(limit: int):
+    """Within this block, symbolic arithmetic may do at most ``limit`` term operations."""
+    token = _WORK.set(_Work(limit))
+    try:
+        yield
+    finally:
+        _WORK.reset(token)
+
+
+def _charge(n: int):
+    w = _WORK.get()
+    if w is not None:
+        w.left -= n
+        if w.left < 0:
+            raise SymbolicError(f"symbolic arithmetic needs more than {w.limit} term operations (the limit): "
+                                "the dims are too large")
 
 
 # ---------------------------------------------------------------- atoms
@@ -119,6 +153,7 @@ class Expr:
 
     def __init__(self, terms: dict):
         # terms: {monomial: coeff}, monomial = tuple of (Atom, power) sorted by atom
+        _charge(len(terms))
         items = [(m, c) for m, c in terms.items() if c != 0]
         items.sort(key=lambda mc: (len(mc[0]), repr(_mono_key(mc[0]))))
         self.terms = tuple(items)
@@ -212,6 +247,7 @@ class Expr:
 
     def __mul__(self, other):
         other = Expr.of(other)
+        _charge(len(self.terms) * len(other.terms))
         terms: dict = {}
         for m1, c1 in self.terms:
             for m2, c2 in other.terms:
@@ -314,15 +350,16 @@ class Expr:
     def subs(self, mapping: Mapping[str, "Expr"]) -> "Expr":
         if not mapping or not (self.symbols() & set(mapping)):
             return self
-        total = Expr.const(0)
+        total: dict = {}          # summed in one dict: adding term by term would re-sort every time
         for mono, c in self.terms:
             v = Expr.const(c)
             for a, p in mono:
                 av = a.subs(mapping)
                 for _ in range(p):
                     v = v * av
-            total = total + v
-        return total
+            for m, k in v.terms:
+                total[m] = total.get(m, 0) + k
+        return Expr(total)
 
     def __str__(self):
         if not self.terms:
@@ -548,64 +585,166 @@ def por(*ps: Pred) -> Pred:
 
 
 # ---------------------------------------------------------------- serialization
+#
+# Reading is linear in the size of the data: a polynomial is built from its terms
+# in one step (never by adding term after term, which re-sorts every time), and
+# an opaque atom is built by its own constructor and must come out as that same
+# atom (what ``to_data`` writes always does), so nothing is re-simplified. These
+# caps bound the work, the nesting (the readers recurse) and what the interpreter
+# later compiles from an expression; what ``to_data`` writes for a real program
+# stays far below them.
 
-_MAX_DEPTH = 64
-
-
-def from_data(data, depth: int = 0):
-    """Rebuild an Expr or Pred from ``to_data`` output; raises SymbolicError on bad data."""
-    if depth > _MAX_DEPTH:
-        raise SymbolicError("symbolic expression nested too deeply")
-    try:
-        tag = data[0]
-        if tag == "poly":
-            total = Expr.const(0)
-            for coeff, mono in data[1]:
-                if not isinstance(coeff, int) or isinstance(coeff, bool):
-                    raise SymbolicError(f"bad coefficient {coeff!r}")
-                term = Expr.const(coeff)
-                for atom_data, power in mono:
-                    if not isinstance(power, int) or not 0 < power <= 16:
-                        raise SymbolicError(f"bad power {power!r}")
-                    a = _atom_from_data(atom_data, depth + 1)
-                    for _ in range(power):
-                        term = term * a
-                total = total + term
-            return total
-        if tag == "const":
-            return const_pred(bool(data[1]))
-        if tag == "flag":
-            if not isinstance(data[1], str):
-                raise SymbolicError("bad flag name")
-            return flag(data[1])
-        if tag == "cmp":
-            return compare(data[1], from_data(data[2], depth + 1), from_data(data[3], depth + 1))
-        if tag == "not":
-            return pnot(from_data(data[1], depth + 1))
-        if tag in ("and", "or"):
-            parts = [from_data(d, depth + 1) for d in data[1:]]
-            return pand(*parts) if tag == "and" else por(*parts)
-    except (TypeError, IndexError, KeyError) as e:
-        raise SymbolicError(f"malformed symbolic data: {e}") from None
-    raise SymbolicError(f"unknown symbolic tag {data[0]!r}")
+MAX_DEPTH = 64          # symbolic values nested inside one another
+MAX_TERMS = 1024        # terms of one polynomial, parts of one and/or
+MAX_FACTORS = 16        # atoms in one monomial
+MAX_POWER = 16          # the power of an atom in a monomial
+MAX_NODES = 2048        # terms, factors (counted with their powers) and predicate nodes, all levels together
+MAX_COEFF = 2 ** 63 - 1  # coefficients are int64
 
 
-def _atom_from_data(data, depth):
-    tag = data[0]
+def _short(v) -> str:
+    r = repr(v)
+    return r if len(r) <= 60 else r[:57] + "..."
+
+
+class _Budget:
+    __slots__ = ("left",)
+
+    def __init__(self):
+        self.left = MAX_NODES
+
+    def take(self, n: int):
+        self.left -= n
+        if self.left < 0:
+            raise SymbolicError(f"symbolic value has more than {MAX_NODES} nodes (the limit)")
+
+
+def from_data(data):
+    """Rebuild an Expr or Pred from ``to_data`` output; raises SymbolicError on bad data.
+
+    Bounded: at most MAX_DEPTH levels, MAX_TERMS terms per polynomial, MAX_NODES
+    nodes in all; the work is linear in the size of ``data``."""
+    return _value(data, 0, _Budget())
+
+
+def _tagged(data, what: str) -> str:
+    if not isinstance(data, list) or not data or not isinstance(data[0], str):
+        raise SymbolicError(f"expected {what} as a list [tag, ...], found {_short(data)}")
+    return data[0]
+
+
+def _arity(data, n: int):
+    if len(data) != n + 1:
+        raise SymbolicError(f"{data[0]!r} takes {n} item{'s' if n != 1 else ''}, found {len(data) - 1}")
+
+
+def _name(v, what: str) -> str:
+    if not isinstance(v, str) or not v:
+        raise SymbolicError(f"expected a {what} name (a non-empty string), found {_short(v)}")
+    return v
+
+
+def _value(data, depth: int, budget: _Budget):
+    if depth > MAX_DEPTH:
+        raise SymbolicError(f"symbolic expression nested more than {MAX_DEPTH} levels deep (the limit)")
+    tag = _tagged(data, "a symbolic value")
+    if tag == "poly":
+        return _poly(data, depth, budget)
+    budget.take(1)
+    if tag in ("const", "flag", "not"):
+        _arity(data, 1)
+    if tag == "const":
+        if not isinstance(data[1], bool):
+            raise SymbolicError(f"expected a bool in ['const', ...], found {_short(data[1])}")
+        return const_pred(data[1])
+    if tag == "flag":
+        return flag(_name(data[1], "flag"))
+    if tag == "cmp":
+        if len(data) != 4 or not isinstance(data[1], str) or data[1] not in _CMP:
+            raise SymbolicError(f"expected ['cmp', one of {sorted(_CMP)}, expr, expr], found {_short(data)}")
+        a, b = (_expr(d, depth + 1, budget) for d in data[2:])
+        return compare(data[1], a, b)
+    if tag == "not":
+        return pnot(_pred(data[1], depth + 1, budget))
+    if tag in ("and", "or"):
+        if not 2 <= len(data) <= MAX_TERMS + 1:
+            raise SymbolicError(f"{tag!r} takes 1 to {MAX_TERMS} predicates, found {len(data) - 1}")
+        parts = [_pred(d, depth + 1, budget) for d in data[1:]]
+        return pand(*parts) if tag == "and" else por(*parts)
+    raise SymbolicError(f"unknown symbolic tag {tag!r}")
+
+
+def _expr(data, depth, budget) -> Expr:
+    v = _value(data, depth, budget)
+    if not isinstance(v, Expr):
+        raise SymbolicError(f"expected an integer expression, found the predicate {_short(data)}")
+    return v
+
+
+def _pred(data, depth, budget) -> Pred:
+    v = _value(data, depth, budget)
+    if not isinstance(v, Pred):
+        raise SymbolicError(f"expected a predicate, found the expression {_short(data)}")
+    return v
+
+
+def _poly(data, depth, budget) -> Expr:
+    if len(data) != 2 or not isinstance(data[1], list):
+        raise SymbolicError(f"expected ['poly', [terms]], found {_short(data)}")
+    if len(data[1]) > MAX_TERMS:
+        raise SymbolicError(f"a symbolic dim of {len(data[1])} terms; the limit is {MAX_TERMS}")
+    terms: dict = {}
+    for term in data[1]:
+        if not (isinstance(term, list) and len(term) == 2 and isinstance(term[1], list)):
+            raise SymbolicError(f"expected a term [coefficient, [[atom, power], ...]], found {_short(term)}")
+        coeff, factors = term
+        if not isinstance(coeff, int) or isinstance(coeff, bool) or not -MAX_COEFF <= coeff <= MAX_COEFF:
+            raise SymbolicError(f"expected an int64 coefficient, found {_short(coeff)}")
+        if len(factors) > MAX_FACTORS:
+            raise SymbolicError(f"a monomial of {len(factors)} factors; the limit is {MAX_FACTORS}")
+        budget.take(1)
+        powers: dict = {}
+        for f in factors:
+            if not (isinstance(f, list) and len(f) == 2):
+                raise SymbolicError(f"expected a factor [atom, power], found {_short(f)}")
+            power = f[1]
+            if not isinstance(power, int) or isinstance(power, bool) or not 0 < power <= MAX_POWER:
+                raise SymbolicError(f"expected a power from 1 to {MAX_POWER}, found {_short(power)}")
+            budget.take(power)
+            a = _atom(f[0], depth + 1, budget)
+            powers[a] = powers.get(a, 0) + power
+            if powers[a] > MAX_POWER:
+                raise SymbolicError(f"{a} has power {powers[a]} in one monomial; the limit is {MAX_POWER}")
+        mono = tuple(sorted(powers.items(), key=lambda ap: repr(ap[0].key())))
+        terms[mono] = terms.get(mono, 0) + coeff
+    return Expr(terms)
+
+
+_ATOM_ARITY = {"sym": 1, "floordiv": 2, "mod": 2, "max": 2, "min": 2, "select": 3}
+
+
+def _atom(data, depth, budget) -> Atom:
+    if depth > MAX_DEPTH:
+        raise SymbolicError(f"symbolic expression nested more than {MAX_DEPTH} levels deep (the limit)")
+    tag = _tagged(data, "an atom")
+    if tag not in _ATOM_ARITY:
+        raise SymbolicError(f"unknown atom {tag!r}")
+    _arity(data, _ATOM_ARITY[tag])
     if tag == "sym":
-        return sym(data[1])
+        return Atom("sym", (_name(data[1], "symbol"),))
     if tag == "select":
-        return select(from_data(data[1], depth), from_data(data[2], depth), from_data(data[3], depth))
-    a, b = from_data(data[1], depth), from_data(data[2], depth)
-    if tag == "floordiv":
-        return a // b
-    if tag == "mod":
-        return a % b
-    if tag == "max":
-        return smax(a, b)
-    if tag == "min":
-        return smin(a, b)
-    raise SymbolicError(f"unknown atom {tag!r}")
+        args = (_pred(data[1], depth, budget), _expr(data[2], depth, budget), _expr(data[3], depth, budget))
+        got = select(*args)
+    else:
+        args = (_expr(data[1], depth, budget), _expr(data[2], depth, budget))
+        if tag in ("floordiv", "mod") and args[1].const_value() == 0:
+            raise SymbolicError(f"{tag} by zero in {_short(data)}")
+        got = {"floordiv": Expr.__floordiv__, "mod": Expr.__mod__, "max": smax, "min": smin}[tag](*args)
+    atom = Atom(tag, args)
+    if got != Expr.atom(atom):
+        raise SymbolicError(f"{tag}({', '.join(str(a) for a in args)}) is not in canonical form "
+                            f"(it simplifies to {got})")
+    return atom
 
 
 def fmt_dim(d) -> str:

@@ -20,18 +20,9 @@ from __future__ import annotations
 
 from .. import dtype as dt
 from ..bytecode.code import Code, Instr
-from ..bytecode.opcodes import BY_NAME
+from ..bytecode.opcodes import BY_NAME, COSTLY, FUSABLE, LEAVES, MATMULS
 from ..bytecode.verify import verify
 
-FUSABLE = frozenset({
-    "BROADCAST_ADD", "BROADCAST_SUB", "BROADCAST_MUL", "BROADCAST_DIV", "BROADCAST_POW", "BROADCAST_MAX",
-    "BROADCAST_MIN", "NEG", "ABS", "EXP", "LOG", "SQRT", "RSQRT", "TANH", "SIGMOID", "RELU", "GELU", "GELU_TANH",
-    "ERF", "RECIPROCAL", "CAST",
-})
-LEAVES = frozenset({"LOAD_TENSOR", "LOAD_PARAM", "LOAD_SYM", "LOAD_CONST"})
-# a lone op worth a compiled kernel of its own (numpy makes several passes or calls scipy)
-COSTLY = frozenset({"GELU", "GELU_TANH", "ERF", "SIGMOID", "TANH", "EXP"})
-MATMULS = frozenset({"MATMUL", "BATCH_MATMUL"})
 FLOAT_DTYPES = (dt.float16, dt.float32, dt.float64)
 
 
@@ -41,7 +32,7 @@ def fuse(code: Code) -> Code:
     instrs = [Instr(i.op, i.args, i.loc, i.parts) for i in code.instrs]
     new = Code(code.name, code.filename, code.firstlineno, instrs, list(code.consts), list(code.names),
                list(code.varnames), list(code.params), dict(code.attr_types), callees, may_be_one=code.may_be_one)
-    new.hover = getattr(code, "hover", [])
+    new.hover = code.hover
     targets = _targets_as_indexes(new)
     _forward_stores(new, targets, code)
     _fuse_runs(new, targets, code)

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import math
 
+from ..bytecode.program import evaluate
 from .kir import Elementwise, MatmulEpilogue, RowKernel, strides_for
 
 TYPES = {"float32": "float", "float64": "double"}
@@ -269,24 +270,19 @@ BINARY = {
 
 def emit_program(v: Vals, program: tuple, inputs: list) -> str:
     """The program's value given the (already loaded) input values."""
-    stack = []
-    for node in program:
-        tag = node[0]
-        if tag == "in":
-            stack.append(inputs[node[1]])
-        elif tag == "c":
-            stack.append(v.const(float(node[1])))
-        elif tag == "CAST":
-            if getattr(node[1], "name", node[1]) != ("float32" if v.t == "float" else "float64"):
-                raise Unsupported(f"CAST to {node[1]} inside a {v.t} kernel")
-        elif tag in UNARY:
-            stack.append(UNARY[tag](v, stack.pop()))
-        elif tag in BINARY:
-            b_, a_ = stack.pop(), stack.pop()
-            stack.append(BINARY[tag](v, a_, b_))
-        else:
-            raise Unsupported(f"{tag} has no lowering for {v.t}")
-    return stack[-1]
+    def op(row, args, operands):
+        tag = row.name
+        if tag == "CAST":
+            if getattr(operands[0], "name", operands[0]) != ("float32" if v.t == "float" else "float64"):
+                raise Unsupported(f"CAST to {operands[0]} inside a {v.t} kernel")
+            return args[0]
+        if tag in UNARY:
+            return UNARY[tag](v, args[0])
+        if tag in BINARY:
+            return BINARY[tag](v, args[0], args[1])
+        raise Unsupported(f"{tag} has no lowering for {v.t}")
+
+    return evaluate(program, inputs.__getitem__, lambda c: v.const(float(c)), op)
 
 
 def vec_width(features: str, t: str) -> int:

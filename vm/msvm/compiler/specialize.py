@@ -90,7 +90,7 @@ def specialize(code: Code, flags: dict) -> Code:
     new_instrs = [instrs[i] for i in keep]
     new = Code(code.name, code.filename, code.firstlineno, new_instrs, list(code.consts), list(code.names),
                list(code.varnames), list(code.params), dict(code.attr_types), list(code.callees), may_be_one=code.may_be_one)
-    new.hover = getattr(code, "hover", [])
+    new.hover = code.hover
     new.relayout()
     pos = {id(instrs[i]): instrs[i].offset for i in keep}
     end = new.size

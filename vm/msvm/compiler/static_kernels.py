@@ -14,9 +14,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..bytecode.disasm import display_name
+from ..bytecode.opcodes import JITABLE
 from ..bytecode.types import ScalarType, TensorType
 from .lower import Unsupported
-from .tiers import JITABLE, Site
+from .tiers import Site
 
 
 @dataclass

@@ -30,6 +30,7 @@ import numpy as np
 
 from .. import context, events, log
 from ..bytecode.disasm import display_name
+from ..bytecode.opcodes import JITABLE
 from . import entry
 from .buffers import ALIGN, aligned_empty
 from .cache import KernelCache, make_key
@@ -42,7 +43,6 @@ STEPS = ("Step1 Parse", "Step2 Shape Resolution", "Step3 IR Generation", "Step4 
 BUDGET_S = {2: 0.25, 3: 2.0}
 PARALLEL_MIN = 1 << 20          # elements: below this one thread is faster (MEASURED.md)
 ROW = 4096                      # row length when a long vector is viewed as rows
-JITABLE = frozenset({"FUSED_ELEMENTWISE", "FUSED_MATMUL", "SOFTMAX", "LAYER_NORM"})
 _ND = np.ndarray
 _JIT = context._ctx["jit_config"]        # the live jit_config dict (set_context updates it in place)
 B_IN_CACHE = 1 << 20            # bytes of a matmul's B below which L3 works in row blocks
@@ -337,7 +337,7 @@ class Site:
         self.fused = max(1, len(ins.parts))
         self.stats = kernel_cache().stats
         n_fused = sum(1 for c in code.all_codes() for i in c.instrs if i.op.kind == "fused") or 1
-        self.fusion_s = getattr(code, "fusion_s", 0.0) / n_fused if ins.op.kind == "fused" else 0.0
+        self.fusion_s = code.fusion_s / n_fused if ins.op.kind == "fused" else 0.0
 
     def info(self, shape, dtype) -> dict:
         return {"op": self.name, "code": self.code.name, "offset": self.ins.offset, "file": self.code.filename,
@@ -477,8 +477,7 @@ class Site:
 
     def _make_plan(self, inputs):
         try:
-            return {"FUSED_ELEMENTWISE": self._plan_elementwise, "FUSED_MATMUL": self._plan_matmul,
-                    "SOFTMAX": self._plan_row, "LAYER_NORM": self._plan_row}[self.op](inputs)
+            return getattr(self, PLANNERS[self.op])(inputs)
         except Unsupported:
             return None
 
@@ -855,6 +854,11 @@ def stats() -> dict:
 
 
 
+# how a Site plans each jit-able row (opcodes.JITABLE: the rows whose ``compiled`` is "kernel")
+PLANNERS = {"FUSED_ELEMENTWISE": "_plan_elementwise", "FUSED_MATMUL": "_plan_matmul", "SOFTMAX": "_plan_row",
+            "LAYER_NORM": "_plan_row"}
+
+
 class Accelerator:
     """What the interpreter asks when it links a Code: a Site for each jit-able instruction."""
 
@@ -862,7 +866,7 @@ class Accelerator:
     config = _JIT          # the live jit_config (its "jit_level")
 
     def site(self, code, index: int):
-        sites = code.__dict__.setdefault("jit_sites", {})
+        sites = code.jit_sites
         s = sites.get(index)
         if s is None:
             s = sites[index] = Site(code, index)

@@ -35,7 +35,7 @@ from ..bytecode.symbolic import Expr, Pred, SymbolicError
 from ..bytecode.types import NONE, ScalarType, ShapeEnv, ShapeError, TensorType, TupleType
 from ..bytecode.verify import bind_callee, subs_type, verify
 from ..errors import FrontendError
-from ..tensor import PARAMETER_SHAPES
+from .argspec import ArgSpec
 from .graph import GraphValue, lift, using
 
 # ---------------------------------------------------------------- sources
@@ -157,18 +157,6 @@ class _Returned(Exception):
     """Internal: control left the block through a return."""
 
 
-class ArgSpec:
-    """How one argument enters compiled code: a tensor type, a run-time scalar, or a baked constant."""
-
-    __slots__ = ("kind", "type", "value", "may_be_one")
-
-    def __init__(self, kind: str, type_=None, value=None, may_be_one=frozenset()):
-        self.kind = kind      # 'tensor' | 'scalar' | 'const'
-        self.type = type_
-        self.value = value
-        self.may_be_one = frozenset(may_be_one)   # dim symbols of type that may be 1 at run time
-
-
 _BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
            ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow,
            ast.MatMult: operator.matmul}
@@ -208,7 +196,8 @@ class FunctionCompiler:
 
     MAX_UNROLL = 4096
 
-    def __init__(self, src: FunctionSource, self_obj, specs: list, name: str, cell_compiler=None):
+    def __init__(self, src: FunctionSource, self_obj, specs: list, name: str, cell_compiler=None,
+                 generation: int = 0):
         self.src = src
         self.self_obj = self_obj
         self.cb = CodeBuilder(name, src.filename, src.node.lineno + src.line_offset)
@@ -216,8 +205,10 @@ class FunctionCompiler:
         self.loc = Loc(self.cb.code.firstlineno, src.col_offset, self.cb.code.firstlineno, src.col_offset)
         self.vars: dict = {}
         self.cell_compiler = cell_compiler or compile_cell_for
+        self.generation = generation     # the caller's Parameter-shape generation, for sub-Cells' cache keys
         self.specs = specs
         self.inline_depth = 0
+        self.branch_preds: list = []      # the predicates of the symbolic ifs being compiled
         self.scope = ""            # prefix of local slot names inside inlined helpers
         self.inlines = 0
         self.loop_syms = 0
@@ -471,8 +462,16 @@ class FunctionCompiler:
             raise self.error(f"construct may raise the built-in exceptions {', '.join(sorted(RAISABLE))}; "
                              f"not {ast.unparse(func)}", node)
         parts = self.message_parts(args[0]) if args else ()
+        self.keep_symbolic(*self.branch_preds)
         self.emit("RAISE", self.cb.const(name), self.cb.const(tuple(parts)))
         raise _AllReturned()
+
+    def keep_symbolic(self, *preds):
+        """The dims a raise is guarded by stay symbols: a later use that needs them equal to a
+        constant becomes an entry check (which the raise precedes, interp.BoundCode.raise_first)
+        instead of a substitution that would fold the guard away."""
+        for p in preds:
+            self.env.unifiable -= p.symbols()
 
     def stmt_Assert(self, node):
         test = self.expr(node.test)
@@ -486,6 +485,7 @@ class FunctionCompiler:
             return
         parts = self.message_parts(node.msg) if node.msg is not None else ("assertion failed: " + ast.unparse(node.test),)
         self.loc = self.node_loc(node.test)
+        self.keep_symbolic(test, *self.branch_preds)
         l_ok = self.cb.new_label()
         self.emit("BRANCH_IF_SYMBOLIC", self.cb.const(S.pnot(test)), l_ok)
         self.emit("RAISE", self.cb.const("AssertionError"), self.cb.const(tuple(parts)))
@@ -587,7 +587,11 @@ class FunctionCompiler:
         l_else, l_end, l_fix = self.cb.new_label(), self.cb.new_label(), self.cb.new_label()
         self.emit("BRANCH_IF_SYMBOLIC", self.cb.const(pred), l_else)
         before = dict(self.vars)
-        then_vars, then_ret = self.sub_block(node.body)
+        self.branch_preds.append(pred)
+        try:
+            then_vars, then_ret = self.sub_block(node.body)
+        finally:
+            self.branch_preds.pop()
         if not then_ret:
             self.emit("JUMP", l_fix, loc=self.node_loc(node.test))
         self.cb.place(l_else)
@@ -1167,7 +1171,7 @@ class FunctionCompiler:
             specs.append(spec)
             runtime.extend(_runtime_values(spec, v))
         try:
-            sub = self.cell_compiler(cell, specs)
+            sub = self.cell_compiler(cell, specs, generation=self.generation)
         except FrontendError as e:
             # (model zoo) a bool flag that decides the structure of a value (``if output_attentions:
             # outputs += (w,)``) cannot stay a run-time flag: the Python bools given at this call site
@@ -1179,7 +1183,7 @@ class FunctionCompiler:
             for k in baked:
                 specs[k] = ArgSpec("const", value=bool(values[k]))
             runtime = [r for spec, v in zip(specs, values) for r in _runtime_values(spec, v)]
-            sub = self.cell_compiler(cell, specs)
+            sub = self.cell_compiler(cell, specs, generation=self.generation)
         key = (path, id(sub))
         if key not in self._callee_index:
             self._callee_index[key] = len(self.cb.code.callees)
@@ -1303,7 +1307,7 @@ def tensor_type(v) -> TensorType:
     for i, d in enumerate(v._pshape):
         if d is None:
             raise ShapeError(f"a tensor attribute has an unknown dim {i}")
-        dims.append(S.sym(d) if isinstance(d, str) else Expr.const(d))
+        dims.append(S.sym(d) if isinstance(d, str) else d if isinstance(d, Expr) else Expr.const(d))
     return TensorType(tuple(dims), v._dtype)
 
 
@@ -1475,20 +1479,22 @@ def spec_key(specs) -> tuple:
     return tuple(out)
 
 
-def compile_cell_for(cell, specs, name: str | None = None):
-    """Compile (and verify) cell.construct for these argument specs; cached per cell."""
+def compile_cell_for(cell, specs, name: str | None = None, generation: int = 0):
+    """Compile (and verify) cell.construct for these argument specs; cached per cell and
+    ``generation`` (the run time passes its Parameter-shape counter, so a Parameter's new
+    shape compiles afresh; static analysis builds new Cells and passes nothing)."""
     try:
         cache = _cell_codes.setdefault(cell, {})
     except TypeError:
         cache = {}
-    key = (spec_key(specs), PARAMETER_SHAPES[0])     # (a Parameter's new shape compiles afresh)
+    key = (spec_key(specs), generation)
     code = cache.get(key)
     if code is not None:
         return code
     src_fn = getattr(cell, "__msvm_construct_source__", None)
     src = src_fn() if src_fn is not None else source_of(type(cell).construct)
     qual = name or f"{type(cell).__name__}.construct"
-    fc = FunctionCompiler(src, cell, specs, qual)
+    fc = FunctionCompiler(src, cell, specs, qual, generation=generation)
     code = fc.compile()
     code.hover = fc.hover
     verify(code)

@@ -26,7 +26,7 @@ import numpy as np
 from .. import events
 from ..bytecode.code import Code
 from ..bytecode.disasm import argrepr
-from ..bytecode.opcodes import TABLE
+from ..bytecode.opcodes import OUT_CAPABLE, TABLE
 from ..bytecode.symbolic import fmt_shape
 from ..bytecode.types import ScalarType, TensorType
 from ..errors import ExecutionError, ShapeMismatch
@@ -215,18 +215,27 @@ def h_return(ctx, i, args):
     return h
 
 
-def h_raise(ctx, i, args):
+def user_exception(args):
+    """RAISE's operands -> a function of the symbol env making the user's exception."""
     import builtins
 
-    exc = getattr(builtins, args[0])
+    exc = getattr(builtins, args[0], None)
     if not (isinstance(exc, type) and issubclass(exc, Exception)):
         raise TypeError(f"RAISE: {args[0]!r} is not a built-in exception")
     parts = [compile_sym(p) if not isinstance(p, str) else p for p in args[1]]
 
-    def h(f, s):
-        e = exc("".join(p if isinstance(p, str) else str(p(f.symbols)) for p in parts))
+    def make(env):
+        e = exc("".join(p if isinstance(p, str) else str(p(env)) for p in parts))
         e.msvm_raised = True
-        raise e
+        return e
+    return make
+
+
+def h_raise(ctx, i, args):
+    make = user_exception(args)
+
+    def h(f, s):
+        raise make(f.symbols)
     return h
 
 
@@ -262,7 +271,7 @@ class ComputeSpec:
         if nxt and isinstance(nxt[-1], TensorType) and nxt[-1].rank == 0:
             kern = self.kern = K.as_array(kern)     # a 0-d tensor is a 0-d array, never a numpy scalar
         # an output buffer kept across calls: the result never leaves the frame (escape analysis)
-        self.reuse = bool(i in ctx.reusable and name in K.OUT_CAPABLE and st is not None and out_tensor
+        self.reuse = bool(i in ctx.reusable and name in OUT_CAPABLE and st is not None and out_tensor
                           and all(isinstance(t, TensorType) and t.rank > 0 for t in st[len(st) - n:]))
         acc = ctx.accelerator
         self.site = self.reference = None
@@ -516,8 +525,15 @@ class BoundCode:
         for lhs, rhs, why, fl, fr in self.checks:
             lv, rv = fl(env), fr(env)
             if lv != rv:
+                self.raise_first(env)
                 raise ShapeMismatch(f"{code.name}: {why}; with {_env_str(env)}: {lhs} = {lv} but {rhs} = {rv}")
         return env
+
+    def raise_first(self, env) -> None:
+        """An entry check failed; when the path these arguments take reaches one of the user's
+        ``raise`` first (``if (H, W) != (224, 224): raise ValueError(...)``, in this code or in a
+        sub-Cell it calls), raise that, as Python would."""
+        _raise_first(self.code, env, 0)
 
     @property
     def checks(self):
@@ -545,6 +561,53 @@ class BoundCode:
 
 def _env_str(env):
     return ", ".join(f"{k}={v}" for k, v in env.items())
+
+
+def _raise_first(code, env, depth: int) -> bool:
+    """Follow the path the bound symbols select to the first RAISE and raise it; False at a
+    RETURN, a loop or a symbol the arguments do not bind (then the caller's error stands)."""
+    from ..bytecode.types import TensorType
+
+    i = 0
+    for _ in range(len(code.instrs) + 1):
+        if not 0 <= i < len(code.instrs):
+            return False
+        ins = code.instrs[i]
+        name = ins.op.name
+        args = code.decode_args(ins)
+        if name == "RAISE":
+            e = user_exception(args)(env)
+            if hasattr(e, "add_note"):
+                e.add_note(f"raised by {code.name} at {code.filename}:{ins.loc.line}:{ins.loc.col + 1} "
+                           f"(bytecode offset 0x{ins.offset:04x})")
+            raise e
+        if name in ("RETURN", "SET_SYM"):
+            return False
+        if name == "JUMP":
+            i = code.index_at(args[0])
+            continue
+        if name == "BRANCH_IF_SYMBOLIC":
+            try:
+                ok = compile_sym(args[0])(env)
+            except Exception:  # noqa: BLE001 - a symbol these arguments do not bind
+                return False
+            i = i + 1 if ok else code.index_at(args[1])
+            continue
+        if name == "CALL_CELL" and depth < 16 and code.stack_types and code.stack_types[i]:
+            (_, sub), n = args
+            sub_env = {}
+            for (_, want), got in zip(sub.params, code.stack_types[i][len(code.stack_types[i]) - n:]):
+                if isinstance(want, TensorType) and isinstance(got, TensorType) and want.rank == got.rank:
+                    for dw, dg in zip(want.shape, got.shape):
+                        sym = dw.as_symbol()
+                        if sym is not None:
+                            try:
+                                sub_env[sym] = compile_sym(dg)(env)
+                            except Exception:  # noqa: BLE001 - not bound here
+                                pass
+            _raise_first(sub, sub_env, depth + 1)
+        i += 1
+    return False
 
 
 def _dim_msg(code, k, axis, got, want):

@@ -15,6 +15,7 @@ import numpy as np
 
 from .. import dtype as dt
 from ..bytecode.opcodes import TABLE
+from ..bytecode.program import evaluate
 
 _special = None
 
@@ -36,19 +37,12 @@ def _dtype_of(v):
 
 
 def result_dtype(*vals) -> dt.DType:
+    """Promotion over arrays and Python scalars (see msvm.dtype.result_of)."""
     strong, weak = [], []
     for v in vals:
         d, k = _dtype_of(v)
         (strong.append(d) if d is not None else weak.append(k))
-    if strong:
-        out = strong[0]
-        for d in strong[1:]:
-            out = dt.promote(out, d)
-    else:
-        out = dt.weak_default(max(weak, key="bif".index))
-    for k in weak:
-        out = dt.promote_weak(out, k)
-    return out
+    return dt.result_of(strong, weak)
 
 
 def _arr(v, d: dt.DType):
@@ -211,20 +205,8 @@ def batch_matmul(a, b, ta, tb, out=None):
 
 def run_program(program, inputs):
     """Reference semantics of a fused program: each part's own kernel, in order."""
-    stack = []
-    for node in program:
-        tag = node[0]
-        if tag == "in":
-            stack.append(inputs[node[1]])
-        elif tag == "c":
-            stack.append(node[1])
-        else:
-            kern = KERNELS[tag]
-            n = 2 if tag.startswith("BROADCAST_") else 3 if tag == "WHERE" else 1
-            args = stack[len(stack) - n:]
-            del stack[len(stack) - n:]
-            stack.append(kern(*args, *node[1:]))
-    return stack[0]
+    return evaluate(program, inputs.__getitem__, lambda v: v,
+                    lambda row, args, operands: KERNELS[row.name](*args, *operands))
 
 
 def fused_elementwise(*args, out=None):
@@ -520,12 +502,6 @@ KERNELS = {
     "ARANGE": arange, "CUMSUM": cumsum,
 }
 
-# kernels that accept ``out=`` and write the whole result into it
-OUT_CAPABLE = frozenset({
-    "BROADCAST_ADD", "BROADCAST_SUB", "BROADCAST_MUL", "BROADCAST_DIV", "BROADCAST_POW",
-    "BROADCAST_MAX", "BROADCAST_MIN", "NEG", "ABS", "EXP", "LOG", "SQRT", "RSQRT", "TANH", "SIGMOID",
-    "RELU", "GELU", "GELU_TANH", "ERF", "RECIPROCAL", "MATMUL", "BATCH_MATMUL",
-})
 
 COMPUTE = frozenset(r.name for r in TABLE if r.kind not in ("control", "memory") or r.name == "FILL")
 _missing = COMPUTE - set(KERNELS)

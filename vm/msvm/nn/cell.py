@@ -23,6 +23,7 @@ class Cell:
     def __init__(self, auto_prefix=True, flags=None):
         object.__setattr__(self, "_params", {})
         object.__setattr__(self, "_cells", {})
+        object.__setattr__(self, "_auto_prefix", bool(auto_prefix))
         object.__setattr__(self, "training", False)
         object.__setattr__(self, "_msvm_inputs", None)
         object.__setattr__(self, "_runner", None)
@@ -43,6 +44,8 @@ class Cell:
         elif isinstance(value, Cell):
             d["_cells"][name] = value
             d["_params"].pop(name, None)
+            if d.get("_auto_prefix", True):        # as MindSpore: the child's parameters become 'name.<path>'
+                value.update_parameters_name(name + ".")
         else:
             d["_params"].pop(name, None)
             d["_cells"].pop(name, None)
@@ -98,19 +101,32 @@ class Cell:
         return self
 
     def parameters_dict(self, recurse=True) -> dict:
-        out = {}
-        for name, p in self.parameters_and_names():
-            out[name] = p
-        return out
+        """``{param.name: param}``, keyed as a checkpoint is (MindSpore's names, see update_parameters_name)."""
+        return {p.name: p for p in self.get_parameters(expand=recurse)}
 
     def parameters_and_names(self, name_prefix="", expand=True):
+        """(attribute path, parameter) for each parameter once, this Cell's own first, then its children's."""
+        seen = set()
+        for name, p in self._walk_parameters(name_prefix, expand):
+            if id(p) not in seen:
+                seen.add(id(p))
+                yield (name, p)
+
+    def _walk_parameters(self, prefix, expand):
         for name, p in self._params.items():
-            yield (f"{name_prefix}{name}", p)
-        for cname, c in self._cells.items():
-            yield from c.parameters_and_names(f"{name_prefix}{cname}.")
+            yield (f"{prefix}{name}", p)
+        if expand:
+            for cname, c in self._cells.items():
+                yield from c._walk_parameters(f"{prefix}{cname}.", True)
+
+    def update_parameters_name(self, prefix="", recurse=True):
+        """Name every parameter ``prefix + its attribute path`` (MindSpore does this when a Cell becomes an
+        attribute of another: ``layer1.0.conv1.weight``, ``bn1.moving_mean``); checkpoints are keyed on these."""
+        for name, p in self.parameters_and_names(expand=recurse):
+            p.name = prefix + name
 
     def get_parameters(self, expand=True):
-        for _, p in self.parameters_and_names():
+        for _, p in self.parameters_and_names(expand=expand):
             yield p
 
     def trainable_params(self, recurse=True) -> list:
@@ -148,8 +164,8 @@ class Cell:
 class CellList(Cell):
     """A list of Cells (indexable, iterable in construct: the loop is unrolled)."""
 
-    def __init__(self, *args, **kwargs):
-        super().__init__()
+    def __init__(self, *args, auto_prefix=True, **kwargs):
+        super().__init__(auto_prefix=auto_prefix)
         cells = args[0] if len(args) == 1 and isinstance(args[0], (list, tuple)) else args
         for c in cells:
             self.append(c)
@@ -162,7 +178,7 @@ class CellList(Cell):
     def __getitem__(self, i):
         items = list(self._cells.values())
         if isinstance(i, slice):
-            return CellList(items[i])
+            return CellList(items[i], auto_prefix=False)      # a view: its Cells keep their parameters' names
         return items[i]
 
     def __len__(self):

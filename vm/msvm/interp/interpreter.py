@@ -358,15 +358,37 @@ def h_compute(ctx, i, args):
 
 
 def _runtime_operand(ctx, v):
-    """Shape tuples with symbolic dims become callables over the symbol env."""
+    """Operands holding symbolic dims (shape tuples of FILL/RESHAPE/BROADCAST_TO, SLICE bounds,
+    ARANGE's ends, nested at any depth in tuples) become callables over the symbol env."""
     from ..bytecode.symbolic import Expr
 
-    if isinstance(v, tuple) and any(isinstance(d, Expr) for d in v):
-        if all(isinstance(d, Expr) and d.is_const() for d in v):
-            return tuple(d.const_value() for d in v)
-        fns = [compile_sym(d) if isinstance(d, Expr) else (lambda env, d=d: d) for d in v]
-        return lambda env: tuple(fn(env) for fn in fns)
-    return v
+    def has_sym(x):
+        if isinstance(x, Expr):
+            return not x.is_const()
+        return isinstance(x, tuple) and any(has_sym(y) for y in x)
+
+    def build(x):
+        if isinstance(x, Expr):
+            if x.is_const():
+                c = x.const_value()
+                return lambda env: c
+            return compile_sym(x)
+        if isinstance(x, tuple) and has_sym(x):
+            fns = [build(y) for y in x]
+            return lambda env: tuple(fn(env) for fn in fns)
+        x = plain(x)
+        return lambda env: x
+
+    def plain(x):
+        if isinstance(x, Expr):
+            return x.const_value()
+        if isinstance(x, tuple):
+            return tuple(plain(y) for y in x)
+        return x
+
+    if not has_sym(v):
+        return plain(v)
+    return build(v)
 
 
 _SPECIAL = {

@@ -378,7 +378,7 @@ def resolve_module(name: str):
     import importlib
 
     if name == "mindspore" or name.startswith("mindspore."):
-        from .compat import MODULES               # the alias's own map: mindspore.ops.operations, ...
+        from .compat import MODULES  # the alias's own map: mindspore.ops.operations, ...
 
         name = MODULES.get(name) or "msvm" + name[len("mindspore"):]
     if not allowed_module(name):

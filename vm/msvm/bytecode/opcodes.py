@@ -184,6 +184,42 @@ _op("ADAPTIVE_AVG_POOL2D", 0x73, ["size:const"], 1, 1, S.adaptive_pool2d, "conv"
 _op("GATHER", 0x74, ["axis:const"], 2, 1, S.gather, "layout",
     "pop indices, x; push x's slices at the (int) indices along axis: x.shape[:axis]+idx.shape+x.shape[axis+1:]")
 
+# --- conformance (issue 21): MindSpore's math, bitwise and band ops -------------------------------
+_CONF_UNARY = [
+    ("SIN", 0x90, "sin x", "float"), ("COS", 0x91, "cos x", "float"), ("TAN", 0x92, "tan x", "float"),
+    ("ASIN", 0x93, "arcsin x", "float"), ("ACOS", 0x94, "arccos x", "float"), ("ATAN", 0x95, "arctan x", "float"),
+    ("SINH", 0x96, "sinh x", "float"), ("COSH", 0x97, "cosh x", "float"), ("ASINH", 0x98, "arcsinh x", "float"),
+    ("ACOSH", 0x99, "arccosh x", "float"), ("ATANH", 0x9A, "arctanh x", "float"),
+    ("FLOOR", 0x9B, "floor x (ints stay ints)", None), ("CEIL", 0x9C, "ceil x (ints stay ints)", None),
+    ("ROUND", 0x9D, "x rounded half to even (ints stay ints)", None),
+    ("TRUNC", 0x9E, "x rounded toward zero (ints stay ints)", None), ("SIGN", 0x9F, "-1, 0 or 1 (NaN stays)", None),
+    ("ISNAN", 0xA0, "x is NaN", "bool"), ("ISINF", 0xA1, "x is +-inf", "bool"),
+    ("ISFINITE", 0xA2, "x is neither NaN nor +-inf", "bool"), ("SQUARE", 0xA3, "x * x", None),
+    ("LOG1P", 0xA4, "ln(1 + x)", "float"), ("EXPM1", 0xA5, "e**x - 1", "float"), ("ERFC", 0xA6, "1 - erf x", "float"),
+    ("INVERT", 0xA7, "bitwise not (bool: logical not)", None),
+    ("SOFTPLUS", 0xA8, "ln(1 + e**x), without overflow", "float"),
+]
+for _n, _c, _d, _o in _CONF_UNARY:
+    _op(_n, _c, [], 1, 1, partial(S.unary, name=_n, out_dtype=_o), "elementwise", f"pop x; push {_d}")
+_CONF_BINARY = [
+    ("BROADCAST_BITAND", 0xB0, "a & b bitwise (ints and bools)", None),
+    ("BROADCAST_BITOR", 0xB1, "a | b bitwise (ints and bools)", None),
+    ("BROADCAST_BITXOR", 0xB2, "a ^ b bitwise (ints and bools)", None),
+    ("BROADCAST_XOR", 0xB3, "logical a xor b", "bool"), ("BROADCAST_ATAN2", 0xB4, "arctan2(a, b)", "float"),
+    ("BROADCAST_MOD", 0xB5, "a - floor(a / b) * b, the sign of b (ints stay ints)", None),
+]
+for _n, _c, _d, _o in _CONF_BINARY:
+    _op(_n, _c, [], 2, 1, partial(S.binary, name=_n, out_dtype=_o), "elementwise",
+        f"pop b, a; push {_d} with numpy broadcasting")
+_op("MATRIX_BAND_PART", 0xB8, ["lower:const", "upper:const"], 1, 1, S.band_part, "layout",
+    "pop x [..., M, N]; push x with zeros outside the band i - j <= lower, j - i <= upper (-1: no limit)")
+for _n, _c, _o, _d in [("REDUCE_PROD", 0xB9, None, "product"), ("REDUCE_ALL", 0xBA, "bool", "logical and"),
+                       ("REDUCE_ANY", 0xBB, "bool", "logical or")]:
+    _op(_n, _c, ["axes:const", "keep_dims:const"], 1, 1, partial(S.reduce, name=_n, out_dtype=_o),
+        "reduction", f"pop x; push the {_d} over axes (None: all)")
+_op("ARGMIN", 0xBC, ["axis:const", "keep_dims:const"], 1, 1, partial(S.argreduce, name="ARGMIN"),
+    "reduction", "pop x; push the int32 index of the min along axis")
+
 # --- fused (produced by the fusion pass, jit/fuse.py; the interpreter runs them too) ---------
 # A fused instruction carries its expression as a program (postfix tuple of nodes: ("in", k),
 # ("c", value) or (OPNAME, *operands)); the disassembler names it after its parts:

@@ -75,7 +75,7 @@ def binary(ctx, ins, args, *, name: str, out_dtype=None):
 def unary(ctx, ins, args, *, name: str, out_dtype=None):
     (t,) = ins
     if isinstance(t, ScalarType):
-        return ScalarType("f" if out_dtype == "float" else t.kind)
+        return ScalarType("b" if out_dtype == "bool" else "f" if out_dtype == "float" else t.kind)
     t = _tensor(t, name)
     if out_dtype == "float" and not t.dtype.is_float:
         return TensorType(t.shape, dt.float32)
@@ -163,8 +163,10 @@ def reduce(ctx, ins, args, *, name: str, out_dtype=None):
         d = dt.float32
     if out_dtype == "index":
         d = dt.int32
-    if name in ("REDUCE_SUM",) and d is dt.bool_:
+    if name in ("REDUCE_SUM", "REDUCE_PROD") and d is dt.bool_:
         d = dt.int64
+    if out_dtype == "bool":
+        d = dt.bool_
     return TensorType(shape, d)
 
 
@@ -529,3 +531,16 @@ def fused_matmul(ctx, ins, args):
         raise ShapeError("FUSED_MATMUL needs at least the two matmul operands")
     mm = (batch_matmul if batched else matmul)(ctx, ins[:2], (ta, tb))
     return run_program(ctx, program, [mm] + list(ins[2:]), "FUSED_MATMUL")
+
+
+# ---------------------------------------------------------------- conformance (issue 21)
+
+def band_part(ctx, ins, args):
+    """MATRIX_BAND_PART: x's type; x needs rank >= 2, the bounds are ints (-1: no limit)."""
+    t = _tensor(ins[0], "MATRIX_BAND_PART")
+    if t.rank < 2:
+        raise ShapeError(f"MATRIX_BAND_PART: x must have rank >= 2, got rank {t.rank}")
+    for what, v in zip(("lower", "upper"), args):
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise ShapeError(f"MATRIX_BAND_PART: {what} must be an int, got {v!r}")
+    return t

@@ -468,6 +468,116 @@ def _truncdiv(a, b, out=None):
     return np.trunc(q, out=q) if isinstance(q, np.ndarray) else np.trunc(q)
 
 
+# ---------------------------------------------------------------- conformance (issue 21)
+
+def _bool_unary(ufunc):
+    """x -> bool array (NaN/inf tests); a Python scalar gives a Python bool."""
+    def kern(x, out=None):
+        r = ufunc(np.asarray(x))
+        return bool(r) if not isinstance(x, (np.ndarray, np.generic)) else np.asarray(r)
+    return kern
+
+
+def _int_kept(ufunc):
+    """floor/ceil/round/trunc: identity on ints and bools (numpy would keep them too, but
+    np.round on a bool array fails)."""
+    def kern(x, out):
+        if x.dtype.kind != "f":
+            return np.array(x, copy=True) if out is None else np.copyto(out, x) or out
+        return ufunc(x, out=out) if out is not None else np.asarray(ufunc(x))
+    return kern
+
+
+def _sign(x, out):
+    if x.dtype == np.bool_:
+        return x.copy()
+    return np.sign(x, out=out) if out is not None else np.asarray(np.sign(x))
+
+
+def _square(x, out):
+    if x.dtype == np.bool_:
+        return np.logical_and(x, x)
+    return np.multiply(x, x, out=out) if out is not None else np.asarray(np.multiply(x, x))
+
+
+def _invert(x, out):
+    if x.dtype.kind == "f":
+        raise TypeError(f"INVERT: bitwise not needs an int or bool tensor, got {x.dtype}")
+    return np.invert(x, out=out) if out is not None else np.asarray(np.invert(x))
+
+
+def _softplus(x, out):
+    return np.logaddexp(x.dtype.type(0), x, out=out) if out is not None else np.asarray(np.logaddexp(x.dtype.type(0), x))
+
+
+def _erfc(x, out):
+    return np.asarray(_sp().erfc(x) if out is None else _sp().erfc(x, out=out))
+
+
+def _bitwise(ufunc, name):
+    def kern(a, b, out=None):
+        for v in (a, b):
+            if np.asarray(v).dtype.kind == "f":
+                raise TypeError(f"{name}: needs int or bool inputs, got {np.asarray(v).dtype}")
+        return _binary(ufunc)(a, b, out)
+    return kern
+
+
+def _mod(a, b, out=None):
+    """numpy's mod (Python's %: the sign of b); on ints a zero divisor gives 0, as numpy."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return _binary(np.mod)(a, b, out)
+
+
+def matrix_band_part(x, lower, upper, out=None):
+    x = np.asarray(x)
+    m, n = x.shape[-2:]
+    i = np.arange(m)[:, None]
+    j = np.arange(n)[None, :]
+    keep = np.ones((m, n), dtype=bool)
+    if lower >= 0:
+        keep &= (i - j) <= lower
+    if upper >= 0:
+        keep &= (j - i) <= upper
+    return np.where(keep, x, np.zeros((), x.dtype))
+
+
+def argmin(x, axis, keep, out=None):
+    x = np.asarray(x)
+    if axis is None:
+        return np.asarray(np.argmin(x), dtype=np.int32)
+    return np.argmin(x, axis=axis, keepdims=bool(keep)).astype(np.int32)
+
+
+def _bool_reduce(fn):
+    def kern(x, axes, keep, out=None):
+        return np.asarray(fn(np.asarray(x), axis=_axes(axes), keepdims=bool(keep)), dtype=np.bool_)
+    return kern
+
+
+_CONFORMANCE = {
+    "SIN": _unary(_with_out(np.sin), True), "COS": _unary(_with_out(np.cos), True),
+    "TAN": _unary(_with_out(np.tan), True), "ASIN": _unary(_with_out(np.arcsin), True),
+    "ACOS": _unary(_with_out(np.arccos), True), "ATAN": _unary(_with_out(np.arctan), True),
+    "SINH": _unary(_with_out(np.sinh), True), "COSH": _unary(_with_out(np.cosh), True),
+    "ASINH": _unary(_with_out(np.arcsinh), True), "ACOSH": _unary(_with_out(np.arccosh), True),
+    "ATANH": _unary(_with_out(np.arctanh), True),
+    "FLOOR": _unary(_int_kept(np.floor)), "CEIL": _unary(_int_kept(np.ceil)),
+    "ROUND": _unary(_int_kept(np.rint)), "TRUNC": _unary(_int_kept(np.trunc)), "SIGN": _unary(_sign),
+    "ISNAN": _bool_unary(np.isnan), "ISINF": _bool_unary(np.isinf), "ISFINITE": _bool_unary(np.isfinite),
+    "SQUARE": _unary(_square), "LOG1P": _unary(_with_out(np.log1p), True),
+    "EXPM1": _unary(_with_out(np.expm1), True), "ERFC": _unary(_erfc, True), "INVERT": _unary(_invert),
+    "SOFTPLUS": _unary(_softplus, True),
+    "BROADCAST_BITAND": _bitwise(np.bitwise_and, "BROADCAST_BITAND"),
+    "BROADCAST_BITOR": _bitwise(np.bitwise_or, "BROADCAST_BITOR"),
+    "BROADCAST_BITXOR": _bitwise(np.bitwise_xor, "BROADCAST_BITXOR"),
+    "BROADCAST_XOR": _logical(np.logical_xor), "BROADCAST_ATAN2": _binary(np.arctan2, force_float=True),
+    "BROADCAST_MOD": _mod, "MATRIX_BAND_PART": matrix_band_part,
+    "REDUCE_PROD": _reduce(np.prod), "REDUCE_ALL": _bool_reduce(np.all), "REDUCE_ANY": _bool_reduce(np.any),
+    "ARGMIN": argmin,
+}
+
+
 KERNELS = {
     "BROADCAST_ADD": _binary(np.add), "BROADCAST_SUB": _binary(np.subtract),
     "BROADCAST_MUL": _binary(np.multiply), "BROADCAST_DIV": _binary(np.true_divide, force_float=True),
@@ -497,6 +607,7 @@ KERNELS = {
     "BROADCAST_TO": broadcast_to, "CONCAT": concat, "STACK": stack, "SLICE": slice_,
     "CONV2D": conv2d, "MAX_POOL2D": max_pool2d, "AVG_POOL2D": avg_pool2d,
     "ADAPTIVE_AVG_POOL2D": adaptive_avg_pool2d, "GATHER": gather,
+    **_CONFORMANCE,
 }
 
 # kernels that accept ``out=`` and write the whole result into it

@@ -5,6 +5,14 @@ from .functional import __dict__ as _fd
 from .primitives import *  # noqa: F403
 from .primitives import Primitive  # noqa: F401 - re-exported
 
+from .registry import functions as _functions
+from .registry import install_methods as _install_methods
+
+globals().update(_functions())
+from ..tensor import TensorMethods as _TM  # noqa: E402
+
+_install_methods(_TM)
+
 max = _fd["amax"]  # noqa: A001
 min = _fd["amin"]  # noqa: A001
 sum = _fd["sum"]  # noqa: A001

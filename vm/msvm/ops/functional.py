@@ -430,3 +430,214 @@ def dropout(input, p=0.5, training=True, seed=None):
     if training and p > 0:
         raise NotImplementedError("ops.dropout with training=True is not supported (msvm runs inference)")
     return input
+
+
+# ---------------------------------------------------------------- math, bitwise, activations (conformance)
+# The implementations behind MindSpore's three faces of each op: ms.ops.<function>, the primitive
+# ms.ops.<Name>() and the Tensor method. ops/registry.py maps the names to these functions.
+
+def sin(input): return apply("SIN", (input,))
+def cos(input): return apply("COS", (input,))
+def tan(input): return apply("TAN", (input,))
+def asin(input): return apply("ASIN", (input,))
+def acos(input): return apply("ACOS", (input,))
+def atan(input): return apply("ATAN", (input,))
+def sinh(input): return apply("SINH", (input,))
+def cosh(input): return apply("COSH", (input,))
+def asinh(input): return apply("ASINH", (input,))
+def acosh(input): return apply("ACOSH", (input,))
+def atanh(input): return apply("ATANH", (input,))
+def floor(input): return apply("FLOOR", (input,))
+def ceil(input): return apply("CEIL", (input,))
+def trunc(input): return apply("TRUNC", (input,))
+def sign(input): return apply("SIGN", (input,))
+def isnan(input): return apply("ISNAN", (input,))
+def isinf(input): return apply("ISINF", (input,))
+def isfinite(input): return apply("ISFINITE", (input,))
+def square(input): return apply("SQUARE", (input,))
+def log1p(input): return apply("LOG1P", (input,))
+def expm1(input): return apply("EXPM1", (input,))
+def erfc(input): return apply("ERFC", (input,))
+def invert(input): return apply("INVERT", (input,))
+def bitwise_and(input, other): return apply("BROADCAST_BITAND", (input, other))
+def bitwise_or(input, other): return apply("BROADCAST_BITOR", (input, other))
+def bitwise_xor(input, other): return apply("BROADCAST_BITXOR", (input, other))
+def logical_xor(input, other): return apply("BROADCAST_XOR", (input, other))
+def atan2(input, other): return apply("BROADCAST_ATAN2", (input, other))
+def remainder(input, other): return apply("BROADCAST_MOD", (input, other))
+
+
+def round_(input, *, decimals=0):
+    """Half to even, as MindSpore's Round; ints stay ints."""
+    if decimals:
+        scale = 10.0 ** decimals
+        return div(apply("ROUND", (mul(input, scale),)), scale)
+    return apply("ROUND", (input,))
+
+
+def inv(input):
+    """1 / x; MindSpore's Inv keeps an int input's dtype (the quotient truncated)."""
+    dtype = getattr(input, "dtype", None)
+    if dtype is not None and dtype.kind in "iu":
+        return div(1, input, rounding_mode="trunc")
+    return reciprocal(input)
+
+
+def matrix_band_part(x, lower, upper):
+    """x with zeros outside the band (i - j <= lower, j - i <= upper) of its last two dims; a
+    negative bound keeps the whole triangle."""
+    bounds = []
+    for what, v in (("lower", lower), ("upper", upper)):
+        if isinstance(v, Tensor):
+            v = v.asnumpy()
+            if v.size != 1:
+                raise ValueError(f"ops.matrix_band_part: {what} must be one int, got a tensor of shape {v.shape}")
+            v = v.reshape(-1)[0]
+        if is_graph(v) or isinstance(v, Expr):
+            raise TypeError(f"ops.matrix_band_part: {what} must be a constant int inside construct, got {v!r}")
+        bounds.append(int(v))
+    return apply("MATRIX_BAND_PART", (x,), (builtins.max(bounds[0], -1), builtins.max(bounds[1], -1)))
+
+
+def prod(input, axis=None, keep_dims=False, dtype=None):
+    out = apply("REDUCE_PROD", (input,), (_axes(axis, "ops.prod: axis"), bool(keep_dims)))
+    return cast(out, dtype) if dtype is not None else out
+
+
+def all_(input, axis=None, keep_dims=False):
+    return apply("REDUCE_ALL", (input,), (_axes(axis, "ops.all: axis"), bool(keep_dims)))
+
+
+def any_(input, axis=None, keep_dims=False):
+    return apply("REDUCE_ANY", (input,), (_axes(axis, "ops.any: axis"), bool(keep_dims)))
+
+
+def argmin(input, axis=None, keepdims=False):
+    return apply("ARGMIN", (input,), (None if axis is None else int(axis), bool(keepdims)))
+
+
+def var(input, axis=None, ddof=0, keepdims=False):
+    """Variance over axis with ddof (an int, or True/False for 1/0, as MindSpore's unbiased)."""
+    axes = _axes(axis, "ops.var: axis")
+    shape = _shape(input)
+    n = product(shape[a] for a in axes) if axes is not None else product(shape)
+    xc = sub(input, mean(input, axes, True))
+    return div(sum(mul(xc, xc), axes, keepdims), sub(n, int(ddof)))
+
+
+def std(input, axis=None, ddof=0, keepdims=False):
+    return sqrt(var(input, axis, ddof, keepdims))
+
+
+def logsumexp(input, axis, keep_dims=False):
+    axes = _axes(axis, "ops.logsumexp: axis")
+    m = amax(input, axes, True)
+    m = where(isfinite(m), m, zeros_like(m))
+    out = add(log(sum(exp(sub(input, m)), axes, True)), m)
+    return out if keep_dims else squeeze(out, axes)
+
+
+def norm(A, ord=None, dim=None, keepdim=False, *, dtype=None):  # noqa: A002
+    """Vector p-norms over dim (None: all elements, 2-norm), and 'fro' over two dims."""
+    x = cast(A, dtype) if dtype is not None else A
+    axes = _axes(dim, "ops.norm: dim")
+    p = 2 if ord in (None, "fro") else ord
+    if p == float("inf"):
+        return amax(abs(x), axes, keepdim)
+    if p == float("-inf"):
+        return amin(abs(x), axes, keepdim)
+    if p == 0:
+        return sum(cast(not_equal(x, 0), x.dtype), axes, keepdim)
+    if p == 1:
+        return sum(abs(x), axes, keepdim)
+    if p == 2:
+        return sqrt(sum(mul(x, x), axes, keepdim))
+    return pow(sum(pow(abs(x), float(p)), axes, keepdim), 1.0 / p)
+
+
+def softplus(input, beta=1, threshold=20):
+    if beta == 1 and threshold == 20:
+        return apply("SOFTPLUS", (input,))
+    bx = mul(input, beta)
+    return where(greater(bx, threshold), input, div(apply("SOFTPLUS", (bx,)), beta))
+
+
+def softsign(x): return div(x, add(abs(x), 1))
+def mish(x): return mul(x, tanh(softplus(x)))
+def relu6(x): return clip(relu(x), None, 6)
+def hardsigmoid(input): return clip(add(div(input, 6), 0.5), 0, 1)
+def hardswish(x): return mul(x, hardsigmoid(x))
+def fast_gelu(x): return mul(div(x, add(exp(mul(abs(x), -1.702)), 1)), exp(mul(sub(x, abs(x)), 0.851)))
+
+
+def elu(input_x, alpha=1.0):
+    return where(greater(input_x, 0), input_x, mul(expm1(input_x), alpha))
+
+
+def celu(x, alpha=1.0):
+    return where(greater(x, 0), x, mul(expm1(div(x, alpha)), alpha))
+
+
+def selu(input_x):
+    scale, alpha = 1.0507009873554804934193349852946, 1.6732632423543772848170429916717
+    return mul(where(greater(input_x, 0), input_x, mul(expm1(input_x), alpha)), scale)
+
+
+def hardtanh(input, min_val=-1.0, max_val=1.0):
+    return clip(input, min_val, max_val)
+
+
+def hardshrink(input, lambd=0.5):
+    return where(greater(abs(input), lambd), input, zeros_like(input))
+
+
+def softshrink(input, lambd=0.5):
+    return where(greater(input, lambd), sub(input, lambd), where(less(input, -lambd), add(input, lambd),
+                                                                  zeros_like(input)))
+
+
+def bias_add(input_x, bias, data_format="NCHW"):
+    """x + bias along the channel axis (1 for NC..., the last for N...C)."""
+    r = _rank(input_x)
+    if data_format.endswith("C") and data_format != "NC":
+        return add(input_x, bias)
+    return add(input_x, reshape(bias, (1, -1) + (1,) * (r - 2)))
+
+
+def vmap(fn, in_axes=0, out_axes=0):
+    """``fn`` mapped over an axis of its inputs: a Python loop over the slices, the results stacked
+    (each input's mapped axis must have a known size; in_axes None leaves an input whole)."""
+    def mapped(*args):
+        axes = in_axes if isinstance(in_axes, (tuple, list)) else (in_axes,) * len(args)
+        if len(axes) != len(args):
+            raise ValueError(f"vmap: in_axes has {len(axes)} entries for {len(args)} inputs")
+        sizes = {_known_dim(a, ax, "vmap")[1] for a, ax in zip(args, axes) if ax is not None}
+        if len(sizes) != 1:
+            raise ValueError(f"vmap: the mapped axes have sizes {sorted(sizes)}; they must be equal")
+        (n,) = sizes
+        cols = [unstack(a, ax) if ax is not None else (a,) * n for a, ax in zip(args, axes)]
+        outs = [fn(*(c[k] for c in cols)) for k in range(n)]
+        if isinstance(outs[0], (tuple, list)):
+            oa = out_axes if isinstance(out_axes, (tuple, list)) else (out_axes,) * len(outs[0])
+            return tuple(stack([o[i] for o in outs], oa[i]) for i in range(len(outs[0])))
+        return stack(outs, out_axes)
+    return mapped
+
+
+def _ints(*xs) -> bool:
+    """Every tensor among xs has an int dtype (the operators & | ^ ~ are bitwise then, logical on bools)."""
+    ds = [getattr(x, "dtype", None) for x in xs]
+    return any_of(d is not None and d.kind in "iu" for d in ds)
+
+
+def any_of(it):
+    for v in it:
+        if v:
+            return True
+    return False
+
+
+def and_(a, b): return bitwise_and(a, b) if _ints(a, b) else logical_and(a, b)
+def or_(a, b): return bitwise_or(a, b) if _ints(a, b) else logical_or(a, b)
+def xor_(a, b): return bitwise_xor(a, b) if _ints(a, b) else logical_xor(a, b)
+def invert_(x): return invert(x) if _ints(x) else logical_not(x)

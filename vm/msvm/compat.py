@@ -55,6 +55,7 @@ MODULES = {
     "mindspore.ops.function.nn_func": "msvm.ops",
     "mindspore.ops.composite": "msvm.ops",
     "mindspore.common.api": "msvm",
+    "mindspore._checkparam": "msvm.checkparam",
 }
 
 # attributes MindSpore has under another name in msvm, per mindspore module

@@ -1059,7 +1059,8 @@ class FunctionCompiler:
                 raise self.error(f"{getattr(fn, '__name__', fn)}() of a symbolic or run-time value is not "
                                  "supported", node)
             return fn(*args, **kwargs)
-        if _is_msvm(fn) or isinstance(fn, pytypes.MethodType) and isinstance(fn.__self__, GraphValue):
+        if _is_msvm(fn) or getattr(type(fn), "__msvm_primitive__", False) \
+                or isinstance(fn, pytypes.MethodType) and isinstance(fn.__self__, GraphValue):
             return fn(*args, **kwargs)
         if callable(fn) and getattr(fn, "__module__", "").split(".")[0] in _FOLD_MODULES:
             if any(isinstance(a, (GraphValue, Expr, Pred)) for a in list(args) + list(kwargs.values())):

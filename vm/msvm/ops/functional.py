@@ -14,7 +14,7 @@ import builtins
 import numpy as np
 
 from .. import dtype as dt
-from ..bytecode.symbolic import Expr, product
+from ..bytecode.symbolic import Expr, product, smin
 from ..frontend.graph import is_graph, trace_op
 from ..interp.kernels import KERNELS
 from ..tensor import Tensor, unwrap, wrap
@@ -641,3 +641,35 @@ def and_(a, b): return bitwise_and(a, b) if _ints(a, b) else logical_and(a, b)
 def or_(a, b): return bitwise_or(a, b) if _ints(a, b) else logical_or(a, b)
 def xor_(a, b): return bitwise_xor(a, b) if _ints(a, b) else logical_xor(a, b)
 def invert_(x): return invert(x) if _ints(x) else logical_not(x)
+
+
+def _full_like_piece(x, shape, value):
+    """A tensor of shape and x's dtype holding value (a constant or a run-time scalar)."""
+    d = x.dtype
+    if d is dt.bool_:
+        return logical_or(zeros(shape, dt.bool_), value)
+    return cast(add(zeros(shape, d), value), d)
+
+
+def shift(x, fill_value, periods=1, axis=-1):
+    """MindSpore's Shift: x moved by periods along axis, the vacated places set to fill_value
+    (the axis may be symbolic: the pieces are slices with constant bounds)."""
+    r = _rank(x)
+    if not -r <= axis < r:
+        raise ValueError(f"Shift: axis {axis} is out of range for rank {r}")
+    axis %= r
+    if periods == 0:
+        return add(x, zeros_like(x)) if x.dtype is not dt.bool_ else logical_or(x, zeros_like(x))
+    p = abs_int(periods)
+    s = list(_shape(x))
+    d = s[axis]
+    s[axis] = builtins.min(p, d) if isinstance(d, int) else smin(Expr.const(p), d)
+    fill = _full_like_piece(x, tuple(s), fill_value)
+    lead = (("s", None, None, None),) * axis
+    if periods > 0:
+        return concat((fill, apply("SLICE", (x,), (lead + (("s", None, -p, 1),),))), axis)
+    return concat((apply("SLICE", (x,), (lead + (("s", p, None, 1),),)), fill), axis)
+
+
+def abs_int(v: int) -> int:
+    return v if v >= 0 else -v

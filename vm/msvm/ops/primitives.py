@@ -10,6 +10,8 @@ from . import registry
 class Primitive:
     """Base of the primitives; ``attrs`` are the constructor arguments."""
 
+    __msvm_primitive__ = True     # the frontend calls primitives (msvm's and users' subclasses) directly
+
     def __init__(self, **attrs):
         self.attrs = attrs
         self.name = type(self).__name__
@@ -225,3 +227,49 @@ class LayerNorm(Primitive):
 # name, calling the row's implementation (the same function ms.ops.<name> and Tensor.<name> call).
 
 globals().update(registry.primitives(Primitive))
+
+
+class PrimitiveWithInfer(Primitive):
+    """Base of primitives defined in user code the MindSpore way (``@prim_attr_register``
+    ``__init__``, ``infer_shape``/``infer_dtype``): calling one runs msvm's implementation of the
+    primitive with the same name (MindSpore too picks the kernel by the primitive's name)."""
+
+    def __init__(self, name=None, **attrs):
+        super().__init__(**attrs)
+        if name:
+            self.name = name
+
+    def init_prim_io_names(self, inputs=None, outputs=None):
+        self.input_names, self.output_names = inputs, outputs
+
+    def add_prim_attr(self, name, value):
+        self.attrs[name] = value
+        return self
+
+    def __call__(self, *inputs):
+        made = globals().get(self.name)
+        row = getattr(made, "_row", None)
+        if row is None:
+            raise NotImplementedError(f"primitive {self.name!r} (a {type(self).__mro__[1].__name__} defined in "
+                                      f"{type(self).__module__}): msvm has no implementation under that name")
+        kw = {k: self.attrs.get(p, getattr(self, p, d)) for p, d, k in row.attrs if k is not None}
+        return row.impl(*inputs, **kw)
+
+
+PrimitiveWithCheck = PrimitiveWithInfer
+
+
+def prim_attr_register(fn):
+    """Decorator of a primitive's ``__init__``: its arguments (defaults filled in) become attrs."""
+    import functools
+    import inspect
+
+    sig = inspect.signature(fn)
+
+    @functools.wraps(fn)
+    def init(self, *args, **kwargs):
+        bound = sig.bind(self, *args, **kwargs)
+        bound.apply_defaults()
+        Primitive.__init__(self, **{k: v for k, v in list(bound.arguments.items())[1:]})
+        fn(self, *args, **kwargs)
+    return init

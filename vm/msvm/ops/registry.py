@@ -187,6 +187,7 @@ api(_flatten_batch, "", "Flatten", "")
 api(_broadcast_to, "", "BroadcastTo", "broadcast_to", attrs=(("shape", None),))
 api(F.zeros_like, "", "ZerosLike", "")
 api(F.ones_like, "", "OnesLike", "")
+api(F.shift, "", "Shift", "", attrs=(("periods", 1), ("axis", -1)))
 
 
 # ---------------------------------------------------------------- the faces, made from the rows
@@ -218,7 +219,7 @@ def _primitive(name: str, row: OpAPI, base: type) -> type:
 
     doc = f"MindSpore's ``{name}`` primitive: calls ``{getattr(row.impl, '__name__', 'impl')}``."
     return type(name, (base, _Made), {"__init__": __init__, "__call__": __call__, "__doc__": doc,
-                                      "__module__": "msvm.ops.primitives"})
+                                      "__module__": "msvm.ops.primitives", "_row": row})
 
 
 def primitives(base: type) -> dict:

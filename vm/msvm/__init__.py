@@ -59,6 +59,7 @@ def cache_stats() -> dict:
 __all__ = ["GRAPH_MODE", "PYNATIVE_MODE", "BytecodeError", "ExecutionError", "FrontendError", "MsvmError",
            "Parameter", "ShapeMismatch", "Tensor", "VerifyError", "as_mindspore", "bool_", "bytecode", "cache_stats",
            "common", "double", "events", "float16", "float32", "float64", "float_", "get_context", "half", "int8",
-           "int16", "int32", "int64", "int_", "jit", "nn", "ops", "set_context", "set_trace", "single", "uint8", "uint16", "uint32", "uint64"]
+           "int16", "int32", "int64", "int_", "jit", "nn", "ops", "set_context", "set_trace", "single",
+           "uint8", "uint16", "uint32", "uint64"]
 
 _start_telemetry()

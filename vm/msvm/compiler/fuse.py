@@ -27,10 +27,11 @@ FUSABLE = frozenset({
     "BROADCAST_ADD", "BROADCAST_SUB", "BROADCAST_MUL", "BROADCAST_DIV", "BROADCAST_POW", "BROADCAST_MAX",
     "BROADCAST_MIN", "NEG", "ABS", "EXP", "LOG", "SQRT", "RSQRT", "TANH", "SIGMOID", "RELU", "GELU", "GELU_TANH",
     "ERF", "RECIPROCAL", "CAST",
+    "FLOOR", "CEIL", "ROUND", "TRUNC", "SQUARE", "SIN", "COS",      # conformance (issue 21)
 })
 LEAVES = frozenset({"LOAD_TENSOR", "LOAD_PARAM", "LOAD_SYM", "LOAD_CONST"})
 # a lone op worth a compiled kernel of its own (numpy makes several passes or calls scipy)
-COSTLY = frozenset({"GELU", "GELU_TANH", "ERF", "SIGMOID", "TANH", "EXP"})
+COSTLY = frozenset({"GELU", "GELU_TANH", "ERF", "SIGMOID", "TANH", "EXP", "SIN", "COS"})
 MATMULS = frozenset({"MATMUL", "BATCH_MATMUL"})
 FLOAT_DTYPES = (dt.float16, dt.float32, dt.float64)
 

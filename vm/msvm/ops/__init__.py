@@ -4,7 +4,6 @@ from .functional import *  # noqa: F403
 from .functional import __dict__ as _fd
 from .primitives import *  # noqa: F403
 from .primitives import Primitive  # noqa: F401 - re-exported
-
 from .registry import functions as _functions
 from .registry import install_methods as _install_methods
 

@@ -522,7 +522,8 @@ def var(input, axis=None, ddof=0, keepdims=False):
     shape = _shape(input)
     n = product(shape[a] for a in axes) if axes is not None else product(shape)
     xc = sub(input, mean(input, axes, True))
-    return div(sum(mul(xc, xc), axes, keepdims), sub(n, int(ddof)))
+    cnt = Expr.of(n) - int(ddof)
+    return div(sum(mul(xc, xc), axes, keepdims), cnt.const_value() if cnt.is_const() else cnt)
 
 
 def std(input, axis=None, ddof=0, keepdims=False):

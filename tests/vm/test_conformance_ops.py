@@ -1,0 +1,324 @@
+"""Issue 21 (conformance): the ops MindSpore's own CPU tests need, against numpy, through each
+of their three faces (ms.ops function, primitive, Tensor method), eagerly and inside a
+compiled Cell (the interpreter here; tests/jit/test_conformance_tiers.py runs L2/L3)."""
+
+import warnings
+
+import msvm as ms
+import numpy as np
+import pytest
+from msvm import nn, ops
+from msvm.compat import MindSporeGap
+from msvm.ops import registry
+from scipy import special
+
+from tests.special_values import assert_numpy_equal, edge_values, sprinkle
+
+# (function name, primitive name, Tensor method, numpy reference, input domain)
+UNARY = [
+    ("sin", "Sin", "sin", np.sin, "any"), ("cos", "Cos", "cos", np.cos, "any"), ("tan", "Tan", "tan", np.tan, "any"),
+    ("asin", "Asin", "asin", np.arcsin, "unit"), ("acos", "ACos", "acos", np.arccos, "unit"),
+    ("atan", "Atan", "atan", np.arctan, "any"), ("sinh", "Sinh", "sinh", np.sinh, "any"),
+    ("cosh", "Cosh", "cosh", np.cosh, "any"), ("asinh", "Asinh", "asinh", np.arcsinh, "any"),
+    ("acosh", "Acosh", "acosh", np.arccosh, "ge1"), ("atanh", "Atanh", "atanh", np.arctanh, "unit"),
+    ("floor", "Floor", "floor", np.floor, "any"), ("ceil", "Ceil", "ceil", np.ceil, "any"),
+    ("round", "Round", "round", np.rint, "any"), ("trunc", "Trunc", "trunc", np.trunc, "any"),
+    ("sign", "Sign", "sign", np.sign, "any"), ("isnan", "IsNan", "isnan", np.isnan, "any"),
+    ("isinf", "IsInf", "isinf", np.isinf, "any"), ("isfinite", "IsFinite", "isfinite", np.isfinite, "any"),
+    ("square", "Square", "square", np.square, "any"), ("log1p", "Log1p", "log1p", np.log1p, "gt-1"),
+    ("expm1", "Expm1", "expm1", np.expm1, "any"), ("erfc", "Erfc", "erfc", special.erfc, "any"),
+    ("inv", "Inv", "inv", lambda x: np.float32(1) / x, "any"),
+    ("softplus", "Softplus", "softplus", lambda x: np.logaddexp(np.float32(0), x), "any"),
+    ("abs", "Abs", "abs", np.abs, "any"), ("exp", "Exp", "exp", np.exp, "any"),
+]
+
+
+def _input(rng, shape, domain, dtype=np.float32):
+    x = rng.standard_normal(shape).astype(dtype) * 3
+    if domain == "unit":
+        x = np.tanh(x).astype(dtype)
+    elif domain == "ge1":
+        x = (np.abs(x) + 1).astype(dtype)
+    elif domain == "gt-1":
+        x = (np.abs(x) - 0.9).astype(dtype)
+    return x
+
+
+def _ref(fn, x):
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")
+        return fn(x)
+
+
+class Apply(nn.Cell):
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def construct(self, x):
+        return self.fn(x)
+
+
+@pytest.mark.parametrize("fname,pname,mname,ref,domain", UNARY, ids=[u[0] for u in UNARY])
+def test_unary_three_faces_agree_with_numpy(fname, pname, mname, ref, domain, rng):
+    for shape in [(), (0,), (3,), tuple(rng.integers(1, 5, 3))]:
+        x = _input(rng, shape, domain)
+        want = _ref(ref, x)
+        faces = {"function": getattr(ops, fname)(ms.Tensor(x)), "primitive": getattr(ops, pname)()(ms.Tensor(x)),
+                 "method": getattr(ms.Tensor(x), mname)(), "Cell": Apply(getattr(ops, pname)())(ms.Tensor(x))}
+        for face, out in faces.items():
+            assert out.shape == want.shape, (face, shape)
+            assert out.asnumpy().dtype == want.dtype, (face, out.asnumpy().dtype, want.dtype)
+            assert_numpy_equal(out.asnumpy(), want, rtol=1e-5, atol=1e-6, msg=f"{fname} {face} {shape}")
+
+
+@pytest.mark.parametrize("fname,pname,mname,ref,domain", UNARY, ids=[u[0] for u in UNARY])
+def test_unary_edge_values(fname, pname, mname, ref, domain, rng):
+    for dtype in (np.float32, np.float64):
+        x = edge_values(dtype)
+        want = _ref(ref, x)
+        with np.errstate(all="ignore"):
+            eager = getattr(ops, fname)(ms.Tensor(x)).asnumpy()
+            graph = Apply(getattr(ops, fname))(ms.Tensor(sprinkle(rng, x, 0)))
+        assert_numpy_equal(eager, want.astype(eager.dtype) if want.dtype != bool else want, msg=f"{fname} {dtype}")
+        assert_numpy_equal(graph.asnumpy(), eager, msg=f"{fname} graph {dtype}")
+
+
+@pytest.mark.parametrize("op", ["floor", "ceil", "round", "trunc", "sign", "square"])
+def test_rounding_keeps_int_dtypes(op):
+    x = np.array([-3, 0, 2, 7], np.int32)
+    out = getattr(ops, op)(ms.Tensor(x)).asnumpy()
+    assert out.dtype == np.int32
+    np.testing.assert_array_equal(out, {"sign": np.sign, "square": np.square}.get(op, lambda v: v)(x))
+
+
+def test_inv_of_ints_stays_int():
+    out = ops.Inv()(ms.Tensor(np.array([1, 2, -1, 4], np.int32))).asnumpy()
+    assert out.dtype == np.int32 and list(out) == [1, 0, -1, 0]
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64, np.bool_])
+def test_bitwise_ops_and_operators(dtype, rng):
+    a = rng.integers(0, 100, (3, 4)).astype(dtype)
+    b = rng.integers(0, 100, (4,)).astype(dtype)
+    for fn, prim, ref, sym in [("bitwise_and", "BitwiseAnd", np.bitwise_and, "__and__"),
+                               ("bitwise_or", "BitwiseOr", np.bitwise_or, "__or__"),
+                               ("bitwise_xor", "BitwiseXor", np.bitwise_xor, "__xor__")]:
+        want = ref(a, b)
+        for out in (getattr(ops, fn)(ms.Tensor(a), ms.Tensor(b)), getattr(ops, prim)()(ms.Tensor(a), ms.Tensor(b)),
+                    getattr(ms.Tensor(a), fn)(ms.Tensor(b)), getattr(ms.Tensor(a), sym)(ms.Tensor(b))):
+            np.testing.assert_array_equal(out.asnumpy(), want)
+            assert out.asnumpy().dtype == want.dtype
+    np.testing.assert_array_equal((~ms.Tensor(a)).asnumpy(), np.invert(a))
+    np.testing.assert_array_equal(ops.Invert()(ms.Tensor(a)).asnumpy(), np.invert(a))
+
+
+def test_bitwise_on_floats_is_an_error():
+    with pytest.raises(TypeError, match="int or bool"):
+        ops.bitwise_and(ms.Tensor(np.ones(3, np.float32)), ms.Tensor(np.ones(3, np.float32)))
+
+
+@pytest.mark.parametrize("lower,upper", [(0, 0), (1, 2), (-1, 0), (0, -1), (-1, -1), (5, 1)])
+def test_matrix_band_part(lower, upper, rng):
+    for shape in [(4, 4), (2, 3, 5), (2, 1, 6, 3), (0, 3)]:
+        x = rng.standard_normal(shape).astype(np.float32)
+        m, n = shape[-2:]
+        i, j = np.arange(m)[:, None], np.arange(n)[None, :]
+        keep = ((lower < 0) | (i - j <= lower)) & ((upper < 0) | (j - i <= upper))
+        want = np.where(keep, x, 0)
+        np.testing.assert_array_equal(ops.matrix_band_part(ms.Tensor(x), lower, upper).asnumpy(), want)
+        net = Apply(lambda t: ops.matrix_band_part(t, lower, upper))
+        np.testing.assert_array_equal(net(ms.Tensor(x)).asnumpy(), want)
+
+
+def test_matrix_band_part_needs_a_matrix():
+    with pytest.raises(Exception, match="rank >= 2"):
+        Apply(lambda t: ops.matrix_band_part(t, 1, 1))(ms.Tensor(np.ones(3, np.float32)))
+
+
+@pytest.mark.parametrize("axis,keep", [(None, False), (0, True), ((1, 2), False), (-1, True)])
+def test_reductions(axis, keep, rng):
+    x = sprinkle(rng, rng.standard_normal((3, 4, 5)).astype(np.float32), 0.1)
+    b = x > 0
+    np_axis = axis
+    close = dict(rtol=1e-5, atol=1e-5, equal_nan=True)
+    np.testing.assert_allclose(ops.prod(ms.Tensor(x), axis, keep).asnumpy(), np.prod(x, np_axis, keepdims=keep), **close)
+    np.testing.assert_array_equal(ops.all(ms.Tensor(b), axis, keep).asnumpy(), np.all(b, np_axis, keepdims=keep))
+    np.testing.assert_array_equal(ops.any(ms.Tensor(b), axis, keep).asnumpy(), np.any(b, np_axis, keepdims=keep))
+    np.testing.assert_array_equal(ms.Tensor(b).all(axis, keep).asnumpy(), np.all(b, np_axis, keepdims=keep))
+    y = rng.standard_normal((3, 4, 5)).astype(np.float32)
+    for ddof in (0, 1):
+        np.testing.assert_allclose(ops.var(ms.Tensor(y), axis, ddof, keep).asnumpy(),
+                                   np.var(y, np_axis, ddof=ddof, keepdims=keep), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(ops.std(ms.Tensor(y), axis, ddof, keep).asnumpy(),
+                                   np.std(y, np_axis, ddof=ddof, keepdims=keep), rtol=1e-5, atol=1e-6)
+    if axis is not None:
+        np.testing.assert_allclose(ops.logsumexp(ms.Tensor(y), axis, keep).asnumpy(),
+                                   special.logsumexp(y, np_axis, keepdims=keep), rtol=1e-5, atol=1e-6)
+    for ordv in (None, 1, 2, 3, float("inf")):
+        want = np.linalg.norm(y.reshape(-1), ordv) if axis is None else None
+        if want is not None:
+            np.testing.assert_allclose(ops.norm(ms.Tensor(y), ordv).asnumpy(), want, rtol=1e-5)
+    prim = ops.ReduceProd(keep_dims=keep)
+    np.testing.assert_allclose(prim(ms.Tensor(x), () if axis is None else axis).asnumpy(),
+                               np.prod(x, np_axis, keepdims=keep), **close)
+
+
+def test_argmin_and_argmax_primitives(rng):
+    x = rng.standard_normal((4, 6)).astype(np.float32)
+    assert ops.Argmax()(ms.Tensor(x)).asnumpy().tolist() == np.argmax(x, -1).tolist()
+    assert ops.Argmin(axis=0)(ms.Tensor(x)).asnumpy().tolist() == np.argmin(x, 0).tolist()
+    assert ms.Tensor(x).argmin(1).asnumpy().tolist() == np.argmin(x, 1).tolist()
+    assert int(ops.argmin(ms.Tensor(x)).asnumpy()) == int(np.argmin(x))
+
+
+ACTIVATIONS = [
+    ("elu", lambda x: np.where(x > 0, x, np.expm1(x))),
+    ("celu", lambda x: np.where(x > 0, x, np.expm1(x))),
+    ("selu", lambda x: 1.0507009873554805 * np.where(x > 0, x, 1.6732632423543772 * np.expm1(x))),
+    ("softsign", lambda x: x / (1 + np.abs(x))),
+    ("mish", lambda x: x * np.tanh(np.logaddexp(0, x))),
+    ("relu6", lambda x: np.clip(x, 0, 6)),
+    ("hardtanh", lambda x: np.clip(x, -1, 1)),
+    ("hardshrink", lambda x: np.where(np.abs(x) > 0.5, x, 0)),
+    ("softshrink", lambda x: np.where(x > 0.5, x - 0.5, np.where(x < -0.5, x + 0.5, 0))),
+    ("hardsigmoid", lambda x: np.clip(x / 6 + 0.5, 0, 1)),
+    ("hardswish", lambda x: x * np.clip(x / 6 + 0.5, 0, 1)),
+    ("fast_gelu", lambda x: x / (1 + np.exp(-1.702 * np.abs(x))) * np.exp(0.851 * (x - np.abs(x)))),
+]
+
+
+@pytest.mark.parametrize("name,ref", ACTIVATIONS, ids=[a[0] for a in ACTIVATIONS])
+def test_activations(name, ref, rng):
+    x = rng.standard_normal((3, 7)).astype(np.float32) * 4
+    x[0, :3] = [0.0, 0.5, -0.5]
+    want = ref(x.astype(np.float64))
+    np.testing.assert_allclose(getattr(ops, name)(ms.Tensor(x)).asnumpy(), want, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(Apply(getattr(ops, name))(ms.Tensor(x)).asnumpy(), want, rtol=1e-5, atol=1e-6)
+
+
+def test_primitive_attrs_reach_the_implementation(rng):
+    x = rng.standard_normal((5,)).astype(np.float32)
+    np.testing.assert_allclose(ops.Elu(alpha=0.3)(ms.Tensor(x)).asnumpy(), np.where(x > 0, x, 0.3 * np.expm1(x)),
+                               rtol=1e-6)
+    np.testing.assert_allclose(ops.HShrink(2.0)(ms.Tensor(x)).asnumpy(), np.where(np.abs(x) > 2, x, 0))
+    with pytest.raises(TypeError, match="unexpected argument 'beta'.*alpha"):
+        ops.Elu(beta=1)
+
+
+def test_names_for_existing_ops(rng):
+    a, b = rng.standard_normal((2, 3)).astype(np.float32), rng.standard_normal((2, 3)).astype(np.float32)
+    ta, tb = ms.Tensor(a), ms.Tensor(b)
+    np.testing.assert_array_equal(ops.GreaterEqual()(ta, tb).asnumpy(), a >= b)
+    np.testing.assert_array_equal(ops.LessEqual()(ta, tb).asnumpy(), a <= b)
+    np.testing.assert_array_equal(ops.NotEqual()(ta, tb).asnumpy(), a != b)
+    np.testing.assert_array_equal(ops.gt(ta, tb).asnumpy(), a > b)
+    np.testing.assert_array_equal(ops.ge(ta, tb).asnumpy(), a >= b)
+    np.testing.assert_array_equal(ops.select(ta > tb, ta, tb).asnumpy(), np.where(a > b, a, b))
+    np.testing.assert_array_equal(ta.neg().asnumpy(), -a)
+    np.testing.assert_allclose(ta.add(tb).asnumpy(), a + b)
+    np.testing.assert_allclose(ta.mul(tb).asnumpy(), a * b)
+    np.testing.assert_allclose(ta.div(tb).asnumpy(), a / b)
+    np.testing.assert_allclose(ta.matmul(tb.T).asnumpy(), a @ b.T, rtol=1e-6)
+    np.testing.assert_array_equal(ops.LogicalXor()(ta > 0, tb > 0).asnumpy(), (a > 0) ^ (b > 0))
+    x4 = rng.standard_normal((2, 3, 4, 5)).astype(np.float32)
+    assert ops.Flatten()(ms.Tensor(x4)).shape == (2, 60)
+    bias = rng.standard_normal(3).astype(np.float32)
+    np.testing.assert_allclose(ops.BiasAdd()(ms.Tensor(x4), ms.Tensor(bias)).asnumpy(),
+                               x4 + bias.reshape(1, 3, 1, 1), rtol=1e-6)
+    np.testing.assert_allclose(ops.LogSoftmax()(ta).asnumpy(), a - special.logsumexp(a, -1, keepdims=True),
+                               rtol=1e-5, atol=1e-6)
+    assert ops.BroadcastTo((4, 2, 3))(ta).shape == (4, 2, 3)
+    np.testing.assert_array_equal(ops.OnesLike()(ta).asnumpy(), np.ones_like(a))
+    np.testing.assert_array_equal(ops.ZerosLike()(ta).asnumpy(), np.zeros_like(a))
+    np.testing.assert_allclose(ops.SquaredDifference()(ta, tb).asnumpy(), (a - b) ** 2, rtol=1e-6)
+    np.testing.assert_allclose(ops.atan2(ta, tb).asnumpy(), np.arctan2(a, b), rtol=1e-6)
+    np.testing.assert_allclose(ops.remainder(ta, tb).asnumpy(), np.mod(a, b), rtol=1e-5, atol=1e-6)
+
+
+def test_registry_is_the_one_definition():
+    """Every face a row names exists and calls the row's implementation; no name is defined twice."""
+    seen = {"function": {}, "primitive": {}, "method": {}}
+    for row in registry.API:
+        for n in row.functions:
+            assert getattr(ops, n) is row.impl, n
+            assert n not in seen["function"], f"ops.{n} in two rows"
+            seen["function"][n] = row
+        for n in row.primitives:
+            assert getattr(ops, n)._row is row, n
+            assert n not in seen["primitive"], f"ops.{n} in two rows"
+            seen["primitive"][n] = row
+        for n in row.methods:
+            assert n not in seen["method"], f"Tensor.{n} in two rows"
+            seen["method"][n] = row
+            assert hasattr(ms.Tensor, n), n
+
+
+def test_vmap_is_a_loop_and_stack(rng):
+    x = rng.standard_normal((4, 3, 5)).astype(np.float32)
+    y = rng.standard_normal((5,)).astype(np.float32)
+    out = ops.vmap(lambda a, b: ops.relu(a) + b, in_axes=(1, None))(ms.Tensor(x), ms.Tensor(y))
+    np.testing.assert_allclose(out.asnumpy(), np.maximum(x.transpose(1, 0, 2), 0) + y, rtol=1e-6)
+    out = ops.vmap(ops.sin, in_axes=0, out_axes=1)(ms.Tensor(x))
+    np.testing.assert_allclose(out.asnumpy(), np.sin(x).transpose(1, 0, 2), rtol=1e-6)
+
+
+def test_shift_primitive_defined_the_mindspore_way(rng):
+    """A user's PrimitiveWithInfer named Shift runs msvm's Shift, in a Cell with symbolic dims."""
+    class Shift(ops.PrimitiveWithInfer):
+        @ops.prim_attr_register
+        def __init__(self, periods=1, axis=-1):
+            self.init_prim_io_names(inputs=["x", "fill_value"], outputs=["output"])
+
+    class Net(nn.Cell):
+        def __init__(self, periods, axis):
+            super().__init__()
+            self.shift = Shift(periods, axis)
+
+        def construct(self, x, fill):
+            return self.shift(x, fill)
+
+    for periods, axis in [(2, 0), (-3, 1), (9, 1), (0, 0), (-1, -1)]:
+        x = rng.standard_normal((4, 6)).astype(np.float32)
+        want = np.full_like(x, np.nan)
+        n = x.shape[axis]
+        src = [slice(None)] * 2
+        dst = [slice(None)] * 2
+        if periods >= 0:
+            src[axis], dst[axis] = slice(0, max(n - periods, 0)), slice(min(periods, n), None)
+        else:
+            src[axis], dst[axis] = slice(-periods, None), slice(0, max(n + periods, 0))
+        want[tuple(dst)] = x[tuple(src)]
+        out = Net(periods, axis)(ms.Tensor(x), float("nan")).asnumpy()
+        np.testing.assert_array_equal(out, want, err_msg=f"periods={periods} axis={axis}")
+
+
+def test_unknown_user_primitive_says_so():
+    class Frobnicate(ops.PrimitiveWithInfer):
+        @ops.prim_attr_register
+        def __init__(self):
+            pass
+
+    with pytest.raises(NotImplementedError, match="'Frobnicate'.*no implementation"):
+        Frobnicate()(ms.Tensor(np.ones(2, np.float32)))
+
+
+def test_training_and_export_names_import_and_raise_clearly():
+    import msvm.compat as compat
+
+    compat.as_mindspore()
+    import mindspore.ops.composite as C
+    from mindspore.common.api import _pynative_executor
+    from mindspore.train.serialization import export
+
+    for thing in (lambda: C.GradOperation(get_all=True), lambda: export(None), lambda: _pynative_executor.sync()):
+        with pytest.raises(MindSporeGap, match="msvm does not do training/export"):
+            thing()
+
+
+def test_uint_dtypes():
+    for name in ("uint16", "uint32", "uint64"):
+        d = getattr(ms, name)
+        t = ms.Tensor(np.arange(3, dtype=name))
+        assert t.dtype is d and str(d) == f"UInt{name[4:]}"
+        np.testing.assert_array_equal((t + t).asnumpy(), np.arange(3, dtype=name) * 2)

@@ -674,3 +674,150 @@ def shift(x, fill_value, periods=1, axis=-1):
 
 def abs_int(v: int) -> int:
     return v if v >= 0 else -v
+
+
+# ---------------------------------------------------------------- composites of the ops above (conformance)
+
+def _reduced(loss, reduction, what, batch=None):
+    if reduction == "none":
+        return loss
+    if reduction == "sum":
+        return sum(loss)
+    if reduction == "mean":
+        return mean(loss)
+    if reduction == "batchmean" and batch is not None:
+        return div(sum(loss), batch)
+    raise ValueError(f"{what}: reduction must be 'none', 'mean' or 'sum'{', batchmean' if batch else ''}, "
+                     f"got {reduction!r}")
+
+
+def padding(x, pad_dim_size=8):
+    """MindSpore's Padding: the last dim (of size 1) extended with zeros to pad_dim_size."""
+    s = _shape(x)
+    return concat((x, zeros(tuple(s[:-1]) + (pad_dim_size - 1,), x.dtype)), -1)
+
+
+def ger(input, vec2):
+    """The outer product of two vectors."""
+    return mul(reshape(input, (-1, 1)), reshape(vec2, (1, -1)))
+
+
+def std_mean(input, axis=None, ddof=0, keepdims=False):
+    return std(input, axis, ddof, keepdims), mean(input, axis, keepdims)
+
+
+def var_mean(input, axis=None, ddof=0, keepdims=False):
+    return var(input, axis, ddof, keepdims), mean(input, axis, keepdims)
+
+
+def square_sum_all(x, y):
+    return sum(mul(x, x)), sum(mul(y, y))
+
+
+def l2_loss(x):
+    return div(sum(mul(x, x)), 2)
+
+
+def rank(input_x):
+    return _rank(input_x)
+
+
+def size(input_x):
+    p = product(_shape(input_x))
+    return p.const_value() if isinstance(p, Expr) and p.is_const() else p
+
+
+def dot(input, other):
+    """MindSpore's dot: contracts input's last dim with other's second-to-last."""
+    ra, rb = _rank(input), _rank(other)
+    if ra == 2 and rb == 2:
+        return matmul(input, other)
+    sa, sb = _shape(input), _shape(other)
+    a2 = reshape(input, (-1, sa[-1]))
+    perm = (rb - 2,) + tuple(range(rb - 2)) + (rb - 1,) if rb >= 2 else (0,)
+    b2 = reshape(transpose(other, perm), (sb[-2] if rb >= 2 else sb[0], -1))
+    out = matmul(a2, b2)
+    return reshape(out, tuple(sa[:-1]) + tuple(sb[:-2]) + tuple(sb[-1:] if rb >= 2 else ()))
+
+
+def kl_div(logits, labels, reduction="mean"):
+    """labels * (log(labels) - logits), 0 where labels are 0."""
+    loss = where(greater(labels, 0), mul(labels, sub(log(labels), logits)), zeros_like(labels))
+    return _reduced(loss, reduction, "KLDivLoss", _shape(logits)[0] if _rank(logits) else 1)
+
+
+def binary_cross_entropy_with_logits(logits, label, weight=None, pos_weight=None, reduction="mean"):
+    log_weight = add(mul(sub(pos_weight, 1), label), 1) if pos_weight is not None else 1
+    loss = add(mul(sub(1, label), logits), mul(log_weight, add(log1p(exp(neg(abs(logits)))), relu(neg(logits)))))
+    if weight is not None:
+        loss = mul(loss, weight)
+    return _reduced(loss, reduction, "BCEWithLogitsLoss")
+
+
+def depth_to_space(x, block_size):
+    n, c, h, w = _shape(x)
+    b = block_size
+    y = transpose(reshape(x, (n, b, b, c // (b * b), h, w)), (0, 3, 4, 1, 5, 2))
+    return reshape(y, (n, c // (b * b), h * b, w * b))
+
+
+def space_to_depth(x, block_size):
+    n, c, h, w = _shape(x)
+    b = block_size
+    y = transpose(reshape(x, (n, c, h // b, b, w // b, b)), (0, 3, 5, 1, 2, 4))
+    return reshape(y, (n, c * b * b, h // b, w // b))
+
+
+def lp_norm(input, axis, p=2, keep_dims=False, epsilon=1e-12):
+    return norm(input, p, axis, keep_dims)
+
+
+def lerp(input, end, weight):
+    return add(input, mul(weight, sub(end, input)))
+
+
+def meshgrid(*inputs, indexing="xy"):
+    if len(inputs) == 1 and isinstance(inputs[0], (tuple, list)):
+        inputs = tuple(inputs[0])
+    n = len(inputs)
+    sizes = [_shape(x)[0] for x in inputs]
+    axes = list(range(n))
+    if indexing == "xy" and n >= 2:
+        axes[0], axes[1] = 1, 0
+    full = [None] * n
+    for i, a in enumerate(axes):
+        full[a] = sizes[i]
+    out = []
+    for i, x in enumerate(inputs):
+        s = [1] * n
+        s[axes[i]] = -1
+        out.append(broadcast_to(reshape(x, tuple(s)), tuple(full)))
+    return tuple(out)
+
+
+def xdivy(x, y): return where(equal(x, 0), zeros_like(div(x, y)), div(x, y))
+def xlogy(input, other): return where(equal(input, 0), zeros_like(mul(input, log(other))), mul(input, log(other)))
+def div_no_nan(x1, x2): return where(equal(x2, 0), zeros_like(div(x1, x2)), div(x1, x2))
+def fmod(input, other): return sub(input, mul(div(input, other, rounding_mode="trunc"), other))
+def approximate_equal(x, y, tolerance=1e-5): return less(abs(sub(x, y)), tolerance)
+def identity(x): return add(x, zeros_like(x)) if x.dtype is not dt.bool_ else logical_or(x, zeros_like(x))
+
+
+def addn(x):
+    out = x[0]
+    for t in x[1:]:
+        out = add(out, t)
+    return out
+
+
+def equal_count(x, y):
+    return reshape(cast(sum(cast(equal(x, y), dt.int32)), dt.int32), (1,))
+
+
+def dense(input, weight, bias=None):
+    """input @ weight.T + bias over input's last dim."""
+    s = _shape(input)
+    out = matmul(reshape(input, (-1, s[-1])) if len(s) != 2 else input, transpose(weight, (1, 0)))
+    if bias is not None:
+        out = add(out, bias)
+    return reshape(out, tuple(s[:-1]) + (_shape(weight)[0],)) if len(s) != 2 else out

@@ -189,6 +189,35 @@ api(F.zeros_like, "", "ZerosLike", "")
 api(F.ones_like, "", "OnesLike", "")
 api(F.shift, "", "Shift", "", attrs=(("periods", 1), ("axis", -1)))
 
+# --- composites
+api(F.padding, "", "Padding", "", attrs=(("pad_dim_size", 8),))
+api(F.ger, "", "Ger", "ger")
+api(F.std_mean, "", "", "")
+api(F.var_mean, "", "", "")
+api(F.square_sum_all, "", "SquareSumAll", "")
+api(F.l2_loss, "", "L2Loss", "")
+api(F.rank, "", "Rank", "")
+api(F.size, "", "Size", "")
+api(F.gather, "", "", "gather")
+api(F.dot, "", "", "")
+api(F.kl_div, "", "KLDivLoss", "", attrs=(("reduction", "mean"),))
+api(F.binary_cross_entropy_with_logits, "", "BCEWithLogitsLoss", "", attrs=(("reduction", "mean"),))
+api(F.depth_to_space, "", "DepthToSpace", "", attrs=(("block_size", 2),))
+api(F.space_to_depth, "", "SpaceToDepth", "", attrs=(("block_size", 2),))
+api(F.lp_norm, "", "LpNorm", "", attrs=(("axis", 0), ("p", 2), ("keep_dims", False), ("epsilon", 1e-12)))
+api(F.lerp, "", "Lerp", "lerp")
+api(lambda inputs, indexing="xy": F.meshgrid(*inputs, indexing=indexing), "", "Meshgrid", "",
+    attrs=(("indexing", "xy"),))
+api(F.xdivy, "", "Xdivy", "")
+api(F.xlogy, "", "Xlogy", "xlogy")
+api(F.div_no_nan, "", "DivNoNan", "")
+api(F.fmod, "truncate_mod", "Mod TruncateMod", "fmod")
+api(F.approximate_equal, "", "ApproximateEqual", "approximate_equal", attrs=(("tolerance", 1e-5),))
+api(F.identity, "", "Identity", "")
+api(F.addn, "add_n", "AddN", "")
+api(F.equal_count, "", "EqualCount", "")
+api(F.dense, "", "Dense", "")
+
 
 # ---------------------------------------------------------------- the faces, made from the rows
 

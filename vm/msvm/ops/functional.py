@@ -821,3 +821,52 @@ def dense(input, weight, bias=None):
     if bias is not None:
         out = add(out, bias)
     return reshape(out, tuple(s[:-1]) + (_shape(weight)[0],)) if len(s) != 2 else out
+
+
+def smooth_l1_loss(input, target, beta=1.0, reduction="none"):
+    d = abs(sub(input, target))
+    loss = where(less(d, beta), div(mul(mul(d, d), 0.5), beta), sub(d, 0.5 * beta))
+    return _reduced(loss, reduction, "SmoothL1Loss")
+
+
+def binary_cross_entropy(logits, labels, weight=None, reduction="mean"):
+    loss = neg(add(mul(labels, log(logits)), mul(sub(1, labels), log(sub(1, logits)))))
+    if weight is not None:
+        loss = mul(loss, weight)
+    return _reduced(loss, reduction, "BinaryCrossEntropy")
+
+
+def prelu(x, weight):
+    """x where x > 0, else weight * x; a weight per channel (axis 1) or one for all."""
+    r = _rank(x)
+    w = reshape(weight, (1, -1) + (1,) * (r - 2)) if r >= 2 and _shape(weight) not in ((), (1,)) else weight
+    return where(greater(x, 0), x, mul(w, x))
+
+
+def l2_normalize(x, axis=0, epsilon=1e-4):
+    s = sum(mul(x, x), axis, True)
+    return div(x, sqrt(maximum(s, epsilon)))
+
+
+def tanhshrink(input): return sub(input, tanh(input))
+
+
+def slice(input_x, begin, size):  # noqa: A001
+    """MindSpore's Slice: size[i] elements from begin[i] (-1: to the end) along each dim."""
+    begin, size = _dims(begin), _dims(size)
+    spec = tuple(("s", int(b), None if int(s) == -1 else int(b) + int(s), 1) for b, s in zip(begin, size))
+    return apply("SLICE", (input_x,), (spec,))
+
+
+def dtype(input):
+    return input.dtype
+
+
+def _arg_with_value(fn, red):
+    def call(x, axis=0, keep_dims=False):
+        return fn(x, axis, keep_dims), red(x, axis, keep_dims)
+    return call
+
+
+argmax_with_value = _arg_with_value(argmax, amax)
+argmin_with_value = _arg_with_value(argmin, amin)

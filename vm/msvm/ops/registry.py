@@ -217,6 +217,15 @@ api(F.identity, "", "Identity", "")
 api(F.addn, "add_n", "AddN", "")
 api(F.equal_count, "", "EqualCount", "")
 api(F.dense, "", "Dense", "")
+api(F.smooth_l1_loss, "", "SmoothL1Loss", "", attrs=(("beta", 1.0), ("reduction", "none")))
+api(F.binary_cross_entropy, "", "BinaryCrossEntropy", "", attrs=(("reduction", "mean"),))
+api(F.prelu, "", "PReLU", "")
+api(F.l2_normalize, "", "L2Normalize", "", attrs=(("axis", 0), ("epsilon", 1e-4)))
+api(F.tanhshrink, "", "", "")
+api(F.slice, "", "Slice", "")
+api(F.dtype, "", "DType", "")
+api(F.argmax_with_value, "", "ArgMaxWithValue", "", attrs=(("axis", 0), ("keep_dims", False)))
+api(F.argmin_with_value, "", "ArgMinWithValue", "", attrs=(("axis", 0), ("keep_dims", False)))
 
 
 # ---------------------------------------------------------------- the faces, made from the rows

@@ -8,7 +8,7 @@ with symbolic shapes, are verified before they run, and run in the interpreter.
 """
 
 from . import bytecode, common, events, nn, ops
-from .context import GRAPH_MODE, PYNATIVE_MODE, get_context, set_context
+from .context import GRAPH_MODE, PYNATIVE_MODE, _pynative_executor, get_context, set_context  # noqa: F401
 from .dtype import (
                     bool_,
                     double,

@@ -217,6 +217,9 @@ for _n, _c, _o, _d in [("REDUCE_PROD", 0xB9, None, "product"), ("REDUCE_ALL", 0x
                        ("REDUCE_ANY", 0xBB, "bool", "logical or")]:
     _op(_n, _c, ["axes:const", "keep_dims:const"], 1, 1, partial(S.reduce, name=_n, out_dtype=_o),
         "reduction", f"pop x; push the {_d} over axes (None: all)")
+_op("TENSOR_SCATTER", 0xBD, ["mode:const"], 3, 1, S.tensor_scatter, "layout",
+    "pop updates, indices [..., K], x; push x with x[indices] combined with updates by mode "
+    "(update, add, sub, mul, div, max, min); an index out of range raises")
 _op("ARGMIN", 0xBC, ["axis:const", "keep_dims:const"], 1, 1, partial(S.argreduce, name="ARGMIN"),
     "reduction", "pop x; push the int32 index of the min along axis")
 

@@ -544,3 +544,30 @@ def band_part(ctx, ins, args):
         if isinstance(v, bool) or not isinstance(v, int):
             raise ShapeError(f"MATRIX_BAND_PART: {what} must be an int, got {v!r}")
     return t
+
+
+SCATTER_MODES = ("update", "add", "sub", "mul", "div", "max", "min")
+
+
+def tensor_scatter(ctx, ins, args):
+    """TENSOR_SCATTER: x's type; int indices [..., K] with K <= rank(x); updates of
+    indices.shape[:-1] + x.shape[K:] (checked where both are known)."""
+    x = _tensor(ins[0], "TENSOR_SCATTER")
+    idx = _tensor(ins[1], "TENSOR_SCATTER", 1)
+    upd = ins[2]
+    (mode,) = args
+    if mode not in SCATTER_MODES:
+        raise ShapeError(f"TENSOR_SCATTER: mode must be one of {', '.join(SCATTER_MODES)}, got {mode!r}")
+    if idx.dtype.kind not in "iu":
+        raise ShapeError(f"TENSOR_SCATTER: indices must be ints, got {idx.dtype}")
+    if idx.rank == 0:
+        raise ShapeError("TENSOR_SCATTER: indices must have rank >= 1 (the last dim indexes x)")
+    k = idx.shape[-1]
+    if k.is_const() and k.const_value() > x.rank:
+        raise ShapeError(f"TENSOR_SCATTER: indices index {k.const_value()} dims of a rank-{x.rank} x")
+    if isinstance(upd, TensorType) and k.is_const():
+        want = tuple(idx.shape[:-1]) + tuple(x.shape[k.const_value():])
+        if len(want) == upd.rank and all(a.is_const() and b.is_const() and a.const_value() != b.const_value()
+                                         for a, b in zip(want, upd.shape)):
+            raise ShapeError(f"TENSOR_SCATTER: updates must have shape {fmt_shape(want)}, got {fmt_shape(upd.shape)}")
+    return x

@@ -555,7 +555,34 @@ def _bool_reduce(fn):
     return kern
 
 
+_SCATTER = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "max": np.maximum, "min": np.minimum}
+
+
+def tensor_scatter(x, idx, upd, mode, out=None):
+    """x with x[indices] updated (repeated indices: update keeps the last, the others combine all)."""
+    x = np.array(x, copy=True)
+    idx = np.asarray(idx)
+    k = idx.shape[-1]
+    flat = idx.reshape(-1, k).astype(np.int64)
+    for d in range(k):
+        bad = (flat[:, d] < 0) | (flat[:, d] >= x.shape[d])
+        if bad.any():
+            raise IndexError(f"TENSOR_SCATTER: index {int(flat[bad.argmax(), d])} is out of range for dim {d} "
+                             f"of size {x.shape[d]}")
+    u = np.broadcast_to(np.asarray(upd), idx.shape[:-1] + x.shape[k:]).reshape((flat.shape[0],) + x.shape[k:])
+    keys = tuple(flat.T)
+    if mode == "update":
+        x[keys] = u
+    elif mode == "div":
+        with np.errstate(divide="ignore", invalid="ignore"):
+            (np.true_divide if x.dtype.kind == "f" else np.floor_divide).at(x, keys, u.astype(x.dtype))
+    else:
+        _SCATTER[mode].at(x, keys, u.astype(x.dtype))
+    return x
+
+
 _CONFORMANCE = {
+    "TENSOR_SCATTER": tensor_scatter,
     "SIN": _unary(_with_out(np.sin), True), "COS": _unary(_with_out(np.cos), True),
     "TAN": _unary(_with_out(np.tan), True), "ASIN": _unary(_with_out(np.arcsin), True),
     "ACOS": _unary(_with_out(np.arccos), True), "ATAN": _unary(_with_out(np.arctan), True),

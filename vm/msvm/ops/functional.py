@@ -870,3 +870,66 @@ def _arg_with_value(fn, red):
 
 argmax_with_value = _arg_with_value(argmax, amax)
 argmin_with_value = _arg_with_value(argmin, amin)
+
+
+# ---------------------------------------------------------------- scatter (conformance)
+
+def _scatter(mode):
+    def tensor_scatter(input_x, indices, updates):
+        return apply("TENSOR_SCATTER", (input_x, indices, updates), (mode,))
+    tensor_scatter.__name__ = f"tensor_scatter_{mode}"
+    return tensor_scatter
+
+
+tensor_scatter_update = _scatter("update")
+tensor_scatter_add = _scatter("add")
+tensor_scatter_sub = _scatter("sub")
+tensor_scatter_mul = _scatter("mul")
+tensor_scatter_div = _scatter("div")
+tensor_scatter_max = _scatter("max")
+tensor_scatter_min = _scatter("min")
+
+
+def _first_axis(mode):
+    """ScatterAdd & co.: indices pick rows (dim 0) of x."""
+    def scatter(input_x, indices, updates):
+        return apply("TENSOR_SCATTER", (input_x, expand_dims(indices, -1), updates), (mode,))
+    scatter.__name__ = f"scatter_{mode}"
+    return scatter
+
+
+scatter_update = _first_axis("update")
+scatter_add = _first_axis("add")
+scatter_sub = _first_axis("sub")
+scatter_mul = _first_axis("mul")
+scatter_div = _first_axis("div")
+scatter_max = _first_axis("max")
+scatter_min = _first_axis("min")
+
+
+def _const_indices(indices):
+    idx = indices.asnumpy() if isinstance(indices, Tensor) else np.asarray(indices)
+    return Tensor(np.asarray(idx, dtype=np.int32).reshape(-1, 1))
+
+
+def inplace_update(x, v, indices):
+    """x with rows indices (an int or ints) replaced by v (a new tensor: msvm's tensors are values)."""
+    return apply("TENSOR_SCATTER", (x, _const_indices(indices), v), ("update",))
+
+
+def inplace_add(x, v, indices):
+    return apply("TENSOR_SCATTER", (x, _const_indices(indices), v), ("add",))
+
+
+def inplace_sub(x, v, indices):
+    return apply("TENSOR_SCATTER", (x, _const_indices(indices), v), ("sub",))
+
+
+def index_add(x, indices, y, axis, use_lock=True, check_index_bound=True):
+    """x plus y's slices added at indices along axis."""
+    r = _rank(x)
+    axis %= r
+    perm = (axis,) + tuple(i for i in range(r) if i != axis)
+    back = tuple(perm.index(i) for i in range(r))
+    out = apply("TENSOR_SCATTER", (transpose(x, perm), expand_dims(indices, -1), transpose(y, perm)), ("add",))
+    return transpose(out, back)

@@ -224,6 +224,20 @@ api(F.l2_normalize, "", "L2Normalize", "", attrs=(("axis", 0), ("epsilon", 1e-4)
 api(F.tanhshrink, "", "", "")
 api(F.slice, "", "Slice", "")
 api(F.dtype, "", "DType", "")
+
+# --- scatter: one TENSOR_SCATTER instruction under every name
+for _m in ("update", "add", "sub", "mul", "div", "max", "min"):
+    _M = _m.capitalize()
+    api(getattr(F, f"tensor_scatter_{_m}"), f"scatter_nd_{_m}", f"TensorScatter{_M} ScatterNd{_M}",
+        f"tensor_scatter_{_m}" + ("" if _m == "update" else f" scatter_{_m}"), attrs=(("use_locking", False, None),))
+    api(getattr(F, f"scatter_{_m}"), "", f"Scatter{_M}", "", attrs=(("use_locking", False, None),))
+api(F.inplace_update, "", "", "inplace_update")
+api(lambda x, v, indices=None: F.inplace_update(x, v, indices), "", "InplaceUpdate", "", attrs=(("indices", 0),))
+api(lambda x, v, indices=None: F.inplace_add(x, v, indices), "", "InplaceAdd", "", attrs=(("indices", 0),))
+api(lambda x, v, indices=None: F.inplace_sub(x, v, indices), "", "InplaceSub", "", attrs=(("indices", 0),))
+api(lambda x, indices, y, axis=0: F.index_add(x, indices, y, axis), "", "IndexAdd", "",
+    attrs=(("axis", 0), ("use_lock", True, None), ("check_index_bound", True, None)))
+api(F.index_add, "", "", "index_add")
 api(F.argmax_with_value, "", "ArgMaxWithValue", "", attrs=(("axis", 0), ("keep_dims", False)))
 api(F.argmin_with_value, "", "ArgMinWithValue", "", attrs=(("axis", 0), ("keep_dims", False)))
 

@@ -370,3 +370,39 @@ def test_index_add_along_an_axis(rng):
     want[:, idx] += y
     np.testing.assert_allclose(ops.IndexAdd(axis=1)(ms.Tensor(x), ms.Tensor(idx), ms.Tensor(y)).asnumpy(), want,
                                rtol=1e-6)
+
+
+class SplitMap(nn.Cell):
+    """Needs the size of axis 0 while compiling (chunk into parts, vmap's loop)."""
+
+    def construct(self, x):
+        a, b = ops.chunk(x, 2, 0)
+        return ops.vmap(ops.relu)(a) + b
+
+
+def test_construct_that_needs_dims_compiles_for_exact_shapes(rng):
+    net = SplitMap()
+    for shape in [(4, 3), (4, 3), (6, 2), (4, 3)]:
+        x = rng.standard_normal(shape).astype(np.float32)
+        n = shape[0] // 2
+        np.testing.assert_allclose(net(ms.Tensor(x)).asnumpy(), np.maximum(x[:n], 0) + x[n:], rtol=1e-6)
+    assert net._runner.exact_shapes and len(net._runner.variants) == 2      # one per exact shape
+
+
+def test_jit_function_that_needs_dims(rng):
+    @ms.jit
+    def halves(x):
+        a, b = ops.chunk(x, 2, 1)
+        return a * b
+
+    for shape in [(2, 4), (3, 6)]:
+        x = rng.standard_normal(shape).astype(np.float32)
+        n = shape[1] // 2
+        np.testing.assert_allclose(halves(ms.Tensor(x)).asnumpy(), x[:, :n] * x[:, n:], rtol=1e-6)
+
+
+def test_declared_dynamic_dims_still_say_why(rng):
+    net = SplitMap()
+    net.set_inputs(ms.Tensor(shape=[None, 3], dtype=ms.float32))
+    with pytest.raises(Exception, match="must be known"):
+        net(ms.Tensor(rng.standard_normal((4, 3)).astype(np.float32)))

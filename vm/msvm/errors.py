@@ -46,3 +46,8 @@ class ShapeMismatch(MsvmError):
 
 class ExecutionError(SourceError):
     """An instruction failed while running (names the instruction and its source)."""
+
+
+class UnknownDim(MsvmError, ValueError):
+    """Compiling needs a dim's value (to split a tensor into that many parts, to loop over it) and
+    the dim is symbolic: the caller recompiles for the call's exact shapes (see executor)."""

@@ -34,7 +34,7 @@ from ..bytecode.code import CodeBuilder, Loc
 from ..bytecode.symbolic import Expr, Pred, SymbolicError
 from ..bytecode.types import NONE, ScalarType, ShapeEnv, ShapeError, TensorType, TupleType
 from ..bytecode.verify import bind_callee, subs_type, verify
-from ..errors import FrontendError
+from ..errors import FrontendError, UnknownDim
 from ..tensor import PARAMETER_SHAPES
 from .graph import GraphValue, lift, using
 
@@ -422,7 +422,9 @@ class FunctionCompiler:
             except (ShapeError, SymbolicError) as e:
                 raise self.error(str(e)) from None
             except (TypeError, ValueError, NotImplementedError, IndexError, KeyError) as e:
-                raise self.error(f"{type(e).__name__}: {e}") from None
+                err = self.error(f"{type(e).__name__}: {e}")
+                err.needs_known_dims = isinstance(e, UnknownDim)     # the executor retries with exact shapes
+                raise err from None
         finally:
             self.loc = prev
 

@@ -15,6 +15,7 @@ import numpy as np
 
 from .. import dtype as dt
 from ..bytecode.symbolic import Expr, product, smin
+from ..errors import UnknownDim
 from ..frontend.graph import is_graph, trace_op
 from ..interp.kernels import KERNELS
 from ..tensor import Tensor, unwrap, wrap
@@ -333,7 +334,7 @@ def _known_dim(x, axis, what):
     d = _shape(x)[axis]
     if isinstance(d, Expr):
         if d.const_value() is None:
-            raise ValueError(f"{what}: the size of axis {axis} ({d}) must be known to split a tensor into "
+            raise UnknownDim(f"{what}: the size of axis {axis} ({d}) must be known to split a tensor into "
                              f"a fixed number of parts")
         d = d.const_value()
     return axis, int(d)

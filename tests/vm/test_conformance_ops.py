@@ -406,3 +406,22 @@ def test_declared_dynamic_dims_still_say_why(rng):
     net.set_inputs(ms.Tensor(shape=[None, 3], dtype=ms.float32))
     with pytest.raises(Exception, match="must be known"):
         net(ms.Tensor(rng.standard_normal((4, 3)).astype(np.float32)))
+
+
+class _Inner(nn.Cell):
+    def construct(self, a, b):
+        return a * b + 1.0
+
+
+class VmapCell(nn.Cell):
+    def __init__(self):
+        super().__init__()
+        self.net = _Inner()
+
+    def construct(self, x, y):
+        return ops.vmap(self.net, (0, None), 1)(x, y)
+
+
+def test_vmap_of_a_sub_cell_inside_construct(rng):
+    x, y = rng.standard_normal((3, 4)).astype(np.float32), rng.standard_normal(4).astype(np.float32)
+    np.testing.assert_allclose(VmapCell()(ms.Tensor(x), ms.Tensor(y)).asnumpy(), (x * y + 1).T, rtol=1e-6)

@@ -618,7 +618,10 @@ def vmap(fn, in_axes=0, out_axes=0):
             raise ValueError(f"vmap: the mapped axes have sizes {sorted(sizes)}; they must be equal")
         (n,) = sizes
         cols = [unstack(a, ax) if ax is not None else (a,) * n for a, ax in zip(args, axes)]
-        outs = [fn(*(c[k] for c in cols)) for k in range(n)]
+        # a Cell mapped inside a construct being compiled: its construct runs on the graph values
+        # (Python-level, like an inlined function); eagerly, the Cell is called as usual
+        call = fn.construct if getattr(fn, "__msvm_cell__", False) and any_of(is_graph(a) for a in args) else fn
+        outs = [call(*(c[k] for c in cols)) for k in range(n)]
         if isinstance(outs[0], (tuple, list)):
             oa = out_axes if isinstance(out_axes, (tuple, list)) else (out_axes,) * len(outs[0])
             return tuple(stack([o[i] for o in outs], oa[i]) for i in range(len(outs[0])))

@@ -425,3 +425,37 @@ class VmapCell(nn.Cell):
 def test_vmap_of_a_sub_cell_inside_construct(rng):
     x, y = rng.standard_normal((3, 4)).astype(np.float32), rng.standard_normal(4).astype(np.float32)
     np.testing.assert_allclose(VmapCell()(ms.Tensor(x), ms.Tensor(y)).asnumpy(), (x * y + 1).T, rtol=1e-6)
+
+
+def test_gather_nd_and_gather_d(rng):
+    x = rng.standard_normal((4, 5, 3)).astype(np.float32)
+    idx = np.array([[[0, 1], [3, 4]], [[2, 2], [1, 0]]], np.int32)
+    want = x[idx[..., 0], idx[..., 1]]
+    np.testing.assert_array_equal(ops.GatherNd()(ms.Tensor(x), ms.Tensor(idx)).asnumpy(), want)
+    np.testing.assert_array_equal(Apply(lambda t: ops.gather_nd(t, ms.Tensor(idx)))(ms.Tensor(x)).asnumpy(), want)
+    with pytest.raises(IndexError, match="out of range for dim 0"):
+        ops.gather_nd(ms.Tensor(x), ms.Tensor(np.array([[4]], np.int32)))
+    ix = rng.integers(0, 5, (4, 2, 3)).astype(np.int64)
+    np.testing.assert_array_equal(ops.GatherD()(ms.Tensor(x), 1, ms.Tensor(ix)).asnumpy(),
+                                  np.take_along_axis(x, ix, 1))
+
+
+def test_cdist_and_block_rearrangements(rng):
+    a, b = rng.standard_normal((2, 3, 4)).astype(np.float32), rng.standard_normal((2, 5, 4)).astype(np.float32)
+    want = np.sqrt(((a[:, :, None] - b[:, None]) ** 2).sum(-1))
+    np.testing.assert_allclose(ops.Cdist(2.0)(ms.Tensor(a), ms.Tensor(b)).asnumpy(), want, rtol=1e-5)
+    x = rng.standard_normal((1, 2, 4, 6)).astype(np.float32)
+    s2b = ops.SpaceToBatchND(2, ((0, 0), (0, 2)))(ms.Tensor(x))
+    assert s2b.shape == (4, 2, 2, 4)
+    back = ops.BatchToSpaceND(2, ((0, 0), (0, 2)))(s2b)
+    np.testing.assert_array_equal(back.asnumpy(), x)
+    d2s = ops.DepthToSpace(2)(ms.Tensor(rng.standard_normal((1, 8, 2, 3)).astype(np.float32)))
+    np.testing.assert_array_equal(ops.SpaceToDepth(2)(d2s).shape, (1, 8, 2, 3))
+
+
+def test_time_distributed(rng):
+    layer = nn.Dense(4, 3)
+    x = rng.standard_normal((2, 5, 4)).astype(np.float32)
+    out = nn.TimeDistributed(layer, time_axis=1)(ms.Tensor(x)).asnumpy()
+    w, b = layer.weight.asnumpy(), layer.bias.asnumpy()
+    np.testing.assert_allclose(out, x @ w.T + b, rtol=1e-5, atol=1e-6)

@@ -220,6 +220,10 @@ for _n, _c, _o, _d in [("REDUCE_PROD", 0xB9, None, "product"), ("REDUCE_ALL", 0x
 _op("TENSOR_SCATTER", 0xBD, ["mode:const"], 3, 1, S.tensor_scatter, "layout",
     "pop updates, indices [..., K], x; push x with x[indices] combined with updates by mode "
     "(update, add, sub, mul, div, max, min); an index out of range raises")
+_op("GATHER_ND", 0xBE, [], 2, 1, S.gather_nd, "layout",
+    "pop indices [..., K], x; push x[indices] over x's first K dims: indices.shape[:-1] + x.shape[K:]")
+_op("GATHER_D", 0xBF, ["dim:const"], 2, 1, S.gather_d, "layout",
+    "pop index, x; push take_along_axis(x, index, dim) (index has x's rank)")
 _op("ARGMIN", 0xBC, ["axis:const", "keep_dims:const"], 1, 1, partial(S.argreduce, name="ARGMIN"),
     "reduction", "pop x; push the int32 index of the min along axis")
 

@@ -571,3 +571,24 @@ def tensor_scatter(ctx, ins, args):
                                          for a, b in zip(want, upd.shape)):
             raise ShapeError(f"TENSOR_SCATTER: updates must have shape {fmt_shape(want)}, got {fmt_shape(upd.shape)}")
     return x
+
+
+def gather_nd(ctx, ins, args):
+    x = _tensor(ins[0], "GATHER_ND")
+    idx = _tensor(ins[1], "GATHER_ND", 1)
+    if idx.dtype.kind not in "iu" or idx.rank == 0:
+        raise ShapeError(f"GATHER_ND: indices must be ints of rank >= 1, got {idx.dtype} of rank {idx.rank}")
+    k = idx.shape[-1]
+    if not k.is_const() or k.const_value() > x.rank:
+        raise ShapeError(f"GATHER_ND: the last dim of indices ({k}) must be a known int <= rank {x.rank}")
+    return TensorType(tuple(idx.shape[:-1]) + tuple(x.shape[k.const_value():]), x.dtype)
+
+
+def gather_d(ctx, ins, args):
+    x = _tensor(ins[0], "GATHER_D")
+    idx = _tensor(ins[1], "GATHER_D", 1)
+    (dim,) = args
+    if idx.dtype.kind not in "iu" or idx.rank != x.rank:
+        raise ShapeError(f"GATHER_D: index must be ints of x's rank {x.rank}, got {idx.dtype} of rank {idx.rank}")
+    norm_axis(dim, x.rank, "GATHER_D")
+    return TensorType(idx.shape, x.dtype)

@@ -581,7 +581,26 @@ def tensor_scatter(x, idx, upd, mode, out=None):
     return x
 
 
+def gather_nd(x, idx, out=None):
+    x, idx = np.asarray(x), np.asarray(idx).astype(np.int64)
+    k = idx.shape[-1]
+    for d in range(k):
+        col = idx[..., d]
+        if col.size and (col.min() < -x.shape[d] or col.max() >= x.shape[d]):
+            raise IndexError(f"GATHER_ND: an index is out of range for dim {d} of size {x.shape[d]}")
+    return np.asarray(x[tuple(np.moveaxis(idx, -1, 0))])
+
+
+def gather_d(x, idx, dim, out=None):
+    x, idx = np.asarray(x), np.asarray(idx).astype(np.int64)
+    size = x.shape[dim]
+    if idx.size and (idx.min() < -size or idx.max() >= size):
+        raise IndexError(f"GATHER_D: an index is out of range for dim {dim} of size {size}")
+    return np.take_along_axis(x, idx, axis=dim)
+
+
 _CONFORMANCE = {
+    "GATHER_ND": gather_nd, "GATHER_D": gather_d,
     "TENSOR_SCATTER": tensor_scatter,
     "SIN": _unary(_with_out(np.sin), True), "COS": _unary(_with_out(np.cos), True),
     "TAN": _unary(_with_out(np.tan), True), "ASIN": _unary(_with_out(np.arcsin), True),

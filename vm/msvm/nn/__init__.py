@@ -15,6 +15,7 @@ from .conformance import (
     SoftShrink,
     Softsign,
     Tanhshrink,
+    TimeDistributed,
 )
 from .layers import (
     ELU,
@@ -48,4 +49,5 @@ __all__ = ["ELU", "GELU", "AdaptiveAvgPool2d", "AvgPool2d", "BatchNorm1d", "Batc
            "Conv1d", "Conv2d", "Dense", "Dropout", "Embedding", "Flatten", "HSigmoid", "HSwish", "Identity",
            "LayerNorm", "LeakyReLU", "MaxPool2d", "ReLU", "ReLU6", "SequentialCell", "SiLU", "Sigmoid", "Softmax",
            "Softplus", "Tanh", "CELU", "FastGelu", "Hardtanh", "HShrink", "KLDivLoss", "LogSoftmax", "Mish", "SeLU",
-           "SmoothL1Loss", "Softmax2d", "Softsign", "SoftShrink", "Tanhshrink"]
+           "SmoothL1Loss", "Softmax2d", "Softsign", "SoftShrink", "Tanhshrink",
+           "TimeDistributed"]

@@ -95,3 +95,20 @@ class HShrink(Cell):
 class SoftShrink(HShrink):
     def construct(self, x):
         return ops.softshrink(x, self.lambd)
+
+
+class TimeDistributed(Cell):
+    """Applies ``layer`` to each step along ``time_axis`` and stacks the results back along it
+    (``reshape_with_axis`` is accepted; the result is the same either way)."""
+
+    def __init__(self, layer, time_axis, reshape_with_axis=None):
+        super().__init__()
+        self.layer = layer
+        self.time_axis = time_axis
+        self.reshape_with_axis = reshape_with_axis
+
+    def construct(self, x):
+        outs = ()
+        for t in ops.unstack(x, self.time_axis):
+            outs = outs + (self.layer(t),)
+        return ops.stack(outs, self.time_axis)

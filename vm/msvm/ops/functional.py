@@ -937,3 +937,65 @@ def index_add(x, indices, y, axis, use_lock=True, check_index_bound=True):
     back = tuple(perm.index(i) for i in range(r))
     out = apply("TENSOR_SCATTER", (transpose(x, perm), expand_dims(indices, -1), transpose(y, perm)), ("add",))
     return transpose(out, back)
+
+
+# ---------------------------------------------------------------- gathers, distances, blocks (conformance)
+
+def gather_nd(input_x, indices):
+    k = _shape(indices)[-1] if _rank(indices) else None
+    if isinstance(k, Expr) and not k.is_const():
+        raise UnknownDim(f"ops.gather_nd: the last dim of indices ({k}) must be known: it is how many of x's "
+                         f"dims each index picks")
+    return apply("GATHER_ND", (input_x, indices))
+
+
+def gather_elements(input, dim, index):
+    return apply("GATHER_D", (input, index), (int(dim),))
+
+
+def cdist(x1, x2, p=2.0):
+    """Pairwise p-norm distances between the rows of x1 [..., P, M] and x2 [..., R, M]."""
+    d = sub(expand_dims(x1, -2), expand_dims(x2, -3))
+    return norm(d, float(p), -1)
+
+
+def sigmoid_cross_entropy_with_logits(logits, label):
+    return add(sub(relu(logits), mul(logits, label)), log1p(exp(neg(abs(logits)))))
+
+
+def mse_loss(input, target, reduction="mean"):
+    d = sub(input, target)
+    return _reduced(mul(d, d), reduction, "mse_loss")
+
+
+def _block(v, n=2):
+    return (v,) * n if isinstance(v, int) else tuple(int(b) for b in v)
+
+
+def batch_to_space_nd(input_x, block_shape, crops):
+    """[N*b0*b1, C, H, W] -> [N, C, H*b0 - crops, W*b1 - crops] (MindSpore's BatchToSpaceND, NCHW)."""
+    b0, b1 = _block(block_shape)
+    n, c, h, w = _shape(input_x)
+    y = reshape(input_x, (b0, b1, n // (b0 * b1), c, h, w))
+    y = reshape(transpose(y, (2, 3, 4, 0, 5, 1)), (n // (b0 * b1), c, h * b0, w * b1))
+    (t, bt), (lf, rt) = [tuple(int(v) for v in cr) for cr in crops]
+    return apply("SLICE", (y,), ((("s", None, None, None), ("s", None, None, None),
+                                  ("s", t, h * b0 - bt, 1), ("s", lf, w * b1 - rt, 1)),))
+
+
+def space_to_batch_nd(input_x, block_size, paddings):
+    """[N, C, H, W] (zero-padded by paddings) -> [N*b0*b1, C, H/b0, W/b1] (MindSpore's SpaceToBatchND)."""
+    b0, b1 = _block(block_size)
+    (t, bt), (lf, rt) = [tuple(int(v) for v in p) for p in paddings]
+    x = input_x
+    n, c, h, w = _shape(x)
+    if t or bt:
+        x = concat(tuple(p for p in (zeros((n, c, t, w), x.dtype) if t else None, x,
+                                     zeros((n, c, bt, w), x.dtype) if bt else None) if p is not None), 2)
+        h = h + t + bt
+    if lf or rt:
+        x = concat(tuple(p for p in (zeros((n, c, h, lf), x.dtype) if lf else None, x,
+                                     zeros((n, c, h, rt), x.dtype) if rt else None) if p is not None), 3)
+        w = w + lf + rt
+    y = transpose(reshape(x, (n, c, h // b0, b0, w // b1, b1)), (3, 5, 0, 1, 2, 4))
+    return reshape(y, (b0 * b1 * n, c, h // b0, w // b1))

@@ -238,6 +238,14 @@ api(lambda x, v, indices=None: F.inplace_sub(x, v, indices), "", "InplaceSub", "
 api(lambda x, indices, y, axis=0: F.index_add(x, indices, y, axis), "", "IndexAdd", "",
     attrs=(("axis", 0), ("use_lock", True, None), ("check_index_bound", True, None)))
 api(F.index_add, "", "", "index_add")
+api(F.gather_nd, "", "GatherNd", "gather_nd")
+api(F.gather_elements, "gather_d", "", "gather_elements")
+api(lambda x, dim, index: F.gather_elements(x, dim, index), "", "GatherD", "")
+api(F.cdist, "", "Cdist", "", attrs=(("p", 2.0),))
+api(F.sigmoid_cross_entropy_with_logits, "", "SigmoidCrossEntropyWithLogits", "")
+api(F.mse_loss, "", "", "")
+api(F.batch_to_space_nd, "", "BatchToSpaceND", "", attrs=(("block_shape", 2), ("crops", ((0, 0), (0, 0)))))
+api(F.space_to_batch_nd, "", "SpaceToBatchND", "", attrs=(("block_shape", 2, "block_size"), ("paddings", ((0, 0), (0, 0)))))
 api(F.argmax_with_value, "", "ArgMaxWithValue", "", attrs=(("axis", 0), ("keep_dims", False)))
 api(F.argmin_with_value, "", "ArgMinWithValue", "", attrs=(("axis", 0), ("keep_dims", False)))
 

@@ -459,3 +459,16 @@ def test_time_distributed(rng):
     out = nn.TimeDistributed(layer, time_axis=1)(ms.Tensor(x)).asnumpy()
     w, b = layer.weight.asnumpy(), layer.bias.asnumpy()
     np.testing.assert_allclose(out, x @ w.T + b, rtol=1e-5, atol=1e-6)
+
+
+class Methods(nn.Cell):
+    def construct(self, x, y):
+        return x.sin().add(y).pow(2).floor(), (x > 0).all(), x.atan2(y)
+
+
+def test_registry_methods_work_inside_construct(rng):
+    x, y = rng.standard_normal((3, 4)).astype(np.float32), rng.standard_normal((3, 4)).astype(np.float32)
+    a, b, c = Methods()(ms.Tensor(x), ms.Tensor(y))
+    np.testing.assert_allclose(a.asnumpy(), np.floor((np.sin(x) + y) ** 2), rtol=1e-6)
+    assert bool(b.asnumpy()) == bool((x > 0).all())
+    np.testing.assert_allclose(c.asnumpy(), np.arctan2(x, y), rtol=1e-6)

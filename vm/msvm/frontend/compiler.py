@@ -34,7 +34,7 @@ from ..bytecode.code import CodeBuilder, Loc
 from ..bytecode.symbolic import Expr, Pred, SymbolicError
 from ..bytecode.types import NONE, ScalarType, ShapeEnv, ShapeError, TensorType, TupleType
 from ..bytecode.verify import bind_callee, subs_type, verify
-from ..errors import FrontendError, UnknownDim
+from ..errors import ArgumentError, FrontendError, FrontendValueError, UnknownDim
 from ..tensor import PARAMETER_SHAPES
 from .graph import GraphValue, lift, using
 
@@ -423,6 +423,10 @@ class FunctionCompiler:
                 raise self.error(str(e)) from None
             except (TypeError, ValueError, NotImplementedError, IndexError, KeyError) as e:
                 err = self.error(f"{type(e).__name__}: {e}")
+                kind = ArgumentError if isinstance(e, TypeError) else FrontendValueError \
+                    if isinstance(e, ValueError) else None         # (keeps the op's TypeError / ValueError)
+                if kind is not None:
+                    err = kind(err.message, err.filename, err.line, err.col, err.end_line, err.end_col)
                 err.needs_known_dims = isinstance(e, UnknownDim)     # the executor retries with exact shapes
                 raise err from None
         finally:

@@ -555,6 +555,10 @@ def _bool_reduce(fn):
     return kern
 
 
+class IndexOutOfRange(IndexError, RuntimeError):
+    """An index a gather or scatter was given lies outside the tensor (MindSpore raises RuntimeError)."""
+
+
 _SCATTER = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "max": np.maximum, "min": np.minimum}
 
 
@@ -567,7 +571,7 @@ def tensor_scatter(x, idx, upd, mode, out=None):
     for d in range(k):
         bad = (flat[:, d] < 0) | (flat[:, d] >= x.shape[d])
         if bad.any():
-            raise IndexError(f"TENSOR_SCATTER: index {int(flat[bad.argmax(), d])} is out of range for dim {d} "
+            raise IndexOutOfRange(f"TENSOR_SCATTER: index {int(flat[bad.argmax(), d])} is out of range for dim {d} "
                              f"of size {x.shape[d]}")
     u = np.broadcast_to(np.asarray(upd), idx.shape[:-1] + x.shape[k:]).reshape((flat.shape[0],) + x.shape[k:])
     keys = tuple(flat.T)
@@ -587,7 +591,7 @@ def gather_nd(x, idx, out=None):
     for d in range(k):
         col = idx[..., d]
         if col.size and (col.min() < -x.shape[d] or col.max() >= x.shape[d]):
-            raise IndexError(f"GATHER_ND: an index is out of range for dim {d} of size {x.shape[d]}")
+            raise IndexOutOfRange(f"GATHER_ND: an index is out of range for dim {d} of size {x.shape[d]}")
     return np.asarray(x[tuple(np.moveaxis(idx, -1, 0))])
 
 
@@ -595,7 +599,7 @@ def gather_d(x, idx, dim, out=None):
     x, idx = np.asarray(x), np.asarray(idx).astype(np.int64)
     size = x.shape[dim]
     if idx.size and (idx.min() < -size or idx.max() >= size):
-        raise IndexError(f"GATHER_D: an index is out of range for dim {dim} of size {size}")
+        raise IndexOutOfRange(f"GATHER_D: an index is out of range for dim {dim} of size {size}")
     return np.take_along_axis(x, idx, axis=dim)
 
 

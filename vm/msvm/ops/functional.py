@@ -878,9 +878,18 @@ argmin_with_value = _arg_with_value(argmin, amin)
 
 # ---------------------------------------------------------------- scatter (conformance)
 
+def _scatter_indices(indices, what):
+    """MindSpore's scatters take int32 or int64 indices (TypeError otherwise, as there)."""
+    d = getattr(indices, "dtype", None)
+    if d is not None and d not in (dt.int32, dt.int64):
+        raise TypeError(f"{what}: indices must be int32 or int64, got {d}")
+    return indices
+
+
 def _scatter(mode):
     def tensor_scatter(input_x, indices, updates):
-        return apply("TENSOR_SCATTER", (input_x, indices, updates), (mode,))
+        return apply("TENSOR_SCATTER", (input_x, _scatter_indices(indices, f"tensor_scatter_{mode}"), updates),
+                     (mode,))
     tensor_scatter.__name__ = f"tensor_scatter_{mode}"
     return tensor_scatter
 

@@ -472,3 +472,24 @@ def test_registry_methods_work_inside_construct(rng):
     np.testing.assert_allclose(a.asnumpy(), np.floor((np.sin(x) + y) ** 2), rtol=1e-6)
     assert bool(b.asnumpy()) == bool((x > 0).all())
     np.testing.assert_allclose(c.asnumpy(), np.arctan2(x, y), rtol=1e-6)
+
+
+@pytest.mark.parametrize("descending", [False, True])
+def test_sort_is_stable_with_nan_last(descending, rng):
+    x = rng.integers(0, 4, (3, 7)).astype(np.float32)
+    x[0, 2] = np.nan
+    vals, idx = ops.Sort(axis=1, descending=descending)(ms.Tensor(x))
+    key = np.where(np.isnan(x), np.inf, -x if descending else x)
+    want = np.argsort(key, 1, kind="stable")
+    np.testing.assert_array_equal(idx.asnumpy(), want)
+    np.testing.assert_array_equal(vals.asnumpy(), np.take_along_axis(x, want, 1))
+    assert idx.asnumpy().dtype == np.int32
+
+
+def test_topk(rng):
+    x = rng.standard_normal((3, 6)).astype(np.float32)
+    vals, idx = ops.TopK()(ms.Tensor(x), 2)
+    np.testing.assert_array_equal(idx.asnumpy(), np.argsort(-x, 1)[:, :2])
+    vals, idx = ops.topk(ms.Tensor(x), 3, sorted=False)
+    np.testing.assert_array_equal(idx.asnumpy(), np.sort(np.argsort(-x, 1)[:, :3], 1))
+    np.testing.assert_array_equal(vals.asnumpy(), np.take_along_axis(x, idx.asnumpy(), 1))

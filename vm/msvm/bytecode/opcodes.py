@@ -224,6 +224,8 @@ _op("GATHER_ND", 0xBE, [], 2, 1, S.gather_nd, "layout",
     "pop indices [..., K], x; push x[indices] over x's first K dims: indices.shape[:-1] + x.shape[K:]")
 _op("GATHER_D", 0xBF, ["dim:const"], 2, 1, S.gather_d, "layout",
     "pop index, x; push take_along_axis(x, index, dim) (index has x's rank)")
+_op("ARGSORT", 0xA9, ["axis:const", "descending:const"], 1, 1, S.argsort, "reduction",
+    "pop x; push the int32 indices that sort x along axis (stable: equal values keep their order; NaN last)")
 _op("ARGMIN", 0xBC, ["axis:const", "keep_dims:const"], 1, 1, partial(S.argreduce, name="ARGMIN"),
     "reduction", "pop x; push the int32 index of the min along axis")
 

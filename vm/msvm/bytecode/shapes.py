@@ -592,3 +592,13 @@ def gather_d(ctx, ins, args):
         raise ShapeError(f"GATHER_D: index must be ints of x's rank {x.rank}, got {idx.dtype} of rank {idx.rank}")
     norm_axis(dim, x.rank, "GATHER_D")
     return TensorType(idx.shape, x.dtype)
+
+
+def argsort(ctx, ins, args):
+    t = _tensor(ins[0], "ARGSORT")
+    norm_axis(args[0], builtin_max(t.rank, 1), "ARGSORT")
+    return TensorType(t.shape, dt.int32)
+
+
+def builtin_max(a, b):
+    return a if a >= b else b

@@ -603,7 +603,21 @@ def gather_d(x, idx, dim, out=None):
     return np.take_along_axis(x, idx, axis=dim)
 
 
+def argsort(x, axis, descending, out=None):
+    """Stable: equal values keep their order, ascending or descending; NaN sorts last either way."""
+    x = np.asarray(x)
+    if x.ndim == 0:
+        return np.zeros((), np.int32)
+    if not descending:
+        return np.argsort(x, axis=axis, kind="stable").astype(np.int32)
+    key = x.astype(np.float64) if x.dtype.kind in "biu" else x
+    with np.errstate(invalid="ignore"):
+        key = np.where(np.isnan(key), np.inf, -key) if key.dtype.kind == "f" else -key
+    return np.argsort(key, axis=axis, kind="stable").astype(np.int32)
+
+
 _CONFORMANCE = {
+    "ARGSORT": argsort,
     "GATHER_ND": gather_nd, "GATHER_D": gather_d,
     "TENSOR_SCATTER": tensor_scatter,
     "SIN": _unary(_with_out(np.sin), True), "COS": _unary(_with_out(np.cos), True),

@@ -1008,3 +1008,25 @@ def space_to_batch_nd(input_x, block_size, paddings):
         w = w + lf + rt
     y = transpose(reshape(x, (n, c, h // b0, b0, w // b1, b1)), (3, 5, 0, 1, 2, 4))
     return reshape(y, (b0 * b1 * n, c, h // b0, w // b1))
+
+
+def argsort(input, axis=-1, descending=False):
+    return apply("ARGSORT", (input,), (int(axis), bool(descending)))
+
+
+def sort(input_x, axis=-1, descending=False):
+    """(values, int32 indices) of input_x sorted along axis (stable)."""
+    idx = argsort(input_x, axis, descending)
+    return gather_elements(input_x, axis, idx), idx
+
+
+def topk(input, k, dim=None, largest=True, sorted=True):  # noqa: A002
+    """The k largest (or smallest) values along dim (default: the last) and their int32 indices."""
+    axis = -1 if dim is None else int(dim)
+    r = _rank(input)
+    axis %= builtins.max(r, 1)
+    spec = (("s", None, None, None),) * axis + (("s", 0, int(k), 1),)
+    idx = apply("SLICE", (argsort(input, axis, largest),), (spec,))
+    if not sorted:                 # in their order in input, as MindSpore's TopK(sorted=False)
+        idx = gather_elements(idx, axis, argsort(idx, axis))
+    return gather_elements(input, axis, idx), idx

@@ -493,3 +493,20 @@ def test_topk(rng):
     vals, idx = ops.topk(ms.Tensor(x), 3, sorted=False)
     np.testing.assert_array_equal(idx.asnumpy(), np.sort(np.argsort(-x, 1)[:, :3], 1))
     np.testing.assert_array_equal(vals.asnumpy(), np.take_along_axis(x, idx.asnumpy(), 1))
+
+
+@pytest.mark.parametrize("mode", ["sum", "prod", "max", "min"])
+def test_unsorted_segments(mode, rng):
+    x = rng.standard_normal((5, 3)).astype(np.float32)
+    ids = np.array([0, 2, 0, -1, 7], np.int32)        # -1 and 7 are dropped; segment 1 and 3 stay empty
+    n = 4
+    ufunc = {"sum": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}[mode]
+    init = {"sum": 0, "prod": 1, "max": np.finfo(np.float32).min, "min": np.finfo(np.float32).max}[mode]
+    want = np.full((n, 3), init, np.float32)
+    for i, k in enumerate(ids):
+        if 0 <= k < n:
+            want[k] = ufunc(want[k], x[i])
+    prim = getattr(ops, f"UnsortedSegment{mode.capitalize()}")()
+    np.testing.assert_allclose(prim(ms.Tensor(x), ms.Tensor(ids), n).asnumpy(), want, rtol=1e-6)
+    net = Apply(lambda t: prim(t, ms.Tensor(ids), n))
+    np.testing.assert_allclose(net(ms.Tensor(x)).asnumpy(), want, rtol=1e-6)

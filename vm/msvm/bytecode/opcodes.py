@@ -226,6 +226,9 @@ _op("GATHER_D", 0xBF, ["dim:const"], 2, 1, S.gather_d, "layout",
     "pop index, x; push take_along_axis(x, index, dim) (index has x's rank)")
 _op("ARGSORT", 0xA9, ["axis:const", "descending:const"], 1, 1, S.argsort, "reduction",
     "pop x; push the int32 indices that sort x along axis (stable: equal values keep their order; NaN last)")
+_op("UNSORTED_SEGMENT", 0xAA, ["num_segments:const", "mode:const"], 2, 1, S.unsorted_segment, "reduction",
+    "pop ids, x; push [num_segments, ...]: row k combines (sum, prod, max, min) the rows of x whose id is k; "
+    "an empty segment holds the combination's identity (max: the dtype's lowest), ids outside are dropped")
 _op("ARGMIN", 0xBC, ["axis:const", "keep_dims:const"], 1, 1, partial(S.argreduce, name="ARGMIN"),
     "reduction", "pop x; push the int32 index of the min along axis")
 

@@ -602,3 +602,17 @@ def argsort(ctx, ins, args):
 
 def builtin_max(a, b):
     return a if a >= b else b
+
+
+def unsorted_segment(ctx, ins, args):
+    x = _tensor(ins[0], "UNSORTED_SEGMENT")
+    ids = _tensor(ins[1], "UNSORTED_SEGMENT", 1)
+    n, mode = args
+    if mode not in ("sum", "prod", "max", "min"):
+        raise ShapeError(f"UNSORTED_SEGMENT: mode must be sum, prod, max or min, got {mode!r}")
+    if ids.dtype.kind not in "iu" or ids.rank > x.rank:
+        raise ShapeError(f"UNSORTED_SEGMENT: segment_ids must be ints of rank <= {x.rank}, got {ids.dtype} "
+                         f"of rank {ids.rank}")
+    if isinstance(n, bool) or not isinstance(n, int) or n <= 0:
+        raise ShapeError(f"UNSORTED_SEGMENT: num_segments must be a positive int, got {n!r}")
+    return TensorType((Expr.const(n),) + tuple(x.shape[ids.rank:]), x.dtype)

@@ -616,7 +616,25 @@ def argsort(x, axis, descending, out=None):
     return np.argsort(key, axis=axis, kind="stable").astype(np.int32)
 
 
+def unsorted_segment(x, ids, n, mode, out=None):
+    x, ids = np.asarray(x), np.asarray(ids).astype(np.int64)
+    rest = x.shape[ids.ndim:]
+    if mode in ("sum", "prod"):
+        init = 0 if mode == "sum" else 1
+    else:
+        info = np.finfo(x.dtype) if x.dtype.kind == "f" else np.iinfo(x.dtype) if x.dtype.kind in "iu" else None
+        init = (info.max if mode == "min" else info.min) if info is not None else (mode == "min")
+    res = np.full((n,) + rest, init, dtype=x.dtype)
+    flat_ids = ids.reshape(-1)
+    rows = x.reshape((-1,) + rest)
+    keep = (flat_ids >= 0) & (flat_ids < n)
+    ufunc = {"sum": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}[mode]
+    ufunc.at(res, flat_ids[keep], rows[keep])
+    return res
+
+
 _CONFORMANCE = {
+    "UNSORTED_SEGMENT": unsorted_segment,
     "ARGSORT": argsort,
     "GATHER_ND": gather_nd, "GATHER_D": gather_d,
     "TENSOR_SCATTER": tensor_scatter,

@@ -1030,3 +1030,21 @@ def topk(input, k, dim=None, largest=True, sorted=True):  # noqa: A002
     if not sorted:                 # in their order in input, as MindSpore's TopK(sorted=False)
         idx = gather_elements(idx, axis, argsort(idx, axis))
     return gather_elements(input, axis, idx), idx
+
+
+def _segments(mode):
+    def unsorted_segment(input_x, segment_ids, num_segments):
+        n = num_segments
+        if isinstance(n, Tensor):
+            n = n.asnumpy().reshape(-1)[0]
+        if is_graph(n) or isinstance(n, Expr):
+            raise TypeError(f"unsorted_segment_{mode}: num_segments must be a constant int inside construct")
+        return apply("UNSORTED_SEGMENT", (input_x, segment_ids), (int(n), mode))
+    unsorted_segment.__name__ = f"unsorted_segment_{mode}"
+    return unsorted_segment
+
+
+unsorted_segment_sum = _segments("sum")
+unsorted_segment_prod = _segments("prod")
+unsorted_segment_max = _segments("max")
+unsorted_segment_min = _segments("min")

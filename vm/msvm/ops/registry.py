@@ -242,6 +242,8 @@ api(F.gather_nd, "", "GatherNd", "gather_nd")
 api(F.gather_elements, "gather_d", "", "gather_elements")
 api(lambda x, dim, index: F.gather_elements(x, dim, index), "", "GatherD", "")
 api(F.argsort, "", "", "argsort")
+for _m in ("sum", "prod", "max", "min"):
+    api(getattr(F, f"unsorted_segment_{_m}"), "", f"UnsortedSegment{_m.capitalize()}", "")
 api(F.sort, "", "Sort", "sort", attrs=(("axis", -1), ("descending", False)))
 api(F.topk, "", "", "topk")
 api(lambda x, k, sorted=True: F.topk(x, k, sorted=sorted), "", "TopK", "", attrs=(("sorted", True),))

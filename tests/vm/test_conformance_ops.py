@@ -30,6 +30,7 @@ UNARY = [
     ("inv", "Inv", "inv", lambda x: np.float32(1) / x, "any"),
     ("softplus", "Softplus", "softplus", lambda x: np.logaddexp(np.float32(0), x), "any"),
     ("abs", "Abs", "abs", np.abs, "any"), ("exp", "Exp", "exp", np.exp, "any"),
+    ("erfinv", "Erfinv", "erfinv", special.erfinv, "unit"),
 ]
 
 
@@ -510,3 +511,13 @@ def test_unsorted_segments(mode, rng):
     np.testing.assert_allclose(prim(ms.Tensor(x), ms.Tensor(ids), n).asnumpy(), want, rtol=1e-6)
     net = Apply(lambda t: prim(t, ms.Tensor(ids), n))
     np.testing.assert_allclose(net(ms.Tensor(x)).asnumpy(), want, rtol=1e-6)
+
+
+def test_dtype_methods_and_renorm(rng):
+    x = ms.Tensor(np.array([1.7, -2.2, 0.0], np.float32))
+    assert x.int().dtype is ms.int32 and x.long().dtype is ms.int64 and x.half().dtype is ms.float16
+    assert x.bool().asnumpy().tolist() == [True, True, False]
+    y = rng.standard_normal((3, 4)).astype(np.float32) * 3
+    norms = np.linalg.norm(y, 2, axis=1, keepdims=True)
+    want = y * np.where(norms > 1.0, 1.0 / (norms + 1e-7), 1.0)
+    np.testing.assert_allclose(ops.renorm(ms.Tensor(y), 2, 0, 1.0).asnumpy(), want, rtol=1e-5)

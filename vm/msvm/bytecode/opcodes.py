@@ -198,6 +198,7 @@ _CONF_UNARY = [
     ("LOG1P", 0xA4, "ln(1 + x)", "float"), ("EXPM1", 0xA5, "e**x - 1", "float"), ("ERFC", 0xA6, "1 - erf x", "float"),
     ("INVERT", 0xA7, "bitwise not (bool: logical not)", None),
     ("SOFTPLUS", 0xA8, "ln(1 + e**x), without overflow", "float"),
+    ("ERFINV", 0xAB, "the inverse of erf (+-inf at +-1, NaN outside [-1, 1])", "float"),
 ]
 for _n, _c, _d, _o in _CONF_UNARY:
     _op(_n, _c, [], 1, 1, partial(S.unary, name=_n, out_dtype=_o), "elementwise", f"pop x; push {_d}")

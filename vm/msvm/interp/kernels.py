@@ -650,6 +650,7 @@ _CONFORMANCE = {
     "SQUARE": _unary(_square), "LOG1P": _unary(_with_out(np.log1p), True),
     "EXPM1": _unary(_with_out(np.expm1), True), "ERFC": _unary(_erfc, True), "INVERT": _unary(_invert),
     "SOFTPLUS": _unary(_softplus, True),
+    "ERFINV": _unary(lambda x, out: np.asarray(_sp().erfinv(x) if out is None else _sp().erfinv(x, out=out)), True),
     "BROADCAST_BITAND": _bitwise(np.bitwise_and, "BROADCAST_BITAND"),
     "BROADCAST_BITOR": _bitwise(np.bitwise_or, "BROADCAST_BITOR"),
     "BROADCAST_BITXOR": _bitwise(np.bitwise_xor, "BROADCAST_BITXOR"),

@@ -1048,3 +1048,15 @@ unsorted_segment_sum = _segments("sum")
 unsorted_segment_prod = _segments("prod")
 unsorted_segment_max = _segments("max")
 unsorted_segment_min = _segments("min")
+
+
+def erfinv(input): return apply("ERFINV", (input,))
+
+
+def renorm(input, p, axis, maxnorm):
+    """Each slice along axis scaled down to p-norm maxnorm where its norm is larger."""
+    r = _rank(input)
+    rest = tuple(i for i in range(r) if i != axis % r)
+    n = norm(input, float(p), rest, True)
+    scale = where(greater(n, maxnorm), div(maxnorm, add(n, 1e-7)), ones_like(n))
+    return mul(input, scale)

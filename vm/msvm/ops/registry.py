@@ -242,6 +242,13 @@ api(F.gather_nd, "", "GatherNd", "gather_nd")
 api(F.gather_elements, "gather_d", "", "gather_elements")
 api(lambda x, dim, index: F.gather_elements(x, dim, index), "", "GatherD", "")
 api(F.argsort, "", "", "argsort")
+api(F.erfinv, "", "Erfinv", "erfinv")
+api(F.renorm, "", "", "renorm")
+api(lambda x, p=2, dim=0, maxnorm=1.0: F.renorm(x, p, dim, maxnorm), "", "Renorm", "",
+    attrs=(("p", 2), ("dim", 0), ("maxnorm", 1.0)))
+for _name, _d in (("int", dt.int32), ("long", dt.int64), ("half", dt.float16), ("double", dt.float64),
+                  ("bool", dt.bool_), ("short", dt.int16)):
+    api(lambda x, _d=_d: F.cast(x, _d), "", "", _name)
 for _m in ("sum", "prod", "max", "min"):
     api(getattr(F, f"unsorted_segment_{_m}"), "", f"UnsortedSegment{_m.capitalize()}", "")
 api(F.sort, "", "Sort", "sort", attrs=(("axis", -1), ("descending", False)))

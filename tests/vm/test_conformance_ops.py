@@ -521,3 +521,21 @@ def test_dtype_methods_and_renorm(rng):
     norms = np.linalg.norm(y, 2, axis=1, keepdims=True)
     want = y * np.where(norms > 1.0, 1.0 / (norms + 1e-7), 1.0)
     np.testing.assert_allclose(ops.renorm(ms.Tensor(y), 2, 0, 1.0).asnumpy(), want, rtol=1e-5)
+
+
+@pytest.mark.parametrize("reduction", ["none", "add"])
+def test_tensor_scatter_elements(reduction, rng):
+    x = rng.standard_normal((3, 4)).astype(np.float32)
+    idx = np.array([[1, 3], [0, 0], [2, 1]], np.int32)        # row 1 hits column 0 twice
+    upd = rng.standard_normal((3, 2)).astype(np.float32)
+    want = x.copy()
+    for i in range(3):
+        for j in range(2):
+            want[i, idx[i, j]] = (want[i, idx[i, j]] + upd[i, j]) if reduction == "add" else upd[i, j]
+    out = ops.TensorScatterElements(1, reduction)(ms.Tensor(x), ms.Tensor(idx), ms.Tensor(upd)).asnumpy()
+    if reduction == "add":
+        np.testing.assert_allclose(out, want, rtol=1e-6)
+    else:                      # (a repeated index keeps one of its updates)
+        np.testing.assert_allclose(np.delete(out, 1, 0), np.delete(want, 1, 0), rtol=1e-6)
+    graph = Apply(lambda t: ops.tensor_scatter_elements(t, ms.Tensor(idx), ms.Tensor(upd), 1, reduction))
+    np.testing.assert_allclose(graph(ms.Tensor(x)).asnumpy(), out, rtol=1e-6)

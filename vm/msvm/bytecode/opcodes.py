@@ -230,6 +230,9 @@ _op("ARGSORT", 0xA9, ["axis:const", "descending:const"], 1, 1, S.argsort, "reduc
 _op("UNSORTED_SEGMENT", 0xAA, ["num_segments:const", "mode:const"], 2, 1, S.unsorted_segment, "reduction",
     "pop ids, x; push [num_segments, ...]: row k combines (sum, prod, max, min) the rows of x whose id is k; "
     "an empty segment holds the combination's identity (max: the dtype's lowest), ids outside are dropped")
+_op("SCATTER_ELEMENTS", 0xAC, ["axis:const", "reduction:const"], 3, 1, S.scatter_elements, "layout",
+    "pop updates, indices, x; push x with x[..., indices[i], ...] (along axis) set to, or for reduction 'add' "
+    "plus, updates[i]; indices and updates have one shape, of x's rank")
 _op("ARGMIN", 0xBC, ["axis:const", "keep_dims:const"], 1, 1, partial(S.argreduce, name="ARGMIN"),
     "reduction", "pop x; push the int32 index of the min along axis")
 

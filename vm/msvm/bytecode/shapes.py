@@ -616,3 +616,16 @@ def unsorted_segment(ctx, ins, args):
     if isinstance(n, bool) or not isinstance(n, int) or n <= 0:
         raise ShapeError(f"UNSORTED_SEGMENT: num_segments must be a positive int, got {n!r}")
     return TensorType((Expr.const(n),) + tuple(x.shape[ids.rank:]), x.dtype)
+
+
+def scatter_elements(ctx, ins, args):
+    x = _tensor(ins[0], "SCATTER_ELEMENTS")
+    idx = _tensor(ins[1], "SCATTER_ELEMENTS", 1)
+    axis, reduction = args
+    if reduction not in ("none", "add"):
+        raise ShapeError(f"SCATTER_ELEMENTS: reduction must be 'none' or 'add', got {reduction!r}")
+    if idx.dtype.kind not in "iu" or idx.rank != x.rank:
+        raise ShapeError(f"SCATTER_ELEMENTS: indices must be ints of x's rank {x.rank}, got {idx.dtype} of rank "
+                         f"{idx.rank}")
+    norm_axis(axis, x.rank, "SCATTER_ELEMENTS")
+    return x

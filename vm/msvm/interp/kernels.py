@@ -633,7 +633,24 @@ def unsorted_segment(x, ids, n, mode, out=None):
     return res
 
 
+def scatter_elements(x, idx, upd, axis, reduction, out=None):
+    x = np.array(x, copy=True)
+    idx = np.asarray(idx).astype(np.int64)
+    upd = np.broadcast_to(np.asarray(upd, dtype=x.dtype), idx.shape)
+    size = x.shape[axis]
+    if idx.size and (idx.min() < -size or idx.max() >= size):
+        raise IndexOutOfRange(f"SCATTER_ELEMENTS: an index is out of range for axis {axis} of size {size}")
+    grid = list(np.indices(idx.shape, sparse=True))
+    grid[axis] = idx
+    if reduction == "add":
+        np.add.at(x, tuple(grid), upd)
+    else:
+        x[tuple(grid)] = upd
+    return x
+
+
 _CONFORMANCE = {
+    "SCATTER_ELEMENTS": scatter_elements,
     "UNSORTED_SEGMENT": unsorted_segment,
     "ARGSORT": argsort,
     "GATHER_ND": gather_nd, "GATHER_D": gather_d,

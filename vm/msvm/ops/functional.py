@@ -1060,3 +1060,7 @@ def renorm(input, p, axis, maxnorm):
     n = norm(input, float(p), rest, True)
     scale = where(greater(n, maxnorm), div(maxnorm, add(n, 1e-7)), ones_like(n))
     return mul(input, scale)
+
+
+def tensor_scatter_elements(input_x, indices, updates, axis=0, reduction="none"):
+    return apply("SCATTER_ELEMENTS", (input_x, indices, updates), (int(axis), str(reduction)))

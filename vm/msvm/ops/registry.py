@@ -242,6 +242,8 @@ api(F.gather_nd, "", "GatherNd", "gather_nd")
 api(F.gather_elements, "gather_d", "", "gather_elements")
 api(lambda x, dim, index: F.gather_elements(x, dim, index), "", "GatherD", "")
 api(F.argsort, "", "", "argsort")
+api(F.tensor_scatter_elements, "scatter_elements", "TensorScatterElements", "scatter_elements",
+    attrs=(("axis", 0), ("reduction", "none")))
 api(F.erfinv, "", "Erfinv", "erfinv")
 api(F.renorm, "", "", "renorm")
 api(lambda x, p=2, dim=0, maxnorm=1.0: F.renorm(x, p, dim, maxnorm), "", "Renorm", "",

@@ -38,6 +38,9 @@ NUMPY_UNARY = {
     "GELU": lambda x: (special.erf(x * x.dtype.type(1 / math.sqrt(2))) + 1) * x * x.dtype.type(0.5),
     "GELU_TANH": lambda x: (np.tanh((x * x * x.dtype.type(0.044715) + 1) * x * x.dtype.type(math.sqrt(2 / math.pi)))
                             + 1) * x * x.dtype.type(0.5),
+    # issue 21's conformance ops
+    "FLOOR": np.floor, "CEIL": np.ceil, "ROUND": np.rint, "TRUNC": np.trunc, "SQUARE": np.square, "SIN": np.sin,
+    "COS": np.cos,
 }
 NUMPY_BINARY = {
     "BROADCAST_ADD": np.add, "BROADCAST_SUB": np.subtract, "BROADCAST_MUL": np.multiply,

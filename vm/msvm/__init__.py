@@ -9,7 +9,7 @@ with symbolic shapes, are verified before they run, and run in the interpreter.
 
 from . import bytecode, common, events, nn, ops
 from .checkpoint import load_checkpoint, load_param_into_net, save_checkpoint
-from .context import GRAPH_MODE, PYNATIVE_MODE, get_context, set_context
+from .context import GRAPH_MODE, PYNATIVE_MODE, _pynative_executor, get_context, set_context  # noqa: F401
 from .dtype import (
                     bool_,
                     double,
@@ -26,6 +26,9 @@ from .dtype import (
                     int_,
                     single,
                     uint8,
+                    uint16,
+                    uint32,
+                    uint64,
 )
 from .errors import BytecodeError, ExecutionError, FrontendError, MsvmError, ShapeMismatch, VerifyError
 from .interp.interpreter import set_trace
@@ -59,6 +62,6 @@ __all__ = ["GRAPH_MODE", "PYNATIVE_MODE", "BytecodeError", "ExecutionError", "Fr
            "Parameter", "ShapeMismatch", "Tensor", "VerifyError", "as_mindspore", "bool_", "bytecode", "cache_stats",
            "common", "double", "dtype_to_nptype", "events", "float16", "float32", "float64", "float_", "get_context",
            "half", "int8", "int16", "int32", "int64", "int_", "jit", "load_checkpoint", "load_param_into_net", "nn",
-           "ops", "save_checkpoint", "set_context", "set_trace", "single", "uint8"]
+           "ops", "save_checkpoint", "set_context", "set_trace", "single", "uint8", "uint16", "uint32", "uint64"]
 
 _start_telemetry()

@@ -105,3 +105,15 @@ def jit_option(name: str, override: dict | None = None):
     if override and name in override:
         return override[name]
     return _ctx["jit_config"][name]
+
+
+class _PynativeExecutor:
+    """``mindspore.common.api._pynative_executor``: MindSpore's tests call ``sync()`` to wait for
+    queued PyNative work (so that its errors surface); msvm runs each op when it is called, so
+    there is nothing to wait for."""
+
+    def sync(self) -> None:
+        return None
+
+
+_pynative_executor = _PynativeExecutor()

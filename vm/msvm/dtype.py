@@ -51,8 +51,11 @@ int32 = DType("int32", np.int32, "i", 6, "Int32")
 int64 = DType("int64", np.int64, "i", 7, "Int64")
 uint8 = DType("uint8", np.uint8, "u", 8, "UInt8")
 bool_ = DType("bool", np.bool_, "b", 9, "Bool")
+uint16 = DType("uint16", np.uint16, "u", 10, "UInt16")
+uint32 = DType("uint32", np.uint32, "u", 11, "UInt32")
+uint64 = DType("uint64", np.uint64, "u", 12, "UInt64")
 
-ALL = (float16, float32, float64, int8, int16, int32, int64, uint8, bool_)
+ALL = (float16, float32, float64, int8, int16, int32, int64, uint8, bool_, uint16, uint32, uint64)
 _BY_NAME = {d.name: d for d in ALL}
 _BY_NAME["bool_"] = bool_
 _BY_NAME.update({d.ms_name: d for d in ALL})     # str(ms.float32) == 'Float32' reads back

@@ -70,6 +70,11 @@ class ArgumentError(FrontendError, TypeError):
     """A call's argument cannot be compiled with (names the Cell or function and the parameter)."""
 
 
+class FrontendValueError(FrontendError, ValueError):
+    """A ValueError raised by an op's argument check while compiling construct (keeps its type, so
+    ``except ValueError`` and MindSpore's tests see what MindSpore raises)."""
+
+
 class VerifyError(SourceError):
     """The verifier rejected the bytecode: a shape, dtype or stack error."""
 
@@ -78,5 +83,10 @@ class ShapeMismatch(MsvmError):
     """Arguments do not satisfy what the compiled bytecode requires (checked on entry)."""
 
 
-class ExecutionError(SourceError):
+class ExecutionError(SourceError, RuntimeError):
     """An instruction failed while running (names the instruction and its source)."""
+
+
+class UnknownDim(MsvmError, ValueError):
+    """Compiling needs a dim's value (to split a tensor into that many parts, to loop over it) and
+    the dim is symbolic: the caller recompiles for the call's exact shapes (see executor)."""

@@ -18,8 +18,10 @@ import numpy as np
 from . import context, events, log
 from . import dtype as dt
 from .bytecode.disasm import display_name, dump, to_json
+from .bytecode.symbolic import Expr
+from .bytecode.types import TensorType
 from .errors import ArgumentError, FrontendError, MsvmError, ShapeMismatch
-from .frontend.argspec import arg_spec
+from .frontend.argspec import ArgSpec, arg_spec
 from .frontend.compiler import (
     bind_arguments,
     cell_getattr,
@@ -439,8 +441,27 @@ def _make_guard(pattern, rp, vals, out, names):
     return False if made is None else [made[0], made[1], keep]
 
 
+def exact_specs(specs, vals) -> list:
+    """specs with each undeclared tensor's dims fixed to this call's shape: for code that needs a
+    dim's value while compiling (ops.split into that many parts, vmap's loop), which symbolic
+    dims cannot give."""
+    out = []
+    for s, v in zip(specs, vals):
+        if s.kind == "tensor" and not s.may_be_one and isinstance(v, Tensor) and not v.is_placeholder:
+            s = ArgSpec("tensor", TensorType(tuple(Expr.const(n) for n in v.shape), s.type.dtype))
+        out.append(s)
+    return out
+
+
+def _exact_key(vals) -> tuple:
+    return ("exact",) + tuple(tuple(v.shape) if isinstance(v, Tensor) else None for v in vals)
+
+
 class CellRunner(_Runner):
-    """Per Cell instance: compiled variants keyed by argument signature."""
+    """Per Cell instance: compiled variants keyed by argument signature (and by exact shapes once
+    its construct needed a dim's value: ``exact_shapes``)."""
+
+    exact_shapes = False
 
     def __init__(self, cell):
         self.cell = cell
@@ -467,10 +488,16 @@ class CellRunner(_Runner):
             declared = self.cell._msvm_inputs
             key = tuple(_key_declared(v) if k < len(declared) and isinstance(declared[k], Tensor) else _key_of(v)
                         for k, v in enumerate(vals))
+        exact = self.exact_shapes
+        if exact:
+            key += _exact_key(vals)
         var = self.variants.get(key)
         if var is None:
             self.check_flags(vals)
-            var = self.variants[key] = self.compile(vals)
+            var = self.compile(vals)
+            if self.exact_shapes and not exact:     # (this compile found it needs exact shapes)
+                key += _exact_key(vals)
+            self.variants[key] = var
         elif self.flag_idx:
             self.check_flags(vals)
         rt = [_runtime_value(vals[i]) for i in var.runtime_idx] if var.partial else [_runtime_value(v) for v in vals]
@@ -487,8 +514,17 @@ class CellRunner(_Runner):
     def compile(self, vals):
         t0 = time.perf_counter()
         specs = self.specs(vals)
+        if self.exact_shapes:
+            specs = exact_specs(specs, vals)
         try:
-            code = compile_cell_for(self.cell, specs, generation=PARAMETER_SHAPES[0])
+            try:
+                code = compile_cell_for(self.cell, specs, generation=PARAMETER_SHAPES[0])
+            except FrontendError as e:
+                if not getattr(e, "needs_known_dims", False) or self.exact_shapes:
+                    raise
+                self.exact_shapes = True         # (from now on a variant per exact shape)
+                specs = exact_specs(specs, vals)
+                code = compile_cell_for(self.cell, specs, generation=PARAMETER_SHAPES[0])
         except FrontendError as e:
             raise self.compile_error(e, specs, vals) from None
         run = optimize(code)
@@ -522,8 +558,15 @@ class JitRunner(_Runner):
         if self.owner is not None and self.owner._runner is self:
             self.owner._fast = None if guard is None else (guard[0], guard[1], self.shapes_seen)
 
+    exact_shapes = False
+
     def resolve(self, vals):
         key = tuple(_key_of(v) for v in vals)
+        if self.exact_shapes:
+            key += _exact_key(vals)
+            specs_exact = True
+        else:
+            specs_exact = False
         var = self.variants.get(key)
         if self.flag_idx:
             self.check_flags(vals)
@@ -531,8 +574,18 @@ class JitRunner(_Runner):
             t0 = time.perf_counter()
             specs = [arg_spec(name, v, None, k in self.flag_idx)
                      for k, ((name, _), v) in enumerate(zip(expand_params(self.params, len(vals)), vals))]
+            if specs_exact:
+                specs = exact_specs(specs, vals)
             try:
-                code = compile_function(source_of(self.fn), specs, name=self.fn.__qualname__)
+                try:
+                    code = compile_function(source_of(self.fn), specs, name=self.fn.__qualname__)
+                except FrontendError as e:
+                    if not getattr(e, "needs_known_dims", False) or self.exact_shapes:
+                        raise
+                    self.exact_shapes = True
+                    specs = exact_specs(specs, vals)
+                    code = compile_function(source_of(self.fn), specs, name=self.fn.__qualname__)
+                    key += _exact_key(vals)
             except FrontendError as e:
                 raise self.compile_error(e, specs, vals) from None
             run = optimize(code)

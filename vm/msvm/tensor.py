@@ -42,9 +42,13 @@ class TensorMethods:
     def __ge__(self, o): return _ops().greater_equal(self, o)
     def __eq__(self, o): return _ops().equal(self, o)
     def __ne__(self, o): return _ops().not_equal(self, o)
-    def __and__(self, o): return _ops().logical_and(self, o)
-    def __or__(self, o): return _ops().logical_or(self, o)
-    def __invert__(self): return _ops().logical_not(self)
+    def __and__(self, o): return _ops().and_(self, o)
+    def __rand__(self, o): return _ops().and_(o, self)
+    def __or__(self, o): return _ops().or_(self, o)
+    def __ror__(self, o): return _ops().or_(o, self)
+    def __xor__(self, o): return _ops().xor_(self, o)
+    def __rxor__(self, o): return _ops().xor_(o, self)
+    def __invert__(self): return _ops().invert_(self)
     __hash__ = object.__hash__
 
     def reshape(self, *shape):
@@ -103,14 +107,8 @@ class TensorMethods:
     def squeeze(self, axis=None):
         return _ops().squeeze(self, axis)
 
-    def exp(self): return _ops().exp(self)
-    def log(self): return _ops().log(self)
-    def sqrt(self): return _ops().sqrt(self)
-    def rsqrt(self): return _ops().rsqrt(self)
-    def tanh(self): return _ops().tanh(self)
-    def sigmoid(self): return _ops().sigmoid(self)
-    def relu(self): return _ops().relu(self)
-    def abs(self): return _ops().abs(self)
+    # exp, log, sin, add, ... : made from msvm/ops/registry.py (one definition per op for its
+    # function, primitive and method), installed when msvm.ops is imported
 
     def flatten(self, start_dim=0, end_dim=-1):
         return _ops().flatten(self, start_dim=start_dim, end_dim=end_dim)

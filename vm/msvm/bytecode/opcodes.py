@@ -215,6 +215,62 @@ _op("CUMSUM", 0x79, ["axis:const", "exclusive:const", "reverse:const"], 1, 1, S.
     "pop x; push the running sum along axis (exclusive: without the element itself; reverse: from the end)",
     compiled="l1")
 
+# --- conformance (issue 21): MindSpore's math, bitwise and band ops -------------------------------
+_CONF_UNARY = [
+    ("SIN", 0x90, "sin x", "float", "fc"), ("COS", 0x91, "cos x", "float", "fc"), ("TAN", 0x92, "tan x", "float", ""),
+    ("ASIN", 0x93, "arcsin x", "float", ""), ("ACOS", 0x94, "arccos x", "float", ""),
+    ("ATAN", 0x95, "arctan x", "float", ""),
+    ("SINH", 0x96, "sinh x", "float", ""), ("COSH", 0x97, "cosh x", "float", ""),
+    ("ASINH", 0x98, "arcsinh x", "float", ""),
+    ("ACOSH", 0x99, "arccosh x", "float", ""), ("ATANH", 0x9A, "arctanh x", "float", ""),
+    ("FLOOR", 0x9B, "floor x (ints stay ints)", None, "f"), ("CEIL", 0x9C, "ceil x (ints stay ints)", None, "f"),
+    ("ROUND", 0x9D, "x rounded half to even (ints stay ints)", None, "f"),
+    ("TRUNC", 0x9E, "x rounded toward zero (ints stay ints)", None, "f"),
+    ("SIGN", 0x9F, "-1, 0 or 1 (NaN stays)", None, ""),
+    ("ISNAN", 0xA0, "x is NaN", "bool", ""), ("ISINF", 0xA1, "x is +-inf", "bool", ""),
+    ("ISFINITE", 0xA2, "x is neither NaN nor +-inf", "bool", ""), ("SQUARE", 0xA3, "x * x", None, "f"),
+    ("LOG1P", 0xA4, "ln(1 + x)", "float", ""), ("EXPM1", 0xA5, "e**x - 1", "float", ""),
+    ("ERFC", 0xA6, "1 - erf x", "float", ""),
+    ("INVERT", 0xA7, "bitwise not (bool: logical not)", None, ""),
+    ("SOFTPLUS", 0xA8, "ln(1 + e**x), without overflow", "float", ""),
+    ("ERFINV", 0xAB, "the inverse of erf (+-inf at +-1, NaN outside [-1, 1])", "float", ""),
+]
+for _n, _c, _d, _o, _f in _CONF_UNARY:
+    _op(_n, _c, [], 1, 1, partial(S.unary, name=_n, out_dtype=_o), "elementwise", f"pop x; push {_d}", **_flags(_f))
+_CONF_BINARY = [
+    ("BROADCAST_BITAND", 0xB0, "a & b bitwise (ints and bools)", None, ""),
+    ("BROADCAST_BITOR", 0xB1, "a | b bitwise (ints and bools)", None, ""),
+    ("BROADCAST_BITXOR", 0xB2, "a ^ b bitwise (ints and bools)", None, ""),
+    ("BROADCAST_XOR", 0xB3, "logical a xor b", "bool", ""), ("BROADCAST_ATAN2", 0xB4, "arctan2(a, b)", "float", ""),
+    ("BROADCAST_MOD", 0xB5, "a - floor(a / b) * b, the sign of b (ints stay ints)", None, ""),
+]
+for _n, _c, _d, _o, _f in _CONF_BINARY:
+    _op(_n, _c, [], 2, 1, partial(S.binary, name=_n, out_dtype=_o), "elementwise",
+        f"pop b, a; push {_d} with numpy broadcasting", **_flags(_f))
+_op("MATRIX_BAND_PART", 0xB8, ["lower:const", "upper:const"], 1, 1, S.band_part, "layout",
+    "pop x [..., M, N]; push x with zeros outside the band i - j <= lower, j - i <= upper (-1: no limit)", compiled="l1")
+for _n, _c, _o, _d in [("REDUCE_PROD", 0xB9, None, "product"), ("REDUCE_ALL", 0xBA, "bool", "logical and"),
+                       ("REDUCE_ANY", 0xBB, "bool", "logical or")]:
+    _op(_n, _c, ["axes:const", "keep_dims:const"], 1, 1, partial(S.reduce, name=_n, out_dtype=_o),
+        "reduction", f"pop x; push the {_d} over axes (None: all)", compiled="l1")
+_op("TENSOR_SCATTER", 0xBD, ["mode:const"], 3, 1, S.tensor_scatter, "layout",
+    "pop updates, indices [..., K], x; push x with x[indices] combined with updates by mode "
+    "(update, add, sub, mul, div, max, min); an index out of range raises", compiled="l1")
+_op("GATHER_ND", 0xBE, [], 2, 1, S.gather_nd, "layout",
+    "pop indices [..., K], x; push x[indices] over x's first K dims: indices.shape[:-1] + x.shape[K:]", compiled="l1")
+_op("GATHER_D", 0xBF, ["dim:const"], 2, 1, S.gather_d, "layout",
+    "pop index, x; push take_along_axis(x, index, dim) (index has x's rank)", compiled="l1")
+_op("ARGSORT", 0xA9, ["axis:const", "descending:const"], 1, 1, S.argsort, "reduction",
+    "pop x; push the int32 indices that sort x along axis (stable: equal values keep their order; NaN last)", compiled="l1")
+_op("UNSORTED_SEGMENT", 0xAA, ["num_segments:const", "mode:const"], 2, 1, S.unsorted_segment, "reduction",
+    "pop ids, x; push [num_segments, ...]: row k combines (sum, prod, max, min) the rows of x whose id is k; "
+    "an empty segment holds the combination's identity (max: the dtype's lowest), ids outside are dropped", compiled="l1")
+_op("SCATTER_ELEMENTS", 0xAC, ["axis:const", "reduction:const"], 3, 1, S.scatter_elements, "layout",
+    "pop updates, indices, x; push x with x[..., indices[i], ...] (along axis) set to, or for reduction 'add' "
+    "plus, updates[i]; indices and updates have one shape, of x's rank", compiled="l1")
+_op("ARGMIN", 0xBC, ["axis:const", "keep_dims:const"], 1, 1, partial(S.argreduce, name="ARGMIN"),
+    "reduction", "pop x; push the int32 index of the min along axis", compiled="l1")
+
 # --- fused (produced by the fusion pass, jit/fuse.py; the interpreter runs them too) ---------
 # A fused instruction carries its expression as a program (postfix tuple of nodes: ("in", k),
 # ("c", value) or (OPNAME, *operands)); the disassembler names it after its parts:

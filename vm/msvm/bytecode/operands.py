@@ -113,6 +113,16 @@ CONST_OPERANDS = {
     "pad": (_pad, "('same',) or 4 ints >= 0"),
     "group": (lambda v: _is_int(v) and v > 0, "a positive int"),
     "count_pad": (lambda v: isinstance(v, bool), "a bool"),
+    # conformance ops (issue 21)
+    "lower": (_is_int, "an int (-1: no limit)"),
+    "upper": (_is_int, "an int (-1: no limit)"),
+    "TENSOR_SCATTER.mode": (lambda v: v in ("update", "add", "sub", "mul", "div", "max", "min"),
+                            "one of update, add, sub, mul, div, max, min"),
+    "UNSORTED_SEGMENT.mode": (lambda v: v in ("sum", "prod", "max", "min"), "one of sum, prod, max, min"),
+    "dim": (_is_int, "an int"),
+    "descending": (lambda v: isinstance(v, bool), "a bool"),
+    "num_segments": (lambda v: _is_int(v) and v >= 0, "an int >= 0"),
+    "reduction": (lambda v: v in ("none", "add"), "'none' or 'add'"),
     "size": (lambda v: isinstance(v, tuple) and len(v) == 2 and all(x is None or (_is_int(x) and x > 0) for x in v),
              "a pair of positive ints or None"),
 }

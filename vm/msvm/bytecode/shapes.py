@@ -68,7 +68,7 @@ def binary(ctx, ins, args, *, name: str, out_dtype=None):
 def unary(ctx, ins, args, *, name: str, out_dtype=None):
     (t,) = ins
     if isinstance(t, ScalarType):
-        return ScalarType("f" if out_dtype == "float" else t.kind)
+        return ScalarType("b" if out_dtype == "bool" else "f" if out_dtype == "float" else t.kind)
     t = _tensor(t, name)
     if out_dtype == "float" and not t.dtype.is_float:
         return TensorType(t.shape, dt.float32)
@@ -156,8 +156,10 @@ def reduce(ctx, ins, args, *, name: str, out_dtype=None):
         d = dt.float32
     if out_dtype == "index":
         d = dt.int32
-    if name in ("REDUCE_SUM",) and d is dt.bool_:
+    if name in ("REDUCE_SUM", "REDUCE_PROD") and d is dt.bool_:
         d = dt.int64
+    if out_dtype == "bool":
+        d = dt.bool_
     return TensorType(shape, d)
 
 
@@ -564,3 +566,101 @@ def fused_matmul(ctx, ins, args):
         raise ShapeError("FUSED_MATMUL needs at least the two matmul operands")
     mm = (batch_matmul if batched else matmul)(ctx, ins[:2], (ta, tb))
     return run_program(ctx, program, [mm] + list(ins[2:]), "FUSED_MATMUL")
+
+
+# ---------------------------------------------------------------- conformance (issue 21)
+
+def band_part(ctx, ins, args):
+    """MATRIX_BAND_PART: x's type; x needs rank >= 2, the bounds are ints (-1: no limit)."""
+    t = _tensor(ins[0], "MATRIX_BAND_PART")
+    if t.rank < 2:
+        raise ShapeError(f"MATRIX_BAND_PART: x must have rank >= 2, got rank {t.rank}")
+    for what, v in zip(("lower", "upper"), args):
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise ShapeError(f"MATRIX_BAND_PART: {what} must be an int, got {v!r}")
+    return t
+
+
+SCATTER_MODES = ("update", "add", "sub", "mul", "div", "max", "min")
+
+
+def tensor_scatter(ctx, ins, args):
+    """TENSOR_SCATTER: x's type; int indices [..., K] with K <= rank(x); updates of
+    indices.shape[:-1] + x.shape[K:] (checked where both are known)."""
+    x = _tensor(ins[0], "TENSOR_SCATTER")
+    idx = _tensor(ins[1], "TENSOR_SCATTER", 1)
+    upd = ins[2]
+    (mode,) = args
+    if mode not in SCATTER_MODES:
+        raise ShapeError(f"TENSOR_SCATTER: mode must be one of {', '.join(SCATTER_MODES)}, got {mode!r}")
+    if idx.dtype.kind not in "iu":
+        raise ShapeError(f"TENSOR_SCATTER: indices must be ints, got {idx.dtype}")
+    if idx.rank == 0:
+        raise ShapeError("TENSOR_SCATTER: indices must have rank >= 1 (the last dim indexes x)")
+    k = idx.shape[-1]
+    if k.is_const() and k.const_value() > x.rank:
+        raise ShapeError(f"TENSOR_SCATTER: indices index {k.const_value()} dims of a rank-{x.rank} x")
+    if isinstance(upd, TensorType) and k.is_const():
+        want = tuple(idx.shape[:-1]) + tuple(x.shape[k.const_value():])
+        if len(want) == upd.rank and all(a.is_const() and b.is_const() and a.const_value() != b.const_value()
+                                         for a, b in zip(want, upd.shape)):
+            raise ShapeError(f"TENSOR_SCATTER: updates must have shape {fmt_shape(want)}, got {fmt_shape(upd.shape)}")
+    return x
+
+
+def gather_nd(ctx, ins, args):
+    x = _tensor(ins[0], "GATHER_ND")
+    idx = _tensor(ins[1], "GATHER_ND", 1)
+    if idx.dtype.kind not in "iu" or idx.rank == 0:
+        raise ShapeError(f"GATHER_ND: indices must be ints of rank >= 1, got {idx.dtype} of rank {idx.rank}")
+    k = idx.shape[-1]
+    if not k.is_const() or k.const_value() > x.rank:
+        raise ShapeError(f"GATHER_ND: the last dim of indices ({k}) must be a known int <= rank {x.rank}")
+    return TensorType(tuple(idx.shape[:-1]) + tuple(x.shape[k.const_value():]), x.dtype)
+
+
+def gather_d(ctx, ins, args):
+    x = _tensor(ins[0], "GATHER_D")
+    idx = _tensor(ins[1], "GATHER_D", 1)
+    (dim,) = args
+    if idx.dtype.kind not in "iu" or idx.rank != x.rank:
+        raise ShapeError(f"GATHER_D: index must be ints of x's rank {x.rank}, got {idx.dtype} of rank {idx.rank}")
+    norm_axis(dim, x.rank, "GATHER_D")
+    return TensorType(idx.shape, x.dtype)
+
+
+def argsort(ctx, ins, args):
+    t = _tensor(ins[0], "ARGSORT")
+    norm_axis(args[0], builtin_max(t.rank, 1), "ARGSORT")
+    return TensorType(t.shape, dt.int32)
+
+
+def builtin_max(a, b):
+    return a if a >= b else b
+
+
+def unsorted_segment(ctx, ins, args):
+    x = _tensor(ins[0], "UNSORTED_SEGMENT")
+    ids = _tensor(ins[1], "UNSORTED_SEGMENT", 1)
+    n, mode = args
+    if mode not in ("sum", "prod", "max", "min"):
+        raise ShapeError(f"UNSORTED_SEGMENT: mode must be sum, prod, max or min, got {mode!r}")
+    if ids.dtype.kind not in "iu" or ids.rank > x.rank:
+        raise ShapeError(f"UNSORTED_SEGMENT: segment_ids must be ints of rank <= {x.rank}, got {ids.dtype} "
+                         f"of rank {ids.rank}")
+    if isinstance(n, bool) or not isinstance(n, int) or n <= 0:
+        raise ShapeError(f"UNSORTED_SEGMENT: num_segments must be a positive int, got {n!r}")
+    return TensorType((Expr.const(n),) + tuple(x.shape[ids.rank:]), x.dtype)
+
+
+def scatter_elements(ctx, ins, args):
+    x = _tensor(ins[0], "SCATTER_ELEMENTS")
+    idx = _tensor(ins[1], "SCATTER_ELEMENTS", 1)
+    axis, reduction = args
+    if reduction not in ("none", "add"):
+        raise ShapeError(f"SCATTER_ELEMENTS: reduction must be 'none' or 'add', got {reduction!r}")
+    if idx.dtype.kind not in "iu" or idx.rank != x.rank:
+        raise ShapeError(f"SCATTER_ELEMENTS: indices must be ints of x's rank {x.rank}, got {idx.dtype} of rank "
+                         f"{idx.rank}")
+    norm_axis(axis, x.rank, "SCATTER_ELEMENTS")
+    return x

@@ -256,6 +256,14 @@ UNARY = {
     "ERF": lambda v, x: v.erf(x),
     "GELU": _gelu,
     "GELU_TANH": _gelu_tanh,
+    # conformance (issue 21): LLVM's own intrinsics, numpy's answers on NaN, inf and -0.0
+    "FLOOR": lambda v, x: v.call("floor", x),
+    "CEIL": lambda v, x: v.call("ceil", x),
+    "ROUND": lambda v, x: v.call("rint", x),         # half to even, as np.rint
+    "TRUNC": lambda v, x: v.call("trunc", x),
+    "SQUARE": lambda v, x: v.bin("fmul", x, x),
+    "SIN": lambda v, x: v.call("sin", x),
+    "COS": lambda v, x: v.call("cos", x),
 }
 BINARY = {
     "BROADCAST_ADD": lambda v, a, b: v.bin("fadd", a, b),

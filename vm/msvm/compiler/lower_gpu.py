@@ -32,7 +32,7 @@ _SREG = ("tid.x", "ctaid.x", "ntid.x", "nctaid.x")
 class GpuVals(Vals):
     """Scalar math for NVPTX: intrinsics the backend lowers natively, approximations for the rest."""
 
-    NATIVE = {"minnum", "maxnum", "floor", "fabs", "copysign", "sqrt", "fma"}
+    NATIVE = {"minnum", "maxnum", "floor", "ceil", "trunc", "rint", "fabs", "copysign", "sqrt", "fma"}
 
     def call(self, name: str, *args: str) -> str:
         if name in self.NATIVE:

@@ -34,7 +34,7 @@ from ..bytecode.code import CodeBuilder, Loc
 from ..bytecode.symbolic import Expr, Pred, SymbolicError
 from ..bytecode.types import NONE, ScalarType, ShapeEnv, ShapeError, TensorType, TupleType
 from ..bytecode.verify import bind_callee, subs_type, verify
-from ..errors import FrontendError
+from ..errors import ArgumentError, FrontendError, FrontendValueError, UnknownDim
 from .argspec import ArgSpec
 from .graph import GraphValue, lift, using
 
@@ -436,7 +436,13 @@ class FunctionCompiler:
             except (ShapeError, SymbolicError) as e:
                 raise self.error(str(e)) from None
             except (TypeError, ValueError, NotImplementedError, IndexError, KeyError) as e:
-                raise self.error(f"{type(e).__name__}: {e}") from None
+                err = self.error(f"{type(e).__name__}: {e}")
+                kind = ArgumentError if isinstance(e, TypeError) else FrontendValueError \
+                    if isinstance(e, ValueError) else None         # (keeps the op's TypeError / ValueError)
+                if kind is not None:
+                    err = kind(err.message, err.filename, err.line, err.col, err.end_line, err.end_col)
+                err.needs_known_dims = isinstance(e, UnknownDim)     # the executor retries with exact shapes
+                raise err from None
         finally:
             self.loc = prev
 
@@ -1099,7 +1105,8 @@ class FunctionCompiler:
                 raise self.error(f"{getattr(fn, '__name__', fn)}() of a symbolic or run-time value is not "
                                  "supported", node)
             return fn(*args, **kwargs)
-        if _is_msvm(fn) or isinstance(fn, pytypes.MethodType) and isinstance(fn.__self__, GraphValue):
+        if _is_msvm(fn) or getattr(type(fn), "__msvm_primitive__", False) \
+                or isinstance(fn, pytypes.MethodType) and isinstance(fn.__self__, GraphValue):
             return fn(*args, **kwargs)
         if callable(fn) and getattr(fn, "__module__", "").split(".")[0] in _FOLD_MODULES:
             if any(isinstance(a, (GraphValue, Expr, Pred)) for a in list(args) + list(kwargs.values())):

@@ -473,6 +473,216 @@ def _truncdiv(a, b, out=None):
     return np.trunc(q, out=q) if isinstance(q, np.ndarray) else np.trunc(q)
 
 
+# ---------------------------------------------------------------- conformance (issue 21)
+
+def _bool_unary(ufunc):
+    """x -> bool array (NaN/inf tests); a Python scalar gives a Python bool."""
+    def kern(x, out=None):
+        r = ufunc(np.asarray(x))
+        return bool(r) if not isinstance(x, (np.ndarray, np.generic)) else np.asarray(r)
+    return kern
+
+
+def _int_kept(ufunc):
+    """floor/ceil/round/trunc: identity on ints and bools (numpy would keep them too, but
+    np.round on a bool array fails)."""
+    def kern(x, out):
+        if x.dtype.kind != "f":
+            return np.array(x, copy=True) if out is None else np.copyto(out, x) or out
+        return ufunc(x, out=out) if out is not None else np.asarray(ufunc(x))
+    return kern
+
+
+def _sign(x, out):
+    if x.dtype == np.bool_:
+        return x.copy()
+    return np.sign(x, out=out) if out is not None else np.asarray(np.sign(x))
+
+
+def _square(x, out):
+    if x.dtype == np.bool_:
+        return np.logical_and(x, x)
+    return np.multiply(x, x, out=out) if out is not None else np.asarray(np.multiply(x, x))
+
+
+def _invert(x, out):
+    if x.dtype.kind == "f":
+        raise TypeError(f"INVERT: bitwise not needs an int or bool tensor, got {x.dtype}")
+    return np.invert(x, out=out) if out is not None else np.asarray(np.invert(x))
+
+
+def _softplus(x, out):
+    return np.logaddexp(x.dtype.type(0), x, out=out) if out is not None else np.asarray(np.logaddexp(x.dtype.type(0), x))
+
+
+def _erfc(x, out):
+    return np.asarray(_sp().erfc(x) if out is None else _sp().erfc(x, out=out))
+
+
+def _bitwise(ufunc, name):
+    def kern(a, b, out=None):
+        for v in (a, b):
+            if np.asarray(v).dtype.kind == "f":
+                raise TypeError(f"{name}: needs int or bool inputs, got {np.asarray(v).dtype}")
+        return _binary(ufunc)(a, b, out)
+    return kern
+
+
+def _mod(a, b, out=None):
+    """numpy's mod (Python's %: the sign of b); on ints a zero divisor gives 0, as numpy."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return _binary(np.mod)(a, b, out)
+
+
+def matrix_band_part(x, lower, upper, out=None):
+    x = np.asarray(x)
+    m, n = x.shape[-2:]
+    i = np.arange(m)[:, None]
+    j = np.arange(n)[None, :]
+    keep = np.ones((m, n), dtype=bool)
+    if lower >= 0:
+        keep &= (i - j) <= lower
+    if upper >= 0:
+        keep &= (j - i) <= upper
+    return np.where(keep, x, np.zeros((), x.dtype))
+
+
+def argmin(x, axis, keep, out=None):
+    x = np.asarray(x)
+    if axis is None:
+        return np.asarray(np.argmin(x), dtype=np.int32)
+    return np.argmin(x, axis=axis, keepdims=bool(keep)).astype(np.int32)
+
+
+def _bool_reduce(fn):
+    def kern(x, axes, keep, out=None):
+        return np.asarray(fn(np.asarray(x), axis=_axes(axes), keepdims=bool(keep)), dtype=np.bool_)
+    return kern
+
+
+class IndexOutOfRange(IndexError, RuntimeError):
+    """An index a gather or scatter was given lies outside the tensor (MindSpore raises RuntimeError)."""
+
+
+_SCATTER = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "max": np.maximum, "min": np.minimum}
+
+
+def tensor_scatter(x, idx, upd, mode, out=None):
+    """x with x[indices] updated (repeated indices: update keeps the last, the others combine all)."""
+    x = np.array(x, copy=True)
+    idx = np.asarray(idx)
+    k = idx.shape[-1]
+    flat = idx.reshape(-1, k).astype(np.int64)
+    for d in range(k):
+        bad = (flat[:, d] < 0) | (flat[:, d] >= x.shape[d])
+        if bad.any():
+            raise IndexOutOfRange(f"TENSOR_SCATTER: index {int(flat[bad.argmax(), d])} is out of range for dim {d} "
+                             f"of size {x.shape[d]}")
+    u = np.broadcast_to(np.asarray(upd), idx.shape[:-1] + x.shape[k:]).reshape((flat.shape[0],) + x.shape[k:])
+    keys = tuple(flat.T)
+    if mode == "update":
+        x[keys] = u
+    elif mode == "div":
+        with np.errstate(divide="ignore", invalid="ignore"):
+            (np.true_divide if x.dtype.kind == "f" else np.floor_divide).at(x, keys, u.astype(x.dtype))
+    else:
+        _SCATTER[mode].at(x, keys, u.astype(x.dtype))
+    return x
+
+
+def gather_nd(x, idx, out=None):
+    x, idx = np.asarray(x), np.asarray(idx).astype(np.int64)
+    k = idx.shape[-1]
+    for d in range(k):
+        col = idx[..., d]
+        if col.size and (col.min() < -x.shape[d] or col.max() >= x.shape[d]):
+            raise IndexOutOfRange(f"GATHER_ND: an index is out of range for dim {d} of size {x.shape[d]}")
+    return np.asarray(x[tuple(np.moveaxis(idx, -1, 0))])
+
+
+def gather_d(x, idx, dim, out=None):
+    x, idx = np.asarray(x), np.asarray(idx).astype(np.int64)
+    size = x.shape[dim]
+    if idx.size and (idx.min() < -size or idx.max() >= size):
+        raise IndexOutOfRange(f"GATHER_D: an index is out of range for dim {dim} of size {size}")
+    return np.take_along_axis(x, idx, axis=dim)
+
+
+def argsort(x, axis, descending, out=None):
+    """Stable: equal values keep their order, ascending or descending; NaN sorts last either way."""
+    x = np.asarray(x)
+    if x.ndim == 0:
+        return np.zeros((), np.int32)
+    if not descending:
+        return np.argsort(x, axis=axis, kind="stable").astype(np.int32)
+    key = x.astype(np.float64) if x.dtype.kind in "biu" else x
+    with np.errstate(invalid="ignore"):
+        key = np.where(np.isnan(key), np.inf, -key) if key.dtype.kind == "f" else -key
+    return np.argsort(key, axis=axis, kind="stable").astype(np.int32)
+
+
+def unsorted_segment(x, ids, n, mode, out=None):
+    x, ids = np.asarray(x), np.asarray(ids).astype(np.int64)
+    rest = x.shape[ids.ndim:]
+    if mode in ("sum", "prod"):
+        init = 0 if mode == "sum" else 1
+    else:
+        info = np.finfo(x.dtype) if x.dtype.kind == "f" else np.iinfo(x.dtype) if x.dtype.kind in "iu" else None
+        init = (info.max if mode == "min" else info.min) if info is not None else (mode == "min")
+    res = np.full((n,) + rest, init, dtype=x.dtype)
+    flat_ids = ids.reshape(-1)
+    rows = x.reshape((-1,) + rest)
+    keep = (flat_ids >= 0) & (flat_ids < n)
+    ufunc = {"sum": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}[mode]
+    ufunc.at(res, flat_ids[keep], rows[keep])
+    return res
+
+
+def scatter_elements(x, idx, upd, axis, reduction, out=None):
+    x = np.array(x, copy=True)
+    idx = np.asarray(idx).astype(np.int64)
+    upd = np.broadcast_to(np.asarray(upd, dtype=x.dtype), idx.shape)
+    size = x.shape[axis]
+    if idx.size and (idx.min() < -size or idx.max() >= size):
+        raise IndexOutOfRange(f"SCATTER_ELEMENTS: an index is out of range for axis {axis} of size {size}")
+    grid = list(np.indices(idx.shape, sparse=True))
+    grid[axis] = idx
+    if reduction == "add":
+        np.add.at(x, tuple(grid), upd)
+    else:
+        x[tuple(grid)] = upd
+    return x
+
+
+_CONFORMANCE = {
+    "SCATTER_ELEMENTS": scatter_elements,
+    "UNSORTED_SEGMENT": unsorted_segment,
+    "ARGSORT": argsort,
+    "GATHER_ND": gather_nd, "GATHER_D": gather_d,
+    "TENSOR_SCATTER": tensor_scatter,
+    "SIN": _unary(_with_out(np.sin), True), "COS": _unary(_with_out(np.cos), True),
+    "TAN": _unary(_with_out(np.tan), True), "ASIN": _unary(_with_out(np.arcsin), True),
+    "ACOS": _unary(_with_out(np.arccos), True), "ATAN": _unary(_with_out(np.arctan), True),
+    "SINH": _unary(_with_out(np.sinh), True), "COSH": _unary(_with_out(np.cosh), True),
+    "ASINH": _unary(_with_out(np.arcsinh), True), "ACOSH": _unary(_with_out(np.arccosh), True),
+    "ATANH": _unary(_with_out(np.arctanh), True),
+    "FLOOR": _unary(_int_kept(np.floor)), "CEIL": _unary(_int_kept(np.ceil)),
+    "ROUND": _unary(_int_kept(np.rint)), "TRUNC": _unary(_int_kept(np.trunc)), "SIGN": _unary(_sign),
+    "ISNAN": _bool_unary(np.isnan), "ISINF": _bool_unary(np.isinf), "ISFINITE": _bool_unary(np.isfinite),
+    "SQUARE": _unary(_square), "LOG1P": _unary(_with_out(np.log1p), True),
+    "EXPM1": _unary(_with_out(np.expm1), True), "ERFC": _unary(_erfc, True), "INVERT": _unary(_invert),
+    "SOFTPLUS": _unary(_softplus, True),
+    "ERFINV": _unary(lambda x, out: np.asarray(_sp().erfinv(x) if out is None else _sp().erfinv(x, out=out)), True),
+    "BROADCAST_BITAND": _bitwise(np.bitwise_and, "BROADCAST_BITAND"),
+    "BROADCAST_BITOR": _bitwise(np.bitwise_or, "BROADCAST_BITOR"),
+    "BROADCAST_BITXOR": _bitwise(np.bitwise_xor, "BROADCAST_BITXOR"),
+    "BROADCAST_XOR": _logical(np.logical_xor), "BROADCAST_ATAN2": _binary(np.arctan2, force_float=True),
+    "BROADCAST_MOD": _mod, "MATRIX_BAND_PART": matrix_band_part,
+    "REDUCE_PROD": _reduce(np.prod), "REDUCE_ALL": _bool_reduce(np.all), "REDUCE_ANY": _bool_reduce(np.any),
+    "ARGMIN": argmin,
+}
+
+
 KERNELS = {
     "BROADCAST_ADD": _binary(np.add), "BROADCAST_SUB": _binary(np.subtract),
     "BROADCAST_MUL": _binary(np.multiply), "BROADCAST_DIV": _binary(np.true_divide, force_float=True),
@@ -503,6 +713,7 @@ KERNELS = {
     "CONV2D": conv2d, "MAX_POOL2D": max_pool2d, "AVG_POOL2D": avg_pool2d,
     "ADAPTIVE_AVG_POOL2D": adaptive_avg_pool2d, "GATHER": gather,
     "ARANGE": arange, "CUMSUM": cumsum,
+    **_CONFORMANCE,
 }
 
 

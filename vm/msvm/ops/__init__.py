@@ -4,6 +4,15 @@ from .functional import *  # noqa: F403
 from .functional import __dict__ as _fd
 from .primitives import *  # noqa: F403
 from .primitives import Primitive  # noqa: F401 - re-exported
+from .registry import functions as _functions
+from .registry import install_methods as _install_methods
+
+globals().update(_functions())
+from ..tensor import TensorMethods as _TM  # noqa: E402
+from ..tensor import _install_graph_methods  # noqa: E402
+
+_install_methods(_TM)
+_install_graph_methods()        # (graph values get a copy of TensorMethods' methods)
 
 max = _fd["amax"]  # noqa: A001
 min = _fd["amin"]  # noqa: A001

@@ -14,7 +14,8 @@ import builtins
 import numpy as np
 
 from .. import dtype as dt
-from ..bytecode.symbolic import Expr, product
+from ..bytecode.symbolic import Expr, product, smin
+from ..errors import UnknownDim
 from ..frontend.graph import is_graph, trace_op
 from ..interp.kernels import KERNELS
 from ..tensor import Tensor, unwrap, wrap
@@ -576,7 +577,7 @@ def _known_dim(x, axis, what):
     d = _shape(x)[axis]
     if isinstance(d, Expr):
         if d.const_value() is None:
-            raise ValueError(f"{what}: the size of axis {axis} ({d}) must be known to split a tensor into "
+            raise UnknownDim(f"{what}: the size of axis {axis} ({d}) must be known to split a tensor into "
                              f"a fixed number of parts")
         d = d.const_value()
     return axis, int(d)
@@ -673,3 +674,634 @@ def dropout(input, p=0.5, training=True, seed=None):
     if training and p > 0:
         raise NotImplementedError("ops.dropout with training=True is not supported (msvm runs inference)")
     return input
+
+
+# ---------------------------------------------------------------- math, bitwise, activations (conformance)
+# The implementations behind MindSpore's three faces of each op: ms.ops.<function>, the primitive
+# ms.ops.<Name>() and the Tensor method. ops/registry.py maps the names to these functions.
+
+def sin(input): return apply("SIN", (input,))
+def cos(input): return apply("COS", (input,))
+def tan(input): return apply("TAN", (input,))
+def asin(input): return apply("ASIN", (input,))
+def acos(input): return apply("ACOS", (input,))
+def atan(input): return apply("ATAN", (input,))
+def sinh(input): return apply("SINH", (input,))
+def cosh(input): return apply("COSH", (input,))
+def asinh(input): return apply("ASINH", (input,))
+def acosh(input): return apply("ACOSH", (input,))
+def atanh(input): return apply("ATANH", (input,))
+def floor(input): return apply("FLOOR", (input,))
+def ceil(input): return apply("CEIL", (input,))
+def trunc(input): return apply("TRUNC", (input,))
+def sign(input): return apply("SIGN", (input,))
+def isnan(input): return apply("ISNAN", (input,))
+def isinf(input): return apply("ISINF", (input,))
+def isfinite(input): return apply("ISFINITE", (input,))
+def square(input): return apply("SQUARE", (input,))
+def log1p(input): return apply("LOG1P", (input,))
+def expm1(input): return apply("EXPM1", (input,))
+def erfc(input): return apply("ERFC", (input,))
+def invert(input): return apply("INVERT", (input,))
+def bitwise_and(input, other): return apply("BROADCAST_BITAND", (input, other))
+def bitwise_or(input, other): return apply("BROADCAST_BITOR", (input, other))
+def bitwise_xor(input, other): return apply("BROADCAST_BITXOR", (input, other))
+def logical_xor(input, other): return apply("BROADCAST_XOR", (input, other))
+def atan2(input, other): return apply("BROADCAST_ATAN2", (input, other))
+def remainder(input, other): return apply("BROADCAST_MOD", (input, other))
+
+
+def round_(input, *, decimals=0):
+    """Half to even, as MindSpore's Round; ints stay ints."""
+    if decimals:
+        scale = 10.0 ** decimals
+        return div(apply("ROUND", (mul(input, scale),)), scale)
+    return apply("ROUND", (input,))
+
+
+def inv(input):
+    """1 / x; MindSpore's Inv keeps an int input's dtype (the quotient truncated)."""
+    dtype = getattr(input, "dtype", None)
+    if dtype is not None and dtype.kind in "iu":
+        return div(1, input, rounding_mode="trunc")
+    return reciprocal(input)
+
+
+def matrix_band_part(x, lower, upper):
+    """x with zeros outside the band (i - j <= lower, j - i <= upper) of its last two dims; a
+    negative bound keeps the whole triangle."""
+    bounds = []
+    for what, v in (("lower", lower), ("upper", upper)):
+        if isinstance(v, Tensor):
+            v = v.asnumpy()
+            if v.size != 1:
+                raise ValueError(f"ops.matrix_band_part: {what} must be one int, got a tensor of shape {v.shape}")
+            v = v.reshape(-1)[0]
+        if is_graph(v) or isinstance(v, Expr):
+            raise TypeError(f"ops.matrix_band_part: {what} must be a constant int inside construct, got {v!r}")
+        bounds.append(int(v))
+    return apply("MATRIX_BAND_PART", (x,), (builtins.max(bounds[0], -1), builtins.max(bounds[1], -1)))
+
+
+def prod(input, axis=None, keep_dims=False, dtype=None):
+    out = apply("REDUCE_PROD", (input,), (_axes(axis, "ops.prod: axis"), bool(keep_dims)))
+    return cast(out, dtype) if dtype is not None else out
+
+
+def all_(input, axis=None, keep_dims=False):
+    return apply("REDUCE_ALL", (input,), (_axes(axis, "ops.all: axis"), bool(keep_dims)))
+
+
+def any_(input, axis=None, keep_dims=False):
+    return apply("REDUCE_ANY", (input,), (_axes(axis, "ops.any: axis"), bool(keep_dims)))
+
+
+def argmin(input, axis=None, keepdims=False):
+    return apply("ARGMIN", (input,), (None if axis is None else int(axis), bool(keepdims)))
+
+
+def var(input, axis=None, ddof=0, keepdims=False):
+    """Variance over axis with ddof (an int, or True/False for 1/0, as MindSpore's unbiased)."""
+    axes = _axes(axis, "ops.var: axis")
+    shape = _shape(input)
+    n = product(shape[a] for a in axes) if axes is not None else product(shape)
+    xc = sub(input, mean(input, axes, True))
+    cnt = Expr.of(n) - int(ddof)
+    return div(sum(mul(xc, xc), axes, keepdims), cnt.const_value() if cnt.is_const() else cnt)
+
+
+def std(input, axis=None, ddof=0, keepdims=False):
+    return sqrt(var(input, axis, ddof, keepdims))
+
+
+def logsumexp(input, axis, keep_dims=False):
+    axes = _axes(axis, "ops.logsumexp: axis")
+    m = amax(input, axes, True)
+    m = where(isfinite(m), m, zeros_like(m))
+    out = add(log(sum(exp(sub(input, m)), axes, True)), m)
+    return out if keep_dims else squeeze(out, axes)
+
+
+def norm(A, ord=None, dim=None, keepdim=False, *, dtype=None):  # noqa: A002
+    """Vector p-norms over dim (None: all elements, 2-norm), and 'fro' over two dims."""
+    x = cast(A, dtype) if dtype is not None else A
+    axes = _axes(dim, "ops.norm: dim")
+    p = 2 if ord in (None, "fro") else ord
+    if p == float("inf"):
+        return amax(abs(x), axes, keepdim)
+    if p == float("-inf"):
+        return amin(abs(x), axes, keepdim)
+    if p == 0:
+        return sum(cast(not_equal(x, 0), x.dtype), axes, keepdim)
+    if p == 1:
+        return sum(abs(x), axes, keepdim)
+    if p == 2:
+        return sqrt(sum(mul(x, x), axes, keepdim))
+    return pow(sum(pow(abs(x), float(p)), axes, keepdim), 1.0 / p)
+
+
+def softplus(input, beta=1, threshold=20):
+    if beta == 1 and threshold == 20:
+        return apply("SOFTPLUS", (input,))
+    bx = mul(input, beta)
+    return where(greater(bx, threshold), input, div(apply("SOFTPLUS", (bx,)), beta))
+
+
+def softsign(x): return div(x, add(abs(x), 1))
+def mish(x): return mul(x, tanh(softplus(x)))
+def relu6(x): return clip(relu(x), None, 6)
+def hardsigmoid(input): return clip(add(div(input, 6), 0.5), 0, 1)
+def hardswish(x): return mul(x, hardsigmoid(x))
+def fast_gelu(x): return mul(div(x, add(exp(mul(abs(x), -1.702)), 1)), exp(mul(sub(x, abs(x)), 0.851)))
+
+
+def elu(input_x, alpha=1.0):
+    return where(greater(input_x, 0), input_x, mul(expm1(input_x), alpha))
+
+
+def celu(x, alpha=1.0):
+    return where(greater(x, 0), x, mul(expm1(div(x, alpha)), alpha))
+
+
+def selu(input_x):
+    scale, alpha = 1.0507009873554804934193349852946, 1.6732632423543772848170429916717
+    return mul(where(greater(input_x, 0), input_x, mul(expm1(input_x), alpha)), scale)
+
+
+def hardtanh(input, min_val=-1.0, max_val=1.0):
+    return clip(input, min_val, max_val)
+
+
+def hardshrink(input, lambd=0.5):
+    return where(greater(abs(input), lambd), input, zeros_like(input))
+
+
+def softshrink(input, lambd=0.5):
+    return where(greater(input, lambd), sub(input, lambd), where(less(input, -lambd), add(input, lambd),
+                                                                  zeros_like(input)))
+
+
+def bias_add(input_x, bias, data_format="NCHW"):
+    """x + bias along the channel axis (1 for NC..., the last for N...C)."""
+    r = _rank(input_x)
+    if data_format.endswith("C") and data_format != "NC":
+        return add(input_x, bias)
+    return add(input_x, reshape(bias, (1, -1) + (1,) * (r - 2)))
+
+
+def vmap(fn, in_axes=0, out_axes=0):
+    """``fn`` mapped over an axis of its inputs: a Python loop over the slices, the results stacked
+    (each input's mapped axis must have a known size; in_axes None leaves an input whole)."""
+    def mapped(*args):
+        axes = in_axes if isinstance(in_axes, (tuple, list)) else (in_axes,) * len(args)
+        if len(axes) != len(args):
+            raise ValueError(f"vmap: in_axes has {len(axes)} entries for {len(args)} inputs")
+        sizes = {_known_dim(a, ax, "vmap")[1] for a, ax in zip(args, axes) if ax is not None}
+        if len(sizes) != 1:
+            raise ValueError(f"vmap: the mapped axes have sizes {sorted(sizes)}; they must be equal")
+        (n,) = sizes
+        cols = [unstack(a, ax) if ax is not None else (a,) * n for a, ax in zip(args, axes)]
+        # a Cell mapped inside a construct being compiled: its construct runs on the graph values
+        # (Python-level, like an inlined function); eagerly, the Cell is called as usual
+        call = fn.construct if getattr(fn, "__msvm_cell__", False) and any_of(is_graph(a) for a in args) else fn
+        outs = [call(*(c[k] for c in cols)) for k in range(n)]
+        if isinstance(outs[0], (tuple, list)):
+            oa = out_axes if isinstance(out_axes, (tuple, list)) else (out_axes,) * len(outs[0])
+            return tuple(stack([o[i] for o in outs], oa[i]) for i in range(len(outs[0])))
+        return stack(outs, out_axes)
+    return mapped
+
+
+def _ints(*xs) -> bool:
+    """Every tensor among xs has an int dtype (the operators & | ^ ~ are bitwise then, logical on bools)."""
+    ds = [getattr(x, "dtype", None) for x in xs]
+    return any_of(d is not None and d.kind in "iu" for d in ds)
+
+
+def any_of(it):
+    for v in it:
+        if v:
+            return True
+    return False
+
+
+def and_(a, b): return bitwise_and(a, b) if _ints(a, b) else logical_and(a, b)
+def or_(a, b): return bitwise_or(a, b) if _ints(a, b) else logical_or(a, b)
+def xor_(a, b): return bitwise_xor(a, b) if _ints(a, b) else logical_xor(a, b)
+def invert_(x): return invert(x) if _ints(x) else logical_not(x)
+
+
+def _full_like_piece(x, shape, value):
+    """A tensor of shape and x's dtype holding value (a constant or a run-time scalar)."""
+    d = x.dtype
+    if d is dt.bool_:
+        return logical_or(zeros(shape, dt.bool_), value)
+    return cast(add(zeros(shape, d), value), d)
+
+
+def shift(x, fill_value, periods=1, axis=-1):
+    """MindSpore's Shift: x moved by periods along axis, the vacated places set to fill_value
+    (the axis may be symbolic: the pieces are slices with constant bounds)."""
+    r = _rank(x)
+    if not -r <= axis < r:
+        raise ValueError(f"Shift: axis {axis} is out of range for rank {r}")
+    axis %= r
+    if periods == 0:
+        return add(x, zeros_like(x)) if x.dtype is not dt.bool_ else logical_or(x, zeros_like(x))
+    p = abs_int(periods)
+    s = list(_shape(x))
+    d = s[axis]
+    s[axis] = builtins.min(p, d) if isinstance(d, int) else smin(Expr.const(p), d)
+    fill = _full_like_piece(x, tuple(s), fill_value)
+    lead = (("s", None, None, None),) * axis
+    if periods > 0:
+        return concat((fill, apply("SLICE", (x,), (lead + (("s", None, -p, 1),),))), axis)
+    return concat((apply("SLICE", (x,), (lead + (("s", p, None, 1),),)), fill), axis)
+
+
+def abs_int(v: int) -> int:
+    return v if v >= 0 else -v
+
+
+# ---------------------------------------------------------------- composites of the ops above (conformance)
+
+def _reduced(loss, reduction, what, batch=None):
+    if reduction == "none":
+        return loss
+    if reduction == "sum":
+        return sum(loss)
+    if reduction == "mean":
+        return mean(loss)
+    if reduction == "batchmean" and batch is not None:
+        return div(sum(loss), batch)
+    raise ValueError(f"{what}: reduction must be 'none', 'mean' or 'sum'{', batchmean' if batch else ''}, "
+                     f"got {reduction!r}")
+
+
+def padding(x, pad_dim_size=8):
+    """MindSpore's Padding: the last dim (of size 1) extended with zeros to pad_dim_size."""
+    s = _shape(x)
+    return concat((x, zeros(tuple(s[:-1]) + (pad_dim_size - 1,), x.dtype)), -1)
+
+
+def ger(input, vec2):
+    """The outer product of two vectors."""
+    return mul(reshape(input, (-1, 1)), reshape(vec2, (1, -1)))
+
+
+def std_mean(input, axis=None, ddof=0, keepdims=False):
+    return std(input, axis, ddof, keepdims), mean(input, axis, keepdims)
+
+
+def var_mean(input, axis=None, ddof=0, keepdims=False):
+    return var(input, axis, ddof, keepdims), mean(input, axis, keepdims)
+
+
+def square_sum_all(x, y):
+    return sum(mul(x, x)), sum(mul(y, y))
+
+
+def l2_loss(x):
+    return div(sum(mul(x, x)), 2)
+
+
+def rank(input_x):
+    return _rank(input_x)
+
+
+def size(input_x):
+    p = product(_shape(input_x))
+    return p.const_value() if isinstance(p, Expr) and p.is_const() else p
+
+
+def dot(input, other):
+    """MindSpore's dot: contracts input's last dim with other's second-to-last."""
+    ra, rb = _rank(input), _rank(other)
+    if ra == 2 and rb == 2:
+        return matmul(input, other)
+    sa, sb = _shape(input), _shape(other)
+    a2 = reshape(input, (-1, sa[-1]))
+    perm = (rb - 2,) + tuple(range(rb - 2)) + (rb - 1,) if rb >= 2 else (0,)
+    b2 = reshape(transpose(other, perm), (sb[-2] if rb >= 2 else sb[0], -1))
+    out = matmul(a2, b2)
+    return reshape(out, tuple(sa[:-1]) + tuple(sb[:-2]) + tuple(sb[-1:] if rb >= 2 else ()))
+
+
+def kl_div(logits, labels, reduction="mean"):
+    """labels * (log(labels) - logits), 0 where labels are 0."""
+    loss = where(greater(labels, 0), mul(labels, sub(log(labels), logits)), zeros_like(labels))
+    return _reduced(loss, reduction, "KLDivLoss", _shape(logits)[0] if _rank(logits) else 1)
+
+
+def binary_cross_entropy_with_logits(logits, label, weight=None, pos_weight=None, reduction="mean"):
+    log_weight = add(mul(sub(pos_weight, 1), label), 1) if pos_weight is not None else 1
+    loss = add(mul(sub(1, label), logits), mul(log_weight, add(log1p(exp(neg(abs(logits)))), relu(neg(logits)))))
+    if weight is not None:
+        loss = mul(loss, weight)
+    return _reduced(loss, reduction, "BCEWithLogitsLoss")
+
+
+def depth_to_space(x, block_size):
+    n, c, h, w = _shape(x)
+    b = block_size
+    y = transpose(reshape(x, (n, b, b, c // (b * b), h, w)), (0, 3, 4, 1, 5, 2))
+    return reshape(y, (n, c // (b * b), h * b, w * b))
+
+
+def space_to_depth(x, block_size):
+    n, c, h, w = _shape(x)
+    b = block_size
+    y = transpose(reshape(x, (n, c, h // b, b, w // b, b)), (0, 3, 5, 1, 2, 4))
+    return reshape(y, (n, c * b * b, h // b, w // b))
+
+
+def lp_norm(input, axis, p=2, keep_dims=False, epsilon=1e-12):
+    return norm(input, p, axis, keep_dims)
+
+
+def lerp(input, end, weight):
+    return add(input, mul(weight, sub(end, input)))
+
+
+def meshgrid(*inputs, indexing="xy"):
+    if len(inputs) == 1 and isinstance(inputs[0], (tuple, list)):
+        inputs = tuple(inputs[0])
+    n = len(inputs)
+    sizes = [_shape(x)[0] for x in inputs]
+    axes = list(range(n))
+    if indexing == "xy" and n >= 2:
+        axes[0], axes[1] = 1, 0
+    full = [None] * n
+    for i, a in enumerate(axes):
+        full[a] = sizes[i]
+    out = []
+    for i, x in enumerate(inputs):
+        s = [1] * n
+        s[axes[i]] = -1
+        out.append(broadcast_to(reshape(x, tuple(s)), tuple(full)))
+    return tuple(out)
+
+
+def xdivy(x, y): return where(equal(x, 0), zeros_like(div(x, y)), div(x, y))
+def xlogy(input, other): return where(equal(input, 0), zeros_like(mul(input, log(other))), mul(input, log(other)))
+def div_no_nan(x1, x2): return where(equal(x2, 0), zeros_like(div(x1, x2)), div(x1, x2))
+def fmod(input, other): return sub(input, mul(div(input, other, rounding_mode="trunc"), other))
+def approximate_equal(x, y, tolerance=1e-5): return less(abs(sub(x, y)), tolerance)
+def identity(x): return add(x, zeros_like(x)) if x.dtype is not dt.bool_ else logical_or(x, zeros_like(x))
+
+
+def addn(x):
+    out = x[0]
+    for t in x[1:]:
+        out = add(out, t)
+    return out
+
+
+def equal_count(x, y):
+    return reshape(cast(sum(cast(equal(x, y), dt.int32)), dt.int32), (1,))
+
+
+def dense(input, weight, bias=None):
+    """input @ weight.T + bias over input's last dim."""
+    s = _shape(input)
+    out = matmul(reshape(input, (-1, s[-1])) if len(s) != 2 else input, transpose(weight, (1, 0)))
+    if bias is not None:
+        out = add(out, bias)
+    return reshape(out, tuple(s[:-1]) + (_shape(weight)[0],)) if len(s) != 2 else out
+
+
+def smooth_l1_loss(input, target, beta=1.0, reduction="none"):
+    d = abs(sub(input, target))
+    loss = where(less(d, beta), div(mul(mul(d, d), 0.5), beta), sub(d, 0.5 * beta))
+    return _reduced(loss, reduction, "SmoothL1Loss")
+
+
+def binary_cross_entropy(logits, labels, weight=None, reduction="mean"):
+    loss = neg(add(mul(labels, log(logits)), mul(sub(1, labels), log(sub(1, logits)))))
+    if weight is not None:
+        loss = mul(loss, weight)
+    return _reduced(loss, reduction, "BinaryCrossEntropy")
+
+
+def prelu(x, weight):
+    """x where x > 0, else weight * x; a weight per channel (axis 1) or one for all."""
+    r = _rank(x)
+    w = reshape(weight, (1, -1) + (1,) * (r - 2)) if r >= 2 and _shape(weight) not in ((), (1,)) else weight
+    return where(greater(x, 0), x, mul(w, x))
+
+
+def l2_normalize(x, axis=0, epsilon=1e-4):
+    s = sum(mul(x, x), axis, True)
+    return div(x, sqrt(maximum(s, epsilon)))
+
+
+def tanhshrink(input): return sub(input, tanh(input))
+
+
+def slice(input_x, begin, size):  # noqa: A001
+    """MindSpore's Slice: size[i] elements from begin[i] (-1: to the end) along each dim."""
+    begin, size = _dims(begin), _dims(size)
+    spec = tuple(("s", int(b), None if int(s) == -1 else int(b) + int(s), 1) for b, s in zip(begin, size))
+    return apply("SLICE", (input_x,), (spec,))
+
+
+
+
+def _arg_with_value(fn, red):
+    def call(x, axis=0, keep_dims=False):
+        return fn(x, axis, keep_dims), red(x, axis, keep_dims)
+    return call
+
+
+argmax_with_value = _arg_with_value(argmax, amax)
+argmin_with_value = _arg_with_value(argmin, amin)
+
+
+# ---------------------------------------------------------------- scatter (conformance)
+
+def _scatter_indices(indices, what):
+    """MindSpore's scatters take int32 or int64 indices (TypeError otherwise, as there)."""
+    d = getattr(indices, "dtype", None)
+    if d is not None and d not in (dt.int32, dt.int64):
+        raise TypeError(f"{what}: indices must be int32 or int64, got {d}")
+    return indices
+
+
+def _scatter(mode):
+    def tensor_scatter(input_x, indices, updates):
+        return apply("TENSOR_SCATTER", (input_x, _scatter_indices(indices, f"tensor_scatter_{mode}"), updates),
+                     (mode,))
+    tensor_scatter.__name__ = f"tensor_scatter_{mode}"
+    return tensor_scatter
+
+
+tensor_scatter_update = _scatter("update")
+tensor_scatter_add = _scatter("add")
+tensor_scatter_sub = _scatter("sub")
+tensor_scatter_mul = _scatter("mul")
+tensor_scatter_div = _scatter("div")
+tensor_scatter_max = _scatter("max")
+tensor_scatter_min = _scatter("min")
+
+
+def _first_axis(mode):
+    """ScatterAdd & co.: indices pick rows (dim 0) of x."""
+    def scatter(input_x, indices, updates):
+        return apply("TENSOR_SCATTER", (input_x, expand_dims(indices, -1), updates), (mode,))
+    scatter.__name__ = f"scatter_{mode}"
+    return scatter
+
+
+scatter_update = _first_axis("update")
+scatter_add = _first_axis("add")
+scatter_sub = _first_axis("sub")
+scatter_mul = _first_axis("mul")
+scatter_div = _first_axis("div")
+scatter_max = _first_axis("max")
+scatter_min = _first_axis("min")
+
+
+def _const_indices(indices):
+    idx = indices.asnumpy() if isinstance(indices, Tensor) else np.asarray(indices)
+    return Tensor(np.asarray(idx, dtype=np.int32).reshape(-1, 1))
+
+
+def inplace_update(x, v, indices):
+    """x with rows indices (an int or ints) replaced by v (a new tensor: msvm's tensors are values)."""
+    return apply("TENSOR_SCATTER", (x, _const_indices(indices), v), ("update",))
+
+
+def inplace_add(x, v, indices):
+    return apply("TENSOR_SCATTER", (x, _const_indices(indices), v), ("add",))
+
+
+def inplace_sub(x, v, indices):
+    return apply("TENSOR_SCATTER", (x, _const_indices(indices), v), ("sub",))
+
+
+def index_add(x, indices, y, axis, use_lock=True, check_index_bound=True):
+    """x plus y's slices added at indices along axis."""
+    r = _rank(x)
+    axis %= r
+    perm = (axis,) + tuple(i for i in range(r) if i != axis)
+    back = tuple(perm.index(i) for i in range(r))
+    out = apply("TENSOR_SCATTER", (transpose(x, perm), expand_dims(indices, -1), transpose(y, perm)), ("add",))
+    return transpose(out, back)
+
+
+# ---------------------------------------------------------------- gathers, distances, blocks (conformance)
+
+def gather_nd(input_x, indices):
+    k = _shape(indices)[-1] if _rank(indices) else None
+    if isinstance(k, Expr) and not k.is_const():
+        raise UnknownDim(f"ops.gather_nd: the last dim of indices ({k}) must be known: it is how many of x's "
+                         f"dims each index picks")
+    return apply("GATHER_ND", (input_x, indices))
+
+
+def gather_elements(input, dim, index):
+    return apply("GATHER_D", (input, index), (int(dim),))
+
+
+def cdist(x1, x2, p=2.0):
+    """Pairwise p-norm distances between the rows of x1 [..., P, M] and x2 [..., R, M]."""
+    d = sub(expand_dims(x1, -2), expand_dims(x2, -3))
+    return norm(d, float(p), -1)
+
+
+def sigmoid_cross_entropy_with_logits(logits, label):
+    return add(sub(relu(logits), mul(logits, label)), log1p(exp(neg(abs(logits)))))
+
+
+def mse_loss(input, target, reduction="mean"):
+    d = sub(input, target)
+    return _reduced(mul(d, d), reduction, "mse_loss")
+
+
+def _block(v, n=2):
+    return (v,) * n if isinstance(v, int) else tuple(int(b) for b in v)
+
+
+def batch_to_space_nd(input_x, block_shape, crops):
+    """[N*b0*b1, C, H, W] -> [N, C, H*b0 - crops, W*b1 - crops] (MindSpore's BatchToSpaceND, NCHW)."""
+    b0, b1 = _block(block_shape)
+    n, c, h, w = _shape(input_x)
+    y = reshape(input_x, (b0, b1, n // (b0 * b1), c, h, w))
+    y = reshape(transpose(y, (2, 3, 4, 0, 5, 1)), (n // (b0 * b1), c, h * b0, w * b1))
+    (t, bt), (lf, rt) = [tuple(int(v) for v in cr) for cr in crops]
+    return apply("SLICE", (y,), ((("s", None, None, None), ("s", None, None, None),
+                                  ("s", t, h * b0 - bt, 1), ("s", lf, w * b1 - rt, 1)),))
+
+
+def space_to_batch_nd(input_x, block_size, paddings):
+    """[N, C, H, W] (zero-padded by paddings) -> [N*b0*b1, C, H/b0, W/b1] (MindSpore's SpaceToBatchND)."""
+    b0, b1 = _block(block_size)
+    (t, bt), (lf, rt) = [tuple(int(v) for v in p) for p in paddings]
+    x = input_x
+    n, c, h, w = _shape(x)
+    if t or bt:
+        x = concat(tuple(p for p in (zeros((n, c, t, w), x.dtype) if t else None, x,
+                                     zeros((n, c, bt, w), x.dtype) if bt else None) if p is not None), 2)
+        h = h + t + bt
+    if lf or rt:
+        x = concat(tuple(p for p in (zeros((n, c, h, lf), x.dtype) if lf else None, x,
+                                     zeros((n, c, h, rt), x.dtype) if rt else None) if p is not None), 3)
+        w = w + lf + rt
+    y = transpose(reshape(x, (n, c, h // b0, b0, w // b1, b1)), (3, 5, 0, 1, 2, 4))
+    return reshape(y, (b0 * b1 * n, c, h // b0, w // b1))
+
+
+def argsort(input, axis=-1, descending=False):
+    return apply("ARGSORT", (input,), (int(axis), bool(descending)))
+
+
+def sort(input_x, axis=-1, descending=False):
+    """(values, int32 indices) of input_x sorted along axis (stable)."""
+    idx = argsort(input_x, axis, descending)
+    return gather_elements(input_x, axis, idx), idx
+
+
+def topk(input, k, dim=None, largest=True, sorted=True):  # noqa: A002
+    """The k largest (or smallest) values along dim (default: the last) and their int32 indices."""
+    axis = -1 if dim is None else int(dim)
+    r = _rank(input)
+    axis %= builtins.max(r, 1)
+    spec = (("s", None, None, None),) * axis + (("s", 0, int(k), 1),)
+    idx = apply("SLICE", (argsort(input, axis, largest),), (spec,))
+    if not sorted:                 # in their order in input, as MindSpore's TopK(sorted=False)
+        idx = gather_elements(idx, axis, argsort(idx, axis))
+    return gather_elements(input, axis, idx), idx
+
+
+def _segments(mode):
+    def unsorted_segment(input_x, segment_ids, num_segments):
+        n = num_segments
+        if isinstance(n, Tensor):
+            n = n.asnumpy().reshape(-1)[0]
+        if is_graph(n) or isinstance(n, Expr):
+            raise TypeError(f"unsorted_segment_{mode}: num_segments must be a constant int inside construct")
+        return apply("UNSORTED_SEGMENT", (input_x, segment_ids), (int(n), mode))
+    unsorted_segment.__name__ = f"unsorted_segment_{mode}"
+    return unsorted_segment
+
+
+unsorted_segment_sum = _segments("sum")
+unsorted_segment_prod = _segments("prod")
+unsorted_segment_max = _segments("max")
+unsorted_segment_min = _segments("min")
+
+
+def erfinv(input): return apply("ERFINV", (input,))
+
+
+def renorm(input, p, axis, maxnorm):
+    """Each slice along axis scaled down to p-norm maxnorm where its norm is larger."""
+    r = _rank(input)
+    rest = tuple(i for i in range(r) if i != axis % r)
+    n = norm(input, float(p), rest, True)
+    scale = where(greater(n, maxnorm), div(maxnorm, add(n, 1e-7)), ones_like(n))
+    return mul(input, scale)
+
+
+def tensor_scatter_elements(input_x, indices, updates, axis=0, reduction="none"):
+    return apply("SCATTER_ELEMENTS", (input_x, indices, updates), (int(axis), str(reduction)))

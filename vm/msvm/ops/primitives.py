@@ -4,10 +4,13 @@
 from __future__ import annotations
 
 from . import functional as F
+from . import registry
 
 
 class Primitive:
     """Base of the primitives; ``attrs`` are the constructor arguments."""
+
+    __msvm_primitive__ = True     # the frontend calls primitives (msvm's and users' subclasses) directly
 
     def __init__(self, **attrs):
         self.attrs = attrs
@@ -30,52 +33,6 @@ class MatMul(Primitive):
 class BatchMatMul(MatMul):
     def __call__(self, x, y):
         return F.apply("BATCH_MATMUL", (x, y), (self.transpose_a, self.transpose_b))
-
-
-def _unary(fn):
-    class P(Primitive):
-        def __init__(self):
-            super().__init__()
-
-        def __call__(self, x):
-            return fn(x)
-    return P
-
-
-ReLU = type("ReLU", (_unary(F.relu),), {})
-GeLU = type("GeLU", (_unary(lambda x: F.gelu(x, "tanh")),), {})     # MindSpore's primitive is the tanh form
-Exp = type("Exp", (_unary(F.exp),), {})
-Tanh = type("Tanh", (_unary(F.tanh),), {})
-Sigmoid = type("Sigmoid", (_unary(F.sigmoid),), {})
-Sqrt = type("Sqrt", (_unary(F.sqrt),), {})
-Rsqrt = type("Rsqrt", (_unary(F.rsqrt),), {})
-Abs = type("Abs", (_unary(F.abs),), {})
-Neg = type("Neg", (_unary(F.neg),), {})
-Log = type("Log", (_unary(F.log),), {})
-Erf = type("Erf", (_unary(F.erf),), {})
-
-
-def _binary(fn):
-    class P(Primitive):
-        def __init__(self):
-            super().__init__()
-
-        def __call__(self, x, y):
-            return fn(x, y)
-    return P
-
-
-Add = type("Add", (_binary(F.add),), {})
-Sub = type("Sub", (_binary(F.sub),), {})
-Mul = type("Mul", (_binary(F.mul),), {})
-Div = type("Div", (_binary(F.div),), {})
-RealDiv = type("RealDiv", (_binary(F.div),), {})
-Pow = type("Pow", (_binary(F.pow),), {})
-Maximum = type("Maximum", (_binary(F.maximum),), {})
-Minimum = type("Minimum", (_binary(F.minimum),), {})
-Equal = type("Equal", (_binary(F.equal),), {})
-Less = type("Less", (_binary(F.less),), {})
-Greater = type("Greater", (_binary(F.greater),), {})
 
 
 class Softmax(Primitive):
@@ -144,14 +101,6 @@ class Cast(Primitive):
 
     def __call__(self, x, dtype):
         return F.cast(x, dtype)
-
-
-class Select(Primitive):
-    def __init__(self):
-        super().__init__()
-
-    def __call__(self, cond, x, y):
-        return F.where(cond, x, y)
 
 
 def _reduce(fn, keep_name):
@@ -269,9 +218,6 @@ class StridedSlice(Primitive):
         return F.apply("SLICE", (x,), (tuple(spec),))
 
 
-Square = type("Square", (_unary(lambda x: F.mul(x, x)),), {})
-
-
 class Tile(Primitive):
     def __call__(self, x, multiples):
         return F.tile(x, multiples)
@@ -366,3 +312,56 @@ class LayerNorm(Primitive):
         xc = F.sub(x, mean)
         var = F.mean(F.mul(xc, xc), axes, True)
         return y, mean, var
+
+
+# ---------------------------------------------------------------- made from ops/registry.py (conformance)
+# Abs, Exp, Add, Greater, Sin, BitwiseAnd, Elu(alpha), ...: one class per registry row's primitive
+# name, calling the row's implementation (the same function ms.ops.<name> and Tensor.<name> call).
+
+globals().update(registry.primitives(Primitive))
+
+
+class PrimitiveWithInfer(Primitive):
+    """Base of primitives defined in user code the MindSpore way (``@prim_attr_register``
+    ``__init__``, ``infer_shape``/``infer_dtype``): calling one runs msvm's implementation of the
+    primitive with the same name (MindSpore too picks the kernel by the primitive's name)."""
+
+    def __init__(self, name=None, **attrs):
+        super().__init__(**attrs)
+        if name:
+            self.name = name
+
+    def init_prim_io_names(self, inputs=None, outputs=None):
+        self.input_names, self.output_names = inputs, outputs
+
+    def add_prim_attr(self, name, value):
+        self.attrs[name] = value
+        return self
+
+    def __call__(self, *inputs):
+        made = globals().get(self.name)
+        row = getattr(made, "_row", None)
+        if row is None:
+            raise NotImplementedError(f"primitive {self.name!r} (a {type(self).__mro__[1].__name__} defined in "
+                                      f"{type(self).__module__}): msvm has no implementation under that name")
+        kw = {k: self.attrs.get(p, getattr(self, p, d)) for p, d, k in row.attrs if k is not None}
+        return row.impl(*inputs, **kw)
+
+
+PrimitiveWithCheck = PrimitiveWithInfer
+
+
+def prim_attr_register(fn):
+    """Decorator of a primitive's ``__init__``: its arguments (defaults filled in) become attrs."""
+    import functools
+    import inspect
+
+    sig = inspect.signature(fn)
+
+    @functools.wraps(fn)
+    def init(self, *args, **kwargs):
+        bound = sig.bind(self, *args, **kwargs)
+        bound.apply_defaults()
+        Primitive.__init__(self, **{k: v for k, v in list(bound.arguments.items())[1:]})
+        fn(self, *args, **kwargs)
+    return init

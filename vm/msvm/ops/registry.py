@@ -1,0 +1,328 @@
+"""One definition per op for MindSpore's three faces of it (issue 21).
+
+MindSpore offers most ops three ways: a function (``ops.sin(x)``), a primitive built with
+constructor arguments and then called (``P.Sin()(x)``, ``P.Elu(alpha=0.5)(x)``) and a Tensor
+method (``x.sin()``). Written by hand, the three drift apart (one takes ``axis``, one forgets
+the int case). Here each row names one implementation, a function of ``functional.py``, and
+every name it goes by; the primitive classes and Tensor methods are made from the rows, so
+all three call the same code with the same argument handling.
+
+A row: ``api(impl, functions, primitives, methods, attrs)``; names are space-separated.
+``attrs`` are a primitive's constructor parameters ``(name, default, keyword)``: the value is
+passed to ``impl`` as ``keyword`` (``None``: accepted and ignored, as ``output_type``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from .. import dtype as dt
+from . import functional as F
+
+
+@dataclass(frozen=True)
+class OpAPI:
+    impl: Callable
+    functions: tuple[str, ...]    # ms.ops.<name> (beyond the impl's own name)
+    primitives: tuple[str, ...]   # ms.ops.<Name>(attrs...)(inputs...)
+    methods: tuple[str, ...]      # Tensor.<name>(self, ...)
+    attrs: tuple = ()             # ((constructor parameter, default, impl keyword or None), ...)
+
+
+API: list[OpAPI] = []
+
+
+def api(impl, functions="", primitives="", methods="", attrs=()):
+    API.append(OpAPI(impl, tuple(functions.split()), tuple(primitives.split()), tuple(methods.split()),
+                     tuple(a if len(a) == 3 else (a[0], a[1], a[0]) for a in attrs)))
+
+
+def _gelu_tanh(x):
+    return F.gelu(x, "tanh")           # MindSpore's GeLU primitive is the tanh form
+
+
+def _flatten_batch(x):
+    """P.Flatten: keep dim 0, flatten the rest ((N,) becomes (N, 1))."""
+    s = F._shape(x)
+    return F.reshape(x, (s[0] if s else 1, -1))
+
+
+def _argmax(x, axis=-1):
+    return F.argmax(x, axis)
+
+
+def _argmin(x, axis=-1):
+    return F.argmin(x, axis)
+
+
+def _square_diff(x, y):
+    d = F.sub(x, y)
+    return F.mul(d, d)
+
+
+def _broadcast_to(x, shape):
+    return F.broadcast_to(x, shape)
+
+
+def _reduce_prim(fn):
+    """ReduceProd/All/Any: ``P(keep_dims)(x, axis=())``, () meaning every axis."""
+    def call(x, axis=(), keep_dims=False):
+        return fn(x, None if isinstance(axis, (tuple, list)) and len(axis) == 0 else axis, keep_dims)
+    return call
+
+
+def _method_reduce(fn):
+    """x.all(axis=None, keep_dims=False) and friends."""
+    def call(x, axis=None, keep_dims=False):
+        return fn(x, axis, keep_dims)
+    return call
+
+
+# --- elementwise unary (existing ones migrated here; new ones from issue 21)
+api(F.abs, "absolute", "Abs", "abs absolute")
+api(F.neg, "negative", "Neg", "neg negative")
+api(F.exp, "", "Exp", "exp")
+api(F.log, "", "Log", "log")
+api(F.sqrt, "", "Sqrt", "sqrt")
+api(F.rsqrt, "", "Rsqrt", "rsqrt")
+api(F.reciprocal, "", "Reciprocal", "reciprocal")
+api(F.tanh, "", "Tanh", "tanh")
+api(F.sigmoid, "", "Sigmoid", "sigmoid")
+api(F.erf, "", "Erf", "erf")
+api(F.relu, "", "ReLU", "relu")
+api(_gelu_tanh, "", "GeLU", "")
+api(F.sin, "", "Sin", "sin")
+api(F.cos, "", "Cos", "cos")
+api(F.tan, "", "Tan", "tan")
+api(F.asin, "arcsin", "Asin", "asin arcsin")
+api(F.acos, "arccos", "ACos", "acos arccos")
+api(F.atan, "arctan", "Atan", "atan arctan")
+api(F.sinh, "", "Sinh", "sinh")
+api(F.cosh, "", "Cosh", "cosh")
+api(F.asinh, "arcsinh", "Asinh", "asinh arcsinh")
+api(F.acosh, "arccosh", "Acosh", "acosh arccosh")
+api(F.atanh, "arctanh", "Atanh", "atanh arctanh")
+api(F.floor, "", "Floor", "floor")
+api(F.ceil, "", "Ceil", "ceil")
+api(F.round_, "round rint", "Round Rint", "round")
+api(F.trunc, "fix", "Trunc", "trunc fix")
+api(F.sign, "", "Sign", "sign")
+api(F.isnan, "", "IsNan", "isnan")
+api(F.isinf, "", "IsInf", "isinf")
+api(F.isfinite, "", "IsFinite", "isfinite")
+api(F.square, "", "Square", "square")
+api(F.log1p, "", "Log1p", "log1p")
+api(F.expm1, "", "Expm1", "expm1")
+api(F.erfc, "", "Erfc", "erfc")
+api(F.inv, "", "Inv", "inv")
+api(F.invert, "bitwise_not", "Invert", "invert bitwise_not")
+api(F.logical_not, "", "LogicalNot", "logical_not")
+
+# --- elementwise binary
+api(F.add, "", "Add", "add")
+api(F.sub, "subtract", "Sub", "sub subtract")
+api(F.mul, "multiply", "Mul", "mul multiply")
+api(F.div, "divide true_divide", "Div", "div divide true_divide")
+api(F.div, "", "RealDiv", "")
+api(F.floor_divide, "floor_div", "FloorDiv", "floor_divide")
+api(lambda x, y: F.div(x, y, rounding_mode="trunc"), "truncate_div", "TruncateDiv", "")
+api(F.remainder, "floor_mod", "FloorMod", "remainder")
+api(F.pow, "", "Pow", "pow")
+api(F.maximum, "", "Maximum", "maximum")
+api(F.minimum, "", "Minimum", "minimum")
+api(F.equal, "eq", "Equal", "equal eq")
+api(F.not_equal, "ne", "NotEqual", "not_equal ne")
+api(F.less, "lt", "Less", "less lt")
+api(F.less_equal, "le", "LessEqual", "less_equal le")
+api(F.greater, "gt", "Greater", "greater gt")
+api(F.greater_equal, "ge", "GreaterEqual", "greater_equal ge")
+api(F.logical_and, "", "LogicalAnd", "logical_and")
+api(F.logical_or, "", "LogicalOr", "logical_or")
+api(F.logical_xor, "", "LogicalXor", "logical_xor")
+api(F.bitwise_and, "", "BitwiseAnd", "bitwise_and")
+api(F.bitwise_or, "", "BitwiseOr", "bitwise_or")
+api(F.bitwise_xor, "", "BitwiseXor", "bitwise_xor")
+api(F.atan2, "arctan2", "Atan2", "atan2 arctan2")
+api(_square_diff, "", "SquaredDifference", "")
+api(F.where, "select", "Select", "")
+api(F.matmul, "", "", "matmul")
+api(F.bmm, "", "", "bmm")
+
+# --- activations
+api(F.softplus, "", "Softplus", "softplus")
+api(F.softsign, "", "Softsign", "softsign")
+api(F.mish, "", "Mish", "mish")
+api(F.selu, "", "SeLU", "selu")
+api(F.elu, "", "Elu", "elu", attrs=(("alpha", 1.0),))
+api(F.celu, "", "CeLU", "celu", attrs=(("alpha", 1.0),))
+api(F.hardtanh, "", "Hardtanh", "hardtanh", attrs=(("min_val", -1.0), ("max_val", 1.0)))
+api(F.hardshrink, "", "HShrink", "hardshrink", attrs=(("lambd", 0.5),))
+api(F.softshrink, "", "SoftShrink", "softshrink", attrs=(("lambd", 0.5),))
+api(F.hardswish, "", "HSwish", "hardswish")
+api(F.hardsigmoid, "", "HSigmoid", "hardsigmoid")
+api(F.relu6, "", "ReLU6", "relu6")
+api(F.fast_gelu, "", "FastGeLU", "")
+
+# --- reductions, band, layout
+api(F.prod, "", "", "prod")
+api(F.all_, "all", "", "")
+api(F.any_, "any", "", "")
+api(_method_reduce(F.all_), "", "", "all")
+api(_method_reduce(F.any_), "", "", "any")
+api(_reduce_prim(F.prod), "", "ReduceProd", "", attrs=(("keep_dims", False),))
+api(_reduce_prim(F.all_), "", "ReduceAll", "", attrs=(("keep_dims", False),))
+api(_reduce_prim(F.any_), "", "ReduceAny", "", attrs=(("keep_dims", False),))
+api(F.std, "", "", "std")
+api(F.var, "", "", "var")
+api(F.logsumexp, "", "", "logsumexp")
+api(F.norm, "", "", "norm")
+api(F.argmin, "", "", "argmin")
+api(_argmax, "", "Argmax", "", attrs=(("axis", -1), ("output_type", dt.int32, None)))
+api(_argmin, "", "Argmin", "", attrs=(("axis", -1), ("output_type", dt.int32, None)))
+api(F.log_softmax, "", "LogSoftmax", "log_softmax", attrs=(("axis", -1),))
+api(F.matrix_band_part, "", "MatrixBandPart", "")
+api(F.bias_add, "", "BiasAdd", "", attrs=(("data_format", "NCHW"),))
+api(_flatten_batch, "", "Flatten", "")
+api(_broadcast_to, "", "BroadcastTo", "broadcast_to", attrs=(("shape", None),))
+api(F.zeros_like, "", "ZerosLike", "")
+api(F.ones_like, "", "OnesLike", "")
+api(F.shift, "", "Shift", "", attrs=(("periods", 1), ("axis", -1)))
+
+# --- composites
+api(F.padding, "", "Padding", "", attrs=(("pad_dim_size", 8),))
+api(F.ger, "", "Ger", "ger")
+api(F.std_mean, "", "", "")
+api(F.var_mean, "", "", "")
+api(F.square_sum_all, "", "SquareSumAll", "")
+api(F.l2_loss, "", "L2Loss", "")
+api(F.rank, "", "Rank", "")
+api(F.size, "", "Size", "")
+api(F.gather, "", "", "gather")
+api(F.dot, "", "", "")
+api(F.kl_div, "", "KLDivLoss", "", attrs=(("reduction", "mean"),))
+api(F.binary_cross_entropy_with_logits, "", "BCEWithLogitsLoss", "", attrs=(("reduction", "mean"),))
+api(F.depth_to_space, "", "DepthToSpace", "", attrs=(("block_size", 2),))
+api(F.space_to_depth, "", "SpaceToDepth", "", attrs=(("block_size", 2),))
+api(F.lp_norm, "", "LpNorm", "", attrs=(("axis", 0), ("p", 2), ("keep_dims", False), ("epsilon", 1e-12)))
+api(F.lerp, "", "Lerp", "lerp")
+api(lambda inputs, indexing="xy": F.meshgrid(*inputs, indexing=indexing), "", "Meshgrid", "",
+    attrs=(("indexing", "xy"),))
+api(F.xdivy, "", "Xdivy", "")
+api(F.xlogy, "", "Xlogy", "xlogy")
+api(F.div_no_nan, "", "DivNoNan", "")
+api(F.fmod, "truncate_mod", "Mod TruncateMod", "fmod")
+api(F.approximate_equal, "", "ApproximateEqual", "approximate_equal", attrs=(("tolerance", 1e-5),))
+api(F.identity, "", "Identity", "")
+api(F.addn, "add_n", "AddN", "")
+api(F.equal_count, "", "EqualCount", "")
+api(F.dense, "", "Dense", "")
+api(F.smooth_l1_loss, "", "SmoothL1Loss", "", attrs=(("beta", 1.0), ("reduction", "none")))
+api(F.binary_cross_entropy, "", "BinaryCrossEntropy", "", attrs=(("reduction", "mean"),))
+api(F.prelu, "", "PReLU", "")
+api(F.l2_normalize, "", "L2Normalize", "", attrs=(("axis", 0), ("epsilon", 1e-4)))
+api(F.tanhshrink, "", "", "")
+api(F.slice, "", "Slice", "")
+api(F.dtype, "", "DType", "")
+
+# --- scatter: one TENSOR_SCATTER instruction under every name
+for _m in ("update", "add", "sub", "mul", "div", "max", "min"):
+    _M = _m.capitalize()
+    api(getattr(F, f"tensor_scatter_{_m}"), f"scatter_nd_{_m}", f"TensorScatter{_M} ScatterNd{_M}",
+        f"tensor_scatter_{_m}" + ("" if _m == "update" else f" scatter_{_m}"), attrs=(("use_locking", False, None),))
+    api(getattr(F, f"scatter_{_m}"), "", f"Scatter{_M}", "", attrs=(("use_locking", False, None),))
+api(F.inplace_update, "", "", "inplace_update")
+api(lambda x, v, indices=None: F.inplace_update(x, v, indices), "", "InplaceUpdate", "", attrs=(("indices", 0),))
+api(lambda x, v, indices=None: F.inplace_add(x, v, indices), "", "InplaceAdd", "", attrs=(("indices", 0),))
+api(lambda x, v, indices=None: F.inplace_sub(x, v, indices), "", "InplaceSub", "", attrs=(("indices", 0),))
+api(lambda x, indices, y, axis=0: F.index_add(x, indices, y, axis), "", "IndexAdd", "",
+    attrs=(("axis", 0), ("use_lock", True, None), ("check_index_bound", True, None)))
+api(F.index_add, "", "", "index_add")
+api(F.gather_nd, "", "GatherNd", "gather_nd")
+api(F.gather_elements, "gather_d", "", "gather_elements")
+api(lambda x, dim, index: F.gather_elements(x, dim, index), "", "GatherD", "")
+api(F.argsort, "", "", "argsort")
+api(F.tensor_scatter_elements, "scatter_elements", "TensorScatterElements", "scatter_elements",
+    attrs=(("axis", 0), ("reduction", "none")))
+api(F.erfinv, "", "Erfinv", "erfinv")
+api(F.renorm, "", "", "renorm")
+api(lambda x, p=2, dim=0, maxnorm=1.0: F.renorm(x, p, dim, maxnorm), "", "Renorm", "",
+    attrs=(("p", 2), ("dim", 0), ("maxnorm", 1.0)))
+for _name, _d in (("int", dt.int32), ("long", dt.int64), ("half", dt.float16), ("double", dt.float64),
+                  ("bool", dt.bool_), ("short", dt.int16)):
+    api(lambda x, _d=_d: F.cast(x, _d), "", "", _name)
+for _m in ("sum", "prod", "max", "min"):
+    api(getattr(F, f"unsorted_segment_{_m}"), "", f"UnsortedSegment{_m.capitalize()}", "")
+api(F.sort, "", "Sort", "sort", attrs=(("axis", -1), ("descending", False)))
+api(F.topk, "", "", "topk")
+api(lambda x, k, sorted=True: F.topk(x, k, sorted=sorted), "", "TopK", "", attrs=(("sorted", True),))
+api(F.cdist, "", "Cdist", "", attrs=(("p", 2.0),))
+api(F.sigmoid_cross_entropy_with_logits, "", "SigmoidCrossEntropyWithLogits", "")
+api(F.mse_loss, "", "", "")
+api(F.batch_to_space_nd, "", "BatchToSpaceND", "", attrs=(("block_shape", 2), ("crops", ((0, 0), (0, 0)))))
+api(F.space_to_batch_nd, "", "SpaceToBatchND", "", attrs=(("block_shape", 2, "block_size"), ("paddings", ((0, 0), (0, 0)))))
+api(F.argmax_with_value, "", "ArgMaxWithValue", "", attrs=(("axis", 0), ("keep_dims", False)))
+api(F.argmin_with_value, "", "ArgMinWithValue", "", attrs=(("axis", 0), ("keep_dims", False)))
+
+
+# ---------------------------------------------------------------- the faces, made from the rows
+
+class _Made:
+    """Marks what this module made, so tests can tell the derived faces from hand-written ones."""
+
+
+def _primitive(name: str, row: OpAPI, base: type) -> type:
+    params = row.attrs
+
+    def __init__(self, *args, **kwargs):
+        if len(args) > len(params):
+            raise TypeError(f"{name}() takes {len(params)} constructor arguments, got {len(args)}")
+        values = {p: d for p, d, _ in params}
+        values.update(zip((p for p, _, _ in params), args))
+        for k, v in kwargs.items():
+            if k not in values:
+                raise TypeError(f"{name}() got an unexpected argument {k!r}; it takes "
+                                f"{', '.join(p for p, _, _ in params) or 'none'}")
+            values[k] = v
+        base.__init__(self, **values)
+        self._call_kw = {kw: values[p] for p, _, kw in params if kw is not None}
+        for p, v in values.items():
+            setattr(self, p, v)
+
+    def __call__(self, *inputs):
+        return row.impl(*inputs, **self._call_kw)
+
+    doc = f"MindSpore's ``{name}`` primitive: calls ``{getattr(row.impl, '__name__', 'impl')}``."
+    return type(name, (base, _Made), {"__init__": __init__, "__call__": __call__, "__doc__": doc,
+                                      "__module__": "msvm.ops.primitives", "_row": row})
+
+
+def primitives(base: type) -> dict:
+    """{class name: primitive class} for every row with primitive names."""
+    return {n: _primitive(n, row, base) for row in API for n in row.primitives}
+
+
+def functions() -> dict:
+    """{ms.ops name: function}: every row's function names (the impl's own name is in functional)."""
+    return {n: row.impl for row in API for n in row.functions}
+
+
+def _method(name: str, row: OpAPI):
+    def method(self, *args, **kwargs):
+        return row.impl(self, *args, **kwargs)
+
+    method.__name__ = method.__qualname__ = name
+    method.__doc__ = f"Tensor.{name}: calls ``{getattr(row.impl, '__name__', 'impl')}``."
+    return method
+
+
+def methods() -> dict:
+    return {n: _method(n, row) for row in API for n in row.methods}
+
+
+def install_methods(cls: type) -> None:
+    """Put every row's Tensor methods on ``cls`` (TensorMethods: Tensor and graph values), unless
+    the class defines its own (reshape, sum, ... keep their MindSpore-specific signatures)."""
+    for name, m in methods().items():
+        if name not in cls.__dict__:
+            setattr(cls, name, m)

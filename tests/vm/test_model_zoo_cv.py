@@ -110,3 +110,25 @@ def test_l3_fused_matches_reference(model):
     finally:
         ms.set_context(jit_config={"jit_level": "L1", "enable_fusion": True})
 
+
+
+@pytest.mark.parametrize("model,level,fusion", [("resnet18", "L2", True), ("mobilenet_v2_100", "L3", False),
+                                                ("mobilenet_v3_large_100", "L2", True), ("resnet50", "L3", False)],
+                         indirect=["model"])
+def test_the_other_tier_settings_match_reference(model, level, fusion):
+    """L2 (shape-generic kernels) and L3 with fusion off, at two sizes on the one bytecode."""
+    pytest.importorskip("llvmlite")
+    from msvm.compiler import tiers
+
+    name, net, p, cache = model
+    ms.set_context(jit_config={"jit_level": level, "enable_fusion": fusion})
+    try:
+        net.set_train(False)
+        for rep in range(2):
+            for size in (160, 224):
+                x, want = reference(name, p, cache, size)
+                check(net, x, want, f"{name} {level} fusion={fusion} {size} (call {rep + 1})")
+            tiers.wait_for_compiles(60)
+        assert len(net._runner.variants) == 1, "a new image size recompiled the model"
+    finally:
+        ms.set_context(jit_config={"jit_level": "L1", "enable_fusion": True})

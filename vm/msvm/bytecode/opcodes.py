@@ -214,6 +214,9 @@ _op("ARANGE", 0x78, ["start:const", "stop:const", "step:const", "dtype:const"], 
 _op("CUMSUM", 0x79, ["axis:const", "exclusive:const", "reverse:const"], 1, 1, S.cumsum, "layout",
     "pop x; push the running sum along axis (exclusive: without the element itself; reverse: from the end)",
     compiled="l1")
+_op("RESIZE", 0x7A, ["out_size:const", "scale:const", "mode:const", "align_corners:const"], 1, 1, S.resize, "conv",
+    "pop x [N, C, H, W]; push it resized to out_size (or H, W times the int scale) by nearest or bilinear "
+    "sampling (PyTorch/MindSpore's source coordinates; align_corners for bilinear)", compiled="l1")
 
 # --- conformance (issue 21): MindSpore's math, bitwise and band ops -------------------------------
 _CONF_UNARY = [

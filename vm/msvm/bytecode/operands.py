@@ -113,6 +113,13 @@ CONST_OPERANDS = {
     "pad": (_pad, "('same',) or 4 ints >= 0"),
     "group": (lambda v: _is_int(v) and v > 0, "a positive int"),
     "count_pad": (lambda v: isinstance(v, bool), "a bool"),
+    "out_size": (lambda v: v is None or (isinstance(v, tuple) and len(v) == 2 and
+                                         all(isinstance(d, Expr) or (_is_int(d) and d > 0) for d in v)),
+                 "None or a pair of positive ints or symbolic dims"),
+    "scale": (lambda v: v is None or (isinstance(v, tuple) and len(v) == 2 and all(_is_int(d) and d > 0 for d in v)),
+              "None or a pair of positive ints"),
+    "RESIZE.mode": (lambda v: v in ("nearest", "bilinear"), "'nearest' or 'bilinear'"),
+    "align_corners": (lambda v: isinstance(v, bool), "a bool"),
     # conformance ops (issue 21)
     "lower": (_is_int, "an int (-1: no limit)"),
     "upper": (_is_int, "an int (-1: no limit)"),

@@ -258,6 +258,19 @@ def pool2d(ctx, ins, args, *, name):
     return TensorType((n, c, ctx.env.norm(Expr.of(ho)), ctx.env.norm(Expr.of(wo))), d)
 
 
+def resize(ctx, ins, args):
+    x = _nchw(ins[0], "RESIZE")
+    size, scale, mode, _ = args
+    if mode not in ("nearest", "bilinear"):
+        raise ShapeError(f"RESIZE: mode must be 'nearest' or 'bilinear', got {mode!r}")
+    n, c, h, w = (ctx.env.norm(d) for d in x.shape)
+    if size is not None:
+        oh, ow = (Expr.of(d) for d in size)
+    else:
+        oh, ow = h * scale[0], w * scale[1]
+    return TensorType((n, c, ctx.env.norm(oh), ctx.env.norm(ow)), x.dtype if x.dtype.is_float else dt.float32)
+
+
 def adaptive_pool2d(ctx, ins, args):
     x = _nchw(ins[0], "ADAPTIVE_AVG_POOL2D")
     (size,) = args

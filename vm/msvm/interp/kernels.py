@@ -409,6 +409,35 @@ def avg_pool2d(x, kernel, stride, pad, count_pad, out=None):
     return np.ascontiguousarray(total / count)
 
 
+def _source(n_out, n_in, align, nearest):
+    """Where each output index samples its input (MindSpore's and PyTorch's conventions)."""
+    i = np.arange(n_out, dtype=np.float64)
+    if nearest:
+        return np.minimum(np.floor(i * (n_in / n_out)).astype(np.int64), n_in - 1)
+    if align:
+        return i * ((n_in - 1) / (n_out - 1)) if n_out > 1 else np.zeros(n_out)
+    return np.maximum((i + 0.5) * (n_in / n_out) - 0.5, 0.0)
+
+
+def resize(x, size, scale, mode, align_corners, out=None):
+    x = np.asarray(x)
+    if x.dtype.kind != "f":
+        x = x.astype(np.float32)
+    h, w = x.shape[2:]
+    oh, ow = (int(size[0]), int(size[1])) if size is not None else (h * scale[0], w * scale[1])
+    if mode == "nearest":
+        return np.ascontiguousarray(x[:, :, _source(oh, h, False, True)][:, :, :, _source(ow, w, False, True)])
+    sy, sx = _source(oh, h, align_corners, False), _source(ow, w, align_corners, False)
+    y0 = np.minimum(np.floor(sy).astype(np.int64), h - 1)
+    x0 = np.minimum(np.floor(sx).astype(np.int64), w - 1)
+    y1, x1 = np.minimum(y0 + 1, h - 1), np.minimum(x0 + 1, w - 1)
+    fy = (sy - y0).astype(x.dtype)[:, None]
+    fx = (sx - x0).astype(x.dtype)[None, :]
+    top = x[:, :, y0][:, :, :, x0] * (1 - fx) + x[:, :, y0][:, :, :, x1] * fx
+    bottom = x[:, :, y1][:, :, :, x0] * (1 - fx) + x[:, :, y1][:, :, :, x1] * fx
+    return np.ascontiguousarray(top * (1 - fy) + bottom * fy)
+
+
 def adaptive_avg_pool2d(x, size, out=None):
     x = np.asarray(x)
     if x.dtype.kind != "f":
@@ -712,7 +741,7 @@ KERNELS = {
     "BROADCAST_TO": broadcast_to, "CONCAT": concat, "STACK": stack, "SLICE": slice_,
     "CONV2D": conv2d, "MAX_POOL2D": max_pool2d, "AVG_POOL2D": avg_pool2d,
     "ADAPTIVE_AVG_POOL2D": adaptive_avg_pool2d, "GATHER": gather,
-    "ARANGE": arange, "CUMSUM": cumsum,
+    "ARANGE": arange, "CUMSUM": cumsum, "RESIZE": resize,
     **_CONFORMANCE,
 }
 

@@ -397,6 +397,29 @@ def masked_fill(input_x, mask, value):
     return where(mask, value, input_x)
 
 
+def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corners=None,
+                recompute_scale_factor=None):
+    """MindSpore's ops.interpolate for [N, C, H, W]: 'nearest' or 'bilinear' to ``size`` (ints or
+    symbolic dims) or by an integer ``scale_factor``."""
+    if _rank(input) != 4:
+        raise NotImplementedError(f"ops.interpolate: only 4-D [N, C, H, W] inputs are supported, got rank {_rank(input)}")
+    if (size is None) == (scale_factor is None):
+        raise ValueError("ops.interpolate: give exactly one of size and scale_factor")
+    if mode not in ("nearest", "bilinear"):
+        raise NotImplementedError(f"ops.interpolate: mode {mode!r} is not supported yet (nearest, bilinear)")
+    if mode == "nearest" and align_corners:
+        raise ValueError("ops.interpolate: align_corners is for the bilinear mode")
+    out_size = scale = None
+    if size is not None:
+        out_size = tuple(_plain(d) for d in ((size, size) if isinstance(size, (int, Expr)) else size))
+    else:
+        sf = (scale_factor, scale_factor) if isinstance(scale_factor, (int, float)) else tuple(scale_factor)
+        if not all(float(f).is_integer() and f > 0 for f in sf):
+            raise NotImplementedError(f"ops.interpolate: scale_factor must be a positive integer, got {scale_factor}")
+        scale = tuple(int(f) for f in sf)
+    return apply("RESIZE", (input,), (out_size, scale, mode, bool(align_corners)))
+
+
 def pad(input_x, padding, mode="constant", value=None):
     """Constant padding; padding pairs run from the last dim backwards (left, right, top, bottom...).
     Negative pads crop. Pads are ints or symbolic dims."""

@@ -4,10 +4,9 @@ input sizes change on one bytecode, in every tier."""
 
 import math
 
+import msvm as ms
 import numpy as np
 import pytest
-
-import msvm as ms
 from msvm import nn, ops
 
 

@@ -1,0 +1,80 @@
+"""debugpy inside the debuggee: the Python half of a mixed msvm + Python session.
+
+``PythonSide.attach(port)`` connects this process to the debugpy adapter the msvm adapter
+started (``debugpy.connect``) and tells pydevd that msvm's and msvm_server's own files are
+the debugger's, never the user's: pydevd neither traces nor shows them, so a Python step
+never lands inside the interpreter, and the frame debugpy stops in is always the user's.
+
+The program's thread is stopped by one debugger at a time:
+- inside a Cell, msvm's trace hook blocks it (pydevd sees a thread that runs);
+- on a Python line, pydevd blocks it (msvm's hook is not running).
+Hand-overs: ``hand_to_python()`` (a step that leaves the outermost Cell) asks pydevd to
+stop on the next line of the Python frame that called the Cell, the way
+``debugpy.breakpoint()`` does; ``forget_python_step()`` (msvm stopped first) cancels a
+step pydevd was still waiting to finish, so a later continue does not stop in Python.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+
+
+def _package_dir(name: str) -> str:
+    mod = sys.modules.get(name) or __import__(name)
+    return os.path.dirname(os.path.abspath(mod.__file__)) + os.sep
+
+
+class PythonSide:
+    def __init__(self):
+        self.attached = False
+
+    def attach(self, port: int):
+        import debugpy
+
+        debugpy.connect(("127.0.0.1", port))
+        import pydevd
+        from _pydevd_bundle.pydevd_api import PyDevdAPI
+
+        ours = tuple(_package_dir(n) for n in ("msvm", "msvm_server"))
+        PyDevdAPI().set_dont_trace_start_end_patterns(pydevd.get_global_debugger(), ours, ())
+        self.attached = True
+
+    # --- on the program's thread
+    def hand_to_python(self):
+        """Stop on the next line of the innermost user frame (pydevd skips msvm's own frames)."""
+        if not self.attached:
+            return
+        from debugpy.server import api
+
+        # "break as soon as possible": pydevd stops at the next line of a frame it traces, and it
+        # traces none of msvm's, so that is the line the Python code runs after the Cell returns
+        api._settrace(suspend=True, trace_only_current_thread=True, patch_multiprocessing=False)
+
+    def forget_python_step(self):
+        if not self.attached:
+            return
+        try:
+            from _pydevd_bundle.pydevd_additional_thread_info import set_additional_thread_info
+            from _pydevd_bundle.pydevd_constants import STATE_RUN
+        except ImportError:
+            return
+        info = set_additional_thread_info(threading.current_thread())
+        info.pydev_step_cmd = -1
+        info.pydev_original_step_cmd = -1
+        info.pydev_step_stop = None
+        info.pydev_state = STATE_RUN
+
+
+def in_cell(thread_ident: int) -> bool:
+    """Whether that thread is executing a Cell now (an interpreter frame is on its stack)."""
+    from msvm.interp import interpreter
+
+    f = sys._current_frames().get(thread_ident)
+    target = interpreter.__file__
+    while f is not None:
+        if f.f_code.co_filename == target:
+            return True
+        f = f.f_back
+    return False

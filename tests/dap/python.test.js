@@ -117,7 +117,7 @@ describe('mixed Python + Cell debugging (debugpy through the msvm adapter)', fun
     assert.ok(y, 'the Cell\'s result is a Python variable');
   });
 
-  it.only('step into a Cell from its Python line stops at its first instruction; step out returns to the next Python line', async () => {
+  it('step into a Cell from its Python line stops at its first instruction; step out returns to the next Python line', async () => {
     const { ev } = await launchWith(['y = net(x)']);
     const tid = ev.body.threadId;
     let st = await stack(tid);

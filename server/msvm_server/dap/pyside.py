@@ -46,11 +46,20 @@ class PythonSide:
         """Stop on the next line of the innermost user frame (pydevd skips msvm's own frames)."""
         if not self.attached:
             return
-        from debugpy.server import api
+        import pydevd
+        from _pydevd_bundle.pydevd_comm_constants import CMD_STEP_OVER
+        from _pydevd_bundle.pydevd_thread_lifecycle import mark_thread_suspended
 
-        # "break as soon as possible": pydevd stops at the next line of a frame it traces, and it
-        # traces none of msvm's, so that is the line the Python code runs after the Cell returns
-        api._settrace(suspend=True, trace_only_current_thread=True, patch_multiprocessing=False)
+        # "suspend at the next line pydevd traces" (reported as a step): it traces none of msvm's
+        # frames, so that is the line the Python code runs after the Cell returns. Only this
+        # thread is marked; the others stop with it when it stops, as in any debugpy step.
+        db = pydevd.get_global_debugger()
+        t = threading.current_thread()
+        self.forget_python_step()
+        db._threads_suspended_single_notification.increment_suspend_time()    # (as set_suspend does)
+        mark_thread_suspended(t, CMD_STEP_OVER).update_stepping_info()
+        db.set_trace_for_frame_and_parents(t.ident, sys._getframe())
+        db.enable_tracing()
 
     def forget_python_step(self):
         if not self.attached:
@@ -65,6 +74,7 @@ class PythonSide:
         info.pydev_original_step_cmd = -1
         info.pydev_step_stop = None
         info.pydev_state = STATE_RUN
+        info.update_stepping_info()
 
 
 def in_cell(thread_ident: int) -> bool:

@@ -27,7 +27,10 @@ describe('mixed Python + Cell debugging (debugpy through the msvm adapter)', fun
     dc.on('output', (e) => { output += e.body.output; });
     await dc.start();
   });
-  afterEach(async () => { await dc.stop(); });
+  afterEach(async function () {
+    if (this.currentTest.state === 'failed') console.log(`--- Debug Console of the failed test ---\n${output.slice(-3000)}`);
+    await dc.stop();
+  });
 
   // launch with breakpoints on the lines holding `texts` (in `file`); resolves with the first stop
   async function launchWith(texts, extra = {}, file = MIXED, filters = null) {
@@ -51,6 +54,20 @@ describe('mixed Python + Cell debugging (debugpy through the msvm adapter)', fun
     const stopped = dc.waitForEvent('stopped');
     await dc[`${kind}Request`]({ threadId, ...extra });
     return stopped;
+  }
+
+  // continue (through any further stops: a fused instruction also stands for the lines it
+  // fused, so a Cell breakpoint may stop twice) until the program ends
+  async function runToEnd(threadId) {
+    const terminated = dc.waitForEvent('terminated');
+    let ended = false;
+    terminated.then(() => { ended = true; });
+    const again = () => dc.continueRequest({ threadId }).catch(() => undefined);
+    dc.on('stopped', again);
+    await again();
+    await terminated;
+    dc.removeListener('stopped', again);
+    return ended;
   }
 
   async function varsOf(frameId, scopeName) {
@@ -87,9 +104,7 @@ describe('mixed Python + Cell debugging (debugpy through the msvm adapter)', fun
     const st = await stack(cell.body.threadId);
     assert.match(st[0].name, /^Double\.construct @0x/);
     assert.strictEqual(st[st.length - 1].line, lineOf('y = net(x)'), 'the Python line that called the Cell is below it');
-    const terminated = dc.waitForEvent('terminated');
-    await dc.continueRequest({ threadId: cell.body.threadId });
-    await terminated;
+    await runToEnd(cell.body.threadId);
   });
 
   it('Python step into, out of and over a function, through debugpy', async () => {
@@ -186,15 +201,14 @@ describe('mixed Python + Cell debugging (debugpy through the msvm adapter)', fun
     await dc.continueRequest({ threadId: worker.id });
     assert.strictEqual((await restated).body.threadId, main.id);
     assert.match((await stack(main.id))[0].name, /^Double\.construct @0x/);
-    const terminated = dc.waitForEvent('terminated');
-    await dc.continueRequest({ threadId: main.id });
-    await terminated;
+    await runToEnd(main.id);
   });
 
   it('an uncaught exception in the Python code stops where it was raised (debugpy)', async () => {
     const { ev } = await launchWith([], { args: ['--crash'] }, MIXED, ['uncaught', 'msvm-cell-errors']);
     assert.strictEqual(ev.body.reason, 'exception');
-    const f = (await stack(ev.body.threadId))[0];
+    const st = await stack(ev.body.threadId);
+    const f = st[0];
     assert.strictEqual(f.line, lineOf('raise ValueError('));
     const info = await dc.exceptionInfoRequest({ threadId: ev.body.threadId });
     assert.match(info.body.exceptionId, /ValueError/);
@@ -216,7 +230,9 @@ describe('mixed Python + Cell debugging (debugpy through the msvm adapter)', fun
     await dc.continueRequest({ threadId: tid });
     const py = await again;
     assert.strictEqual(py.body.reason, 'exception');
-    const top = (await stack(tid))[0];
+    const pst = await stack(tid);
+    const top = pst[0];
+    assert.ok(pst.every((fr) => fr.source?.path !== '<string>'), 'the debuggee\'s boot is not shown');
     assert.strictEqual(top.line, lineIn(NESTED, 'Grow()(x, 10**6)'));
     assert.ok(top.id >= PY_BASE);
     const exited = dc.waitForEvent('exited');
@@ -234,8 +250,24 @@ describe('mixed Python + Cell debugging (debugpy through the msvm adapter)', fun
     const st = await stack(1);
     assert.match(st[0].name, /^Double\.construct @0x0000/);
     assert.strictEqual(st[st.length - 1].name, '<module> (Python)');
+    await runToEnd(1);
+  });
+
+  it('pause stops the program where it is: in a Cell (msvm) or on a Python line (debugpy)', async () => {
+    const loop = path.join(__dirname, 'programs', 'loop.py');
+    await Promise.all([dc.configurationSequence(), dc.launch({ program: loop, jitLevel: 'L1', env: { LOOP_SECONDS: '60' } })]);
+    const threads = (await dc.threadsRequest()).body.threads;
+    const main = threads.find((t) => t.name === 'MainThread');
+    const stopped = dc.waitForEvent('stopped', 20000);
+    await dc.pauseRequest({ threadId: main.id });
+    const ev = await stopped;
+    assert.strictEqual(ev.body.reason, 'pause');
+    assert.strictEqual(ev.body.threadId, main.id);
+    const f = (await stack(main.id))[0];
+    if (f.id < PY_BASE) assert.match(f.name, /^Step\.construct @0x/);
+    else assert.ok(f.name === '<module>' && f.source.path === loop, JSON.stringify(f));
     const terminated = dc.waitForEvent('terminated');
-    await dc.continueRequest({ threadId: 1 });
+    await dc.terminateRequest({});
     await terminated;
   });
 });

@@ -255,11 +255,13 @@ class Debuggee:
         except SystemExit as e:
             status = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
         except BaseException:  # noqa: BLE001 - the program's own failure: shown as Python shows it
+            self.python.uncaught(sys.exc_info())
             traceback.print_exc()
             status = 1
         finally:
             sys.path[:] = ours           # what runs after the program imports nothing of its directory
             msvm.set_trace(None)
+            self.python.detach()
             prof.stop()
             self.done.set()
             sys.stdout.flush()

@@ -135,7 +135,7 @@ class Mixer:
             if self.cell_stop is not None and self._is_main(a):
                 self._msvm(cmd, dict(a, threadId=1), req=req)
             else:
-                self._py(req)
+                self._py(req, after=_without_boot if cmd == "stackTrace" else None)
         elif cmd in _BY_FRAME:
             fid = a.get("frameId")
             if _is_py(fid) or (fid is None and self.cell_stop is None):
@@ -265,6 +265,16 @@ class Mixer:
         if name == "stopped" and main and self.ad.child is not None:
             self._msvm("msvmCancelStep")         # the step ended in Python: it stops no later Cell
         self._to_client({"type": "event", "event": name, "body": body})
+
+
+def _without_boot(body: dict) -> dict:
+    """debugpy's stack without the debuggee's ``python -c`` boot frame at its bottom (msvm's own)."""
+    frames = body.get("stackFrames") or []
+    while frames and (frames[-1].get("source") or {}).get("path") == "<string>":
+        frames.pop()
+        if isinstance(body.get("totalFrames"), int):
+            body["totalFrames"] -= 1
+    return body
 
 
 def _is_py(v) -> bool:

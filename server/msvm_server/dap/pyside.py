@@ -41,6 +41,22 @@ class PythonSide:
         PyDevdAPI().set_dont_trace_start_end_patterns(pydevd.get_global_debugger(), ours, ())
         self.attached = True
 
+    def uncaught(self, excinfo):
+        """The program's exception left it (the debuggee catches it to report the exit status):
+        pydevd stops on it as on any uncaught exception, when the client's filters say so."""
+        if self.attached:
+            import pydevd
+
+            pydevd.get_global_debugger().trigger_exception_handler(excinfo, as_uncaught=True)
+
+    def detach(self):
+        """The program ended: pydevd stops tracing (the debuggee's own exit is no user's SystemExit)."""
+        if self.attached:
+            import pydevd
+
+            self.attached = False
+            pydevd.stoptrace()
+
     # --- on the program's thread
     def hand_to_python(self):
         """Stop on the next line of the innermost user frame (pydevd skips msvm's own frames)."""

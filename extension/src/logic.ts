@@ -1,5 +1,4 @@
 // Pure logic of the extension (no vscode import): unit-tested in tests/extension.
-import * as path from 'path';
 import type { BytecodeResult, CacheStats, FromPage, Instruction, LspRange } from './protocol';
 
 /** "JIT Cache: 92% hit" — or a dash before anything was counted. */
@@ -99,13 +98,4 @@ export function summarize(data: BytecodeResult): string {
   if (data.error) return data.error;
   const n = data.instructions.length + (data.functions ?? []).reduce((a, f) => a + f.instructions.length, 0);
   return `${data.name ?? data.cell}: ${n} instructions${data.fused ? ' (fused)' : ''}`;
-}
-
-/** Whether file lies in one of the folders: an untrusted workspace's own interpreter is not run. */
-export function isInside(file: string, folders: string[]): boolean {
-  const f = path.resolve(file);
-  return folders.some((d) => {
-    const rel = path.relative(path.resolve(d), f);
-    return rel === '' || (rel !== '..' && !rel.startsWith(`..${path.sep}`) && !path.isAbsolute(rel));
-  });
 }

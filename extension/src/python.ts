@@ -5,7 +5,7 @@ import * as cp from 'child_process';
 import * as fs from 'fs';
 import * as path from 'path';
 import * as vscode from 'vscode';
-import { isInside } from './logic';
+import { isInside } from './paths';
 import COMMAND from './server-command.json';
 
 /** The servers' arguments after the Python executable (isolated mode: nothing of the workspace on sys.path). */

@@ -2,9 +2,10 @@
 import * as assert from 'assert';
 import * as fs from 'fs';
 import * as path from 'path';
-import { cellForLine, colorIndices, heatAlpha, instructionsAtLine, isInside, lineColors, linesOf, nonce, parseFromPage,
+import { cellForLine, colorIndices, heatAlpha, instructionsAtLine, lineColors, linesOf, nonce, parseFromPage,
   programEnv, statusText, statusTooltip, summarize } from '../../extension/src/logic';
 import { pageHtml } from '../../extension/src/html';
+import { isInside } from '../../extension/src/paths';
 import { BYTECODE, STATS } from './sample';
 
 describe('status bar', () => {

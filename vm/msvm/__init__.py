@@ -13,6 +13,7 @@ from .context import GRAPH_MODE, PYNATIVE_MODE, get_context, set_context
 from .dtype import (
                     bool_,
                     double,
+                    dtype_to_nptype,
                     float16,
                     float32,
                     float64,
@@ -56,8 +57,8 @@ def cache_stats() -> dict:
 
 __all__ = ["GRAPH_MODE", "PYNATIVE_MODE", "BytecodeError", "ExecutionError", "FrontendError", "MsvmError",
            "Parameter", "ShapeMismatch", "Tensor", "VerifyError", "as_mindspore", "bool_", "bytecode", "cache_stats",
-           "common", "double", "events", "float16", "float32", "float64", "float_", "get_context", "half", "int8",
-           "int16", "int32", "int64", "int_", "jit", "load_checkpoint", "load_param_into_net", "nn", "ops",
-           "save_checkpoint", "set_context", "set_trace", "single", "uint8"]
+           "common", "double", "dtype_to_nptype", "events", "float16", "float32", "float64", "float_", "get_context",
+           "half", "int8", "int16", "int32", "int64", "int_", "jit", "load_checkpoint", "load_param_into_net", "nn",
+           "ops", "save_checkpoint", "set_context", "set_trace", "single", "uint8"]
 
 _start_telemetry()

@@ -202,13 +202,19 @@ def cmd_dump(args) -> int:
         save(good[0].code, args.out)
         print(f"wrote {args.out} ({os.path.getsize(args.out)} bytes)")
         return 0
+    file_notes = getattr(entries, "notes", [])
     if args.json:
         out = [{"name": e.name, "kind": e.kind, "line": e.line, **(to_json(e.code) if e.code else {}),
-                "error": str(e.error) if e.error else None} for e in entries]
+                "error": str(e.error) if e.error else None,
+                "notes": [{"line": n.line, "message": n.message} for n in file_notes + e.notes]} for e in entries]
         json.dump(out, sys.stdout, indent=1)
         print()
     else:
+        for n in file_notes:        # what the analysis assumed or could not afford
+            print(f"; note: {args.script}:{n.line}: {n.message}")
         for e in entries:
+            for n in e.notes:
+                print(f"; note: {args.script}:{n.line}: {e.name}: {n.message}")
             if e.code is not None:
                 print(dump(e.code, with_callees=args.callees))
     for e in failed:

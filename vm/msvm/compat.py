@@ -39,6 +39,7 @@ MODULES = {
     "mindspore.ops": "msvm.ops",
     "mindspore.ops.operations": "msvm.ops.primitives",
     "mindspore.ops.functional": "msvm.ops",
+    "mindspore.ops.composite": "msvm.ops",
     "mindspore.common": "msvm.common",
     "mindspore.common.dtype": "msvm.dtype",
     "mindspore.common.initializer": "msvm.common.initializer",
@@ -209,6 +210,15 @@ def as_mindspore() -> None:
         raise MsvmError("as_mindspore(): the real MindSpore is already imported in this process; "
                         "call as_mindspore() before anything imports mindspore")
     sys.meta_path.insert(0, _FINDER)
+
+
+def remove_alias() -> None:
+    """Undo ``as_mindspore()``: ``import mindspore`` no longer resolves to msvm, and the alias
+    modules imported so far are forgotten (a test that imports a model zoo in-process cleans up)."""
+    while _FINDER in sys.meta_path:
+        sys.meta_path.remove(_FINDER)
+    for name in [n for n, m in sys.modules.items() if isinstance(m, _Alias)]:
+        del sys.modules[name]
 
 
 def is_active() -> bool:

@@ -107,6 +107,11 @@ def as_dtype(x) -> DType:
 _RANK = {"b": 0, "u": 1, "i": 1, "f": 2}
 
 
+def dtype_to_nptype(type_) -> type:
+    """The numpy scalar type of an msvm dtype (MindSpore's mstype.dtype_to_nptype)."""
+    return as_dtype(type_).np.type
+
+
 def promote(a: DType, b: DType) -> DType:
     """Result dtype of a binary op on two tensors."""
     if a is b:

@@ -17,13 +17,10 @@ import numpy as np
 
 from . import context, events, log
 from . import dtype as dt
-from .bytecode import symbolic as S
 from .bytecode.disasm import display_name, dump, to_json
-from .bytecode.symbolic import Expr
-from .bytecode.types import ScalarType, TensorType
 from .errors import ArgumentError, FrontendError, MsvmError, ShapeMismatch
+from .frontend.argspec import arg_spec
 from .frontend.compiler import (
-    ArgSpec,
     bind_arguments,
     cell_getattr,
     compile_cell_for,
@@ -38,49 +35,6 @@ from .interp import replay
 from .interp.interpreter import BoundCode
 from .interp.replay import FALLBACK
 from .tensor import PARAMETER_SHAPES, Tensor, wrap
-
-
-def _declared_dims(name, placeholder) -> list:
-    dims = []
-    for i, d in enumerate(placeholder):
-        if d is None:
-            dims.append(S.sym(f"{name}{i}"))
-        elif isinstance(d, str):
-            dims.append(S.sym(d))
-        else:
-            dims.append(Expr.const(d))
-    return dims
-
-
-def tensor_spec(name: str, shape, d: dt.DType, declared=None) -> ArgSpec:
-    """A tensor argument: declared dims (set_inputs) or symbols for every dim that is not 1."""
-    if declared is not None:
-        ph = declared.placeholder_shape or declared.shape
-        if len(ph) != len(shape) or declared.dtype is not d:
-            raise ShapeMismatch(f"argument {name}: set_inputs declared {declared.dtype}{list(ph)}, got "
-                                f"{d}{list(shape)}")
-        dims = _declared_dims(name, ph)       # (dynamic dims may be 1 when it runs)
-        return ArgSpec("tensor", TensorType(tuple(dims), d), may_be_one={x.as_symbol() for x in dims} - {None})
-    dims = [Expr.const(1) if n == 1 else S.sym(f"{name}{i}") for i, n in enumerate(shape)]
-    return ArgSpec("tensor", TensorType(tuple(dims), d))      # (a variant per pattern of 1 dims: these are not)
-
-
-def arg_spec(name: str, v, declared=None, flag: bool = False) -> ArgSpec:
-    """How argument ``name`` enters the bytecode; ``flag``: its default is a bool, so an int (0 or 1,
-    checked by ``check_flags``) is the same run-time flag as False/True."""
-    if isinstance(v, Tensor) and v.is_placeholder:
-        return tensor_spec(name, v.placeholder_shape, v.dtype, v)
-    if isinstance(v, Tensor) or isinstance(v, np.ndarray):
-        arr = v.asnumpy() if isinstance(v, Tensor) else v
-        d = v.dtype if isinstance(v, Tensor) else dt.from_numpy(arr.dtype)
-        return tensor_spec(name, arr.shape, d, declared)
-    if isinstance(v, (bool, np.bool_)) or (flag and isinstance(v, (int, np.integer))):
-        return ArgSpec("scalar", ScalarType("b", S.flag(name)))
-    if isinstance(v, (int, np.integer)):
-        return ArgSpec("scalar", ScalarType("i", S.sym(name)))
-    if isinstance(v, (float, np.floating)):
-        return ArgSpec("scalar", ScalarType("f"))
-    return ArgSpec("const", value=v)
 
 
 def _key_of(v):
@@ -534,7 +488,7 @@ class CellRunner(_Runner):
         t0 = time.perf_counter()
         specs = self.specs(vals)
         try:
-            code = compile_cell_for(self.cell, specs)
+            code = compile_cell_for(self.cell, specs, generation=PARAMETER_SHAPES[0])
         except FrontendError as e:
             raise self.compile_error(e, specs, vals) from None
         run = optimize(code)

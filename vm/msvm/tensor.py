@@ -73,8 +73,8 @@ class TensorMethods:
     def astype(self, dtype):
         return _ops().cast(self, dtype)
 
-    def to(self, dtype):
-        return _ops().cast(self, dtype)
+    def to(self, dtype=None):
+        return self if dtype is None else _ops().cast(self, dtype)
 
     def float(self):
         return _ops().cast(self, dt.float32)
@@ -114,6 +114,38 @@ class TensorMethods:
 
     def flatten(self, start_dim=0, end_dim=-1):
         return _ops().flatten(self, start_dim=start_dim, end_dim=end_dim)
+
+    # (model zoo) methods the NLP models call
+    def broadcast_to(self, shape):
+        return _ops().broadcast_to(self, shape)
+
+    def expand_as(self, other):
+        return _ops().broadcast_to(self, tuple(other.shape))
+
+    def repeat(self, repeats, axis=None):
+        """MindSpore's Tensor.repeat: np.repeat (each element repeats times along axis)."""
+        return _ops().repeat_interleave(self, repeats, axis)
+
+    def tile(self, reps):
+        return _ops().tile(self, reps)
+
+    def masked_fill(self, mask, value):
+        return _ops().masked_fill(self, mask, value)
+
+    def cumsum(self, axis=None, dtype=None):
+        return _ops().cumsum(self, 0 if axis is None else axis, dtype)
+
+    def split(self, split_size_or_sections, axis=0):
+        return _ops().split(self, split_size_or_sections, axis)
+
+    def type_as(self, other):
+        return _ops().cast(self, other.dtype)
+
+    def pow(self, o):
+        return _ops().pow(self, o)
+
+    def matmul(self, o):
+        return _ops().matmul(self, o)
 
     @property
     def T(self):

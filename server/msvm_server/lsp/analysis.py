@@ -79,6 +79,7 @@ class Analysis:
     entries: list = field(default_factory=list)
     error: MsvmError | None = None      # the whole file failed (a syntax error)
     digest: str = ""
+    notes: list = field(default_factory=list)   # what the analysis assumed or could not afford
 
     def entry(self, name: str | None = None, line0: int | None = None):
         for e in self.entries:
@@ -99,6 +100,7 @@ def analyze(source: str, path: str) -> Analysis:
     source = clean(source)
     try:
         a.entries = static_analyze(source, path)
+        a.notes = list(getattr(a.entries, "notes", [])) + [n for e in a.entries for n in e.notes]
     except MsvmError as e:
         a.error = e
     except RecursionError:
@@ -173,10 +175,14 @@ def diagnostics(a: Analysis) -> list:
             msg = err.message
         else:
             rng, msg = a.lines.range((1, 0, 1, 1)), str(err)
-        known = type(err).__name__ != "_NotKnown"
+        known = getattr(err, "certain", True)     # (msvm.static.AssumedShapeError: found under assumed shapes)
         out.append({"range": rng, "message": msg, "source": "msvm",
                     "severity": SEVERITY_ERROR if known else SEVERITY_INFO,
                     "code": type(err).__name__.lstrip("_")})
+    for n in a.notes:       # assumed shapes and values, loops and values the analysis did not afford
+        line = max(1, n.line)
+        out.append({"range": a.lines.range((line, 0, line, len(a.lines._line(line - 1).encode()))),
+                    "message": n.message, "source": "msvm", "severity": SEVERITY_INFO, "code": "note"})
     return out
 
 

@@ -208,6 +208,13 @@ _op("GATHER", 0x74, ["axis:const"], 2, 1, S.gather, "layout",
     "pop indices, x; push x's slices at the (int) indices along axis: x.shape[:axis]+idx.shape+x.shape[axis+1:]",
     compiled="l1")
 
+# --- indexing and creation (model zoo) ----------------------------------------------------------
+_op("ARANGE", 0x78, ["start:const", "stop:const", "step:const", "dtype:const"], 0, 1, S.arange, "layout",
+    "push [start, start+step, ...) below stop (start and stop may be symbolic dims)", compiled="l1")
+_op("CUMSUM", 0x79, ["axis:const", "exclusive:const", "reverse:const"], 1, 1, S.cumsum, "layout",
+    "pop x; push the running sum along axis (exclusive: without the element itself; reverse: from the end)",
+    compiled="l1")
+
 # --- fused (produced by the fusion pass, jit/fuse.py; the interpreter runs them too) ---------
 # A fused instruction carries its expression as a program (postfix tuple of nodes: ("in", k),
 # ("c", value) or (OPNAME, *operands)); the disassembler names it after its parts:

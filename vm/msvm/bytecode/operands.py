@@ -48,8 +48,8 @@ def _slice_spec(v) -> bool:
             return False
         if s[0] == "i":
             return len(s) == 2 and _is_int(s[1])
-        if s[0] == "s":
-            return len(s) == 4 and all(x is None or _is_int(x) for x in s[1:])
+        if s[0] == "s":         # (bounds may be symbolic dims: x[:, :x.shape[1]])
+            return len(s) == 4 and all(x is None or _is_int(x) or isinstance(x, Expr) for x in s[1:])
         return s in (("n",), ("e",))
     return isinstance(v, tuple) and all(item(s) for s in v)
 
@@ -97,6 +97,12 @@ CONST_OPERANDS = {
     "epsilon": (lambda v: _number(v) and not isinstance(v, bool), "a number"),
     "perm": (_ints, "a tuple of ints"),
     "index": (_slice_spec, "a slice spec: a tuple of ('i', k), ('s', start, stop, step), ('n',), ('e',)"),
+    # (model zoo) ARANGE, CUMSUM
+    "start": (lambda v: isinstance(v, Expr) or (_number(v) and not isinstance(v, bool)), "a number or a symbolic dim"),
+    "stop": (lambda v: isinstance(v, Expr) or (_number(v) and not isinstance(v, bool)), "a number or a symbolic dim"),
+    "step": (lambda v: _number(v) and not isinstance(v, bool) and v != 0, "a non-zero number"),
+    "exclusive": (lambda v: isinstance(v, bool), "a bool"),
+    "reverse": (lambda v: isinstance(v, bool), "a bool"),
     "program": (_program, "a fused elementwise program"),
     "exc": (_exception_name, "the name of a built-in exception"),
     "message": (lambda v: isinstance(v, tuple) and all(isinstance(x, (str, Expr, Pred)) for x in v),

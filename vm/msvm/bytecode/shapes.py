@@ -9,6 +9,8 @@ frontend calls the same rules while it emits, so it and the verifier agree.
 
 from __future__ import annotations
 
+import math
+
 from .. import dtype as dt
 from .symbolic import Expr, fmt_shape, product, smax, smin
 from .types import NONE, ScalarType, ShapeError, TensorType, TupleType, type_of_const
@@ -280,6 +282,37 @@ def gather(ctx, ins, args):
     return TensorType(tuple(ctx.env.norm(d) for d in shape), x.dtype)
 
 
+# ---------------------------------------------------------------- indexing and creation (model zoo)
+
+def arange(ctx, ins, args):
+    start, stop, step, dtype = args
+    if step == 0:
+        raise ShapeError("ARANGE: step cannot be zero")
+    sym = [b for b in (start, stop) if isinstance(b, Expr) and not b.is_const()]
+    if sym:
+        if not isinstance(step, int) or isinstance(step, bool):
+            raise ShapeError(f"ARANGE: with a symbolic end the step must be an int, got {step!r}")
+        lo, hi = Expr.of(start), Expr.of(stop)
+        span = hi - lo if step > 0 else lo - hi
+        # a symbolic end lies past the start (ops.arange(x.shape[1]), ops.arange(p, p + s)): the
+        # entry checks it, and the length stays a plain expression
+        ctx.env.assume(smax(span, 0), span, f"ARANGE: a symbolic range from {lo} to {hi} by {step} must not run backwards")
+        n = span if abs(step) == 1 else (span + (abs(step) - 1)) // abs(step)
+    else:
+        start, stop = (b.const_value() if isinstance(b, Expr) else b for b in (start, stop))
+        n = Expr.const(max(math.ceil((stop - start) / step), 0))     # numpy's length, float ends too
+    return TensorType((ctx.env.norm(n),), dtype)
+
+
+def cumsum(ctx, ins, args):
+    t = _tensor(ins[0], "CUMSUM")
+    norm_axis(args[0], t.rank, "CUMSUM")
+    out = t.dtype
+    if out.kind == "b" or (out.kind in "iu" and out.itemsize < 4):
+        out = dt.int64
+    return TensorType(t.shape, out)
+
+
 # ---------------------------------------------------------------- layout
 
 def _shape_operand(shape, what):
@@ -401,15 +434,19 @@ def slice_(ctx, ins, args):
             if d.is_const() and not -d.const_value() <= k < d.const_value():
                 raise ShapeError(f"SLICE: index {k} is out of range for dim {dim - 1} of {fmt_shape(t.shape)}")
             continue
-        out.append(_slice_len(d, s[1], s[2], s[3]))
-    return TensorType(tuple(out), t.dtype)
+        out.append(_slice_len(d, s[1], s[2], s[3], ctx.env))
+    return TensorType(tuple(ctx.env.norm(d) for d in out), t.dtype)
 
 
-def _slice_len(d: Expr, start, stop, step):
-    """len(range(n)[start:stop:step]) for a possibly symbolic n and constant bounds."""
+def _slice_len(d: Expr, start, stop, step, env=None):
+    """len(range(n)[start:stop:step]) for a possibly symbolic n; bounds are ints or symbolic
+    exprs over dims (``x[:, :S]``, ``bias[..., k - q:k, :k]``)."""
     step = 1 if step is None else step
     if step == 0:
         raise ShapeError("SLICE: slice step cannot be zero")
+    start, stop = (b.const_value() if isinstance(b, Expr) and b.is_const() else b for b in (start, stop))
+    if isinstance(start, Expr) or isinstance(stop, Expr):
+        return _symbolic_slice_len(d, start, stop, step, env)
     if d.is_const():
         return Expr.const(len(range(*slice(start, stop, step).indices(d.const_value()))))
     if step > 0:
@@ -426,6 +463,27 @@ def _slice_len(d: Expr, start, stop, step):
         hi, lo = bound(start, d - 1), bound(stop, Expr.const(-1))
     n = smax(hi - lo, 0)
     return n if abs(step) == 1 else (n + (abs(step) - 1)) // abs(step)
+
+
+def _symbolic_slice_len(d: Expr, start, stop, step, env):
+    """A slice with a symbolic bound (a dim expression, so never negative): its length is
+    ``ceil((stop - start) / step)``, with ``0 <= start <= stop <= d`` left for the VM to check when the
+    symbols are bound (numpy would clamp; a model that slices a table by a length means the
+    length to fit)."""
+    if not isinstance(step, int) or step < 1:
+        raise ShapeError(f"SLICE: a slice with a symbolic bound needs a positive constant step, got {step}")
+    for b in (start, stop):
+        if isinstance(b, int) and b < 0:
+            raise ShapeError(f"SLICE: a slice with a symbolic bound cannot also have a negative bound ({b})")
+    lo = Expr.of(0 if start is None else start)
+    hi = d if stop is None else Expr.of(stop)
+    if env is not None:
+        why = f"SLICE: bounds [{lo}:{hi}] must lie within a dim of size {d}"
+        if stop is not None and not (d.is_const() and hi.is_const()):
+            env.assume(smin(hi, d), hi, why)
+        if start is not None:
+            env.assume(smin(lo, hi), lo, why)
+    return hi - lo if step == 1 else (hi - lo + (step - 1)) // step
 
 
 # ---------------------------------------------------------------- data movement and control

@@ -97,7 +97,7 @@ class Atom:
     def __str__(self):
         if self.op == "sym":
             return self.args[0]
-        if self.op in ("floordiv", "mod"):
+        if self.op in ("floordiv", "mod"):      # (H + 1) // 2, not H + 1 // 2
             a, b = (_operand_str(x) for x in self.args)
             return f"({a} {'//' if self.op == 'floordiv' else '%'} {b})"
         if self.op == "select":

@@ -169,7 +169,7 @@ def _try_fuse_at(code: Code, start: int, targets):
                 v = code.consts[ins.args[0]]
                 if isinstance(v, bool) or not isinstance(v, (int, float)):
                     break
-                local.append([("c", float(v))])
+                local.append([("c", v)])      # (an int stays an int: int chains keep their dtype)
             else:
                 leaves.append(ins)
                 local.append([("leaf", len(leaves) - 1)])

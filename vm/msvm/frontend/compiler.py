@@ -35,10 +35,22 @@ from ..bytecode.symbolic import Expr, Pred, SymbolicError
 from ..bytecode.types import NONE, ScalarType, ShapeEnv, ShapeError, TensorType, TupleType
 from ..bytecode.verify import bind_callee, subs_type, verify
 from ..errors import FrontendError
-from ..tensor import PARAMETER_SHAPES
+from .argspec import ArgSpec
 from .graph import GraphValue, lift, using
 
 # ---------------------------------------------------------------- sources
+
+
+def _index_int(v):
+    """An index or slice bound as an int or a symbolic Expr (numpy ints and constant exprs become ints)."""
+    if isinstance(v, Expr):
+        c = v.const_value()
+        return v if c is None else c
+    if isinstance(v, (np.integer,)):
+        return int(v)
+    if isinstance(v, bool):
+        return int(v)
+    return v
 
 
 class FunctionSource:
@@ -145,18 +157,6 @@ class _Returned(Exception):
     """Internal: control left the block through a return."""
 
 
-class ArgSpec:
-    """How one argument enters compiled code: a tensor type, a run-time scalar, or a baked constant."""
-
-    __slots__ = ("kind", "type", "value", "may_be_one")
-
-    def __init__(self, kind: str, type_=None, value=None, may_be_one=frozenset()):
-        self.kind = kind      # 'tensor' | 'scalar' | 'const'
-        self.type = type_
-        self.value = value
-        self.may_be_one = frozenset(may_be_one)   # dim symbols of type that may be 1 at run time
-
-
 _BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
            ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow,
            ast.MatMult: operator.matmul}
@@ -164,7 +164,7 @@ _CMPOPS = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==",
 _PYCMP = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge, "==": operator.eq,
           "!=": operator.ne}
 _SAFE_BUILTINS = {"len", "range", "int", "float", "bool", "tuple", "list", "min", "max", "abs", "enumerate",
-                  "zip", "isinstance", "reversed", "sum", "round", "str", "print"}
+                  "zip", "isinstance", "hasattr", "reversed", "sum", "round", "str", "print"}
 _FOLD_MODULES = ("math", "numpy")
 
 
@@ -196,7 +196,8 @@ class FunctionCompiler:
 
     MAX_UNROLL = 4096
 
-    def __init__(self, src: FunctionSource, self_obj, specs: list, name: str, cell_compiler=None):
+    def __init__(self, src: FunctionSource, self_obj, specs: list, name: str, cell_compiler=None,
+                 generation: int = 0):
         self.src = src
         self.self_obj = self_obj
         self.cb = CodeBuilder(name, src.filename, src.node.lineno + src.line_offset)
@@ -204,6 +205,7 @@ class FunctionCompiler:
         self.loc = Loc(self.cb.code.firstlineno, src.col_offset, self.cb.code.firstlineno, src.col_offset)
         self.vars: dict = {}
         self.cell_compiler = cell_compiler or compile_cell_for
+        self.generation = generation     # the caller's Parameter-shape generation, for sub-Cells' cache keys
         self.specs = specs
         self.inline_depth = 0
         self.branch_preds: list = []      # the predicates of the symbolic ifs being compiled
@@ -247,25 +249,11 @@ class FunctionCompiler:
         code = self.cb.code
         unifiable = set()
         for pname, spec in zip(params, self.specs):
-            if spec.kind == "const":
-                self.vars[pname] = spec.value
-                continue
-            slot = self.cb.local(pname)
-            t = spec.type
-            code.params.append((pname, t))
-            if isinstance(t, TensorType):
-                for d in t.shape:
-                    if d.as_symbol():
-                        unifiable.add(d.as_symbol())
-                self.vars[pname] = GraphValue(t, ("local", slot))
-            elif isinstance(t, ScalarType) and t.value is not None:
-                self.vars[pname] = t.value
-            else:
-                self.vars[pname] = GraphValue(t, ("local", slot))
+            self.bind_param(pname, spec, unifiable)
         if vararg is not None:
             self.vars[vararg] = tuple(self.vars[p] for p in params[n_fixed:])
         self.env.unifiable = unifiable
-        self.env.may_be_one = set().union(*(s.may_be_one for s in self.specs))
+        self.env.may_be_one = set().union(*(s.may_be_one for s in _flat_specs(self.specs)))
         self.record_hover_args(fn, params)
         with using(self):
             try:
@@ -291,6 +279,31 @@ class FunctionCompiler:
         if isinstance(v, tuple):
             return TupleType(tuple(self.hover_type(x) for x in v))
         return v
+
+    def bind_param(self, pname, spec, unifiable):
+        """One parameter of construct: a baked constant, a run-time tensor or scalar (a local slot),
+        or (model zoo) a tuple of them, one slot per item (``freqs_cis = (cos, sin)``)."""
+        code = self.cb.code
+        if spec.kind == "const":
+            self.vars[pname] = spec.value
+            return
+        if spec.kind == "tuple":
+            for j, item in enumerate(spec.value):
+                self.bind_param(f"{pname}[{j}]", item, unifiable)
+            self.vars[pname] = tuple(self.vars.pop(f"{pname}[{j}]") for j in range(len(spec.value)))
+            return
+        slot = self.cb.local(pname)
+        t = spec.type
+        code.params.append((pname, t))
+        if isinstance(t, TensorType):
+            for d in t.shape:
+                if d.as_symbol():
+                    unifiable.add(d.as_symbol())
+            self.vars[pname] = GraphValue(t, ("local", slot))
+        elif isinstance(t, ScalarType) and t.value is not None:
+            self.vars[pname] = t.value
+        else:
+            self.vars[pname] = GraphValue(t, ("local", slot))
 
     def record_hover_args(self, fn, params):
         args = fn.args.args[1:] if self.self_obj is not None else fn.args.args
@@ -855,27 +868,38 @@ class FunctionCompiler:
             raise self.error(f"cannot index {type(base).__name__} with {index!r}: {e}", node) from None
 
     def tensor_index(self, base, sl, node):
-        items = sl.elts if isinstance(sl, ast.Tuple) else [sl]
-        spec = []
-        for it in items:
-            if isinstance(it, ast.Slice):
-                parts = [None if p is None else self.expr(p) for p in (it.lower, it.upper, it.step)]
-                for p in parts:
-                    if p is not None and not (isinstance(p, int) and not isinstance(p, bool)):
-                        raise self.error("slice bounds must be constant ints", it)
-                spec.append(("s", *parts))
-            else:
-                v = self.expr(it)
-                if v is None:
-                    spec.append(("n",))
-                elif v is Ellipsis:
-                    spec.append(("e",))
-                elif isinstance(v, int) and not isinstance(v, bool):
-                    spec.append(("i", v))
-                else:
-                    raise self.error("tensor indices must be constant ints, slices, None or ...", it)
         from .graph import trace_op
 
+        items = sl.elts if isinstance(sl, ast.Tuple) else [sl]
+        spec = []
+        for k, it in enumerate(items):
+            if isinstance(it, ast.Slice):
+                parts = [None if p is None else _index_int(self.expr(p)) for p in (it.lower, it.upper, it.step)]
+                for p in parts:
+                    if p is not None and not isinstance(p, (int, Expr)):
+                        raise self.error("slice bounds must be ints or expressions over shapes and int "
+                                         f"arguments, got {type(p).__name__}", it)
+                spec.append(("s", *parts))
+                continue
+            v = _index_int(self.expr(it))
+            if v is None:
+                spec.append(("n",))
+            elif v is Ellipsis:
+                spec.append(("e",))
+            elif isinstance(v, int):
+                spec.append(("i", v))
+            elif isinstance(v, GraphValue) and isinstance(v.type, TensorType) and v.type.dtype.kind in "iu":
+                # x[idx], x[:, idx], x[idx, :] with an int tensor: a GATHER along that axis (the other
+                # items are full slices, or ... after it)
+                rest = items[k + 1:]
+                if any(s != ("s", None, None, None) for s in spec) or not all(
+                        (isinstance(r, ast.Slice) and r.lower is None and r.upper is None and r.step is None)
+                        or (isinstance(r, ast.Constant) and r.value is Ellipsis) for r in rest):
+                    raise self.error("an int tensor index goes with full slices only (x[idx], x[:, idx], x[idx, :]);"
+                                     " use ops.gather for the rest", it)
+                return trace_op("GATHER", (base, v), (len(spec),))
+            else:
+                raise self.error("tensor indices must be ints, slices, None, ..., or an int tensor", it)
         return trace_op("SLICE", (base,), (tuple(spec),))
 
     def expr_Slice(self, node):
@@ -1068,6 +1092,8 @@ class FunctionCompiler:
             return out
         if fn is builtins.print:
             return None
+        if fn is builtins.isinstance and len(args) == 2 and isinstance(args[0], (GraphValue, Expr, Pred)):
+            return _isinstance_of_runtime(args[0], args[1])
         if any(fn is getattr(builtins, n, None) for n in _SAFE_BUILTINS):
             if any(isinstance(a, (GraphValue, Expr, Pred)) for a in args):
                 raise self.error(f"{getattr(fn, '__name__', fn)}() of a symbolic or run-time value is not "
@@ -1143,12 +1169,21 @@ class FunctionCompiler:
                                  f"is {default}), got {type(v).__name__}; pass True or False", node)
             spec = self.callee_spec(pname, v, sym_names)
             specs.append(spec)
-            if spec.kind != "const":
-                runtime.append(v)
+            runtime.extend(_runtime_values(spec, v))
         try:
-            sub = self.cell_compiler(cell, specs)
-        except FrontendError:
-            raise
+            sub = self.cell_compiler(cell, specs, generation=self.generation)
+        except FrontendError as e:
+            # (model zoo) a bool flag that decides the structure of a value (``if output_attentions:
+            # outputs += (w,)``) cannot stay a run-time flag: the Python bools given at this call site
+            # are baked in instead, as MindSpore's graph mode does with every bool
+            baked = [k for k, ((_, default), v) in enumerate(zip(params, values))
+                     if isinstance(v, (bool, np.bool_)) and specs[k].kind == "scalar"]
+            if "holds different Python objects" not in str(e) or not baked:
+                raise
+            for k in baked:
+                specs[k] = ArgSpec("const", value=bool(values[k]))
+            runtime = [r for spec, v in zip(specs, values) for r in _runtime_values(spec, v)]
+            sub = self.cell_compiler(cell, specs, generation=self.generation)
         key = (path, id(sub))
         if key not in self._callee_index:
             self._callee_index[key] = len(self.cb.code.callees)
@@ -1165,6 +1200,8 @@ class FunctionCompiler:
         return GraphValue(out_type, ("call", idx, tuple(gins)), self.loc)
 
     def callee_spec(self, pname, v, sym_names: dict) -> ArgSpec:
+        if isinstance(v, tuple) and _has_graph(v):      # (model zoo) a tuple holding run-time values
+            return ArgSpec("tuple", value=[self.callee_spec(f"{pname}_{j}", x, sym_names) for j, x in enumerate(v)])
         if isinstance(v, GraphValue) and isinstance(v.type, TensorType):
             dims, ones = [], set()
             for i, d in enumerate(self.env.norm_type(v.type).shape):
@@ -1270,7 +1307,7 @@ def tensor_type(v) -> TensorType:
     for i, d in enumerate(v._pshape):
         if d is None:
             raise ShapeError(f"a tensor attribute has an unknown dim {i}")
-        dims.append(S.sym(d) if isinstance(d, str) else Expr.const(d))
+        dims.append(S.sym(d) if isinstance(d, str) else d if isinstance(d, Expr) else Expr.const(d))
     return TensorType(tuple(dims), v._dtype)
 
 
@@ -1391,10 +1428,46 @@ def _call_error(params, args, kwargs: dict, label: str) -> TypeError:
 _cell_codes: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
+def _isinstance_of_runtime(v, classes) -> bool:
+    """(model zoo) isinstance on a run-time value, by what it is when the code runs: a symbolic dim
+    is an int, a predicate a bool, a tensor value a Tensor, a scalar value its kind's Python type."""
+    from ..tensor import Tensor
+
+    if isinstance(v, Expr):
+        probe = int
+    elif isinstance(v, Pred):
+        probe = bool
+    elif isinstance(v.type, TensorType):
+        probe = Tensor
+    elif isinstance(v.type, ScalarType):
+        probe = {"b": bool, "i": int, "u": int, "f": float}.get(v.type.kind, object)
+    elif isinstance(v.type, TupleType):
+        probe = tuple
+    else:
+        probe = object
+    classes = classes if isinstance(classes, tuple) else (classes,)
+    return any(issubclass(probe, c) for c in classes if isinstance(c, type))
+
+
+def _flat_specs(specs) -> list:
+    return [x for s in specs for x in (_flat_specs(s.value) if s.kind == "tuple" else [s])]
+
+
+def _runtime_values(spec, v) -> list:
+    """The run-time values an argument passes for its spec (none for a constant, one per item of a tuple)."""
+    if spec.kind == "const":
+        return []
+    if spec.kind == "tuple":
+        return [r for s, x in zip(spec.value, v) for r in _runtime_values(s, x)]
+    return [v]
+
+
 def spec_key(specs) -> tuple:
     out = []
     for s in specs:
-        if s.kind == "const":
+        if s.kind == "tuple":
+            out.append(("t", spec_key(s.value)))
+        elif s.kind == "const":
             v = s.value
             try:
                 hash(v)
@@ -1406,20 +1479,22 @@ def spec_key(specs) -> tuple:
     return tuple(out)
 
 
-def compile_cell_for(cell, specs, name: str | None = None):
-    """Compile (and verify) cell.construct for these argument specs; cached per cell."""
+def compile_cell_for(cell, specs, name: str | None = None, generation: int = 0):
+    """Compile (and verify) cell.construct for these argument specs; cached per cell and
+    ``generation`` (the run time passes its Parameter-shape counter, so a Parameter's new
+    shape compiles afresh; static analysis builds new Cells and passes nothing)."""
     try:
         cache = _cell_codes.setdefault(cell, {})
     except TypeError:
         cache = {}
-    key = (spec_key(specs), PARAMETER_SHAPES[0])     # (a Parameter's new shape compiles afresh)
+    key = (spec_key(specs), generation)
     code = cache.get(key)
     if code is not None:
         return code
     src_fn = getattr(cell, "__msvm_construct_source__", None)
     src = src_fn() if src_fn is not None else source_of(type(cell).construct)
     qual = name or f"{type(cell).__name__}.construct"
-    fc = FunctionCompiler(src, cell, specs, qual)
+    fc = FunctionCompiler(src, cell, specs, qual, generation=generation)
     code = fc.compile()
     code.hover = fc.hover
     verify(code)

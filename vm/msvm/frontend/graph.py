@@ -107,6 +107,8 @@ def lift(v, builder=None) -> GraphValue:
         return GraphValue(ScalarType("b", v), ("sym", v))
     if v is None:
         return GraphValue(NONE, ("const", None))
+    if type(v).__module__ == "numpy" and hasattr(v, "item") and getattr(v, "ndim", None) == 0:
+        v = v.item()        # a numpy scalar (x * np.float32(0.5)) is a Python number operand
     if isinstance(v, (bool, int, float)):
         return GraphValue(type_of_const(v), ("const", v))
     arr = getattr(v, "_data", None)

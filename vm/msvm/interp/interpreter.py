@@ -358,15 +358,37 @@ def h_compute(ctx, i, args):
 
 
 def _runtime_operand(ctx, v):
-    """Shape tuples with symbolic dims become callables over the symbol env."""
+    """Operands holding symbolic dims (shape tuples of FILL/RESHAPE/BROADCAST_TO, SLICE bounds,
+    ARANGE's ends, nested at any depth in tuples) become callables over the symbol env."""
     from ..bytecode.symbolic import Expr
 
-    if isinstance(v, tuple) and any(isinstance(d, Expr) for d in v):
-        if all(isinstance(d, Expr) and d.is_const() for d in v):
-            return tuple(d.const_value() for d in v)
-        fns = [compile_sym(d) if isinstance(d, Expr) else (lambda env, d=d: d) for d in v]
-        return lambda env: tuple(fn(env) for fn in fns)
-    return v
+    def has_sym(x):
+        if isinstance(x, Expr):
+            return not x.is_const()
+        return isinstance(x, tuple) and any(has_sym(y) for y in x)
+
+    def build(x):
+        if isinstance(x, Expr):
+            if x.is_const():
+                c = x.const_value()
+                return lambda env: c
+            return compile_sym(x)
+        if isinstance(x, tuple) and has_sym(x):
+            fns = [build(y) for y in x]
+            return lambda env: tuple(fn(env) for fn in fns)
+        x = plain(x)
+        return lambda env: x
+
+    def plain(x):
+        if isinstance(x, Expr):
+            return x.const_value()
+        if isinstance(x, tuple):
+            return tuple(plain(y) for y in x)
+        return x
+
+    if not has_sym(v):
+        return plain(v)
+    return build(v)
 
 
 _SPECIAL = {
@@ -509,34 +531,9 @@ class BoundCode:
 
     def raise_first(self, env) -> None:
         """An entry check failed; when the path these arguments take reaches one of the user's
-        ``raise`` first (``if (H, W) != (224, 224): raise ValueError(...)``), raise that, as
-        Python would. The path is followed on the bound symbols alone; loops are not followed."""
-        code = self.code
-        i = 0
-        for _ in range(len(code.instrs) + 1):
-            if not 0 <= i < len(code.instrs):
-                return
-            ins = code.instrs[i]
-            name = ins.op.name
-            if name == "RAISE":
-                e = user_exception(code.decode_args(ins))(env)
-                if hasattr(e, "add_note"):
-                    e.add_note(f"raised by {code.name} at {code.filename}:{ins.loc.line}:{ins.loc.col + 1} "
-                               f"(bytecode offset 0x{ins.offset:04x})")
-                raise e
-            if name in ("RETURN", "SET_SYM"):
-                return
-            if name == "JUMP":
-                i = code.index_at(code.decode_args(ins)[0])
-            elif name == "BRANCH_IF_SYMBOLIC":
-                pred, target = code.decode_args(ins)
-                try:
-                    ok = compile_sym(pred)(env)
-                except Exception:  # noqa: BLE001 - a symbol these arguments do not bind
-                    return
-                i = i + 1 if ok else code.index_at(target)
-            else:
-                i += 1
+        ``raise`` first (``if (H, W) != (224, 224): raise ValueError(...)``, in this code or in a
+        sub-Cell it calls), raise that, as Python would."""
+        _raise_first(self.code, env, 0)
 
     @property
     def checks(self):
@@ -564,6 +561,53 @@ class BoundCode:
 
 def _env_str(env):
     return ", ".join(f"{k}={v}" for k, v in env.items())
+
+
+def _raise_first(code, env, depth: int) -> bool:
+    """Follow the path the bound symbols select to the first RAISE and raise it; False at a
+    RETURN, a loop or a symbol the arguments do not bind (then the caller's error stands)."""
+    from ..bytecode.types import TensorType
+
+    i = 0
+    for _ in range(len(code.instrs) + 1):
+        if not 0 <= i < len(code.instrs):
+            return False
+        ins = code.instrs[i]
+        name = ins.op.name
+        args = code.decode_args(ins)
+        if name == "RAISE":
+            e = user_exception(args)(env)
+            if hasattr(e, "add_note"):
+                e.add_note(f"raised by {code.name} at {code.filename}:{ins.loc.line}:{ins.loc.col + 1} "
+                           f"(bytecode offset 0x{ins.offset:04x})")
+            raise e
+        if name in ("RETURN", "SET_SYM"):
+            return False
+        if name == "JUMP":
+            i = code.index_at(args[0])
+            continue
+        if name == "BRANCH_IF_SYMBOLIC":
+            try:
+                ok = compile_sym(args[0])(env)
+            except Exception:  # noqa: BLE001 - a symbol these arguments do not bind
+                return False
+            i = i + 1 if ok else code.index_at(args[1])
+            continue
+        if name == "CALL_CELL" and depth < 16 and code.stack_types and code.stack_types[i]:
+            (_, sub), n = args
+            sub_env = {}
+            for (_, want), got in zip(sub.params, code.stack_types[i][len(code.stack_types[i]) - n:]):
+                if isinstance(want, TensorType) and isinstance(got, TensorType) and want.rank == got.rank:
+                    for dw, dg in zip(want.shape, got.shape):
+                        sym = dw.as_symbol()
+                        if sym is not None:
+                            try:
+                                sub_env[sym] = compile_sym(dg)(env)
+                            except Exception:  # noqa: BLE001 - not bound here
+                                pass
+            _raise_first(sub, sub_env, depth + 1)
+        i += 1
+    return False
 
 
 def _dim_msg(code, k, axis, got, want):

@@ -358,6 +358,9 @@ def _windows(x, kernel, stride, dil):
     """[N, C, Ho, Wo, kh, kw] views of x's (dilated, strided) windows; no copy."""
     kh, kw = kernel
     span = (dil[0] * (kh - 1) + 1, dil[1] * (kw - 1) + 1)
+    if span[0] > x.shape[2] or span[1] > x.shape[3]:
+        raise ValueError(f"the window ({span[0]}x{span[1]}) is larger than the padded input "
+                         f"({x.shape[2]}x{x.shape[3]}); use a larger input or more padding")
     v = np.lib.stride_tricks.sliding_window_view(x, span, axis=(2, 3))
     return v[:, :, ::stride[0], ::stride[1], ::dil[0], ::dil[1]]
 
@@ -431,6 +434,26 @@ def gather(x, idx, axis, out=None):
         raise IndexError(f"GATHER: index {int(bad)} is out of range for axis {axis} of size {size}")
     return np.take(x, idx, axis=axis)
 
+# ---------------------------------------------------------------- indexing and creation (model zoo)
+
+def arange(start, stop, step, dtype, out=None):
+    return np.arange(start, stop, step, dtype=dtype.np)
+
+
+def cumsum(x, axis, exclusive, reverse, out=None):
+    x = np.asarray(x)
+    d = x.dtype if x.dtype.kind == "f" or x.dtype.itemsize >= 4 and x.dtype.kind in "iu" else np.int64
+    if reverse:
+        x = np.flip(x, axis)
+    r = np.cumsum(x, axis=axis, dtype=d)
+    if exclusive:        # shifted by one: 0, x0, x0+x1, ...
+        r = np.moveaxis(r, axis, 0)
+        r = np.moveaxis(np.concatenate([np.zeros_like(r[:1]), r[:-1]]), 0, axis)
+    if reverse:
+        r = np.flip(r, axis)
+    return np.ascontiguousarray(r)
+
+
 def _floordiv(a, b, out=None):
     """floor(a / b): numpy's floor_divide on ints; on floats the floor of the true quotient, as
     MindSpore's div(rounding_mode='floor') (numpy's float floor_divide gives 1.0 // 0.1 == 9)."""
@@ -479,6 +502,7 @@ KERNELS = {
     "BROADCAST_TO": broadcast_to, "CONCAT": concat, "STACK": stack, "SLICE": slice_,
     "CONV2D": conv2d, "MAX_POOL2D": max_pool2d, "AVG_POOL2D": avg_pool2d,
     "ADAPTIVE_AVG_POOL2D": adaptive_avg_pool2d, "GATHER": gather,
+    "ARANGE": arange, "CUMSUM": cumsum,
 }
 
 

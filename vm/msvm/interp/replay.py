@@ -199,7 +199,7 @@ class _Writer:
         ops = spec.operands_at(self.env) if spec.dyn else spec.operands
         tail = f", *{self.const('o', ops)}" if ops else ""
         args = ", ".join(a)
-        if spec.name == "FILL":
+        if spec.n == 0:          # FILL, ARANGE: no inputs
             self.emit(f"{v} = {kern}(*{self.const('o', ops)})")
         elif spec.site is not None:
             # the site's prepared caller, remembered in G[j] with the input strides it was prepared

@@ -94,6 +94,12 @@ class Cell:
         self._drop_runner()
         return self
 
+    def to_float(self, dst_type):
+        """MindSpore's mixed-precision marker: msvm computes in the parameters' own dtype (float32
+        models stay float32), so it records the type and returns the Cell, as MindSpore does."""
+        object.__setattr__(self, "_float_type", dst_type)
+        return self
+
     def parameters_dict(self, recurse=True) -> dict:
         """``{param.name: param}``, keyed as a checkpoint is (MindSpore's names, see update_parameters_name)."""
         return {p.name: p for p in self.get_parameters(expand=recurse)}

@@ -126,6 +126,15 @@ def matmul(input, other):
         return apply("MATMUL", (input, other), (False, False))
     if ra >= 2 and rb >= 2:
         return apply("BATCH_MATMUL", (input, other), (False, False))
+    if ra >= 1 and rb >= 1:       # numpy's rule: a 1-D operand gets a dim of 1 that is dropped after
+        a = expand_dims(input, 0) if ra == 1 else input
+        b = expand_dims(other, -1) if rb == 1 else other
+        out = matmul(a, b)
+        if rb == 1:
+            out = squeeze(out, -1)
+        if ra == 1:
+            out = squeeze(out, -2 if rb != 1 else -1)
+        return out
     raise ValueError(f"ops.matmul: rank-{ra} @ rank-{rb} is not supported (needs rank >= 2 on both sides)")
 
 
@@ -260,6 +269,240 @@ def gather(input_params, input_indices, axis, batch_dims=0):
     if batch_dims:
         raise NotImplementedError("ops.gather: batch_dims is not supported yet")
     return apply("GATHER", (input_params, input_indices), (int(axis),))
+
+
+# ---------------------------------------------------------------- indexing and creation (model zoo)
+
+def _bound(v, what):
+    """An arange end or a fill size: an int, a float, a symbolic dim or a constant 0-d Tensor."""
+    if isinstance(v, Tensor):
+        v = v.asnumpy().item()
+    if isinstance(v, np.generic):
+        v = v.item()
+    if isinstance(v, Expr):
+        return v.const_value() if v.is_const() else v
+    if is_graph(v) or not isinstance(v, (int, float)):
+        raise TypeError(f"{what} must be a number, a shape dim or a constant Tensor, got {v!r}")
+    return v
+
+
+def arange(start=0, end=None, step=1, *, dtype=None):
+    """MindSpore's ops.arange; the ends may be symbolic dims (``ops.arange(x.shape[1])``). Without
+    dtype: int64 when start, end and step are ints, else float32."""
+    if end is None:
+        start, end = 0, start
+    start, end, step = (_bound(v, "ops.arange: start, end and step") for v in (start, end, step))
+    if dtype is None:
+        d = dt.int64 if all(isinstance(v, (int, Expr)) for v in (start, end, step)) else dt.float32
+    else:
+        d = dt.as_dtype(dtype)
+    if isinstance(start, Expr) or isinstance(end, Expr):
+        return trace_op("ARANGE", (), (start, end, step, d))
+    from ..frontend.graph import tracing
+
+    if tracing():
+        return trace_op("ARANGE", (), (start, end, step, d))
+    return wrap(KERNELS["ARANGE"](start, end, step, d))
+
+
+def full(size, fill_value, *, dtype=None):
+    fill_value = _bound(fill_value, "ops.full: fill_value") if not isinstance(fill_value, bool) else fill_value
+    if dtype is None:
+        dtype = dt.bool_ if isinstance(fill_value, bool) else dt.int64 if isinstance(fill_value, int) else dt.float32
+    return _fill(size, fill_value, dtype)
+
+
+def full_like(input, fill_value, *, dtype=None):
+    return _fill(_shape(input), fill_value, dtype or input.dtype)
+
+
+def _tri(input, diagonal, upper):
+    """triu/tril: keep where col - row >= diagonal (triu) or <= diagonal (tril), over the last two dims."""
+    s = _shape(input)
+    if len(s) < 2:
+        raise ValueError(f"ops.{'triu' if upper else 'tril'}: input must have rank >= 2, got {len(s)}")
+    rows = expand_dims(arange(s[-2], dtype=dt.int32), -1)
+    cols = arange(s[-1], dtype=dt.int32)
+    d = cols - rows
+    keep = greater_equal(d, int(diagonal)) if upper else less_equal(d, int(diagonal))
+    zero = False if input.dtype == dt.bool_ else 0
+    return where(keep, input, zero)
+
+
+def triu(input, diagonal=0):
+    return _tri(input, diagonal, True)
+
+
+def tril(input, diagonal=0):
+    return _tri(input, diagonal, False)
+
+
+def one_hot(indices, depth, on_value=1, off_value=0, axis=-1):
+    """``on_value`` where the new axis' position equals the index, else ``off_value`` (MindSpore's
+    OneHot; the result takes on_value's dtype, float32 for Python numbers)."""
+    depth = int(_bound(depth, "ops.one_hot: depth"))
+    rank = _rank(indices) + 1
+    axis = axis % rank
+    pos = arange(depth, dtype=dt.int32)
+    if axis != rank - 1:
+        pos = reshape(pos, (depth,) + (1,) * (rank - 1 - axis))
+    hit = equal(expand_dims(indices, axis), pos)
+    on, off = (v if isinstance(v, Tensor) or is_graph(v) else float(v) for v in (on_value, off_value))
+    out = where(hit, on, off)
+    if not isinstance(on_value, Tensor) and not is_graph(on_value):
+        out = cast(out, dt.float32)
+    return out
+
+
+def tile(input, dims):
+    """np.tile as broadcast_to between two reshapes: x [d..] -> [1, d1, 1, d2..] -> [r1, d1, ..] -> [r1*d1, ..]."""
+    dims = tuple(_plain(d) for d in _dims(dims))
+    s = _shape(input)
+    if len(dims) < len(s):
+        dims = (1,) * (len(s) - len(dims)) + dims
+    s = (1,) * (len(dims) - len(s)) + tuple(s)
+    if all(isinstance(r, int) and r == 1 for r in dims):
+        return reshape(input, s) if len(s) != _rank(input) else input
+    inter = tuple(v for r, d in zip(dims, s) for v in (1, d))
+    big = tuple(v for r, d in zip(dims, s) for v in (r, d))
+    return reshape(broadcast_to(reshape(input, inter), big), tuple(r * d for r, d in zip(dims, s)))
+
+
+def repeat_elements(x, rep, axis=0):
+    """np.repeat(x, rep, axis) for an int rep: expand after axis, broadcast, merge."""
+    s = _shape(x)
+    axis %= len(s)
+    y = broadcast_to(expand_dims(x, axis + 1), tuple(s[:axis + 1]) + (int(rep),) + tuple(s[axis + 1:]))
+    return reshape(y, tuple(s[:axis]) + (s[axis] * int(rep),) + tuple(s[axis + 1:]))
+
+
+def repeat_interleave(input, repeats, axis=None):
+    if axis is None:
+        return repeat_elements(reshape(input, (-1,)), repeats, 0)
+    return repeat_elements(input, repeats, axis)
+
+
+def cumsum(input, axis, dtype=None):
+    out = apply("CUMSUM", (input,), (int(axis), False, False))
+    return cast(out, dtype) if dtype is not None else out
+
+
+def masked_fill(input_x, mask, value):
+    """value where mask is True, else input_x; the result keeps input_x's dtype."""
+    if isinstance(value, Tensor) or is_graph(value):
+        value = cast(value, input_x.dtype)
+    elif isinstance(value, np.generic):
+        value = value.item()
+    return where(mask, value, input_x)
+
+
+def pad(input_x, padding, mode="constant", value=None):
+    """Constant padding; padding pairs run from the last dim backwards (left, right, top, bottom...).
+    Negative pads crop. Pads are ints or symbolic dims."""
+    if mode != "constant":
+        raise NotImplementedError(f"ops.pad: mode {mode!r} is not supported yet (only 'constant')")
+    pads = tuple(_plain(p) for p in _dims(padding))
+    if len(pads) % 2:
+        raise ValueError(f"ops.pad: padding needs pairs, got {pads}")
+    out = input_x
+    fill_v = 0 if value is None else value
+    for k in range(len(pads) // 2):
+        axis = _rank(out) - 1 - k
+        lo, hi = pads[2 * k], pads[2 * k + 1]
+        crop = [None, None]
+        parts = []
+        for side, p in ((0, lo), (1, hi)):
+            if isinstance(p, int) and p < 0:
+                crop[side] = -p if side == 0 else p
+                continue
+            if isinstance(p, int) and p == 0:
+                continue
+            shape = list(_shape(out))
+            shape[axis] = p
+            parts.append((side, _fill(shape, fill_v, out.dtype)))
+        if crop != [None, None]:
+            spec = (("s", None, None, None),) * axis + (("s", crop[0], crop[1], None),)
+            out = apply("SLICE", (out,), (spec,))
+        if parts:
+            before = [t for side, t in parts if side == 0]
+            after = [t for side, t in parts if side == 1]
+            out = concat(before + [out] + after, axis)
+    return out
+
+
+def scalar_to_tensor(input_x, dtype=dt.float32):
+    """A Python number or a symbolic dim as a 0-d tensor."""
+    if isinstance(input_x, np.generic):
+        input_x = input_x.item()
+    if isinstance(input_x, Expr) or is_graph(input_x):
+        return trace_op("CAST", (input_x,), (dt.as_dtype(dtype),))
+    return Tensor(np.asarray(input_x, dtype=dt.as_dtype(dtype).np))
+
+
+class SymbolicRange:
+    """``F.make_range(n)`` for a symbolic n: the tuple cannot be built while compiling, so it
+    stays a range that ``F.tuple_to_array`` turns into an ARANGE."""
+
+    __slots__ = ("start", "stop", "step")
+
+    def __init__(self, start, stop, step):
+        self.start, self.stop, self.step = start, stop, step
+
+    def __repr__(self):
+        return f"make_range({self.start}, {self.stop}, {self.step})"
+
+
+def make_range(start, limit=None, delta=1):
+    """MindSpore's F.make_range: the tuple of ints in [start, limit) by delta."""
+    if limit is None:
+        start, limit = 0, start
+    start, limit, delta = (_bound(v, "F.make_range") for v in (start, limit, delta))
+    if any(isinstance(v, Expr) for v in (start, limit, delta)):
+        return SymbolicRange(start, limit, delta)
+    return tuple(range(start, limit, delta))
+
+
+def clip_by_value(x, clip_value_min=None, clip_value_max=None):
+    """MindSpore's C.clip_by_value."""
+    return clip(x, clip_value_min, clip_value_max)
+
+
+def tuple_to_array(input_x):
+    """A tuple of numbers (or shape dims) as a 1-D tensor: int64 for ints, float32 otherwise."""
+    if isinstance(input_x, SymbolicRange):
+        return arange(input_x.start, input_x.stop, input_x.step, dtype=dt.int64)
+    vals = tuple(v.item() if isinstance(v, np.generic) else v for v in input_x)
+    d = dt.int64 if all(isinstance(v, (int, Expr)) and not isinstance(v, bool) for v in vals) else dt.float32
+    if any(isinstance(v, Expr) and not v.is_const() for v in vals):
+        return stack([scalar_to_tensor(v, d) for v in vals])
+    vals = tuple(v.const_value() if isinstance(v, Expr) else v for v in vals)
+    return Tensor(np.asarray(vals, dtype=d.np))
+
+
+def shape(input_x):
+    """The shape as a tuple of ints and symbolic dims (F.shape, P.Shape, ops.shape)."""
+    return _shape(input_x)
+
+
+def dtype(input_x):
+    return input_x.dtype
+
+
+def depend(value, expr):
+    """Execution order hint in MindSpore's graph; the bytecode already runs in program order."""
+    return value
+
+
+def addmm(input, mat1, mat2, *, beta=1, alpha=1):
+    """beta * input + alpha * (mat1 @ mat2)."""
+    prod = matmul(mat1, mat2)
+    if alpha != 1:
+        prod = prod * alpha
+    return prod + (input if beta == 1 else input * beta)
+
+
+def expand_as(input, other):
+    return broadcast_to(input, _shape(other))
 
 
 # ---------------------------------------------------------------- layout

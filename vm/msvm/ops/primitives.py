@@ -232,6 +232,101 @@ class Gather(Primitive):
         return F.gather(input_params, input_indices, axis, self.batch_dims)
 
 
+# ---------------------------------------------------------------- indexing and creation (model zoo)
+
+class OneHot(Primitive):
+    def __init__(self, axis=-1):
+        super().__init__(axis=axis)
+        self.axis = axis
+
+    def __call__(self, indices, depth, on_value, off_value):
+        return F.one_hot(indices, depth, on_value, off_value, self.axis)
+
+
+class StridedSlice(Primitive):
+    """x[begin:end:strides] per dim, with MindSpore's bit masks (bit i is dim i of the spec)."""
+
+    def __init__(self, begin_mask=0, end_mask=0, ellipsis_mask=0, new_axis_mask=0, shrink_axis_mask=0):
+        super().__init__(begin_mask=begin_mask, end_mask=end_mask, ellipsis_mask=ellipsis_mask,
+                         new_axis_mask=new_axis_mask, shrink_axis_mask=shrink_axis_mask)
+        self.masks = (begin_mask, end_mask, ellipsis_mask, new_axis_mask, shrink_axis_mask)
+
+    def __call__(self, x, begin, end, strides):
+        bm, em, elm, nm, sm = self.masks
+        if not len(begin) == len(end) == len(strides):
+            raise ValueError(f"StridedSlice: begin, end and strides differ in length: {begin}, {end}, {strides}")
+        spec = []
+        for i, (b, e, st) in enumerate(zip(begin, end, strides)):
+            bit = 1 << i
+            if elm & bit:
+                spec.append(("e",))
+            elif nm & bit:
+                spec.append(("n",))
+            elif sm & bit:
+                spec.append(("i", b))
+            else:
+                spec.append(("s", None if bm & bit else b, None if em & bit else e, None if st == 1 else st))
+        return F.apply("SLICE", (x,), (tuple(spec),))
+
+
+Square = type("Square", (_unary(lambda x: F.mul(x, x)),), {})
+
+
+class Tile(Primitive):
+    def __call__(self, x, multiples):
+        return F.tile(x, multiples)
+
+
+class CumSum(Primitive):
+    def __init__(self, exclusive=False, reverse=False):
+        super().__init__(exclusive=exclusive, reverse=reverse)
+        self.exclusive, self.reverse = bool(exclusive), bool(reverse)
+
+    def __call__(self, x, axis):
+        return F.apply("CUMSUM", (x,), (int(axis), self.exclusive, self.reverse))
+
+
+class Shape(Primitive):
+    def __call__(self, x):
+        return F.shape(x)
+
+
+class DType(Primitive):
+    def __call__(self, x):
+        return F.dtype(x)
+
+
+class MaskedFill(Primitive):
+    def __call__(self, input, mask, value):
+        return F.masked_fill(input, mask, value)
+
+
+class Fill(Primitive):
+    def __call__(self, type, shape, value):
+        return F.full(shape, value, dtype=type)
+
+
+class Ones(Primitive):
+    def __call__(self, shape, type=None):
+        return F.ones(shape, type)
+
+
+class Zeros(Primitive):
+    def __call__(self, shape, type=None):
+        return F.zeros(shape, type)
+
+
+class Range(Primitive):
+    def __call__(self, start, limit, delta):
+        return F.arange(start, limit, delta)
+
+
+class ScalarToTensor(Primitive):
+    def __call__(self, input_x, dtype=None):
+        from .. import dtype as dt
+        return F.scalar_to_tensor(input_x, dtype or dt.float32)
+
+
 class Unstack(Primitive):
     def __init__(self, axis=0, num=None):
         super().__init__(axis=axis)

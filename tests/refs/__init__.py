@@ -1,0 +1,1 @@
+"""Independent float64 numpy references that msvm's results are compared against."""

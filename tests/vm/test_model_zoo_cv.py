@@ -1,0 +1,112 @@
+"""The real model zoo: mindcv's resnet18, resnet50, mobilenet_v2_100 and mobilenet_v3_large_100
+built with ``mindcv.create_model`` under ``msvm.as_mindspore()``, in eval mode, at several
+image sizes through one bytecode per Cell, against float64 numpy implementations of the
+architectures (tests/refs/cv.py) that read the same weights by parameter name.
+
+The alias is installed for this module only: the fixture takes its finder off
+``sys.meta_path`` and forgets every ``mindspore*``/``mindcv*`` module afterwards."""
+
+import importlib.util
+import sys
+
+import msvm as ms
+import numpy as np
+import pytest
+from refs import cv
+
+# model -> image sizes, in L1 and in the compiled tier (L3, fusion on); resnet50 at two to save time
+SIZES = {"resnet18": (224, 160, 192), "resnet50": (224, 160), "mobilenet_v2_100": (224, 160, 192),
+         "mobilenet_v3_large_100": (224, 160, 192)}
+TOL = 1e-4          # max |msvm - reference| relative to the reference's max |logit|
+
+
+@pytest.fixture(scope="module")
+def mindcv():
+    if importlib.util.find_spec("mindcv") is None:
+        pytest.skip("mindcv is installed by `make` (pip install --no-deps mindcv==0.3.0)")
+    from msvm import compat
+
+    was_active = compat.is_active()
+    ms.as_mindspore()
+    try:
+        import mindcv
+        yield mindcv
+    finally:
+        if not was_active:
+            sys.meta_path[:] = [f for f in sys.meta_path if f is not compat._FINDER]
+            for name in [n for n in sys.modules if n.split(".")[0] in ("mindspore", "mindcv")]:
+                del sys.modules[name]
+            assert not compat.is_active()
+
+
+_BUILT: dict = {}      # model -> (net, float64 weights, {size: (image, reference logits)})
+
+
+@pytest.fixture
+def model(mindcv, request):
+    name = request.param
+    if name not in _BUILT:
+        net = mindcv.create_model(name)
+        net.set_train(False)
+        params = net.parameters_dict()
+        for k, v in cv.test_weights([(k, p.shape) for k, p in params.items()]).items():
+            params[k].set_data(ms.Tensor(v))
+        _BUILT[name] = (net, cv.as_float64(net.parameters_dict()), {})
+    return (name, *_BUILT[name])
+
+
+def reference(name, p, cache, size):
+    """The image of this size (seeded) and its float64 reference logits, computed once."""
+    if size not in cache:
+        x = np.random.default_rng(size).standard_normal((1, 3, size, size)).astype(np.float32)
+        cache[size] = (x, cv.MODELS[name](p, x.astype(np.float64)))
+    return cache[size]
+
+
+def check(net, x, want, what):
+    got = net(ms.Tensor(x)).asnumpy()
+    assert got.shape == want.shape == (1, 1000), what
+    err = np.abs(got - want).max() / np.abs(want).max()
+    assert err < TOL, f"{what}: max error {err:.2e} of the max |logit| {np.abs(want).max():.3g}"
+
+
+@pytest.mark.parametrize("model", list(SIZES), indirect=True)
+def test_l1_matches_reference_at_every_size(model):
+    name, net, p, cache = model
+    ms.set_context(jit_config={"jit_level": "L1", "enable_fusion": True})
+    net.set_train(False)                       # (drops what an earlier test compiled)
+    for size in SIZES[name]:
+        x, want = reference(name, p, cache, size)
+        check(net, x, want, f"{name} L1 {size}")
+    assert len(net._runner.variants) == 1, "a new image size recompiled the model"
+    a, b = (cache[s][1] for s in SIZES[name][:2])          # the comparison has power: the logits
+    assert np.abs(a - b).max() > 1e-2 * np.abs(a).max()    # depend on the image far above TOL
+
+
+@pytest.mark.parametrize("model", list(SIZES), indirect=True)
+def test_l3_fused_matches_reference(model):
+    pytest.importorskip("llvmlite")
+    from msvm.compiler import tiers
+
+    name, net, p, cache = model
+    ms.set_context(jit_config={"jit_level": "L3", "enable_fusion": True})
+    try:
+        net.set_train(False)
+        sizes = SIZES[name]
+        for size in sizes:                     # the first calls run while the kernels compile
+            x, want = reference(name, p, cache, size)
+            check(net, x, want, f"{name} L3 {size} (compiling)")
+        tiers.wait_for_compiles(60)
+        for rep in range(3):                   # then the compiled kernels; the fourth call at a
+            for size in sizes:                 # size runs that size's straight-line replay (executor)
+                x, want = reference(name, p, cache, size)
+                check(net, x, want, f"{name} L3 {size} (call {rep + 2})")
+        assert all(entry[3] for entry in net._runner.memo.values()), "a size was never replayed"
+        assert len(net._runner.variants) == 1, "a new image size recompiled the model"
+        codes = next(iter(net._runner.variants.values())).code.all_codes()
+        sites = [s for c in codes for s in c.__dict__.get("jit_sites", {}).values()]
+        levels = {k.level for s in sites for k in list(s.l3.values()) if isinstance(k, tiers.Compiled)}
+        assert levels == {3}, "nothing was compiled at L3"
+    finally:
+        ms.set_context(jit_config={"jit_level": "L1", "enable_fusion": True})
+

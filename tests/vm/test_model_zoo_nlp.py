@@ -1,0 +1,129 @@
+"""Issue 16 (NLP): BERT (MindSpore's official model), GPT-2 (MindNLP style) and a LLaMA decoder
+(mindformers style), written as their sources write them and imported under the mindspore alias,
+run at sequence lengths 16, 37 and 128 through one bytecode, against float64 numpy references
+(tests/refs/nlp.py), in L1, L2, L3 with fusion and L3 without fusion."""
+
+import sys
+
+import msvm as ms
+import numpy as np
+import pytest
+from msvm import compat
+from msvm.compiler import tiers
+
+LENGTHS = (16, 37, 128)
+TIERS = [("L1", True), ("L2", True), ("L3", True), ("L3", False)]
+BATCH, VOCAB = 2, 100
+
+
+@pytest.fixture(scope="module")
+def zoo():
+    """The models' modules, imported with ``import mindspore`` resolving to msvm."""
+    ms.as_mindspore()
+    from models import bert, gpt2, llama
+    from refs import nlp
+    yield bert, gpt2, llama, nlp
+    for name in [m for m in sys.modules if m.startswith("models.")]:
+        sys.modules.pop(name)
+    compat.remove_alias()        # the alias never outlives this module's tests
+
+
+def _inputs(rng, s):
+    ids = rng.integers(0, VOCAB, (BATCH, s)).astype(np.int32)
+    mask = np.ones((BATCH, s), np.int32)
+    mask[1, s // 2:] = 0          # the second sequence is padded on the right
+    return ids, mask
+
+
+def _close(got, want, what):
+    """Within 1e-4 of the reference, relative to its largest magnitude."""
+    err = np.abs(got.astype(np.float64) - want).max() / np.abs(want).max()
+    assert err < 1e-4, f"{what}: relative error {err:.2e}"
+
+
+def _run(net, level, fusion, calls):
+    ms.set_context(jit_config={"jit_level": level, "enable_fusion": fusion})
+    try:
+        for s, args, check in calls:
+            for k in range(2):         # the second call runs the compiled kernels / the replay
+                out = net(*[ms.Tensor(a) for a in args])
+                check(out, f"{level} fusion={fusion} S={s} call {k}")
+                tiers.wait_for_compiles(60)
+    finally:
+        ms.set_context(jit_config={"jit_level": "L1", "enable_fusion": True})
+    assert len(net._runner.variants) == 1, "one bytecode for every length"
+    if level == "L3":
+        assert 3 in _compiled_levels(net), "L3 compiled the model's kernels"
+
+
+def _compiled_levels(net) -> set:
+    sites = [s for v in net._runner.variants.values() for c in v.code.all_codes()
+             for s in c.__dict__.get("jit_sites", {}).values()]
+    return {k.level for s in sites for k in list(s.l2.values()) + list(s.l3.values()) if isinstance(k, tiers.Compiled)}
+
+
+@pytest.mark.parametrize("level,fusion", TIERS, ids=[f"{lv}-{'fused' if f else 'unfused'}" for lv, f in TIERS])
+@pytest.mark.parametrize("relative", [False, True], ids=["absolute", "relative"])
+def test_bert(zoo, level, fusion, relative, rng):
+    bert, _, _, nlp = zoo
+    cfg = bert.BertConfig(seq_length=128, vocab_size=VOCAB, hidden_size=64, num_hidden_layers=2,
+                          num_attention_heads=4, intermediate_size=128, max_position_embeddings=128, type_vocab_size=2,
+                          use_relative_positions=relative)
+    net = bert.BertModel(cfg, is_training=False)
+    p = nlp.params(net)
+    calls = []
+    for s in LENGTHS:
+        ids, mask = _inputs(rng, s)
+        tt = rng.integers(0, 2, ids.shape).astype(np.int32)
+        seq, pooled = nlp.bert(p, cfg, ids, tt, mask)
+
+        def check(out, what, seq=seq, pooled=pooled):
+            _close(out[0].asnumpy(), seq, f"BERT sequence_output {what}")
+            _close(out[1].asnumpy(), pooled, f"BERT pooled_output {what}")
+            assert out[2].shape == (VOCAB, 64)
+        calls.append((s, (ids, tt, mask), check))
+    _run(net, level, fusion, calls)
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered")   # float32.min + float32.min, as in the source
+@pytest.mark.parametrize("level,fusion", TIERS, ids=[f"{lv}-{'fused' if f else 'unfused'}" for lv, f in TIERS])
+def test_gpt2(zoo, level, fusion, rng):
+    _, gpt2, _, nlp = zoo
+    cfg = gpt2.GPT2Config(vocab_size=VOCAB, n_positions=128, n_embd=64, n_layer=2, n_head=4)
+    net = gpt2.GPT2Model(cfg)
+    p = nlp.params(net)
+    calls = []
+    for s in LENGTHS:
+        ids, mask = _inputs(rng, s)
+        want = nlp.gpt2(p, cfg, ids, mask)
+        calls.append((s, (ids, mask), lambda out, what, want=want: _close(out.asnumpy(), want, f"GPT-2 {what}")))
+    _run(net, level, fusion, calls)
+
+
+@pytest.mark.parametrize("level,fusion", TIERS, ids=[f"{lv}-{'fused' if f else 'unfused'}" for lv, f in TIERS])
+def test_llama(zoo, level, fusion, rng):
+    _, _, llama, nlp = zoo
+    cfg = llama.LlamaConfig(vocab_size=VOCAB, hidden_size=64, num_layers=2, num_heads=4, n_kv_heads=2,
+                            intermediate_size=128, seq_length=128)
+    net = llama.LlamaModel(cfg)
+    p = nlp.params(net)
+    calls = []
+    for s in LENGTHS:
+        ids, mask = _inputs(rng, s)
+        want = nlp.llama(p, cfg, ids, mask)
+        calls.append((s, (ids, mask), lambda out, what, want=want: _close(out.asnumpy(), want, f"LLaMA {what}")))
+    _run(net, level, fusion, calls)
+
+
+def test_length_past_the_position_table_is_a_clear_error(zoo, rng):
+    """BERT slices its position table by the input's length: a longer input fails the entry check."""
+    bert = zoo[0]
+    cfg = bert.BertConfig(seq_length=16, vocab_size=VOCAB, hidden_size=32, num_hidden_layers=1,
+                          num_attention_heads=2, intermediate_size=64, max_position_embeddings=32, type_vocab_size=2)
+    net = bert.BertModel(cfg, is_training=False)
+    ids, mask = _inputs(rng, 8)
+    net(ms.Tensor(ids), ms.Tensor(ids * 0), ms.Tensor(mask))
+    ids, mask = _inputs(rng, 20)
+    with pytest.raises(Exception, match="SLICE"):
+        net(ms.Tensor(ids), ms.Tensor(ids * 0), ms.Tensor(mask))
+

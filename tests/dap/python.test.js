@@ -123,6 +123,8 @@ describe('mixed Python + Cell debugging (debugpy through the msvm adapter)', fun
     await stepAndWait('next', tid);
     assert.strictEqual((await stack(tid))[0].line, lineOf('if "--thread" in sys.argv'));
     await stepAndWait('next', tid);
+    assert.strictEqual((await stack(tid))[0].line, lineOf('if "--twice" in sys.argv'));
+    await stepAndWait('next', tid);
     // over the Cell call: next does not stop inside it
     assert.strictEqual((await stack(tid))[0].line, lineOf('y = net(x)'));
     await stepAndWait('next', tid);
@@ -163,6 +165,15 @@ describe('mixed Python + Cell debugging (debugpy through the msvm adapter)', fun
     const terminated = dc.waitForEvent('terminated');
     await dc.continueRequest({ threadId: tid });
     await terminated;
+  });
+
+  it('step into a Cell it already ran (the same shape again) stops at its first instruction too', async () => {
+    const { ev } = await launchWith(['y = net(x)'], { args: ['--twice'] });
+    const tid = ev.body.threadId;
+    await stepAndWait('stepIn', tid);
+    assert.match((await stack(tid))[0].name, /^Double\.construct @0x0000 /);
+    await stepAndWait('stepOut', tid);
+    assert.strictEqual((await stack(tid))[0].line, lineOf('total = float('));
   });
 
   it('stepping past the Cell\'s last instruction ends on the Python line after the call', async () => {

@@ -40,6 +40,7 @@ class Mixer:
         self.py: PyLink | None = None
         self.main_tid = 1                 # debugpy's id for the program's main thread
         self.cell_stop: dict | None = None    # msvm's last stopped body while a Cell holds the thread
+        self.py_stop: dict | None = None      # debugpy's last stopped body while it holds the main thread
         self.pending: dict = {}           # seq of a request sent to msvm -> callback for its response
         self.next_seq = 0
         self.lock = threading.Lock()
@@ -169,20 +170,33 @@ class Mixer:
         body["threads"] = threads
         return body
 
+    # VS Code takes the answer to a step or continue as "the thread runs" (a simulated
+    # ``continued``), and the answer may come after the other debugger already stopped the
+    # thread again: each answer is followed by the stop that holds, said again.
     def _step_or_continue(self, req, cmd, a):
-        if self.cell_stop is not None and self._is_main(a):
+        main = self._is_main(a)
+        if self.cell_stop is not None and main:
             self.cell_stop = None                # msvm resumes the thread (a step may end in Python)
-            self._msvm(cmd, dict(a, threadId=1), req=req)
-        elif cmd == "stepIn" and self._is_main(a):
+            self._msvm(cmd, dict(a, threadId=1), req=req, callback=self._then_restate_py_stop)
+            return
+        if main:
+            self.py_stop = None
+        if cmd == "stepIn" and main:
             # a Python step-in: a Cell the line calls stops at its first instruction
-            self._msvm("msvmStepIntoCell", callback=lambda _msg: self._py(req))
+            self._msvm("msvmStepIntoCell", callback=lambda _msg: self._py(req, then=self._restate_cell_stop))
         else:
             self._py(req, then=self._restate_cell_stop)
 
     def _restate_cell_stop(self):
-        """After debugpy resumed its threads: the thread a Cell holds is still stopped (msvm's)."""
+        """After debugpy's answer: the thread a Cell holds is still stopped (msvm's)."""
         if self.cell_stop is not None:
             self._to_client({"type": "event", "event": "stopped", "body": dict(self.cell_stop, preserveFocusHint=True)})
+
+    def _then_restate_py_stop(self, msg):
+        """msvm's answer to a step, then debugpy's stop if the step already ended in Python."""
+        self._to_client(msg)
+        if self.py_stop is not None:
+            self._to_client({"type": "event", "event": "stopped", "body": dict(self.py_stop, preserveFocusHint=True)})
 
     def _pause(self, req, a):
         if not self._is_main(a):
@@ -242,7 +256,7 @@ class Mixer:
             return isinstance(msg.get("request_seq"), int) and msg["request_seq"] < 0
         if msg.get("type") == "event" and msg.get("event") == "stopped" and self._connected:
             body = dict(msg.get("body") or {}, threadId=self.main_tid)
-            self.cell_stop = body
+            self.cell_stop, self.py_stop = body, None
             self._to_client(dict(msg, body=body))
             return True
         return False
@@ -263,6 +277,7 @@ class Mixer:
             if main:
                 return                            # late: a Cell holds the main thread stopped now
         if name == "stopped" and main and self.ad.child is not None:
+            self.py_stop = body
             self._msvm("msvmCancelStep")         # the step ended in Python: it stops no later Cell
         self._to_client({"type": "event", "event": name, "body": body})
 

@@ -139,8 +139,14 @@ describe('mixed Python + Cell debugging (debugpy through the msvm adapter)', fun
     const tid = ev.body.threadId;
     let st = await stack(tid);
     assert.strictEqual(st[0].line, lineOf('y = net(x)'));
+    const before = (await dc.scopesRequest({ frameId: st[0].id })).body.scopes[0].variablesReference;
     const inCell = await stepAndWait('stepIn', tid);
+    // what VS Code still asks about the Python stop it left is refused at once (pydevd would wait
+    // for the thread, which the Cell holds, and hold every later request behind it)
+    await assert.rejects(dc.variablesRequest({ variablesReference: before }), /thread is running/);
     assert.strictEqual(inCell.body.threadId, tid, 'one thread: msvm\'s stop is on debugpy\'s main thread');
+    const threads = (await dc.threadsRequest()).body.threads;      // (VS Code asks at every stop)
+    assert.ok(threads.some((t) => t.id === tid), JSON.stringify(threads));
     st = await stack(tid);
     assert.match(st[0].name, /^Double\.construct @0x0000 /);
     assert.strictEqual(st[0].line, lineOf('y = x * 2.0'));

@@ -97,7 +97,10 @@ class Mixer:
     def _py(self, req: dict, arguments: dict | None = None, after=None, then=None):
         """Send the client's request to debugpy; its answer goes back with our ids (after(body) may
         amend it; then() runs once it was sent)."""
-        args = self.py.ids.back(req.get("arguments") or {} if arguments is None else arguments)
+        raw = req.get("arguments") or {} if arguments is None else arguments
+        if self.py.ids.stale(raw):
+            return self._to_client(response(req, error="the thread is running (that frame or variable is gone)"))
+        args = self.py.ids.back(raw)
 
         def answer(msg):
             body = self.py.ids.out(msg.get("body") or {})
@@ -135,6 +138,8 @@ class Mixer:
         elif cmd in ("stackTrace", "exceptionInfo"):
             if self.cell_stop is not None and self._is_main(a):
                 self._msvm(cmd, dict(a, threadId=1), req=req)
+            elif self.py_stop is None and self._is_main(a) and cmd == "stackTrace":
+                self._to_client(response(req, {"stackFrames": [], "totalFrames": 0}))     # it runs
             else:
                 self._py(req, after=_without_boot if cmd == "stackTrace" else None)
         elif cmd in _BY_FRAME:
@@ -181,6 +186,7 @@ class Mixer:
             return
         if main:
             self.py_stop = None
+        self.py.ids.forget()                     # debugpy resumes all its threads
         if cmd == "stepIn" and main:
             # a Python step-in: a Cell the line calls stops at its first instruction
             self._msvm("msvmStepIntoCell", callback=lambda _msg: self._py(req, then=self._restate_cell_stop))
@@ -257,6 +263,7 @@ class Mixer:
         if msg.get("type") == "event" and msg.get("event") == "stopped" and self._connected:
             body = dict(msg.get("body") or {}, threadId=self.main_tid)
             self.cell_stop, self.py_stop = body, None
+            self.py.ids.forget()
             self._to_client(dict(msg, body=body))
             return True
         return False

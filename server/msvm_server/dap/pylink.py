@@ -44,6 +44,7 @@ class Ids:
     def __init__(self):
         self.to_ours: dict = {}
         self.to_theirs: dict = {}
+        self.live: set = set()          # ours handed out since debugpy last resumed its threads
         self.lock = threading.Lock()
 
     def ours(self, theirs: int) -> int:
@@ -53,7 +54,18 @@ class Ids:
                 k = PY_BASE + len(self.to_ours) + 1
                 self.to_ours[theirs] = k
                 self.to_theirs[k] = theirs
+            self.live.add(k)
             return k
+
+    def forget(self):
+        """debugpy resumed its threads: what their frames and variables were numbered is stale (and
+        pydevd would wait for a running thread to answer about it, holding every later request)."""
+        with self.lock:
+            self.live.clear()
+
+    def stale(self, args: dict) -> bool:
+        with self.lock:
+            return any(self.is_python(args.get(k)) and args[k] not in self.live for k in ("frameId", "variablesReference"))
 
     def theirs(self, ours: int) -> int:
         with self.lock:

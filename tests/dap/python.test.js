@@ -163,6 +163,7 @@ describe('mixed Python + Cell debugging (debugpy through the msvm adapter)', fun
     // instruction steps inside the Cell are msvm's
     await stepAndWait('next', tid, { granularity: 'instruction' });
     assert.match((await stack(tid))[0].name, /^Double\.construct @0x0003 /);
+    assert.doesNotMatch(output, /Frame skipped/, 'debugpy\'s note about the frames it skipped is not shown');
     const out = await stepAndWait('stepOut', tid);
     assert.strictEqual(out.body.threadId, tid);
     st = await stack(tid);

@@ -31,6 +31,7 @@ _BY_REF = {"variables", "setVariable"}
 _BY_THREAD = {"continue", "next", "stepIn", "stepOut", "stepBack", "reverseContinue"}
 _PY_ONLY = {"modules", "loadedSources", "setFunctionBreakpoints", "goto", "dataBreakpointInfo", "setDataBreakpoints"}
 PY_FILTERS = ("raised", "uncaught", "userUnhandled")
+_SKIPPED = "Frame skipped from debugging during step-in"      # pydevd's note when a step-in passes msvm
 
 
 class Mixer:
@@ -41,6 +42,7 @@ class Mixer:
         self.main_tid = 1                 # debugpy's id for the program's main thread
         self.cell_stop: dict | None = None    # msvm's last stopped body while a Cell holds the thread
         self.py_stop: dict | None = None      # debugpy's last stopped body while it holds the main thread
+        self.stepping_in = False              # a Python step-in is under way on the main thread
         self.pending: dict = {}           # seq of a request sent to msvm -> callback for its response
         self.next_seq = 0
         self.lock = threading.Lock()
@@ -187,6 +189,7 @@ class Mixer:
         if main:
             self.py_stop = None
         self.py.ids.forget()                     # debugpy resumes all its threads
+        self.stepping_in = cmd == "stepIn" and main
         if cmd == "stepIn" and main:
             # a Python step-in: a Cell the line calls stops at its first instruction
             self._msvm("msvmStepIntoCell", callback=lambda _msg: self._py(req, then=self._restate_cell_stop))
@@ -262,7 +265,7 @@ class Mixer:
             return isinstance(msg.get("request_seq"), int) and msg["request_seq"] < 0
         if msg.get("type") == "event" and msg.get("event") == "stopped" and self._connected:
             body = dict(msg.get("body") or {}, threadId=self.main_tid)
-            self.cell_stop, self.py_stop = body, None
+            self.cell_stop, self.py_stop, self.stepping_in = body, None, False
             self.py.ids.forget()
             self._to_client(dict(msg, body=body))
             return True
@@ -274,6 +277,8 @@ class Mixer:
         if name not in _PY_EVENTS:
             return                                # its initialized/process/exited/terminated are the session's, ours
         body = self.py.ids.out(msg.get("body") or {})
+        if name == "output" and self.stepping_in and str(body.get("output", "")).startswith(_SKIPPED):
+            return                                # the step-in went into a Cell, which is msvm's to show
         if name == "breakpoint":
             bp = body.get("breakpoint") or {}
             if isinstance(bp.get("id"), int):
@@ -284,7 +289,7 @@ class Mixer:
             if main:
                 return                            # late: a Cell holds the main thread stopped now
         if name == "stopped" and main and self.ad.child is not None:
-            self.py_stop = body
+            self.py_stop, self.stepping_in = body, False
             self._msvm("msvmCancelStep")         # the step ended in Python: it stops no later Cell
         self._to_client({"type": "event", "event": name, "body": body})
 

@@ -288,4 +288,20 @@ describe('mixed Python + Cell debugging (debugpy through the msvm adapter)', fun
     await dc.terminateRequest({});
     await terminated;
   });
+
+  it('without debugpy it is msvm alone, and the Debug Console says debugpy is missing', async () => {
+    await dc.stop();
+    const hidden = path.join(__dirname, 'programs', 'no_debugpy');
+    dc = new DebugClient(PYTHON, ADAPTER, 'msvm', { env: { ...process.env, MSVM_CACHE_DIR: fs.mkdtempSync('/tmp/msvm-dap-k-'),
+      PYTHONPATH: [hidden, process.env.PYTHONPATH].filter(Boolean).join(path.delimiter) } });
+    dc.defaultTimeout = 45000;
+    dc.on('output', (e) => { output += e.body.output; });
+    await dc.start();
+    const { bps, ev } = await launchWith(['x = prepare(4)', 'y = x * 2.0']);
+    assert.match(output, /debugpy is not installed/);
+    assert.strictEqual(bps[0].verified, false, 'no Python breakpoints without debugpy');
+    assert.strictEqual(ev.body.threadId, 1);
+    assert.match((await stack(1))[0].name, /^Double\.construct @0x0000/);
+    await runToEnd(1);
+  });
 });

@@ -33,6 +33,7 @@ class PythonSide:
     def attach(self, port: int):
         import debugpy
 
+        debugpy.configure(subProcess=False)     # the program's own child processes run undebugged, as under msvm
         debugpy.connect(("127.0.0.1", port))
         import pydevd
         from _pydevd_bundle.pydevd_api import PyDevdAPI

@@ -1,5 +1,6 @@
 // The msvm debug adapter driven by a real DAP client (@vscode/debugadapter-testsupport),
-// the adapter in its own process. Every wait is on an event, never a sleep.
+// the adapter in its own process. Every wait is on an event, never a sleep. These are msvm
+// alone ("pythonDebugging": false); python.test.js has the session mixed with debugpy.
 const assert = require('assert');
 const path = require('path');
 const fs = require('fs');
@@ -23,7 +24,7 @@ describe('msvm debug adapter', function () {
   });
   afterEach(async () => { await dc.stop(); });
 
-  const launch = (extra = {}) => ({ program: NESTED, jitLevel: 'L1', ...extra });
+  const launch = (extra = {}) => ({ program: NESTED, jitLevel: 'L1', pythonDebugging: false, ...extra });
 
   async function stopOnEntry(extra) {
     const stopped = dc.waitForEvent('stopped');
@@ -241,7 +242,7 @@ describe('msvm debug adapter', function () {
 
   it('pause stops a running program at its next instruction', async () => {
     const loop = path.join(__dirname, 'programs', 'loop.py');
-    await Promise.all([dc.configurationSequence(), dc.launch({ program: loop, jitLevel: 'L1', env: { LOOP_SECONDS: '60' } })]);
+    await Promise.all([dc.configurationSequence(), dc.launch({ program: loop, jitLevel: 'L1', pythonDebugging: false, env: { LOOP_SECONDS: '60' } })]);
     const stopped = dc.waitForEvent('stopped', 20000);
     await dc.pauseRequest({ threadId: 1 });
     assert.strictEqual((await stopped).body.reason, 'pause');
@@ -257,7 +258,7 @@ describe('msvm debug adapter', function () {
     const bpDone = dc.waitForEvent('initialized').then(() => dc.setBreakpointsRequest({
       source: { path: loop }, breakpoints: [{ line }] }));
     let stopped = dc.waitForEvent('stopped');
-    await dc.launch({ program: loop, jitLevel: 'L1', env: { LOOP_SECONDS: '60' } });
+    await dc.launch({ program: loop, jitLevel: 'L1', pythonDebugging: false, env: { LOOP_SECONDS: '60' } });
     // verified before Step runs: static analysis compiles it with x's rank assumed (msvm.static)
     assert.strictEqual((await bpDone).body.breakpoints[0].verified, true);
     await dc.configurationDoneRequest();
@@ -281,7 +282,7 @@ describe('msvm debug adapter', function () {
     const bpDone = dc.waitForEvent('initialized').then(() => dc.setBreakpointsRequest({
       source: { path: JITFN }, breakpoints: [{ line }] }));
     const stopped = dc.waitForEvent('stopped');
-    await dc.launch({ program: JITFN, jitLevel: 'L1', ...extra });
+    await dc.launch({ program: JITFN, jitLevel: 'L1', pythonDebugging: false, ...extra });
     assert.strictEqual((await bpDone).body.breakpoints[0].verified, true);
     await dc.configurationDoneRequest();
     assert.strictEqual((await stopped).body.reason, 'breakpoint');

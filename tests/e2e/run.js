@@ -6,7 +6,9 @@
 //   2. a `msvm` debug session steps by instruction in VS Code's Disassembly view;
 //   3. after an example runs in a terminal, the status bar shows the cache rate;
 //   4. the JIT heatmap opens with coloured rows;
-//   5. "Run with msvm Profiling" fills the heatmap with execution times.
+//   5. "Run with msvm Profiling" fills the heatmap with execution times;
+//   6. a mixed session (debugpy for the Python, msvm for the Cell) stops on a Python line,
+//      steps into the Cell's bytecode (F11) and back out to the next Python line (Shift+F11).
 // It prints the versions it drives first. Screenshots go to artifacts/e2e-*.png; a failing step
 // leaves e2e-failure.png (and one named after the step), the code-server log's tail and the
 // extension host's logs. Waits are on the page's state, never fixed sleeps.
@@ -106,7 +108,9 @@ async function main() {
   }, null, 1));
   fs.writeFileSync(path.join(dirs.ws, '.vscode', 'launch.json'), JSON.stringify({ version: '0.2.0', configurations: [
     { type: 'msvm', request: 'launch', name: 'msvm: dynamic_matmul', program: '${workspaceFolder}/dynamic_matmul.py',
-      stopOnEntry: true, jitLevel: 'L1' }] }, null, 1));
+      stopOnEntry: true, jitLevel: 'L1' },
+    { type: 'msvm', request: 'launch', name: 'msvm: Python and Cell', program: '${workspaceFolder}/dynamic_matmul.py',
+      jitLevel: 'L1', pythonDebugging: true }] }, null, 1));
   const env = { ...process.env, HOME: dirs.home, XDG_CONFIG_HOME: path.join(dirs.home, '.config'),
     XDG_DATA_HOME: path.join(dirs.home, '.local', 'share'), TMPDIR: dirs.tmp, MSVM_CACHE_DIR: path.join(scratch, 'kernels') };
   delete env.MSVM_TELEMETRY;
@@ -335,6 +339,46 @@ async function main() {
       const execs = await frame.locator('td.exec').evaluateAll((els) => els.map((e) => getComputedStyle(e).backgroundColor));
       assert.ok(execs.some((c) => /rgba\(59, 125, 216, 0\.[1-9]/.test(c)), `no coloured execution cell in ${execs.join(' ')}`);
       await shot('profiling');
+    });
+    await step('a Python line steps into the Cell\'s bytecode (F11) and back out to the next Python line (Shift+F11)', async () => {
+      const lines = fs.readFileSync(path.join(dirs.ws, 'dynamic_matmul.py'), 'utf8').split('\n');
+      const callLine = lines.findIndex((l) => l.startsWith('out2 = net(')) + 1;
+      const nextLine = lines.findIndex((l) => l.startsWith('out3 = net(')) + 1;
+      await openFile('dynamic_matmul.py');
+      // a Python breakpoint on the line that calls the Cell: Go to Line, then F9
+      await page.locator('.view-line', { hasText: 'class DynamicMatmulCell' }).click();
+      await page.keyboard.press('Control+G');
+      await quickInput.waitFor();
+      await quickInput.fill(`:${callLine}`);
+      await page.keyboard.press('Enter');
+      await page.waitForFunction((ln) => [...document.querySelectorAll('.monaco-editor .line-numbers.active-line-number')]
+        .some((e) => e.textContent.trim() === String(ln)), callLine);
+      await page.keyboard.press('F9');
+      await page.locator('.codicon-debug-breakpoint').first().waitFor();
+      await runCommand('Debug: Select and Start Debugging');
+      await pick(null, 'msvm: Python and Cell');
+      const frames = page.locator('.debug-call-stack .monaco-list-row');
+      const top = frames.filter({ has: page.locator('.stack-frame') }).first();
+      const atPython = (line) => async () => {
+        await page.waitForFunction((ln) => {
+          const row = document.querySelector('.debug-call-stack .monaco-list-row .stack-frame');
+          return !!row && /<module>/.test(row.textContent) && !/\(Python\)/.test(row.textContent)
+            && (row.querySelector('.line-number')?.textContent ?? '').trim().startsWith(`${ln}:`);
+        }, line, { timeout: 90000 });
+      };
+      await atPython(callLine)();
+      await shot('mixed-python');
+      await page.locator('.debug-toolbar').waitFor();
+      await page.keyboard.press('F11');                 // step into the Cell: its first instruction
+      await frames.filter({ hasText: 'DynamicMatmulCell.construct @0x0000' }).first().waitFor();
+      assert.match(await top.innerText(), /DynamicMatmulCell\.construct @0x0000/);
+      await frames.filter({ hasText: '<module> (Python)' }).first().waitFor();   // its Python caller, below
+      await shot('mixed-cell');
+      await page.keyboard.press('Shift+F11');           // step out: the Python line after the call
+      await atPython(nextLine)();
+      await shot('mixed-back');
+      await runCommand('Debug: Stop');
+      await frames.first().waitFor({ state: 'detached' });
     });
     console.log('e2e: all passed');
   } catch (e) {

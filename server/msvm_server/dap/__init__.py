@@ -7,5 +7,8 @@
                 runtime over a private socket
 - ``adapter``:  ``python -m msvm_server dap``: DAP over stdio, starts the debuggee,
                 relays requests, turns its stdout/stderr into ``output`` events
-- ``wire``:     Content-Length framing shared by both channels
+- ``pylink``:   the adapter as a DAP client of debugpy's adapter (``pythonDebugging``)
+- ``mixed``:    one session over both: routing by thread, frame id, variable reference, line
+- ``pyside``:   debugpy inside the debuggee, and the hand-overs between the two debuggers
+- ``wire``:     Content-Length framing shared by all channels
 """

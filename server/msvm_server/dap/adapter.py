@@ -8,7 +8,12 @@ to it and its responses and events back, turns the program's stdout/stderr into
 input closes.
 
 Launch arguments: ``program`` (required), ``args``, ``cwd``, ``env``, ``stopOnEntry``,
-``jitLevel`` (``auto``/``L1``/``L2``/``L3``, default ``auto``), ``enableFusion``.
+``jitLevel`` (``auto``/``L1``/``L2``/``L3``, default ``auto``), ``enableFusion``,
+``pythonDebugging`` (default: on when debugpy is importable), ``justMyCode`` (default true).
+
+With ``pythonDebugging`` the adapter is also a DAP client of debugpy's own adapter
+(``pylink``) and merges the two into one session (``mixed.Mixer``): debugpy owns the
+Python side (Python breakpoints, steps, frames, variables), msvm the Cells.
 """
 
 from __future__ import annotations
@@ -23,6 +28,8 @@ import sys
 import tempfile
 import threading
 
+from .mixed import Mixer
+from .pylink import debugpy_available
 from .wire import BadMessage, Channel, response
 
 CAPABILITIES = {
@@ -34,8 +41,14 @@ CAPABILITIES = {
     "supportsExceptionInfoRequest": True,
     "supportsTerminateRequest": True,
     "supportsValueFormattingOptions": False,
-    "exceptionBreakpointFilters": [{"filter": "msvm-cell-errors", "label": "Errors inside Cells",
-                                    "description": "Stop where an instruction of a Cell fails", "default": True}],
+    "exceptionBreakpointFilters": [
+        {"filter": "msvm-cell-errors", "label": "Errors inside Cells",
+         "description": "Stop where an instruction of a Cell fails", "default": True},
+        # debugpy's own filters, used when it debugs the Python side (launch "pythonDebugging")
+        {"filter": "raised", "label": "Python: Raised Exceptions", "default": False},
+        {"filter": "uncaught", "label": "Python: Uncaught Exceptions", "default": True},
+        {"filter": "userUnhandled", "label": "Python: User Uncaught Exceptions", "default": False},
+    ],
 }
 CONNECT_TIMEOUT_S = 60
 _AFTER_EXIT = {"threads": {"threads": []}, "stackTrace": {"stackFrames": [], "totalFrames": 0},
@@ -53,6 +66,7 @@ class Adapter:
         self.ended = threading.Event()
         self.terminated_sent = False
         self.lock = threading.Lock()
+        self.mixer: Mixer | None = None      # set when debugpy debugs the Python side
 
     # --- to the client
     def respond(self, req, body=None, error=None, show=True):
@@ -86,7 +100,8 @@ class Adapter:
                     src = (req.get("arguments") or {}).get("source") or {}
                     if src.get("path") and not os.path.isabs(src["path"]):   # the debuggee runs in another cwd
                         src["path"] = os.path.abspath(src["path"])
-                    self.child.write(req, renumber=False)
+                    if self.mixer is None or not self.mixer.route(req):
+                        self.child.write(req, renumber=False)
                 elif cmd in _AFTER_EXIT:      # the client may still ask after the program ended
                     self.respond(req, _AFTER_EXIT[cmd])
                 else:
@@ -112,6 +127,7 @@ class Adapter:
             return self.respond(req, error=f"program not found: {path}")
         if self.proc is not None:
             return self.respond(req, error="a program is already running in this session")
+        debugpy_port = self._start_python_debugging(a)
         token = secrets.token_hex(16)
         self.sock_dir = tempfile.mkdtemp(prefix="msvm-dap-")          # 0700
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -127,6 +143,8 @@ class Adapter:
             env["MSVM_JIT_LEVEL"] = str(a["jitLevel"])
         if a.get("enableFusion") is False:
             env["MSVM_ENABLE_FUSION"] = "0"
+        if debugpy_port:
+            env["PYDEVD_DISABLE_FILE_VALIDATION"] = "1"      # (its frozen-modules warning is about stdlib files)
         # its own process group and session: stop_program ends whatever the program started too
         self.proc = subprocess.Popen(debuggee_command(f"unix:{sock_path}", path, [str(x) for x in a.get("args") or []]),
                                      cwd=cwd, env=env, start_new_session=True,
@@ -147,13 +165,49 @@ class Adapter:
         conn.settimeout(None)
         self.child = Channel(conn.makefile("rb"), conn.makefile("wb"))
         self.child.write({"type": "config", "token": token, "stopOnEntry": bool(a.get("stopOnEntry")),
-                          "noDebug": bool(a.get("noDebug"))})
+                          "noDebug": bool(a.get("noDebug")), "debugpyPort": debugpy_port})
         self._spawn(self._pump_child)
         self._spawn(self._wait_exit)
+        if self.mixer is not None and not self.mixer.connected():
+            self.say("msvm: debugpy did not connect to the program; its Python code is not debugged this time\n")
+            self.mixer.close()
+            self.mixer = None
         self.respond(req)
         self.event("process", {"name": os.path.basename(path), "systemProcessId": self.proc.pid,
                                "isLocalProcess": True, "startMethod": "launch"})
         self.event("initialized")
+
+    def say(self, text: str, category: str = "console"):
+        self.event("output", {"category": category, "output": text})
+
+    def _start_python_debugging(self, a: dict):
+        """debugpy's adapter for the Python side, or None (said in the Debug Console)."""
+        if a.get("noDebug"):
+            return None
+        version = debugpy_available()
+        wanted = a.get("pythonDebugging")
+        if wanted is False:
+            self.say("msvm: Python debugging is off (\"pythonDebugging\": false): Cells are debugged, "
+                     "Python frames are shown but not stepped\n")
+            return None
+        if version is None:
+            self.say(f"msvm: debugpy is not installed in {sys.executable} (pip install debugpy, or msvm[ide]): "
+                     "Cells are debugged, Python frames are shown but not stepped\n",
+                     "important" if wanted else "console")
+            return None
+        try:
+            self.mixer = Mixer(self, justMyCode=a.get("justMyCode", True))
+            port = self.mixer.start()
+        except Exception as e:  # noqa: BLE001 - the Cells are debugged without it
+            self.say(f"msvm: debugpy {version} could not start ({type(e).__name__}: {e}); "
+                     "Python code is not debugged\n", "important")
+            if self.mixer is not None:
+                self.mixer.close()
+            self.mixer = None
+            return None
+        self.say(f"msvm: Python debugging through debugpy {version} "
+                 f"(justMyCode: {str(a.get('justMyCode', True)).lower()}); Cells through msvm\n")
+        return port
 
     def _spawn(self, fn, *args):
         t = threading.Thread(target=fn, args=args, daemon=True)
@@ -173,7 +227,8 @@ class Adapter:
                 continue
             if msg is None:
                 break
-            self.client.write(msg)
+            if self.mixer is None or not self.mixer.from_msvm(msg):
+                self.client.write(msg)
 
     def _wait_exit(self):
         code = self.proc.wait()
@@ -193,6 +248,8 @@ class Adapter:
     def stop_program(self, kill: bool):
         """End the program and everything it started (its process group), whether or not
         the program itself has already exited."""
+        if self.mixer is not None:
+            self.mixer.close()
         p = self.proc
         if p is not None:
             if p.poll() is None:

@@ -18,6 +18,7 @@ import sys
 import threading
 import traceback
 
+from .pyside import PythonSide, in_cell
 from .runtime import Runtime, code_lines
 from .values import EvalError, Inspector
 from .wire import BadMessage, Channel, response
@@ -34,6 +35,11 @@ class Debuggee:
         self.rt = Runtime(self.on_stop, self.on_bind)
         self.rt.stop_on_entry = bool(config.get("stopOnEntry"))
         self.no_debug = bool(config.get("noDebug"))
+        self.debugpy_port = config.get("debugpyPort")        # set when debugpy debugs the Python side
+        self.python = PythonSide()
+        if self.debugpy_port:
+            self.rt.before_stop = self.python.forget_python_step
+            self.rt.on_leaving_step = self.python.hand_to_python
         self.inspector = Inspector(self.rt.addresses)
         self.configured = threading.Event()
         self.lock = threading.Lock()
@@ -80,7 +86,7 @@ class Debuggee:
     def on_stop(self, stop):
         with self.lock:
             self.inspector.reset(stop)
-        body = {"reason": stop.reason, "threadId": 1, "allThreadsStopped": True}
+        body = {"reason": stop.reason, "threadId": 1, "allThreadsStopped": not self.debugpy_port}
         if stop.description:
             body["description"] = stop.description
         if stop.text:
@@ -108,10 +114,16 @@ class Debuggee:
     def req_setBreakpoints(self, a):
         path = (a.get("source") or {}).get("path", "")
         lines = [b["line"] for b in a.get("breakpoints", [])] or list(a.get("lines", []))
-        bps = self.rt.set_line_breakpoints(path, lines, _static_lines(path))
-        return {"breakpoints": [dict({"id": b.id, "verified": b.verified, "line": b.line,
-                                      "source": {"path": path}}, **({"message": b.message} if b.message else {}))
-                                for b in bps]}
+        known = _static_lines(path)
+        bps = self.rt.set_line_breakpoints(path, lines, known)
+        out = [dict({"id": b.id, "verified": b.verified, "line": b.line, "source": {"path": path}},
+                    **({"message": b.message} if b.message else {})) for b in bps]
+        if self.debugpy_port:        # which lines are the Cells' (the others are debugpy's)
+            spans = _cell_spans(path)
+            for d in out:
+                d["inCell"] = d["verified"] or bool(known and d["line"] in known) or \
+                    any(a <= d["line"] <= b for a, b in spans)
+        return {"breakpoints": out}
 
     def req_setInstructionBreakpoints(self, a):
         refs = [(b.get("instructionReference"), b.get("offset", 0)) for b in a.get("breakpoints", [])]
@@ -131,7 +143,7 @@ class Debuggee:
 
     def req_continue(self, a):
         self._resume(None)
-        return {"allThreadsContinued": True}
+        return {"allThreadsContinued": not self.debugpy_port}
 
     def _step(self, kind, a):
         step = self.rt.step_from_stop(kind, a.get("granularity", "line"))
@@ -150,6 +162,20 @@ class Debuggee:
 
     def req_pause(self, a):
         self.rt.pause()
+
+    # --- from the adapter, in a mixed session (debugpy owns the Python side)
+    def req_msvmStepIntoCell(self, a):
+        self.rt.step_into_next_cell()
+
+    def req_msvmCancelStep(self, a):
+        self.rt.cancel_step()
+
+    def req_msvmPauseIfInCell(self, a):
+        """Pause at the next instruction if the program is inside a Cell now; else debugpy pauses it."""
+        inside = in_cell(self.rt.main_thread)
+        if inside:
+            self.rt.pause()
+        return {"inCell": inside}
 
     def req_stackTrace(self, a):
         with self.lock:
@@ -207,9 +233,15 @@ class Debuggee:
         import msvm
         from msvm.profile import Profiler
 
+        if self.debugpy_port:
+            try:
+                self.python.attach(int(self.debugpy_port))
+            except Exception as e:  # noqa: BLE001 - the Cells are still debugged
+                print(f"msvm debugger: debugpy could not attach ({type(e).__name__}: {e}); "
+                      "Python code runs without Python debugging", file=sys.stderr, flush=True)
         self.configured.wait()
         prof = Profiler(self.program, self.args).start(exec_times=True)
-        threading.Thread(target=self._stats_loop, name="msvm-dap-stats", daemon=True).start()
+        _debugger_thread(self._stats_loop, "msvm-dap-stats").start()
         sys.argv = [self.program] + list(self.args)
         _preload()
         ours = list(sys.path)
@@ -223,11 +255,13 @@ class Debuggee:
         except SystemExit as e:
             status = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
         except BaseException:  # noqa: BLE001 - the program's own failure: shown as Python shows it
+            self.python.uncaught(sys.exc_info())
             traceback.print_exc()
             status = 1
         finally:
             sys.path[:] = ours           # what runs after the program imports nothing of its directory
             msvm.set_trace(None)
+            self.python.detach()
             prof.stop()
             self.done.set()
             sys.stdout.flush()
@@ -238,6 +272,37 @@ class Debuggee:
         except Exception:  # noqa: BLE001 - the exit is reported whatever the profile did
             pass
         return status
+
+
+def _debugger_thread(target, name: str) -> threading.Thread:
+    """A thread of the debugger's own: pydevd neither lists nor traces nor suspends it."""
+    t = threading.Thread(target=target, name=name, daemon=True)
+    t.is_pydev_daemon_thread = True
+    return t
+
+
+def _cell_spans(path: str) -> list:
+    """(first, last) lines of each ``construct`` method and ``@jit`` function in the file:
+    breakpoints there are msvm's, whether or not they bind yet."""
+    import ast
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read())
+    except (OSError, SyntaxError, ValueError):
+        return []
+    spans = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef):
+            spans += [(n.lineno, n.end_lineno) for n in node.body
+                      if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == "construct"]
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for d in node.decorator_list:
+                d = d.func if isinstance(d, ast.Call) else d
+                name = d.attr if isinstance(d, ast.Attribute) else getattr(d, "id", "")
+                if name == "jit":
+                    spans.append((node.lineno, node.end_lineno))
+    return spans
 
 
 def _static_lines(path: str):
@@ -338,7 +403,7 @@ def main(argv=None, added_paths=()) -> int:
     if config.get("token") != os.environ.pop("MSVM_DAP_TOKEN", None):
         return 3
     dbg = Debuggee(ch, program, args, config, added_paths)
-    threading.Thread(target=dbg.serve, name="msvm-dap-requests", daemon=True).start()
+    _debugger_thread(dbg.serve, "msvm-dap-requests").start()
     status = dbg.run()
     dbg.finished.set()
     dbg.rt.shutdown()

@@ -130,6 +130,10 @@ class Runtime:
         self.break_on_exception = True
         self.next_bp_id = 1
         self.hook = _Hook(self)
+        # mixed sessions (see pyside): called in the program's thread when msvm stops, and when a
+        # step resumes the outermost Cell (the step may end in the Python code that called it)
+        self.before_stop = None
+        self.on_leaving_step = None
 
     # --- breakpoints (any thread)
     def set_line_breakpoints(self, path: str, lines: list, known_lines=None) -> list:
@@ -205,6 +209,18 @@ class Runtime:
     def pause(self):
         self.pause_requested = True
 
+    def step_into_next_cell(self):
+        """Stop at the first instruction of the next Cell the program calls (a Python step-in)."""
+        with self.cond:
+            self.step = Step("in", "instruction", -1, None, -1)
+
+    def cancel_step(self):
+        """The step ended elsewhere (in Python): it no longer stops a later Cell."""
+        with self.cond:
+            if self.stopped is None:
+                self.step = None
+            self.pause_requested = False
+
     def step_from_stop(self, kind: str, granularity: str) -> Step | None:
         st = self.stopped
         if st is None:
@@ -266,10 +282,15 @@ class Runtime:
         with self.cond:
             self.step = None
             self.stopped = stop
+        if self.before_stop:
+            self.before_stop()
         self.on_stop(stop)
         with self.cond:
             while self.stopped is stop and self.running:
                 self.cond.wait(0.5)
+            leaving = self.step is not None and stop.frame.depth == 0
+        if leaving and self.on_leaving_step:
+            self.on_leaving_step()
 
     def shutdown(self):
         with self.cond:

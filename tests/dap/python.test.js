@@ -1,0 +1,307 @@
+// The mixed session: debugpy debugs the Python code, msvm the Cells, in one DAP session
+// (launch "pythonDebugging"). The adapter in its own process, driven by DebugClient;
+// every wait is on an event, never a sleep.
+const assert = require('assert');
+const path = require('path');
+const fs = require('fs');
+const { DebugClient } = require('@vscode/debugadapter-testsupport');
+
+const ROOT = path.resolve(__dirname, '..', '..');
+const PYTHON = process.env.MSVM_PYTHON || path.join(ROOT, '.venv', 'bin', 'python');
+const ADAPTER = path.join(__dirname, 'adapter.py');
+const MIXED = path.join(__dirname, 'programs', 'mixed.py');
+const NESTED = path.join(__dirname, 'programs', 'nested.py');
+const lineIn = (file, text) => fs.readFileSync(file, 'utf8').split('\n').findIndex((l) => l.includes(text)) + 1;
+const lineOf = (text) => lineIn(MIXED, text);
+const PY_BASE = 2 ** 30;     // ids at or above are debugpy's (renumbered), below msvm's
+
+describe('mixed Python + Cell debugging (debugpy through the msvm adapter)', function () {
+  this.timeout(90000);
+  let dc;
+  let output;
+
+  beforeEach(async () => {
+    dc = new DebugClient(PYTHON, ADAPTER, 'msvm', { env: { ...process.env, MSVM_CACHE_DIR: fs.mkdtempSync('/tmp/msvm-dap-k-') } });
+    dc.defaultTimeout = 45000;
+    output = '';
+    dc.on('output', (e) => { output += e.body.output; });
+    await dc.start();
+  });
+  afterEach(async function () {
+    if (this.currentTest.state === 'failed') console.log(`--- Debug Console of the failed test ---\n${output.slice(-3000)}`);
+    await dc.stop();
+  });
+
+  // launch with breakpoints on the lines holding `texts` (in `file`); resolves with the first stop
+  async function launchWith(texts, extra = {}, file = MIXED, filters = null) {
+    const lines = texts.map((t) => lineIn(file, t));
+    const bpDone = dc.waitForEvent('initialized').then(async () => {
+      if (filters) await dc.setExceptionBreakpointsRequest({ filters });
+      return dc.setBreakpointsRequest({ source: { path: file }, breakpoints: lines.map((line) => ({ line })) });
+    });
+    const stopped = dc.waitForEvent('stopped');
+    await dc.launch({ program: file, jitLevel: 'L1', ...extra });
+    const bps = (await bpDone).body.breakpoints;
+    await dc.configurationDoneRequest();
+    return { bps, ev: await stopped, lines };
+  }
+
+  async function stack(threadId) {
+    return (await dc.stackTraceRequest({ threadId })).body.stackFrames;
+  }
+
+  async function stepAndWait(kind, threadId, extra = {}) {
+    const stopped = dc.waitForEvent('stopped');
+    await dc[`${kind}Request`]({ threadId, ...extra });
+    return stopped;
+  }
+
+  // continue (through any further stops: a fused instruction also stands for the lines it
+  // fused, so a Cell breakpoint may stop twice) until the program ends
+  async function runToEnd(threadId) {
+    const terminated = dc.waitForEvent('terminated');
+    let ended = false;
+    terminated.then(() => { ended = true; });
+    const again = () => dc.continueRequest({ threadId }).catch(() => undefined);
+    dc.on('stopped', again);
+    await again();
+    await terminated;
+    dc.removeListener('stopped', again);
+    return ended;
+  }
+
+  async function varsOf(frameId, scopeName) {
+    const scopes = (await dc.scopesRequest({ frameId })).body.scopes;
+    const s = scopes.find((x) => x.name === scopeName);
+    assert.ok(s, `no scope ${scopeName} in ${scopes.map((x) => x.name)}`);
+    return (await dc.variablesRequest({ variablesReference: s.variablesReference })).body.variables;
+  }
+
+  it('a Python breakpoint stops in the host code; its variables come from debugpy', async () => {
+    const { bps, ev } = await launchWith(['x = prepare(4)', 'y = x * 2.0']);
+    assert.strictEqual(bps[0].verified, true, 'the Python line is debugpy\'s');
+    assert.ok(bps[0].id >= PY_BASE);
+    assert.strictEqual(bps[1].verified, true, 'the Cell line is msvm\'s');
+    assert.ok(bps[1].id < PY_BASE);
+    assert.strictEqual(ev.body.reason, 'breakpoint');
+    assert.deepStrictEqual(ev.body.hitBreakpointIds, [bps[0].id]);
+    assert.match(output, /Python debugging through debugpy/);
+    const frames = await stack(ev.body.threadId);
+    assert.strictEqual(frames[0].line, lineOf('x = prepare(4)'));
+    assert.strictEqual(frames[0].name, '<module>');
+    assert.ok(frames[0].id >= PY_BASE);
+    assert.ok(frames.every((f) => !/msvm_server|[\\/]msvm[\\/]/.test(f.source?.path ?? '')), 'no debugger frames');
+    const globals = await varsOf(frames[0].id, 'Globals').catch(() => varsOf(frames[0].id, 'Locals'));
+    assert.match(globals.find((v) => v.name === 'net').value, /Double/);
+    const e = await dc.evaluateRequest({ expression: 'prepare(2).shape', frameId: frames[0].id, context: 'watch' });
+    assert.strictEqual(e.body.result, '(2,)');
+    // the Cell breakpoint is next
+    const next = dc.waitForEvent('stopped');
+    await dc.continueRequest({ threadId: ev.body.threadId });
+    const cell = await next;
+    assert.strictEqual(cell.body.reason, 'breakpoint');
+    assert.deepStrictEqual(cell.body.hitBreakpointIds, [bps[1].id]);
+    const st = await stack(cell.body.threadId);
+    assert.match(st[0].name, /^Double\.construct @0x/);
+    assert.strictEqual(st[st.length - 1].line, lineOf('y = net(x)'), 'the Python line that called the Cell is below it');
+    await runToEnd(cell.body.threadId);
+  });
+
+  it('Python step into, out of and over a function, through debugpy', async () => {
+    const { ev } = await launchWith(['x = prepare(4)']);
+    const tid = ev.body.threadId;
+    assert.strictEqual((await stepAndWait('stepIn', tid)).body.reason, 'step');
+    let f = (await stack(tid))[0];
+    assert.strictEqual(f.name, 'prepare');
+    assert.strictEqual(f.line, lineOf('base = np.arange(n'));
+    const locals = await varsOf(f.id, 'Locals');
+    assert.strictEqual(locals.find((v) => v.name === 'n').value, '4');
+    await stepAndWait('stepOut', tid);
+    f = (await stack(tid))[0];
+    assert.strictEqual(f.name, '<module>');
+    assert.strictEqual(f.line, lineOf('x = prepare(4)'));
+    await stepAndWait('next', tid);
+    assert.strictEqual((await stack(tid))[0].line, lineOf('if "--thread" in sys.argv'));
+    await stepAndWait('next', tid);
+    assert.strictEqual((await stack(tid))[0].line, lineOf('if "--twice" in sys.argv'));
+    await stepAndWait('next', tid);
+    // over the Cell call: next does not stop inside it
+    assert.strictEqual((await stack(tid))[0].line, lineOf('y = net(x)'));
+    await stepAndWait('next', tid);
+    f = (await stack(tid))[0];
+    assert.strictEqual(f.line, lineOf('total = float('), 'next steps over the Cell');
+    const y = (await varsOf(f.id, 'Globals').catch(() => varsOf(f.id, 'Locals'))).find((v) => v.name === 'y');
+    assert.ok(y, 'the Cell\'s result is a Python variable');
+  });
+
+  it('step into a Cell from its Python line stops at its first instruction; step out returns to the next Python line', async () => {
+    const { ev } = await launchWith(['y = net(x)']);
+    const tid = ev.body.threadId;
+    let st = await stack(tid);
+    assert.strictEqual(st[0].line, lineOf('y = net(x)'));
+    const before = (await dc.scopesRequest({ frameId: st[0].id })).body.scopes[0].variablesReference;
+    const inCell = await stepAndWait('stepIn', tid);
+    // what VS Code still asks about the Python stop it left is refused at once (pydevd would wait
+    // for the thread, which the Cell holds, and hold every later request behind it)
+    await assert.rejects(dc.variablesRequest({ variablesReference: before }), /thread is running/);
+    assert.strictEqual(inCell.body.threadId, tid, 'one thread: msvm\'s stop is on debugpy\'s main thread');
+    const threads = (await dc.threadsRequest()).body.threads;      // (VS Code asks at every stop)
+    assert.ok(threads.some((t) => t.id === tid), JSON.stringify(threads));
+    st = await stack(tid);
+    assert.match(st[0].name, /^Double\.construct @0x0000 /);
+    assert.strictEqual(st[0].line, lineOf('y = x * 2.0'));
+    assert.ok(st[0].instructionPointerReference);
+    assert.ok(st[0].id < PY_BASE, 'a Cell frame is msvm\'s');
+    const caller = st.find((fr) => fr.name === '<module> (Python)');
+    assert.ok(caller, `the Python caller is below the Cell: ${st.map((fr) => fr.name)}`);
+    assert.strictEqual(caller.line, lineOf('y = net(x)'));
+    // variables of both kinds while the Cell is stopped
+    const cellLocals = await varsOf(st[0].id, 'Locals');
+    assert.match(cellLocals.find((v) => v.name === 'x').value, /^Tensor\[float32, \(4,\)\] \[0, 1, 2, 3\]/);
+    const pyLocals = await varsOf(caller.id, 'Locals');
+    assert.match(pyLocals.find((v) => v.name === 'net').value, /Double/);
+    // instruction steps inside the Cell are msvm's
+    await stepAndWait('next', tid, { granularity: 'instruction' });
+    assert.match((await stack(tid))[0].name, /^Double\.construct @0x0003 /);
+    assert.doesNotMatch(output, /Frame skipped/, 'debugpy\'s note about the frames it skipped is not shown');
+    const out = await stepAndWait('stepOut', tid);
+    assert.strictEqual(out.body.threadId, tid);
+    st = await stack(tid);
+    assert.strictEqual(st[0].name, '<module>', 'debugpy\'s frame again');
+    assert.strictEqual(st[0].line, lineOf('total = float('), 'the Python line after the call');
+    const terminated = dc.waitForEvent('terminated');
+    await dc.continueRequest({ threadId: tid });
+    await terminated;
+  });
+
+  it('step into a Cell it already ran (the same shape again) stops at its first instruction too', async () => {
+    const { ev } = await launchWith(['y = net(x)'], { args: ['--twice'] });
+    const tid = ev.body.threadId;
+    await stepAndWait('stepIn', tid);
+    assert.match((await stack(tid))[0].name, /^Double\.construct @0x0000 /);
+    await stepAndWait('stepOut', tid);
+    assert.strictEqual((await stack(tid))[0].line, lineOf('total = float('));
+  });
+
+  it('stepping past the Cell\'s last instruction ends on the Python line after the call', async () => {
+    const { ev } = await launchWith(['return ops.relu(y)']);
+    const tid = ev.body.threadId;
+    for (let k = 0; k < 20 && !/RETURN/.test((await stack(tid))[0].name); k++) {
+      await stepAndWait('next', tid, { granularity: 'instruction' });
+    }
+    assert.match((await stack(tid))[0].name, /RETURN/);
+    await stepAndWait('next', tid, { granularity: 'instruction' });
+    const st = await stack(tid);
+    assert.strictEqual(st[0].name, '<module>');
+    assert.strictEqual(st[0].line, lineOf('total = float('));
+    // and a continue from there runs to the end: no step is left pending on either side
+    const terminated = dc.waitForEvent('terminated');
+    await dc.continueRequest({ threadId: tid });
+    await terminated;
+  });
+
+  it('a Python breakpoint in another thread while a Cell is stopped on the main thread', async () => {
+    const stops = [];
+    const both = new Promise((resolve) => dc.on('stopped', (e) => { stops.push(e.body); if (stops.length === 2) resolve(); }));
+    await launchWith(['y = x * 2.0', 'note = "from the worker"'], { args: ['--thread'] });
+    await both;
+    const threads = (await dc.threadsRequest()).body.threads;
+    const worker = threads.find((t) => t.name === 'worker');
+    const main = threads.find((t) => t.name === 'MainThread');
+    assert.ok(worker && main, JSON.stringify(threads));
+    assert.deepStrictEqual(new Set(stops.map((s) => s.threadId)), new Set([main.id, worker.id]));
+    const w = await stack(worker.id);
+    assert.strictEqual(w[0].name, 'worker');
+    assert.strictEqual(w[0].line, lineOf('note = "from the worker"'));
+    assert.match((await stack(main.id))[0].name, /^Double\.construct @0x/);
+    // the worker continues; the Cell stays stopped (its stop is said again) until it continues
+    const restated = dc.waitForEvent('stopped');
+    await dc.continueRequest({ threadId: worker.id });
+    assert.strictEqual((await restated).body.threadId, main.id);
+    assert.match((await stack(main.id))[0].name, /^Double\.construct @0x/);
+    await runToEnd(main.id);
+  });
+
+  it('an uncaught exception in the Python code stops where it was raised (debugpy)', async () => {
+    const { ev } = await launchWith([], { args: ['--crash'] }, MIXED, ['uncaught', 'msvm-cell-errors']);
+    assert.strictEqual(ev.body.reason, 'exception');
+    const st = await stack(ev.body.threadId);
+    const f = st[0];
+    assert.strictEqual(f.line, lineOf('raise ValueError('));
+    const info = await dc.exceptionInfoRequest({ threadId: ev.body.threadId });
+    assert.match(info.body.exceptionId, /ValueError/);
+    assert.match(info.body.description, /host code failed after total=12/);
+    const exited = dc.waitForEvent('exited');
+    await dc.continueRequest({ threadId: ev.body.threadId });
+    assert.strictEqual((await exited).body.exitCode, 1);
+  });
+
+  it('an exception inside a Cell stops in the Cell (msvm), then in the Python line that called it (debugpy)', async () => {
+    const { ev } = await launchWith([], { args: ['--fail'] }, NESTED, ['uncaught', 'msvm-cell-errors']);
+    assert.strictEqual(ev.body.reason, 'exception');
+    assert.match(ev.body.description, /FILL .* failed in Grow\.construct: MemoryError/);
+    const tid = ev.body.threadId;
+    const f = (await stack(tid))[0];
+    assert.match(f.name, /^Grow\.construct @0x/);
+    assert.strictEqual((await dc.exceptionInfoRequest({ threadId: tid })).body.exceptionId, 'ExecutionError');
+    const again = dc.waitForEvent('stopped');
+    await dc.continueRequest({ threadId: tid });
+    const py = await again;
+    assert.strictEqual(py.body.reason, 'exception');
+    const pst = await stack(tid);
+    const top = pst[0];
+    assert.ok(pst.every((fr) => fr.source?.path !== '<string>'), 'the debuggee\'s boot is not shown');
+    assert.strictEqual(top.line, lineIn(NESTED, 'Grow()(x, 10**6)'));
+    assert.ok(top.id >= PY_BASE);
+    const exited = dc.waitForEvent('exited');
+    await dc.continueRequest({ threadId: tid });
+    assert.strictEqual((await exited).body.exitCode, 1);
+  });
+
+  it('with pythonDebugging false it is msvm alone, and the Debug Console says so', async () => {
+    const { bps, ev } = await launchWith(['x = prepare(4)', 'y = x * 2.0'], { pythonDebugging: false });
+    assert.strictEqual(bps[0].verified, false);
+    assert.match(bps[0].message, /no msvm bytecode/);
+    assert.match(output, /Python debugging is off/);
+    assert.strictEqual(ev.body.threadId, 1);
+    assert.strictEqual(ev.body.allThreadsStopped, true);
+    const st = await stack(1);
+    assert.match(st[0].name, /^Double\.construct @0x0000/);
+    assert.strictEqual(st[st.length - 1].name, '<module> (Python)');
+    await runToEnd(1);
+  });
+
+  it('pause stops the program where it is: in a Cell (msvm) or on a Python line (debugpy)', async () => {
+    const loop = path.join(__dirname, 'programs', 'loop.py');
+    await Promise.all([dc.configurationSequence(), dc.launch({ program: loop, jitLevel: 'L1', env: { LOOP_SECONDS: '60' } })]);
+    const threads = (await dc.threadsRequest()).body.threads;
+    const main = threads.find((t) => t.name === 'MainThread');
+    const stopped = dc.waitForEvent('stopped', 20000);
+    await dc.pauseRequest({ threadId: main.id });
+    const ev = await stopped;
+    assert.strictEqual(ev.body.reason, 'pause');
+    assert.strictEqual(ev.body.threadId, main.id);
+    const f = (await stack(main.id))[0];
+    if (f.id < PY_BASE) assert.match(f.name, /^Step\.construct @0x/);
+    else assert.ok(f.name === '<module>' && f.source.path === loop, JSON.stringify(f));
+    const terminated = dc.waitForEvent('terminated');
+    await dc.terminateRequest({});
+    await terminated;
+  });
+
+  it('without debugpy it is msvm alone, and the Debug Console says debugpy is missing', async () => {
+    await dc.stop();
+    const hidden = path.join(__dirname, 'programs', 'no_debugpy');
+    dc = new DebugClient(PYTHON, ADAPTER, 'msvm', { env: { ...process.env, MSVM_CACHE_DIR: fs.mkdtempSync('/tmp/msvm-dap-k-'),
+      PYTHONPATH: [hidden, process.env.PYTHONPATH].filter(Boolean).join(path.delimiter) } });
+    dc.defaultTimeout = 45000;
+    dc.on('output', (e) => { output += e.body.output; });
+    await dc.start();
+    const { bps, ev } = await launchWith(['x = prepare(4)', 'y = x * 2.0']);
+    assert.match(output, /debugpy is not installed/);
+    assert.strictEqual(bps[0].verified, false, 'no Python breakpoints without debugpy');
+    assert.strictEqual(ev.body.threadId, 1);
+    assert.match((await stack(1))[0].name, /^Double\.construct @0x0000/);
+    await runToEnd(1);
+  });
+});

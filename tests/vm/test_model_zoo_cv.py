@@ -23,7 +23,7 @@ TOL = 1e-4          # max |msvm - reference| relative to the reference's max |lo
 @pytest.fixture(scope="module")
 def mindcv():
     if importlib.util.find_spec("mindcv") is None:
-        pytest.skip("mindcv is installed by `make` (pip install --no-deps mindcv==0.3.0)")
+        pytest.fail("mindcv is not installed: `make` installs it (pip install --no-deps mindcv==0.3.0)")
     from msvm import compat
 
     was_active = compat.is_active()

@@ -96,6 +96,8 @@ class LayerNorm(Cell):
         self.epsilon = float(epsilon)
         self.gamma = Parameter(_init(gamma_init, shape, dtype, 1), name="gamma")
         self.beta = Parameter(_init(beta_init, shape, dtype, 1), name="beta")
+        # MindSpore's attribute: subclasses in model zoos call it (mindcv's ConvNextLayerNorm)
+        self.layer_norm = ops.LayerNorm(begin_norm_axis, begin_params_axis, self.epsilon)
 
     def construct(self, input_x):
         return apply("LAYER_NORM", (input_x, self.gamma, self.beta),
@@ -305,26 +307,26 @@ class Identity(Cell):
 
 class ReLU6(Cell):
     def construct(self, x):
-        return ops.minimum(ops.relu(x), 6.0)
+        return ops.relu6(x)
 
 
 class HSigmoid(Cell):
     """relu6(x + 3) / 6."""
 
     def construct(self, x):
-        return ops.minimum(ops.relu(x + 3.0), 6.0) / 6.0
+        return ops.hardsigmoid(x)
 
 
 class HSwish(Cell):
     """x * relu6(x + 3) / 6."""
 
     def construct(self, x):
-        return x * (ops.minimum(ops.relu(x + 3.0), 6.0) / 6.0)
+        return ops.hardswish(x)
 
 
 class SiLU(Cell):
     def construct(self, x):
-        return x * ops.sigmoid(x)
+        return ops.silu(x)
 
 
 class ELU(Cell):
@@ -333,7 +335,7 @@ class ELU(Cell):
         self.alpha = float(alpha)
 
     def construct(self, x):
-        return ops.where(x > 0.0, x, (ops.exp(ops.minimum(x, 0.0)) - 1.0) * self.alpha)
+        return ops.elu(x, self.alpha)
 
 
 class LeakyReLU(Cell):
@@ -342,20 +344,18 @@ class LeakyReLU(Cell):
         self.alpha = float(alpha)
 
     def construct(self, x):
-        return ops.where(x >= 0.0, x, x * self.alpha)
+        return ops.leaky_relu(x, self.alpha)
 
 
 class Softplus(Cell):
-    """log(1 + exp(beta * x)) / beta, linear above threshold (stable: max(z, 0) + log(1 + exp(-|z|)))."""
+    """log(1 + exp(beta * x)) / beta, linear above threshold."""
 
     def __init__(self, beta=1.0, threshold=20.0):
         super().__init__()
         self.beta, self.threshold = float(beta), float(threshold)
 
     def construct(self, x):
-        z = x * self.beta
-        soft = (ops.relu(z) + ops.log(ops.exp(-ops.abs(z)) + 1.0)) / self.beta
-        return ops.where(z > self.threshold, x, soft)
+        return ops.softplus(x, self.beta, self.threshold)
 
 
 class Dropout(Cell):

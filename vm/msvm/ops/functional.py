@@ -835,6 +835,8 @@ def mish(x): return mul(x, tanh(softplus(x)))
 def relu6(x): return clip(relu(x), None, 6)
 def hardsigmoid(input): return clip(add(div(input, 6), 0.5), 0, 1)
 def hardswish(x): return mul(x, hardsigmoid(x))
+def silu(input): return mul(input, sigmoid(input))
+def leaky_relu(input, alpha=0.2): return where(greater_equal(input, 0), input, mul(input, alpha))
 def fast_gelu(x): return mul(div(x, add(exp(mul(abs(x), -1.702)), 1)), exp(mul(sub(x, abs(x)), 0.851)))
 
 

@@ -162,6 +162,8 @@ api(F.softshrink, "", "SoftShrink", "softshrink", attrs=(("lambd", 0.5),))
 api(F.hardswish, "", "HSwish", "hardswish")
 api(F.hardsigmoid, "", "HSigmoid", "hardsigmoid")
 api(F.relu6, "", "ReLU6", "relu6")
+api(F.silu, "", "SiLU", "silu")
+api(F.leaky_relu, "", "", "", attrs=(("alpha", 0.2),))
 api(F.fast_gelu, "", "FastGeLU", "")
 
 # --- reductions, band, layout

@@ -30,3 +30,29 @@ def private_kernel_cache(tmp_path_factory):
 
     tiers.reset_cache()
     yield d
+
+
+@pytest.fixture(autouse=True, scope="session")
+def test_device():
+    """``MSVM_TEST_DEVICE=FOREIGN`` runs a suite on the foreign CPU-side device
+    (tests/foreign_device.py: arrays that refuse every implicit conversion to host numpy), as
+    tests/vm/test_device.py does for the op and model tests; ``GPU`` runs it on the GPU (tests/gpu)."""
+    target = os.environ.get("MSVM_TEST_DEVICE")
+    if not target or target == "CPU":
+        yield None
+        return
+    import msvm as ms
+
+    if target == "FOREIGN":
+        import foreign_device
+
+        foreign_device.install()
+    ms.set_context(device_target=target)
+    yield target
+    ms.set_context(device_target="CPU")
+    record = os.environ.get("MSVM_TEST_DISPATCHED")
+    if record and target == "FOREIGN":       # what the kernels dispatched there (test_device checks it)
+        import foreign_device
+
+        with open(record, "w") as f:
+            f.write("".join(f"{m} {n}\n" for m, n in sorted(foreign_device.DISPATCHED)))

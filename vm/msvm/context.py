@@ -52,6 +52,34 @@ def gpu_problem() -> str | None:
     return None
 
 
+def _select_device(target: str, device_id) -> str:
+    """Make target's device current (msvm/device.py); returns the target that runs. Without a
+    usable GPU, "GPU" runs on the CPU with a warning that names the CUDA problem, or raises it
+    under MSVM_STRICT_DEVICE=1."""
+    from . import device
+    from .tensor import PARAMETER_SHAPES
+
+    if target == "GPU":
+        problem = gpu_problem()
+        dev = None
+        if problem is None:
+            try:
+                dev = device.get("GPU", device_id)
+            except Exception as e:  # noqa: BLE001 - e.g. a device id CUDA does not have
+                problem = f"the CUDA device {device_id} cannot be used ({type(e).__name__}: {e})"
+        if problem is not None:
+            if os.environ.get("MSVM_STRICT_DEVICE") == "1":
+                raise RuntimeError(f"device_target='GPU': {problem}")
+            log.logger.warning("device_target='GPU' requested but %s; running on the CPU "
+                               "(MSVM_STRICT_DEVICE=1 makes this an error)", problem)
+            target, dev = "CPU", device.CPU
+    else:
+        dev = device.get(target, device_id if target != "CPU" else 0)
+    if device.use(dev) is not dev:
+        PARAMETER_SHAPES[0] += 1        # Codes linked for the old device are stale: Cells link again
+    return target
+
+
 def set_context(**kwargs) -> None:
     for k, v in kwargs.items():
         if k not in _KNOWN:
@@ -61,19 +89,13 @@ def set_context(**kwargs) -> None:
                 raise ValueError(f"set_context: mode must be ms.GRAPH_MODE (0) or ms.PYNATIVE_MODE (1), got {v!r}")
             _ctx["mode"] = v
         elif k == "device_target":
-            if v not in ("CPU", "GPU", "Ascend"):
-                raise ValueError(f"set_context: device_target must be 'CPU' or 'GPU', got {v!r}")
+            from . import device
+
             if v == "Ascend":
                 raise ValueError("set_context: device_target='Ascend' is not supported by msvm (CPU and NVIDIA GPU only)")
-            if v == "GPU":
-                problem = gpu_problem()
-                if problem is not None:
-                    if os.environ.get("MSVM_STRICT_DEVICE") == "1":
-                        raise RuntimeError(f"device_target='GPU': {problem}")
-                    log.logger.warning("device_target='GPU' requested but %s; running on the CPU "
-                                       "(MSVM_STRICT_DEVICE=1 makes this an error)", problem)
-                    v = "CPU"
-            _ctx["device_target"] = v
+            if v not in device.targets():
+                raise ValueError(f"set_context: device_target must be 'CPU' or 'GPU', got {v!r}")
+            _ctx["device_target"] = _select_device(v, kwargs.get("device_id", _ctx["device_id"]))
         elif k == "jit_config":
             if not isinstance(v, dict):
                 raise TypeError("set_context: jit_config must be a dict")

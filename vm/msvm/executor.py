@@ -15,7 +15,7 @@ import time
 
 import numpy as np
 
-from . import context, events, log
+from . import context, device, events, log
 from . import dtype as dt
 from .bytecode.disasm import display_name, dump, to_json
 from .bytecode.symbolic import Expr
@@ -48,7 +48,8 @@ def _key_of(v):
     if t is bool or t is int or t is float:
         return t
     if isinstance(v, Tensor):
-        a = v.asnumpy()
+        v._need_data()
+        a = v._data
         return (a.dtype, a.ndim, a.shape.count(1) and tuple(n == 1 for n in a.shape))
     if isinstance(v, np.ndarray):
         return ("nd", v.dtype, tuple(n == 1 for n in v.shape))
@@ -71,15 +72,16 @@ _BY_NP = dt._BY_NP
 
 
 def _key_declared(v):
-    a = v.asnumpy() if isinstance(v, Tensor) else np.asarray(v)
+    a = v._data if isinstance(v, Tensor) and v._data is not None else np.asarray(v)
     return (a.dtype, a.ndim)
 
 
 def _runtime_value(v):
     if type(v) is Tensor:
         return v._data
-    if isinstance(v, Tensor):
-        return v.asnumpy()
+    if isinstance(v, Tensor):            # a Parameter passed as an argument: its array, on its device
+        v._need_data()
+        return v._data
     if isinstance(v, np.ndarray):
         return v
     if isinstance(v, np.generic):
@@ -146,11 +148,19 @@ def warm_up() -> None:
 
 
 def accelerator():
-    """The tier manager's sites. Linked whatever jit_level is now: each site reads the live
-    jit_level on every call (L1 runs the reference kernel), so changing it with set_context
-    also changes Cells that already ran."""
-    from .compiler.tiers import ACCELERATOR
-    return ACCELERATOR
+    """The tier manager's sites for the current device: the LLVM tiers on the CPU, the NVPTX
+    kernels and cuBLAS on the GPU (``compiler/gpu_tiers.py``), none on a device without compiled
+    tiers (the interpreter runs every instruction there). Linked whatever jit_level is now: each
+    site reads the live jit_level on every call (L1 runs the reference kernel), so changing it
+    with set_context also changes Cells that already ran."""
+    dev = device.current()
+    if dev is device.CPU:
+        from .compiler.tiers import ACCELERATOR
+        return ACCELERATOR
+    if dev.target == "GPU" and dev.accelerated:
+        from .compiler.gpu_tiers import accelerator_for
+        return accelerator_for(dev)
+    return None
 
 
 def optimize(code):

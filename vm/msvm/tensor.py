@@ -1,6 +1,7 @@
 """``ms.Tensor`` and ``ms.Parameter``.
 
-A Tensor holds a numpy array (CPU) or is a *placeholder* with a shape whose
+A Tensor holds an array of its device (numpy on the CPU, CuPy on the GPU: ``msvm/device.py``;
+a Tensor made from host data goes to the current device) or is a *placeholder* with a shape whose
 dims may be None (``Tensor(shape=[None, 768], dtype=ms.float32)``), used by
 ``Cell.set_inputs``. Operators and methods call ``msvm.ops`` functions, so the
 same code runs eagerly on Tensors and symbolically on the frontend's graph
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import device as _device
 from . import dtype as dt
 
 
@@ -193,6 +195,14 @@ class Tensor(TensorMethods):
                 self._materialize(init)
             return
         d = dt.as_dtype(dtype) if dtype is not None else None
+        if not isinstance(input_data, (np.ndarray, np.generic)) and isinstance(input_data, _device.ARRAYS):
+            arr = input_data                   # an array of a device: it stays there
+            d = d or dt.from_numpy(arr.dtype)
+            dev = _device.device_of(arr)
+            self._data = arr if arr.dtype == d.np and arr.flags.c_contiguous else dev.contiguous(arr, d.np)
+            self._pshape = None
+            self._dtype = d
+            return
         if isinstance(input_data, np.ndarray):
             arr = input_data
             if d is None:
@@ -209,7 +219,8 @@ class Tensor(TensorMethods):
             if d is None:
                 d = dt.float32 if arr.dtype.kind == "f" else dt.from_numpy(arr.dtype)
             arr = _contiguous(arr, d)
-        self._data = arr
+        dev = _device._current[0]
+        self._data = arr if dev is _device.CPU else dev.from_host(arr)
         self._pshape = None
         self._dtype = d
 
@@ -225,7 +236,7 @@ class Tensor(TensorMethods):
             arr = np.random.normal(0.0, 0.01, shape)
         else:
             raise ValueError(f"unknown init {init!r}")
-        self._data = arr.astype(self._dtype.np)
+        self._data = _device.current().from_host(arr.astype(self._dtype.np))
         self._pshape = None
 
     @classmethod
@@ -257,6 +268,11 @@ class Tensor(TensorMethods):
         return int(np.prod(self.shape)) if self._data is not None else -1
 
     @property
+    def device(self) -> str:
+        """Where the data lives: "CPU:0", "GPU:0" (a placeholder: the current device)."""
+        return _device.name_of(self._data) if self._data is not None else _device.current().name
+
+    @property
     def strides(self) -> tuple:
         self._need_data()
         return tuple(s // self._data.itemsize for s in self._data.strides)
@@ -274,15 +290,17 @@ class Tensor(TensorMethods):
         return self
 
     def asnumpy(self) -> np.ndarray:
+        """The data as numpy: the array itself on the CPU, a copy from a device's memory."""
         self._need_data()
-        return self._data
+        a = self._data
+        return a if type(a) is np.ndarray else _device.to_host(a)
 
     def numpy(self) -> np.ndarray:
         return self.asnumpy()
 
     def __array__(self, dtype=None, copy=None):
-        self._need_data()
-        return self._data if dtype is None else self._data.astype(dtype)
+        a = self.asnumpy()
+        return a if dtype is None else a.astype(dtype)
 
     def item(self):
         self._need_data()
@@ -300,16 +318,17 @@ class Tensor(TensorMethods):
 
     def __getitem__(self, index):
         self._need_data()
-        index = index.asnumpy() if isinstance(index, Tensor) else index
-        return Tensor(np.asarray(self._data[index]))
+        index = index._data if isinstance(index, Tensor) else index
+        r = self._data[index]
+        return Tensor(np.asarray(r) if type(r) is np.ndarray or isinstance(r, np.generic) else r)
 
     def __repr__(self):
         if self._data is None:
             return f"Tensor(shape={list(self._pshape)}, dtype={self._dtype}, placeholder)"
-        return f"Tensor(shape={list(self.shape)}, dtype={self._dtype}, value=\n{self._data})"
+        return f"Tensor(shape={list(self.shape)}, dtype={self._dtype}, value=\n{self.asnumpy()})"
 
     def __str__(self):
-        return str(self._data) if self._data is not None else repr(self)
+        return str(self.asnumpy()) if self._data is not None else repr(self)
 
 
 def _contiguous(arr, d: dt.DType) -> np.ndarray:
@@ -333,7 +352,8 @@ class Parameter(Tensor):
         if isinstance(default_input, Tensor) and default_input.is_placeholder:
             Tensor.__init__(self, shape=default_input.placeholder_shape, dtype=default_input.dtype)
         elif isinstance(default_input, Tensor):
-            Tensor.__init__(self, default_input.asnumpy())
+            default_input._need_data()
+            Tensor.__init__(self, default_input._data)
         elif isinstance(default_input, (int, float)) and not isinstance(default_input, bool):
             Tensor.__init__(self, np.array(default_input, dtype=np.float32))
         else:
@@ -344,9 +364,14 @@ class Parameter(Tensor):
         self.requires_grad = requires_grad
 
     def set_data(self, data):
-        new = data.asnumpy() if isinstance(data, Tensor) else np.asarray(data)
+        """The new value, kept on this Parameter's device (host data is copied there)."""
+        new = data._data if isinstance(data, Tensor) else data
         old = self._data
-        self._data = _frozen(np.asarray(new, dtype=self._dtype.np))
+        dev = _device.device_of(old) if old is not None else None
+        dev = dev if dev is not None and dev is not _device.CPU else _device.current()
+        if type(new) is not dev.array_type:
+            new = dev.from_host(np.asarray(_device.to_host(new)))
+        self._data = _frozen(dev.asarray(new, dtype=self._dtype.np))
         if old is None or old.shape != self._data.shape:
             PARAMETER_SHAPES[0] += 1
         return self
@@ -360,11 +385,14 @@ class Parameter(Tensor):
 PARAMETER_SHAPES = [0]
 
 
-def _frozen(a: np.ndarray) -> np.ndarray:
-    """A C-contiguous read-only copy that owns its data."""
-    out = np.array(a, order="C", copy=True)
-    out.flags.writeable = False
-    return out
+def _frozen(a):
+    """A C-contiguous copy that owns its data, on a's device; read-only where the device can say
+    so (numpy can)."""
+    if type(a) is np.ndarray or isinstance(a, np.generic):
+        out = np.array(a, order="C", copy=True)
+        out.flags.writeable = False
+        return out
+    return _device.device_of(a).frozen(a)
 
 
 def wrap(v):
@@ -381,6 +409,12 @@ def wrap(v):
         return tuple(wrap(x) for x in v)
     if isinstance(v, np.generic):
         return wrap(np.asarray(v))
+    if isinstance(v, _device.ARRAYS):       # an array of a device (CuPy on the GPU)
+        t = Tensor.__new__(Tensor)
+        t._data = v
+        t._pshape = None
+        t._dtype = dt.from_numpy(v.dtype)
+        return t
     return v
 
 

@@ -10,8 +10,11 @@ are handed to the driver.
 Launches: one thread per element (elementwise, epilogues) or per row (softmax, layer
 norm), ``BLOCK`` threads per block, grid-stride loops so the grid stays bounded.
 
-Status: this module is the kernel layer; the interpreter does not yet run Cells on
-CuPy arrays (see README, "GPU"). ``bench/gpu_check.py`` exercises it on a real GPU.
+The tier manager's sites on the GPU device (``gpu_tiers.py``) decide which kernel runs and call
+``elementwise`` / ``rows`` / ``matmul`` here; the kernel IR those build comes from the pure
+functions ``elementwise_ir`` / ``row_ir`` and its cache key from ``kernel_key``, which the sites'
+decisions and the CPU tests use too. ``bench/gpu_check.py`` and ``tests/gpu`` exercise it on a
+real GPU.
 """
 
 from __future__ import annotations
@@ -52,6 +55,34 @@ def target_arch(compute_capability: str) -> str:
     raise Unsupported(f"compute capability {cc / 10:.1f}: msvm's GPU kernels need sm_80 or newer")
 
 
+def kernel_key(kernel, level: int, arch: str, version: str) -> str:
+    """The kernel cache key of a GPU kernel: its IR text, tier, architecture and compiler."""
+    return make_key(kernel.text(), level, f"cuda:{arch}", version, f"{TRIPLE}|{arch}")
+
+
+def elementwise_ir(program, shapes, dtype: str, level: int):
+    """(Elementwise IR, out shape, dims, kinds, bcast) for a fused program over inputs of these
+    shapes (None: a scalar), numpy broadcasting: L2 shape-generic, L3 with the collapsed dims."""
+    out_shape = np.broadcast_shapes(*[s for s in shapes if s is not None])
+    col = collapse(tuple(out_shape), list(shapes))
+    if col is None:
+        raise Unsupported("more than 3 dims after collapsing")
+    dims, bcast = col
+    kinds = tuple("t" if s is not None else "s" for s in shapes)
+    k = Elementwise(tuple(program), kinds, tuple(bcast), dtype, dims if level >= 3 else None)
+    return k, tuple(out_shape), dims, kinds, bcast
+
+
+def row_ir(op: str, n: int, dtype: str, gamma: bool, beta: bool, eps: float, level: int) -> RowKernel:
+    """softmax / layer norm over rows of length n (L3: n is a constant)."""
+    return RowKernel(op, dtype, gamma, beta, float(eps), n if level >= 3 else None)
+
+
+def _shape_of(cp, x):
+    """A tensor input's shape, None for a scalar (a Python number or a 0-d array)."""
+    return tuple(x.shape) if isinstance(x, cp.ndarray) and x.ndim > 0 else None
+
+
 class GpuKernel:
     __slots__ = ("fn", "kernel", "level", "key", "name")
 
@@ -79,7 +110,7 @@ class GpuRuntime:
         """(GpuKernel, {step: ms}) for kernel IR at a tier, from memory, disk or a fresh compile."""
         steps = {}
         t0 = time.perf_counter()
-        key = make_key(kernel.text(), level, self.device, self.version, f"{TRIPLE}|{self.arch}")
+        key = kernel_key(kernel, level, self.arch, self.version)
         name = f"msvm_{kernel.name}_{key[:12]}"
         fname = f"{name}_epi" if isinstance(kernel, MatmulEpilogue) else name
         with self.lock:
@@ -121,17 +152,11 @@ class GpuRuntime:
     def elementwise(self, program, inputs, dtype: str = "float32", level: int = 2, out=None):
         """Run a fused elementwise program over CuPy arrays / Python scalars (numpy broadcasting)."""
         cp = self.cp
-        shapes = tuple(tuple(x.shape) if isinstance(x, cp.ndarray) else None for x in inputs)
+        shapes = tuple(_shape_of(cp, x) for x in inputs)
         pk = (program, shapes, dtype, level)
         plan = self.plans.get(pk)
         if plan is None:                      # planned once per program and shapes: launches stay cheap
-            out_shape = np.broadcast_shapes(*[s for s in shapes if s is not None])
-            col = collapse(tuple(out_shape), list(shapes))
-            if col is None:
-                raise Unsupported("more than 3 dims after collapsing")
-            dims, bcast = col
-            kinds = tuple("t" if s is not None else "s" for s in shapes)
-            k = Elementwise(tuple(program), kinds, tuple(bcast), dtype, dims if level >= 3 else None)
+            k, out_shape, dims, kinds, bcast = elementwise_ir(program, shapes, dtype, level)
             plan = self.plans[pk] = (self.kernel(k, level)[0], out_shape, dims, kinds, bcast)
         gk, out_shape, dims, kinds, bcast = plan
         out = cp.empty(out_shape, dtype) if out is None else out
@@ -146,7 +171,7 @@ class GpuRuntime:
                 s0, s1 = strides_for(dims, b)
                 args += [self.cp.ascontiguousarray(x), np.int64(s0), np.int64(s1)]
             else:
-                args.append(np.float64(x))
+                args.append(np.float64(float(x)))      # (a 0-d device array is read as a number)
         self._launch(gk, total, tuple(args))
 
     def rows(self, op: str, x, gamma=None, beta=None, eps: float = 1e-5, level: int = 2):
@@ -158,7 +183,7 @@ class GpuRuntime:
         pk = (op, n, str(x.dtype), gamma is not None, beta is not None, float(eps), level)
         gk = self.plans.get(pk)
         if gk is None:
-            k = RowKernel(op, str(x.dtype), gamma is not None, beta is not None, float(eps), n if level >= 3 else None)
+            k = row_ir(op, n, str(x.dtype), gamma is not None, beta is not None, eps, level)
             gk = self.plans[pk] = self.kernel(k, level)[0]
         out = cp.empty_like(x)
         null = cp.empty(0, x.dtype)

@@ -115,6 +115,10 @@ def lift(v, builder=None) -> GraphValue:
     if arr is not None:
         import numpy as np
 
+        from .. import device
+
+        if not isinstance(arr, np.ndarray) and device.is_array(arr):
+            arr = device.to_host(arr)     # a constant is part of the program (host); linking puts it on the device
         if isinstance(arr, np.ndarray):
             return GraphValue(type_of_const(arr), ("const", arr))
     raise ShapeError(f"{type(v).__name__} value {v!r} cannot be used as a tensor operand")

@@ -1,4 +1,7 @@
-"""The L1 interpreter: runs verified Code on numpy.
+"""The L1 interpreter: runs verified Code on the arrays of a device (numpy on the CPU, CuPy on
+the GPU: ``msvm/device.py``). A Code is linked for the device current at link time (``BoundCode.device``):
+its arguments and Parameters must live there, and ALLOC_DEVICE_MEM / FREE_DEVICE_MEM open and
+give back the frame's workspace on one of its streams.
 
 ``link(code, cell)`` turns each instruction into a small closure chosen by its
 opcode from ``HANDLERS`` (a table indexed by opcode byte, built from the opcode
@@ -23,6 +26,7 @@ import time
 
 import numpy as np
 
+from .. import device as _device
 from .. import events
 from ..bytecode.code import Code
 from ..bytecode.disasm import argrepr
@@ -85,8 +89,9 @@ class Frame:
 
 
 def describe_value(v) -> dict:
-    if isinstance(v, np.ndarray):
-        return {"shape": list(v.shape), "dtype": str(v.dtype), "strides": list(v.strides), "device": "CPU:0"}
+    if isinstance(v, _device.ARRAYS) and not isinstance(v, np.generic):
+        return {"shape": list(v.shape), "dtype": str(v.dtype), "strides": list(v.strides),
+                "device": _device.name_of(v)}
     if isinstance(v, tuple):
         return {"tuple": [describe_value(x) for x in v]}
     return {"scalar": type(v).__name__, "value": v}
@@ -118,6 +123,8 @@ def h_store_tensor(ctx, i, args):
 
 def h_load_const(ctx, i, args):
     v = args[0]
+    if type(v) is np.ndarray and ctx.device is not _device.CPU:
+        v = ctx.device.from_host(v)      # an array constant: copied to the device once, when linked
 
     def h(f, s):
         s.append(v)
@@ -239,8 +246,43 @@ def h_raise(ctx, i, args):
     return h
 
 
+def _device_operand(ctx, i, dev_arg):
+    """ALLOC/FREE's device operand (an id, or a name such as "GPU:0") must be the linked device's."""
+    dev = ctx.device
+    ok = dev_arg == dev.id if not isinstance(dev_arg, str) else dev_arg in (dev.target, dev.name)
+    if not ok:
+        ins = ctx.code.instrs[i]
+        raise _device.DeviceMismatch(
+            f"{ins.op.name} at {ctx.code.filename}:{ins.loc.line} (bytecode offset 0x{ins.offset:04x}) in "
+            f"{ctx.code.name}: device {dev_arg!r}, but this code runs on {dev.name}")
+
+
 def h_alloc(ctx, i, args):
-    return lambda f, s: i + 1
+    """ALLOC_DEVICE_MEM device, stream: the frame's workspace on that stream of the frame's device;
+    the stream becomes current, so the kernels that follow launch on it."""
+    _device_operand(ctx, i, args[0])
+    dev, stream = ctx.device, int(args[1])
+    ctx.allocates = True
+
+    def h(f, s):
+        dev.alloc(f, stream)
+        return i + 1
+    return h
+
+
+def h_free(ctx, i, args):
+    """FREE_DEVICE_MEM device, stream: the workspace goes back (the output buffers the frame kept
+    return to the device's memory pool on that stream) and the previous stream is current again."""
+    _device_operand(ctx, i, args[0])
+    dev, stream = ctx.device, int(args[1])
+
+    def h(f, s):
+        dev.free(f, stream)
+        bufs = f.bufs
+        for k in range(len(bufs)):
+            bufs[k] = None
+        return i + 1
+    return h
 
 
 class ComputeSpec:
@@ -395,7 +437,7 @@ _SPECIAL = {
     "NOP": h_nop, "LOAD_TENSOR": h_load_tensor, "STORE_TENSOR": h_store_tensor, "LOAD_CONST": h_load_const,
     "LOAD_PARAM": h_load_param, "LOAD_SYM": h_load_sym, "SET_SYM": h_set_sym, "BUILD_TUPLE": h_build_tuple,
     "UNPACK_TUPLE": h_unpack_tuple, "POP_TOP": h_pop_top, "JUMP": h_jump, "BRANCH_IF_SYMBOLIC": h_branch,
-    "CALL_CELL": h_call_cell, "RETURN": h_return, "RAISE": h_raise, "ALLOC_DEVICE_MEM": h_alloc, "FREE_DEVICE_MEM": h_alloc,
+    "CALL_CELL": h_call_cell, "RETURN": h_return, "RAISE": h_raise, "ALLOC_DEVICE_MEM": h_alloc, "FREE_DEVICE_MEM": h_free,
 }
 
 # the handler table, indexed by opcode byte
@@ -473,11 +515,20 @@ def reusable_outputs(code: Code) -> set:
 class BoundCode:
     """A Code linked to the Cell instance whose attributes it reads."""
 
-    def __init__(self, code: Code, cell=None, attr_values=None, callee_resolver=None, accelerator=None):
+    allocates = False        # whether the Code has ALLOC_DEVICE_MEM (set while linking)
+
+    def __init__(self, code: Code, cell=None, attr_values=None, callee_resolver=None, accelerator=None, device=None):
         self.code = code
         self.cell = cell
         self.accelerator = accelerator
+        self.device = device = device or _device.current()
         self.attr_values = attr_values or {}
+        for name, obj in self.attr_values.items():     # Parameters and tensors must live on the device
+            a = getattr(obj, "_data", obj)
+            if type(a) is not device.array_type and isinstance(a, _device.ARRAYS) and not isinstance(a, np.generic):
+                raise _device.DeviceMismatch(f"{code.name}: attribute {name} is a tensor on {_device.name_of(a)}, "
+                                             f"but the code runs on {device.name} (the current device_target); "
+                                             "make the Cell after set_context(device_target=...)")
         self.reusable = reusable_outputs(code)
         self.prog = [HANDLERS[ins.op.code](self, i, code.decode_args(ins)) for i, ins in enumerate(code.instrs)]
         self.callees = {}
@@ -486,7 +537,7 @@ class BoundCode:
                 path, sub = code.decode_args(ins)[0]
                 self.callees[i] = callee_resolver(path, sub)
         self.entry = _entry_plan(code)
-        self.fast_bind = _compile_binder(code)
+        self.fast_bind = _compile_binder(code, device.array_type)
         self.pools: list = []
         self.calls = 0
         self.nlocals = len(code.varnames)
@@ -511,8 +562,11 @@ class BoundCode:
                 if v.shape[a] != b:
                     raise ShapeMismatch(_dim_msg(code, k, a, v.shape[a], str(b)))
             elif kind == 2:  # rank and dtype
-                if not isinstance(v, np.ndarray) or v.ndim != a or v.dtype != b:
-                    got = f"{v.dtype}{list(v.shape)}" if isinstance(v, np.ndarray) else type(v).__name__
+                if type(v) is not self.device.array_type and _device.device_of(v) not in (None, self.device):
+                    raise _device.DeviceMismatch(f"{code.name}: argument {code.params[k][0]} is a tensor on "
+                                                 f"{_device.name_of(v)}, but the code runs on {self.device.name}")
+                if not isinstance(v, self.device.array_type) or v.ndim != a or v.dtype != b:
+                    got = f"{v.dtype}{list(v.shape)}" if _device.is_array(v) else type(v).__name__
                     raise ShapeMismatch(f"{code.name}: argument {code.params[k][0]} must be a {b} tensor of "
                                         f"rank {a}, got {got}")
             elif kind == 3:  # scalar symbol / flag
@@ -616,7 +670,7 @@ def _dim_msg(code, k, axis, got, want):
             f"{fmt_shape(t.shape)} where dim {axis} is {want}")
 
 
-def _compile_binder(code: Code):
+def _compile_binder(code: Code, array_type=np.ndarray):
     """Generate ``bind(args) -> env`` for this Code's parameters: the common case in a few
     straight-line checks. It returns None when anything is off; ``BoundCode.bind`` then
     finds the problem and raises the error that names it."""
@@ -629,7 +683,7 @@ def _compile_binder(code: Code):
     lines.append("    except (TypeError, ValueError):")
     lines.append("        return None")
     lines.append("    env = {}")
-    consts = {"nd": np.ndarray}
+    consts = {"nd": array_type}
     derived = []
     for k, (_pname, t) in enumerate(code.params):
         a = names[k]
@@ -713,6 +767,8 @@ def run(f: Frame):
             i = _run_slow(f, prog, s, trace)
     except Exception as e:  # noqa: BLE001 - re-raised with the instruction's location
         f.bufs = None
+        if bound.allocates:           # workspaces this frame left open go back
+            bound.device.release(f)
         if isinstance(e, (ExecutionError, ShapeMismatch)):
             raise
         idx = f.index if trace is not None or events.profiling else i
@@ -764,7 +820,7 @@ def trace_printer(frame: Frame, pc: int):
     """The MSVM_TRACE=1 hook: the stack, then the instruction as the disassembler prints it."""
     code = frame.code
     ins = code.instrs[frame.index]
-    stack = " ".join(f"[{v.dtype}{list(v.shape)}]" if isinstance(v, np.ndarray) else f"[{v!r}]"
+    stack = " ".join(f"[{v.dtype}{list(v.shape)}]" if _device.is_array(v) else f"[{v!r}]"
                      for v in frame.stack)
     print(f"[MS] {'  ' * frame.depth}{stack}", file=sys.stderr)
     print(f"[MS] {'  ' * frame.depth}0x{pc:04x}: {ins.op.name} {argrepr(code, ins)}", file=sys.stderr)

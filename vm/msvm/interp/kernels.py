@@ -2,8 +2,11 @@
 
 ``KERNELS[name](*inputs, *operands, out=None)`` is "the living definition" of an
 op: the interpreter calls it, eager (PyNative) ops call it, and compiled tiers
-are tested against it. ``out`` is a buffer of the right shape and dtype that
-the kernel may write into (reused across calls); kernels that cannot use it
+are tested against it. They run on any device's arrays: computing numpy functions dispatch on
+their arguments (NEP 13/18, as CuPy's arrays take them), and ``np`` here is ``device.XNP``, numpy
+with array creation (``np.asarray``, ``np.full``, ...) on the current device; ``_device.ARRAYS``
+is "an array of any device" where a kernel tells arrays from Python scalars. ``out`` is a buffer
+of the right shape and dtype that the kernel may write into (reused across calls); kernels that cannot use it
 ignore it. Dtypes follow ``msvm.dtype.promote``.
 """
 
@@ -11,11 +14,11 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
-
+from .. import device as _device
 from .. import dtype as dt
 from ..bytecode.opcodes import TABLE
 from ..bytecode.program import evaluate
+from ..device import XNP as np  # numpy, with array creation on the current device (device.py)
 
 _special = None
 
@@ -31,7 +34,7 @@ def _sp():
 
 
 def _dtype_of(v):
-    if isinstance(v, (np.ndarray, np.generic)):
+    if isinstance(v, _device.ARRAYS):
         return dt.from_numpy(v.dtype), None
     return None, dt.scalar_kind(v)
 
@@ -53,7 +56,7 @@ def _arr(v, d: dt.DType):
 
 
 def _scalar(a, b):
-    return not isinstance(a, (np.ndarray, np.generic)) and not isinstance(b, (np.ndarray, np.generic))
+    return not isinstance(a, _device.ARRAYS) and not isinstance(b, _device.ARRAYS)
 
 
 def _py(v, d: dt.DType):
@@ -96,10 +99,10 @@ def _logical(ufunc):
 
 def _unary(fn, to_float=False):
     def kern(x, out=None):
-        if not isinstance(x, (np.ndarray, np.generic)):
+        if not isinstance(x, _device.ARRAYS):
             r = fn(np.atleast_1d(np.asarray(x, dtype=np.float64 if (to_float or isinstance(x, float)) else None)), None)
             return _py(np.asarray(r).reshape(-1)[0], dt.float32 if to_float or isinstance(x, float) else result_dtype(x))
-        if not isinstance(x, np.ndarray):
+        if isinstance(x, np.generic):
             x = np.asarray(x, dtype=result_dtype(x).np)
         if to_float and x.dtype.kind != "f":
             x = x.astype(np.float32)
@@ -508,7 +511,7 @@ def _bool_unary(ufunc):
     """x -> bool array (NaN/inf tests); a Python scalar gives a Python bool."""
     def kern(x, out=None):
         r = ufunc(np.asarray(x))
-        return bool(r) if not isinstance(x, (np.ndarray, np.generic)) else np.asarray(r)
+        return bool(r) if not isinstance(x, _device.ARRAYS) else np.asarray(r)
     return kern
 
 

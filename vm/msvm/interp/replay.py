@@ -102,7 +102,9 @@ class _Writer:
             ins = code.instrs[i]
             name, args = ins.op.name, code.decode_args(ins)
             nxt = i + 1
-            if name in ("NOP", "ALLOC_DEVICE_MEM", "FREE_DEVICE_MEM"):
+            if name in ("ALLOC_DEVICE_MEM", "FREE_DEVICE_MEM"):
+                raise NotReplayable("device workspaces are the interpreter's (streams, FREE's buffers)")
+            if name == "NOP":
                 pass
             elif name == "LOAD_TENSOR":
                 if args[0] not in loc:
@@ -111,7 +113,10 @@ class _Writer:
             elif name == "STORE_TENSOR":
                 loc[args[0]] = stack.pop()
             elif name == "LOAD_CONST":
-                stack.append(self.const("c", args[0]))
+                v = args[0]
+                if bound.device.target != "CPU" and bound.device.owns_host(v):
+                    v = bound.device.from_host(v)        # (as the interpreter's LOAD_CONST: on the device)
+                stack.append(self.const("c", v))
             elif name == "LOAD_PARAM":
                 obj = bound.attr_values[args[0]]
                 if hasattr(obj, "_data"):       # read at each call: set_data is honoured

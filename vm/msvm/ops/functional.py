@@ -13,6 +13,7 @@ import builtins
 
 import numpy as np
 
+from .. import device as _device
 from .. import dtype as dt
 from ..bytecode.symbolic import Expr, product, smin
 from ..errors import UnknownDim
@@ -27,7 +28,12 @@ def apply(opname: str, inputs: tuple, operands: tuple = ()):
     for x in inputs:
         if isinstance(x, Expr):
             raise TypeError(f"{opname}: symbolic value {x} outside a compiled Cell")
-    return wrap(KERNELS[opname](*(unwrap(x) for x in inputs), *operands))
+    args = [unwrap(x) for x in inputs]
+    try:
+        return wrap(KERNELS[opname](*args, *operands))
+    except (TypeError, ValueError, RuntimeError):
+        _device.check_same(opname, args, _device.device_of_any(args))   # tensors of two devices: say which
+        raise
 
 
 def _shape(x):

@@ -1,0 +1,356 @@
+"""The tier manager on the GPU device: which code runs each jit-able instruction of a Code
+linked for the GPU, and when its kernel compiles.
+
+The same instructions as on the CPU (``opcodes.JITABLE``: FUSED_ELEMENTWISE, FUSED_MATMUL,
+SOFTMAX, LAYER_NORM) get a ``GpuSite``; the policy is ``tiers.Site``'s: at jit_level "auto" a
+call at a shape class without a kernel runs the L1 reference kernel (on CuPy arrays, through the
+device layer) and queues the L2 compile (shape-generic: dims are kernel arguments) on the
+background compiler; after ``l3_after`` calls at one concrete shape the L3 kernel (dims are
+constants, codegen O3) is queued, for at most ``tiers.L3_SHAPES`` shapes (more: the site is
+polymorphic and stays on L2). "L2"/"L3" compile that tier synchronously; "L1" never compiles.
+A compile that fails (an op NVPTX cannot emit without libdevice, a budget) leaves that class on L1.
+
+Kernels are ``compiler/gpu.py``'s: PTX from ``lower_gpu`` loaded through CuPy, matmuls through
+cuBLAS (``cupy.matmul``) with the fused epilogue as a generated kernel over the product; they
+launch on CuPy's current stream, which is the frame's (``ALLOC_DEVICE_MEM``). The kernel cache
+key includes the GPU architecture (``gpu.kernel_key``).
+
+``GpuSite.decide`` is the whole dispatch decision (tier, kernel IR, cache key) from the inputs'
+shapes, dtypes and layouts; it needs no GPU, so the CPU tests check it (and run ``ptxas`` on
+what it decides).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+from .. import context, events, log
+from ..bytecode.disasm import display_name
+from ..bytecode.opcodes import JITABLE
+from .gpu import elementwise_ir, kernel_key, row_ir
+from .lower import Unsupported
+
+_JIT = context._ctx["jit_config"]
+_FLOATS = ("float32", "float64")
+
+
+class Decision:
+    """What a call runs: ``level`` (2 or 3), the kernel IR to compile (None: cuBLAS alone),
+    its cache key, and how to launch (``kind``: "elementwise" | "rows" | "matmul", ``args``)."""
+
+    __slots__ = ("level", "kernel", "key", "kind", "args", "shape_key", "class_key")
+
+    def __init__(self, level, kernel, key, kind, args, class_key, shape_key):
+        self.level, self.kernel, self.key, self.kind, self.args = level, kernel, key, kind, args
+        self.class_key, self.shape_key = class_key, shape_key
+
+    def __repr__(self):
+        return f"<L{self.level} {self.kind} {self.kernel.text() if self.kernel is not None else 'cuBLAS'}>"
+
+
+def _is_tensor(x) -> bool:
+    return hasattr(x, "shape") and hasattr(x, "dtype") and len(x.shape) > 0
+
+
+def _contiguous(x) -> bool:
+    return bool(x.flags.c_contiguous)
+
+
+class GpuSite:
+    """One jit-able instruction of one Code on the GPU: its kernels per shape class / shape."""
+
+    def __init__(self, code, index: int, arch: str, version: str, runtime=None, stats=None):
+        ins = code.instrs[index]
+        self.code, self.index, self.ins = code, index, ins
+        self.op = ins.op.name
+        self.args = code.decode_args(ins)
+        self.name = display_name(ins)
+        self.arch, self.version, self.rt = arch, version, runtime
+        self.ready: dict = {}        # cache key -> True (compiled and loaded) | "pending" | "failed"
+        self.seen: dict = {}         # concrete shapes -> calls (auto)
+        self.l3_shapes: set = set()
+        self.polymorphic = False
+        self.plans: dict = {}        # (shapes, dtypes, layout) -> (class key, shape key, kind, build) | None
+        self.tier_history: list = []
+        self.stats = stats if stats is not None else {"hits": 0, "misses": 0, "failures": 0}
+        self.lock = threading.Lock()
+
+    # --- what runs
+    def __call__(self, inputs, reference, out=None):
+        level = _JIT["jit_level"]
+        if level == "L1":
+            return reference(*inputs)
+        d = self.decide(inputs, level)
+        if d is None:
+            return reference(*inputs)
+        state = self.ready.get(d.key, None) if d.kernel is not None else True
+        if state is None:
+            self.compile(d, sync=level != "auto")
+            state = self.ready.get(d.key)
+        if state is not True:
+            self.stats["misses"] += 1
+            return reference(*inputs)
+        self.stats["hits"] += 1
+        return self.launch(d, inputs, out)
+
+    def fast_for(self, inputs):
+        """(The replay's prepared-caller hook: the GPU sites have none; every call decides.)"""
+        return None
+
+    def decide(self, inputs, level: str = "auto"):
+        """The Decision for these inputs at this jit_level, None where only L1 applies. At "auto"
+        it counts the call toward L3 (``l3_after`` calls at one shape) and asks for the L3 kernel
+        once that many were seen; until that kernel is ready it decides L2."""
+        plan = self.plan(inputs)
+        if plan is None:
+            return None
+        class_key, shape_key, kind, build = plan
+        if level == "L2":
+            return self._decision(2, plan)
+        if level == "L3":
+            return self._decision(3, plan)
+        if shape_key in self.l3_shapes:       # its L3 kernel was asked for: used once it is loaded
+            d3 = self._decision(3, plan)
+            if d3.kernel is None or self.ready.get(d3.key) is True:
+                return d3
+            return self._decision(2, plan)
+        if not self.polymorphic:
+            n = self.seen.get(shape_key, 0) + 1
+            self.seen[shape_key] = n
+            if len(self.seen) > _l3_shapes():
+                self.polymorphic = True
+                self.seen.clear()
+            elif n >= context.jit_option("l3_after"):
+                self.l3_shapes.add(shape_key)
+                d3 = self._decision(3, plan)
+                if d3.kernel is not None and d3.key not in self.ready:
+                    self.compile(d3, sync=False)
+        return self._decision(2, plan)
+
+    def _decision(self, level: int, plan) -> Decision:
+        class_key, shape_key, kind, build = plan
+        kernel, args = build(level)
+        key = kernel_key(kernel, level, self.arch, self.version) if kernel is not None else None
+        return Decision(level, kernel, key, kind, args, class_key, shape_key)
+
+    # --- planning (no GPU needed: shapes, dtypes and layouts only)
+    def plan(self, inputs):
+        ck = tuple((tuple(x.shape), str(x.dtype), _contiguous(x)) if _is_tensor(x) else
+                   ("0d", str(x.dtype)) if hasattr(x, "dtype") else type(x) for x in inputs)
+        if ck in self.plans:
+            return self.plans[ck]
+        try:
+            p = getattr(self, "_plan_" + self.op.lower())(inputs)
+        except Unsupported as e:
+            log.logger.debug("GPU site %s: L1 only for %s (%s)", self.name, ck, e)
+            p = None
+        self.plans[ck] = p
+        return p
+
+    @staticmethod
+    def _one_float_dtype(tensors) -> str:
+        dts = {str(x.dtype) for x in tensors}
+        if len(dts) != 1:
+            raise Unsupported("mixed dtypes")
+        d = dts.pop()
+        if d not in _FLOATS:
+            raise Unsupported(f"dtype {d}")
+        if not all(_contiguous(x) for x in tensors):
+            raise Unsupported("a strided input (the kernels take C-contiguous inputs)")
+        return d
+
+    def _elementwise_parts(self, program, shapes, scalars_0d, d):
+        for x in scalars_0d:
+            if str(x.dtype) != d:
+                raise Unsupported("0-d input of another dtype")
+        if any(n[0] == "CAST" and getattr(n[1], "name", n[1]) != d for n in program):
+            raise Unsupported("cast to another dtype")
+        elementwise_ir(program, shapes, d, 2)          # (raises Unsupported when it cannot collapse)
+
+    def _plan_fused_elementwise(self, inputs):
+        program = self.args[0]
+        tensors = [x for x in inputs if _is_tensor(x)]
+        if not tensors:
+            raise Unsupported("no tensor inputs")
+        d = self._one_float_dtype(tensors)
+        shapes = tuple(tuple(x.shape) if _is_tensor(x) else None for x in inputs)
+        self._elementwise_parts(program, shapes, [x for x in inputs if hasattr(x, "dtype") and not _is_tensor(x)], d)
+        ir2 = elementwise_ir(program, shapes, d, 2)
+        cls = ("ew", ir2[0].kinds, ir2[0].bcast, d)
+
+        def build(level):
+            return elementwise_ir(program, shapes, d, level)[0], (program, d)
+        return cls, (cls, ir2[2]), "elementwise", build
+
+    def _plan_fused_matmul(self, inputs):
+        ta, tb, batched, program, _n = self.args
+        a, b = inputs[0], inputs[1]
+        if not (_is_tensor(a) and _is_tensor(b)) or len(a.shape) < 2 or len(b.shape) < 2:
+            raise Unsupported("matmul of vectors or scalars")
+        d = self._one_float_dtype([a, b])
+        m = a.shape[-1] if ta else a.shape[-2]
+        n_ = b.shape[-2] if tb else b.shape[-1]
+        import numpy as np
+
+        batch = tuple(np.broadcast_shapes(tuple(a.shape[:-2]), tuple(b.shape[:-2])))
+        out_shape = batch + (m, n_)
+        extras = list(inputs[2:])
+        tensors = [x for x in extras if _is_tensor(x)]
+        if tensors:
+            self._one_float_dtype(tensors + [a])
+        trivial = tuple(program) in ((("in", 0),), ())
+        shapes = (out_shape,) + tuple(tuple(x.shape) if _is_tensor(x) else None for x in extras)
+        if not trivial:
+            self._elementwise_parts(program, shapes, [x for x in extras if hasattr(x, "dtype") and not _is_tensor(x)],
+                                    d)
+        cls = ("mm", bool(ta), bool(tb), d, None if trivial else elementwise_ir(program, shapes, d, 2)[0].bcast)
+
+        def build(level):
+            epi = None if trivial else elementwise_ir(program, shapes, d, level)[0]
+            return epi, (() if trivial else program, bool(ta), bool(tb))
+        return cls, (cls, tuple(a.shape), tuple(b.shape), shapes[1:]), "matmul", build
+
+    def _plan_row(self, inputs):
+        x = inputs[0]
+        if not _is_tensor(x):
+            raise Unsupported("row kernel of a scalar")
+        n = x.shape[-1]
+        if n == 0:
+            raise Unsupported("rows of length 0")
+        if self.op == "SOFTMAX":
+            if self.args[0] not in (-1, len(x.shape) - 1):
+                raise Unsupported("softmax not over the last axis")
+            d = self._one_float_dtype([x])
+            op, g, b, eps = "softmax", None, None, 0.0
+        else:
+            bna, bpa, eps = self.args
+            if bna % len(x.shape) != len(x.shape) - 1 or bpa % len(x.shape) != len(x.shape) - 1:
+                raise Unsupported("layer norm over more than the last axis")
+            g, b = inputs[1], inputs[2]
+            d = self._one_float_dtype([x] + [t for t in (g, b) if t is not None])
+            for t in (g, b):
+                if t is not None and tuple(t.shape) != (n,):
+                    raise Unsupported("gamma/beta shape")
+            op = "layer_norm"
+        cls = ("row", op, d, g is not None, b is not None, float(eps))
+
+        def build(level):
+            return row_ir(op, n, d, g is not None, b is not None, eps, level), (op, float(eps))
+        return cls, (cls, tuple(x.shape)), "rows", build
+
+    _plan_softmax = _plan_row
+    _plan_layer_norm = _plan_row
+
+    # --- compiling and launching (the runtime: a GPU)
+    def compile(self, d: Decision, sync: bool) -> None:
+        with self.lock:
+            if d.key in self.ready:
+                return
+            self.ready[d.key] = "pending"
+
+        def task():
+            t0 = time.perf_counter()
+            try:
+                _gk, steps = self.rt.kernel(d.kernel, d.level)
+                budget = _budget(d.level)
+                if time.perf_counter() - t0 > budget:
+                    raise TimeoutError(f"compile took {time.perf_counter() - t0:.2f}s, budget {budget}s")
+                self.ready[d.key] = True
+                self.tier_history.append({"time": time.time(), "level": d.level, "key": d.key[:12]})
+                events.emit({"type": "tier", "code": self.code.name, "offset": self.ins.offset, "op": self.name,
+                             "level": d.level, "device": f"cuda:{self.arch}", "steps": steps})
+            except Exception as e:  # noqa: BLE001 - any failure leaves this class on L1, counted and logged
+                self.ready[d.key] = "failed"
+                self.stats["failures"] = self.stats.get("failures", 0) + 1
+                events.emit({"type": "error", "what": "compile", "op": self.name, "level": d.level, "why": str(e),
+                             "code": self.code.name, "offset": self.ins.offset, "device": f"cuda:{self.arch}"})
+                log.logger.info("GPU L%d compile of %s failed, staying in L1: %s", d.level, self.name, e)
+        if sync:
+            task()
+        else:
+            from .tiers import worker
+
+            worker().submit(task)
+
+    def launch(self, d: Decision, inputs, out):
+        rt = self.rt
+        if d.kind == "elementwise":
+            program, dtype = d.args
+            if out is not None and (tuple(out.shape) != _out_shape(inputs) or str(out.dtype) != dtype
+                                    or not _contiguous(out)):
+                out = None
+            return rt.elementwise(program, list(inputs), dtype, d.level, out=out)
+        if d.kind == "rows":
+            op, eps = d.args
+            if op == "softmax":
+                return rt.rows("softmax", inputs[0], level=d.level)
+            return rt.rows("layer_norm", inputs[0], inputs[1], inputs[2], eps, d.level)
+        program, ta, tb = d.args
+        return rt.matmul(inputs[0], inputs[1], program, list(inputs[2:]), ta, tb, d.level)
+
+
+def _out_shape(inputs) -> tuple:
+    import numpy as np
+
+    return tuple(np.broadcast_shapes(*[tuple(x.shape) for x in inputs if _is_tensor(x)]))
+
+
+def _budget(level: int) -> float:
+    from .tiers import BUDGET_S
+
+    return BUDGET_S[level]
+
+
+def _l3_shapes() -> int:
+    from .tiers import L3_SHAPES
+
+    return L3_SHAPES
+
+
+class GpuAccelerator:
+    """What the interpreter asks when it links a Code for the GPU: a GpuSite per jit-able
+    instruction (kept on the Code beside the CPU's ``jit_sites``)."""
+
+    ops = JITABLE
+    config = _JIT
+
+    def __init__(self, runtime):
+        self.rt = runtime
+        self.arch, self.version = runtime.arch, runtime.version
+        self.stats = runtime.cache.stats
+
+    def site(self, code, index: int):
+        sites = code.__dict__.setdefault("gpu_sites", {})
+        key = (self.arch, index)
+        s = sites.get(key)
+        if s is None:
+            s = sites[key] = GpuSite(code, index, self.arch, self.version, self.rt, self.stats)
+        return s
+
+
+_accels: dict = {}
+_lock = threading.Lock()
+
+
+def accelerator_for(dev):
+    """The GPU accelerator for a CUDA device, or None (with a warning; an error under
+    MSVM_STRICT_DEVICE=1 naming the problem) when msvm's kernels cannot run there (CuPy cannot
+    load modules, a compute capability below 8.0): the interpreter then runs every instruction
+    on CuPy."""
+    with _lock:
+        if dev.id in _accels:
+            return _accels[dev.id]
+        try:
+            from .gpu import GpuRuntime
+
+            acc = GpuAccelerator(GpuRuntime())
+        except Exception as e:  # noqa: BLE001 - reported, and the kernels' tier stays off
+            if os.environ.get("MSVM_STRICT_DEVICE") == "1":
+                raise RuntimeError(f"device_target='GPU': msvm's GPU kernels cannot run: {e}") from e
+            log.logger.warning("msvm's GPU kernels cannot run on %s (%s); the interpreter runs every "
+                               "instruction on CuPy (MSVM_STRICT_DEVICE=1 makes this an error)", dev.name, e)
+            acc = None
+        _accels[dev.id] = acc
+        return acc

@@ -150,14 +150,14 @@ class GpuSite:
         return p
 
     @staticmethod
-    def _one_float_dtype(tensors) -> str:
+    def _one_float_dtype(tensors, strided_ok: bool = False) -> str:
         dts = {str(x.dtype) for x in tensors}
         if len(dts) != 1:
             raise Unsupported("mixed dtypes")
         d = dts.pop()
         if d not in _FLOATS:
             raise Unsupported(f"dtype {d}")
-        if not all(_contiguous(x) for x in tensors):
+        if not strided_ok and not all(_contiguous(x) for x in tensors):
             raise Unsupported("a strided input (the kernels take C-contiguous inputs)")
         return d
 
@@ -189,7 +189,7 @@ class GpuSite:
         a, b = inputs[0], inputs[1]
         if not (_is_tensor(a) and _is_tensor(b)) or len(a.shape) < 2 or len(b.shape) < 2:
             raise Unsupported("matmul of vectors or scalars")
-        d = self._one_float_dtype([a, b])
+        d = self._one_float_dtype([a, b], strided_ok=True)      # (cuBLAS takes strided operands: cupy.matmul)
         m = a.shape[-1] if ta else a.shape[-2]
         n_ = b.shape[-2] if tb else b.shape[-1]
         import numpy as np
@@ -199,7 +199,9 @@ class GpuSite:
         extras = list(inputs[2:])
         tensors = [x for x in extras if _is_tensor(x)]
         if tensors:
-            self._one_float_dtype(tensors + [a])
+            self._one_float_dtype(tensors)
+            if str(tensors[0].dtype) != d:
+                raise Unsupported("mixed dtypes")
         trivial = tuple(program) in ((("in", 0),), ())
         shapes = (out_shape,) + tuple(tuple(x.shape) if _is_tensor(x) else None for x in extras)
         if not trivial:

@@ -257,9 +257,9 @@ def test_workspaces_and_streams(on_the_gpu):
         interpreter.set_trace(old)
     assert device.to_host(out).tolist() == [0, 2, 0, 4] and not dev.live
     if COMPILED:
-        at = dict(streams)
-        assert at["RELU"] == dev.stream(1) and at["ALLOC_DEVICE_MEM"] != dev.stream(1)
-        assert dev.xp.cuda.get_current_stream() == dev.stream(0)
+        at = {name: st.ptr for name, st in streams}
+        assert at["RELU"] == dev.stream(1).ptr != 0 and at["ALLOC_DEVICE_MEM"] != dev.stream(1).ptr
+        assert dev.xp.cuda.get_current_stream().ptr == at["ALLOC_DEVICE_MEM"]       # FREE restored it
 
 
 def test_mixing_devices_names_both(on_the_gpu, rng):

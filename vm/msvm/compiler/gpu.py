@@ -94,6 +94,7 @@ class GpuRuntime:
     def __init__(self, cache_dir: str | None = None):
         self.cp = cuda()
         dev = self.cp.cuda.Device()
+        self.device_id = dev.id
         self.arch = target_arch(dev.compute_capability)
         self.device = f"cuda:{self.arch}"
         self.cache = KernelCache(cache_dir)
@@ -104,6 +105,11 @@ class GpuRuntime:
         import llvmlite
 
         self.version = f"llvmlite-{llvmlite.__version__}"
+
+    def context(self):
+        """This runtime's CUDA device as the calling thread's current one (the background compiler
+        loads modules from its own thread, and a module loads into the current context)."""
+        return self.cp.cuda.Device(self.device_id)
 
     # --- compile and load
     def kernel(self, kernel, level: int = 2) -> tuple:

@@ -22,6 +22,7 @@ what it decides).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -255,7 +256,8 @@ class GpuSite:
         def task():
             t0 = time.perf_counter()
             try:
-                _gk, steps = self.rt.kernel(d.kernel, d.level)
+                with getattr(self.rt, "context", contextlib.nullcontext)():
+                    _gk, steps = self.rt.kernel(d.kernel, d.level)
                 budget = _budget(d.level)
                 if time.perf_counter() - t0 > budget:
                     raise TimeoutError(f"compile took {time.perf_counter() - t0:.2f}s, budget {budget}s")
@@ -286,8 +288,8 @@ class GpuSite:
             return rt.elementwise(program, list(inputs), dtype, d.level, out=out)
         if d.kind == "rows":
             op, eps = d.args
-            if op == "softmax":
-                return rt.rows("softmax", inputs[0], level=d.level)
+            if op == "softmax":        # (eps 0.0: the IR, and so the key, the decision compiled)
+                return rt.rows("softmax", inputs[0], eps=eps, level=d.level)
             return rt.rows("layer_norm", inputs[0], inputs[1], inputs[2], eps, d.level)
         program, ta, tb = d.args
         return rt.matmul(inputs[0], inputs[1], program, list(inputs[2:]), ta, tb, d.level)

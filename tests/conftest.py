@@ -33,7 +33,7 @@ def private_kernel_cache(tmp_path_factory):
 
 
 @pytest.fixture(autouse=True, scope="session")
-def test_device():
+def suite_device():
     """``MSVM_TEST_DEVICE=FOREIGN`` runs a suite on the foreign CPU-side device
     (tests/foreign_device.py: arrays that refuse every implicit conversion to host numpy), as
     tests/vm/test_device.py does for the op and model tests; ``GPU`` runs it on the GPU (tests/gpu)."""

@@ -367,8 +367,7 @@ class Parameter(Tensor):
         """The new value, kept on this Parameter's device (host data is copied there)."""
         new = data._data if isinstance(data, Tensor) else data
         old = self._data
-        dev = _device.device_of(old) if old is not None else None
-        dev = dev if dev is not None and dev is not _device.CPU else _device.current()
+        dev = (_device.device_of(old) if old is not None else None) or _device.current()
         if type(new) is not dev.array_type:
             new = dev.from_host(np.asarray(_device.to_host(new)))
         self._data = _frozen(dev.asarray(new, dtype=self._dtype.np))

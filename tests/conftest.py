@@ -47,11 +47,15 @@ def suite_device():
         import foreign_device
 
         foreign_device.install()
+    elif target == "EMULATED":
+        import emulated_gpu
+
+        emulated_gpu.install()
     ms.set_context(device_target=target)
     yield target
     ms.set_context(device_target="CPU")
     record = os.environ.get("MSVM_TEST_DISPATCHED")
-    if record and target == "FOREIGN":       # what the kernels dispatched there (test_device checks it)
+    if record and target in ("FOREIGN", "EMULATED"):       # what the kernels dispatched there (test_device checks it)
         import foreign_device
 
         with open(record, "w") as f:

@@ -3,8 +3,10 @@
 usable GPU. ``tests/gpu/run.sh`` runs them and bench/gpu_check.py in one command.
 
 ``MSVM_GPU_TEST_TARGET=FOREIGN`` runs the same tests on the foreign CPU-side device
-(tests/foreign_device.py), which has no compiled tiers: that checks the tests themselves on a
-machine without a GPU (the compiled-tier assertions are then skipped)."""
+(tests/foreign_device.py), which has no compiled tiers, and ``EMULATED`` on that device with the
+GPU's compiled tiers whose launches are evaluated on the CPU (tests/emulated_gpu.py): both check
+the tests and the GPU path's Python on a machine without a GPU (tests/jit/test_gpu_emulated.py
+runs them so); only ``GPU`` checks CUDA, the PTX's results and streams."""
 
 import os
 
@@ -41,6 +43,10 @@ def on_the_gpu(monkeypatch):
         import foreign_device
 
         foreign_device.install()
+    elif TARGET == "EMULATED":
+        import emulated_gpu
+
+        emulated_gpu.install()
     monkeypatch.setenv("MSVM_STRICT_DEVICE", "1")
     ms.set_context(device_target=TARGET, jit_config={"jit_level": "auto"})
     yield device.current()

@@ -237,6 +237,13 @@ class CupyDevice(Device):
     def holds(self, x) -> bool:
         return x.device.id == self.id
 
+    def gpu_runtime(self):
+        """The kernel runtime of this GPU (compiler/gpu.py), for its compiled tiers."""
+        from .compiler.gpu import GpuRuntime
+
+        with self.cuda_device:
+            return GpuRuntime()
+
     def from_host(self, a):
         return self.xp.asarray(a, order="C")
 

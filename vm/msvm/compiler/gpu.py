@@ -174,7 +174,7 @@ class GpuRuntime:
         args = [np.int64(total), np.int64(dims[1]), np.int64(dims[2]), out]
         for x, kind, b in zip(inputs, kinds, bcast):
             if kind == "t":
-                s0, s1 = strides_for(dims, b)
+                s0, s1, _s2 = strides_for(dims, b)      # (axis 2: contiguous, or broadcast per bcast)
                 args += [self.cp.ascontiguousarray(x), np.int64(s0), np.int64(s1)]
             else:
                 args.append(np.float64(float(x)))      # (a 0-d device array is read as a number)

@@ -339,22 +339,21 @@ _lock = threading.Lock()
 
 
 def accelerator_for(dev):
-    """The GPU accelerator for a CUDA device, or None (with a warning; an error under
-    MSVM_STRICT_DEVICE=1 naming the problem) when msvm's kernels cannot run there (CuPy cannot
-    load modules, a compute capability below 8.0): the interpreter then runs every instruction
-    on CuPy."""
+    """The GPU accelerator for a CUDA device (its ``gpu_runtime()`` makes the kernel runtime), or
+    None (with a warning; an error under MSVM_STRICT_DEVICE=1 naming the problem) when msvm's
+    kernels cannot run there (CuPy cannot load modules, a compute capability below 8.0): the
+    interpreter then runs every instruction on CuPy."""
+    key = (dev.target, dev.id)
     with _lock:
-        if dev.id in _accels:
-            return _accels[dev.id]
+        if key in _accels:
+            return _accels[key]
         try:
-            from .gpu import GpuRuntime
-
-            acc = GpuAccelerator(GpuRuntime())
+            acc = GpuAccelerator(dev.gpu_runtime())
         except Exception as e:  # noqa: BLE001 - reported, and the kernels' tier stays off
             if os.environ.get("MSVM_STRICT_DEVICE") == "1":
                 raise RuntimeError(f"device_target='GPU': msvm's GPU kernels cannot run: {e}") from e
             log.logger.warning("msvm's GPU kernels cannot run on %s (%s); the interpreter runs every "
                                "instruction on CuPy (MSVM_STRICT_DEVICE=1 makes this an error)", dev.name, e)
             acc = None
-        _accels[dev.id] = acc
+        _accels[key] = acc
         return acc

@@ -18,8 +18,9 @@
    when mindcv is importable (skipped with the reason otherwise).
 
 Each section has a wall-time budget (``--budget``, seconds) and says when it ran out.
-``--dry-run`` runs sections 5 and 6 on the foreign CPU-side test device (tests/foreign_device.py)
-instead: a check of this script's Cell code on a machine without a GPU (its times mean nothing).
+``--dry-run`` runs every section on the emulated GPU of the tests (tests/emulated_gpu.py: the real
+runtime and sites, PTX through llvmlite, launches evaluated with numpy on the CPU), smaller: a
+check of this script on a machine without a GPU; its times and bandwidths mean nothing.
 """
 
 from __future__ import annotations
@@ -183,20 +184,6 @@ def bert(rt, cp, s=128, h=768, heads=12, ffn=3072):
 TARGET = ["GPU"]
 
 
-class _HostStand:
-    """--dry-run: what sections 5 and 6 ask of CuPy, for the foreign CPU-side device."""
-
-    def __init__(self):
-        from types import SimpleNamespace
-
-        import foreign_device
-
-        foreign_device.install()
-        self.ndarray = foreign_device.ForeignArray
-        stream = SimpleNamespace(synchronize=lambda: None)
-        self.cuda = SimpleNamespace(get_current_stream=lambda: stream)
-
-
 def cell_ms(cp, fn, runs):
     """Median wall time of a Cell call, each call synchronized (what a caller waits for)."""
     fn()
@@ -278,29 +265,34 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--budget", type=float, default=90.0, help="wall seconds per section")
     ap.add_argument("--only", default="", help="comma-separated section numbers (default: all)")
-    ap.add_argument("--dry-run", action="store_true", help="sections 5 and 6 on the foreign CPU device (no GPU)")
+    ap.add_argument("--dry-run", action="store_true", help="on the tests' emulated GPU, smaller (no GPU needed)")
     ap.add_argument("--resnet-runs", type=int, default=5)
     args = ap.parse_args()
-    if args.dry_run:
+    dry = args.dry_run
+    if dry:
         sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
-        TARGET[0] = "FOREIGN"
-        cp = _HostStand()
-        for k, run in ((5, lambda: bert_cell(cp, s=16, runs=2)), (6, lambda: resnet50(cp, runs=1, batches=(1, 2)))):
-            if not args.only or str(k) in args.only.split(","):
-                run()
-        return 0
-    try:
-        rt = GpuRuntime(tempfile.mkdtemp(prefix="msvm-gpu-kernels-"))
-    except (RuntimeError, Unsupported) as e:
-        print(f"gpu_check: {e}")
-        return 2
-    cp = rt.cp
-    props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
-    print(f"[msvm gpu_check] {props['name'].decode()} ({rt.arch}), CuPy {cp.__version__}", flush=True)
+        import emulated_gpu
+
+        emulated_gpu.install()
+        TARGET[0] = "EMULATED"
+        rt = emulated_gpu.EmulatedRuntime(tempfile.mkdtemp(prefix="msvm-gpu-kernels-"))
+        cp = rt.cp
+        print("[msvm gpu_check] --dry-run on the emulated GPU: times and bandwidths mean nothing", flush=True)
+    else:
+        try:
+            rt = GpuRuntime(tempfile.mkdtemp(prefix="msvm-gpu-kernels-"))
+        except (RuntimeError, Unsupported) as e:
+            print(f"gpu_check: {e}")
+            return 2
+        cp = rt.cp
+        props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
+        print(f"[msvm gpu_check] {props['name'].decode()} ({rt.arch}), CuPy {cp.__version__}", flush=True)
     only = {int(k) for k in args.only.split(",") if k}
     failed = 0
     sections = [(1, lambda: check_ops(rt, cp)), (2, lambda: bandwidth(rt, cp)), (3, lambda: compile_latency(rt)),
-                (4, lambda: bert(rt, cp)), (5, lambda: bert_cell(cp)), (6, lambda: resnet50(cp, args.resnet_runs))]
+                (4, lambda: bert(rt, cp, s=16 if dry else 128)),
+                (5, lambda: bert_cell(cp, s=16 if dry else 128, runs=2 if dry else 30)),
+                (6, lambda: resnet50(cp, 1 if dry else args.resnet_runs, (1, 2) if dry else (1, 32)))]
     for k, run in sections:
         if only and k not in only:
             continue

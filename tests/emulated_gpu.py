@@ -115,14 +115,41 @@ def _wrap(a):
     return fd.ForeignArray(a)
 
 
+class _Event:
+    """cupy.cuda.Event over the host clock (bench/gpu_check.py --dry-run times nothing real)."""
+
+    def record(self):
+        import time
+
+        self.t = time.perf_counter()
+
+    def synchronize(self):
+        return None
+
+
+def _asarray(a, dtype=None):
+    if type(a) is fd.ForeignArray:
+        return a if dtype is None or a.dtype == np.dtype(dtype) else _wrap(a._a.astype(dtype))
+    return _wrap(np.asarray(a, dtype=dtype))
+
+
+_stream = SimpleNamespace(synchronize=lambda: None, ptr=0)
 _cp = SimpleNamespace(
+    __version__="(emulated)",
     ndarray=fd.ForeignArray,
+    float32=np.float32,
+    asarray=_asarray,
+    ones=lambda shape, dtype: _wrap(np.ones(shape, dtype)),
+    zeros=lambda shape, dtype: _wrap(np.zeros(shape, dtype)),
+    copyto=lambda dst, src: np.copyto(dst._a, src._a),
+    random=SimpleNamespace(random=lambda n, dtype: _wrap(np.random.default_rng(0).random(n).astype(dtype))),
     ascontiguousarray=lambda x: x if x._a.flags.c_contiguous else _wrap(np.ascontiguousarray(x._a)),
     empty=lambda shape, dtype: _wrap(np.empty(shape, dtype)),
     empty_like=lambda x: _wrap(np.empty_like(x._a)),
     matmul=lambda a, b: _wrap(np.matmul(a._a, b._a)),
     swapaxes=lambda x, i, j: _wrap(np.swapaxes(x._a, i, j)),
-    cuda=SimpleNamespace(function=SimpleNamespace(Module=_Module)),
+    cuda=SimpleNamespace(function=SimpleNamespace(Module=_Module), Event=_Event, get_current_stream=lambda: _stream,
+                         get_elapsed_time=lambda a, b: (b.t - a.t) * 1e3),
 )
 
 

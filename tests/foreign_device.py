@@ -136,6 +136,10 @@ class ForeignArray(NDArrayOperatorsMixin):
         locals()[_name] = _m(_name)
     del _name, _m
 
+    def get(self):
+        """CuPy's explicit copy to the host."""
+        return np.array(self._a, copy=True)
+
     # --- scalar reads (CuPy allows them: they synchronize)
     def item(self):
         return self._a.item()

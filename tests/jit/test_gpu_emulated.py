@@ -73,3 +73,17 @@ def test_gpu_tests_pass_on_the_emulated_gpu():
     r = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "tests/gpu"], cwd=ROOT, env=env,
                        capture_output=True, text=True, timeout=1200)
     assert r.returncode == 0 and " passed" in r.stdout and "skipped" not in r.stdout, r.stdout[-4000:] + r.stderr[-2000:]
+
+
+def test_gpu_check_runs_on_the_emulated_gpu():
+    """bench/gpu_check.py --dry-run: its sections 1, 3, 4, 5 on the emulated GPU (2 is section 1's
+    kernel over 16M elements, slow to emulate; 6, ResNet-50, is section 5's Cell path with mindcv's
+    model, slow on the CPU)."""
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "gpu_check.py"), "--dry-run", "--only", "1,3,4,5"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=600,
+                       env=dict(os.environ, PYTHONPATH=os.path.join(ROOT, "vm")))
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
+    assert "all kernels and Cells match numpy (0 failures)" in r.stdout
+    for k in (1, 3, 4, 5):
+        assert f"(section {k}:" in r.stdout
+    assert "MATMUL_BIAS_GELU float32 L3" in r.stdout and "auto" in r.stdout

@@ -279,6 +279,7 @@ XNP.__dict__.update({k: v for k, v in vars(np).items() if not k.startswith("__")
 XNP.__dict__.update(CPU.creation())
 
 _current = [CPU]
+_recent: list = [CPU]     # devices by when they were last made current
 # every array type a device makes (the kernels' test "is this an array or a Python scalar?")
 ARRAYS = (np.ndarray, np.generic)
 
@@ -323,6 +324,10 @@ def use(dev: Device) -> Device:
     if dev is not old:
         XNP.__dict__.update(dev.creation())
         _current[0] = dev
+        with _lock:
+            if dev in _recent:
+                _recent.remove(dev)
+            _recent.insert(0, dev)
     return old
 
 
@@ -331,9 +336,9 @@ def device_of(x) -> Device | None:
     t = type(x)
     if t is np.ndarray or isinstance(x, np.generic):
         return CPU
-    cur = _current[0]
-    if t is cur.array_type and cur.holds(x):
-        return cur
+    for dev in list(_recent):       # most recently current first (test devices may share an array type)
+        if t is dev.array_type and dev.holds(x):
+            return dev
     for dev in list(_devices.values()):
         if t is dev.array_type and dev.holds(x):
             return dev

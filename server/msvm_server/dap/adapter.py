@@ -28,6 +28,7 @@ import sys
 import tempfile
 import threading
 
+from . import debugpy_glue
 from .mixed import Mixer
 from .pylink import debugpy_available
 from .wire import BadMessage, Channel, response
@@ -165,7 +166,8 @@ class Adapter:
         conn.settimeout(None)
         self.child = Channel(conn.makefile("rb"), conn.makefile("wb"))
         self.child.write({"type": "config", "token": token, "stopOnEntry": bool(a.get("stopOnEntry")),
-                          "noDebug": bool(a.get("noDebug")), "debugpyPort": debugpy_port})
+                          "noDebug": bool(a.get("noDebug")), "debugpyPort": debugpy_port,
+                          "debugpyToken": self.mixer.py.token if debugpy_port else None})
         self._spawn(self._pump_child)
         self._spawn(self._wait_exit)
         if self.mixer is not None and not self.mixer.connected():
@@ -194,6 +196,11 @@ class Adapter:
             self.say(f"msvm: debugpy is not installed in {sys.executable} (pip install debugpy, or msvm[ide]): "
                      "Cells are debugged, Python frames are shown but not stepped\n",
                      "important" if wanted else "console")
+            return None
+        why = debugpy_glue.problem(version)
+        if why is not None:
+            self.say(f"msvm: Python debugging is off: {why}. Cells are debugged, Python frames are shown "
+                     "but not stepped\n", "important")
             return None
         try:
             self.mixer = Mixer(self, justMyCode=a.get("justMyCode", True))

@@ -36,10 +36,12 @@ class Debuggee:
         self.rt.stop_on_entry = bool(config.get("stopOnEntry"))
         self.no_debug = bool(config.get("noDebug"))
         self.debugpy_port = config.get("debugpyPort")        # set when debugpy debugs the Python side
+        self.debugpy_token = config.get("debugpyToken")
         self.python = PythonSide()
         if self.debugpy_port:
             self.rt.before_stop = self.python.forget_python_step
             self.rt.on_leaving_step = self.python.hand_to_python
+            self.rt.on_python_step = self.python.step_from
         self.inspector = Inspector(self.rt.addresses)
         self.configured = threading.Event()
         self.lock = threading.Lock()
@@ -149,6 +151,14 @@ class Debuggee:
         step = self.rt.step_from_stop(kind, a.get("granularity", "line"))
         if step is None:
             raise ValueError("the program is not stopped")
+        focus = a.get("msvmFocusFrame")        # (mixed sessions) the frame the user selected
+        if focus and kind in ("over", "out") and self.python.attached:
+            with self.lock:
+                pf = self.inspector.python_frame(focus) if self.inspector.frames else None
+            if pf is not None:
+                with self.lock:
+                    self.inspector.reset(None)
+                return self.rt.resume(None, python_step=(kind, pf.frame))
         self._resume(step)
 
     def req_next(self, a):
@@ -235,7 +245,7 @@ class Debuggee:
 
         if self.debugpy_port:
             try:
-                self.python.attach(int(self.debugpy_port))
+                self.python.attach(int(self.debugpy_port), str(self.debugpy_token or ""))
             except Exception as e:  # noqa: BLE001 - the Cells are still debugged
                 print(f"msvm debugger: debugpy could not attach ({type(e).__name__}: {e}); "
                       "Python code runs without Python debugging", file=sys.stderr, flush=True)

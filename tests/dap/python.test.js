@@ -11,6 +11,8 @@ const PYTHON = process.env.MSVM_PYTHON || path.join(ROOT, '.venv', 'bin', 'pytho
 const ADAPTER = path.join(__dirname, 'adapter.py');
 const MIXED = path.join(__dirname, 'programs', 'mixed.py');
 const NESTED = path.join(__dirname, 'programs', 'nested.py');
+const FRAMES = path.join(__dirname, 'programs', 'frames.py');
+const SPIN = path.join(__dirname, 'programs', 'spin.py');
 const lineIn = (file, text) => fs.readFileSync(file, 'utf8').split('\n').findIndex((l) => l.includes(text)) + 1;
 const lineOf = (text) => lineIn(MIXED, text);
 const PY_BASE = 2 ** 30;     // ids at or above are debugpy's (renumbered), below msvm's
@@ -200,6 +202,157 @@ describe('mixed Python + Cell debugging (debugpy through the msvm adapter)', fun
     await terminated;
   });
 
+  // DAP's steps name a thread, not a frame: the frame selected is the last one a request named
+  // (VS Code asks for its scopes when the user selects it)
+  async function select(frameId) {
+    return (await dc.scopesRequest({ frameId })).body.scopes;
+  }
+
+  it('with a Python frame below the Cell selected, next steps that frame: to its next line once the Cell returns', async () => {
+    const { ev } = await launchWith(['y = x * 2.0'], { enableFusion: false }, FRAMES);
+    const tid = ev.body.threadId;
+    const st = await stack(tid);
+    assert.deepStrictEqual(st.map((f) => f.name.replace(/ @.*/, '')), ['Double.construct', 'apply (Python)', '<module> (Python)']);
+    const apply = st[1];
+    // variables and evaluate on the Python frames under the Cell
+    const locals = await varsOf(apply.id, 'Locals');
+    assert.strictEqual(locals.find((v) => v.name === 'scale').value, '3');
+    assert.strictEqual((await dc.evaluateRequest({ expression: 'scale * 2', frameId: apply.id, context: 'watch' })).body.result, '6');
+    await select(apply.id);
+    const stepped = await stepAndWait('next', tid);
+    assert.strictEqual(stepped.body.reason, 'step');
+    const after = await stack(tid);
+    assert.strictEqual(after[0].name, 'apply', 'debugpy\'s frame: the Python code was stepped');
+    assert.ok(after[0].id >= PY_BASE);
+    assert.strictEqual(after[0].line, lineIn(FRAMES, 'doubled = scale'));
+    const y = (await varsOf(after[0].id, 'Locals')).find((v) => v.name === 'y');
+    assert.ok(y, 'the Cell returned into apply');
+    // a later continue runs to the end: nothing of that step is left on either side
+    const terminated = dc.waitForEvent('terminated');
+    await dc.continueRequest({ threadId: tid });
+    await terminated;
+    assert.match(output, /back in the module 12/);
+  });
+
+  it('with an outer Python frame selected, next runs until the calls above it return to its next line; stepOut returns from the frame', async () => {
+    const { ev } = await launchWith(['y = x * 2.0'], { enableFusion: false }, FRAMES);
+    const tid = ev.body.threadId;
+    let st = await stack(tid);
+    await select(st[2].id);                      // <module>
+    await stepAndWait('next', tid);
+    st = await stack(tid);
+    assert.strictEqual(st[0].name, '<module>');
+    assert.strictEqual(st[0].line, lineIn(FRAMES, 'after = "back in the module"'));
+    assert.ok(!st.some((f) => f.name === 'apply'), 'apply returned');
+    await dc.disconnectRequest({});
+    // again, stepOut from apply: stops in its caller, on the line that called it (as debugpy's stepOut does)
+    await dc.stop();
+    dc = new DebugClient(PYTHON, ADAPTER, 'msvm', { env: { ...process.env, MSVM_CACHE_DIR: fs.mkdtempSync('/tmp/msvm-dap-k-') } });
+    dc.defaultTimeout = 45000;
+    dc.on('output', (e) => { output += e.body.output; });
+    await dc.start();
+    const again = await launchWith(['y = x * 2.0'], { enableFusion: false }, FRAMES);
+    st = await stack(again.ev.body.threadId);
+    await select(st[1].id);                      // apply
+    await stepAndWait('stepOut', again.ev.body.threadId);
+    st = await stack(again.ev.body.threadId);
+    assert.strictEqual(st[0].name, '<module>');
+    assert.strictEqual(st[0].line, lineIn(FRAMES, 'out = apply(net, x)'));
+  });
+
+  it('with the Cell frame selected again, next steps the Cell (the last frame a request named)', async () => {
+    const { ev } = await launchWith(['y = x * 2.0'], { enableFusion: false }, FRAMES);
+    const tid = ev.body.threadId;
+    const st = await stack(tid);
+    await select(st[1].id);
+    await dc.evaluateRequest({ expression: 'x', frameId: st[0].id, context: 'watch' });     // the Cell frame
+    await stepAndWait('next', tid, { granularity: 'instruction' });
+    const st2 = await stack(tid);
+    assert.match(st2[0].name, /^Double\.construct @0x/);
+    assert.notStrictEqual(st2[0].instructionPointerReference, st[0].instructionPointerReference, 'one instruction on');
+    // stepIn (and any instruction step) with a Python frame selected is the thread's: the Cell's next instruction
+    await select(st2[2].id);
+    await stepAndWait('stepIn', tid, { granularity: 'instruction' });
+    const st3 = await stack(tid);
+    assert.match(st3[0].name, /^Double\.construct @0x/);
+    assert.ok(parseInt(st3[0].instructionPointerReference, 16) > parseInt(st2[0].instructionPointerReference, 16));
+    await runToEnd(tid);
+  });
+
+  it('step out from the Cell\'s last instruction stops on the Python line after the call', async () => {
+    const { ev } = await launchWith(['y = x * 2.0'], { enableFusion: false }, FRAMES);
+    const tid = ev.body.threadId;
+    for (let k = 0; k < 20 && !/RETURN/.test((await stack(tid))[0].name); k++) {
+      await stepAndWait('next', tid, { granularity: 'instruction' });
+    }
+    assert.match((await stack(tid))[0].name, /RETURN/);
+    await stepAndWait('stepOut', tid);
+    const st = await stack(tid);
+    assert.strictEqual(st[0].name, 'apply');
+    assert.strictEqual(st[0].line, lineIn(FRAMES, 'doubled = scale'));
+  });
+
+  it('a Python breakpoint in another thread while the main thread runs a Cell: msvm pauses the Cell, each thread goes on by itself', async () => {
+    const stops = [];
+    let resolveBoth;
+    const both = new Promise((resolve) => { resolveBoth = resolve; });
+    const onStop = (e) => { stops.push(e.body); if (stops.length === 2) resolveBoth(); };
+    dc.on('stopped', onStop);
+    await launchWith(['note = "the main thread runs a Cell"'], { args: ['3000000'] }, SPIN);
+    await both;
+    dc.removeListener('stopped', onStop);
+    const threads = (await dc.threadsRequest()).body.threads;
+    const worker = threads.find((t) => t.name === 'worker');
+    const main = threads.find((t) => t.name === 'MainThread');
+    assert.ok(worker && main, JSON.stringify(threads));
+    const [first, second] = stops;
+    assert.strictEqual(first.threadId, worker.id);
+    assert.strictEqual(first.reason, 'breakpoint');
+    assert.strictEqual(second.threadId, main.id);
+    assert.strictEqual(second.reason, 'pause');
+    assert.strictEqual(second.preserveFocusHint, true, 'the focus stays on the thread that hit the breakpoint');
+    assert.match(second.description, /while thread worker is stopped/);
+    const m = await stack(main.id);
+    assert.match(m[0].name, /^Spin\.construct @0x/);
+    assert.strictEqual(m[m.length - 1].name, '<module> (Python)');
+    assert.strictEqual(m[m.length - 1].line, lineIn(SPIN, 'acc = spin('));
+    assert.strictEqual((await dc.evaluateRequest({ expression: 'n', frameId: m[m.length - 1].id, context: 'watch' })).body.result, '3000000');
+    const w = await stack(worker.id);
+    assert.strictEqual(w[0].name, 'worker');
+    assert.strictEqual(w[0].line, lineIn(SPIN, 'note = "the main thread runs a Cell"'));
+    assert.ok((await varsOf(w[0].id, 'Locals')).some((v) => v.name === 'main_ident'), 'the worker\'s variables (debugpy)');
+    // the main thread steps by itself (the Cell frame selected); the worker stays stopped
+    await select(m[0].id);
+    await stepAndWait('next', main.id);
+    assert.match((await stack(main.id))[0].name, /^Spin\.construct @0x/);
+    assert.strictEqual((await stack(worker.id))[0].name, 'worker');
+    // the worker steps by itself; the main thread's Cell stays stopped (its stop is said again)
+    const restated = dc.waitForEvent('stopped');
+    await dc.nextRequest({ threadId: worker.id });
+    const again = [await restated];
+    if (again[0].body.threadId === main.id) again.push(await dc.waitForEvent('stopped'));
+    assert.ok(again.some((e) => e.body.threadId === worker.id && e.body.reason === 'step'), JSON.stringify(again.map((e) => e.body)));
+    assert.strictEqual((await stack(worker.id))[0].line, lineIn(SPIN, 'return note'));
+    assert.match((await stack(main.id))[0].name, /^Spin\.construct @0x/);
+    const terminated = dc.waitForEvent('terminated');
+    await dc.terminateRequest({});
+    await terminated;
+  });
+
+  it('a Python breakpoint in another thread while the main thread runs Python: debugpy stops both, msvm pauses nothing', async () => {
+    const { ev } = await launchWith(['note = "the main thread runs Python"'], { args: ['--python'] }, SPIN);
+    const threads = (await dc.threadsRequest()).body.threads;
+    const main = threads.find((t) => t.name === 'MainThread');
+    assert.notStrictEqual(ev.body.threadId, main.id);
+    assert.strictEqual(ev.body.allThreadsStopped, true);
+    const m = await stack(main.id);
+    assert.strictEqual(m[0].name, '<module>', JSON.stringify(m));
+    assert.ok(m[0].id >= PY_BASE, 'debugpy\'s frame');
+    assert.ok([lineIn(SPIN, 'while t.is_alive()'), lineIn(SPIN, 'time.sleep(0.01)')].includes(m[0].line), JSON.stringify(m[0]));
+    await runToEnd(ev.body.threadId);
+    assert.match(output, /acc 1000/);
+  });
+
   it('a Python breakpoint in another thread while a Cell is stopped on the main thread', async () => {
     const stops = [];
     const both = new Promise((resolve) => dc.on('stopped', (e) => { stops.push(e.body); if (stops.length === 2) resolve(); }));
@@ -276,6 +429,12 @@ describe('mixed Python + Cell debugging (debugpy through the msvm adapter)', fun
     await Promise.all([dc.configurationSequence(), dc.launch({ program: loop, jitLevel: 'L1', env: { LOOP_SECONDS: '60' } })]);
     const threads = (await dc.threadsRequest()).body.threads;
     const main = threads.find((t) => t.name === 'MainThread');
+    // a thread that runs has no frames to show: one label frame says so
+    const running = await stack(main.id);
+    assert.strictEqual(running.length, 1);
+    assert.strictEqual(running[0].presentationHint, 'label');
+    assert.match(running[0].name, /^running/);
+    assert.deepStrictEqual((await dc.scopesRequest({ frameId: running[0].id })).body.scopes, []);
     const stopped = dc.waitForEvent('stopped', 20000);
     await dc.pauseRequest({ threadId: main.id });
     const ev = await stopped;

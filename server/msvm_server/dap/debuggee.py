@@ -151,8 +151,10 @@ class Debuggee:
         step = self.rt.step_from_stop(kind, a.get("granularity", "line"))
         if step is None:
             raise ValueError("the program is not stopped")
-        focus = a.get("msvmFocusFrame")        # (mixed sessions) the frame the user selected
-        if focus and kind in ("over", "out") and self.python.attached:
+        # (mixed sessions) a Python frame the user selected is stepped by pydevd, by lines; an
+        # instruction step (the Disassembly view's) is always the Cell's
+        focus = a.get("msvmFocusFrame")
+        if focus and kind in ("over", "out") and a.get("granularity") != "instruction" and self.python.attached:
             with self.lock:
                 pf = self.inspector.python_frame(focus) if self.inspector.frames else None
             if pf is not None:

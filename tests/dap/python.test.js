@@ -4,6 +4,8 @@
 const assert = require('assert');
 const path = require('path');
 const fs = require('fs');
+const net = require('net');
+const os = require('os');
 const { DebugClient } = require('@vscode/debugadapter-testsupport');
 
 const ROOT = path.resolve(__dirname, '..', '..');
@@ -375,6 +377,57 @@ describe('mixed Python + Cell debugging (debugpy through the msvm adapter)', fun
     await runToEnd(main.id);
   });
 
+  // A process that is not the debuggee connects to debugpy's loopback port and poses as its
+  // debug server (pydevd): it answers pydevdAuthorize with a guessed token (or not at all)
+  // and sends events. The adapter must drop it; the session must not show what it sent.
+  function posingServer(port, token) {
+    return new Promise((resolve) => {
+      const sock = net.connect(port, '127.0.0.1');
+      let buf = '';
+      let asked = false;
+      const send = (msg) => { const j = JSON.stringify(msg); sock.write(`Content-Length: ${Buffer.byteLength(j)}\r\n\r\n${j}`); };
+      sock.on('data', (d) => {
+        buf += d.toString();
+        const m = /"command":\s*"pydevdAuthorize".*?"seq":\s*(\d+)|"seq":\s*(\d+)[^}]*"command":\s*"pydevdAuthorize"/.exec(buf);
+        if (m && !asked && token !== undefined) {
+          asked = true;
+          send({ seq: 1, type: 'response', request_seq: Number(m[1] || m[2]), command: 'pydevdAuthorize', success: true, body: { clientAccessToken: token } });
+          send({ seq: 2, type: 'event', event: 'output', body: { category: 'console', output: 'FOREIGN OUTPUT\n' } });
+          send({ seq: 3, type: 'event', event: 'stopped', body: { reason: 'breakpoint', threadId: 4242, allThreadsStopped: true } });
+        }
+      });
+      sock.on('error', () => undefined);
+      sock.on('close', () => resolve({ asked: /pydevdAuthorize/.test(buf) }));
+    });
+  }
+
+  it('a foreign connection to debugpy\'s port cannot pose as the debuggee: refused, nothing it sends reaches the session', async () => {
+    const log = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'msvm-dap-log-')), 'dap.log');
+    await dc.stop();
+    dc = new DebugClient(PYTHON, ADAPTER, 'msvm', { env: { ...process.env, MSVM_DAP_LOG: log, MSVM_CACHE_DIR: fs.mkdtempSync('/tmp/msvm-dap-k-') } });
+    dc.defaultTimeout = 45000;
+    dc.on('output', (e) => { output += e.body.output; });
+    const foreignStops = [];
+    dc.on('stopped', (e) => { if (e.body.threadId === 4242) foreignStops.push(e.body); });
+    await dc.start();
+    const { ev } = await launchWith(['x = prepare(4)']);
+    const waiting = fs.readFileSync(log, 'utf8').split('\n').find((l) => l.includes('"debugpyWaitingForServer"'));
+    const port = JSON.parse(waiting.slice(waiting.indexOf('{'))).body.port;
+    assert.ok(port > 0);
+    // one that never answers, then one with a guessed token: the adapter cuts both off
+    const silent = posingServer(port, undefined);
+    const guessing = posingServer(port, '0'.repeat(64));
+    assert.strictEqual((await silent).asked, true, 'it was asked for the token');
+    assert.strictEqual((await guessing).asked, true);
+    // the real session goes on, and shows nothing the posing servers sent
+    const tid = ev.body.threadId;
+    await stepAndWait('next', tid);
+    assert.strictEqual((await stack(tid))[0].line, lineOf('if "--thread" in sys.argv'));
+    await runToEnd(tid);
+    assert.doesNotMatch(output, /FOREIGN/);
+    assert.deepStrictEqual(foreignStops, []);
+  });
+
   it('an uncaught exception in the Python code stops where it was raised (debugpy)', async () => {
     const { ev } = await launchWith([], { args: ['--crash'] }, MIXED, ['uncaught', 'msvm-cell-errors']);
     assert.strictEqual(ev.body.reason, 'exception');
@@ -461,6 +514,25 @@ describe('mixed Python + Cell debugging (debugpy through the msvm adapter)', fun
     assert.strictEqual(bps[0].verified, false, 'no Python breakpoints without debugpy');
     assert.strictEqual(ev.body.threadId, 1);
     assert.match((await stack(1))[0].name, /^Double\.construct @0x0000/);
+    await runToEnd(1);
+  });
+  it('with a debugpy of another version it is msvm alone, and the Debug Console names the version', async () => {
+    await dc.stop();
+    const other = path.join(__dirname, 'programs', 'other_debugpy');
+    const env = { ...process.env, MSVM_CACHE_DIR: fs.mkdtempSync('/tmp/msvm-dap-k-'),
+      PYTHONPATH: [other, process.env.PYTHONPATH].filter(Boolean).join(path.delimiter) };
+    delete env.MSVM_DEBUGPY_UNTESTED;
+    dc = new DebugClient(PYTHON, ADAPTER, 'msvm', { env });
+    dc.defaultTimeout = 45000;
+    dc.on('output', (e) => { output += e.body.output; });
+    await dc.start();
+    const { bps, ev } = await launchWith(['x = prepare(4)', 'y = x * 2.0']);
+    assert.match(output, /Python debugging is off: debugpy 1\.9\.0 is installed, and msvm's mixed-mode debugging is written against debugpy 1\.8\.22's internals/);
+    assert.strictEqual(bps[0].verified, false, 'no Python breakpoints: debugpy is not used');
+    assert.strictEqual(ev.body.threadId, 1);
+    const st = await stack(1);
+    assert.match(st[0].name, /^Double\.construct @0x0000/);
+    assert.strictEqual(st[st.length - 1].name, '<module> (Python)');
     await runToEnd(1);
   });
 });

@@ -18,7 +18,9 @@ adapter); another version may keep the names and change what they mean, so:
 (the debuggee's pydevd) must answer ``pydevdAuthorize`` with the token in
 ``MSVM_DEBUGPY_SERVER_TOKEN`` (the debuggee passes it to ``debugpy.connect`` as
 ``access_token``). debugpy's own ``listen`` attach checks nothing, so without it anyone who
-can reach the loopback port could pose as the debuggee.
+can reach the loopback port could pose as the debuggee (take the session's place, send it
+events, read its requests). debugpy accepts servers one at a time, so a peer that does not
+answer is cut off after ``AUTH_TIMEOUT_S``.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ import threading
 TESTED = "1.8.22"
 UNTESTED_ENV = "MSVM_DEBUGPY_UNTESTED"
 TOKEN_ENV = "MSVM_DEBUGPY_SERVER_TOKEN"
+AUTH_TIMEOUT_S = 10          # a debug server that has not answered pydevdAuthorize by then is cut off
 
 # (module, attribute) pairs this module relies on; "pydevd" is debugpy's vendored pydevd
 _INTERNALS = (
@@ -90,13 +93,20 @@ def missing_internals() -> list:
 
 # --- the adapter side: debugpy.adapter with an authenticated server port
 ADAPTER_BOOT = (
-    "import hmac, os, runpy, sys\n"
+    "import hmac, os, runpy, sys, threading\n"
     "from debugpy.adapter import clients, servers, sessions  # (in the order its __main__ imports them)\n"
     "if not callable(getattr(servers.Connection, 'authenticate', None)):\n"
     "    sys.exit('msvm: this debugpy has no debugpy.adapter.servers.Connection.authenticate')\n"
     f"expected = os.environ.pop({TOKEN_ENV!r})\n"
     "def authenticate(self):\n"
-    "    auth = self.channel.request('pydevdAuthorize', {'debugServerAccessToken': servers.access_token})\n"
+    # debugpy accepts its servers one at a time: a peer that never answers is cut off
+    f"    timer = threading.Timer({AUTH_TIMEOUT_S}, self.channel.close)\n"
+    "    timer.daemon = True\n"
+    "    timer.start()\n"
+    "    try:\n"
+    "        auth = self.channel.request('pydevdAuthorize', {'debugServerAccessToken': servers.access_token})\n"
+    "    finally:\n"
+    "        timer.cancel()\n"
     "    token = None if isinstance(auth, Exception) else auth.get('clientAccessToken')\n"
     "    if not isinstance(token, str) or not hmac.compare_digest(token, expected):\n"
     "        self.channel.close()\n"

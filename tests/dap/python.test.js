@@ -294,6 +294,25 @@ describe('mixed Python + Cell debugging (debugpy through the msvm adapter)', fun
     assert.strictEqual(st[0].line, lineIn(FRAMES, 'doubled = scale'));
   });
 
+  it('justMyCode is passed to debugpy: false steps into library code, true steps over it', async () => {
+    const { ev } = await launchWith(['text = json.dumps('], { justMyCode: false }, FRAMES);
+    assert.match(output, /justMyCode: false/);
+    await stepAndWait('stepIn', ev.body.threadId);
+    const lib = (await stack(ev.body.threadId))[0];
+    assert.match(lib.source.path, /[\\/]json[\\/]__init__\.py$/, JSON.stringify(lib));
+    await dc.disconnectRequest({});
+    await dc.stop();
+    dc = new DebugClient(PYTHON, ADAPTER, 'msvm', { env: { ...process.env, MSVM_CACHE_DIR: fs.mkdtempSync('/tmp/msvm-dap-k-') } });
+    dc.defaultTimeout = 45000;
+    dc.on('output', (e) => { output += e.body.output; });
+    await dc.start();
+    const mine = await launchWith(['text = json.dumps('], { justMyCode: true }, FRAMES);
+    await stepAndWait('stepIn', mine.ev.body.threadId);
+    const f = (await stack(mine.ev.body.threadId))[0];
+    assert.strictEqual(f.source.path, FRAMES);
+    assert.strictEqual(f.line, lineIn(FRAMES, 'print(after'));
+  });
+
   it('a Python breakpoint in another thread while the main thread runs a Cell: msvm pauses the Cell, each thread goes on by itself', async () => {
     const stops = [];
     let resolveBoth;

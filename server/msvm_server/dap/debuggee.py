@@ -182,6 +182,9 @@ class Debuggee:
     def req_msvmCancelStep(self, a):
         self.rt.cancel_step()
 
+    def req_msvmCancelPause(self, a):
+        self.rt.pause_requested = False
+
     def req_msvmPauseIfInCell(self, a):
         """Pause at the next instruction if the program is inside a Cell now; else debugpy pauses it."""
         inside = in_cell(self.rt.main_thread)

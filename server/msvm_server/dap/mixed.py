@@ -332,6 +332,9 @@ class Mixer:
                 self._pause_main_in_cell(body.get("threadId"))
         elif name == "continued" and body.get("allThreadsContinued", True):
             self.py_all_stopped = False
+            if self.pausing_main:                 # the Cell returned before msvm's pause: none is wanted now
+                self.pausing_main = ""
+                self._msvm("msvmCancelPause")
         if name == "continued" and self.cell_stop is not None:
             body["allThreadsContinued"] = False
             if main:

@@ -1,5 +1,7 @@
 """A Cell called from a Python function called from the module: Python frames below a Cell."""
 
+import json
+
 import msvm as ms
 import numpy as np
 from msvm import nn, ops
@@ -22,4 +24,5 @@ net = Double()
 x = ms.Tensor(np.arange(4, dtype=np.float32))
 out = apply(net, x)
 after = "back in the module"         # the line after apply() returns
+text = json.dumps({"after": after})  # a library call: justMyCode decides whether stepIn enters it
 print(after, float(out[0].asnumpy().sum()))

@@ -262,6 +262,26 @@ describe('mixed Python + Cell debugging (debugpy through the msvm adapter)', fun
     assert.strictEqual(st[0].line, lineIn(FRAMES, 'out = apply(net, x)'));
   });
 
+  it('a step from a selected Python frame stops first at a Cell breakpoint on the way; then nothing of it is left', async () => {
+    const { ev } = await launchWith(['y = x * 2.0'], { enableFusion: false }, FRAMES);
+    const tid = ev.body.threadId;
+    const st = await stack(tid);
+    const ins = (await dc.customRequest('disassemble', { memoryReference: st[0].instructionPointerReference, instructionCount: 12 })).body.instructions;
+    const ret = ins.find((i) => /^RETURN/.test(i.instruction));
+    const ibp = (await dc.customRequest('setInstructionBreakpoints', { breakpoints: [{ instructionReference: ret.address }] })).body.breakpoints;
+    assert.strictEqual(ibp[0].verified, true);
+    await select(st[1].id);                      // apply
+    const hit = await stepAndWait('next', tid);
+    assert.strictEqual(hit.body.reason, 'instruction breakpoint');
+    assert.match((await stack(tid))[0].name, /^Double\.construct @0x[0-9a-f]+ RETURN/);
+    const stops = [];
+    dc.on('stopped', (e) => stops.push(e.body));
+    const terminated = dc.waitForEvent('terminated');
+    await dc.continueRequest({ threadId: tid });
+    await terminated;
+    assert.deepStrictEqual(stops, [], 'the Python step was cancelled when the Cell stopped first');
+  });
+
   it('with the Cell frame selected again, next steps the Cell (the last frame a request named)', async () => {
     const { ev } = await launchWith(['y = x * 2.0'], { enableFusion: false }, FRAMES);
     const tid = ev.body.threadId;

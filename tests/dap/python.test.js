@@ -375,6 +375,15 @@ describe('mixed Python + Cell debugging (debugpy through the msvm adapter)', fun
     assert.ok(again.some((e) => e.body.threadId === worker.id && e.body.reason === 'step'), JSON.stringify(again.map((e) => e.body)));
     assert.strictEqual((await stack(worker.id))[0].line, lineIn(SPIN, 'return note'));
     assert.match((await stack(main.id))[0].name, /^Spin\.construct @0x/);
+    // the worker runs to its end; then the main thread continues, and pauses again where it runs
+    const workerDone = new Promise((resolve) => dc.on('thread', (e) => { if (e.body.reason === 'exited' && e.body.threadId === worker.id) resolve(); }));
+    await dc.continueRequest({ threadId: worker.id });
+    await workerDone;
+    await dc.continueRequest({ threadId: main.id });
+    const paused = dc.waitForEvent('stopped');
+    await dc.pauseRequest({ threadId: main.id });
+    assert.strictEqual((await paused).body.reason, 'pause');
+    assert.match((await stack(main.id))[0].name, /^Spin\.construct @0x/);
     const terminated = dc.waitForEvent('terminated');
     await dc.terminateRequest({});
     await terminated;

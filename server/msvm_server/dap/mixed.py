@@ -225,6 +225,7 @@ class Mixer:
         if main:
             self.py_stop = None
         self.py.ids.forget()                     # debugpy resumes all its threads
+        self.py_all_stopped = False
         self.stepping_in = cmd == "stepIn" and main
         if cmd == "stepIn" and main:
             # a Python step-in: a Cell the line calls stops at its first instruction

@@ -282,22 +282,28 @@ describe('mixed Python + Cell debugging (debugpy through the msvm adapter)', fun
     assert.deepStrictEqual(stops, [], 'the Python step was cancelled when the Cell stopped first');
   });
 
-  it('with the Cell frame selected again, next steps the Cell (the last frame a request named)', async () => {
+  it('with the Cell frame selected again, next steps the Cell: the selection is the last frame a request named', async () => {
     const { ev } = await launchWith(['y = x * 2.0'], { enableFusion: false }, FRAMES);
     const tid = ev.body.threadId;
     const st = await stack(tid);
-    await select(st[1].id);
-    await dc.evaluateRequest({ expression: 'x', frameId: st[0].id, context: 'watch' });     // the Cell frame
-    await stepAndWait('next', tid, { granularity: 'instruction' });
+    await select(st[1].id);                                                                 // apply...
+    await dc.evaluateRequest({ expression: 'x', frameId: st[0].id, context: 'watch' });     // ...then the Cell frame
+    await stepAndWait('next', tid);
     const st2 = await stack(tid);
-    assert.match(st2[0].name, /^Double\.construct @0x/);
-    assert.notStrictEqual(st2[0].instructionPointerReference, st[0].instructionPointerReference, 'one instruction on');
+    assert.match(st2[0].name, /^Double\.construct @0x/, 'the Cell stepped, by line');
+    assert.strictEqual(st2[0].line, lineIn(FRAMES, 'return ops.relu(y)'));
     // stepIn (and any instruction step) with a Python frame selected is the thread's: the Cell's next instruction
-    await select(st2[2].id);
+    await dc.customRequest('msvmSelectFrame', { threadId: tid, frameId: st2[2].id });
     await stepAndWait('stepIn', tid, { granularity: 'instruction' });
     const st3 = await stack(tid);
     assert.match(st3[0].name, /^Double\.construct @0x/);
     assert.ok(parseInt(st3[0].instructionPointerReference, 16) > parseInt(st2[0].instructionPointerReference, 16));
+    // the extension's msvmSelectFrame (VS Code's activeStackItem) selects without asking for scopes
+    await dc.customRequest('msvmSelectFrame', { threadId: tid, frameId: st3[1].id });
+    await stepAndWait('next', tid);
+    const f = (await stack(tid))[0];
+    assert.strictEqual(f.name, 'apply');
+    assert.strictEqual(f.line, lineIn(FRAMES, 'doubled = scale'));
     await runToEnd(tid);
   });
 
@@ -522,6 +528,10 @@ describe('mixed Python + Cell debugging (debugpy through the msvm adapter)', fun
     const st = await stack(1);
     assert.match(st[0].name, /^Double\.construct @0x0000/);
     assert.strictEqual(st[st.length - 1].name, '<module> (Python)');
+    // msvm alone steps no Python frame: with one selected, next still steps the Cell
+    await dc.customRequest('msvmSelectFrame', { threadId: 1, frameId: st[st.length - 1].id });
+    await stepAndWait('next', 1);
+    assert.match((await stack(1))[0].name, /^Double\.construct @0x/);
     await runToEnd(1);
   });
 

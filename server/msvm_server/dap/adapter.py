@@ -94,6 +94,8 @@ class Adapter:
                     self.respond(req, CAPABILITIES)
                 elif cmd == "launch":
                     self.launch(req)
+                elif cmd == "msvmSelectFrame" and self.mixer is None:
+                    self.respond(req)             # (only a mixed session steps by the selected frame)
                 elif cmd in ("disconnect", "terminate"):
                     self.stop_program(kill=cmd == "disconnect" or bool((req.get("arguments") or {}).get("restart")))
                     self.respond(req)

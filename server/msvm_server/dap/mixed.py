@@ -17,8 +17,9 @@ debugger that owns what the request names, and merges what both say:
   step-in also arms msvm to stop at the first instruction of a Cell the line calls.
   Whichever stops first wins; the debuggee cancels the other's pending step.
 - the selected frame: DAP's step requests name a thread, not a frame, so the frame the user
-  selected is the last one a request named (``scopes``, ``evaluate``... VS Code asks for the
-  scopes of a frame when it is selected) since the thread stopped. ``next``/``stepOut`` with a
+  selected is the last one a request named since the thread stopped: ``msvmSelectFrame`` (the
+  extension sends it on each selection, VS Code's ``activeStackItem``), ``scopes``,
+  ``evaluate``... (what any client asks about the frame it shows). ``next``/``stepOut`` with a
   Python frame below a stopped Cell selected are pydevd's steps from that frame: over = run
   until that frame reaches its next line (the Cell and everything it was called from return
   to it), out = until that frame returns to its caller; breakpoints on the way stop first.
@@ -170,6 +171,10 @@ class Mixer:
                 self._py(req, after=_stack_or_running)
             else:
                 self._py(req, after=_without_boot if cmd == "stackTrace" else None)
+        elif cmd == "msvmSelectFrame":          # the extension: the user selected this frame
+            if self._is_main_frame(a.get("frameId")):
+                self.focus = a["frameId"]
+            self._to_client(response(req))
         elif cmd in _BY_FRAME:
             fid = a.get("frameId")
             if fid is not None and self._is_main_frame(fid):

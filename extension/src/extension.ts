@@ -156,6 +156,13 @@ export async function activate(ctx: vscode.ExtensionContext) {
         return config;
       },
     }),
+    // DAP's steps name a thread, not a frame: the adapter is told which frame the user selects
+    // (a step with a Python frame below a Cell selected steps that Python frame)
+    vscode.debug.onDidChangeActiveStackItem((item) => {
+      if (!(item instanceof vscode.DebugStackFrame) || item.session.type !== 'msvm') return;
+      Promise.resolve(item.session.customRequest('msvmSelectFrame', { threadId: item.threadId, frameId: item.frameId }))
+        .catch(() => undefined);
+    }),
     vscode.debug.onDidReceiveDebugSessionCustomEvent((e) => {
       if (e.session.type !== 'msvm') return;
       if (e.event === 'msvm/cacheStats') onStats(e.body as CacheStats);

@@ -4,6 +4,8 @@
 const assert = require('assert');
 const path = require('path');
 const fs = require('fs');
+const net = require('net');
+const os = require('os');
 const { DebugClient } = require('@vscode/debugadapter-testsupport');
 
 const ROOT = path.resolve(__dirname, '..', '..');
@@ -11,6 +13,8 @@ const PYTHON = process.env.MSVM_PYTHON || path.join(ROOT, '.venv', 'bin', 'pytho
 const ADAPTER = path.join(__dirname, 'adapter.py');
 const MIXED = path.join(__dirname, 'programs', 'mixed.py');
 const NESTED = path.join(__dirname, 'programs', 'nested.py');
+const FRAMES = path.join(__dirname, 'programs', 'frames.py');
+const SPIN = path.join(__dirname, 'programs', 'spin.py');
 const lineIn = (file, text) => fs.readFileSync(file, 'utf8').split('\n').findIndex((l) => l.includes(text)) + 1;
 const lineOf = (text) => lineIn(MIXED, text);
 const PY_BASE = 2 ** 30;     // ids at or above are debugpy's (renumbered), below msvm's
@@ -200,6 +204,211 @@ describe('mixed Python + Cell debugging (debugpy through the msvm adapter)', fun
     await terminated;
   });
 
+  // DAP's steps name a thread, not a frame: the frame selected is the last one a request named
+  // (VS Code asks for its scopes when the user selects it)
+  async function select(frameId) {
+    return (await dc.scopesRequest({ frameId })).body.scopes;
+  }
+
+  it('with a Python frame below the Cell selected, next steps that frame: to its next line once the Cell returns', async () => {
+    const { ev } = await launchWith(['y = x * 2.0'], { enableFusion: false }, FRAMES);
+    const tid = ev.body.threadId;
+    const st = await stack(tid);
+    assert.deepStrictEqual(st.map((f) => f.name.replace(/ @.*/, '')), ['Double.construct', 'apply (Python)', '<module> (Python)']);
+    const apply = st[1];
+    // variables and evaluate on the Python frames under the Cell
+    const locals = await varsOf(apply.id, 'Locals');
+    assert.strictEqual(locals.find((v) => v.name === 'scale').value, '3');
+    assert.strictEqual((await dc.evaluateRequest({ expression: 'scale * 2', frameId: apply.id, context: 'watch' })).body.result, '6');
+    await select(apply.id);
+    const stepped = await stepAndWait('next', tid);
+    assert.strictEqual(stepped.body.reason, 'step');
+    const after = await stack(tid);
+    assert.strictEqual(after[0].name, 'apply', 'debugpy\'s frame: the Python code was stepped');
+    assert.ok(after[0].id >= PY_BASE);
+    assert.strictEqual(after[0].line, lineIn(FRAMES, 'doubled = scale'));
+    const y = (await varsOf(after[0].id, 'Locals')).find((v) => v.name === 'y');
+    assert.ok(y, 'the Cell returned into apply');
+    // a later continue runs to the end: nothing of that step is left on either side
+    const terminated = dc.waitForEvent('terminated');
+    await dc.continueRequest({ threadId: tid });
+    await terminated;
+    assert.match(output, /back in the module 12/);
+  });
+
+  it('with an outer Python frame selected, next runs until the calls above it return to its next line; stepOut returns from the frame', async () => {
+    const { ev } = await launchWith(['y = x * 2.0'], { enableFusion: false }, FRAMES);
+    const tid = ev.body.threadId;
+    let st = await stack(tid);
+    await select(st[2].id);                      // <module>
+    await stepAndWait('next', tid);
+    st = await stack(tid);
+    assert.strictEqual(st[0].name, '<module>');
+    assert.strictEqual(st[0].line, lineIn(FRAMES, 'after = "back in the module"'));
+    assert.ok(!st.some((f) => f.name === 'apply'), 'apply returned');
+    await dc.disconnectRequest({});
+    // again, stepOut from apply: stops in its caller, on the line that called it (as debugpy's stepOut does)
+    await dc.stop();
+    dc = new DebugClient(PYTHON, ADAPTER, 'msvm', { env: { ...process.env, MSVM_CACHE_DIR: fs.mkdtempSync('/tmp/msvm-dap-k-') } });
+    dc.defaultTimeout = 45000;
+    dc.on('output', (e) => { output += e.body.output; });
+    await dc.start();
+    const again = await launchWith(['y = x * 2.0'], { enableFusion: false }, FRAMES);
+    st = await stack(again.ev.body.threadId);
+    await select(st[1].id);                      // apply
+    await stepAndWait('stepOut', again.ev.body.threadId);
+    st = await stack(again.ev.body.threadId);
+    assert.strictEqual(st[0].name, '<module>');
+    assert.strictEqual(st[0].line, lineIn(FRAMES, 'out = apply(net, x)'));
+  });
+
+  it('a step from a selected Python frame stops first at a Cell breakpoint on the way; then nothing of it is left', async () => {
+    const { ev } = await launchWith(['y = x * 2.0'], { enableFusion: false }, FRAMES);
+    const tid = ev.body.threadId;
+    const st = await stack(tid);
+    const ins = (await dc.customRequest('disassemble', { memoryReference: st[0].instructionPointerReference, instructionCount: 12 })).body.instructions;
+    const ret = ins.find((i) => /^RETURN/.test(i.instruction));
+    const ibp = (await dc.customRequest('setInstructionBreakpoints', { breakpoints: [{ instructionReference: ret.address }] })).body.breakpoints;
+    assert.strictEqual(ibp[0].verified, true);
+    await select(st[1].id);                      // apply
+    const hit = await stepAndWait('next', tid);
+    assert.strictEqual(hit.body.reason, 'instruction breakpoint');
+    assert.match((await stack(tid))[0].name, /^Double\.construct @0x[0-9a-f]+ RETURN/);
+    const stops = [];
+    dc.on('stopped', (e) => stops.push(e.body));
+    const terminated = dc.waitForEvent('terminated');
+    await dc.continueRequest({ threadId: tid });
+    await terminated;
+    assert.deepStrictEqual(stops, [], 'the Python step was cancelled when the Cell stopped first');
+  });
+
+  it('with the Cell frame selected again, next steps the Cell: the selection is the last frame a request named', async () => {
+    const { ev } = await launchWith(['y = x * 2.0'], { enableFusion: false }, FRAMES);
+    const tid = ev.body.threadId;
+    const st = await stack(tid);
+    await select(st[1].id);                                                                 // apply...
+    await dc.evaluateRequest({ expression: 'x', frameId: st[0].id, context: 'watch' });     // ...then the Cell frame
+    await stepAndWait('next', tid);
+    const st2 = await stack(tid);
+    assert.match(st2[0].name, /^Double\.construct @0x/, 'the Cell stepped, by line');
+    assert.strictEqual(st2[0].line, lineIn(FRAMES, 'return ops.relu(y)'));
+    // stepIn (and any instruction step) with a Python frame selected is the thread's: the Cell's next instruction
+    await dc.customRequest('msvmSelectFrame', { threadId: tid, frameId: st2[2].id });
+    await stepAndWait('stepIn', tid, { granularity: 'instruction' });
+    const st3 = await stack(tid);
+    assert.match(st3[0].name, /^Double\.construct @0x/);
+    assert.ok(parseInt(st3[0].instructionPointerReference, 16) > parseInt(st2[0].instructionPointerReference, 16));
+    // the extension's msvmSelectFrame (VS Code's activeStackItem) selects without asking for scopes
+    await dc.customRequest('msvmSelectFrame', { threadId: tid, frameId: st3[1].id });
+    await stepAndWait('next', tid);
+    const f = (await stack(tid))[0];
+    assert.strictEqual(f.name, 'apply');
+    assert.strictEqual(f.line, lineIn(FRAMES, 'doubled = scale'));
+    await runToEnd(tid);
+  });
+
+  it('step out from the Cell\'s last instruction stops on the Python line after the call', async () => {
+    const { ev } = await launchWith(['y = x * 2.0'], { enableFusion: false }, FRAMES);
+    const tid = ev.body.threadId;
+    for (let k = 0; k < 20 && !/RETURN/.test((await stack(tid))[0].name); k++) {
+      await stepAndWait('next', tid, { granularity: 'instruction' });
+    }
+    assert.match((await stack(tid))[0].name, /RETURN/);
+    await stepAndWait('stepOut', tid);
+    const st = await stack(tid);
+    assert.strictEqual(st[0].name, 'apply');
+    assert.strictEqual(st[0].line, lineIn(FRAMES, 'doubled = scale'));
+  });
+
+  it('justMyCode is passed to debugpy: false steps into library code, true steps over it', async () => {
+    const { ev } = await launchWith(['text = json.dumps('], { justMyCode: false }, FRAMES);
+    assert.match(output, /justMyCode: false/);
+    await stepAndWait('stepIn', ev.body.threadId);
+    const lib = (await stack(ev.body.threadId))[0];
+    assert.match(lib.source.path, /[\\/]json[\\/]__init__\.py$/, JSON.stringify(lib));
+    await dc.disconnectRequest({});
+    await dc.stop();
+    dc = new DebugClient(PYTHON, ADAPTER, 'msvm', { env: { ...process.env, MSVM_CACHE_DIR: fs.mkdtempSync('/tmp/msvm-dap-k-') } });
+    dc.defaultTimeout = 45000;
+    dc.on('output', (e) => { output += e.body.output; });
+    await dc.start();
+    const mine = await launchWith(['text = json.dumps('], { justMyCode: true }, FRAMES);
+    await stepAndWait('stepIn', mine.ev.body.threadId);
+    const f = (await stack(mine.ev.body.threadId))[0];
+    assert.strictEqual(f.source.path, FRAMES);
+    assert.strictEqual(f.line, lineIn(FRAMES, 'print(after'));
+  });
+
+  it('a Python breakpoint in another thread while the main thread runs a Cell: msvm pauses the Cell, each thread goes on by itself', async () => {
+    const stops = [];
+    let resolveBoth;
+    const both = new Promise((resolve) => { resolveBoth = resolve; });
+    const onStop = (e) => { stops.push(e.body); if (stops.length === 2) resolveBoth(); };
+    dc.on('stopped', onStop);
+    await launchWith(['note = "the main thread runs a Cell"'], { args: ['3000000'] }, SPIN);
+    await both;
+    dc.removeListener('stopped', onStop);
+    const threads = (await dc.threadsRequest()).body.threads;
+    const worker = threads.find((t) => t.name === 'worker');
+    const main = threads.find((t) => t.name === 'MainThread');
+    assert.ok(worker && main, JSON.stringify(threads));
+    const [first, second] = stops;
+    assert.strictEqual(first.threadId, worker.id);
+    assert.strictEqual(first.reason, 'breakpoint');
+    assert.strictEqual(second.threadId, main.id);
+    assert.strictEqual(second.reason, 'pause');
+    assert.strictEqual(second.preserveFocusHint, true, 'the focus stays on the thread that hit the breakpoint');
+    assert.match(second.description, /while thread worker is stopped/);
+    const m = await stack(main.id);
+    assert.match(m[0].name, /^Spin\.construct @0x/);
+    assert.strictEqual(m[m.length - 1].name, '<module> (Python)');
+    assert.strictEqual(m[m.length - 1].line, lineIn(SPIN, 'acc = spin('));
+    assert.strictEqual((await dc.evaluateRequest({ expression: 'n', frameId: m[m.length - 1].id, context: 'watch' })).body.result, '3000000');
+    const w = await stack(worker.id);
+    assert.strictEqual(w[0].name, 'worker');
+    assert.strictEqual(w[0].line, lineIn(SPIN, 'note = "the main thread runs a Cell"'));
+    assert.ok((await varsOf(w[0].id, 'Locals')).some((v) => v.name === 'main_ident'), 'the worker\'s variables (debugpy)');
+    // the main thread steps by itself (the Cell frame selected); the worker stays stopped
+    await select(m[0].id);
+    await stepAndWait('next', main.id);
+    assert.match((await stack(main.id))[0].name, /^Spin\.construct @0x/);
+    assert.strictEqual((await stack(worker.id))[0].name, 'worker');
+    // the worker steps by itself; the main thread's Cell stays stopped (its stop is said again)
+    const restated = dc.waitForEvent('stopped');
+    await dc.nextRequest({ threadId: worker.id });
+    const again = [await restated];
+    if (again[0].body.threadId === main.id) again.push(await dc.waitForEvent('stopped'));
+    assert.ok(again.some((e) => e.body.threadId === worker.id && e.body.reason === 'step'), JSON.stringify(again.map((e) => e.body)));
+    assert.strictEqual((await stack(worker.id))[0].line, lineIn(SPIN, 'return note'));
+    assert.match((await stack(main.id))[0].name, /^Spin\.construct @0x/);
+    // the worker runs to its end; then the main thread continues, and pauses again where it runs
+    const workerDone = new Promise((resolve) => dc.on('thread', (e) => { if (e.body.reason === 'exited' && e.body.threadId === worker.id) resolve(); }));
+    await dc.continueRequest({ threadId: worker.id });
+    await workerDone;
+    await dc.continueRequest({ threadId: main.id });
+    const paused = dc.waitForEvent('stopped');
+    await dc.pauseRequest({ threadId: main.id });
+    assert.strictEqual((await paused).body.reason, 'pause');
+    assert.match((await stack(main.id))[0].name, /^Spin\.construct @0x/);
+    const terminated = dc.waitForEvent('terminated');
+    await dc.terminateRequest({});
+    await terminated;
+  });
+
+  it('a Python breakpoint in another thread while the main thread runs Python: debugpy stops both, msvm pauses nothing', async () => {
+    const { ev } = await launchWith(['note = "the main thread runs Python"'], { args: ['--python'] }, SPIN);
+    const threads = (await dc.threadsRequest()).body.threads;
+    const main = threads.find((t) => t.name === 'MainThread');
+    assert.notStrictEqual(ev.body.threadId, main.id);
+    assert.strictEqual(ev.body.allThreadsStopped, true);
+    const m = await stack(main.id);
+    assert.strictEqual(m[0].name, '<module>', JSON.stringify(m));
+    assert.ok(m[0].id >= PY_BASE, 'debugpy\'s frame');
+    assert.ok([lineIn(SPIN, 'while t.is_alive()'), lineIn(SPIN, 'time.sleep(0.01)')].includes(m[0].line), JSON.stringify(m[0]));
+    await runToEnd(ev.body.threadId);
+    assert.match(output, /acc 1000/);
+  });
+
   it('a Python breakpoint in another thread while a Cell is stopped on the main thread', async () => {
     const stops = [];
     const both = new Promise((resolve) => dc.on('stopped', (e) => { stops.push(e.body); if (stops.length === 2) resolve(); }));
@@ -220,6 +429,57 @@ describe('mixed Python + Cell debugging (debugpy through the msvm adapter)', fun
     assert.strictEqual((await restated).body.threadId, main.id);
     assert.match((await stack(main.id))[0].name, /^Double\.construct @0x/);
     await runToEnd(main.id);
+  });
+
+  // A process that is not the debuggee connects to debugpy's loopback port and poses as its
+  // debug server (pydevd): it answers pydevdAuthorize with a guessed token (or not at all)
+  // and sends events. The adapter must drop it; the session must not show what it sent.
+  function posingServer(port, token) {
+    return new Promise((resolve) => {
+      const sock = net.connect(port, '127.0.0.1');
+      let buf = '';
+      let asked = false;
+      const send = (msg) => { const j = JSON.stringify(msg); sock.write(`Content-Length: ${Buffer.byteLength(j)}\r\n\r\n${j}`); };
+      sock.on('data', (d) => {
+        buf += d.toString();
+        const m = /"command":\s*"pydevdAuthorize".*?"seq":\s*(\d+)|"seq":\s*(\d+)[^}]*"command":\s*"pydevdAuthorize"/.exec(buf);
+        if (m && !asked && token !== undefined) {
+          asked = true;
+          send({ seq: 1, type: 'response', request_seq: Number(m[1] || m[2]), command: 'pydevdAuthorize', success: true, body: { clientAccessToken: token } });
+          send({ seq: 2, type: 'event', event: 'output', body: { category: 'console', output: 'FOREIGN OUTPUT\n' } });
+          send({ seq: 3, type: 'event', event: 'stopped', body: { reason: 'breakpoint', threadId: 4242, allThreadsStopped: true } });
+        }
+      });
+      sock.on('error', () => undefined);
+      sock.on('close', () => resolve({ asked: /pydevdAuthorize/.test(buf) }));
+    });
+  }
+
+  it('a foreign connection to debugpy\'s port cannot pose as the debuggee: refused, nothing it sends reaches the session', async () => {
+    const log = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'msvm-dap-log-')), 'dap.log');
+    await dc.stop();
+    dc = new DebugClient(PYTHON, ADAPTER, 'msvm', { env: { ...process.env, MSVM_DAP_LOG: log, MSVM_CACHE_DIR: fs.mkdtempSync('/tmp/msvm-dap-k-') } });
+    dc.defaultTimeout = 45000;
+    dc.on('output', (e) => { output += e.body.output; });
+    const foreignStops = [];
+    dc.on('stopped', (e) => { if (e.body.threadId === 4242) foreignStops.push(e.body); });
+    await dc.start();
+    const { ev } = await launchWith(['x = prepare(4)']);
+    const waiting = fs.readFileSync(log, 'utf8').split('\n').find((l) => l.includes('"debugpyWaitingForServer"'));
+    const port = JSON.parse(waiting.slice(waiting.indexOf('{'))).body.port;
+    assert.ok(port > 0);
+    // one that never answers, then one with a guessed token: the adapter cuts both off
+    const silent = posingServer(port, undefined);
+    const guessing = posingServer(port, '0'.repeat(64));
+    assert.strictEqual((await silent).asked, true, 'it was asked for the token');
+    assert.strictEqual((await guessing).asked, true);
+    // the real session goes on, and shows nothing the posing servers sent
+    const tid = ev.body.threadId;
+    await stepAndWait('next', tid);
+    assert.strictEqual((await stack(tid))[0].line, lineOf('if "--thread" in sys.argv'));
+    await runToEnd(tid);
+    assert.doesNotMatch(output, /FOREIGN/);
+    assert.deepStrictEqual(foreignStops, []);
   });
 
   it('an uncaught exception in the Python code stops where it was raised (debugpy)', async () => {
@@ -268,6 +528,10 @@ describe('mixed Python + Cell debugging (debugpy through the msvm adapter)', fun
     const st = await stack(1);
     assert.match(st[0].name, /^Double\.construct @0x0000/);
     assert.strictEqual(st[st.length - 1].name, '<module> (Python)');
+    // msvm alone steps no Python frame: with one selected, next still steps the Cell
+    await dc.customRequest('msvmSelectFrame', { threadId: 1, frameId: st[st.length - 1].id });
+    await stepAndWait('next', 1);
+    assert.match((await stack(1))[0].name, /^Double\.construct @0x/);
     await runToEnd(1);
   });
 
@@ -276,6 +540,12 @@ describe('mixed Python + Cell debugging (debugpy through the msvm adapter)', fun
     await Promise.all([dc.configurationSequence(), dc.launch({ program: loop, jitLevel: 'L1', env: { LOOP_SECONDS: '60' } })]);
     const threads = (await dc.threadsRequest()).body.threads;
     const main = threads.find((t) => t.name === 'MainThread');
+    // a thread that runs has no frames to show: one label frame says so
+    const running = await stack(main.id);
+    assert.strictEqual(running.length, 1);
+    assert.strictEqual(running[0].presentationHint, 'label');
+    assert.match(running[0].name, /^running/);
+    assert.deepStrictEqual((await dc.scopesRequest({ frameId: running[0].id })).body.scopes, []);
     const stopped = dc.waitForEvent('stopped', 20000);
     await dc.pauseRequest({ threadId: main.id });
     const ev = await stopped;
@@ -302,6 +572,25 @@ describe('mixed Python + Cell debugging (debugpy through the msvm adapter)', fun
     assert.strictEqual(bps[0].verified, false, 'no Python breakpoints without debugpy');
     assert.strictEqual(ev.body.threadId, 1);
     assert.match((await stack(1))[0].name, /^Double\.construct @0x0000/);
+    await runToEnd(1);
+  });
+  it('with a debugpy of another version it is msvm alone, and the Debug Console names the version', async () => {
+    await dc.stop();
+    const other = path.join(__dirname, 'programs', 'other_debugpy');
+    const env = { ...process.env, MSVM_CACHE_DIR: fs.mkdtempSync('/tmp/msvm-dap-k-'),
+      PYTHONPATH: [other, process.env.PYTHONPATH].filter(Boolean).join(path.delimiter) };
+    delete env.MSVM_DEBUGPY_UNTESTED;
+    dc = new DebugClient(PYTHON, ADAPTER, 'msvm', { env });
+    dc.defaultTimeout = 45000;
+    dc.on('output', (e) => { output += e.body.output; });
+    await dc.start();
+    const { bps, ev } = await launchWith(['x = prepare(4)', 'y = x * 2.0']);
+    assert.match(output, /Python debugging is off: debugpy 1\.9\.0 is installed, and msvm's mixed-mode debugging is written against debugpy 1\.8\.22's internals/);
+    assert.strictEqual(bps[0].verified, false, 'no Python breakpoints: debugpy is not used');
+    assert.strictEqual(ev.body.threadId, 1);
+    const st = await stack(1);
+    assert.match(st[0].name, /^Double\.construct @0x0000/);
+    assert.strictEqual(st[st.length - 1].name, '<module> (Python)');
     await runToEnd(1);
   });
 });

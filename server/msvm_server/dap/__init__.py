@@ -10,5 +10,6 @@
 - ``pylink``:   the adapter as a DAP client of debugpy's adapter (``pythonDebugging``)
 - ``mixed``:    one session over both: routing by thread, frame id, variable reference, line
 - ``pyside``:   debugpy inside the debuggee, and the hand-overs between the two debuggers
+- ``debugpy_glue``: every use of debugpy's internals, behind a version check
 - ``wire``:     Content-Length framing shared by all channels
 """

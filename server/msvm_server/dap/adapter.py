@@ -28,6 +28,7 @@ import sys
 import tempfile
 import threading
 
+from . import debugpy_glue
 from .mixed import Mixer
 from .pylink import debugpy_available
 from .wire import BadMessage, Channel, response
@@ -93,6 +94,8 @@ class Adapter:
                     self.respond(req, CAPABILITIES)
                 elif cmd == "launch":
                     self.launch(req)
+                elif cmd == "msvmSelectFrame" and self.mixer is None:
+                    self.respond(req)             # (only a mixed session steps by the selected frame)
                 elif cmd in ("disconnect", "terminate"):
                     self.stop_program(kill=cmd == "disconnect" or bool((req.get("arguments") or {}).get("restart")))
                     self.respond(req)
@@ -165,7 +168,8 @@ class Adapter:
         conn.settimeout(None)
         self.child = Channel(conn.makefile("rb"), conn.makefile("wb"))
         self.child.write({"type": "config", "token": token, "stopOnEntry": bool(a.get("stopOnEntry")),
-                          "noDebug": bool(a.get("noDebug")), "debugpyPort": debugpy_port})
+                          "noDebug": bool(a.get("noDebug")), "debugpyPort": debugpy_port,
+                          "debugpyToken": self.mixer.py.token if debugpy_port else None})
         self._spawn(self._pump_child)
         self._spawn(self._wait_exit)
         if self.mixer is not None and not self.mixer.connected():
@@ -194,6 +198,11 @@ class Adapter:
             self.say(f"msvm: debugpy is not installed in {sys.executable} (pip install debugpy, or msvm[ide]): "
                      "Cells are debugged, Python frames are shown but not stepped\n",
                      "important" if wanted else "console")
+            return None
+        why = debugpy_glue.problem(version)
+        if why is not None:
+            self.say(f"msvm: Python debugging is off: {why}. Cells are debugged, Python frames are shown "
+                     "but not stepped\n", "important")
             return None
         try:
             self.mixer = Mixer(self, justMyCode=a.get("justMyCode", True))

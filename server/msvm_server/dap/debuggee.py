@@ -36,10 +36,12 @@ class Debuggee:
         self.rt.stop_on_entry = bool(config.get("stopOnEntry"))
         self.no_debug = bool(config.get("noDebug"))
         self.debugpy_port = config.get("debugpyPort")        # set when debugpy debugs the Python side
+        self.debugpy_token = config.get("debugpyToken")
         self.python = PythonSide()
         if self.debugpy_port:
             self.rt.before_stop = self.python.forget_python_step
             self.rt.on_leaving_step = self.python.hand_to_python
+            self.rt.on_python_step = self.python.step_from
         self.inspector = Inspector(self.rt.addresses)
         self.configured = threading.Event()
         self.lock = threading.Lock()
@@ -149,6 +151,16 @@ class Debuggee:
         step = self.rt.step_from_stop(kind, a.get("granularity", "line"))
         if step is None:
             raise ValueError("the program is not stopped")
+        # (mixed sessions) a Python frame the user selected is stepped by pydevd, by lines; an
+        # instruction step (the Disassembly view's) is always the Cell's
+        focus = a.get("msvmFocusFrame")
+        if focus and kind in ("over", "out") and a.get("granularity") != "instruction" and self.python.attached:
+            with self.lock:
+                pf = self.inspector.python_frame(focus) if self.inspector.frames else None
+            if pf is not None:
+                with self.lock:
+                    self.inspector.reset(None)
+                return self.rt.resume(None, python_step=(kind, pf.frame))
         self._resume(step)
 
     def req_next(self, a):
@@ -169,6 +181,9 @@ class Debuggee:
 
     def req_msvmCancelStep(self, a):
         self.rt.cancel_step()
+
+    def req_msvmCancelPause(self, a):
+        self.rt.pause_requested = False
 
     def req_msvmPauseIfInCell(self, a):
         """Pause at the next instruction if the program is inside a Cell now; else debugpy pauses it."""
@@ -235,7 +250,7 @@ class Debuggee:
 
         if self.debugpy_port:
             try:
-                self.python.attach(int(self.debugpy_port))
+                self.python.attach(int(self.debugpy_port), str(self.debugpy_token or ""))
             except Exception as e:  # noqa: BLE001 - the Cells are still debugged
                 print(f"msvm debugger: debugpy could not attach ({type(e).__name__}: {e}); "
                       "Python code runs without Python debugging", file=sys.stderr, flush=True)

@@ -16,6 +16,20 @@ debugger that owns what the request names, and merges what both say:
   next Python line: the debuggee hands it to pydevd); on Python, debugpy steps, and a
   step-in also arms msvm to stop at the first instruction of a Cell the line calls.
   Whichever stops first wins; the debuggee cancels the other's pending step.
+- the selected frame: DAP's step requests name a thread, not a frame, so the frame the user
+  selected is the last one a request named since the thread stopped: ``msvmSelectFrame`` (the
+  extension sends it on each selection, VS Code's ``activeStackItem``), ``scopes``,
+  ``evaluate``... (what any client asks about the frame it shows). ``next``/``stepOut`` with a
+  Python frame below a stopped Cell selected are pydevd's steps from that frame: over = run
+  until that frame reaches its next line (the Cell and everything it was called from return
+  to it), out = until that frame returns to its caller; breakpoints on the way stop first.
+  ``stepIn``, and any step by ``instruction`` (the Disassembly view's), stays the thread's:
+  the next instruction or line the Cell runs.
+- another thread stopping on Python code (pydevd stops all its threads) while the main
+  thread runs a Cell: msvm pauses the main thread at the Cell's next instruction, so its stack
+  shows (Cell frames, then Python frames; ``preserveFocusHint``: the focus stays on the thread
+  that stopped); until then, or if it runs msvm's own code outside a Cell, its stack is one
+  ``label`` frame saying it runs. Each thread then continues and steps on its own.
 """
 
 from __future__ import annotations
@@ -32,6 +46,9 @@ _BY_THREAD = {"continue", "next", "stepIn", "stepOut", "stepBack", "reverseConti
 _PY_ONLY = {"modules", "loadedSources", "setFunctionBreakpoints", "goto", "dataBreakpointInfo", "setDataBreakpoints"}
 PY_FILTERS = ("raised", "uncaught", "userUnhandled")
 _SKIPPED = "Frame skipped from debugging during step-in"      # pydevd's note when a step-in passes msvm
+RUNNING_FRAME = PY_BASE - 1        # the id of the label frame of a main thread that runs
+_RUNNING = ("running: msvm is executing the program on this thread (it stops at its next Cell "
+            "instruction or Python line)")
 
 
 class Mixer:
@@ -43,6 +60,10 @@ class Mixer:
         self.cell_stop: dict | None = None    # msvm's last stopped body while a Cell holds the thread
         self.py_stop: dict | None = None      # debugpy's last stopped body while it holds the main thread
         self.stepping_in = False              # a Python step-in is under way on the main thread
+        self.focus = None                     # the frame id last named by a request since the main thread stopped
+        self.py_all_stopped = False           # debugpy stopped all its threads (another thread stopped)
+        self.pausing_main = ""                # name of the thread whose stop made msvm pause the main thread
+        self.thread_names: dict = {}
         self.pending: dict = {}           # seq of a request sent to msvm -> callback for its response
         self.next_seq = 0
         self.lock = threading.Lock()
@@ -120,6 +141,10 @@ class Mixer:
     def _is_main(self, a: dict) -> bool:
         return a.get("threadId", self.main_tid) == self.main_tid
 
+    def _is_main_frame(self, fid) -> bool:
+        """Whether a frame id names a frame of the main thread's current stop (msvm's numbering)."""
+        return self.cell_stop is not None and isinstance(fid, int) and not _is_py(fid)
+
     # --- requests from the client: True when handled here
     def route(self, req: dict) -> bool:
         if not self._connected:
@@ -140,13 +165,24 @@ class Mixer:
         elif cmd in ("stackTrace", "exceptionInfo"):
             if self.cell_stop is not None and self._is_main(a):
                 self._msvm(cmd, dict(a, threadId=1), req=req)
-            elif self.py_stop is None and self._is_main(a) and cmd == "stackTrace":
-                self._to_client(response(req, {"stackFrames": [], "totalFrames": 0}))     # it runs
+            elif self.py_stop is None and not self.py_all_stopped and self._is_main(a) and cmd == "stackTrace":
+                self._to_client(response(req, _running_stack()))
+            elif self._is_main(a) and cmd == "stackTrace":
+                self._py(req, after=_stack_or_running)
             else:
                 self._py(req, after=_without_boot if cmd == "stackTrace" else None)
+        elif cmd == "msvmSelectFrame":          # the extension: the user selected this frame
+            if self._is_main_frame(a.get("frameId")):
+                self.focus = a["frameId"]
+            self._to_client(response(req))
         elif cmd in _BY_FRAME:
             fid = a.get("frameId")
-            if _is_py(fid) or (fid is None and self.cell_stop is None):
+            if fid is not None and self._is_main_frame(fid):
+                self.focus = fid
+            if fid == RUNNING_FRAME:
+                self._to_client(response(req, {"scopes": []} if cmd == "scopes" else None,
+                                         error=None if cmd == "scopes" else "the thread is running"))
+            elif _is_py(fid) or (fid is None and self.cell_stop is None):
                 self._py(req)
             else:
                 return False
@@ -175,6 +211,7 @@ class Mixer:
         if not any(t.get("id") == self.main_tid for t in threads):
             threads.insert(0, {"id": self.main_tid, "name": "MainThread"})
         body["threads"] = threads
+        self.thread_names = {t.get("id"): t.get("name") for t in threads}
         return body
 
     # VS Code takes the answer to a step or continue as "the thread runs" (a simulated
@@ -184,11 +221,16 @@ class Mixer:
         main = self._is_main(a)
         if self.cell_stop is not None and main:
             self.cell_stop = None                # msvm resumes the thread (a step may end in Python)
-            self._msvm(cmd, dict(a, threadId=1), req=req, callback=self._then_restate_py_stop)
+            args = dict(a, threadId=1)
+            if self.focus is not None:
+                args["msvmFocusFrame"] = self.focus      # a Python frame there: pydevd steps it
+            self.focus = None
+            self._msvm(cmd, args, req=req, callback=self._then_restate_py_stop)
             return
         if main:
             self.py_stop = None
         self.py.ids.forget()                     # debugpy resumes all its threads
+        self.py_all_stopped = False
         self.stepping_in = cmd == "stepIn" and main
         if cmd == "stepIn" and main:
             # a Python step-in: a Cell the line calls stops at its first instruction
@@ -265,8 +307,13 @@ class Mixer:
             return isinstance(msg.get("request_seq"), int) and msg["request_seq"] < 0
         if msg.get("type") == "event" and msg.get("event") == "stopped" and self._connected:
             body = dict(msg.get("body") or {}, threadId=self.main_tid)
-            self.cell_stop, self.py_stop, self.stepping_in = body, None, False
-            self.py.ids.forget()
+            if self.pausing_main and body.get("reason") == "pause":
+                body.update(preserveFocusHint=True,
+                            description=f"paused in a Cell while thread {self.pausing_main} is stopped")
+            self.pausing_main = ""
+            self.cell_stop, self.py_stop, self.stepping_in, self.focus = body, None, False, None
+            if not self.py_all_stopped:
+                self.py.ids.forget()         # the main thread's debugpy frames are gone (another stopped thread's stay)
             self._to_client(dict(msg, body=body))
             return True
         return False
@@ -284,14 +331,38 @@ class Mixer:
             if isinstance(bp.get("id"), int):
                 bp["id"] += PY_BASE
         main = body.get("threadId", self.main_tid) == self.main_tid
+        if name == "stopped":
+            self.py_all_stopped = self.py_all_stopped or bool(body.get("allThreadsStopped"))
+            if not main and body.get("allThreadsStopped") and self.cell_stop is None and self.py_stop is None \
+                    and self.ad.child is not None:
+                self._pause_main_in_cell(body.get("threadId"))
+        elif name == "continued" and body.get("allThreadsContinued", True):
+            self.py_all_stopped = False
+            if self.pausing_main:                 # the Cell returned before msvm's pause: none is wanted now
+                self.pausing_main = ""
+                self._msvm("msvmCancelPause")
         if name == "continued" and self.cell_stop is not None:
             body["allThreadsContinued"] = False
             if main:
                 return                            # late: a Cell holds the main thread stopped now
         if name == "stopped" and main and self.ad.child is not None:
-            self.py_stop, self.stepping_in = body, False
+            self.py_stop, self.stepping_in, self.focus = body, False, None
             self._msvm("msvmCancelStep")         # the step ended in Python: it stops no later Cell
         self._to_client({"type": "event", "event": name, "body": body})
+
+    def _pause_main_in_cell(self, tid):
+        """Another thread stopped (debugpy stops them all): the main thread, if it runs a Cell,
+        stops at the Cell's next instruction (msvm), so that its stack can be shown."""
+        def answer(msg):
+            if not (msg.get("body") or {}).get("inCell"):
+                self.pausing_main = ""            # in Python: pydevd stops it there
+
+        def named(msg):                           # (its name, for the main thread's stop description)
+            for t in (msg.get("body") or {}).get("threads") or []:
+                self.thread_names[t.get("id")] = t.get("name")
+            self.pausing_main = self.thread_names.get(tid) or f"{tid}"
+            self._msvm("msvmPauseIfInCell", callback=answer)
+        self.py.send("threads", {}, named)
 
 
 def _without_boot(body: dict) -> dict:
@@ -302,6 +373,18 @@ def _without_boot(body: dict) -> dict:
         if isinstance(body.get("totalFrames"), int):
             body["totalFrames"] -= 1
     return body
+
+
+def _running_stack() -> dict:
+    return {"stackFrames": [{"id": RUNNING_FRAME, "name": _RUNNING, "line": 0, "column": 0,
+                             "presentationHint": "label"}], "totalFrames": 1}
+
+
+def _stack_or_running(body: dict) -> dict:
+    """debugpy's stack of the main thread, or the running label when it has none (pydevd has not
+    stopped the thread yet: it runs msvm's code, which pydevd does not trace)."""
+    body = _without_boot(body)
+    return body if body.get("stackFrames") else _running_stack()
 
 
 def _is_py(v) -> bool:

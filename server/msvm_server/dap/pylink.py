@@ -4,7 +4,9 @@ The msvm adapter is a DAP server to VS Code and, when ``pythonDebugging`` is on,
 client of debugpy: ``PyLink`` starts debugpy's adapter over private pipes, attaches with
 ``listen`` (the debuggee then calls ``debugpy.connect`` to the port debugpy names in its
 ``debugpyWaitingForServer`` event), sends requests with its own sequence numbers and
-hands each response to a callback.
+hands each response to a callback. That port is a loopback TCP port anyone on the machine
+can reach, so the adapter runs with ``debugpy_glue.ADAPTER_BOOT``: a debug server that does
+not present ``token`` (a secret the debuggee gets over its private socket) is refused.
 
 ``Ids`` keeps the two debuggers' numbers apart in what VS Code sees: debugpy's frame ids
 and variable references (``id()`` of Python objects, 64-bit) are renumbered from
@@ -14,11 +16,12 @@ and variable references (``id()`` of Python objects, 64-bit) are renumbered from
 
 from __future__ import annotations
 
-import importlib.util
+import os
+import secrets
 import subprocess
-import sys
 import threading
 
+from . import debugpy_glue
 from .wire import BadMessage, Channel
 
 PY_BASE = 1 << 30          # ids at or above this are debugpy's; msvm's are below
@@ -27,15 +30,7 @@ ANSWER_TIMEOUT_S = 30
 
 def debugpy_available() -> str | None:
     """debugpy's version when this Python (which also runs the debuggee) can import it, else None."""
-    spec = importlib.util.find_spec("debugpy")
-    if spec is None:
-        return None
-    try:
-        import debugpy
-
-        return getattr(debugpy, "__version__", "?")
-    except Exception:  # noqa: BLE001 - a broken install is an absent one
-        return None
+    return debugpy_glue.version()
 
 
 class Ids:
@@ -109,7 +104,9 @@ class PyLink:
 
     def __init__(self, on_event, on_end=None):
         self.on_event, self.on_end = on_event, on_end
-        self.proc = subprocess.Popen([sys.executable, "-I", "-m", "debugpy.adapter"], stdin=subprocess.PIPE,
+        self.token = secrets.token_hex(32)          # what the debuggee's pydevd must present
+        env = dict(os.environ, **{debugpy_glue.TOKEN_ENV: self.token})
+        self.proc = subprocess.Popen(debugpy_glue.adapter_command(), stdin=subprocess.PIPE, env=env,
                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True)
         self.ch = Channel(self.proc.stdout, self.proc.stdin)
         self.lock = threading.Lock()

@@ -94,7 +94,17 @@ class Stop:
     description: str = ""
     text: str = ""
     hit: list = field(default_factory=list)
-    python_frames: list = field(default_factory=list)    # (name, file, line, f_locals) of the host program
+    python_frames: list = field(default_factory=list)    # PyFrame of the host program, innermost first
+
+
+@dataclass
+class PyFrame:
+    """A frame of the host program below the Cell frames of a stop."""
+    name: str
+    path: str
+    line: int
+    f_locals: dict
+    frame: object             # the live frame (a Python step from it starts there)
 
 
 def _skip_dirs() -> tuple:
@@ -134,6 +144,8 @@ class Runtime:
         # step resumes the outermost Cell (the step may end in the Python code that called it)
         self.before_stop = None
         self.on_leaving_step = None
+        self.on_python_step = None         # (kind, frame): a step from a Python frame below the Cell
+        self.python_step = None
 
     # --- breakpoints (any thread)
     def set_line_breakpoints(self, path: str, lines: list, known_lines=None) -> list:
@@ -200,9 +212,12 @@ class Runtime:
         return by_index
 
     # --- control (from the request thread)
-    def resume(self, step: Step | None = None):
+    def resume(self, step: Step | None = None, python_step: tuple | None = None):
+        """python_step: (kind, frame) of a step the Python debugger makes from that frame (the
+        Cells run on, their breakpoints still stop)."""
         with self.cond:
             self.step = step
+            self.python_step = python_step
             self.stopped = None
             self.cond.notify_all()
 
@@ -289,7 +304,10 @@ class Runtime:
             while self.stopped is stop and self.running:
                 self.cond.wait(0.5)
             leaving = self.step is not None and stop.frame.depth == 0
-        if leaving and self.on_leaving_step:
+            python_step, self.python_step = self.python_step, None
+        if python_step is not None and self.on_python_step:
+            self.on_python_step(*python_step)
+        elif leaving and self.on_leaving_step:
             self.on_leaving_step()
 
     def shutdown(self):
@@ -321,6 +339,6 @@ def _python_frames(frame) -> list:
         fn = frame.f_code.co_filename
         boot = frame.f_back is None and fn == "<string>"      # the debuggee's ``python -c`` boot
         if not fn.startswith(_SKIP) and not fn.startswith("<frozen") and not boot:
-            out.append((frame.f_code.co_name, fn, frame.f_lineno, frame.f_locals))
+            out.append(PyFrame(frame.f_code.co_name, fn, frame.f_lineno, frame.f_locals, frame))
         frame = frame.f_back
     return out

@@ -74,8 +74,8 @@ class Inspector:
             parent = f.parent
             index = parent.index if parent is not None else 0
             f = parent
-        for name, path, line, f_locals in stop.python_frames:
-            self.frames.append(("py", name, path, line, f_locals))
+        for pf in stop.python_frames:
+            self.frames.append(("py", pf))
 
     def _ref(self, producer) -> int:
         k = len(self.refs) + 1
@@ -103,7 +103,7 @@ class Inspector:
                     "instructionPointerReference": hex(self.addresses.address(code, index)),
                 })
             else:
-                _, name, path, line, _ = fr
+                name, path, line = fr[1].name, fr[1].path, fr[1].line
                 d = {"id": k + 1, "name": f"{name} (Python)", "line": line, "column": 1,
                      "source": {"name": os.path.basename(path), "path": path}, "presentationHint": "subtle"}
                 if outer_ipr:
@@ -112,6 +112,14 @@ class Inspector:
         total = len(out)
         out = out[start:start + levels] if levels else out[start:]
         return {"stackFrames": out, "totalFrames": total}
+
+    def python_frame(self, frame_id):
+        """The host program's frame (runtime.PyFrame) that frame id names, or None for a Cell frame."""
+        try:
+            fr = self.frame(frame_id)
+        except KeyError:
+            return None
+        return fr[1] if fr[0] == "py" else None
 
     def frame(self, frame_id):
         k = (frame_id or 1) - 1
@@ -123,7 +131,7 @@ class Inspector:
     def scopes(self, frame_id: int) -> list:
         fr = self.frame(frame_id)
         if fr[0] == "py":
-            f_locals = fr[4]
+            f_locals = fr[1].f_locals
             return [{"name": "Locals", "presentationHint": "locals", "expensive": False,
                      "variablesReference": self._ref(lambda: [self.var(n, v) for n, v in list(f_locals.items())
                                                               if not n.startswith("__")])}]
@@ -184,7 +192,7 @@ class Inspector:
             return {"np": np}
         fr = self.frame(frame_id)
         if fr[0] == "py":
-            return dict(fr[4], np=np)
+            return dict(fr[1].f_locals, np=np)
         _, f, _ = fr
         names = {"np": np, "numpy": np}
         names.update({k: v for k, v in f.symbols.items()})

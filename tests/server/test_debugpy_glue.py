@@ -1,0 +1,65 @@
+"""dap/debugpy_glue: the version check in front of debugpy's internals, and the probe of them."""
+
+import subprocess
+import sys
+
+import pytest
+from msvm_server.dap import debugpy_glue as glue
+
+
+def test_the_tested_version_passes():
+    assert glue.problem(glue.TESTED) is None
+
+
+@pytest.mark.parametrize("found", ["1.9.0", "1.8.21", "2.0.0b1"])
+def test_another_version_is_refused_naming_both_versions(found, monkeypatch):
+    monkeypatch.delenv(glue.UNTESTED_ENV, raising=False)
+    why = glue.problem(found)
+    assert f"debugpy {found} is installed" in why
+    assert f"debugpy {glue.TESTED}'s internals" in why
+    assert f"pip install debugpy=={glue.TESTED}" in why and glue.UNTESTED_ENV in why
+
+
+def test_another_version_may_be_tried_on_request(monkeypatch):
+    monkeypatch.setenv(glue.UNTESTED_ENV, "1")
+    assert glue.problem("1.9.0") is None
+
+
+def test_no_debugpy_is_said(monkeypatch):
+    monkeypatch.setattr(glue, "version", lambda: None)
+    assert glue.problem() == "debugpy is not installed"
+
+
+# pydevd is imported in a child process: importing it here would patch this process's threads
+PROBE = """
+import sys
+from msvm_server.dap import debugpy_glue as glue
+if sys.argv[1] == "bogus":
+    glue._INTERNALS = glue._INTERNALS + (("_pydevd_bundle.pydevd_constants", "NO_SUCH_NAME"),)
+    glue._METHODS = glue._METHODS + (("PyDB", ("no_such_method",)),)
+print(glue.missing_internals())
+if sys.argv[1] == "bogus":
+    try:
+        glue.connect(1, "t", ())
+    except RuntimeError as e:
+        print(e)
+"""
+
+
+def _probe(mode: str) -> list:
+    r = subprocess.run([sys.executable, "-c", PROBE, mode], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    return r.stdout.strip().splitlines()
+
+
+def test_every_internal_it_uses_exists_in_the_installed_debugpy():
+    if glue.version() != glue.TESTED:
+        pytest.fail(f"debugpy {glue.version()} installed; msvm[ide] pins {glue.TESTED}")
+    assert _probe("ok") == ["[]"]
+
+
+def test_a_missing_internal_is_named_and_connect_refuses_before_connecting():
+    out = _probe("bogus")
+    assert out[0] == "['_pydevd_bundle.pydevd_constants.NO_SUCH_NAME', 'PyDB.no_such_method']"
+    assert out[1] == (f"debugpy {glue.version()} lacks _pydevd_bundle.pydevd_constants.NO_SUCH_NAME, "
+                      "PyDB.no_such_method, which msvm's mixed-mode debugging uses")

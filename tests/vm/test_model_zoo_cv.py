@@ -132,3 +132,32 @@ def test_the_other_tier_settings_match_reference(model, level, fusion):
         assert len(net._runner.variants) == 1, "a new image size recompiled the model"
     finally:
         ms.set_context(jit_config={"jit_level": "L1", "enable_fusion": True})
+
+
+F16_TOL = 1e-2      # float16 (11 significant bits) through 20 layers, against the float64 reference
+
+
+@pytest.mark.parametrize("model", ["resnet18"], indirect=True)
+def test_to_float16_runs_in_float16_in_every_tier(model):
+    """``net.to_float(mstype.float16)`` (MindSpore's mixed precision): every Cell casts its inputs
+    and Parameters to float16 where it starts, so the logits are float16 and within float16's
+    error of the float64 reference, in L1 and the compiled tiers; the compiled tiers' planners
+    keep float16 sites in the interpreter and say so (``Site.l1_why``)."""
+    name, net, p, cache = model
+    x, want = reference(name, p, cache, 160)
+    try:
+        net.to_float(ms.float16)
+        for level, fusion in (("L1", True), ("L2", False), ("L3", True)):
+            ms.set_context(jit_config={"jit_level": level, "enable_fusion": fusion})
+            net.set_train(False)
+            for call in range(2 if level != "L1" else 1):
+                out = net(ms.Tensor(x))
+                assert out.dtype == ms.float16, level
+                err = np.abs(out.asnumpy().astype(np.float64) - want).max() / np.abs(want).max()
+                assert 1e-5 < err < F16_TOL, f"{level} fusion={fusion} call {call}: error {err:.2e}"
+        codes = next(iter(net._runner.variants.values())).code.all_codes()
+        whys = {w for c in codes for s in c.__dict__.get("jit_sites", {}).values() for w in s.l1_why.values()}
+        assert "dtype float16" in whys, whys
+    finally:
+        net.to_float(ms.float32)
+        ms.set_context(jit_config={"jit_level": "L1", "enable_fusion": True})

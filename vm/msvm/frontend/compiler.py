@@ -36,7 +36,7 @@ from ..bytecode.types import NONE, ScalarType, ShapeEnv, ShapeError, TensorType,
 from ..bytecode.verify import bind_callee, subs_type, verify
 from ..errors import ArgumentError, FrontendError, FrontendValueError, UnknownDim
 from .argspec import ArgSpec
-from .graph import GraphValue, lift, using
+from .graph import GraphValue, lift, trace_op, using
 
 # ---------------------------------------------------------------- sources
 
@@ -214,6 +214,8 @@ class FunctionCompiler:
         self.loop_syms = 0
         self._callee_index: dict = {}
         self.hover: list = []      # (Loc, name, type) for the language server
+        # Cell.to_float's dtype: float tensor arguments and Parameters are cast to it on entry
+        self.mixed = getattr(self_obj, "__dict__", {}).get("_mixed_precision") if self_obj is not None else None
 
     # --- interface the shape rules use
     def attr_type(self, name):
@@ -257,6 +259,9 @@ class FunctionCompiler:
         self.record_hover_args(fn, params)
         with using(self):
             try:
+                if self.mixed is not None:
+                    for pname in params if vararg is None else [*params[:n_fixed], vararg]:
+                        self.vars[pname] = self.mixed_cast_arg(pname, self.vars[pname])
                 self.block(fn.body)
                 self.loc = self.node_loc(fn.body[-1]) if fn.body else self.loc
                 self.emit_return(None)
@@ -304,6 +309,23 @@ class FunctionCompiler:
             self.vars[pname] = t.value
         else:
             self.vars[pname] = GraphValue(t, ("local", slot))
+
+    # --- Cell.to_float (MindSpore's mixed precision): casts where the Cell starts
+    def mixed_cast_arg(self, pname, v):
+        """An argument of a to_float Cell: a float tensor is cast to its dtype once, into its own slot."""
+        if isinstance(v, tuple):
+            return tuple(self.mixed_cast_arg(f"{pname}[{j}]", x) for j, x in enumerate(v))
+        if not self.needs_mixed_cast(v):
+            return v
+        slot = v.node[1]
+        cast = trace_op("CAST", (v,), (self.mixed,))
+        self.materialize(cast, self.loc)
+        self.emit("STORE_TENSOR", slot)
+        return GraphValue(self.env.norm_type(cast.type), ("local", slot))
+
+    def needs_mixed_cast(self, v) -> bool:
+        return (self.mixed is not None and isinstance(v, GraphValue) and isinstance(v.type, TensorType)
+                and v.type.dtype.kind == "f" and v.type.dtype != self.mixed)
 
     def record_hover_args(self, fn, params):
         args = fn.args.args[1:] if self.self_obj is not None else fn.args.args
@@ -853,7 +875,8 @@ class FunctionCompiler:
                                  node)
             t = tensor_type(v)
             self.cb.code.attr_types[attr] = t
-            return GraphValue(t, ("param", attr))
+            g = GraphValue(t, ("param", attr))
+            return trace_op("CAST", (g,), (self.mixed,)) if self.needs_mixed_cast(g) else g
         if isinstance(v, pytypes.MethodType) and v.__self__ is cell and not _is_msvm(v.__func__):
             return v
         return v
@@ -1494,7 +1517,7 @@ def compile_cell_for(cell, specs, name: str | None = None, generation: int = 0):
         cache = _cell_codes.setdefault(cell, {})
     except TypeError:
         cache = {}
-    key = (spec_key(specs), generation)
+    key = (spec_key(specs), generation, getattr(cell, "__dict__", {}).get("_mixed_precision"))
     code = cache.get(key)
     if code is not None:
         return code

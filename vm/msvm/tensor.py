@@ -351,6 +351,11 @@ class Parameter(Tensor):
             PARAMETER_SHAPES[0] += 1
         return self
 
+    def value(self):
+        """The Parameter's value as a Tensor (MindSpore's ``Parameter.value()``; in construct, the Parameter)."""
+        self._need_data()
+        return Tensor(self._data)
+
     def __repr__(self):
         return f"Parameter(name={self.name}, shape={list(self.shape)}, dtype={self._dtype})"
 

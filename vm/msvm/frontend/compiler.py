@@ -845,6 +845,8 @@ class FunctionCompiler:
         if isinstance(base, GraphValue):
             if attr in ("shape", "dtype", "ndim"):
                 return getattr(base, attr)
+            if attr == "value" and _reads_parameter(base):      # (model zoo) Parameter.value()
+                return lambda: base
             meth = getattr(base, attr, None)
             if meth is None:
                 raise self.error(f"tensors have no attribute '{attr}' in construct", node)
@@ -1323,6 +1325,12 @@ def _describe(node) -> str:
              "Break": "break", "Continue": "continue", "NamedExpr": "the := operator", "Starred": "*unpacking",
              "Lambda_": "lambda", "SetComp": "a set comprehension"}
     return names.get(type(node).__name__, type(node).__name__)
+
+
+def _reads_parameter(v: GraphValue) -> bool:
+    """A Parameter read by construct (under to_float, its cast)."""
+    n = v.node
+    return n[0] == "param" or (n[0] == "op" and n[1] == "CAST" and n[2][0].node[0] == "param")
 
 
 def _is_tensor(v) -> bool:

@@ -1,7 +1,7 @@
 """Issue 16 (NLP): BERT (MindSpore's official model), GPT-2 (MindNLP style) and a LLaMA decoder
 (mindformers style), written as their sources write them and imported under the mindspore alias,
 run at sequence lengths 16, 37 and 128 through one bytecode, against float64 numpy references
-(tests/refs/nlp.py), in L1, L2, L3 with fusion and L3 without fusion."""
+(tests/refs/nlp.py), in L1, L2 and L3, each with fusion on and off."""
 
 import sys
 
@@ -12,7 +12,7 @@ from msvm import compat
 from msvm.compiler import tiers
 
 LENGTHS = (16, 37, 128)
-TIERS = [("L1", True), ("L2", True), ("L3", True), ("L3", False)]
+TIERS = [(level, fusion) for level in ("L1", "L2", "L3") for fusion in (True, False)]
 BATCH, VOCAB = 2, 100
 
 

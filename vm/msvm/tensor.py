@@ -303,6 +303,17 @@ class Tensor(TensorMethods):
         index = index.asnumpy() if isinstance(index, Tensor) else index
         return Tensor(np.asarray(self._data[index]))
 
+    def __setitem__(self, index, value):
+        """``x[index] = value`` eagerly (PYNATIVE), in place as MindSpore's; value cast to x's dtype.
+        A Parameter changes through set_data."""
+        if isinstance(self, Parameter):
+            raise TypeError(f"cannot assign into Parameter {self.name}: use set_data")
+        self._need_data()
+        data = np.array(self._data)        # (the array may be shared with numpy or read-only)
+        index = index.asnumpy() if isinstance(index, Tensor) else index
+        data[index] = np.asarray(value.asnumpy() if isinstance(value, Tensor) else value).astype(data.dtype)
+        self._data = data
+
     def __repr__(self):
         if self._data is None:
             return f"Tensor(shape={list(self._pshape)}, dtype={self._dtype}, placeholder)"

@@ -360,7 +360,7 @@ class FunctionCompiler:
             op = BY_NAME[opname]
             raw = []
             for (_oname, okind), val in zip(op.operands, operands):
-                raw.append(val if okind == "count" else self.cb.const(val))
+                raw.append(val if okind == "count" else self.cb.name(val) if okind == "name" else self.cb.const(val))
             self.emit(opname, *raw, loc=v.loc or loc)
         elif kind == "call":
             _, idx, ins = node
@@ -588,6 +588,14 @@ class FunctionCompiler:
         elif isinstance(target, ast.Attribute):
             raise self.error("assigning to attributes inside construct is not supported (Cells are stateless "
                              "while they run)", target)
+        elif isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name):
+            base, index = self.expr(target.value), self.expr(target.slice)
+            if not (isinstance(base, GraphValue) and isinstance(base.type, TensorType) and isinstance(index, GraphValue)
+                    and isinstance(index.type, TensorType) and index.type.dtype == dt.bool_):
+                raise self.error("assigning to an item in construct: only x[mask] = value, with mask a bool tensor "
+                                 "over x's leading dims, is supported", target)
+            self.loc = self.node_loc(target)
+            self.store(target.value.id, self.mask_assign(base, index, value, target), target.value)
         else:
             raise self.error(f"cannot assign to {_describe(target)}", target)
 
@@ -919,6 +927,12 @@ class FunctionCompiler:
                 spec.append(("e",))
             elif isinstance(v, int):
                 spec.append(("i", v))
+            elif isinstance(v, GraphValue) and isinstance(v.type, TensorType) and v.type.dtype == dt.bool_:
+                # x[mask] (MindSpore's getitem by a bool tensor): the rows where mask is True, a first dim
+                # the data decides (a fresh symbol, bound when MASKED_SELECT runs)
+                if len(items) != 1:
+                    raise self.error("a bool tensor index goes alone: x[mask] (mask over x's leading dims)", it)
+                return trace_op("MASKED_SELECT", (base, v), (self.fresh_symbol("masked"),))
             elif isinstance(v, GraphValue) and isinstance(v.type, TensorType) and v.type.dtype.kind in "iu":
                 # x[idx], x[:, idx], x[idx, :] with an int tensor: a GATHER along that axis (the other
                 # items are full slices, or ... after it)
@@ -932,6 +946,42 @@ class FunctionCompiler:
             else:
                 raise self.error("tensor indices must be ints, slices, None, ..., or an int tensor", it)
         return trace_op("SLICE", (base,), (tuple(spec),))
+
+    def mask_assign(self, x: GraphValue, mask: GraphValue, value, node) -> GraphValue:
+        """``x[mask] = value`` (MindSpore's setitem by a bool tensor): value, cast to x's dtype, where
+        mask is True (mask over x's leading dims, value broadcast over the rest), else x."""
+        xt, mt = x.type, mask.type
+        if not 1 <= mt.rank <= xt.rank:
+            raise self.error(f"x[mask] = value: the mask (rank {mt.rank}) must cover leading dims of x (rank "
+                             f"{xt.rank})", node)
+        if isinstance(value, GraphValue) and isinstance(value.type, TensorType):
+            if value.type.rank > xt.rank - mt.rank:
+                raise self.error(f"x[mask] = value: value {value.type} must broadcast to one selected item "
+                                 f"{TensorType(xt.shape[mt.rank:], xt.dtype)} (one value per selected item is "
+                                 "not supported)", node)
+            if value.type.dtype != xt.dtype:
+                value = trace_op("CAST", (value,), (xt.dtype,))
+        elif isinstance(value, (bool, int, float, np.number)) and not isinstance(value, GraphValue):
+            value = {"b": bool, "i": int, "u": int}.get(xt.dtype.kind, float)(value)
+        elif not isinstance(value, GraphValue):
+            raise self.error(f"x[mask] = value: value must be a number or a tensor, got {type(value).__name__}", node)
+        try:
+            for a, b in zip(xt.shape, mt.shape):
+                self.env.require_eq(a, b, f"x[mask] = value: mask {mt} does not match the leading dims of x {xt}")
+            if mt.rank < xt.rank:
+                mask = trace_op("RESHAPE", (mask,), (tuple(mt.shape) + (S.Expr.const(1),) * (xt.rank - mt.rank),))
+            return trace_op("WHERE", (mask, value, x), ())
+        except ShapeError as e:
+            raise self.error(str(e), node) from None
+
+    def fresh_symbol(self, stem: str) -> str:
+        """A symbol no argument binds (a data-dependent dim): ``masked0``, ``masked1``, ..."""
+        taken = {n for _, t in self.cb.code.params for n in _type_symbols(t)} | set(self.cb.code.names)
+        k = 0
+        while f"{stem}{k}" in taken:
+            k += 1
+        self.cb.name(f"{stem}{k}")
+        return f"{stem}{k}"
 
     def expr_Slice(self, node):
         parts = [None if p is None else self.expr(p) for p in (node.lower, node.upper, node.step)]
@@ -1229,7 +1279,26 @@ class FunctionCompiler:
             g.uses += 1
         if isinstance(out_type, type(NONE)):
             raise self.error(f"self.{path} returns None", node)
-        return GraphValue(out_type, ("call", idx, tuple(gins)), self.loc)
+        out = GraphValue(out_type, ("call", idx, tuple(gins)), self.loc)
+        return self.bind_data_dims(sub, out, path, node)
+
+    def bind_data_dims(self, sub, out: GraphValue, path, node):
+        """A sub-Cell's result with dims its data decided (x[mask] inside it): each becomes a fresh
+        symbol of this code, bound by BIND_DIM when the call returns (never the callee's name, which
+        could be one of this code's own)."""
+        data = {sub.names[ins.args[0]] for ins in sub.instrs if ins.op.binds}
+        if not data or not _type_symbols(out.type) & data:
+            return out
+        if not isinstance(out.type, TensorType):
+            raise self.error(f"self.{path} returns {out.type}: a tuple holding dims its data decides (x[mask]) "
+                             "is not supported; return the tensor alone", node)
+        for axis, d in enumerate(out.type.shape):
+            if d.as_symbol() in data:
+                out = trace_op("BIND_DIM", (out,), (self.fresh_symbol("masked"), axis))
+            elif d.symbols() & data:
+                raise self.error(f"self.{path} returns {out.type}: dim {axis} ({d}) is an expression over a dim "
+                                 "its data decides; return a tensor whose dims are symbols", node)
+        return out
 
     def callee_spec(self, pname, v, sym_names: dict) -> ArgSpec:
         if isinstance(v, tuple) and _has_graph(v):      # (model zoo) a tuple holding run-time values
@@ -1325,6 +1394,14 @@ def _describe(node) -> str:
              "Break": "break", "Continue": "continue", "NamedExpr": "the := operator", "Starred": "*unpacking",
              "Lambda_": "lambda", "SetComp": "a set comprehension"}
     return names.get(type(node).__name__, type(node).__name__)
+
+
+def _type_symbols(t) -> set:
+    if isinstance(t, TensorType):
+        return set().union(*(d.symbols() for d in t.shape))
+    if isinstance(t, ScalarType) and isinstance(t.value, (Expr, Pred)):
+        return set(t.value.symbols())
+    return set()
 
 
 def _reads_parameter(v: GraphValue) -> bool:

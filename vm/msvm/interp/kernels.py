@@ -639,6 +639,11 @@ def tensor_scatter(x, idx, upd, mode, out=None):
     return x
 
 
+def masked_select(x, mask, out=None):
+    """x[mask] (numpy's boolean indexing: the rows where mask is True, in order)."""
+    return np.ascontiguousarray(np.asarray(x)[np.asarray(mask, dtype=bool)])
+
+
 def gather_nd(x, idx, out=None):
     x, idx = np.asarray(x), np.asarray(idx).astype(np.int64)
     k = idx.shape[-1]
@@ -764,6 +769,8 @@ KERNELS = {
     "ARANGE": arange, "CUMSUM": cumsum, "RESIZE": resize,
     **_CONFORMANCE,
 }
+
+KERNELS["MASKED_SELECT"] = masked_select       # (boolean-mask indexing; the interpreter binds its symbol)
 
 
 COMPUTE = frozenset(r.name for r in TABLE if r.kind not in ("control", "memory") or r.name == "FILL")

@@ -477,18 +477,25 @@ class Site:
                 return None
         for x in inputs:
             if type(x) is _ND and not x.flags.c_contiguous:
+                self._l1(inputs, "a strided input (a view: the L1 kernel reads it in place)")
                 return None
         return p
+
+    def _l1(self, inputs, why: str) -> None:
+        """Say once per reason (and record per input layout, ``l1_why``) why these inputs run the L1 kernel."""
+        key = tuple([(x.shape, str(x.dtype)) if type(x) is _ND else None for x in inputs])
+        if key in self.l1_why:
+            return
+        if why not in self.l1_why.values():
+            log.logger.info("JIT: %s at %s+0x%04x runs in L1 for these inputs: %s", self.name, self.code.name,
+                            self.ins.offset, why)
+        self.l1_why[key] = why
 
     def _make_plan(self, inputs):
         try:
             return getattr(self, PLANNERS[self.op])(inputs)
         except Unsupported as e:      # said once per reason and site (float16, mixed dtypes, ...)
-            why = str(e)
-            if why not in self.l1_why.values():
-                log.logger.info("JIT: %s at %s+0x%04x runs in L1 for these inputs: %s", self.name, self.code.name,
-                                self.ins.offset, why)
-            self.l1_why[tuple([(x.shape, str(x.dtype)) if type(x) is _ND else None for x in inputs])] = why
+            self._l1(inputs, str(e))
             return None
 
     def _float_dtype(self, arrays):

@@ -457,6 +457,8 @@ class FunctionCompiler:
                 method(node)
             except (ShapeError, SymbolicError) as e:
                 raise self.error(str(e)) from None
+            except FrontendError:       # (a statement of an inlined helper: already located, flags kept)
+                raise
             except (TypeError, ValueError, NotImplementedError, IndexError, KeyError) as e:
                 err = self.error(f"{type(e).__name__}: {e}")
                 kind = ArgumentError if isinstance(e, TypeError) else FrontendValueError \

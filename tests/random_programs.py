@@ -245,8 +245,8 @@ class SourceProgram:
         if depth <= 0 or r.random() < 0.15:
             return leaf
         kind = r.choice(["unary", "unary", "binary", "binary", "masked_fill", "band", "cumsum", "halves", "chunk", "split",
-                         "tile", "gather_rows", "gather_cols", "arange", "reduce", "matmul", "softmax", "middle",
-                         "rows_half"] + (["helper", "helper"] if top else []) + (["nested"] * 3 if self.helpers else []))
+                         "tile", "gather_rows", "gather_cols", "arange", "reduce", "mean0d", "matmul", "softmax",
+                         "middle", "rows_half"] + (["helper"] * 4 if top else []) + (["nested"] * 3 if self.helpers else []))
         if leaf == "t" and kind in ("tile", "gather_rows", "gather_cols", "matmul", "binary"):
             kind = "unary"               # a helper sees its argument t alone
         self.kinds.add(kind)
@@ -323,6 +323,9 @@ class SourceProgram:
         if kind == "arange":
             return self.emit(block, out, f"{a} * (ops.arange({a}.shape[1], dtype=ms.float32) * 0.25)",
                              lambda e, a=a: e[a] * (np.arange(e[a].shape[1], dtype=np.float32) * 0.25))
+        if kind == "mean0d":                  # a 0-d result (the mean of every element) broadcast back
+            return self.emit(block, out, f"{a} - ops.mean({a}) * 0.5",
+                             lambda e, a=a: e[a] - (e[a].mean() if e[a].size else np.float32(np.nan)) * np.float32(0.5))
         if kind == "reduce":
             return self.emit(block, out, f"{a} - ops.mean({a}, -1, True)",
                              lambda e, a=a: e[a] - e[a].mean(-1, keepdims=True))
@@ -483,8 +486,8 @@ SOURCE_ARGS = ("x", "v", "c", "s", "w", "mask", "ids", "cols", "img")
 # every kind of op, helper and argument style the generator draws: SOURCE_SEEDS must cover them all
 SOURCE_KINDS = frozenset(
     {"binary", "masked_fill", "band", "cumsum", "halves", "chunk", "split", "tile", "gather_rows", "gather_cols",
-     "arange", "reduce", "matmul", "softmax", "middle", "rows_half", "helper", "nested", "conv", "relu", "avg_pool",
-     "max_pool", "adaptive", "resize"}
+     "arange", "reduce", "mean0d", "matmul", "softmax", "middle", "rows_half", "helper", "nested", "conv", "relu",
+     "avg_pool", "max_pool", "adaptive", "resize"}
     | {f"unary:{n}" for n in _M_UNARY} | {f"binary:{n}" for n in _M_BINARY}
     | {f"helper:{s}:{d}" for s in ("plain", "jit") for d in ("default", "given")}
     | {"helper:closure:default", "helper:closure_tensor:default"})

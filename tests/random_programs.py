@@ -158,7 +158,8 @@ def inputs(B, N, seed, special_share=0.0, strided=False) -> dict:
 # (issue 16) Random ``@ms.jit`` programs written as a user writes them, drawing the model zoo's
 # ops — conv2d (stride, pad modes, dilation, groups), max/avg/adaptive pooling, gather and int-tensor
 # indexing, resize (nearest, bilinear), arange, cumsum, split/chunk, slices with bounds derived from
-# shapes (``a[..., :a.shape[-1] // 2]``), masked_fill, tile, triu/tril — through helper functions
+# shapes (``a[..., :a.shape[-1] // 2]``), masked_fill, tile, triu/tril, boolean-mask indexing
+# (``a[a > 0]``, ``a[mask] = v``) — through helper functions
 # (plain, ``@ms.jit``, and closures made by a factory), called with their default arguments omitted
 # or given. Each program comes with its own numpy answer (``SourceProgram.ref``, written
 # independently of msvm's kernels: numpy's float32 ops; the image ops from tests/refs/cv.py).
@@ -246,8 +247,8 @@ class SourceProgram:
             return leaf
         kind = r.choice(["unary", "unary", "binary", "binary", "masked_fill", "band", "cumsum", "halves", "chunk", "split",
                          "tile", "gather_rows", "gather_cols", "arange", "reduce", "mean0d", "matmul", "softmax",
-                         "middle", "rows_half"] + (["helper"] * 4 if top else []) + (["nested"] * 3 if self.helpers else []))
-        if leaf == "t" and kind in ("tile", "gather_rows", "gather_cols", "matmul", "binary"):
+                         "middle", "rows_half", "mask_select", "mask_assign"] + (["helper"] * 4 if top else []) + (["nested"] * 3 if self.helpers else []))
+        if leaf == "t" and kind in ("tile", "gather_rows", "gather_cols", "matmul", "binary", "mask_assign"):
             kind = "unary"               # a helper sees its argument t alone
         self.kinds.add(kind)
         a = self.matrix(block, leaf, depth - 1, top)
@@ -323,6 +324,16 @@ class SourceProgram:
         if kind == "arange":
             return self.emit(block, out, f"{a} * (ops.arange({a}.shape[1], dtype=ms.float32) * 0.25)",
                              lambda e, a=a: e[a] * (np.arange(e[a].shape[1], dtype=np.float32) * 0.25))
+        if kind == "mask_select":             # x[mask]: a count the data decides, summed back to 0-d
+            t = r.choice([0.0, 0.5])
+            return self.emit(block, out, f"{a} + ops.sum({a}[{a} > {t}]) * 0.125",
+                             lambda e, a=a, t=t: e[a] + e[a][e[a] > t].sum() * np.float32(0.125))
+        if kind == "mask_assign":             # x[mask] = value, a statement on a copy
+            value = r.choice([0.5, -3.0])
+            block.append((f"{out} = {a} * 1.0", out, lambda e, a=a: e[a] * np.float32(1)))
+            block.append((f"{out}[mask] = {value}", None, None))
+            return self.emit(block, out, f"{out} + 0.0",
+                             lambda e, out=out, value=value: np.where(e["mask"], np.float32(value), e[out]) + np.float32(0))
         if kind == "mean0d":                  # a 0-d result (the mean of every element) broadcast back
             return self.emit(block, out, f"{a} - ops.mean({a}) * 0.5",
                              lambda e, a=a: e[a] - (e[a].mean() if e[a].size else np.float32(np.nan)) * np.float32(0.5))
@@ -486,8 +497,8 @@ SOURCE_ARGS = ("x", "v", "c", "s", "w", "mask", "ids", "cols", "img")
 # every kind of op, helper and argument style the generator draws: SOURCE_SEEDS must cover them all
 SOURCE_KINDS = frozenset(
     {"binary", "masked_fill", "band", "cumsum", "halves", "chunk", "split", "tile", "gather_rows", "gather_cols",
-     "arange", "reduce", "mean0d", "matmul", "softmax", "middle", "rows_half", "helper", "nested", "conv", "relu",
-     "avg_pool", "max_pool", "adaptive", "resize"}
+     "arange", "reduce", "mean0d", "matmul", "softmax", "middle", "rows_half", "mask_select", "mask_assign", "helper",
+     "nested", "conv", "relu", "avg_pool", "max_pool", "adaptive", "resize"}
     | {f"unary:{n}" for n in _M_UNARY} | {f"binary:{n}" for n in _M_BINARY}
     | {f"helper:{s}:{d}" for s in ("plain", "jit") for d in ("default", "given")}
     | {"helper:closure:default", "helper:closure_tensor:default"})

@@ -247,7 +247,8 @@ class SourceProgram:
             return leaf
         kind = r.choice(["unary", "unary", "binary", "binary", "masked_fill", "band", "cumsum", "halves", "chunk", "split",
                          "tile", "gather_rows", "gather_cols", "arange", "reduce", "mean0d", "matmul", "softmax",
-                         "middle", "rows_half", "mask_select", "mask_assign"] + (["helper"] * 4 if top else []) + (["nested"] * 3 if self.helpers else []))
+                         "middle", "rows_half", "mask_select", "mask_assign"]
+                        + (["helper"] * 4 if top else []) + (["nested"] * 3 if self.helpers else []))
         if leaf == "t" and kind in ("tile", "gather_rows", "gather_cols", "matmul", "binary", "mask_assign"):
             kind = "unary"               # a helper sees its argument t alone
         self.kinds.add(kind)

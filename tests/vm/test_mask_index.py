@@ -166,3 +166,17 @@ def test_value_with_one_item_per_selected_element_is_refused():
     x = np.zeros((2, 3), np.float32)
     with pytest.raises(ms.MsvmError, match="one value per selected item is not supported"):
         Bad()(ms.Tensor(x), ms.Tensor(x == 0), ms.Tensor(np.ones(6, np.float32)))
+
+
+def test_a_branch_on_the_count():
+    """The count is a symbol like any other: ``if y.shape[0] > 3`` branches on it where it runs."""
+    @ms.jit
+    def f(x):
+        y = x[x > 0.0]
+        if y.shape[0] > 3:
+            return y * 2.0
+        return y - 1.0
+
+    for x in (np.array([1, -1, 2, 3, 4], np.float32), np.array([1, -1, 2], np.float32), np.zeros(0, np.float32)):
+        y = x[x > 0]
+        np.testing.assert_array_equal(f(ms.Tensor(x)).asnumpy(), y * 2 if y.size > 3 else y - 1)

@@ -10,10 +10,12 @@ may be 0 (empty tensors) and x may be a strided view (odd strides).
 source, over the model zoo's ops and through helper functions, with its own numpy answer (below).
 """
 
+import atexit
 import importlib.util
 import math
 import os
 import random
+import shutil
 import sys
 import tempfile
 
@@ -477,8 +479,10 @@ class SourceProgram:
 
     def load(self):
         """The module, written to a file (the frontend reads a function's source) and imported."""
-        d = tempfile.mkdtemp(prefix="msvm_rp_")
-        path = os.path.join(d, f"rp_{self.seed}.py")
+        if not _DIR:
+            _DIR.append(tempfile.mkdtemp(prefix="msvm_rp_"))
+            atexit.register(shutil.rmtree, _DIR[0], True)
+        path = os.path.join(_DIR[0], f"rp_{self.seed}_{id(self)}.py")
         with open(path, "w") as f:
             f.write(self.source())
         spec = importlib.util.spec_from_file_location(f"rp_{self.seed}_{id(self)}", path)
@@ -486,6 +490,9 @@ class SourceProgram:
         sys.modules[spec.name] = mod
         spec.loader.exec_module(mod)
         return mod
+
+
+_DIR: list = []        # one directory per process for the programs' files, removed at exit
 
 
 def _softmax(a):

@@ -7,9 +7,11 @@ primitives and construct-time idioms — ``F.shape``, ``self.position_ids[:, :sh
 ``F.depend``, ``F.tuple_to_array((1.0,))``, ``P.DType``, ``P.StridedSlice`` with the batch size
 read from ``P.Shape()``, ``mstype.dtype_to_nptype``, ``.to_float`` — written again here, not
 copied; with ``use_relative_positions`` the RelaPosMatrixGenerator builds its distance matrix from
-``F.tuple_to_array(F.make_range(length))``, P.Tile and ``C.clip_by_value``. Left out: one-hot
-embeddings and dropout in training (the model runs with is_training=False). Runs under
-``msvm.as_mindspore()``.
+``F.tuple_to_array(F.make_range(length))``, P.Tile and ``C.clip_by_value``. With
+``use_one_hot_embeddings`` the word and token-type lookups are nn.Embedding's OneHot + MatMul, the
+relative-position table ``ops.one_hot`` + BatchMatMul, and the file's EmbeddingLookup (OneHot +
+MatMul, or Gather) is here too. Left out: dropout in training (the model runs with
+is_training=False). Runs under ``msvm.as_mindspore()``.
 """
 
 import copy
@@ -17,6 +19,7 @@ import math
 
 import mindspore.common.dtype as mstype
 import mindspore.nn as nn
+import mindspore.ops as ops
 import mindspore.ops.functional as F
 import numpy as np
 from mindspore.common.initializer import TruncatedNormal, initializer
@@ -47,6 +50,39 @@ class BertConfig:
         self.use_relative_positions = use_relative_positions
         self.dtype = dtype
         self.compute_type = compute_type
+
+
+class EmbeddingLookup(nn.Cell):
+    """The word-embedding table: OneHot + MatMul with use_one_hot_embeddings, else Gather;
+    returns the embeddings [-1, seq, E] and the table."""
+
+    def __init__(self, vocab_size, embedding_size, embedding_shape, use_one_hot_embeddings=False,
+                 initializer_range=0.02):
+        super().__init__()
+        self.vocab_size = vocab_size
+        self.use_one_hot_embeddings = use_one_hot_embeddings
+        self.embedding_table = Parameter(initializer(TruncatedNormal(initializer_range),
+                                                     [vocab_size, embedding_size]))
+        self.expand = P.ExpandDims()
+        self.shape_flat = (-1,)
+        self.gather = P.Gather()
+        self.one_hot = P.OneHot()
+        self.on_value = Tensor(1.0, mstype.float32)
+        self.off_value = Tensor(0.0, mstype.float32)
+        self.array_mul = P.MatMul()
+        self.reshape = P.Reshape()
+        self.shape = tuple(embedding_shape)
+
+    def construct(self, input_ids):
+        extended_ids = self.expand(input_ids, -1)
+        flat_ids = self.reshape(extended_ids, self.shape_flat)
+        if self.use_one_hot_embeddings:
+            one_hot_ids = self.one_hot(flat_ids, self.vocab_size, self.on_value, self.off_value)
+            output_for_reshape = self.array_mul(one_hot_ids, self.embedding_table)
+        else:
+            output_for_reshape = self.gather(self.embedding_table, flat_ids, 0)
+        output = self.reshape(output_for_reshape, self.shape)
+        return output, self.embedding_table.value()
 
 
 class EmbeddingPostprocessor(nn.Cell):
@@ -153,7 +189,14 @@ class RelaPosEmbeddingsGenerator(nn.Cell):
 
     def construct(self, length):
         relative_positions_matrix_out = self.relative_positions_matrix(length)
-        embeddings = self.gather(self.embeddings_table, relative_positions_matrix_out, 0)
+        if self.use_one_hot_embeddings:
+            flat_relative_positions_matrix = self.reshape(relative_positions_matrix_out, (-1,))
+            one_hot_relative_positions_matrix = ops.one_hot(flat_relative_positions_matrix, self.vocab_size, 1.0, 0.0)
+            embeddings = self.matmul(one_hot_relative_positions_matrix, self.embeddings_table)
+            my_shape = self.shape(relative_positions_matrix_out) + (self.depth,)
+            embeddings = self.reshape(embeddings, my_shape)
+        else:
+            embeddings = self.gather(self.embeddings_table, relative_positions_matrix_out, 0)
         return embeddings
 
 

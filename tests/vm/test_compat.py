@@ -59,7 +59,7 @@ def test_gaps_import_and_fail_when_used():
         from mindspore.train import Model, Callback
         from mindspore.nn.optim import Optimizer
         from mindspore import amp, RowTensor
-        from mindspore.compat_probe_module import something
+        from mindspore.mindrecord import FileWriter as something     # (a module msvm lacks)
         import mindspore.ops as ops
 
         class MyOpt(Optimizer):          # subclassing a gap at import time is allowed
@@ -75,18 +75,79 @@ def test_gaps_import_and_fail_when_used():
         print(use(lambda: ds.GeneratorDataset([1, 2])))
         print(use(lambda: Model(None)))
         print(use(lambda: MyOpt()))
-        print(use(lambda: ops.SomeOpMsvmLacks()(1)))
+        print(use(lambda: ops.CTCLoss()(1)))
         print(use(lambda: something()))
     """)
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
     assert len(lines) == 5
     for line, api in zip(lines, ["mindspore.dataset.GeneratorDataset", "mindspore.train.Model",
-                                 "mindspore.nn.optim.Optimizer (base of MyOpt)", "mindspore.ops.SomeOpMsvmLacks",
-                                 "mindspore.compat_probe_module.something"]):
+                                 "mindspore.nn.optim.Optimizer (base of MyOpt)", "mindspore.ops.CTCLoss",
+                                 "mindspore.mindrecord.FileWriter"]):
         assert line.startswith(f"{api} is not provided by msvm (msvm's gap"), line
     assert "training" in lines[1] or "datasets" in lines[1]
     assert "does not implement it yet" in lines[3]
+
+
+def test_names_mindspore_lacks_too_are_errors_not_gaps():
+    """A name MindSpore has but msvm lacks is a gap; one MindSpore does not have at all raises
+    AttributeError / ImportError / ModuleNotFoundError, as under MindSpore, so a library's
+    ``try: from mindspore import X except ImportError:`` fallback runs."""
+    r = run_py("""
+        import msvm
+        msvm.as_mindspore()
+        import mindspore
+        from mindspore import nn, ops
+        import mindspore.ops.operations as P
+        assert not hasattr(mindspore.nn, "Anything") and not hasattr(mindspore, "NoSuchThing")
+        assert not hasattr(P, "NotAnOp") and not hasattr(mindspore.dataset, "NoSuchDataset")
+        assert hasattr(nn, "Conv3d") and hasattr(P, "CTCLoss")      # MindSpore's, msvm's gaps
+        try:
+            from mindspore.nn import AnythingAtAll
+        except ImportError as e:
+            print("ImportError:", e)
+        try:
+            from mindspore import Conv3dFallback as layer
+        except ImportError:
+            layer = nn.Conv2d                    # the library's fallback is taken
+        assert layer is msvm.nn.Conv2d
+        try:
+            import mindspore.no_such_module
+        except ModuleNotFoundError as e:
+            print("ModuleNotFoundError:", e.name)
+        try:
+            nn.Anything
+        except AttributeError as e:
+            print("AttributeError:", e)
+        import mindspore.ops.operations._inner_ops as inner     # MindSpore's modules import (gaps inside)
+        try:
+            nn.Conv3d(1, 1, 3)
+        except msvm.compat.MindSporeGap as e:
+            print("gap:", e.api)
+        try:
+            inner.MixedPrecisionCast()
+        except msvm.compat.MindSporeGap as e:
+            print("gap:", e.api)
+    """)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0].startswith("ImportError: cannot import name 'AnythingAtAll' from 'mindspore.nn'"), lines[0]
+    assert lines[1] == "ModuleNotFoundError: mindspore.no_such_module"
+    assert lines[2].startswith("AttributeError: module 'mindspore.nn' has no attribute 'Anything' (nor has MindSpore 2.")
+    assert lines[3:] == ["gap: mindspore.nn.Conv3d", "gap: mindspore.ops.operations._inner_ops.MixedPrecisionCast"]
+
+
+def test_compat_api_records_mindspore():
+    from msvm import compat_api
+
+    assert compat_api.version().startswith("2.")
+    assert compat_api.is_module("mindspore.nn") and compat_api.is_module("mindspore.dataset.vision")
+    assert not compat_api.is_module("mindspore.no_such_module")
+    assert compat_api.has_name("mindspore.nn", "Conv2d") and compat_api.has_name("mindspore.ops", "matmul")
+    assert compat_api.has_name("mindspore.nn", "Anything") is False
+    assert compat_api.has_name("mindspore.mindrecord", "FileWriter") is None      # not recorded: a gap
+    for m in compat_api.RECORDED:
+        assert compat_api.is_module(m) and compat_api.has_name(m, "NoSuchName_") is False, m
 
 
 def test_gaps_at_a_library_import_are_lazy(tmp_path):

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from refs import cv
 
-# model -> image sizes, in L1 and in the compiled tier (L3, fusion on); resnet50 at two to save time
+# model -> image sizes, in L1 and in L3 (fusion on); resnet50 at two to save time
 SIZES = {"resnet18": (224, 160, 192), "resnet50": (224, 160), "mobilenet_v2_100": (224, 160, 192),
          "mobilenet_v3_large_100": (224, 160, 192)}
 TOL = 1e-4          # max |msvm - reference| relative to the reference's max |logit|
@@ -112,11 +112,15 @@ def test_l3_fused_matches_reference(model):
 
 
 
-@pytest.mark.parametrize("model,level,fusion", [("resnet18", "L2", True), ("mobilenet_v2_100", "L3", False),
-                                                ("mobilenet_v3_large_100", "L2", True), ("resnet50", "L3", False)],
-                         indirect=["model"])
+# every model at every tier with fusion on and off: L1 and L3 fused run above at every size; the
+# other settings run here at the smallest size, twice (the compiling call, then the compiled kernels)
+OTHER_SETTINGS = [("L1", False), ("L2", True), ("L2", False), ("L3", False)]
+
+
+@pytest.mark.parametrize("level,fusion", OTHER_SETTINGS, ids=[f"{lv}-{'fused' if f else 'unfused'}"
+                                                              for lv, f in OTHER_SETTINGS])
+@pytest.mark.parametrize("model", list(SIZES), indirect=True)
 def test_the_other_tier_settings_match_reference(model, level, fusion):
-    """L2 (shape-generic kernels) and L3 with fusion off, at two sizes on the one bytecode."""
     pytest.importorskip("llvmlite")
     from msvm.compiler import tiers
 
@@ -124,11 +128,46 @@ def test_the_other_tier_settings_match_reference(model, level, fusion):
     ms.set_context(jit_config={"jit_level": level, "enable_fusion": fusion})
     try:
         net.set_train(False)
-        for rep in range(2):
-            for size in (160, 224):
-                x, want = reference(name, p, cache, size)
-                check(net, x, want, f"{name} {level} fusion={fusion} {size} (call {rep + 1})")
+        x, want = reference(name, p, cache, 160)
+        for call in range(2):
+            check(net, x, want, f"{name} {level} fusion={fusion} 160 (call {call + 1})")
             tiers.wait_for_compiles(60)
-        assert len(net._runner.variants) == 1, "a new image size recompiled the model"
+        codes = next(iter(net._runner.variants.values())).code.all_codes()
+        fused = any(i.op.kind == "fused" for c in codes for i in c.instrs)
+        assert fused == fusion, "the bytecode is fused exactly when fusion is on"
+        if level != "L1" and fusion:         # (unfused, a CNN's ops are convolutions, pools and lone
+            sites = [s for c in codes for s in c.__dict__.get("jit_sites", {}).values()]
+            done = {k.level for s in sites for k in list(s.l2.values()) + list(s.l3.values())
+                    if isinstance(k, tiers.Compiled)}
+            assert int(level[1]) in done, f"nothing was compiled at {level}"     # elementwise ops: L1 kernels)
     finally:
+        ms.set_context(jit_config={"jit_level": "L1", "enable_fusion": True})
+
+
+F16_TOL = 1e-2      # float16 (11 significant bits) through 20 layers, against the float64 reference
+
+
+@pytest.mark.parametrize("model", ["resnet18"], indirect=True)
+def test_to_float16_runs_in_float16_in_every_tier(model):
+    """``net.to_float(mstype.float16)`` (MindSpore's mixed precision): every Cell casts its inputs
+    and Parameters to float16 where it starts, so the logits are float16 and within float16's
+    error of the float64 reference, in L1 and the compiled tiers; the compiled tiers' planners
+    keep float16 sites in the interpreter and say so (``Site.l1_why``)."""
+    name, net, p, cache = model
+    x, want = reference(name, p, cache, 160)
+    try:
+        net.to_float(ms.float16)
+        for level, fusion in (("L1", True), ("L2", False), ("L3", True)):
+            ms.set_context(jit_config={"jit_level": level, "enable_fusion": fusion})
+            net.set_train(False)
+            for call in range(2 if level != "L1" else 1):
+                out = net(ms.Tensor(x))
+                assert out.dtype == ms.float16, level
+                err = np.abs(out.asnumpy().astype(np.float64) - want).max() / np.abs(want).max()
+                assert 1e-5 < err < F16_TOL, f"{level} fusion={fusion} call {call}: error {err:.2e}"
+        codes = next(iter(net._runner.variants.values())).code.all_codes()
+        whys = {w for c in codes for s in c.__dict__.get("jit_sites", {}).values() for w in s.l1_why.values()}
+        assert "dtype float16" in whys, whys
+    finally:
+        net.to_float(ms.float32)
         ms.set_context(jit_config={"jit_level": "L1", "enable_fusion": True})

@@ -1,7 +1,7 @@
 """Issue 16 (NLP): BERT (MindSpore's official model), GPT-2 (MindNLP style) and a LLaMA decoder
 (mindformers style), written as their sources write them and imported under the mindspore alias,
 run at sequence lengths 16, 37 and 128 through one bytecode, against float64 numpy references
-(tests/refs/nlp.py), in L1, L2, L3 with fusion and L3 without fusion."""
+(tests/refs/nlp.py), in L1, L2 and L3, each with fusion on and off."""
 
 import sys
 
@@ -12,7 +12,7 @@ from msvm import compat
 from msvm.compiler import tiers
 
 LENGTHS = (16, 37, 128)
-TIERS = [("L1", True), ("L2", True), ("L3", True), ("L3", False)]
+TIERS = [(level, fusion) for level in ("L1", "L2", "L3") for fusion in (True, False)]
 BATCH, VOCAB = 2, 100
 
 
@@ -83,6 +83,65 @@ def test_bert(zoo, level, fusion, relative, rng):
             assert out[2].shape == (VOCAB, 64)
         calls.append((s, (ids, tt, mask), check))
     _run(net, level, fusion, calls)
+
+
+ONE_HOT_TIERS = [("L1", True), ("L3", True)]
+
+
+@pytest.mark.parametrize("level,fusion", ONE_HOT_TIERS, ids=[lv for lv, _ in ONE_HOT_TIERS])
+@pytest.mark.parametrize("relative", [False, True], ids=["absolute", "relative"])
+def test_bert_one_hot_embeddings(zoo, level, fusion, relative, rng):
+    """``BertModel(..., use_one_hot_embeddings=True)``: the word and token-type lookups are
+    nn.Embedding's OneHot + MatMul and the relative-position table ops.one_hot + BatchMatMul, as
+    MindSpore's sources write them: the same answer as the float64 reference (a table lookup)."""
+    bert, _, _, nlp = zoo
+    cfg = bert.BertConfig(seq_length=128, vocab_size=VOCAB, hidden_size=64, num_hidden_layers=2,
+                          num_attention_heads=4, intermediate_size=128, max_position_embeddings=128, type_vocab_size=2,
+                          use_relative_positions=relative)
+    net = bert.BertModel(cfg, is_training=False, use_one_hot_embeddings=True)
+    p = nlp.params(net)
+    calls = []
+    for s in LENGTHS[:2]:
+        ids, mask = _inputs(rng, s)
+        tt = rng.integers(0, 2, ids.shape).astype(np.int32)
+        seq, pooled = nlp.bert(p, cfg, ids, tt, mask)
+
+        def check(out, what, seq=seq, pooled=pooled):
+            _close(out[0].asnumpy(), seq, f"one-hot BERT sequence_output {what}")
+            _close(out[1].asnumpy(), pooled, f"one-hot BERT pooled_output {what}")
+        calls.append((s, (ids, tt, mask), check))
+    _run(net, level, fusion, calls)
+    ops_at = {}        # the sub-Cells' instructions, by attribute path
+    for v in net._runner.variants.values():
+        for c in v.code.all_codes():
+            for path, sub in c.callees:
+                ops_at.setdefault(path.rsplit(".", 1)[-1], set()).update(i.op.name for i in sub.instrs)
+    for path in ("bert_embedding_lookup", "token_type_embedding") + (("_generate_relative_positions_embeddings",)
+                                                                     if relative else ()):
+        assert "GATHER" not in ops_at[path] and ops_at[path] & {"MATMUL", "BATCH_MATMUL", "FUSED_MATMUL"}, path
+    if not relative:               # (the position table has use_one_hot=False in the source)
+        assert "GATHER" in ops_at["full_position_embedding"]
+
+
+def test_embedding_lookup_one_hot_and_gather(zoo, rng):
+    """bert_model.py's EmbeddingLookup: OneHot + MatMul and Gather give the table's rows, reshaped
+    to [-1, seq, E], and return the table itself; eager (PYNATIVE) and compiled agree."""
+    bert = zoo[0]
+    ids = rng.integers(0, VOCAB, (3, 16)).astype(np.int32)
+    table = rng.standard_normal((VOCAB, 24)).astype(np.float32)
+    for one_hot in (True, False):
+        cell = bert.EmbeddingLookup(VOCAB, 24, [-1, 16, 24], use_one_hot_embeddings=one_hot)
+        cell.embedding_table.set_data(ms.Tensor(table))
+        out, tab = cell(ms.Tensor(ids))
+        assert out.shape == (3, 16, 24)
+        np.testing.assert_allclose(out.asnumpy(), table[ids], rtol=1e-6, atol=1e-7)
+        np.testing.assert_array_equal(tab.asnumpy(), table)
+        ms.set_context(mode=ms.PYNATIVE_MODE)
+        try:
+            eager, _ = cell(ms.Tensor(ids))
+        finally:
+            ms.set_context(mode=ms.GRAPH_MODE)
+        np.testing.assert_allclose(eager.asnumpy(), out.asnumpy(), rtol=1e-6, atol=1e-7)
 
 
 @pytest.mark.filterwarnings("ignore:overflow encountered")   # float32.min + float32.min, as in the source

@@ -259,3 +259,38 @@ def test_make_range_and_an_int_chain_keep_int32(level, rng):
         n = x.shape[0]
         return (np.clip(np.arange(n)[None, :] - np.arange(n)[:, None], -3, 3) + 3).astype(np.int32)
     _calls(Distances(), lambda n: (np.zeros((n,), np.float32),), ref)
+
+
+def test_parameter_value_in_construct_and_eagerly():
+    """(found by bert_model.py's EmbeddingLookup) ``self.table.value()`` in construct is the Parameter;
+    eagerly a Tensor with its values."""
+    class Net(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.table = ms.Parameter(ms.Tensor(np.arange(6, dtype=np.float32).reshape(2, 3)), name="table")
+
+        def construct(self, x):
+            return x + self.table.value(), self.table.value()
+
+    net = Net()
+    out, tab = net(ms.Tensor(np.ones((2, 3), np.float32)))
+    np.testing.assert_array_equal(out.asnumpy(), np.arange(6).reshape(2, 3) + 1)
+    np.testing.assert_array_equal(tab.asnumpy(), net.table.asnumpy())
+    assert isinstance(net.table.value(), ms.Tensor) and not isinstance(net.table.value(), ms.Parameter)
+
+
+@pytest.mark.parametrize("shape", [(2, 5), (7,), (0, 3)])
+def test_embedding_use_one_hot_is_onehot_times_table(shape, rng):
+    """nn.Embedding(use_one_hot=True), as MindSpore's: OneHot of the flat ids times the table, reshaped
+    to ids.shape + [E] (the rows of the table; empty ids give an empty result), compiled and eager."""
+    emb = nn.Embedding(9, 4, use_one_hot=True)
+    table = emb.embedding_table.asnumpy()
+    ids = rng.integers(0, 9, shape).astype(np.int32)
+    out = emb(ms.Tensor(ids))
+    assert out.shape == shape + (4,) and out.dtype == ms.float32
+    np.testing.assert_allclose(out.asnumpy(), table[ids], rtol=1e-6, atol=1e-7)
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    try:
+        np.testing.assert_allclose(emb(ms.Tensor(ids)).asnumpy(), table[ids], rtol=1e-6, atol=1e-7)
+    finally:
+        ms.set_context(mode=ms.GRAPH_MODE)

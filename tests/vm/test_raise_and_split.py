@@ -133,6 +133,59 @@ def test_split_needs_a_known_axis_size():
         Dyn()(ms.Tensor(np.ones((5, 2), np.float32)))
 
 
+def _swap_halves(t):
+    p, q = ops.chunk(t, 2, 1)
+    return ops.concat((q, p), 1)
+
+
+@ms.jit
+def _jit_split(t, k=0.5):
+    a, b = ops.split(t, [2, t.shape[1] - 2], 1)
+    return ops.concat((b, a * k), 1)
+
+
+def _make_chunker(scale):
+    def chunker(t):
+        return _swap_halves(t) * scale
+    return chunker
+
+
+_chunker = _make_chunker(2.0)
+
+
+class Helpers(nn.Cell):
+    def construct(self, x):
+        return _swap_halves(x), _jit_split(x), _chunker(x)
+
+
+@pytest.mark.parametrize("n", [5, 8])
+def test_split_and_chunk_inside_helpers_compile_for_the_calls_shape(n):
+    """(found by the random MindSpore-source programs) split and chunk of a dim the code cannot know
+    compile for the call's exact shape (issue 21) also inside helper functions — plain, @ms.jit and
+    made by a factory — whose statements' errors used to lose the "needs known dims" mark when the
+    calling statement wrapped them again."""
+    x = np.random.default_rng(n).standard_normal((3, n)).astype(np.float32)
+    a, b, c = Helpers()(ms.Tensor(x))
+    half = -(-n // 2)
+    np.testing.assert_array_equal(a.asnumpy(), np.concatenate((x[:, half:], x[:, :half]), 1))
+    np.testing.assert_array_equal(b.asnumpy(), np.concatenate((x[:, 2:], x[:, :2] * np.float32(0.5)), 1))
+    np.testing.assert_array_equal(c.asnumpy(), np.concatenate((x[:, half:], x[:, :half]), 1) * 2)
+
+
+def test_an_error_inside_a_helper_points_at_the_helpers_line():
+    def bad(t):
+        return ops.reshape(t, (7, -1))
+
+    @ms.jit
+    def f(x):
+        return bad(x) + 1.0
+
+    with pytest.raises(ms.MsvmError) as e:
+        f(ms.Tensor(np.ones((3, 4), np.float32)))
+    assert f"{__file__}:{bad.__code__.co_firstlineno + 1}:" in str(e.value), str(e.value)
+    assert str(e.value).count(__file__) == 1, "located once, at the helper's statement"
+
+
 class Strict(nn.Cell):
     """ViT's pattern: the size check comes before a position embedding that only fits one size."""
 

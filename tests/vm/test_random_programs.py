@@ -20,7 +20,7 @@ from msvm.bytecode import verify
 from msvm.bytecode.types import TensorType
 from msvm.interp import replay
 from msvm.interp.interpreter import BoundCode
-from random_programs import build, inputs, ref, trees
+from random_programs import SOURCE_ARGS, SOURCE_KINDS, SourceProgram, build, inputs, ref, source_case, source_inputs, trees
 from special_values import assert_numpy_equal
 
 ARGS = ("x", "v", "c", "s")
@@ -67,3 +67,37 @@ def test_random_program_matches_numpy(tree, B, N, seed, share, strided):
         assert out.shape == expected.shape and out.dtype == np.float32
         assert list(out.shape) == [d.evaluate({"B": B, "N": N}) for d in t.shape]
     assert_numpy_equal(out, expected.astype(out.dtype) if out.shape else expected, rtol=2e-4, atol=1e-5, msg=str(tree))
+
+
+# --- programs as MindSpore source (tests/random_programs.py: SourceProgram): the model zoo's ops,
+# helper functions (plain, @ms.jit, closures made by a factory, defaults omitted), shape-derived slices
+SEEDS = range(80)
+
+
+def test_the_source_programs_draw_every_kind():
+    drawn = set().union(*(SourceProgram(seed).kinds for seed in SEEDS))
+    assert SOURCE_KINDS <= drawn, sorted(SOURCE_KINDS - drawn)
+
+
+@pytest.mark.filterwarnings("ignore:Mean of empty slice")   # (numpy's mean of an empty batch: NaN)
+@pytest.mark.parametrize("seed", SEEDS)
+def test_random_source_program_matches_numpy(seed):
+    """Each program jitted and called at two signatures, fused and unfused, at L1, against numpy's
+    float64 answer: NaN and inf where numpy has them, empty batches, 0-d s."""
+    prog = SourceProgram(seed)
+    mod = prog.load()
+    B, N, H, W, share = source_case(seed)
+    for fusion in (True, False):
+        ms.set_context(jit_config={"enable_fusion": fusion})
+        try:
+            f = ms.jit(mod.prog)
+            for b, n, h, w in ((B, N, H, W), (3, 7, 6, 5)):
+                env = source_inputs(b, n, h, w, seed, share)
+                want = prog.ref(env)
+                with np.errstate(all="ignore"):
+                    got = f(*[ms.Tensor(env[k]) for k in SOURCE_ARGS])
+                for g, r in zip(got, want):
+                    assert_numpy_equal(g.asnumpy(), r, rtol=2e-4, atol=1e-4,
+                                       msg=f"fusion={fusion} B={b} N={n} H={h} W={w}\n{prog.source()}")
+        finally:
+            ms.set_context(jit_config={"enable_fusion": True})

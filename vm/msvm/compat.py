@@ -7,10 +7,16 @@
   ``mindspore.ops.operations`` -> ``msvm.ops.primitives``, ``mindspore.common.initializer``
   -> ``msvm.common.initializer``, ... see ``MODULES``); each is a thin alias module whose
   attributes are msvm's own objects (``mindspore.Tensor is msvm.Tensor``);
-- everything else — MindSpore's dataset, training, mixed-precision and optimizer modules,
-  and any name a mapped module lacks — is a *gap*: it imports, so that a package which
-  imports them at its top (mindcv does) loads, and fails when used with ``MindSporeGap``,
-  which names the missing API and says it is msvm's gap, not the user's error. A gap can be
+- everything else MindSpore has — its dataset, training, mixed-precision and optimizer modules,
+  and any name of MindSpore's that a mapped module lacks — is a *gap*: it imports, so that a
+  package which imports them at its top (mindcv does) loads, and fails when used with
+  ``MindSporeGap``, which names the missing API and says it is msvm's gap, not the user's error;
+- a name or module MindSpore does not have (``compat_api``: MindSpore 2.10's module names and
+  the attributes of the modules people import from) raises AttributeError / ImportError /
+  ModuleNotFoundError as under MindSpore, so ``try: from mindspore import X except ImportError:``
+  takes its fallback; in a module MindSpore has whose names are not recorded, every name is a gap.
+
+A gap can be
   subclassed (``class Opt(nn.Optimizer)``); called by a library module's top level while it
   is imported (a decorator, ``ops.MultitypeFuncGraph("ema")``) it gives a lazy value that
   raises when it is used; called anywhere else — a function, a method, the script itself —
@@ -30,6 +36,7 @@ import inspect
 import sys
 import types
 
+from . import compat_api
 from .errors import MsvmError
 
 # mindspore module -> msvm module
@@ -185,10 +192,24 @@ class _Alias(types.ModuleType):
             return importlib.import_module(full)          # an alias module too, never msvm's own
         if value is not _MISSING:
             return value
+        if compat_api.is_module(full):
+            return importlib.import_module(full)          # a module of MindSpore's msvm lacks: its names are gaps
+        if compat_api.has_name(self.__name__, attr) is False:
+            raise AttributeError(f"module '{self.__name__}' has no attribute '{attr}' (nor has MindSpore "
+                                 f"{compat_api.version()}'s)")
         return gap(full)
 
     def __dir__(self):
         return sorted(set(dir(self.__target)) | set(self.__dict__))
+
+
+def _msvm_module(fullname: str):
+    """The msvm module behind ``mindspore.a.b`` when it is a module attribute of a mapped module
+    (``mindspore.dtype`` is msvm.dtype), else None."""
+    parent, _, last = fullname.rpartition(".")
+    target = getattr(sys.modules.get(parent), "_Alias__target", None) if parent else None
+    target = getattr(target, last, None)
+    return target if isinstance(target, types.ModuleType) else None
 
 
 class _Loader(importlib.abc.Loader):
@@ -196,10 +217,7 @@ class _Loader(importlib.abc.Loader):
         if spec.name in MODULES:
             target = importlib.import_module(MODULES[spec.name])
         else:                               # a module attribute of a mapped module, or a gap
-            parent, _, last = spec.name.rpartition(".")
-            target = getattr(sys.modules.get(parent), "_Alias__target", None) if parent else None
-            target = getattr(target, last, None)
-            target = target if isinstance(target, types.ModuleType) else None
+            target = _msvm_module(spec.name)
         return _Alias(spec.name, target)
 
     def exec_module(self, module):
@@ -212,6 +230,8 @@ class _Finder(importlib.abc.MetaPathFinder):
     def find_spec(self, fullname, path=None, target=None):
         if fullname != "mindspore" and not fullname.startswith("mindspore."):
             return None
+        if fullname not in MODULES and not compat_api.is_module(fullname) and _msvm_module(fullname) is None:
+            return None             # MindSpore has no such module either: ModuleNotFoundError
         return importlib.machinery.ModuleSpec(fullname, self.loader, is_package=True)
 
 

@@ -322,6 +322,17 @@ class Tensor(TensorMethods):
         r = self._data[index]
         return Tensor(np.asarray(r) if type(r) is np.ndarray or isinstance(r, np.generic) else r)
 
+    def __setitem__(self, index, value):
+        """``x[index] = value`` eagerly (PYNATIVE), in place as MindSpore's; value cast to x's dtype.
+        A Parameter changes through set_data."""
+        if isinstance(self, Parameter):
+            raise TypeError(f"cannot assign into Parameter {self.name}: use set_data")
+        self._need_data()
+        data = np.array(self._data)        # (the array may be shared with numpy or read-only)
+        index = index.asnumpy() if isinstance(index, Tensor) else index
+        data[index] = np.asarray(value.asnumpy() if isinstance(value, Tensor) else value).astype(data.dtype)
+        self._data = data
+
     def __repr__(self):
         if self._data is None:
             return f"Tensor(shape={list(self._pshape)}, dtype={self._dtype}, placeholder)"
@@ -374,6 +385,11 @@ class Parameter(Tensor):
         if old is None or old.shape != self._data.shape:
             PARAMETER_SHAPES[0] += 1
         return self
+
+    def value(self):
+        """The Parameter's value as a Tensor (MindSpore's ``Parameter.value()``; in construct, the Parameter)."""
+        self._need_data()
+        return Tensor(self._data)
 
     def __repr__(self):
         return f"Parameter(name={self.name}, shape={list(self.shape)}, dtype={self._dtype})"

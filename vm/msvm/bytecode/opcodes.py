@@ -48,6 +48,7 @@ class OpInfo:
     out: bool = False         # its L1 kernel writes the whole result into ``out=`` (buffers are reused)
     costly: bool = False      # alone, still worth a compiled kernel (numpy makes several passes)
     leaf: bool = False        # pushes a value without popping: may start a fused program
+    binds: bool = False       # binds the symbol names[symbol] when it runs (a data-dependent dim, as SET_SYM does)
     @property
     def size(self) -> int:
         return 1 + 2 * len(self.operands)
@@ -217,6 +218,14 @@ _op("CUMSUM", 0x79, ["axis:const", "exclusive:const", "reverse:const"], 1, 1, S.
 _op("RESIZE", 0x7A, ["out_size:const", "scale:const", "mode:const", "align_corners:const"], 1, 1, S.resize, "conv",
     "pop x [N, C, H, W]; push it resized to out_size (or H, W times the int scale) by nearest or bilinear "
     "sampling (PyTorch/MindSpore's source coordinates; align_corners for bilinear)", compiled="l1")
+
+# --- boolean-mask indexing (issue 16): a result whose first dim depends on the data ------------------
+_op("MASKED_SELECT", 0x7E, ["symbol:name"], 2, 1, S.masked_select, "layout",
+    "pop mask, x; push x[mask] (mask: bools of x's leading dims): [K] + x.shape[mask.ndim:], K the count of "
+    "True, a fresh symbol names[symbol] bound when it runs", compiled="l1", binds=True)
+_op("BIND_DIM", 0x7F, ["symbol:name", "axis:const"], 1, 1, S.bind_dim, "memory",
+    "pop x; push x, binding the fresh symbol names[symbol] to its dim axis (a dim the data decided in a sub-Cell)",
+    binds=True)
 
 # --- conformance (issue 21): MindSpore's math, bitwise and band ops -------------------------------
 _CONF_UNARY = [

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 
 from .. import dtype as dt
-from .symbolic import Expr, fmt_shape, product, smax, smin
+from .symbolic import Expr, fmt_shape, product, smax, smin, sym
 from .types import NONE, ScalarType, ShapeError, TensorType, TupleType, type_of_const
 
 # ---------------------------------------------------------------- helpers
@@ -619,6 +619,26 @@ def tensor_scatter(ctx, ins, args):
                                          for a, b in zip(want, upd.shape)):
             raise ShapeError(f"TENSOR_SCATTER: updates must have shape {fmt_shape(want)}, got {fmt_shape(upd.shape)}")
     return x
+
+
+def masked_select(ctx, ins, args):
+    """x[mask]: the mask's dims are x's leading dims; the count of True is the fresh symbol args[0]."""
+    x = _tensor(ins[0], "MASKED_SELECT")
+    mask = _tensor(ins[1], "MASKED_SELECT", 1)
+    if mask.dtype != dt.bool_ or not 1 <= mask.rank <= x.rank:
+        raise ShapeError(f"MASKED_SELECT: the mask must be bools of rank 1..{x.rank} (x is {_shape_str(x)}), "
+                         f"got {mask.dtype}{_shape_str(mask)}")
+    for i, (a, b) in enumerate(zip(x.shape, mask.shape)):
+        ctx.env.require_eq(a, b, f"MASKED_SELECT: mask {_shape_str(mask)} does not match the leading dims of x "
+                                 f"{_shape_str(x)} (dim {i})")
+    return TensorType((sym(args[0]),) + tuple(x.shape[mask.rank:]), x.dtype)
+
+
+def bind_dim(ctx, ins, args):
+    x = _tensor(ins[0], "BIND_DIM")
+    name, axis = args
+    a = norm_axis(axis, x.rank, "BIND_DIM")
+    return TensorType(x.shape[:a] + (sym(name),) + x.shape[a + 1:], x.dtype)
 
 
 def gather_nd(ctx, ins, args):

@@ -210,8 +210,8 @@ def _check_operands(code: Code, ins):
             problem = const_problem(ins.op.name, oname, code.consts[raw])
             if problem:
                 raise ShapeError(f"{ins.op.name}: {problem}")
-        if kind == "name" and ins.op.name == "SET_SYM" and not code.names[raw]:
-            raise ShapeError("SET_SYM: the symbol name is empty")
+        if kind == "name" and (ins.op.name == "SET_SYM" or ins.op.binds) and not code.names[raw]:
+            raise ShapeError(f"{ins.op.name}: the symbol name is empty")
 
 
 def _fail(code: Code, ins, message: str):
@@ -239,7 +239,7 @@ def _check_symbols(code: Code, params, states):
                 missing = ", ".join(sorted(v.symbols() - entry))
                 raise VerifyError(f"parameter {pname!r} ({t}) uses {missing}, which no argument binds",
                                   code.filename, code.firstlineno, 0)
-    anywhere = {code.names[ins.args[0]] for ins in code.instrs if ins.op.name == "SET_SYM"}
+    anywhere = {code.names[ins.args[0]] for ins in code.instrs if ins.op.name == "SET_SYM" or ins.op.binds}
     cache: dict = {}
     for i, ins in enumerate(code.instrs):
         used = operand_symbols(code, ins, cache)
@@ -311,7 +311,7 @@ def _verify(code: Code, env: ShapeEnv | None) -> Code:
             try:
                 new_stack, succ = _step(code, ctx, env, ins, i, stack, results)
                 ctx.spend(len(new_stack))
-                if ins.op.name == "SET_SYM":
+                if ins.op.name == "SET_SYM" or ins.op.binds:
                     syms = syms | {code.names[ins.args[0]]}
                 if succ == [i + 1] and i + 1 not in leaders:
                     stack, i = new_stack, i + 1

@@ -328,6 +328,7 @@ class Site:
         self.ptrs = [None] * 7   # per input position: (last array, its data pointer); outputs are not kept
         self.tier_history: list = []
         self.plans: dict = {}
+        self.l1_why: dict = {}   # why inputs of some layouts stay in the interpreter (the planner's reason)
         self.callers: dict = {}  # (concrete key, output shape) -> (Compiled, go(inputs, out))
         self.fast: dict = {}     # (shape, strides, dtype) per input -> go, for shapes whose L3 kernel is loaded
         # a matmul by a transposed weight (Dense: x @ W.T) runs on a contiguous copy of W.T, which BLAS
@@ -476,13 +477,25 @@ class Site:
                 return None
         for x in inputs:
             if type(x) is _ND and not x.flags.c_contiguous:
+                self._l1(inputs, "a strided input (a view: the L1 kernel reads it in place)")
                 return None
         return p
+
+    def _l1(self, inputs, why: str) -> None:
+        """Say once per reason (and record per input layout, ``l1_why``) why these inputs run the L1 kernel."""
+        key = tuple([(x.shape, str(x.dtype)) if type(x) is _ND else None for x in inputs])
+        if key in self.l1_why:
+            return
+        if why not in self.l1_why.values():
+            log.logger.info("JIT: %s at %s+0x%04x runs in L1 for these inputs: %s", self.name, self.code.name,
+                            self.ins.offset, why)
+        self.l1_why[key] = why
 
     def _make_plan(self, inputs):
         try:
             return getattr(self, PLANNERS[self.op])(inputs)
-        except Unsupported:
+        except Unsupported as e:      # said once per reason and site (float16, mixed dtypes, ...)
+            self._l1(inputs, str(e))
             return None
 
     def _float_dtype(self, arrays):

@@ -36,7 +36,7 @@ from ..bytecode.types import NONE, ScalarType, ShapeEnv, ShapeError, TensorType,
 from ..bytecode.verify import bind_callee, subs_type, verify
 from ..errors import ArgumentError, FrontendError, FrontendValueError, UnknownDim
 from .argspec import ArgSpec
-from .graph import GraphValue, lift, using
+from .graph import GraphValue, lift, trace_op, using
 
 # ---------------------------------------------------------------- sources
 
@@ -214,6 +214,8 @@ class FunctionCompiler:
         self.loop_syms = 0
         self._callee_index: dict = {}
         self.hover: list = []      # (Loc, name, type) for the language server
+        # Cell.to_float's dtype: float tensor arguments and Parameters are cast to it on entry
+        self.mixed = getattr(self_obj, "__dict__", {}).get("_mixed_precision") if self_obj is not None else None
 
     # --- interface the shape rules use
     def attr_type(self, name):
@@ -257,6 +259,9 @@ class FunctionCompiler:
         self.record_hover_args(fn, params)
         with using(self):
             try:
+                if self.mixed is not None:
+                    for pname in params if vararg is None else [*params[:n_fixed], vararg]:
+                        self.vars[pname] = self.mixed_cast_arg(pname, self.vars[pname])
                 self.block(fn.body)
                 self.loc = self.node_loc(fn.body[-1]) if fn.body else self.loc
                 self.emit_return(None)
@@ -305,6 +310,23 @@ class FunctionCompiler:
         else:
             self.vars[pname] = GraphValue(t, ("local", slot))
 
+    # --- Cell.to_float (MindSpore's mixed precision): casts where the Cell starts
+    def mixed_cast_arg(self, pname, v):
+        """An argument of a to_float Cell: a float tensor is cast to its dtype once, into its own slot."""
+        if isinstance(v, tuple):
+            return tuple(self.mixed_cast_arg(f"{pname}[{j}]", x) for j, x in enumerate(v))
+        if not self.needs_mixed_cast(v):
+            return v
+        slot = v.node[1]
+        cast = trace_op("CAST", (v,), (self.mixed,))
+        self.materialize(cast, self.loc)
+        self.emit("STORE_TENSOR", slot)
+        return GraphValue(self.env.norm_type(cast.type), ("local", slot))
+
+    def needs_mixed_cast(self, v) -> bool:
+        return (self.mixed is not None and isinstance(v, GraphValue) and isinstance(v.type, TensorType)
+                and v.type.dtype.kind == "f" and v.type.dtype != self.mixed)
+
     def record_hover_args(self, fn, params):
         args = fn.args.args[1:] if self.self_obj is not None else fn.args.args
         for a in args:
@@ -338,7 +360,7 @@ class FunctionCompiler:
             op = BY_NAME[opname]
             raw = []
             for (_oname, okind), val in zip(op.operands, operands):
-                raw.append(val if okind == "count" else self.cb.const(val))
+                raw.append(val if okind == "count" else self.cb.name(val) if okind == "name" else self.cb.const(val))
             self.emit(opname, *raw, loc=v.loc or loc)
         elif kind == "call":
             _, idx, ins = node
@@ -435,6 +457,8 @@ class FunctionCompiler:
                 method(node)
             except (ShapeError, SymbolicError) as e:
                 raise self.error(str(e)) from None
+            except FrontendError:       # (a statement of an inlined helper: already located, flags kept)
+                raise
             except (TypeError, ValueError, NotImplementedError, IndexError, KeyError) as e:
                 err = self.error(f"{type(e).__name__}: {e}")
                 kind = ArgumentError if isinstance(e, TypeError) else FrontendValueError \
@@ -566,6 +590,14 @@ class FunctionCompiler:
         elif isinstance(target, ast.Attribute):
             raise self.error("assigning to attributes inside construct is not supported (Cells are stateless "
                              "while they run)", target)
+        elif isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name):
+            base, index = self.expr(target.value), self.expr(target.slice)
+            if not (isinstance(base, GraphValue) and isinstance(base.type, TensorType) and isinstance(index, GraphValue)
+                    and isinstance(index.type, TensorType) and index.type.dtype == dt.bool_):
+                raise self.error("assigning to an item in construct: only x[mask] = value, with mask a bool tensor "
+                                 "over x's leading dims, is supported", target)
+            self.loc = self.node_loc(target)
+            self.store(target.value.id, self.mask_assign(base, index, value, target), target.value)
         else:
             raise self.error(f"cannot assign to {_describe(target)}", target)
 
@@ -823,6 +855,8 @@ class FunctionCompiler:
         if isinstance(base, GraphValue):
             if attr in ("shape", "dtype", "ndim"):
                 return getattr(base, attr)
+            if attr == "value" and _reads_parameter(base):      # (model zoo) Parameter.value()
+                return lambda: base
             meth = getattr(base, attr, None)
             if meth is None:
                 raise self.error(f"tensors have no attribute '{attr}' in construct", node)
@@ -853,7 +887,8 @@ class FunctionCompiler:
                                  node)
             t = tensor_type(v)
             self.cb.code.attr_types[attr] = t
-            return GraphValue(t, ("param", attr))
+            g = GraphValue(t, ("param", attr))
+            return trace_op("CAST", (g,), (self.mixed,)) if self.needs_mixed_cast(g) else g
         if isinstance(v, pytypes.MethodType) and v.__self__ is cell and not _is_msvm(v.__func__):
             return v
         return v
@@ -894,6 +929,12 @@ class FunctionCompiler:
                 spec.append(("e",))
             elif isinstance(v, int):
                 spec.append(("i", v))
+            elif isinstance(v, GraphValue) and isinstance(v.type, TensorType) and v.type.dtype == dt.bool_:
+                # x[mask] (MindSpore's getitem by a bool tensor): the rows where mask is True, a first dim
+                # the data decides (a fresh symbol, bound when MASKED_SELECT runs)
+                if len(items) != 1:
+                    raise self.error("a bool tensor index goes alone: x[mask] (mask over x's leading dims)", it)
+                return trace_op("MASKED_SELECT", (base, v), (self.fresh_symbol("masked"),))
             elif isinstance(v, GraphValue) and isinstance(v.type, TensorType) and v.type.dtype.kind in "iu":
                 # x[idx], x[:, idx], x[idx, :] with an int tensor: a GATHER along that axis (the other
                 # items are full slices, or ... after it)
@@ -907,6 +948,42 @@ class FunctionCompiler:
             else:
                 raise self.error("tensor indices must be ints, slices, None, ..., or an int tensor", it)
         return trace_op("SLICE", (base,), (tuple(spec),))
+
+    def mask_assign(self, x: GraphValue, mask: GraphValue, value, node) -> GraphValue:
+        """``x[mask] = value`` (MindSpore's setitem by a bool tensor): value, cast to x's dtype, where
+        mask is True (mask over x's leading dims, value broadcast over the rest), else x."""
+        xt, mt = x.type, mask.type
+        if not 1 <= mt.rank <= xt.rank:
+            raise self.error(f"x[mask] = value: the mask (rank {mt.rank}) must cover leading dims of x (rank "
+                             f"{xt.rank})", node)
+        if isinstance(value, GraphValue) and isinstance(value.type, TensorType):
+            if value.type.rank > xt.rank - mt.rank:
+                raise self.error(f"x[mask] = value: value {value.type} must broadcast to one selected item "
+                                 f"{TensorType(xt.shape[mt.rank:], xt.dtype)} (one value per selected item is "
+                                 "not supported)", node)
+            if value.type.dtype != xt.dtype:
+                value = trace_op("CAST", (value,), (xt.dtype,))
+        elif isinstance(value, (bool, int, float, np.number)) and not isinstance(value, GraphValue):
+            value = {"b": bool, "i": int, "u": int}.get(xt.dtype.kind, float)(value)
+        elif not isinstance(value, GraphValue):
+            raise self.error(f"x[mask] = value: value must be a number or a tensor, got {type(value).__name__}", node)
+        try:
+            for a, b in zip(xt.shape, mt.shape):
+                self.env.require_eq(a, b, f"x[mask] = value: mask {mt} does not match the leading dims of x {xt}")
+            if mt.rank < xt.rank:
+                mask = trace_op("RESHAPE", (mask,), (tuple(mt.shape) + (S.Expr.const(1),) * (xt.rank - mt.rank),))
+            return trace_op("WHERE", (mask, value, x), ())
+        except ShapeError as e:
+            raise self.error(str(e), node) from None
+
+    def fresh_symbol(self, stem: str) -> str:
+        """A symbol no argument binds (a data-dependent dim): ``masked0``, ``masked1``, ..."""
+        taken = {n for _, t in self.cb.code.params for n in _type_symbols(t)} | set(self.cb.code.names)
+        k = 0
+        while f"{stem}{k}" in taken:
+            k += 1
+        self.cb.name(f"{stem}{k}")
+        return f"{stem}{k}"
 
     def expr_Slice(self, node):
         parts = [None if p is None else self.expr(p) for p in (node.lower, node.upper, node.step)]
@@ -1204,7 +1281,26 @@ class FunctionCompiler:
             g.uses += 1
         if isinstance(out_type, type(NONE)):
             raise self.error(f"self.{path} returns None", node)
-        return GraphValue(out_type, ("call", idx, tuple(gins)), self.loc)
+        out = GraphValue(out_type, ("call", idx, tuple(gins)), self.loc)
+        return self.bind_data_dims(sub, out, path, node)
+
+    def bind_data_dims(self, sub, out: GraphValue, path, node):
+        """A sub-Cell's result with dims its data decided (x[mask] inside it): each becomes a fresh
+        symbol of this code, bound by BIND_DIM when the call returns (never the callee's name, which
+        could be one of this code's own)."""
+        data = {sub.names[ins.args[0]] for ins in sub.instrs if ins.op.binds}
+        if not data or not _type_symbols(out.type) & data:
+            return out
+        if not isinstance(out.type, TensorType):
+            raise self.error(f"self.{path} returns {out.type}: a tuple holding dims its data decides (x[mask]) "
+                             "is not supported; return the tensor alone", node)
+        for axis, d in enumerate(out.type.shape):
+            if d.as_symbol() in data:
+                out = trace_op("BIND_DIM", (out,), (self.fresh_symbol("masked"), axis))
+            elif d.symbols() & data:
+                raise self.error(f"self.{path} returns {out.type}: dim {axis} ({d}) is an expression over a dim "
+                                 "its data decides; return a tensor whose dims are symbols", node)
+        return out
 
     def callee_spec(self, pname, v, sym_names: dict) -> ArgSpec:
         if isinstance(v, tuple) and _has_graph(v):      # (model zoo) a tuple holding run-time values
@@ -1300,6 +1396,20 @@ def _describe(node) -> str:
              "Break": "break", "Continue": "continue", "NamedExpr": "the := operator", "Starred": "*unpacking",
              "Lambda_": "lambda", "SetComp": "a set comprehension"}
     return names.get(type(node).__name__, type(node).__name__)
+
+
+def _type_symbols(t) -> set:
+    if isinstance(t, TensorType):
+        return set().union(*(d.symbols() for d in t.shape))
+    if isinstance(t, ScalarType) and isinstance(t.value, (Expr, Pred)):
+        return set(t.value.symbols())
+    return set()
+
+
+def _reads_parameter(v: GraphValue) -> bool:
+    """A Parameter read by construct (under to_float, its cast)."""
+    n = v.node
+    return n[0] == "param" or (n[0] == "op" and n[1] == "CAST" and n[2][0].node[0] == "param")
 
 
 def _is_tensor(v) -> bool:
@@ -1494,7 +1604,7 @@ def compile_cell_for(cell, specs, name: str | None = None, generation: int = 0):
         cache = _cell_codes.setdefault(cell, {})
     except TypeError:
         cache = {}
-    key = (spec_key(specs), generation)
+    key = (spec_key(specs), generation, getattr(cell, "__dict__", {}).get("_mixed_precision"))
     code = cache.get(key)
     if code is not None:
         return code

@@ -433,11 +433,55 @@ def _runtime_operand(ctx, v):
     return build(v)
 
 
+def _data_dim(ctx, i, name):
+    """Bind the data-dependent symbol ``name`` (MASKED_SELECT, BIND_DIM): when the program equated
+    it with an argument's dim (``x[mask] + v``), the argument bound it on entry and the count the
+    data gave must equal it."""
+    from ..bytecode.verify import bound_symbols
+
+    code = ctx.code
+    if name not in bound_symbols(code.params):
+        def bind(f, n):
+            f.symbols[name] = n
+        return bind
+    ins = code.instrs[i]
+
+    def check(f, n):
+        if f.symbols[name] != n:
+            raise ShapeMismatch(f"{code.filename}:{ins.loc.line}:{ins.loc.col}: {ins.op.name} gives {n} items, but "
+                                f"the bytecode was verified for {name} = {f.symbols[name]}, the argument's dim it is "
+                                f"used with (bytecode offset 0x{ins.offset:04x})")
+    return check
+
+
+def h_masked_select(ctx, i, args):
+    """x[mask]: its row count is the data-dependent symbol the instruction names, bound here."""
+    bind = _data_dim(ctx, i, args[0])
+    kern = K.KERNELS["MASKED_SELECT"]
+
+    def h(f, s):
+        mask = s.pop()
+        r = s[-1] = kern(s[-1], mask)
+        bind(f, r.shape[0])
+        return i + 1
+    return h
+
+
+def h_bind_dim(ctx, i, args):
+    bind, axis = _data_dim(ctx, i, args[0]), args[1]
+
+    def h(f, s):
+        bind(f, s[-1].shape[axis])
+        return i + 1
+    return h
+
+
 _SPECIAL = {
     "NOP": h_nop, "LOAD_TENSOR": h_load_tensor, "STORE_TENSOR": h_store_tensor, "LOAD_CONST": h_load_const,
     "LOAD_PARAM": h_load_param, "LOAD_SYM": h_load_sym, "SET_SYM": h_set_sym, "BUILD_TUPLE": h_build_tuple,
     "UNPACK_TUPLE": h_unpack_tuple, "POP_TOP": h_pop_top, "JUMP": h_jump, "BRANCH_IF_SYMBOLIC": h_branch,
     "CALL_CELL": h_call_cell, "RETURN": h_return, "RAISE": h_raise, "ALLOC_DEVICE_MEM": h_alloc, "FREE_DEVICE_MEM": h_free,
+    "MASKED_SELECT": h_masked_select, "BIND_DIM": h_bind_dim,
 }
 
 # the handler table, indexed by opcode byte

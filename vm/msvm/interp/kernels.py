@@ -106,7 +106,11 @@ def _unary(fn, to_float=False):
             x = np.asarray(x, dtype=result_dtype(x).np)
         if to_float and x.dtype.kind != "f":
             x = x.astype(np.float32)
-        return fn(x, out) if out is not None else fn(x, None)
+        if out is not None:
+            return fn(x, out)
+        r = fn(x, None)
+        # a float tensor keeps its dtype (scipy's erf and expit compute float16 in float64)
+        return r.astype(x.dtype) if x.dtype.kind == "f" and r.dtype != x.dtype else r
     return kern
 
 
@@ -184,7 +188,19 @@ def fill(shape, value, dtype, out=None):
     return np.full(shape, value, dtype=dtype.np)
 
 
+def _half_matmul(a, b, out):
+    """float16 operands: products summed in float32, the result rounded to float16 (as float16
+    hardware accumulates; numpy's own float16 matmul has no BLAS and is ~100x slower)."""
+    r = np.matmul(a.astype(np.float32), b.astype(np.float32))
+    if out is not None:
+        np.copyto(out, r, casting="unsafe")
+        return out
+    return r.astype(np.float16)
+
+
 def matmul(a, b, ta, tb, out=None):
+    if a.dtype == np.float16 and b.dtype == np.float16:
+        return _half_matmul(a.T if ta else a, b.T if tb else b, out)
     if not ta and not tb and a.dtype == b.dtype:
         return np.matmul(a, b, out=out) if out is not None else np.matmul(a, b)
     if ta:
@@ -203,6 +219,8 @@ def batch_matmul(a, b, ta, tb, out=None):
         b = np.swapaxes(b, -1, -2)
     d = result_dtype(a, b)
     a, b = _arr(a, d), _arr(b, d)
+    if a.dtype == np.float16 and b.dtype == np.float16:
+        return _half_matmul(a, b, out)
     return np.matmul(a, b, out=out) if out is not None else np.matmul(a, b)
 
 
@@ -371,6 +389,8 @@ def _windows(x, kernel, stride, dil):
 def conv2d(x, w, stride, pad, dilation, group, out=None):
     x, w = np.asarray(x), np.asarray(w)
     dtype = np.result_type(x, w)
+    if dtype == np.float16:        # summed in float32, rounded to float16 (see _half_matmul)
+        return conv2d(x.astype(np.float32), w.astype(np.float32), stride, pad, dilation, group).astype(np.float16)
     o, cg, kh, kw = w.shape
     xp, _, _ = _padded(x, (kh, kw), stride, dilation, pad, 0)
     win = _windows(xp, (kh, kw), stride, dilation)            # N, C, Ho, Wo, kh, kw
@@ -622,6 +642,11 @@ def tensor_scatter(x, idx, upd, mode, out=None):
     return x
 
 
+def masked_select(x, mask, out=None):
+    """x[mask] (numpy's boolean indexing: the rows where mask is True, in order)."""
+    return np.ascontiguousarray(np.asarray(x)[np.asarray(mask, dtype=bool)])
+
+
 def gather_nd(x, idx, out=None):
     x, idx = np.asarray(x), np.asarray(idx).astype(np.int64)
     k = idx.shape[-1]
@@ -747,6 +772,8 @@ KERNELS = {
     "ARANGE": arange, "CUMSUM": cumsum, "RESIZE": resize,
     **_CONFORMANCE,
 }
+
+KERNELS["MASKED_SELECT"] = masked_select       # (boolean-mask indexing; the interpreter binds its symbol)
 
 
 COMPUTE = frozenset(r.name for r in TABLE if r.kind not in ("control", "memory") or r.name == "FILL")

@@ -156,6 +156,8 @@ class _Writer:
                 result = stack.pop()
             elif name == "RAISE":        # the interpreter raises it, with its message
                 raise NotReplayable("the path raises")
+            elif code.instrs[i].op.binds:    # (x[mask]) a symbol the data decides: not a constant of the path
+                raise NotReplayable(f"{name} binds a data-dependent dim")
             else:
                 spec = specs.get(i) or specs.setdefault(i, ComputeSpec(bound, i, args))
                 stack.append(self.compute(i, spec, self.pop(stack, spec.n)))

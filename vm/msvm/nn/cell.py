@@ -28,6 +28,7 @@ class Cell:
         object.__setattr__(self, "_msvm_inputs", None)
         object.__setattr__(self, "_runner", None)
         object.__setattr__(self, "_fast", None)     # (guard, its "no", PARAMETER_SHAPES): executor.aimed
+        object.__setattr__(self, "_mixed_precision", None)     # to_float's dtype
         from ..executor import warm_up
 
         warm_up()       # (once per process: the background compiler starts loading LLVM)
@@ -72,7 +73,13 @@ class Cell:
             if tried and out is not self.__dict__["_runner"].FALLBACK:
                 return self.__dict__["_runner"].result(out)
         if _CTX["mode"] == 1:      # PYNATIVE_MODE
-            return self.construct(*args, **kwargs)
+            mp = self.__dict__.get("_mixed_precision")
+            if mp is None:
+                return self.construct(*args, **kwargs)
+            from ..ops import functional
+
+            with functional.mixed_precision(mp):
+                return self.construct(*args, **kwargs)
         runner = self.__dict__["_runner"]
         if runner is None:
             from ..executor import CellRunner
@@ -95,9 +102,24 @@ class Cell:
         return self
 
     def to_float(self, dst_type):
-        """MindSpore's mixed-precision marker: msvm computes in the parameters' own dtype (float32
-        models stay float32), so it records the type and returns the Cell, as MindSpore does."""
-        object.__setattr__(self, "_float_type", dst_type)
+        """Run this Cell and its sub-Cells in ``dst_type`` (MindSpore's ``to_float``: float16 or
+        float32; a later call, also on a sub-Cell, overrides). In GRAPH_MODE each marked Cell's
+        float tensor inputs and the float Parameters its construct reads are cast to ``dst_type``
+        where it starts (MindSpore's mixed-precision cast), so its ops compute in that type and a
+        float16 Cell returns float16; in PYNATIVE_MODE each op's float inputs are cast. msvm has no
+        bfloat16: asking for it is msvm's gap."""
+        from .. import dtype as dt
+
+        if getattr(dst_type, "name", None) == "bfloat16" or dst_type == "bfloat16":
+            from ..compat import MindSporeGap
+
+            raise MindSporeGap("Cell.to_float(mstype.bfloat16)")
+        if dst_type not in (dt.float16, dt.float32):
+            raise ValueError("For 'to_float', the argument 'dst_type' must be mstype.float32, mstype.float16 or "
+                             f"mstype.bfloat16, but got type: {type(dst_type)} and value: {dst_type}.")
+        for _, c in self.cells_and_names():
+            object.__setattr__(c, "_mixed_precision", dst_type)
+            c._drop_runner()
         return self
 
     def parameters_dict(self, recurse=True) -> dict:

@@ -286,8 +286,16 @@ class Embedding(Cell):
             table = Tensor(arr)
         self.embedding_table = Parameter(table, name="embedding_table")
         self.padding_idx = padding_idx
+        self.use_one_hot = bool(use_one_hot)
+        # (use_one_hot, as MindSpore's: OneHot of the flat ids times the table, on/off values of ``dtype``)
+        vd = dtype if getattr(dtype, "kind", None) == "f" else dt.float32
+        self.on_value, self.off_value = Tensor(np.asarray(1.0, vd.np)), Tensor(np.asarray(0.0, vd.np))
 
     def construct(self, ids):
+        if self.use_one_hot:
+            flat = ops.reshape(ids, (-1,))
+            table = ops.matmul(ops.one_hot(flat, self.vocab_size, self.on_value, self.off_value), self.embedding_table)
+            return ops.reshape(table, ids.shape + (self.embedding_size,))
         return apply("GATHER", (self.embedding_table, ids), (0,))
 
 

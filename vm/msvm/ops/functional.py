@@ -28,12 +28,38 @@ def apply(opname: str, inputs: tuple, operands: tuple = ()):
     for x in inputs:
         if isinstance(x, Expr):
             raise TypeError(f"{opname}: symbolic value {x} outside a compiled Cell")
+    if _MIXED and _MIXED[-1] is not None:
+        inputs = _mixed_cast(inputs, _MIXED[-1])
     args = [unwrap(x) for x in inputs]
     try:
         return wrap(KERNELS[opname](*args, *operands))
     except (TypeError, ValueError, RuntimeError):
         _device.check_same(opname, args, _device.device_of_any(args))   # tensors of two devices: say which
         raise
+
+
+# --- PYNATIVE_MODE's mixed precision (Cell.to_float): while a marked Cell's construct runs eagerly,
+# each op's float tensor inputs are cast to its dtype, as MindSpore's PyNative executor does
+_MIXED: list = []
+
+
+class mixed_precision:
+    """Context manager: eager ops cast their float tensor inputs to ``dtype`` (nested Cells stack)."""
+
+    def __init__(self, dtype):
+        self.dtype = dtype
+
+    def __enter__(self):
+        _MIXED.append(self.dtype)
+
+    def __exit__(self, *exc):
+        _MIXED.pop()
+
+
+def _mixed_cast(inputs, dtype):
+    want = dtype.np
+    return tuple(Tensor(unwrap(x).astype(want)) if isinstance(x, Tensor) and unwrap(x).dtype.kind == "f"
+                 and unwrap(x).dtype != want else x for x in inputs)
 
 
 def _shape(x):

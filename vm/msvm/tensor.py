@@ -232,6 +232,18 @@ class Tensor(TensorMethods):
     def from_numpy(cls, arr):
         return cls(np.asarray(arr))
 
+    # --- in-place updates (issue 21: MindSpore's Assign, AssignAdd, ScatterNdAdd ... in PyNative)
+    def assign_value(self, value):
+        """MindSpore's Tensor.assign_value: this tensor holds ``value`` now; returns self."""
+        self._set_value(value)
+        return self
+
+    def _set_value(self, value) -> np.ndarray:
+        """Make this tensor hold ``value`` (same shape, cast to its dtype): a new array is put in
+        place, so views taken before keep the old values and nothing shares the new one."""
+        self._data = _checked_new_data(self, value, np.array)
+        return self._data
+
     # --- metadata
     @property
     def shape(self) -> tuple:
@@ -326,7 +338,7 @@ class Parameter(Tensor):
     keep derived forms of a weight, such as the transposed copy a matmul prefers, for as long
     as the same array is in place."""
 
-    __slots__ = ("name", "requires_grad")
+    __slots__ = ("name", "requires_grad", "version")
 
     def __init__(self, default_input, name=None, requires_grad=True, layerwise_parallel=False,
                  parallel_optimizer=True, storage_format="", device=None):
@@ -342,14 +354,26 @@ class Parameter(Tensor):
             self._data = _frozen(self._data)
         self.name = name
         self.requires_grad = requires_grad
+        self.version = 0        # bumped by every write (set_data, assign_value)
 
     def set_data(self, data):
         new = data.asnumpy() if isinstance(data, Tensor) else np.asarray(data)
         old = self._data
         self._data = _frozen(np.asarray(new, dtype=self._dtype.np))
+        self.version += 1
         if old is None or old.shape != self._data.shape:
             PARAMETER_SHAPES[0] += 1
         return self
+
+    def _set_value(self, value) -> np.ndarray:
+        """The in-place update MindSpore's Assign (and the scatters on a Parameter) make: the
+        Parameter gets a new read-only array with ``value`` (its shape, cast to its dtype) and
+        its version bumps. Anything derived from the old array (a transposed copy, a data
+        pointer) is keyed on that array object, which is not reused, so it is not taken for the
+        new data. Called by ASSIGN_PARAM at every tier and by the eager ops (assign_value)."""
+        self._data = _checked_new_data(self, value, _frozen)
+        self.version += 1
+        return self._data
 
     def __repr__(self):
         return f"Parameter(name={self.name}, shape={list(self.shape)}, dtype={self._dtype})"
@@ -358,6 +382,19 @@ class Parameter(Tensor):
 # bumped when set_data gives a Parameter another shape: bytecode verified for the old shape is
 # stale, so runners drop their compiled variants and compile (and verify) again on their next call
 PARAMETER_SHAPES = [0]
+
+
+def _checked_new_data(t: Tensor, value, make) -> np.ndarray:
+    new = value._data if isinstance(value, Tensor) else np.asarray(value)
+    if t._data is None:
+        raise ValueError("a placeholder tensor holds no data to update")
+    if new.shape != t._data.shape:
+        if new.size == 1 and new.ndim <= t._data.ndim or new.ndim < t._data.ndim:
+            new = np.broadcast_to(new, t._data.shape)
+        else:
+            raise ValueError(f"cannot assign a value of shape {list(new.shape)} to a tensor of shape "
+                             f"{list(t._data.shape)}")
+    return make(np.asarray(new, dtype=t._dtype.np))
 
 
 def _frozen(a: np.ndarray) -> np.ndarray:

@@ -48,6 +48,9 @@ class OpInfo:
     out: bool = False         # its L1 kernel writes the whole result into ``out=`` (buffers are reused)
     costly: bool = False      # alone, still worth a compiled kernel (numpy makes several passes)
     leaf: bool = False        # pushes a value without popping: may start a fused program
+    effect: str = ""          # what it changes beyond its result ("param": a Parameter's data); "" is pure.
+    #                           Such a row runs in program order at every tier: never fused, folded,
+    #                           cached or run twice (the replay and its native guard refuse a Code with one)
     @property
     def size(self) -> int:
         return 1 + 2 * len(self.operands)
@@ -274,6 +277,12 @@ _op("SCATTER_ELEMENTS", 0xAC, ["axis:const", "reduction:const"], 3, 1, S.scatter
 _op("ARGMIN", 0xBC, ["axis:const", "keep_dims:const"], 1, 1, partial(S.argreduce, name="ARGMIN"),
     "reduction", "pop x; push the int32 index of the min along axis", compiled="l1")
 
+# --- side effects (issue 21): MindSpore's in-place updates of a Parameter (Assign, AssignAdd,
+# ScatterNdAdd on a Parameter, ...). The new value is computed by pure rows; this row installs it.
+_op("ASSIGN_PARAM", 0xF0, ["attr:name"], 1, 1, S.assign_param, "memory",
+    "pop v; the Cell's Parameter names[attr] := a copy of v (same shape and dtype; its data version bumps); "
+    "push its new value", effect="param")
+
 # --- fused (produced by the fusion pass, jit/fuse.py; the interpreter runs them too) ---------
 # A fused instruction carries its expression as a program (postfix tuple of nodes: ("in", k),
 # ("c", value) or (OPNAME, *operands)); the disassembler names it after its parts:
@@ -304,6 +313,8 @@ MATMULS = frozenset(r.name for r in TABLE if r.kind == "matmul")          # star
 LEAVES = frozenset(r.name for r in TABLE if r.leaf)
 COSTLY = frozenset(r.name for r in TABLE if r.costly)
 OUT_CAPABLE = frozenset(r.name for r in TABLE if r.out)
+EFFECTS = frozenset(r.name for r in TABLE if r.effect)                   # change state: run in order, once
+assert not EFFECTS & (FUSABLE | JITABLE | LEAVES | OUT_CAPABLE | VIEWS), "a row with an effect must run as is"
 
 
 def fingerprint() -> bytes:

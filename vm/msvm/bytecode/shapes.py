@@ -677,3 +677,25 @@ def scatter_elements(ctx, ins, args):
                          f"{idx.rank}")
     norm_axis(axis, x.rank, "SCATTER_ELEMENTS")
     return x
+
+
+# ---------------------------------------------------------------- side effects (issue 21)
+
+def assign_param(ctx, ins, args):
+    """ASSIGN_PARAM: the value must have the Parameter's dtype and shape (MindSpore's Assign);
+    the result is the Parameter's type."""
+    (v,) = ins
+    (attr,) = args
+    p = ctx.attr_type(attr)
+    if isinstance(v, ScalarType):
+        v = TensorType((), p.dtype)
+    v = _tensor(v, "ASSIGN_PARAM")
+    if v.dtype != p.dtype:
+        raise ShapeError(f"ASSIGN_PARAM: Parameter '{attr}' is {p.dtype}, the value is {v.dtype}")
+    if v.rank != p.rank:
+        raise ShapeError(f"ASSIGN_PARAM: Parameter '{attr}' has shape {fmt_shape(p.shape)}, "
+                         f"the value {fmt_shape(v.shape)}")
+    for a, b in zip(p.shape, v.shape):
+        ctx.env.require_eq(a, b, f"ASSIGN_PARAM: Parameter '{attr}' has shape {fmt_shape(p.shape)}, "
+                                 f"the value {fmt_shape(v.shape)}")
+    return p

@@ -338,7 +338,7 @@ class FunctionCompiler:
             op = BY_NAME[opname]
             raw = []
             for (_oname, okind), val in zip(op.operands, operands):
-                raw.append(val if okind == "count" else self.cb.const(val))
+                raw.append(val if okind == "count" else self.cb.name(val) if okind == "name" else self.cb.const(val))
             self.emit(opname, *raw, loc=v.loc or loc)
         elif kind == "call":
             _, idx, ins = node
@@ -352,6 +352,20 @@ class FunctionCompiler:
             self.emit("STORE_TENSOR", slot, loc=v.loc or loc)
             self.emit("LOAD_TENSOR", slot, loc=v.loc or loc)
             v.tmp = slot
+
+    def emit_effect(self, v: GraphValue) -> GraphValue:
+        """Emit an instruction with an effect now (graph.trace_effect); later uses read its slot."""
+        slot = self.cb.local(f"%e{len(self.cb.code.varnames)}")
+        self.materialize(v, self.loc)
+        self.emit("STORE_TENSOR", slot)
+        return GraphValue(self.env.norm_type(v.type), ("local", slot))
+
+    def param_object(self, attr):
+        """The Parameter behind ``self.<attr>`` (None for a plain tensor attribute)."""
+        from ..tensor import Parameter
+
+        v = cell_getattr(self.self_obj, attr) if self.self_obj is not None else None
+        return v if isinstance(v, Parameter) else None
 
     def push(self, value, loc=None):
         """Push any run-time-representable value (graph value, scalar, symbolic, tuple)."""
@@ -451,7 +465,7 @@ class FunctionCompiler:
             return
         if isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Name) and node.value.func.id == "print":
             return
-        self.expr(node.value)                      # pure: nothing to keep
+        self.expr(node.value)      # nothing to keep: a call with an effect was emitted (emit_effect)
 
     def stmt_Pass(self, node):
         pass
@@ -1204,7 +1218,10 @@ class FunctionCompiler:
             g.uses += 1
         if isinstance(out_type, type(NONE)):
             raise self.error(f"self.{path} returns None", node)
-        return GraphValue(out_type, ("call", idx, tuple(gins)), self.loc)
+        out = GraphValue(out_type, ("call", idx, tuple(gins)), self.loc)
+        if sub.has_effects():        # (issue 21) a sub-Cell that updates a Parameter runs where it is called
+            return self.emit_effect(out)
+        return out
 
     def callee_spec(self, pname, v, sym_names: dict) -> ArgSpec:
         if isinstance(v, tuple) and _has_graph(v):      # (model zoo) a tuple holding run-time values

@@ -133,5 +133,24 @@ def trace_op(opname: str, inputs: tuple, operands: tuple) -> GraphValue:
     return GraphValue(out, ("op", opname, tuple(gins), tuple(operands)), b.loc)
 
 
+def trace_effect(opname: str, inputs: tuple, operands: tuple) -> GraphValue:
+    """An instruction with an effect (opcodes.EFFECTS, e.g. ASSIGN_PARAM): emitted at once, in
+    statement order, with its inputs, and its result kept in a slot. Graph values are emitted
+    lazily where a statement stores or returns them; an effect must not wait for a use (a call
+    as a statement of its own has none) nor move past a later read of what it changed."""
+    b = current()
+    if b is None:
+        raise RuntimeError(f"{opname} on a graph value outside compilation")
+    return b.emit_effect(trace_op(opname, inputs, operands))
+
+
+def param_of(v):
+    """The Parameter a graph value reads directly (``self.w`` in construct), else None."""
+    b = current()
+    if b is None or not is_graph(v) or v.node[0] != "param" or v.tmp is not None:
+        return None
+    return b.param_object(v.node[1])
+
+
 def trace_fill(shape, value, dtype) -> GraphValue:
     return trace_op("FILL", (), (tuple(shape), value, dtype))

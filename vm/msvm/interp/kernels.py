@@ -611,12 +611,20 @@ def tensor_scatter(x, idx, upd, mode, out=None):
     keys = tuple(flat.T)
     if mode == "update":
         x[keys] = u
-    elif mode == "div":
+    elif mode == "div" and x.dtype.kind == "f":
         with np.errstate(divide="ignore", invalid="ignore"):
-            (np.true_divide if x.dtype.kind == "f" else np.floor_divide).at(x, keys, u.astype(x.dtype))
+            np.true_divide.at(x, keys, u.astype(x.dtype))
+    elif mode == "div":          # ints: the true quotient converted back, as MindSpore (and a / b then astype)
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            for r in range(flat.shape[0]):
+                x[keys_at(keys, r)] = (x[keys_at(keys, r)] / u[r]).astype(x.dtype)
     else:
         _SCATTER[mode].at(x, keys, u.astype(x.dtype))
     return x
+
+
+def keys_at(keys, r):
+    return tuple(int(k[r]) for k in keys)
 
 
 def gather_nd(x, idx, out=None):

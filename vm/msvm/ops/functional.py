@@ -1330,3 +1330,88 @@ def renorm(input, p, axis, maxnorm):
 
 def tensor_scatter_elements(input_x, indices, updates, axis=0, reduction="none"):
     return apply("SCATTER_ELEMENTS", (input_x, indices, updates), (int(axis), str(reduction)))
+
+
+# ---------------------------------------------------------------- in-place updates (issue 21)
+# MindSpore's Assign, AssignAdd, AssignSub, the Scatter*/ScatterNd* primitives, InplaceUpdate and
+# inplace_index_add change their first input when it is a Parameter (in PyNative any Tensor).
+# The new value is computed by the pure ops above; ``_write_back`` installs it: eagerly through
+# ``Tensor._set_value``, in construct as ASSIGN_PARAM (an opcode with a declared effect,
+# emitted in statement order; see opcodes.EFFECTS).
+
+def _write_back(target, value, what: str, *, must_be_param: bool = False, any_tensor: bool = True):
+    """``target`` := ``value`` where target can be updated; returns what the op returns (the
+    updated target, or the value where nothing is updated in place)."""
+    from ..frontend.graph import param_of, trace_effect
+    from ..tensor import Parameter
+
+    if is_graph(target):
+        if param_of(target) is not None:
+            return trace_effect("ASSIGN_PARAM", (value,), (target.node[1],))
+        if must_be_param:
+            raise TypeError(f"{what}: the variable must be a Parameter of the Cell (self.<name>), got {target.type}")
+        return value
+    if isinstance(target, Parameter) or (any_tensor and isinstance(target, Tensor)):
+        target._set_value(value)
+        return target
+    if must_be_param:
+        raise TypeError(f"{what}: the variable must be a Parameter or Tensor, got {type(target).__name__}")
+    return value
+
+
+def _same_dtype(x, value, what):
+    dx, dv = getattr(x, "dtype", None), getattr(value, "dtype", None)
+    if dv is None and not isinstance(value, (bool, int, float)):
+        raise TypeError(f"{what}: value must be a Tensor or a number, got {type(value).__name__}")
+    if dx is not None and dv is not None and dx != dv:
+        return cast(value, dx)      # MindSpore converts value to the variable's dtype
+    return value
+
+
+def assign(variable, value):
+    """variable := value (a Parameter; in PyNative any Tensor); returns the new value."""
+    if not is_graph(variable) and not isinstance(variable, Tensor):
+        raise TypeError(f"assign: variable must be a Parameter, got {type(variable).__name__}")
+    v = _same_dtype(variable, value, "assign")
+    if not is_graph(v) and not isinstance(v, Tensor):       # a number fills the variable
+        v = cast(add(zeros_like(variable), v), variable.dtype)
+    return _write_back(variable, v, "assign", must_be_param=True)
+
+
+def _as_dtype_of(v, x):
+    return v if v.dtype == x.dtype else cast(v, x.dtype)
+
+
+def assign_add(variable, value):
+    """variable := variable + value; returns the new value."""
+    new = add(variable, _same_dtype(variable, value, "assign_add"))
+    return _write_back(variable, _as_dtype_of(new, variable), "assign_add", must_be_param=True)
+
+
+def assign_sub(variable, value):
+    """variable := variable - value; returns the new value."""
+    new = sub(variable, _same_dtype(variable, value, "assign_sub"))
+    return _write_back(variable, _as_dtype_of(new, variable), "assign_sub", must_be_param=True)
+
+
+def _in_place(fn, name):
+    """A scatter that updates its first input (MindSpore's ScatterNdAdd, ScatterAdd, ...)."""
+    def op(input_x, indices, updates):
+        return _write_back(input_x, fn(input_x, indices, updates), name)
+    op.__name__ = name
+    return op
+
+
+for _m in ("update", "add", "sub", "mul", "div", "max", "min"):     # (the pure forms: tensor_scatter_*)
+    globals()[f"scatter_nd_{_m}"] = _in_place(globals()[f"tensor_scatter_{_m}"], f"scatter_nd_{_m}")
+    globals()[f"scatter_{_m}"] = _in_place(globals()[f"scatter_{_m}"], f"scatter_{_m}")
+
+
+def inplace_update_param(x, v, indices):
+    """InplaceUpdate / InplaceUpdateV2: x's rows replaced; a Parameter x is updated in place."""
+    return _write_back(x, inplace_update(x, v, indices), "inplace_update", any_tensor=False)
+
+
+def inplace_index_add(var, indices, updates, axis):
+    """var's slices at indices along axis plus updates, written into var; returns it."""
+    return _write_back(var, index_add(var, indices, updates, axis), "inplace_index_add")

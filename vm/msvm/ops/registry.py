@@ -230,11 +230,14 @@ api(F.dtype, "", "DType", "")
 # --- scatter: one TENSOR_SCATTER instruction under every name
 for _m in ("update", "add", "sub", "mul", "div", "max", "min"):
     _M = _m.capitalize()
-    api(getattr(F, f"tensor_scatter_{_m}"), f"scatter_nd_{_m}", f"TensorScatter{_M} ScatterNd{_M}",
+    api(getattr(F, f"tensor_scatter_{_m}"), "", f"TensorScatter{_M}",
         f"tensor_scatter_{_m}" + ("" if _m == "update" else f" scatter_{_m}"), attrs=(("use_locking", False, None),))
+    # (issue 21) these update a Parameter input_x in place (F.scatter_nd_*, F.scatter_*: ASSIGN_PARAM)
+    api(getattr(F, f"scatter_nd_{_m}"), "", f"ScatterNd{_M}", "", attrs=(("use_locking", False, None),))
     api(getattr(F, f"scatter_{_m}"), "", f"Scatter{_M}", "", attrs=(("use_locking", False, None),))
 api(F.inplace_update, "", "", "inplace_update")
-api(lambda x, v, indices=None: F.inplace_update(x, v, indices), "", "InplaceUpdate", "", attrs=(("indices", 0),))
+api(lambda x, v, indices=None: F.inplace_update_param(x, v, indices), "", "InplaceUpdate", "",
+    attrs=(("indices", 0),))
 api(lambda x, v, indices=None: F.inplace_add(x, v, indices), "", "InplaceAdd", "", attrs=(("indices", 0),))
 api(lambda x, v, indices=None: F.inplace_sub(x, v, indices), "", "InplaceSub", "", attrs=(("indices", 0),))
 api(lambda x, indices, y, axis=0: F.index_add(x, indices, y, axis), "", "IndexAdd", "",
@@ -265,6 +268,13 @@ api(F.batch_to_space_nd, "", "BatchToSpaceND", "", attrs=(("block_shape", 2), ("
 api(F.space_to_batch_nd, "", "SpaceToBatchND", "", attrs=(("block_shape", 2, "block_size"), ("paddings", ((0, 0), (0, 0)))))
 api(F.argmax_with_value, "", "ArgMaxWithValue", "", attrs=(("axis", 0), ("keep_dims", False)))
 api(F.argmin_with_value, "", "ArgMinWithValue", "", attrs=(("axis", 0), ("keep_dims", False)))
+
+# --- in-place updates (issue 21): the first input, a Parameter, is updated (ASSIGN_PARAM)
+api(F.assign, "", "Assign", "")
+api(F.assign_add, "", "AssignAdd", "")
+api(F.assign_sub, "", "AssignSub", "")
+api(lambda x, indices, v: F.inplace_update_param(x, v, indices), "", "InplaceUpdateV2", "")
+api(F.inplace_index_add, "", "", "")
 
 
 # ---------------------------------------------------------------- the faces, made from the rows

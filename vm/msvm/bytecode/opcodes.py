@@ -283,6 +283,17 @@ _op("ASSIGN_PARAM", 0xF0, ["attr:name"], 1, 1, S.assign_param, "memory",
     "pop v; the Cell's Parameter names[attr] := a copy of v (same shape and dtype; its data version bumps); "
     "push its new value", effect="param")
 
+# --- complex numbers (issue 21): numpy's at L1; the tiers' planners take float32/float64 only, so
+# complex values never reach a compiled kernel
+for _n, _c, _d, _o in [("REAL", 0xF1, "the real part (a real x: x)", None),
+                       ("IMAG", 0xF2, "the imaginary part (a real x: 0)", None),
+                       ("CONJ", 0xF3, "the complex conjugate (a real x: x)", None),
+                       ("ANGLE", 0xF4, "the argument atan2(Im x, Re x)", "float")]:
+    _op(_n, _c, [], 1, 1, partial(S.unary, name=_n, out_dtype=_o), "elementwise", f"pop x; push {_d}",
+        compiled="l1")
+_op("COMPLEX", 0xF5, [], 2, 1, partial(S.binary, name="COMPLEX", out_dtype="complex"), "elementwise",
+    "pop imag, real; push real + 1j * imag with numpy broadcasting (float64 parts: complex128)", compiled="l1")
+
 # --- fused (produced by the fusion pass, jit/fuse.py; the interpreter runs them too) ---------
 # A fused instruction carries its expression as a program (postfix tuple of nodes: ("in", k),
 # ("c", value) or (OPNAME, *operands)); the disassembler names it after its parts:

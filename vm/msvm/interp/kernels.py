@@ -58,21 +58,21 @@ def _scalar(a, b):
 
 def _py(v, d: dt.DType):
     """A Python scalar of the kind of dtype d (scalars stay Python values at run time)."""
-    return bool(v) if d.kind == "b" else int(v) if d.kind in "iu" else float(v)
+    return bool(v) if d.kind == "b" else int(v) if d.kind in "iu" else complex(v) if d.kind == "c" else float(v)
 
 
 def _binary(ufunc, force_float=False):
     def kern(a, b, out=None):
         if _scalar(a, b):
             d = result_dtype(a, b)
-            if force_float and not d.is_float:
+            if force_float and not d.is_inexact:
                 d = dt.float32
             return _py(ufunc(np.float64(a) if d.is_float else a, b), d)
         if (type(a) is np.ndarray and type(b) is np.ndarray and a.dtype == b.dtype
-                and not (force_float and a.dtype.kind != "f")):
+                and not (force_float and a.dtype.kind not in "fc")):
             return ufunc(a, b, out=out) if out is not None else ufunc(a, b)
         d = result_dtype(a, b)
-        if force_float and not d.is_float:
+        if force_float and not d.is_inexact:
             d = dt.float32
         r = ufunc(_arr(a, d), _arr(b, d), out=out) if out is not None else ufunc(_arr(a, d), _arr(b, d))
         return np.asarray(r)
@@ -101,7 +101,7 @@ def _unary(fn, to_float=False):
             return _py(np.asarray(r).reshape(-1)[0], dt.float32 if to_float or isinstance(x, float) else result_dtype(x))
         if not isinstance(x, np.ndarray):
             x = np.asarray(x, dtype=result_dtype(x).np)
-        if to_float and x.dtype.kind != "f":
+        if to_float and x.dtype.kind not in "fc":
             x = x.astype(np.float32)
         return fn(x, out) if out is not None else fn(x, None)
     return kern
@@ -171,6 +171,8 @@ def where(c, a, b, out=None):
 
 def cast(x, to: dt.DType, out=None):
     x = np.asarray(x)
+    if x.dtype.kind == "c" and to.kind != "c":      # complex to real: the real part (bool: nonzero)
+        return np.asarray(x != 0) if to.kind == "b" else x.real.astype(to.np)
     if out is not None:
         np.copyto(out, x, casting="unsafe")
         return out
@@ -229,7 +231,7 @@ def _axes(axes):
 def _reduce(fn, to_float=False):
     def kern(x, axes, keep, out=None):
         x = np.asarray(x)
-        if to_float and x.dtype.kind != "f":
+        if to_float and x.dtype.kind not in "fc":
             x = x.astype(np.float32)
         if fn is np.sum and x.dtype == np.bool_:
             x = x.astype(np.int64)
@@ -460,7 +462,8 @@ def gather(x, idx, axis, out=None):
     size = x.shape[axis]
     if idx.size and (idx.min() < -size or idx.max() >= size):
         bad = idx.max() if idx.max() >= size else idx.min()
-        raise IndexError(f"GATHER: index {int(bad)} is out of range for axis {axis} of size {size}")
+        raise IndexOutOfRange(f"GATHER: index {int(bad)} is out of range for axis {axis} of size {size} "
+                              f"(For 'Gather', the 'input_indices' should be in the range [{-size}, {size}))")
     return np.take(x, idx, axis=axis)
 
 # ---------------------------------------------------------------- indexing and creation (model zoo)
@@ -720,6 +723,29 @@ _CONFORMANCE = {
 }
 
 
+# (issue 21) complex numbers: parts, conjugate, angle, and a complex from two real tensors
+def _real(x, out):
+    return np.array(x.real) if x.dtype.kind == "c" else np.array(x)
+
+
+def _imag(x, out):
+    return np.array(x.imag) if x.dtype.kind == "c" else np.zeros_like(x)
+
+
+def _complex(re, im, out=None):
+    d = result_dtype(re, im)
+    c = dt.complex_of(d if d.is_float else dt.float32)
+    r = np.empty(np.broadcast_shapes(np.shape(re), np.shape(im)), dtype=c.np)
+    r.real, r.imag = re, im
+    return r
+
+
+_COMPLEX = {
+    "REAL": _unary(_real), "IMAG": _unary(_imag), "CONJ": _unary(_with_out(np.conjugate)),
+    "ANGLE": _unary(_with_out(np.angle), True), "COMPLEX": _complex,
+}
+
+
 KERNELS = {
     "BROADCAST_ADD": _binary(np.add), "BROADCAST_SUB": _binary(np.subtract),
     "BROADCAST_MUL": _binary(np.multiply), "BROADCAST_DIV": _binary(np.true_divide, force_float=True),
@@ -751,6 +777,7 @@ KERNELS = {
     "ADAPTIVE_AVG_POOL2D": adaptive_avg_pool2d, "GATHER": gather,
     "ARANGE": arange, "CUMSUM": cumsum, "RESIZE": resize,
     **_CONFORMANCE,
+    **_COMPLEX,
 }
 
 

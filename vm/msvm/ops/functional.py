@@ -1415,3 +1415,21 @@ def inplace_update_param(x, v, indices):
 def inplace_index_add(var, indices, updates, axis):
     """var's slices at indices along axis plus updates, written into var; returns it."""
     return _write_back(var, index_add(var, indices, updates, axis), "inplace_index_add")
+
+
+# ---------------------------------------------------------------- complex numbers (issue 21)
+
+def real(input): return apply("REAL", (input,))
+def imag(input): return apply("IMAG", (input,))
+def conj(input): return apply("CONJ", (input,))
+def angle(input): return apply("ANGLE", (input,))
+
+
+def complex(real, imag):  # noqa: A001
+    """real + 1j * imag from two real tensors (MindSpore's ops.Complex)."""
+    return apply("COMPLEX", (real, imag))
+
+
+def conjugate_transpose(x, perm):
+    """The conjugate of x permuted (MindSpore's ConjugateTranspose)."""
+    return conj(transpose(x, tuple(perm)))

@@ -276,6 +276,14 @@ api(F.assign_sub, "", "AssignSub", "")
 api(lambda x, indices, v: F.inplace_update_param(x, v, indices), "", "InplaceUpdateV2", "")
 api(F.inplace_index_add, "", "", "")
 
+# --- complex numbers (issue 21)
+api(F.real, "", "Real", "real")
+api(F.imag, "", "Imag", "imag")
+api(F.conj, "conjugate", "Conj", "conj conjugate")
+api(F.angle, "", "Angle", "angle")
+api(F.complex, "", "Complex", "")
+api(F.conjugate_transpose, "", "ConjugateTranspose", "")
+
 
 # ---------------------------------------------------------------- the faces, made from the rows
 

@@ -13,6 +13,10 @@ import numpy as np
 
 from . import dtype as dt
 
+# the placeholder shape of ``Tensor(dtype=...)``: its rank is not known either (set_inputs: each
+# call's rank gets a variant whose dims are all dynamic)
+DYNAMIC_RANK = ("<dynamic rank>",)
+
 
 class TensorMethods:
     """Operators and methods shared by Tensor and the frontend's graph values."""
@@ -31,6 +35,8 @@ class TensorMethods:
     def __rfloordiv__(self, o): return _ops().floor_divide(o, self)
     def __pow__(self, o): return _ops().pow(self, o)
     def __rpow__(self, o): return _ops().pow(o, self)
+    def __mod__(self, o): return _ops().remainder(self, o)
+    def __rmod__(self, o): return _ops().remainder(o, self)
     def __matmul__(self, o): return _ops().matmul(self, o)
     def __rmatmul__(self, o): return _ops().matmul(o, self)
     def __neg__(self): return _ops().neg(self)
@@ -179,6 +185,9 @@ class Tensor(TensorMethods):
             if input_data is None:
                 raise ValueError("Tensor(placeholder) copies nothing; pass shape= and dtype= instead")
         if input_data is None:
+            if shape is None and dtype is not None and init is None:    # (issue 21) MindSpore's dynamic rank
+                self._data, self._pshape, self._dtype = None, DYNAMIC_RANK, dt.as_dtype(dtype)
+                return
             if shape is None:
                 raise ValueError("Tensor() needs input_data, or shape= and dtype= for a placeholder")
             if isinstance(shape, int):
@@ -247,6 +256,8 @@ class Tensor(TensorMethods):
     # --- metadata
     @property
     def shape(self) -> tuple:
+        if self._pshape is DYNAMIC_RANK:
+            return (-2,)                 # MindSpore's shape of a tensor of unknown rank
         if self._data is None:
             return tuple(-1 if (d is None or isinstance(d, str)) else d for d in self._pshape)
         return self._data.shape
@@ -317,7 +328,8 @@ class Tensor(TensorMethods):
 
     def __repr__(self):
         if self._data is None:
-            return f"Tensor(shape={list(self._pshape)}, dtype={self._dtype}, placeholder)"
+            return f"Tensor(shape={list(self.shape if self._pshape is DYNAMIC_RANK else self._pshape)}, " \
+                   f"dtype={self._dtype}, placeholder)"
         return f"Tensor(shape={list(self.shape)}, dtype={self._dtype}, value=\n{self._data})"
 
     def __str__(self):

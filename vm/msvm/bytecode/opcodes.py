@@ -270,7 +270,8 @@ _op("ARGSORT", 0xA9, ["axis:const", "descending:const"], 1, 1, S.argsort, "reduc
     "pop x; push the int32 indices that sort x along axis (stable: equal values keep their order; NaN last)", compiled="l1")
 _op("UNSORTED_SEGMENT", 0xAA, ["num_segments:const", "mode:const"], 2, 1, S.unsorted_segment, "reduction",
     "pop ids, x; push [num_segments, ...]: row k combines (sum, prod, max, min) the rows of x whose id is k; "
-    "an empty segment holds the combination's identity (max: the dtype's lowest), ids outside are dropped", compiled="l1")
+    "an empty segment holds the combination's identity (max: the dtype's lowest), ids outside are dropped "
+    "(max, min: an id >= num_segments raises)", compiled="l1")
 _op("SCATTER_ELEMENTS", 0xAC, ["axis:const", "reduction:const"], 3, 1, S.scatter_elements, "layout",
     "pop updates, indices, x; push x with x[..., indices[i], ...] (along axis) set to, or for reduction 'add' "
     "plus, updates[i]; indices and updates have one shape, of x's rank", compiled="l1")

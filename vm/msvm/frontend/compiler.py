@@ -159,13 +159,20 @@ class _Returned(Exception):
 
 _BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
            ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow,
-           ast.MatMult: operator.matmul}
+           ast.MatMult: operator.matmul,
+           ast.BitAnd: operator.and_, ast.BitOr: operator.or_, ast.BitXor: operator.xor}   # (issue 21)
 _CMPOPS = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==", ast.NotEq: "!="}
 _PYCMP = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge, "==": operator.eq,
           "!=": operator.ne}
 _SAFE_BUILTINS = {"len", "range", "int", "float", "bool", "tuple", "list", "min", "max", "abs", "enumerate",
                   "zip", "isinstance", "hasattr", "reversed", "sum", "round", "str", "print"}
 _FOLD_MODULES = ("math", "numpy")
+
+
+class ListValue(tuple):
+    """A list literal's value in construct: a tuple that ``append``/``extend`` rebind (list_method)."""
+
+    __slots__ = ()
 
 
 def _is_int(v) -> bool:
@@ -223,6 +230,11 @@ class FunctionCompiler:
     def error(self, msg: str, node=None) -> FrontendError:
         loc = self.node_loc(node) if node is not None else self.loc
         return FrontendError(msg, self.src.filename, loc.line, loc.col, loc.end_line, loc.end_col)
+
+    def shape_error(self, e) -> FrontendValueError:
+        """A shape rule's error at the current place: a ValueError, as MindSpore's shape errors are."""
+        err = self.error(str(e))
+        return FrontendValueError(err.message, err.filename, err.line, err.col, err.end_line, err.end_col)
 
     def node_loc(self, node) -> Loc:
         lo, co = self.src.line_offset, self.src.col_offset
@@ -414,7 +426,7 @@ class FunctionCompiler:
                 out.append(GraphValue(self.env.norm_type(v.type), ("local", slot)))
             else:
                 out.append(v)
-        return tuple(out)
+        return ListValue(out) if isinstance(value, ListValue) else tuple(out)
 
     def unpack_graph_tuple(self, value: GraphValue, hint: str) -> tuple:
         n = len(value.type.items)
@@ -447,8 +459,10 @@ class FunctionCompiler:
                 raise self.error(f"{_describe(node)} is not supported in construct", node)
             try:
                 method(node)
+            except FrontendError:          # (a nested statement's, already located)
+                raise
             except (ShapeError, SymbolicError) as e:
-                raise self.error(str(e)) from None
+                raise self.shape_error(e) from None
             except (TypeError, ValueError, NotImplementedError, IndexError, KeyError) as e:
                 err = self.error(f"{type(e).__name__}: {e}")
                 kind = ArgumentError if isinstance(e, TypeError) else FrontendValueError \
@@ -758,6 +772,9 @@ class FunctionCompiler:
                 if self.env.norm_type(old.type) != self.env.norm_type(v.type):
                     raise self.error(f"'{name}' changes from {old.type} to {v.type} inside a loop over a symbolic "
                                      "range; its shape must stay the same each iteration", node)
+            elif isinstance(old, ListValue) and isinstance(v, ListValue):     # a list grows in the loop
+                raise UnknownDim(f"'{name}' grows inside a loop over a symbolic range: the loop needs its "
+                                 "count known (the caller compiles for exact shapes)")
             elif not (_same_const(old, v) if type(old) is type(v) else False):
                 raise self.error(f"'{name}' is reassigned inside a loop over a symbolic range with a value "
                                  "known only at compile time; use a tensor or a constant range", node)
@@ -793,7 +810,7 @@ class FunctionCompiler:
                 raise self.error(f"{_describe(node)} is not supported in construct", node)
             return method(node)
         except (ShapeError, SymbolicError) as e:
-            raise self.error(str(e)) from None
+            raise self.shape_error(e) from None
         finally:
             self.loc = prev
 
@@ -827,7 +844,27 @@ class FunctionCompiler:
     def expr_Tuple(self, node):
         return tuple(self.expr(e) for e in node.elts)
 
-    expr_List = expr_Tuple
+    def expr_List(self, node):
+        return ListValue(self.expr(e) for e in node.elts)
+
+    def list_method(self, node) -> bool:
+        """(issue 21) ``name.append(v)`` / ``name.extend(vs)`` on a list literal's value: the name is
+        bound to the longer list (a compile-time sequence; a list is a tuple here, so aliases of
+        the old list keep its items). True when handled."""
+        f = node.func
+        if not (isinstance(f, ast.Attribute) and f.attr in ("append", "extend") and isinstance(f.value, ast.Name)
+                and isinstance(self.vars.get(self.scope + f.value.id, self.vars.get(f.value.id)), ListValue)):
+            return False
+        if node.keywords or len(node.args) != 1:
+            raise self.error(f"list.{f.attr}() takes one argument", node)
+        name = f.value.id if f.value.id in self.vars else self.scope + f.value.id
+        v = self.expr(node.args[0])
+        if f.attr == "extend":
+            if isinstance(v, GraphValue):
+                raise self.error("list.extend() of a tensor is not supported", node)
+            v = tuple(v)
+        self.vars[name] = ListValue(self.vars[name] + (v if f.attr == "extend" else (v,)))
+        return True
 
     def expr_Attribute(self, node):
         base = self.expr(node.value)
@@ -918,6 +955,9 @@ class FunctionCompiler:
                     raise self.error("an int tensor index goes with full slices only (x[idx], x[:, idx], x[idx, :]);"
                                      " use ops.gather for the rest", it)
                 return trace_op("GATHER", (base, v), (len(spec),))
+            elif isinstance(v, Expr):      # (issue 21) x[i] in a loop over a shape: compile for exact shapes
+                raise UnknownDim(f"the index {v} is symbolic; x[i] needs it known (the caller compiles for exact "
+                                 "shapes, where loops over shapes unroll)")
             else:
                 raise self.error("tensor indices must be ints, slices, None, ..., or an int tensor", it)
         return trace_op("SLICE", (base,), (tuple(spec),))
@@ -968,6 +1008,8 @@ class FunctionCompiler:
             return -v
         if isinstance(node.op, ast.UAdd):
             return v
+        if isinstance(node.op, ast.Invert) and (isinstance(v, GraphValue) or isinstance(v, (int, np.integer))):
+            return ~v
         raise self.error("operator ~ is not supported on this value", node)
 
     def expr_BoolOp(self, node):
@@ -1071,6 +1113,8 @@ class FunctionCompiler:
         return "".join(parts)
 
     def expr_Call(self, node):
+        if self.list_method(node):
+            return None
         fn = self.expr(node.func)
         args = []
         for a in node.args:

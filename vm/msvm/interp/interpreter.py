@@ -29,7 +29,7 @@ from ..bytecode.disasm import argrepr
 from ..bytecode.opcodes import OUT_CAPABLE, TABLE
 from ..bytecode.symbolic import fmt_shape
 from ..bytecode.types import ScalarType, TensorType
-from ..errors import ExecutionError, ShapeMismatch
+from ..errors import ExecutionError, ShapeMismatch, execution_error_like
 from . import kernels as K
 from .symeval import compile_sym
 
@@ -774,9 +774,10 @@ def _run_slow(f, prog, s, trace):
 
 def _exec_error(code: Code, i: int, e: Exception) -> ExecutionError:
     ins = code.instrs[i] if 0 <= i < len(code.instrs) else None
+    kind = execution_error_like(e)
     if ins is None:
-        return ExecutionError(f"{type(e).__name__}: {e}", code.filename, code.firstlineno, 0)
-    return ExecutionError(f"{ins.op.name} {argrepr(code, ins)} failed in {code.name}: {type(e).__name__}: {e}",
+        return kind(f"{type(e).__name__}: {e}", code.filename, code.firstlineno, 0)
+    return kind(f"{ins.op.name} {argrepr(code, ins)} failed in {code.name}: {type(e).__name__}: {e}",
                           code.filename, ins.loc.line, ins.loc.col, ins.loc.end_line, ins.loc.end_col, ins.offset)
 
 

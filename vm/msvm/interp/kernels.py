@@ -592,8 +592,9 @@ def _bool_reduce(fn):
     return kern
 
 
-class IndexOutOfRange(IndexError, RuntimeError):
-    """An index a gather or scatter was given lies outside the tensor (MindSpore raises RuntimeError)."""
+class IndexOutOfRange(IndexError, RuntimeError, ValueError):
+    """An index a gather or scatter was given lies outside the tensor (MindSpore raises RuntimeError
+    for it from some ops, ValueError from others, such as ScatterNdUpdate: it is both)."""
 
 
 _SCATTER = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "max": np.maximum, "min": np.minimum}
@@ -604,6 +605,13 @@ def tensor_scatter(x, idx, upd, mode, out=None):
     x = np.array(x, copy=True)
     idx = np.asarray(idx)
     k = idx.shape[-1]
+    if k > x.ndim:                 # (the shape rule says so where it knows k)
+        raise ValueError(f"TENSOR_SCATTER: indices index {k} dims of a rank-{x.ndim} x")
+    want = idx.shape[:-1] + x.shape[k:]
+    try:
+        np.broadcast_to(np.asarray(upd), want)
+    except ValueError:
+        raise ValueError(f"TENSOR_SCATTER: updates must have shape {list(want)}, got {list(np.shape(upd))}") from None
     flat = idx.reshape(-1, k).astype(np.int64)
     for d in range(k):
         bad = (flat[:, d] < 0) | (flat[:, d] >= x.shape[d])
@@ -673,6 +681,8 @@ def unsorted_segment(x, ids, n, mode, out=None):
     flat_ids = ids.reshape(-1)
     rows = x.reshape((-1,) + rest)
     keep = (flat_ids >= 0) & (flat_ids < n)
+    if mode in ("max", "min") and flat_ids.size and flat_ids.max() >= n:     # (MindSpore's CPU raises here)
+        raise IndexOutOfRange(f"UNSORTED_SEGMENT: segment id {int(flat_ids.max())} is not below num_segments {n}")
     ufunc = {"sum": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}[mode]
     ufunc.at(res, flat_ids[keep], rows[keep])
     return res

@@ -588,6 +588,9 @@ def broadcast_to(input, shape):
     shape = _dims(shape)
     src = _shape(input)
     off = len(shape) - len(src)
+    for i, d in enumerate(shape):
+        if isinstance(d, int) and d == -1 and i < off:
+            raise ValueError(f"broadcast_to: -1 in shape {shape} at dim {i}, where the input {src} has no dim to keep")
     shape = tuple(src[i - off] if (isinstance(d, int) and d == -1) else d for i, d in enumerate(shape))
     return apply("BROADCAST_TO", (input,), (tuple(_plain(d) for d in shape),))
 
@@ -831,9 +834,13 @@ def softplus(input, beta=1, threshold=20):
 
 
 def softsign(x): return div(x, add(abs(x), 1))
-def mish(x): return mul(x, tanh(softplus(x)))
+def mish(x):
+    """x * tanh(softplus(x)); float16 computes in float32 (its rounding at each step is 1e-3 off)."""
+    if getattr(x, "dtype", None) is dt.float16:
+        return cast(mish(cast(x, dt.float32)), dt.float16)
+    return mul(x, tanh(softplus(x)))
 def relu6(x): return clip(relu(x), None, 6)
-def hardsigmoid(input): return clip(add(div(input, 6), 0.5), 0, 1)
+def hardsigmoid(input): return clip(div(add(input, 3), 6), 0, 1)    # relu6(x + 3) / 6, rounded as MindSpore
 def hardswish(x): return mul(x, hardsigmoid(x))
 def silu(input): return mul(input, sigmoid(input))
 def leaky_relu(input, alpha=0.2): return where(greater_equal(input, 0), input, mul(input, alpha))
@@ -983,6 +990,14 @@ def var_mean(input, axis=None, ddof=0, keepdims=False):
 
 
 def square_sum_all(x, y):
+    """(sum of x*x, sum of y*y); MindSpore's checks: float16/float32, one dtype, one shape."""
+    for v, n in ((x, "x"), (y, "y")):
+        _require_tensor(v, "SquareSumAll", n)
+        if v.dtype not in (dt.float16, dt.float32):
+            raise TypeError(f"For 'SquareSumAll', '{n}' must be float16 or float32, got {v.dtype}")
+    if x.dtype != y.dtype:
+        raise TypeError(f"For 'SquareSumAll', 'x' and 'y' must have one dtype, got {x.dtype} and {y.dtype}")
+    _same_shape(x, y, "For 'SquareSumAll', 'x' and 'y' must have one shape")
     return sum(mul(x, x)), sum(mul(y, y))
 
 
@@ -991,6 +1006,7 @@ def l2_loss(x):
 
 
 def rank(input_x):
+    _require_tensor(input_x, "Rank", "input_x")
     return _rank(input_x)
 
 
@@ -1071,7 +1087,17 @@ def xdivy(x, y): return where(equal(x, 0), zeros_like(div(x, y)), div(x, y))
 def xlogy(input, other): return where(equal(input, 0), zeros_like(mul(input, log(other))), mul(input, log(other)))
 def div_no_nan(x1, x2): return where(equal(x2, 0), zeros_like(div(x1, x2)), div(x1, x2))
 def fmod(input, other): return sub(input, mul(div(input, other, rounding_mode="trunc"), other))
-def approximate_equal(x, y, tolerance=1e-5): return less(abs(sub(x, y)), tolerance)
+def approximate_equal(x, y, tolerance=1e-5):
+    """|x - y| < tolerance, with MindSpore's checks (float tolerance, one shape, rank below 8)."""
+    if isinstance(tolerance, bool) or not isinstance(tolerance, (float, int)):
+        raise TypeError(f"For 'ApproximateEqual', the type of 'tolerance' should be 'float', "
+                        f"but got {type(tolerance).__name__}")
+    sx, sy = _shape(x), _shape(y)
+    if len(sx) != len(sy) or any(_known_differ(a, b) for a, b in zip(sx, sy)):
+        raise ValueError(f"For 'ApproximateEqual', 'x1' must have the same shape as 'x2', got {sx} and {sy}")
+    if len(sx) >= 8:
+        raise RuntimeError(f"For 'ApproximateEqual', the x's rank should be less than 8, but got {len(sx)}")
+    return less(abs(sub(x, y)), tolerance)
 def identity(x): return add(x, zeros_like(x)) if x.dtype is not dt.bool_ else logical_or(x, zeros_like(x))
 
 
@@ -1087,8 +1113,11 @@ def equal_count(x, y):
 
 
 def dense(input, weight, bias=None):
-    """input @ weight.T + bias over input's last dim."""
+    """input @ weight.T + bias over input's last dim (a 1-D weight: input @ weight)."""
     s = _shape(input)
+    if _rank(weight) == 1:
+        out = matmul(input, weight)
+        return add(out, bias) if bias is not None else out
     out = matmul(reshape(input, (-1, s[-1])) if len(s) != 2 else input, transpose(weight, (1, 0)))
     if bias is not None:
         out = add(out, bias)
@@ -1433,3 +1462,50 @@ def complex(real, imag):  # noqa: A001
 def conjugate_transpose(x, perm):
     """The conjugate of x permuted (MindSpore's ConjugateTranspose)."""
     return conj(transpose(x, tuple(perm)))
+
+
+# ---------------------------------------------------------------- input checks (issue 21)
+
+def _require_tensor(v, op: str, name: str):
+    """MindSpore's TypeError for a non-tensor input (a number, a string)."""
+    if isinstance(v, Tensor) or (is_graph(v) and hasattr(v.type, "dtype")):
+        return
+    raise TypeError(f"For '{op}', '{name}' must be a Tensor, got {type(v).__name__}"
+                    + (f" {v.type}" if is_graph(v) else f" {v!r}"))
+
+
+def _same_shape(x, y, why: str):
+    """ValueError unless x and y have one shape; in construct, symbolic dims are unified (the
+    entry check raises ShapeMismatch, a ValueError, for arguments that differ)."""
+    sx, sy = _shape(x), _shape(y)
+    if len(sx) != len(sy) or any(_known_differ(a, b) for a, b in zip(sx, sy)):
+        raise ValueError(f"{why}, got {sx} and {sy}")
+    from ..frontend.graph import current
+
+    b = current()
+    if b is not None:
+        for a, c in zip(sx, sy):
+            if isinstance(a, Expr) or isinstance(c, Expr):
+                b.env.require_eq(a, c, f"{why}, got {sx} and {sy}")
+
+
+def _known_differ(a, b) -> bool:
+    """Two dims that are certainly different (ints, or constant exprs)."""
+    a = a.const_value() if isinstance(a, Expr) else a
+    b = b.const_value() if isinstance(b, Expr) else b
+    return isinstance(a, int) and isinstance(b, int) and a != b
+
+
+def truncate_div(x, y):
+    """trunc(x / y) (MindSpore's TruncateDiv: numbers only, no bool)."""
+    if all(getattr(v, "dtype", None) is dt.bool_ or isinstance(v, bool) for v in (x, y)):
+        raise TypeError("For 'TruncateDiv', the inputs must not both be bool")
+    return div(x, y, rounding_mode="trunc")
+
+
+def squared_difference(x, y):
+    """(x - y) ** 2 (MindSpore's SquaredDifference; bool inputs are a TypeError there)."""
+    if any(getattr(v, "dtype", None) is dt.bool_ for v in (x, y)):
+        raise TypeError("For 'SquaredDifference', the inputs must be numbers, got bool")
+    d = sub(x, y)
+    return mul(d, d)

@@ -56,11 +56,6 @@ def _argmin(x, axis=-1):
     return F.argmin(x, axis)
 
 
-def _square_diff(x, y):
-    d = F.sub(x, y)
-    return F.mul(d, d)
-
-
 def _broadcast_to(x, shape):
     return F.broadcast_to(x, shape)
 
@@ -126,7 +121,7 @@ api(F.mul, "multiply", "Mul", "mul multiply")
 api(F.div, "divide true_divide", "Div", "div divide true_divide")
 api(F.div, "", "RealDiv", "")
 api(F.floor_divide, "floor_div", "FloorDiv", "floor_divide")
-api(lambda x, y: F.div(x, y, rounding_mode="trunc"), "truncate_div", "TruncateDiv", "")
+api(F.truncate_div, "", "TruncateDiv", "")
 api(F.remainder, "floor_mod", "FloorMod", "remainder")
 api(F.pow, "", "Pow", "pow")
 api(F.maximum, "", "Maximum", "maximum")
@@ -144,7 +139,7 @@ api(F.bitwise_and, "", "BitwiseAnd", "bitwise_and")
 api(F.bitwise_or, "", "BitwiseOr", "bitwise_or")
 api(F.bitwise_xor, "", "BitwiseXor", "bitwise_xor")
 api(F.atan2, "arctan2", "Atan2", "atan2 arctan2")
-api(_square_diff, "", "SquaredDifference", "")
+api(F.squared_difference, "", "SquaredDifference", "")
 api(F.where, "select", "Select", "")
 api(F.matmul, "", "", "matmul")
 api(F.bmm, "", "", "bmm")
@@ -242,7 +237,9 @@ api(lambda x, v, indices=None: F.inplace_add(x, v, indices), "", "InplaceAdd", "
 api(lambda x, v, indices=None: F.inplace_sub(x, v, indices), "", "InplaceSub", "", attrs=(("indices", 0),))
 api(lambda x, indices, y, axis=0: F.index_add(x, indices, y, axis), "", "IndexAdd", "",
     attrs=(("axis", 0), ("use_lock", True, None), ("check_index_bound", True, None)))
-api(F.index_add, "", "", "index_add")
+api(F.index_add, "", "", "")
+api(lambda x, dim, index, source, alpha=1: F.index_add(x, index, source if alpha == 1 else F.mul(source, alpha), dim),
+    "", "", "index_add")      # Tensor.index_add(dim, index, source, *, alpha=1), as MindSpore 2's
 api(F.gather_nd, "", "GatherNd", "gather_nd")
 api(F.gather_elements, "gather_d", "", "gather_elements")
 api(lambda x, dim, index: F.gather_elements(x, dim, index), "", "GatherD", "")

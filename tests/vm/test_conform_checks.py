@@ -183,3 +183,31 @@ def test_activation_roundings_as_mindspore():
     got = Fn(ops.Mish())(t(h)).asnumpy()
     assert got.dtype == np.float16
     np.testing.assert_allclose(got, ref, rtol=1e-3)           # float16 rounded once, from float32
+
+
+def test_split_of_a_dynamic_dim_checks_divisibility_when_it_runs():
+    net = Fn(ops.Split(-1, 2))
+    net.set_inputs(ms.Tensor(shape=[2, None], dtype=ms.int32))
+    for n in (6, 10, 2):
+        x = np.arange(2 * n, dtype=np.int32).reshape(2, n)
+        got = net(t(x))
+        assert len(got) == 2
+        for g, w in zip(got, np.split(x, 2, -1)):
+            np.testing.assert_array_equal(g.asnumpy(), w)
+    with pytest.raises(ValueError, match="Split: the size of axis 1, 7, is not divisible by output_num 2"):
+        net(t(np.zeros((2, 7), np.int32)))
+
+
+def test_matmul_dtypes_as_mindspore():
+    x = R.standard_normal((2, 3)).astype(np.float32)
+    assert ms.complex64 in ms.dtype.all_types and ms.uint16 in ms.dtype.uint_type
+    for d in ms.dtype.all_types:
+        a = t(x).astype(d)
+        if d.kind in "ifc" or d is ms.uint8:
+            out = ops.MatMul()(a, ops.transpose(a, (1, 0)))
+            assert out.dtype is d
+            np.testing.assert_allclose(out.asnumpy().astype(np.complex128),
+                                       (a.asnumpy() @ a.asnumpy().T).astype(np.complex128), rtol=1e-2, atol=1e-2)
+        else:
+            with pytest.raises(TypeError, match="For 'MatMul'"):
+                ops.MatMul()(a, ops.transpose(a, (1, 0)))

@@ -76,6 +76,14 @@ _BY_NAME.update({d.ms_name: d for d in ALL})     # str(ms.float32) == 'Float32' 
 _BY_CODE = {d.code: d for d in ALL}
 _BY_NP = {d.np: d for d in ALL}
 
+# MindSpore's groups of dtypes (those msvm has)
+all_types = ALL
+number_type = tuple(d for d in ALL if d.kind != "b")
+int_type = tuple(d for d in ALL if d.kind == "i")
+uint_type = tuple(d for d in ALL if d.kind == "u")
+float_type = tuple(d for d in ALL if d.kind == "f")
+complex_type = tuple(d for d in ALL if d.kind == "c")
+
 # aliases MindSpore also exports
 float_ = float32
 half = float16

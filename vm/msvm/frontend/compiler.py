@@ -525,6 +525,17 @@ class FunctionCompiler:
         self.emit("RAISE", self.cb.const("AssertionError"), self.cb.const(tuple(parts)))
         self.cb.place(l_ok)
 
+    def check(self, pred, exc: str, parts: tuple):
+        """A run-time check an op makes where it is traced (issue 21): raise ``exc`` with the message
+        ``parts`` (strings and symbolic dims) unless ``pred`` holds when it runs."""
+        if pred.const_value() is True:
+            return
+        self.keep_symbolic(pred)
+        l_ok = self.cb.new_label()
+        self.emit("BRANCH_IF_SYMBOLIC", self.cb.const(S.pnot(pred)), l_ok)
+        self.emit("RAISE", self.cb.const(exc), self.cb.const(tuple(parts)))
+        self.cb.place(l_ok)
+
     def message_parts(self, node) -> list:
         """A message as strings and symbolic dims (joined when RAISE fires)."""
         out = []

@@ -210,3 +210,25 @@ def test_bad_updates_are_errors():
     ms.set_context(mode=ms.PYNATIVE_MODE)
     with pytest.raises(ValueError, match="cannot assign a value of shape"):
         ops.assign(ms.Parameter(ms.Tensor(np.zeros((2, 3), np.float32))), ms.Tensor(np.ones((3, 2), np.float32)))
+
+
+def test_a_read_before_the_update_keeps_the_old_value_even_if_emitted_later():
+    """Graph values are emitted where they are stored or returned; a read of the Parameter made
+    before the update (left of it in one tuple) is pinned to the value it had."""
+    class Net(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.p = ms.Parameter(ms.Tensor(np.ones(3, np.float32)), name="p")
+
+        def construct(self, v):
+            return self.p * 2.0, ops.assign(self.p, self.p + v), self.p
+
+    net = Net()
+    state = np.ones(3, np.float32)
+    for _ in range(3):
+        v = R.standard_normal(3).astype(np.float32)
+        old, ret, new = net(ms.Tensor(v))
+        np.testing.assert_allclose(old.asnumpy(), state * 2, rtol=1e-6)
+        state = state + v
+        np.testing.assert_allclose(ret.asnumpy(), state, rtol=1e-6)
+        np.testing.assert_allclose(new.asnumpy(), state, rtol=1e-6)

@@ -221,6 +221,7 @@ class FunctionCompiler:
         self.loop_syms = 0
         self._callee_index: dict = {}
         self.hover: list = []      # (Loc, name, type) for the language server
+        self.param_reads: dict = {}  # attr -> graph values reading it, not yet emitted (emit_effect)
 
     # --- interface the shape rules use
     def attr_type(self, name):
@@ -366,7 +367,15 @@ class FunctionCompiler:
             v.tmp = slot
 
     def emit_effect(self, v: GraphValue) -> GraphValue:
-        """Emit an instruction with an effect now (graph.trace_effect); later uses read its slot."""
+        """Emit an instruction with an effect now (graph.trace_effect); later uses read its slot.
+        Reads of the Parameter it writes that were made before it but are not emitted yet
+        (``return self.p * 2, ops.assign(self.p, v)``) are pinned to the old value first."""
+        if v.node[0] == "op" and v.node[1] == "ASSIGN_PARAM":
+            for g in self.param_reads.pop(v.node[3][0], []):
+                if g.tmp is None:
+                    g.tmp = self.cb.local(f"%p{len(self.cb.code.varnames)}")
+                    self.emit("LOAD_PARAM", self.cb.name(g.node[1]))
+                    self.emit("STORE_TENSOR", g.tmp)
         slot = self.cb.local(f"%e{len(self.cb.code.varnames)}")
         self.materialize(v, self.loc)
         self.emit("STORE_TENSOR", slot)
@@ -915,7 +924,9 @@ class FunctionCompiler:
                                  node)
             t = tensor_type(v)
             self.cb.code.attr_types[attr] = t
-            return GraphValue(t, ("param", attr))
+            g = GraphValue(t, ("param", attr))
+            self.param_reads.setdefault(attr, []).append(g)
+            return g
         if isinstance(v, pytypes.MethodType) and v.__self__ is cell and not _is_msvm(v.__func__):
             return v
         return v

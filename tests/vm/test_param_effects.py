@@ -232,3 +232,60 @@ def test_a_read_before_the_update_keeps_the_old_value_even_if_emitted_later():
         state = state + v
         np.testing.assert_allclose(ret.asnumpy(), state, rtol=1e-6)
         np.testing.assert_allclose(new.asnumpy(), state, rtol=1e-6)
+
+
+class IntoArgument(nn.Cell):
+    """A scatter into an argument (not a Parameter): the name reads the update afterwards."""
+
+    def __init__(self):
+        super().__init__()
+        self.op = ops.ScatterNdSub()
+
+    def construct(self, x, idx, upd):
+        before = x * 1.0
+        self.op(x, idx, upd)
+        return before, x
+
+
+class VmapOuter(nn.Cell):
+    def __init__(self, x):
+        super().__init__()
+        self.x = ms.Parameter(ms.Tensor(x), name="x")
+        self.inner = IntoArgument()
+
+    def construct(self, idx, upd):
+        return ops.vmap(self.inner, (0, 0, None), 0)(self.x, idx, upd)
+
+
+def test_in_place_on_an_argument_rebinds_it_and_maps_under_vmap():
+    x = R.standard_normal((3, 4)).astype(np.float32)
+    idx = np.array([[1], [3]], np.int32)
+    upd = R.standard_normal(2).astype(np.float32)
+    before, after = IntoArgument()(ms.Tensor(x[0]), ms.Tensor(idx), ms.Tensor(upd))
+    np.testing.assert_array_equal(before.asnumpy(), x[0])
+    np.testing.assert_allclose(after.asnumpy(), np_scatter_nd("sub", x[0], idx, upd), rtol=1e-6)
+    bidx = np.stack([idx, [[0], [2]], idx])
+    b, a = VmapOuter(x)(ms.Tensor(bidx), ms.Tensor(upd))
+    np.testing.assert_array_equal(b.asnumpy(), x)
+    np.testing.assert_allclose(a.asnumpy(), np.stack([np_scatter_nd("sub", x[k], bidx[k], upd) for k in range(3)]),
+                               rtol=1e-6)
+
+
+def test_inplace_update_with_run_time_indices():
+    class Net(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.x = ms.Parameter(ms.Tensor(np.arange(8, dtype=np.float16).reshape(4, 2)), name="x")
+            self.v = ms.Tensor(np.array([[0.5, 1.0], [1.0, 1.5]], np.float16))
+            self.op = ops.InplaceUpdateV2()
+
+        def construct(self, i):
+            return self.op(self.x, i, self.v)
+
+    net = Net()
+    net.set_inputs(ms.Tensor(shape=[None], dtype=ms.int32))
+    want = np.arange(8, dtype=np.float16).reshape(4, 2)
+    for rows in ([0, 1], [3, 2]):
+        want[rows] = [[0.5, 1.0], [1.0, 1.5]]
+        np.testing.assert_array_equal(net(ms.Tensor(np.array(rows, np.int32))).asnumpy(), want)
+        np.testing.assert_array_equal(net.x.asnumpy(), want)

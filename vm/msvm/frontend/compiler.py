@@ -36,7 +36,7 @@ from ..bytecode.types import NONE, ScalarType, ShapeEnv, ShapeError, TensorType,
 from ..bytecode.verify import bind_callee, subs_type, verify
 from ..errors import ArgumentError, FrontendError, FrontendValueError, UnknownDim
 from .argspec import ArgSpec
-from .graph import GraphValue, lift, using
+from .graph import GraphValue, lift, note_consumer, using
 
 # ---------------------------------------------------------------- sources
 
@@ -222,6 +222,7 @@ class FunctionCompiler:
         self._callee_index: dict = {}
         self.hover: list = []      # (Loc, name, type) for the language server
         self.param_reads: dict = {}  # attr -> graph values reading it, not yet emitted (emit_effect)
+        self.consumers: dict = {}    # id(graph value) -> values built from it (graph.rebind)
 
     # --- interface the shape rules use
     def attr_type(self, name):
@@ -1285,6 +1286,7 @@ class FunctionCompiler:
         if isinstance(out_type, type(NONE)):
             raise self.error(f"self.{path} returns None", node)
         out = GraphValue(out_type, ("call", idx, tuple(gins)), self.loc)
+        note_consumer(self, gins, out)
         if sub.has_effects():        # (issue 21) a sub-Cell that updates a Parameter runs where it is called
             return self.emit_effect(out)
         return out

@@ -1216,6 +1216,10 @@ scatter_min = _first_axis("min")
 
 
 def _const_indices(indices):
+    if is_graph(indices):          # (issue 21) run-time row indices: one row index per update row
+        if _rank(indices) > 1:
+            raise ValueError(f"inplace ops: indices must be an int or a 1-D tensor, got rank {_rank(indices)}")
+        return expand_dims(indices, -1) if _rank(indices) == 1 else reshape(indices, (1, 1))
     idx = indices.asnumpy() if isinstance(indices, Tensor) else np.asarray(indices)
     return Tensor(np.asarray(idx, dtype=np.int32).reshape(-1, 1))
 
@@ -1371,7 +1375,7 @@ def tensor_scatter_elements(input_x, indices, updates, axis=0, reduction="none")
 def _write_back(target, value, what: str, *, must_be_param: bool = False, any_tensor: bool = True):
     """``target`` := ``value`` where target can be updated; returns what the op returns (the
     updated target, or the value where nothing is updated in place)."""
-    from ..frontend.graph import param_of, trace_effect
+    from ..frontend.graph import param_of, rebind, trace_effect
     from ..tensor import Parameter
 
     if is_graph(target):
@@ -1379,6 +1383,8 @@ def _write_back(target, value, what: str, *, must_be_param: bool = False, any_te
             return trace_effect("ASSIGN_PARAM", (value,), (target.node[1],))
         if must_be_param:
             raise TypeError(f"{what}: the variable must be a Parameter of the Cell (self.<name>), got {target.type}")
+        if any_tensor and target.node[0] != "param":     # an argument or an intermediate: the name is rebound
+            return rebind(target, value)
         return value
     if isinstance(target, Parameter) or (any_tensor and isinstance(target, Tensor)):
         target._set_value(value)

@@ -102,3 +102,21 @@ def test_scatter_into_a_parameter_then_a_fused_read(level, tier):
                                    err_msg=f"{tier} call {k}")
         tiers.wait_for_compiles(30)
     np.testing.assert_allclose(net.x.asnumpy(), x, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("tier", LEVELS)
+def test_batch_norm_training_over_calls(level, tier):
+    level(tier)
+    rng = np.random.default_rng(5)
+    bn = nn.BatchNorm2d(4, momentum=0.9)
+    bn.set_train()
+    mm, mv = np.zeros(4, np.float32), np.ones(4, np.float32)
+    for k in range(6):
+        x = (rng.standard_normal((2, 4, 6, 6)) * 3 - 1).astype(np.float32)
+        m, v = x.mean((0, 2, 3)), x.var((0, 2, 3))
+        want = (x - m[None, :, None, None]) / np.sqrt(v[None, :, None, None] + 1e-5)
+        mm, mv = mm * np.float32(0.9) + m * np.float32(0.1), mv * np.float32(0.9) + v * np.float32(0.1)
+        np.testing.assert_allclose(bn(ms.Tensor(x)).asnumpy(), want, rtol=1e-4, atol=1e-4, err_msg=f"{tier} {k}")
+        np.testing.assert_allclose(bn.moving_mean.asnumpy(), mm, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(bn.moving_variance.asnumpy(), mv, rtol=1e-5, atol=1e-5)
+        tiers.wait_for_compiles(30)

@@ -289,3 +289,32 @@ def test_inplace_update_with_run_time_indices():
         want[rows] = [[0.5, 1.0], [1.0, 1.5]]
         np.testing.assert_array_equal(net(ms.Tensor(np.array(rows, np.int32))).asnumpy(), want)
         np.testing.assert_array_equal(net.x.asnumpy(), want)
+
+
+def np_bn_train(x, mm, mv, momentum, eps=1e-5):
+    axes = (0,) + tuple(range(2, x.ndim))
+    shape = (1, -1) + (1,) * (x.ndim - 2)
+    m, v = x.mean(axes), x.var(axes)
+    y = (x - m.reshape(shape)) / np.sqrt(v.reshape(shape) + eps)
+    return y, (mm * momentum + m * (1 - momentum)).astype(np.float32), (mv * momentum + v * (1 - momentum)).astype(np.float32)
+
+
+@pytest.mark.parametrize("mode", [ms.PYNATIVE_MODE, ms.GRAPH_MODE])
+@pytest.mark.parametrize("layer,shape", [(nn.BatchNorm2d, (2, 3, 4, 5)), (nn.BatchNorm1d, (6, 3))])
+def test_batch_norm_in_training_updates_its_moving_statistics(mode, layer, shape):
+    ms.set_context(mode=mode)
+    bn = layer(3, momentum=0.8)
+    mm, mv = np.zeros(3, np.float32), np.ones(3, np.float32)
+    bn.set_train()
+    for _ in range(3):
+        x = (R.standard_normal(shape) * 2 + 1).astype(np.float32)
+        want, mm, mv = np_bn_train(x, mm, mv, 0.8)
+        np.testing.assert_allclose(bn(ms.Tensor(x)).asnumpy(), want, rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(bn.moving_mean.asnumpy(), mm, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(bn.moving_variance.asnumpy(), mv, rtol=1e-5, atol=1e-6)
+    bn.set_train(False)                  # inference: the moving statistics, left as they are
+    x = R.standard_normal(shape).astype(np.float32)
+    s = (1, -1) + (1,) * (len(shape) - 2)
+    np.testing.assert_allclose(bn(ms.Tensor(x)).asnumpy(), (x - mm.reshape(s)) / np.sqrt(mv.reshape(s) + 1e-5),
+                               rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(bn.moving_mean.asnumpy(), mm, rtol=1e-5, atol=1e-6)

@@ -1579,7 +1579,8 @@ def compile_cell_for(cell, specs, name: str | None = None, generation: int = 0):
         cache = _cell_codes.setdefault(cell, {})
     except TypeError:
         cache = {}
-    key = (spec_key(specs), generation)
+    # (issue 21) construct reads self.training as a constant (set_train): a Code per mode
+    key = (spec_key(specs), generation, bool(getattr(cell, "training", False)))
     code = cache.get(key)
     if code is not None:
         return code

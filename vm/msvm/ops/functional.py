@@ -1386,6 +1386,9 @@ def _write_back(target, value, what: str, *, must_be_param: bool = False, any_te
         if any_tensor and target.node[0] != "param":     # an argument or an intermediate: the name is rebound
             return rebind(target, value)
         return value
+    if is_graph(value):            # (a concrete Parameter while compiling: read outside construct's code)
+        raise TypeError(f"{what}: in construct, update a Parameter through the Cell's attribute (self.<name>), "
+                        f"not a {type(target).__name__} object reached another way")
     if isinstance(target, Parameter) or (any_tensor and isinstance(target, Tensor)):
         target._set_value(value)
         return target

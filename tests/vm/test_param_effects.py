@@ -296,7 +296,8 @@ def np_bn_train(x, mm, mv, momentum, eps=1e-5):
     shape = (1, -1) + (1,) * (x.ndim - 2)
     m, v = x.mean(axes), x.var(axes)
     y = (x - m.reshape(shape)) / np.sqrt(v.reshape(shape) + eps)
-    return y, (mm * momentum + m * (1 - momentum)).astype(np.float32), (mv * momentum + v * (1 - momentum)).astype(np.float32)
+    new_m = (mm * momentum + m * (1 - momentum)).astype(np.float32)
+    return y, new_m, (mv * momentum + v * (1 - momentum)).astype(np.float32)
 
 
 @pytest.mark.parametrize("mode", [ms.PYNATIVE_MODE, ms.GRAPH_MODE])

@@ -126,3 +126,34 @@ def test_complex_parts_must_be_real():
     z = cx((2,), np.complex64)
     with pytest.raises(ms.FrontendError, match="COMPLEX: the parts must be real"):
         Fn(lambda a, b: ops.Complex()(a, b))(ms.Tensor(z), ms.Tensor(z))
+
+
+class WithComplexConstant(nn.Cell):
+    def __init__(self):
+        super().__init__()
+        self.c = ms.Tensor(np.array([1 + 2j, 3 - 1j], np.complex64))
+
+    def construct(self, x):
+        return ops.cast(x, ms.complex64) * ms.Tensor(np.array([2j, 1], np.complex64)) + self.c
+
+
+def test_complex_constants_in_the_binary_format():
+    from msvm.bytecode import binary
+    from msvm.bytecode.disasm import value_to_data
+    from msvm.bytecode.tables import value_from_data
+    from msvm.errors import BytecodeError
+
+    net = WithComplexConstant()
+    x = R.standard_normal(2).astype(np.float32)
+    np.testing.assert_allclose(net(ms.Tensor(x)).asnumpy(), x * np.array([2j, 1]) + np.array([1 + 2j, 3 - 1j]),
+                               rtol=1e-6)
+    code = next(iter(net._runner.variants.values())).code
+    back = binary.loads(binary.dumps(code))
+    assert back == code
+    z = cx((2, 3), np.complex128)
+    d = value_to_data(z)
+    assert np.array(d["array"]).shape == (2, 3, 2)          # [re, im] pairs: JSON has no complex numbers
+    got = value_from_data(d)
+    assert got.dtype == np.complex128 and np.array_equal(got, z)
+    with pytest.raises(BytecodeError, match="re, im"):
+        value_from_data({"array": [1.0, 2.0], "dtype": "complex64", "shape": [2]})

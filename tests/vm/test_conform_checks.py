@@ -211,3 +211,23 @@ def test_matmul_dtypes_as_mindspore():
         else:
             with pytest.raises(TypeError, match="For 'MatMul'"):
                 ops.MatMul()(a, ops.transpose(a, (1, 0)))
+
+
+@ms.jit
+def renorm_rows(x, p, axis, maxnorm):
+    out = []
+    for i in range(x.shape[0]):
+        y = ops.Renorm(p, axis, maxnorm)(x[i])      # p, axis: int arguments a primitive needs as values
+        out.append(y)                                # y's slot is written again in the next iteration
+    return ops.stack(out)
+
+
+def test_list_items_keep_their_values_and_int_arguments_compile_as_values():
+    x = (R.standard_normal((3, 2, 4)) * 4).astype(np.float32)
+    for p, axis, maxnorm in ((1, 0, 3.0), (2, 1, 2.0), (1, 0, 3.0)):
+        want = []
+        for i in range(3):
+            n = np.linalg.norm(x[i], p, axis=1 - axis, keepdims=True) if p == 2 else \
+                np.abs(x[i]).sum(axis=1 - axis, keepdims=True)
+            want.append(x[i] * np.where(n > maxnorm, maxnorm / (n + 1e-7), 1.0))
+        np.testing.assert_allclose(renorm_rows(t(x), p, axis, maxnorm).asnumpy(), np.stack(want), rtol=1e-5)

@@ -236,7 +236,9 @@ class FunctionCompiler:
     def shape_error(self, e) -> FrontendValueError:
         """A shape rule's error at the current place: a ValueError, as MindSpore's shape errors are."""
         err = self.error(str(e))
-        return FrontendValueError(err.message, err.filename, err.line, err.col, err.end_line, err.end_col)
+        out = FrontendValueError(err.message, err.filename, err.line, err.col, err.end_line, err.end_col)
+        out.needs_known_dims = isinstance(e, S.UnknownValue)     # the executor retries with exact values
+        return out
 
     def node_loc(self, node) -> Loc:
         lo, co = self.src.line_offset, self.src.col_offset
@@ -884,7 +886,12 @@ class FunctionCompiler:
             if isinstance(v, GraphValue):
                 raise self.error("list.extend() of a tensor is not supported", node)
             v = tuple(v)
-        self.vars[name] = ListValue(self.vars[name] + (v if f.attr == "extend" else (v,)))
+        else:
+            v = (v,)
+        # the items keep the values they have now: a name's slot is written again by a later
+        # statement (``out = f(x[i]); outs.append(out)`` in a loop), so run-time items get slots of their own
+        v = self.pin_tuple(v, f"{name}.{len(self.vars[name])}") if _has_graph(v) else v
+        self.vars[name] = ListValue(self.vars[name] + v)
         return True
 
     def expr_Attribute(self, node):

@@ -231,3 +231,14 @@ def test_list_items_keep_their_values_and_int_arguments_compile_as_values():
                 np.abs(x[i]).sum(axis=1 - axis, keepdims=True)
             want.append(x[i] * np.where(n > maxnorm, maxnorm / (n + 1e-7), 1.0))
         np.testing.assert_allclose(renorm_rows(t(x), p, axis, maxnorm).asnumpy(), np.stack(want), rtol=1e-5)
+
+
+def test_vmap_over_a_tuple_input_with_a_tuple_of_axes():
+    x = R.integers(0, 10, (3, 2)).astype(np.int32)
+    y = R.integers(0, 10, (4, 2)).astype(np.int32)
+    a, b = ops.vmap(lambda xy: ops.meshgrid(*xy, indexing="xy"), in_axes=((1, 1),))((t(x), t(y)))
+    wa, wb = zip(*(np.meshgrid(x[:, i], y[:, i], indexing="xy") for i in range(2)))
+    np.testing.assert_array_equal(a.asnumpy(), np.stack(wa))
+    np.testing.assert_array_equal(b.asnumpy(), np.stack(wb))
+    with pytest.raises(ValueError, match="has 1 entries for a tuple of 2"):
+        ops.vmap(lambda xy: xy[0], in_axes=((1,),))((t(x), t(y)))

@@ -888,11 +888,11 @@ def vmap(fn, in_axes=0, out_axes=0):
         axes = in_axes if isinstance(in_axes, (tuple, list)) else (in_axes,) * len(args)
         if len(axes) != len(args):
             raise ValueError(f"vmap: in_axes has {len(axes)} entries for {len(args)} inputs")
-        sizes = {_known_dim(a, ax, "vmap")[1] for a, ax in zip(args, axes) if ax is not None}
+        sizes = set().union(*(_vmap_sizes(a, ax) for a, ax in zip(args, axes)))
         if len(sizes) != 1:
             raise ValueError(f"vmap: the mapped axes have sizes {sorted(sizes)}; they must be equal")
         (n,) = sizes
-        cols = [unstack(a, ax) if ax is not None else (a,) * n for a, ax in zip(args, axes)]
+        cols = [_vmap_slices(a, ax, n) for a, ax in zip(args, axes)]
         # a Cell mapped inside a construct being compiled: its construct runs on the graph values
         # (Python-level, like an inlined function); eagerly, the Cell is called as usual
         call = fn.construct if getattr(fn, "__msvm_cell__", False) and any_of(is_graph(a) for a in args) else fn
@@ -902,6 +902,29 @@ def vmap(fn, in_axes=0, out_axes=0):
             return tuple(stack([o[i] for o in outs], oa[i]) for i in range(len(outs[0])))
         return stack(outs, out_axes)
     return mapped
+
+
+def _vmap_sizes(a, ax) -> set:
+    """The sizes of the mapped axes of input a (a tuple input takes a tuple of axes, or one for all)."""
+    if ax is None:
+        return set()
+    if isinstance(a, (tuple, list)):
+        sub = ax if isinstance(ax, (tuple, list)) else (ax,) * len(a)
+        if len(sub) != len(a):
+            raise ValueError(f"vmap: in_axes {ax} has {len(sub)} entries for a tuple of {len(a)}")
+        return set().union(*(_vmap_sizes(x, y) for x, y in zip(a, sub)))
+    return {_known_dim(a, ax, "vmap")[1]}
+
+
+def _vmap_slices(a, ax, n) -> tuple:
+    """Input a's n slices along its mapped axes (a tuple input: a tuple per slice)."""
+    if ax is None:
+        return (a,) * n
+    if isinstance(a, (tuple, list)):
+        sub = ax if isinstance(ax, (tuple, list)) else (ax,) * len(a)
+        parts = [_vmap_slices(x, y, n) for x, y in zip(a, sub)]
+        return tuple(tuple(p[k] for p in parts) for k in range(n))
+    return unstack(a, ax)
 
 
 def _ints(*xs) -> bool:

@@ -1392,8 +1392,9 @@ def tensor_scatter_elements(input_x, indices, updates, axis=0, reduction="none")
 # MindSpore's Assign, AssignAdd, AssignSub, the Scatter*/ScatterNd* primitives, InplaceUpdate and
 # inplace_index_add change their first input when it is a Parameter (in PyNative any Tensor).
 # The new value is computed by the pure ops above; ``_write_back`` installs it: eagerly through
-# ``Tensor._set_value``, in construct as ASSIGN_PARAM (an opcode with a declared effect,
-# emitted in statement order; see opcodes.EFFECTS).
+# ``Tensor._set_value``, in construct as ASSIGN_PARAM for a Parameter (an opcode with a declared
+# effect, emitted in statement order; see opcodes.EFFECTS), and for an argument or intermediate by
+# rebinding that graph value (graph.rebind). Assign* take Parameters only there, as MindSpore's.
 
 def _write_back(target, value, what: str, *, must_be_param: bool = False, any_tensor: bool = True):
     """``target`` := ``value`` where target can be updated; returns what the op returns (the

@@ -319,3 +319,39 @@ def test_batch_norm_in_training_updates_its_moving_statistics(mode, layer, shape
     np.testing.assert_allclose(bn(ms.Tensor(x)).asnumpy(), (x - mm.reshape(s)) / np.sqrt(mv.reshape(s) + 1e-5),
                                rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(bn.moving_mean.asnumpy(), mm, rtol=1e-5, atol=1e-6)
+
+
+class Bump(nn.Cell):
+    """An update made by a helper under a shape condition."""
+
+    def __init__(self):
+        super().__init__()
+        self.p = ms.Parameter(ms.Tensor(np.zeros(3, np.float32)), name="p")
+
+    def bump(self, x):
+        if x.shape[0] > 2:
+            ops.assign(self.p, self.p + x[:3])
+        return x
+
+    def construct(self, x):
+        y = self.bump(x)
+        return y * 1.0, self.p
+
+
+class BumpInOneExpression(Bump):
+    def construct(self, x):
+        return self.p * 2.0, self.bump(x)
+
+
+def test_an_update_under_a_shape_condition():
+    net = Bump()
+    for k in range(1, 4):
+        x = R.standard_normal(4).astype(np.float32)
+        y, p = net(ms.Tensor(x))
+        np.testing.assert_array_equal(y.asnumpy(), x)
+        assert net.p.version == k
+    np.testing.assert_allclose(p.asnumpy(), net.p.asnumpy())
+    # a read left of the update in one expression, the update inside the helper's branch: the read
+    # could only be pinned on one path, so it is refused with what to do
+    with pytest.raises(FrontendError, match="store the read in a name first"):
+        BumpInOneExpression()(ms.Tensor(np.ones(4, np.float32)))

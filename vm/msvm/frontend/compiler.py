@@ -221,7 +221,7 @@ class FunctionCompiler:
         self.loop_syms = 0
         self._callee_index: dict = {}
         self.hover: list = []      # (Loc, name, type) for the language server
-        self.param_reads: dict = {}  # attr -> graph values reading it, not yet emitted (emit_effect)
+        self.param_reads: dict = {}  # attr -> [(graph value reading it, branch depth)] (emit_effect)
         self.consumers: dict = {}    # id(graph value) -> values built from it (graph.rebind)
 
     # --- interface the shape rules use
@@ -374,7 +374,13 @@ class FunctionCompiler:
         Reads of the Parameter it writes that were made before it but are not emitted yet
         (``return self.p * 2, ops.assign(self.p, v)``) are pinned to the old value first."""
         if v.node[0] == "op" and v.node[1] == "ASSIGN_PARAM":
-            for g in self.param_reads.pop(v.node[3][0], []):
+            depth = len(self.branch_preds)
+            pending = [(g, d) for g, d in self.param_reads.pop(v.node[3][0], []) if g.tmp is None]
+            if any(d < depth for _, d in pending):
+                # (a read made outside the branch, pinned inside it, would be unset on the other path)
+                raise self.error(f"self.{v.node[3][0]} is read before a helper updates it under a shape "
+                                 "condition, in one expression; store the read in a name first")
+            for g, _ in pending:
                 if g.tmp is None:
                     g.tmp = self.cb.local(f"%p{len(self.cb.code.varnames)}")
                     self.emit("LOAD_PARAM", self.cb.name(g.node[1]))
@@ -933,7 +939,7 @@ class FunctionCompiler:
             t = tensor_type(v)
             self.cb.code.attr_types[attr] = t
             g = GraphValue(t, ("param", attr))
-            self.param_reads.setdefault(attr, []).append(g)
+            self.param_reads.setdefault(attr, []).append((g, len(self.branch_preds)))
             return g
         if isinstance(v, pytypes.MethodType) and v.__self__ is cell and not _is_msvm(v.__func__):
             return v

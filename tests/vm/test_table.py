@@ -48,3 +48,17 @@ def test_article_core_instructions_exist():
               "CAST", "FUSED_ELEMENTWISE", "FUSED_MATMUL", "BRANCH_IF_SYMBOLIC", "JUMP", "RETURN", "ALLOC_DEVICE_MEM",
               "FREE_DEVICE_MEM"):
         assert n in names
+
+
+def test_rows_with_an_effect_run_as_they_are():
+    """A row that changes state (OpInfo.effect) is never fused, compiled, a leaf, a view or given a
+    reused buffer, and has a handler of its own (not the pure h_compute)."""
+    from msvm.bytecode.opcodes import EFFECTS, FUSABLE, JITABLE, LEAVES, OUT_CAPABLE, VIEWS
+    from msvm.interp.interpreter import h_compute
+
+    assert EFFECTS == {r.name for r in TABLE if r.effect} and "ASSIGN_PARAM" in EFFECTS
+    assert not EFFECTS & (FUSABLE | JITABLE | LEAVES | OUT_CAPABLE | VIEWS)
+    for r in TABLE:
+        if r.effect:
+            assert r.kind == "memory" and not r.compiled, r.name
+            assert HANDLERS[r.code] is not h_compute, r.name

@@ -12,6 +12,8 @@ from .checkpoint import load_checkpoint, load_param_into_net, save_checkpoint
 from .context import GRAPH_MODE, PYNATIVE_MODE, _pynative_executor, get_context, set_context  # noqa: F401
 from .dtype import (
                     bool_,
+                    complex64,
+                    complex128,
                     double,
                     dtype_to_nptype,
                     float16,
@@ -62,6 +64,7 @@ __all__ = ["GRAPH_MODE", "PYNATIVE_MODE", "BytecodeError", "ExecutionError", "Fr
            "Parameter", "ShapeMismatch", "Tensor", "VerifyError", "as_mindspore", "bool_", "bytecode", "cache_stats",
            "common", "double", "dtype_to_nptype", "events", "float16", "float32", "float64", "float_", "get_context",
            "half", "int8", "int16", "int32", "int64", "int_", "jit", "load_checkpoint", "load_param_into_net", "nn",
-           "ops", "save_checkpoint", "set_context", "set_trace", "single", "uint8", "uint16", "uint32", "uint64"]
+           "ops", "save_checkpoint", "set_context", "set_trace", "single", "uint8", "uint16", "uint32", "uint64",
+           "complex64", "complex128"]
 
 _start_telemetry()

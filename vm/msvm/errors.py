@@ -79,12 +79,34 @@ class VerifyError(SourceError):
     """The verifier rejected the bytecode: a shape, dtype or stack error."""
 
 
-class ShapeMismatch(MsvmError):
-    """Arguments do not satisfy what the compiled bytecode requires (checked on entry)."""
+class ShapeMismatch(MsvmError, ValueError):
+    """Arguments do not satisfy what the compiled bytecode requires (checked on entry). A ValueError,
+    as MindSpore's shape errors are (issue 21)."""
 
 
 class ExecutionError(SourceError, RuntimeError):
     """An instruction failed while running (names the instruction and its source)."""
+
+
+_KINDS = (TypeError, ValueError, IndexError, KeyError, ZeroDivisionError, OverflowError)
+_KINDED: dict = {}
+
+
+def execution_error_like(cause: BaseException) -> type:
+    """ExecutionError, also of the built-in kind ``cause`` is (TypeError, ValueError, IndexError...):
+    an op's TypeError stays catchable as one when it runs inside a Cell, as in PyNative and as
+    MindSpore raises it (issue 21)."""
+    bases = tuple(k for k in _KINDS if isinstance(cause, k) and not issubclass(ExecutionError, k))
+    if not bases:
+        return ExecutionError
+    cls = _KINDED.get(bases)
+    if cls is None:
+        names = "".join(k.__name__ for k in bases)
+        cls = _KINDED[bases] = type(f"Execution{names}", (ExecutionError, *bases),
+                                    {"__doc__": f"An instruction failed while running with a {names}.",
+                                     "__module__": __name__})
+        globals()[cls.__name__] = cls       # (found by name, as pickle looks classes up)
+    return cls
 
 
 class UnknownDim(MsvmError, ValueError):

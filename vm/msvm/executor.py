@@ -452,19 +452,22 @@ def _make_guard(pattern, rp, vals, out, names):
 
 
 def exact_specs(specs, vals) -> list:
-    """specs with each undeclared tensor's dims fixed to this call's shape: for code that needs a
-    dim's value while compiling (ops.split into that many parts, vmap's loop), which symbolic
-    dims cannot give."""
+    """specs with each undeclared tensor's dims fixed to this call's shape, and each int argument
+    baked in: for code that needs a dim's or an int's value while compiling (ops.split into that
+    many parts, vmap's loop, P.Renorm(p, axis) with p an argument), which symbols cannot give."""
     out = []
     for s, v in zip(specs, vals):
         if s.kind == "tensor" and not s.may_be_one and isinstance(v, Tensor) and not v.is_placeholder:
             s = ArgSpec("tensor", TensorType(tuple(Expr.const(n) for n in v.shape), s.type.dtype))
+        elif s.kind == "scalar" and type(v) is int:    # (issue 21) an int a primitive's attribute needs
+            s = ArgSpec("const", value=v)
         out.append(s)
     return out
 
 
 def _exact_key(vals) -> tuple:
-    return ("exact",) + tuple(tuple(v.shape) if isinstance(v, Tensor) else None for v in vals)
+    return ("exact",) + tuple(tuple(v.shape) if isinstance(v, Tensor) else v if type(v) is int else None
+                              for v in vals)
 
 
 class CellRunner(_Runner):

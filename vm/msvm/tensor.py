@@ -15,6 +15,10 @@ import numpy as np
 from . import device as _device
 from . import dtype as dt
 
+# the placeholder shape of ``Tensor(dtype=...)``: its rank is not known either (set_inputs: each
+# call's rank gets a variant whose dims are all dynamic)
+DYNAMIC_RANK = ("<dynamic rank>",)
+
 
 class TensorMethods:
     """Operators and methods shared by Tensor and the frontend's graph values."""
@@ -33,6 +37,8 @@ class TensorMethods:
     def __rfloordiv__(self, o): return _ops().floor_divide(o, self)
     def __pow__(self, o): return _ops().pow(self, o)
     def __rpow__(self, o): return _ops().pow(o, self)
+    def __mod__(self, o): return _ops().remainder(self, o)
+    def __rmod__(self, o): return _ops().remainder(o, self)
     def __matmul__(self, o): return _ops().matmul(self, o)
     def __rmatmul__(self, o): return _ops().matmul(o, self)
     def __neg__(self): return _ops().neg(self)
@@ -181,6 +187,9 @@ class Tensor(TensorMethods):
             if input_data is None:
                 raise ValueError("Tensor(placeholder) copies nothing; pass shape= and dtype= instead")
         if input_data is None:
+            if shape is None and dtype is not None and init is None:    # (issue 21) MindSpore's dynamic rank
+                self._data, self._pshape, self._dtype = None, DYNAMIC_RANK, dt.as_dtype(dtype)
+                return
             if shape is None:
                 raise ValueError("Tensor() needs input_data, or shape= and dtype= for a placeholder")
             if isinstance(shape, int):
@@ -243,9 +252,23 @@ class Tensor(TensorMethods):
     def from_numpy(cls, arr):
         return cls(np.asarray(arr))
 
+    # --- in-place updates (issue 21: MindSpore's Assign, AssignAdd, ScatterNdAdd ... in PyNative)
+    def assign_value(self, value):
+        """MindSpore's Tensor.assign_value: this tensor holds ``value`` now; returns self."""
+        self._set_value(value)
+        return self
+
+    def _set_value(self, value) -> np.ndarray:
+        """Make this tensor hold ``value`` (same shape, cast to its dtype): a new array is put in
+        place, so views taken before keep the old values and nothing shares the new one."""
+        self._data = _checked_new_data(self, value, _copied)
+        return self._data
+
     # --- metadata
     @property
     def shape(self) -> tuple:
+        if self._pshape is DYNAMIC_RANK:
+            return (-2,)                 # MindSpore's shape of a tensor of unknown rank
         if self._data is None:
             return tuple(-1 if (d is None or isinstance(d, str)) else d for d in self._pshape)
         return self._data.shape
@@ -335,7 +358,8 @@ class Tensor(TensorMethods):
 
     def __repr__(self):
         if self._data is None:
-            return f"Tensor(shape={list(self._pshape)}, dtype={self._dtype}, placeholder)"
+            return f"Tensor(shape={list(self.shape if self._pshape is DYNAMIC_RANK else self._pshape)}, " \
+                   f"dtype={self._dtype}, placeholder)"
         return f"Tensor(shape={list(self.shape)}, dtype={self._dtype}, value=\n{self.asnumpy()})"
 
     def __str__(self):
@@ -356,7 +380,7 @@ class Parameter(Tensor):
     keep derived forms of a weight, such as the transposed copy a matmul prefers, for as long
     as the same array is in place."""
 
-    __slots__ = ("name", "requires_grad")
+    __slots__ = ("name", "requires_grad", "version")
 
     def __init__(self, default_input, name=None, requires_grad=True, layerwise_parallel=False,
                  parallel_optimizer=True, storage_format="", device=None):
@@ -373,6 +397,7 @@ class Parameter(Tensor):
             self._data = _frozen(self._data)
         self.name = name
         self.requires_grad = requires_grad
+        self.version = 0        # bumped by every write (set_data, assign_value)
 
     def set_data(self, data):
         """The new value, kept on this Parameter's device (host data is copied there)."""
@@ -382,6 +407,7 @@ class Parameter(Tensor):
         if type(new) is not dev.array_type:
             new = dev.from_host(np.asarray(_device.to_host(new)))
         self._data = _frozen(dev.asarray(new, dtype=self._dtype.np))
+        self.version += 1
         if old is None or old.shape != self._data.shape:
             PARAMETER_SHAPES[0] += 1
         return self
@@ -391,6 +417,16 @@ class Parameter(Tensor):
         self._need_data()
         return Tensor(self._data)
 
+    def _set_value(self, value) -> np.ndarray:
+        """The in-place update MindSpore's Assign (and the scatters on a Parameter) make: the
+        Parameter gets a new read-only array with ``value`` (its shape, cast to its dtype) and
+        its version bumps. Anything derived from the old array (a transposed copy, a data
+        pointer) is keyed on that array object, which is not reused, so it is not taken for the
+        new data. Called by ASSIGN_PARAM at every tier and by the eager ops (assign_value)."""
+        self._data = _checked_new_data(self, value, _frozen)
+        self.version += 1
+        return self._data
+
     def __repr__(self):
         return f"Parameter(name={self.name}, shape={list(self.shape)}, dtype={self._dtype})"
 
@@ -398,6 +434,30 @@ class Parameter(Tensor):
 # bumped when set_data gives a Parameter another shape: bytecode verified for the old shape is
 # stale, so runners drop their compiled variants and compile (and verify) again on their next call
 PARAMETER_SHAPES = [0]
+
+
+def _checked_new_data(t: Tensor, value, make):
+    """value as t's new array (t's shape, broadcast where it may be; t's dtype), made by ``make``
+    from an array on t's device (host values are copied there)."""
+    if t._data is None:
+        raise ValueError("a placeholder tensor holds no data to update")
+    dev = _device.device_of(t._data) or _device.current()
+    new = value._data if isinstance(value, Tensor) else value
+    if type(new) is not dev.array_type:
+        new = dev.from_host(np.asarray(_device.to_host(new)))
+    if new.shape != t._data.shape:
+        if new.size == 1 and new.ndim <= t._data.ndim or new.ndim < t._data.ndim:
+            new = np.broadcast_to(new, t._data.shape)     # numpy's, or the device's by dispatch
+        else:
+            raise ValueError(f"cannot assign a value of shape {list(new.shape)} to a tensor of shape "
+                             f"{list(t._data.shape)}")
+    return make(dev.asarray(new, dtype=t._dtype.np))
+
+
+def _copied(a):
+    """A C-contiguous copy that owns its data, on a's device."""
+    dev = _device.device_of(a)
+    return (dev.creation()["array"] if dev is not None else np.array)(a, order="C", copy=True)
 
 
 def _frozen(a):

@@ -110,6 +110,11 @@ class Code:
                 and self.may_be_one == other.may_be_one
                 and [(p, c) for p, c in self.callees] == [(p, c) for p, c in other.callees])
 
+    def has_effects(self) -> bool:
+        """Whether this code or a callee has an instruction with an effect (``OpInfo.effect``,
+        e.g. ASSIGN_PARAM): such a Code runs its instructions in order, each once."""
+        return any(ins.op.effect for c in self.all_codes() for ins in c.instrs)
+
     def all_codes(self) -> list:
         """This code and every callee, callees first, each once."""
         seen: list = []

@@ -162,7 +162,8 @@ def value_to_data(v):
     if isinstance(v, tuple):
         return {"tuple": [value_to_data(x) for x in v]}
     if isinstance(v, np.ndarray):
-        return {"array": v.tolist(), "dtype": dt.from_numpy(v.dtype).name, "shape": list(v.shape)}
+        data = np.stack([v.real, v.imag], -1) if v.dtype.kind == "c" else v    # (complex: [re, im] pairs)
+        return {"array": data.tolist(), "dtype": dt.from_numpy(v.dtype).name, "shape": list(v.shape)}
     raise BytecodeError(f"constant {v!r} of type {type(v).__name__} cannot be serialized")
 
 

@@ -49,6 +49,10 @@ class OpInfo:
     costly: bool = False      # alone, still worth a compiled kernel (numpy makes several passes)
     leaf: bool = False        # pushes a value without popping: may start a fused program
     binds: bool = False       # binds the symbol names[symbol] when it runs (a data-dependent dim, as SET_SYM does)
+    effect: str = ""          # what it does beyond its result: "param" (installs a Parameter's new data),
+    #                           "random" (draws from the generator its seed operand names: two runs differ),
+    #                           "io" (writes to stdout); "" is pure. Such a row runs exactly once per execution,
+    #                           in program order, at every tier: never fused, constant-folded, cached or replayed
     @property
     def size(self) -> int:
         return 1 + 2 * len(self.operands)
@@ -276,12 +280,30 @@ _op("ARGSORT", 0xA9, ["axis:const", "descending:const"], 1, 1, S.argsort, "reduc
     "pop x; push the int32 indices that sort x along axis (stable: equal values keep their order; NaN last)", compiled="l1")
 _op("UNSORTED_SEGMENT", 0xAA, ["num_segments:const", "mode:const"], 2, 1, S.unsorted_segment, "reduction",
     "pop ids, x; push [num_segments, ...]: row k combines (sum, prod, max, min) the rows of x whose id is k; "
-    "an empty segment holds the combination's identity (max: the dtype's lowest), ids outside are dropped", compiled="l1")
+    "an empty segment holds the combination's identity (max: the dtype's lowest), ids outside are dropped "
+    "(max, min: an id >= num_segments raises)", compiled="l1")
 _op("SCATTER_ELEMENTS", 0xAC, ["axis:const", "reduction:const"], 3, 1, S.scatter_elements, "layout",
     "pop updates, indices, x; push x with x[..., indices[i], ...] (along axis) set to, or for reduction 'add' "
     "plus, updates[i]; indices and updates have one shape, of x's rank", compiled="l1")
 _op("ARGMIN", 0xBC, ["axis:const", "keep_dims:const"], 1, 1, partial(S.argreduce, name="ARGMIN"),
     "reduction", "pop x; push the int32 index of the min along axis", compiled="l1")
+
+# --- side effects (issue 21): MindSpore's in-place updates of a Parameter (Assign, AssignAdd,
+# ScatterNdAdd on a Parameter, ...). The new value is computed by pure rows; this row installs it.
+_op("ASSIGN_PARAM", 0xF0, ["attr:name"], 1, 1, S.assign_param, "memory",
+    "pop v; the Cell's Parameter names[attr] := a copy of v (same shape and dtype; its data version bumps); "
+    "push its new value", effect="param")
+
+# --- complex numbers (issue 21): numpy's at L1; the tiers' planners take float32/float64 only, so
+# complex values never reach a compiled kernel
+for _n, _c, _d, _o in [("REAL", 0xF1, "the real part (a real x: x)", None),
+                       ("IMAG", 0xF2, "the imaginary part (a real x: 0)", None),
+                       ("CONJ", 0xF3, "the complex conjugate (a real x: x)", None),
+                       ("ANGLE", 0xF4, "the argument atan2(Im x, Re x)", "float")]:
+    _op(_n, _c, [], 1, 1, partial(S.unary, name=_n, out_dtype=_o), "elementwise", f"pop x; push {_d}",
+        compiled="l1")
+_op("COMPLEX", 0xF5, [], 2, 1, partial(S.binary, name="COMPLEX", out_dtype="complex"), "elementwise",
+    "pop imag, real; push real + 1j * imag with numpy broadcasting (float64 parts: complex128)", compiled="l1")
 
 # --- fused (produced by the fusion pass, jit/fuse.py; the interpreter runs them too) ---------
 # A fused instruction carries its expression as a program (postfix tuple of nodes: ("in", k),
@@ -313,6 +335,8 @@ MATMULS = frozenset(r.name for r in TABLE if r.kind == "matmul")          # star
 LEAVES = frozenset(r.name for r in TABLE if r.leaf)
 COSTLY = frozenset(r.name for r in TABLE if r.costly)
 OUT_CAPABLE = frozenset(r.name for r in TABLE if r.out)
+EFFECTS = frozenset(r.name for r in TABLE if r.effect)                   # change state: run in order, once
+assert not EFFECTS & (FUSABLE | JITABLE | LEAVES | OUT_CAPABLE | VIEWS), "a row with an effect must run as is"
 
 
 def fingerprint() -> bytes:

@@ -52,6 +52,8 @@ def _shape_str(t) -> str:
 
 # ---------------------------------------------------------------- elementwise
 
+REAL_OF_COMPLEX = frozenset({"ABS", "REAL", "IMAG", "ANGLE"})    # unary ops whose complex result is real
+
 def binary(ctx, ins, args, *, name: str, out_dtype=None):
     shapes = [_as_tensorish(t)[0] for t in ins]
     shape = ctx.env.broadcast(shapes, name)
@@ -60,8 +62,12 @@ def binary(ctx, ins, args, *, name: str, out_dtype=None):
     if out_dtype == "bool":
         return TensorType(shape, dt.bool_)
     d = result_dtype(ins)
-    if out_dtype == "float" and not d.is_float:
+    if out_dtype == "float" and not d.is_inexact:
         d = dt.float32
+    if out_dtype == "complex":
+        if d.is_complex:
+            raise ShapeError(f"{name}: the parts must be real, got {d}")
+        d = dt.complex_of(d if d.is_float else dt.float32)
     return TensorType(shape, d)
 
 
@@ -70,7 +76,9 @@ def unary(ctx, ins, args, *, name: str, out_dtype=None):
     if isinstance(t, ScalarType):
         return ScalarType("b" if out_dtype == "bool" else "f" if out_dtype == "float" else t.kind)
     t = _tensor(t, name)
-    if out_dtype == "float" and not t.dtype.is_float:
+    if t.dtype.is_complex and name in REAL_OF_COMPLEX:       # |z|, Re z, Im z, arg z are real
+        return TensorType(t.shape, dt.real_of(t.dtype))
+    if out_dtype == "float" and not t.dtype.is_inexact:
         return TensorType(t.shape, dt.float32)
     if out_dtype == "bool":
         return TensorType(t.shape, dt.bool_)
@@ -152,7 +160,7 @@ def reduce(ctx, ins, args, *, name: str, out_dtype=None):
     ax = _axes(axes, t.rank, name)
     shape = tuple(Expr.const(1) if i in ax else d for i, d in enumerate(t.shape) if keep or i not in ax)
     d = t.dtype
-    if out_dtype == "float" and not d.is_float:
+    if out_dtype == "float" and not d.is_inexact:
         d = dt.float32
     if out_dtype == "index":
         d = dt.int32
@@ -697,3 +705,25 @@ def scatter_elements(ctx, ins, args):
                          f"{idx.rank}")
     norm_axis(axis, x.rank, "SCATTER_ELEMENTS")
     return x
+
+
+# ---------------------------------------------------------------- side effects (issue 21)
+
+def assign_param(ctx, ins, args):
+    """ASSIGN_PARAM: the value must have the Parameter's dtype and shape (MindSpore's Assign);
+    the result is the Parameter's type."""
+    (v,) = ins
+    (attr,) = args
+    p = ctx.attr_type(attr)
+    if isinstance(v, ScalarType):
+        v = TensorType((), p.dtype)
+    v = _tensor(v, "ASSIGN_PARAM")
+    if v.dtype != p.dtype:
+        raise ShapeError(f"ASSIGN_PARAM: Parameter '{attr}' is {p.dtype}, the value is {v.dtype}")
+    if v.rank != p.rank:
+        raise ShapeError(f"ASSIGN_PARAM: Parameter '{attr}' has shape {fmt_shape(p.shape)}, "
+                         f"the value {fmt_shape(v.shape)}")
+    for a, b in zip(p.shape, v.shape):
+        ctx.env.require_eq(a, b, f"ASSIGN_PARAM: Parameter '{attr}' has shape {fmt_shape(p.shape)}, "
+                                 f"the value {fmt_shape(v.shape)}")
+    return p

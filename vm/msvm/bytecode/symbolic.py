@@ -28,6 +28,11 @@ class SymbolicError(ValueError):
     """An expression could not be built or evaluated (unbound symbol, bad data, too much work)."""
 
 
+class UnknownValue(SymbolicError):
+    """An int was needed while compiling (``int(n)``, a primitive's attribute) and the symbol has no
+    value then: the executor compiles again with exact shapes and int arguments (issue 21)."""
+
+
 # A budget of term operations for symbolic arithmetic, set by the verifier for the code it
 # checks: products of big dims grow multiplicatively (a reshape multiplies all dims), so a
 # crafted file could otherwise make verification run for hours. None: no limit.
@@ -325,7 +330,7 @@ class Expr:
     def __int__(self):
         c = self.const_value()
         if c is None:
-            raise SymbolicError(f"symbolic dim {self} has no value at compile time")
+            raise UnknownValue(f"symbolic dim {self} has no value at compile time")
         return c
 
     __index__ = __int__

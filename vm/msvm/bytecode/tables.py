@@ -124,7 +124,13 @@ def _array(d, what: str) -> np.ndarray:
     kind = _dtype(d["dtype"], f"{what} dtype")
     shape = tuple(_int(n, f"{what} shape", 0) for n in _list(d["shape"], f"{what} shape", MAX_RANK))
     try:
-        a = np.array(d["array"], dtype=kind.np)
+        if kind.kind == "c":        # [re, im] pairs (disasm.value_to_data)
+            parts = np.array(d["array"], dtype=dt.real_of(kind).np)
+            if parts.shape != shape + (2,):
+                raise ValueError(f"complex data must be [re, im] pairs of shape {list(shape) + [2]}")
+            a = (parts[..., 0] + 1j * parts[..., 1]).astype(kind.np)
+        else:
+            a = np.array(d["array"], dtype=kind.np)
     except (ValueError, TypeError, OverflowError) as e:
         raise BytecodeError(f"{what}: array data is not {kind.name} data of shape {list(shape)}: {e}") from None
     if a.shape != shape:

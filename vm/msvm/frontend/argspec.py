@@ -17,7 +17,7 @@ from ..bytecode import symbolic as S
 from ..bytecode.symbolic import Expr
 from ..bytecode.types import ScalarType, TensorType
 from ..errors import ShapeMismatch
-from ..tensor import Tensor
+from ..tensor import DYNAMIC_RANK, Tensor
 
 
 class ArgSpec:
@@ -49,6 +49,10 @@ def declared_dims(name, placeholder) -> list:
 
 def tensor_spec(name: str, shape, d: dt.DType, declared=None) -> ArgSpec:
     """A tensor argument: declared dims (set_inputs) or symbols for every dim that is not 1."""
+    if declared is not None and declared.placeholder_shape is DYNAMIC_RANK:   # Tensor(dtype=...): any rank
+        if declared.dtype is not d:
+            raise ShapeMismatch(f"argument {name}: set_inputs declared {declared.dtype} of any rank, got {d}")
+        declared = Tensor(shape=(None,) * len(shape), dtype=d)
     if declared is not None:
         ph = declared.placeholder_shape or declared.shape
         if len(ph) != len(shape) or declared.dtype is not d:

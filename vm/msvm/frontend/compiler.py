@@ -36,7 +36,7 @@ from ..bytecode.types import NONE, ScalarType, ShapeEnv, ShapeError, TensorType,
 from ..bytecode.verify import bind_callee, subs_type, verify
 from ..errors import ArgumentError, FrontendError, FrontendValueError, UnknownDim
 from .argspec import ArgSpec
-from .graph import GraphValue, lift, trace_op, using
+from .graph import GraphValue, lift, note_consumer, trace_op, using
 
 # ---------------------------------------------------------------- sources
 
@@ -159,13 +159,20 @@ class _Returned(Exception):
 
 _BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
            ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow,
-           ast.MatMult: operator.matmul}
+           ast.MatMult: operator.matmul,
+           ast.BitAnd: operator.and_, ast.BitOr: operator.or_, ast.BitXor: operator.xor}   # (issue 21)
 _CMPOPS = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==", ast.NotEq: "!="}
 _PYCMP = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge, "==": operator.eq,
           "!=": operator.ne}
 _SAFE_BUILTINS = {"len", "range", "int", "float", "bool", "tuple", "list", "min", "max", "abs", "enumerate",
                   "zip", "isinstance", "hasattr", "reversed", "sum", "round", "str", "print"}
 _FOLD_MODULES = ("math", "numpy")
+
+
+class ListValue(tuple):
+    """A list literal's value in construct: a tuple that ``append``/``extend`` rebind (list_method)."""
+
+    __slots__ = ()
 
 
 def _is_int(v) -> bool:
@@ -216,6 +223,8 @@ class FunctionCompiler:
         self.hover: list = []      # (Loc, name, type) for the language server
         # Cell.to_float's dtype: float tensor arguments and Parameters are cast to it on entry
         self.mixed = getattr(self_obj, "__dict__", {}).get("_mixed_precision") if self_obj is not None else None
+        self.param_reads: dict = {}  # attr -> [(graph value reading it, branch depth)] (emit_effect)
+        self.consumers: dict = {}    # id(graph value) -> values built from it (graph.rebind)
 
     # --- interface the shape rules use
     def attr_type(self, name):
@@ -225,6 +234,13 @@ class FunctionCompiler:
     def error(self, msg: str, node=None) -> FrontendError:
         loc = self.node_loc(node) if node is not None else self.loc
         return FrontendError(msg, self.src.filename, loc.line, loc.col, loc.end_line, loc.end_col)
+
+    def shape_error(self, e) -> FrontendValueError:
+        """A shape rule's error at the current place: a ValueError, as MindSpore's shape errors are."""
+        err = self.error(str(e))
+        out = FrontendValueError(err.message, err.filename, err.line, err.col, err.end_line, err.end_col)
+        out.needs_known_dims = isinstance(e, S.UnknownValue)     # the executor retries with exact values
+        return out
 
     def node_loc(self, node) -> Loc:
         lo, co = self.src.line_offset, self.src.col_offset
@@ -375,6 +391,34 @@ class FunctionCompiler:
             self.emit("LOAD_TENSOR", slot, loc=v.loc or loc)
             v.tmp = slot
 
+    def emit_effect(self, v: GraphValue) -> GraphValue:
+        """Emit an instruction with an effect now (graph.trace_effect); later uses read its slot.
+        Reads of the Parameter it writes that were made before it but are not emitted yet
+        (``return self.p * 2, ops.assign(self.p, v)``) are pinned to the old value first."""
+        if v.node[0] == "op" and v.node[1] == "ASSIGN_PARAM":
+            depth = len(self.branch_preds)
+            pending = [(g, d) for g, d in self.param_reads.pop(v.node[3][0], []) if g.tmp is None]
+            if any(d < depth for _, d in pending):
+                # (a read made outside the branch, pinned inside it, would be unset on the other path)
+                raise self.error(f"self.{v.node[3][0]} is read before a helper updates it under a shape "
+                                 "condition, in one expression; store the read in a name first")
+            for g, _ in pending:
+                if g.tmp is None:
+                    g.tmp = self.cb.local(f"%p{len(self.cb.code.varnames)}")
+                    self.emit("LOAD_PARAM", self.cb.name(g.node[1]))
+                    self.emit("STORE_TENSOR", g.tmp)
+        slot = self.cb.local(f"%e{len(self.cb.code.varnames)}")
+        self.materialize(v, self.loc)
+        self.emit("STORE_TENSOR", slot)
+        return GraphValue(self.env.norm_type(v.type), ("local", slot))
+
+    def param_object(self, attr):
+        """The Parameter behind ``self.<attr>`` (None for a plain tensor attribute)."""
+        from ..tensor import Parameter
+
+        v = cell_getattr(self.self_obj, attr) if self.self_obj is not None else None
+        return v if isinstance(v, Parameter) else None
+
     def push(self, value, loc=None):
         """Push any run-time-representable value (graph value, scalar, symbolic, tuple)."""
         loc = loc or self.loc
@@ -422,7 +466,7 @@ class FunctionCompiler:
                 out.append(GraphValue(self.env.norm_type(v.type), ("local", slot)))
             else:
                 out.append(v)
-        return tuple(out)
+        return ListValue(out) if isinstance(value, ListValue) else tuple(out)
 
     def unpack_graph_tuple(self, value: GraphValue, hint: str) -> tuple:
         n = len(value.type.items)
@@ -455,10 +499,10 @@ class FunctionCompiler:
                 raise self.error(f"{_describe(node)} is not supported in construct", node)
             try:
                 method(node)
-            except (ShapeError, SymbolicError) as e:
-                raise self.error(str(e)) from None
-            except FrontendError:       # (a statement of an inlined helper: already located, flags kept)
+            except FrontendError:          # (a nested statement's, already located)
                 raise
+            except (ShapeError, SymbolicError) as e:
+                raise self.shape_error(e) from None
             except (TypeError, ValueError, NotImplementedError, IndexError, KeyError) as e:
                 err = self.error(f"{type(e).__name__}: {e}")
                 kind = ArgumentError if isinstance(e, TypeError) else FrontendValueError \
@@ -475,7 +519,7 @@ class FunctionCompiler:
             return
         if isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Name) and node.value.func.id == "print":
             return
-        self.expr(node.value)                      # pure: nothing to keep
+        self.expr(node.value)      # nothing to keep: a call with an effect was emitted (emit_effect)
 
     def stmt_Pass(self, node):
         pass
@@ -519,6 +563,17 @@ class FunctionCompiler:
         l_ok = self.cb.new_label()
         self.emit("BRANCH_IF_SYMBOLIC", self.cb.const(S.pnot(test)), l_ok)
         self.emit("RAISE", self.cb.const("AssertionError"), self.cb.const(tuple(parts)))
+        self.cb.place(l_ok)
+
+    def check(self, pred, exc: str, parts: tuple):
+        """A run-time check an op makes where it is traced (issue 21): raise ``exc`` with the message
+        ``parts`` (strings and symbolic dims) unless ``pred`` holds when it runs."""
+        if pred.const_value() is True:
+            return
+        self.keep_symbolic(pred)
+        l_ok = self.cb.new_label()
+        self.emit("BRANCH_IF_SYMBOLIC", self.cb.const(S.pnot(pred)), l_ok)
+        self.emit("RAISE", self.cb.const(exc), self.cb.const(tuple(parts)))
         self.cb.place(l_ok)
 
     def message_parts(self, node) -> list:
@@ -776,6 +831,9 @@ class FunctionCompiler:
                 if self.env.norm_type(old.type) != self.env.norm_type(v.type):
                     raise self.error(f"'{name}' changes from {old.type} to {v.type} inside a loop over a symbolic "
                                      "range; its shape must stay the same each iteration", node)
+            elif isinstance(old, ListValue) and isinstance(v, ListValue):     # a list grows in the loop
+                raise UnknownDim(f"'{name}' grows inside a loop over a symbolic range: the loop needs its "
+                                 "count known (the caller compiles for exact shapes)")
             elif not (_same_const(old, v) if type(old) is type(v) else False):
                 raise self.error(f"'{name}' is reassigned inside a loop over a symbolic range with a value "
                                  "known only at compile time; use a tensor or a constant range", node)
@@ -811,7 +869,7 @@ class FunctionCompiler:
                 raise self.error(f"{_describe(node)} is not supported in construct", node)
             return method(node)
         except (ShapeError, SymbolicError) as e:
-            raise self.error(str(e)) from None
+            raise self.shape_error(e) from None
         finally:
             self.loc = prev
 
@@ -845,7 +903,32 @@ class FunctionCompiler:
     def expr_Tuple(self, node):
         return tuple(self.expr(e) for e in node.elts)
 
-    expr_List = expr_Tuple
+    def expr_List(self, node):
+        return ListValue(self.expr(e) for e in node.elts)
+
+    def list_method(self, node) -> bool:
+        """(issue 21) ``name.append(v)`` / ``name.extend(vs)`` on a list literal's value: the name is
+        bound to the longer list (a compile-time sequence; a list is a tuple here, so aliases of
+        the old list keep its items). True when handled."""
+        f = node.func
+        if not (isinstance(f, ast.Attribute) and f.attr in ("append", "extend") and isinstance(f.value, ast.Name)
+                and isinstance(self.vars.get(self.scope + f.value.id, self.vars.get(f.value.id)), ListValue)):
+            return False
+        if node.keywords or len(node.args) != 1:
+            raise self.error(f"list.{f.attr}() takes one argument", node)
+        name = f.value.id if f.value.id in self.vars else self.scope + f.value.id
+        v = self.expr(node.args[0])
+        if f.attr == "extend":
+            if isinstance(v, GraphValue):
+                raise self.error("list.extend() of a tensor is not supported", node)
+            v = tuple(v)
+        else:
+            v = (v,)
+        # the items keep the values they have now: a name's slot is written again by a later
+        # statement (``out = f(x[i]); outs.append(out)`` in a loop), so run-time items get slots of their own
+        v = self.pin_tuple(v, f"{name}.{len(self.vars[name])}") if _has_graph(v) else v
+        self.vars[name] = ListValue(self.vars[name] + v)
+        return True
 
     def expr_Attribute(self, node):
         base = self.expr(node.value)
@@ -888,6 +971,7 @@ class FunctionCompiler:
             t = tensor_type(v)
             self.cb.code.attr_types[attr] = t
             g = GraphValue(t, ("param", attr))
+            self.param_reads.setdefault(attr, []).append((g, len(self.branch_preds)))
             return trace_op("CAST", (g,), (self.mixed,)) if self.needs_mixed_cast(g) else g
         if isinstance(v, pytypes.MethodType) and v.__self__ is cell and not _is_msvm(v.__func__):
             return v
@@ -945,6 +1029,9 @@ class FunctionCompiler:
                     raise self.error("an int tensor index goes with full slices only (x[idx], x[:, idx], x[idx, :]);"
                                      " use ops.gather for the rest", it)
                 return trace_op("GATHER", (base, v), (len(spec),))
+            elif isinstance(v, Expr):      # (issue 21) x[i] in a loop over a shape: compile for exact shapes
+                raise UnknownDim(f"the index {v} is symbolic; x[i] needs it known (the caller compiles for exact "
+                                 "shapes, where loops over shapes unroll)")
             else:
                 raise self.error("tensor indices must be ints, slices, None, ..., or an int tensor", it)
         return trace_op("SLICE", (base,), (tuple(spec),))
@@ -1031,6 +1118,8 @@ class FunctionCompiler:
             return -v
         if isinstance(node.op, ast.UAdd):
             return v
+        if isinstance(node.op, ast.Invert) and (isinstance(v, GraphValue) or isinstance(v, (int, np.integer))):
+            return ~v
         raise self.error("operator ~ is not supported on this value", node)
 
     def expr_BoolOp(self, node):
@@ -1134,6 +1223,8 @@ class FunctionCompiler:
         return "".join(parts)
 
     def expr_Call(self, node):
+        if self.list_method(node):
+            return None
         fn = self.expr(node.func)
         args = []
         for a in node.args:
@@ -1282,6 +1373,9 @@ class FunctionCompiler:
         if isinstance(out_type, type(NONE)):
             raise self.error(f"self.{path} returns None", node)
         out = GraphValue(out_type, ("call", idx, tuple(gins)), self.loc)
+        note_consumer(self, gins, out)
+        if sub.has_effects():        # (issue 21) a sub-Cell that updates a Parameter runs where it is called
+            out = self.emit_effect(out)
         return self.bind_data_dims(sub, out, path, node)
 
     def bind_data_dims(self, sub, out: GraphValue, path, node):
@@ -1604,7 +1698,10 @@ def compile_cell_for(cell, specs, name: str | None = None, generation: int = 0):
         cache = _cell_codes.setdefault(cell, {})
     except TypeError:
         cache = {}
-    key = (spec_key(specs), generation, getattr(cell, "__dict__", {}).get("_mixed_precision"))
+    # the mixed-precision dtype (Cell.to_float) and self.training (set_train), which construct reads as
+    # constants, each select a Code of their own
+    key = (spec_key(specs), generation, getattr(cell, "__dict__", {}).get("_mixed_precision"),
+           bool(getattr(cell, "training", False)))
     code = cache.get(key)
     if code is not None:
         return code

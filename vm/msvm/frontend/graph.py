@@ -134,7 +134,56 @@ def trace_op(opname: str, inputs: tuple, operands: tuple) -> GraphValue:
     out = op.rule(b, types, operands)
     for g in gins:
         g.uses += 1
-    return GraphValue(out, ("op", opname, tuple(gins), tuple(operands)), b.loc)
+    v = GraphValue(out, ("op", opname, tuple(gins), tuple(operands)), b.loc)
+    note_consumer(b, gins, v)
+    return v
+
+
+def note_consumer(b, gins, v) -> None:
+    """Remember that v was built from gins (rebind gives them their old values)."""
+    reg = getattr(b, "consumers", None)
+    if reg is not None:
+        for g in gins:
+            reg.setdefault(id(g), []).append(v)
+
+
+def trace_effect(opname: str, inputs: tuple, operands: tuple) -> GraphValue:
+    """An instruction with an effect (opcodes.EFFECTS, e.g. ASSIGN_PARAM): emitted at once, in
+    statement order, with its inputs, and its result kept in a slot. Graph values are emitted
+    lazily where a statement stores or returns them; an effect must not wait for a use (a call
+    as a statement of its own has none) nor move past a later read of what it changed."""
+    b = current()
+    if b is None:
+        raise RuntimeError(f"{opname} on a graph value outside compilation")
+    return b.emit_effect(trace_op(opname, inputs, operands))
+
+
+def rebind(target: GraphValue, value) -> GraphValue:
+    """An in-place update of a run-time value that is not a Parameter (``ops.scatter_nd_add(x, ...)``
+    on an argument or a slice): ``value`` is computed now and ``target`` becomes it, so every name
+    and Python reference to that graph value reads the update afterwards (the reference semantics
+    of MindSpore's in-place ops); values built from it before read the old value (``consumers``)."""
+    b = current()
+    if b is None:
+        raise RuntimeError("rebind outside compilation")
+    new = b.emit_effect(lift(value, b))
+    old = GraphValue(target.type, target.node, target.loc)      # what values built before read
+    old.tmp, old.uses = target.tmp, target.uses
+    for g in b.consumers.pop(id(target), []):
+        kind = g.node[0]
+        if kind in ("op", "call") and any(x is target for x in g.node[2]):
+            g.node = g.node[:2] + (tuple(old if x is target else x for x in g.node[2]),) + g.node[3:]
+            b.consumers.setdefault(id(old), []).append(g)
+    target.node, target.tmp, target.type, target.uses = new.node, None, new.type, 0
+    return target
+
+
+def param_of(v):
+    """The Parameter a graph value reads directly (``self.w`` in construct), else None."""
+    b = current()
+    if b is None or not is_graph(v) or v.node[0] != "param" or v.tmp is not None:
+        return None
+    return b.param_object(v.node[1])
 
 
 def trace_fill(shape, value, dtype) -> GraphValue:

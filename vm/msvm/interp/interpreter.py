@@ -33,7 +33,7 @@ from ..bytecode.disasm import argrepr
 from ..bytecode.opcodes import OUT_CAPABLE, TABLE
 from ..bytecode.symbolic import fmt_shape
 from ..bytecode.types import ScalarType, TensorType
-from ..errors import ExecutionError, ShapeMismatch
+from ..errors import ExecutionError, ShapeMismatch, execution_error_like
 from . import kernels as K
 from .symeval import compile_sym
 
@@ -476,7 +476,27 @@ def h_bind_dim(ctx, i, args):
     return h
 
 
+def h_assign_param(ctx, i, args):
+    """ASSIGN_PARAM (an effect): the Parameter gets a new read-only array holding a copy of the
+    value (``Parameter._set_value``: its version bumps, and caches keyed on the array it had,
+    such as a transposed weight, miss); the new array is pushed."""
+    obj = ctx.attr_values[args[0]]
+    if not hasattr(obj, "_set_value"):
+        what = type(obj).__name__
+
+        def h(f, s):
+            raise TypeError(f"ASSIGN_PARAM: attribute '{args[0]}' is a {what}, not a Parameter; "
+                            "only a Parameter can be updated in place")
+        return h
+
+    def h(f, s):
+        s[-1] = obj._set_value(s[-1])
+        return i + 1
+    return h
+
+
 _SPECIAL = {
+    "ASSIGN_PARAM": h_assign_param,
     "NOP": h_nop, "LOAD_TENSOR": h_load_tensor, "STORE_TENSOR": h_store_tensor, "LOAD_CONST": h_load_const,
     "LOAD_PARAM": h_load_param, "LOAD_SYM": h_load_sym, "SET_SYM": h_set_sym, "BUILD_TUPLE": h_build_tuple,
     "UNPACK_TUPLE": h_unpack_tuple, "POP_TOP": h_pop_top, "JUMP": h_jump, "BRANCH_IF_SYMBOLIC": h_branch,
@@ -854,9 +874,10 @@ def _run_slow(f, prog, s, trace):
 
 def _exec_error(code: Code, i: int, e: Exception) -> ExecutionError:
     ins = code.instrs[i] if 0 <= i < len(code.instrs) else None
+    kind = execution_error_like(e)
     if ins is None:
-        return ExecutionError(f"{type(e).__name__}: {e}", code.filename, code.firstlineno, 0)
-    return ExecutionError(f"{ins.op.name} {argrepr(code, ins)} failed in {code.name}: {type(e).__name__}: {e}",
+        return kind(f"{type(e).__name__}: {e}", code.filename, code.firstlineno, 0)
+    return kind(f"{ins.op.name} {argrepr(code, ins)} failed in {code.name}: {type(e).__name__}: {e}",
                           code.filename, ins.loc.line, ins.loc.col, ins.loc.end_line, ins.loc.end_col, ins.offset)
 
 

@@ -61,21 +61,21 @@ def _scalar(a, b):
 
 def _py(v, d: dt.DType):
     """A Python scalar of the kind of dtype d (scalars stay Python values at run time)."""
-    return bool(v) if d.kind == "b" else int(v) if d.kind in "iu" else float(v)
+    return bool(v) if d.kind == "b" else int(v) if d.kind in "iu" else complex(v) if d.kind == "c" else float(v)
 
 
 def _binary(ufunc, force_float=False):
     def kern(a, b, out=None):
         if _scalar(a, b):
             d = result_dtype(a, b)
-            if force_float and not d.is_float:
+            if force_float and not d.is_inexact:
                 d = dt.float32
             return _py(ufunc(np.float64(a) if d.is_float else a, b), d)
         if (type(a) is np.ndarray and type(b) is np.ndarray and a.dtype == b.dtype
-                and not (force_float and a.dtype.kind != "f")):
+                and not (force_float and a.dtype.kind not in "fc")):
             return ufunc(a, b, out=out) if out is not None else ufunc(a, b)
         d = result_dtype(a, b)
-        if force_float and not d.is_float:
+        if force_float and not d.is_inexact:
             d = dt.float32
         r = ufunc(_arr(a, d), _arr(b, d), out=out) if out is not None else ufunc(_arr(a, d), _arr(b, d))
         return np.asarray(r)
@@ -104,7 +104,7 @@ def _unary(fn, to_float=False):
             return _py(np.asarray(r).reshape(-1)[0], dt.float32 if to_float or isinstance(x, float) else result_dtype(x))
         if isinstance(x, np.generic):
             x = np.asarray(x, dtype=result_dtype(x).np)
-        if to_float and x.dtype.kind != "f":
+        if to_float and x.dtype.kind not in "fc":
             x = x.astype(np.float32)
         if out is not None:
             return fn(x, out)
@@ -178,6 +178,8 @@ def where(c, a, b, out=None):
 
 def cast(x, to: dt.DType, out=None):
     x = np.asarray(x)
+    if x.dtype.kind == "c" and to.kind != "c":      # complex to real: the real part (bool: nonzero)
+        return np.asarray(x != 0) if to.kind == "b" else x.real.astype(to.np)
     if out is not None:
         np.copyto(out, x, casting="unsafe")
         return out
@@ -250,7 +252,7 @@ def _axes(axes):
 def _reduce(fn, to_float=False):
     def kern(x, axes, keep, out=None):
         x = np.asarray(x)
-        if to_float and x.dtype.kind != "f":
+        if to_float and x.dtype.kind not in "fc":
             x = x.astype(np.float32)
         if fn is np.sum and x.dtype == np.bool_:
             x = x.astype(np.int64)
@@ -483,7 +485,8 @@ def gather(x, idx, axis, out=None):
     size = x.shape[axis]
     if idx.size and (idx.min() < -size or idx.max() >= size):
         bad = idx.max() if idx.max() >= size else idx.min()
-        raise IndexError(f"GATHER: index {int(bad)} is out of range for axis {axis} of size {size}")
+        raise IndexOutOfRange(f"GATHER: index {int(bad)} is out of range for axis {axis} of size {size} "
+                              f"(For 'Gather', the 'input_indices' should be in the range [{-size}, {size}))")
     return np.take(x, idx, axis=axis)
 
 # ---------------------------------------------------------------- indexing and creation (model zoo)
@@ -612,8 +615,9 @@ def _bool_reduce(fn):
     return kern
 
 
-class IndexOutOfRange(IndexError, RuntimeError):
-    """An index a gather or scatter was given lies outside the tensor (MindSpore raises RuntimeError)."""
+class IndexOutOfRange(IndexError, RuntimeError, ValueError):
+    """An index a gather or scatter was given lies outside the tensor (MindSpore raises RuntimeError
+    for it from some ops, ValueError from others, such as ScatterNdUpdate: it is both)."""
 
 
 _SCATTER = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "max": np.maximum, "min": np.minimum}
@@ -624,6 +628,13 @@ def tensor_scatter(x, idx, upd, mode, out=None):
     x = np.array(x, copy=True)
     idx = np.asarray(idx)
     k = idx.shape[-1]
+    if k > x.ndim:                 # (the shape rule says so where it knows k)
+        raise ValueError(f"TENSOR_SCATTER: indices index {k} dims of a rank-{x.ndim} x")
+    want = idx.shape[:-1] + x.shape[k:]
+    try:
+        np.broadcast_to(np.asarray(upd), want)
+    except ValueError:
+        raise ValueError(f"TENSOR_SCATTER: updates must have shape {list(want)}, got {list(np.shape(upd))}") from None
     flat = idx.reshape(-1, k).astype(np.int64)
     for d in range(k):
         bad = (flat[:, d] < 0) | (flat[:, d] >= x.shape[d])
@@ -634,9 +645,13 @@ def tensor_scatter(x, idx, upd, mode, out=None):
     keys = tuple(flat.T)
     if mode == "update":
         x[keys] = u
-    elif mode == "div":
+    elif mode == "div" and x.dtype.kind == "f":
         with np.errstate(divide="ignore", invalid="ignore"):
-            (np.true_divide if x.dtype.kind == "f" else np.floor_divide).at(x, keys, u.astype(x.dtype))
+            np.true_divide.at(x, keys, u.astype(x.dtype))
+    elif mode == "div":          # ints: the true quotient converted back, as MindSpore (and a / b then astype)
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            for r in range(flat.shape[0]):
+                x[keys_at(keys, r)] = (x[keys_at(keys, r)] / u[r]).astype(x.dtype)
     else:
         _SCATTER[mode].at(x, keys, u.astype(x.dtype))
     return x
@@ -645,6 +660,10 @@ def tensor_scatter(x, idx, upd, mode, out=None):
 def masked_select(x, mask, out=None):
     """x[mask] (numpy's boolean indexing: the rows where mask is True, in order)."""
     return np.ascontiguousarray(np.asarray(x)[np.asarray(mask, dtype=bool)])
+
+
+def keys_at(keys, r):
+    return tuple(int(k[r]) for k in keys)
 
 
 def gather_nd(x, idx, out=None):
@@ -690,6 +709,8 @@ def unsorted_segment(x, ids, n, mode, out=None):
     flat_ids = ids.reshape(-1)
     rows = x.reshape((-1,) + rest)
     keep = (flat_ids >= 0) & (flat_ids < n)
+    if mode in ("max", "min") and flat_ids.size and flat_ids.max() >= n:     # (MindSpore's CPU raises here)
+        raise IndexOutOfRange(f"UNSORTED_SEGMENT: segment id {int(flat_ids.max())} is not below num_segments {n}")
     ufunc = {"sum": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}[mode]
     ufunc.at(res, flat_ids[keep], rows[keep])
     return res
@@ -740,6 +761,29 @@ _CONFORMANCE = {
 }
 
 
+# (issue 21) complex numbers: parts, conjugate, angle, and a complex from two real tensors
+def _real(x, out):
+    return np.array(x.real) if x.dtype.kind == "c" else np.array(x)
+
+
+def _imag(x, out):
+    return np.array(x.imag) if x.dtype.kind == "c" else np.zeros_like(x)
+
+
+def _complex(re, im, out=None):
+    d = result_dtype(re, im)
+    c = dt.complex_of(d if d.is_float else dt.float32)
+    r = np.empty(np.broadcast_shapes(np.shape(re), np.shape(im)), dtype=c.np)
+    r.real, r.imag = re, im
+    return r
+
+
+_COMPLEX = {
+    "REAL": _unary(_real), "IMAG": _unary(_imag), "CONJ": _unary(_with_out(np.conjugate)),
+    "ANGLE": _unary(_with_out(np.angle), True), "COMPLEX": _complex,
+}
+
+
 KERNELS = {
     "BROADCAST_ADD": _binary(np.add), "BROADCAST_SUB": _binary(np.subtract),
     "BROADCAST_MUL": _binary(np.multiply), "BROADCAST_DIV": _binary(np.true_divide, force_float=True),
@@ -771,6 +815,7 @@ KERNELS = {
     "ADAPTIVE_AVG_POOL2D": adaptive_avg_pool2d, "GATHER": gather,
     "ARANGE": arange, "CUMSUM": cumsum, "RESIZE": resize,
     **_CONFORMANCE,
+    **_COMPLEX,
 }
 
 KERNELS["MASKED_SELECT"] = masked_select       # (boolean-mask indexing; the interpreter binds its symbol)

@@ -15,7 +15,8 @@ The executor's call memo runs the replay for a signature it has seen before, abo
 A replay computes exactly what the interpreter computes: the same reference kernels, the same
 compiled sites and the same kept output buffers, all taken from ``ComputeSpec``. If anything in
 it raises, it returns ``FALLBACK`` and the caller runs the interpreter, which raises the error at
-its instruction with its source location (every instruction is pure, so running again is safe).
+its instruction with its source location (every instruction on a replayed path is pure, so
+running again is safe: a Code with an effect, such as ASSIGN_PARAM, is never replayed).
 """
 
 from __future__ import annotations
@@ -35,7 +36,11 @@ class NotReplayable(Exception):
 
 def build(bound: BoundCode, env: dict):
     """``replay(*args) -> result | FALLBACK`` for calls whose symbol bindings are ``env``; None when
-    this Code's path cannot be replayed."""
+    this Code's path cannot be replayed (among them a Code, or a sub-Cell's, with an instruction
+    that has an effect: a replay that raises is run again by the interpreter, and an effect must
+    happen once)."""
+    if bound.code.has_effects():
+        return None
     try:
         return _Writer(bound, dict(env)).function()
     except NotReplayable:

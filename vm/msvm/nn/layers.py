@@ -200,7 +200,8 @@ class Conv1d(_Conv):
 
 
 class _BatchNorm(Cell):
-    """Inference batch norm over axis 1: (x - moving_mean) / sqrt(moving_variance + eps) * gamma + beta."""
+    """Batch norm over axis 1: (x - mean) / sqrt(var + eps) * gamma + beta, with the moving statistics
+    (inference) or the batch's, which then update the moving ones (training, use_batch_statistics)."""
 
     RANKS = (2, 3, 4)
 
@@ -211,7 +212,8 @@ class _BatchNorm(Cell):
         if data_format != "NCHW":
             raise NotImplementedError(f"{type(self).__name__}: only data_format='NCHW' is supported")
         n = int(num_features)
-        self.num_features, self.eps, self.momentum = n, float(eps), momentum
+        self.num_features, self.eps, self.momentum, self.use_batch_statistics = n, float(eps), momentum, \
+            use_batch_statistics
         self.gamma = Parameter(_init(gamma_init, (n,), dtype, 1), name="gamma", requires_grad=affine)
         self.beta = Parameter(_init(beta_init, (n,), dtype, 1), name="beta", requires_grad=affine)
         self.moving_mean = Parameter(_init(moving_mean_init, (n,), dtype, 1), name="mean", requires_grad=False)
@@ -220,8 +222,17 @@ class _BatchNorm(Cell):
 
     def construct(self, x):
         shape = (1, -1) + (1,) * (len(x.shape) - 2)
-        scale = self.gamma * ops.rsqrt(self.moving_variance + self.eps)
-        shift = self.beta - self.moving_mean * scale
+        mean, var = self.moving_mean, self.moving_variance
+        if self.use_batch_statistics or (self.use_batch_statistics is None and self.training):
+            # (issue 21) the batch's statistics (the biased variance); they update the moving ones as
+            # MindSpore's CPU kernel does: moving * momentum + batch * (1 - momentum)
+            axes = (0,) + tuple(range(2, len(x.shape)))
+            mean = ops.mean(x, axes)
+            var = ops.mean(ops.square(x - ops.reshape(mean, shape)), axes)
+            ops.assign(self.moving_mean, self.moving_mean * self.momentum + mean * (1.0 - self.momentum))
+            ops.assign(self.moving_variance, self.moving_variance * self.momentum + var * (1.0 - self.momentum))
+        scale = self.gamma * ops.rsqrt(var + self.eps)
+        shift = self.beta - mean * scale
         return x * ops.reshape(scale, shape) + ops.reshape(shift, shape)
 
 
@@ -375,3 +386,4 @@ class Dropout(Cell):
 
     def construct(self, x):
         return x
+

@@ -620,6 +620,9 @@ def broadcast_to(input, shape):
     shape = _dims(shape)
     src = _shape(input)
     off = len(shape) - len(src)
+    for i, d in enumerate(shape):
+        if isinstance(d, int) and d == -1 and i < off:
+            raise ValueError(f"broadcast_to: -1 in shape {shape} at dim {i}, where the input {src} has no dim to keep")
     shape = tuple(src[i - off] if (isinstance(d, int) and d == -1) else d for i, d in enumerate(shape))
     return apply("BROADCAST_TO", (input,), (tuple(_plain(d) for d in shape),))
 
@@ -863,9 +866,13 @@ def softplus(input, beta=1, threshold=20):
 
 
 def softsign(x): return div(x, add(abs(x), 1))
-def mish(x): return mul(x, tanh(softplus(x)))
+def mish(x):
+    """x * tanh(softplus(x)); float16 computes in float32 (its rounding at each step is 1e-3 off)."""
+    if getattr(x, "dtype", None) is dt.float16:
+        return cast(mish(cast(x, dt.float32)), dt.float16)
+    return mul(x, tanh(softplus(x)))
 def relu6(x): return clip(relu(x), None, 6)
-def hardsigmoid(input): return clip(add(div(input, 6), 0.5), 0, 1)
+def hardsigmoid(input): return clip(div(add(input, 3), 6), 0, 1)    # relu6(x + 3) / 6, rounded as MindSpore
 def hardswish(x): return mul(x, hardsigmoid(x))
 def silu(input): return mul(input, sigmoid(input))
 def leaky_relu(input, alpha=0.2): return where(greater_equal(input, 0), input, mul(input, alpha))
@@ -913,11 +920,11 @@ def vmap(fn, in_axes=0, out_axes=0):
         axes = in_axes if isinstance(in_axes, (tuple, list)) else (in_axes,) * len(args)
         if len(axes) != len(args):
             raise ValueError(f"vmap: in_axes has {len(axes)} entries for {len(args)} inputs")
-        sizes = {_known_dim(a, ax, "vmap")[1] for a, ax in zip(args, axes) if ax is not None}
+        sizes = set().union(*(_vmap_sizes(a, ax) for a, ax in zip(args, axes)))
         if len(sizes) != 1:
             raise ValueError(f"vmap: the mapped axes have sizes {sorted(sizes)}; they must be equal")
         (n,) = sizes
-        cols = [unstack(a, ax) if ax is not None else (a,) * n for a, ax in zip(args, axes)]
+        cols = [_vmap_slices(a, ax, n) for a, ax in zip(args, axes)]
         # a Cell mapped inside a construct being compiled: its construct runs on the graph values
         # (Python-level, like an inlined function); eagerly, the Cell is called as usual
         call = fn.construct if getattr(fn, "__msvm_cell__", False) and any_of(is_graph(a) for a in args) else fn
@@ -927,6 +934,29 @@ def vmap(fn, in_axes=0, out_axes=0):
             return tuple(stack([o[i] for o in outs], oa[i]) for i in range(len(outs[0])))
         return stack(outs, out_axes)
     return mapped
+
+
+def _vmap_sizes(a, ax) -> set:
+    """The sizes of the mapped axes of input a (a tuple input takes a tuple of axes, or one for all)."""
+    if ax is None:
+        return set()
+    if isinstance(a, (tuple, list)):
+        sub = ax if isinstance(ax, (tuple, list)) else (ax,) * len(a)
+        if len(sub) != len(a):
+            raise ValueError(f"vmap: in_axes {ax} has {len(sub)} entries for a tuple of {len(a)}")
+        return set().union(*(_vmap_sizes(x, y) for x, y in zip(a, sub)))
+    return {_known_dim(a, ax, "vmap")[1]}
+
+
+def _vmap_slices(a, ax, n) -> tuple:
+    """Input a's n slices along its mapped axes (a tuple input: a tuple per slice)."""
+    if ax is None:
+        return (a,) * n
+    if isinstance(a, (tuple, list)):
+        sub = ax if isinstance(ax, (tuple, list)) else (ax,) * len(a)
+        parts = [_vmap_slices(x, y, n) for x, y in zip(a, sub)]
+        return tuple(tuple(p[k] for p in parts) for k in range(n))
+    return unstack(a, ax)
 
 
 def _ints(*xs) -> bool:
@@ -1015,6 +1045,14 @@ def var_mean(input, axis=None, ddof=0, keepdims=False):
 
 
 def square_sum_all(x, y):
+    """(sum of x*x, sum of y*y); MindSpore's checks: float16/float32, one dtype, one shape."""
+    for v, n in ((x, "x"), (y, "y")):
+        _require_tensor(v, "SquareSumAll", n)
+        if v.dtype not in (dt.float16, dt.float32):
+            raise TypeError(f"For 'SquareSumAll', '{n}' must be float16 or float32, got {v.dtype}")
+    if x.dtype != y.dtype:
+        raise TypeError(f"For 'SquareSumAll', 'x' and 'y' must have one dtype, got {x.dtype} and {y.dtype}")
+    _same_shape(x, y, "For 'SquareSumAll', 'x' and 'y' must have one shape")
     return sum(mul(x, x)), sum(mul(y, y))
 
 
@@ -1023,6 +1061,7 @@ def l2_loss(x):
 
 
 def rank(input_x):
+    _require_tensor(input_x, "Rank", "input_x")
     return _rank(input_x)
 
 
@@ -1103,7 +1142,17 @@ def xdivy(x, y): return where(equal(x, 0), zeros_like(div(x, y)), div(x, y))
 def xlogy(input, other): return where(equal(input, 0), zeros_like(mul(input, log(other))), mul(input, log(other)))
 def div_no_nan(x1, x2): return where(equal(x2, 0), zeros_like(div(x1, x2)), div(x1, x2))
 def fmod(input, other): return sub(input, mul(div(input, other, rounding_mode="trunc"), other))
-def approximate_equal(x, y, tolerance=1e-5): return less(abs(sub(x, y)), tolerance)
+def approximate_equal(x, y, tolerance=1e-5):
+    """|x - y| < tolerance, with MindSpore's checks (float tolerance, one shape, rank below 8)."""
+    if isinstance(tolerance, bool) or not isinstance(tolerance, (float, int)):
+        raise TypeError(f"For 'ApproximateEqual', the type of 'tolerance' should be 'float', "
+                        f"but got {type(tolerance).__name__}")
+    sx, sy = _shape(x), _shape(y)
+    if len(sx) != len(sy) or any(_known_differ(a, b) for a, b in zip(sx, sy)):
+        raise ValueError(f"For 'ApproximateEqual', 'x1' must have the same shape as 'x2', got {sx} and {sy}")
+    if len(sx) >= 8:
+        raise RuntimeError(f"For 'ApproximateEqual', the x's rank should be less than 8, but got {len(sx)}")
+    return less(abs(sub(x, y)), tolerance)
 def identity(x): return add(x, zeros_like(x)) if x.dtype is not dt.bool_ else logical_or(x, zeros_like(x))
 
 
@@ -1119,8 +1168,11 @@ def equal_count(x, y):
 
 
 def dense(input, weight, bias=None):
-    """input @ weight.T + bias over input's last dim."""
+    """input @ weight.T + bias over input's last dim (a 1-D weight: input @ weight)."""
     s = _shape(input)
+    if _rank(weight) == 1:
+        out = matmul(input, weight)
+        return add(out, bias) if bias is not None else out
     out = matmul(reshape(input, (-1, s[-1])) if len(s) != 2 else input, transpose(weight, (1, 0)))
     if bias is not None:
         out = add(out, bias)
@@ -1219,6 +1271,10 @@ scatter_min = _first_axis("min")
 
 
 def _const_indices(indices):
+    if is_graph(indices):          # (issue 21) run-time row indices: one row index per update row
+        if _rank(indices) > 1:
+            raise ValueError(f"inplace ops: indices must be an int or a 1-D tensor, got rank {_rank(indices)}")
+        return expand_dims(indices, -1) if _rank(indices) == 1 else reshape(indices, (1, 1))
     idx = indices.asnumpy() if isinstance(indices, Tensor) else np.asarray(indices)
     return Tensor(np.asarray(idx, dtype=np.int32).reshape(-1, 1))
 
@@ -1362,3 +1418,159 @@ def renorm(input, p, axis, maxnorm):
 
 def tensor_scatter_elements(input_x, indices, updates, axis=0, reduction="none"):
     return apply("SCATTER_ELEMENTS", (input_x, indices, updates), (int(axis), str(reduction)))
+
+
+# ---------------------------------------------------------------- in-place updates (issue 21)
+# MindSpore's Assign, AssignAdd, AssignSub, the Scatter*/ScatterNd* primitives, InplaceUpdate and
+# inplace_index_add change their first input when it is a Parameter (in PyNative any Tensor).
+# The new value is computed by the pure ops above; ``_write_back`` installs it: eagerly through
+# ``Tensor._set_value``, in construct as ASSIGN_PARAM for a Parameter (an opcode with a declared
+# effect, emitted in statement order; see opcodes.EFFECTS), and for an argument or intermediate by
+# rebinding that graph value (graph.rebind). Assign* take Parameters only there, as MindSpore's.
+
+def _write_back(target, value, what: str, *, must_be_param: bool = False, any_tensor: bool = True):
+    """``target`` := ``value`` where target can be updated; returns what the op returns (the
+    updated target, or the value where nothing is updated in place)."""
+    from ..frontend.graph import param_of, rebind, trace_effect
+    from ..tensor import Parameter
+
+    if is_graph(target):
+        if param_of(target) is not None:
+            return trace_effect("ASSIGN_PARAM", (value,), (target.node[1],))
+        if must_be_param:
+            raise TypeError(f"{what}: the variable must be a Parameter of the Cell (self.<name>), got {target.type}")
+        if any_tensor and target.node[0] != "param":     # an argument or an intermediate: the name is rebound
+            return rebind(target, value)
+        return value
+    if is_graph(value):            # (a concrete Parameter while compiling: read outside construct's code)
+        raise TypeError(f"{what}: in construct, update a Parameter through the Cell's attribute (self.<name>), "
+                        f"not a {type(target).__name__} object reached another way")
+    if isinstance(target, Parameter) or (any_tensor and isinstance(target, Tensor)):
+        target._set_value(value)
+        return target
+    if must_be_param:
+        raise TypeError(f"{what}: the variable must be a Parameter or Tensor, got {type(target).__name__}")
+    return value
+
+
+def _same_dtype(x, value, what):
+    dx, dv = getattr(x, "dtype", None), getattr(value, "dtype", None)
+    if dv is None and not isinstance(value, (bool, int, float)):
+        raise TypeError(f"{what}: value must be a Tensor or a number, got {type(value).__name__}")
+    if dx is not None and dv is not None and dx != dv:
+        return cast(value, dx)      # MindSpore converts value to the variable's dtype
+    return value
+
+
+def assign(variable, value):
+    """variable := value (a Parameter; in PyNative any Tensor); returns the new value."""
+    if not is_graph(variable) and not isinstance(variable, Tensor):
+        raise TypeError(f"assign: variable must be a Parameter, got {type(variable).__name__}")
+    v = _same_dtype(variable, value, "assign")
+    if not is_graph(v) and not isinstance(v, Tensor):       # a number fills the variable
+        v = cast(add(zeros_like(variable), v), variable.dtype)
+    return _write_back(variable, v, "assign", must_be_param=True)
+
+
+def _as_dtype_of(v, x):
+    return v if v.dtype == x.dtype else cast(v, x.dtype)
+
+
+def assign_add(variable, value):
+    """variable := variable + value; returns the new value."""
+    new = add(variable, _same_dtype(variable, value, "assign_add"))
+    return _write_back(variable, _as_dtype_of(new, variable), "assign_add", must_be_param=True)
+
+
+def assign_sub(variable, value):
+    """variable := variable - value; returns the new value."""
+    new = sub(variable, _same_dtype(variable, value, "assign_sub"))
+    return _write_back(variable, _as_dtype_of(new, variable), "assign_sub", must_be_param=True)
+
+
+def _in_place(fn, name):
+    """A scatter that updates its first input (MindSpore's ScatterNdAdd, ScatterAdd, ...)."""
+    def op(input_x, indices, updates):
+        return _write_back(input_x, fn(input_x, indices, updates), name)
+    op.__name__ = name
+    return op
+
+
+for _m in ("update", "add", "sub", "mul", "div", "max", "min"):     # (the pure forms: tensor_scatter_*)
+    globals()[f"scatter_nd_{_m}"] = _in_place(globals()[f"tensor_scatter_{_m}"], f"scatter_nd_{_m}")
+    globals()[f"scatter_{_m}"] = _in_place(globals()[f"scatter_{_m}"], f"scatter_{_m}")
+
+
+def inplace_update_param(x, v, indices):
+    """InplaceUpdate / InplaceUpdateV2: x's rows replaced; a Parameter x is updated in place."""
+    return _write_back(x, inplace_update(x, v, indices), "inplace_update", any_tensor=False)
+
+
+def inplace_index_add(var, indices, updates, axis):
+    """var's slices at indices along axis plus updates, written into var; returns it."""
+    return _write_back(var, index_add(var, indices, updates, axis), "inplace_index_add")
+
+
+# ---------------------------------------------------------------- complex numbers (issue 21)
+
+def real(input): return apply("REAL", (input,))
+def imag(input): return apply("IMAG", (input,))
+def conj(input): return apply("CONJ", (input,))
+def angle(input): return apply("ANGLE", (input,))
+
+
+def complex(real, imag):  # noqa: A001
+    """real + 1j * imag from two real tensors (MindSpore's ops.Complex)."""
+    return apply("COMPLEX", (real, imag))
+
+
+def conjugate_transpose(x, perm):
+    """The conjugate of x permuted (MindSpore's ConjugateTranspose)."""
+    return conj(transpose(x, tuple(perm)))
+
+
+# ---------------------------------------------------------------- input checks (issue 21)
+
+def _require_tensor(v, op: str, name: str):
+    """MindSpore's TypeError for a non-tensor input (a number, a string)."""
+    if isinstance(v, Tensor) or (is_graph(v) and hasattr(v.type, "dtype")):
+        return
+    raise TypeError(f"For '{op}', '{name}' must be a Tensor, got {type(v).__name__}"
+                    + (f" {v.type}" if is_graph(v) else f" {v!r}"))
+
+
+def _same_shape(x, y, why: str):
+    """ValueError unless x and y have one shape; in construct, symbolic dims are unified (the
+    entry check raises ShapeMismatch, a ValueError, for arguments that differ)."""
+    sx, sy = _shape(x), _shape(y)
+    if len(sx) != len(sy) or any(_known_differ(a, b) for a, b in zip(sx, sy)):
+        raise ValueError(f"{why}, got {sx} and {sy}")
+    from ..frontend.graph import current
+
+    b = current()
+    if b is not None:
+        for a, c in zip(sx, sy):
+            if isinstance(a, Expr) or isinstance(c, Expr):
+                b.env.require_eq(a, c, f"{why}, got {sx} and {sy}")
+
+
+def _known_differ(a, b) -> bool:
+    """Two dims that are certainly different (ints, or constant exprs)."""
+    a = a.const_value() if isinstance(a, Expr) else a
+    b = b.const_value() if isinstance(b, Expr) else b
+    return isinstance(a, int) and isinstance(b, int) and a != b
+
+
+def truncate_div(x, y):
+    """trunc(x / y) (MindSpore's TruncateDiv: numbers only, no bool)."""
+    if all(getattr(v, "dtype", None) is dt.bool_ or isinstance(v, bool) for v in (x, y)):
+        raise TypeError("For 'TruncateDiv', the inputs must not both be bool")
+    return div(x, y, rounding_mode="trunc")
+
+
+def squared_difference(x, y):
+    """(x - y) ** 2 (MindSpore's SquaredDifference; bool inputs are a TypeError there)."""
+    if any(getattr(v, "dtype", None) is dt.bool_ for v in (x, y)):
+        raise TypeError("For 'SquaredDifference', the inputs must be numbers, got bool")
+    d = sub(x, y)
+    return mul(d, d)

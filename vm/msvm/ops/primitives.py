@@ -27,11 +27,24 @@ class MatMul(Primitive):
         self.transpose_a, self.transpose_b = bool(transpose_a), bool(transpose_b)
 
     def __call__(self, x, y):
+        _matmul_dtypes(x, y, type(self).__name__)
         return F.apply("MATMUL", (x, y), (self.transpose_a, self.transpose_b))
+
+
+# (issue 21) what MindSpore's CPU MatMul takes: bool and the wide unsigned ints are a TypeError there
+_MATMUL_KINDS = frozenset("ifc")
+
+
+def _matmul_dtypes(x, y, name):
+    for v in (x, y):
+        d = getattr(v, "dtype", None)
+        if d is not None and not (d.kind in _MATMUL_KINDS or d.name == "uint8"):
+            raise TypeError(f"For '{name}', the inputs must be uint8, int, float or complex tensors, got {d}")
 
 
 class BatchMatMul(MatMul):
     def __call__(self, x, y):
+        _matmul_dtypes(x, y, "BatchMatMul")
         return F.apply("BATCH_MATMUL", (x, y), (self.transpose_a, self.transpose_b))
 
 
@@ -290,6 +303,19 @@ class Split(Primitive):
         self.axis, self.output_num = axis, output_num
 
     def __call__(self, x):
+        from ..bytecode.symbolic import Expr
+        from ..frontend.graph import current
+
+        rank, k = F._rank(x), self.output_num
+        d = F._shape(x)[self.axis % rank] if -rank <= self.axis < rank else None
+        if isinstance(d, Expr) and d.const_value() is None and current() is not None:
+            # (issue 21) a dynamic dim: pieces of d // k, the entry checks that k divides d
+            from ..bytecode import symbolic as S
+
+            ax, size = self.axis % rank, d // k
+            current().check(S.compare("==", d % k, 0), "ValueError",
+                            (f"Split: the size of axis {ax}, ", d, f", is not divisible by output_num {k}"))
+            return tuple(F._take(x, ax, size * i, size * (i + 1)) for i in range(k))
         axis, n = F._known_dim(x, self.axis, "Split")
         if n % self.output_num:
             raise ValueError(f"Split: axis size {n} is not divisible by output_num {self.output_num}")

@@ -56,11 +56,6 @@ def _argmin(x, axis=-1):
     return F.argmin(x, axis)
 
 
-def _square_diff(x, y):
-    d = F.sub(x, y)
-    return F.mul(d, d)
-
-
 def _broadcast_to(x, shape):
     return F.broadcast_to(x, shape)
 
@@ -126,7 +121,7 @@ api(F.mul, "multiply", "Mul", "mul multiply")
 api(F.div, "divide true_divide", "Div", "div divide true_divide")
 api(F.div, "", "RealDiv", "")
 api(F.floor_divide, "floor_div", "FloorDiv", "floor_divide")
-api(lambda x, y: F.div(x, y, rounding_mode="trunc"), "truncate_div", "TruncateDiv", "")
+api(F.truncate_div, "", "TruncateDiv", "")
 api(F.remainder, "floor_mod", "FloorMod", "remainder")
 api(F.pow, "", "Pow", "pow")
 api(F.maximum, "", "Maximum", "maximum")
@@ -144,7 +139,7 @@ api(F.bitwise_and, "", "BitwiseAnd", "bitwise_and")
 api(F.bitwise_or, "", "BitwiseOr", "bitwise_or")
 api(F.bitwise_xor, "", "BitwiseXor", "bitwise_xor")
 api(F.atan2, "arctan2", "Atan2", "atan2 arctan2")
-api(_square_diff, "", "SquaredDifference", "")
+api(F.squared_difference, "", "SquaredDifference", "")
 api(F.where, "select", "Select", "")
 api(F.matmul, "", "", "matmul")
 api(F.bmm, "", "", "bmm")
@@ -230,16 +225,21 @@ api(F.dtype, "", "DType", "")
 # --- scatter: one TENSOR_SCATTER instruction under every name
 for _m in ("update", "add", "sub", "mul", "div", "max", "min"):
     _M = _m.capitalize()
-    api(getattr(F, f"tensor_scatter_{_m}"), f"scatter_nd_{_m}", f"TensorScatter{_M} ScatterNd{_M}",
+    api(getattr(F, f"tensor_scatter_{_m}"), "", f"TensorScatter{_M}",
         f"tensor_scatter_{_m}" + ("" if _m == "update" else f" scatter_{_m}"), attrs=(("use_locking", False, None),))
+    # (issue 21) these update a Parameter input_x in place (F.scatter_nd_*, F.scatter_*: ASSIGN_PARAM)
+    api(getattr(F, f"scatter_nd_{_m}"), "", f"ScatterNd{_M}", "", attrs=(("use_locking", False, None),))
     api(getattr(F, f"scatter_{_m}"), "", f"Scatter{_M}", "", attrs=(("use_locking", False, None),))
 api(F.inplace_update, "", "", "inplace_update")
-api(lambda x, v, indices=None: F.inplace_update(x, v, indices), "", "InplaceUpdate", "", attrs=(("indices", 0),))
+api(lambda x, v, indices=None: F.inplace_update_param(x, v, indices), "", "InplaceUpdate", "",
+    attrs=(("indices", 0),))
 api(lambda x, v, indices=None: F.inplace_add(x, v, indices), "", "InplaceAdd", "", attrs=(("indices", 0),))
 api(lambda x, v, indices=None: F.inplace_sub(x, v, indices), "", "InplaceSub", "", attrs=(("indices", 0),))
 api(lambda x, indices, y, axis=0: F.index_add(x, indices, y, axis), "", "IndexAdd", "",
     attrs=(("axis", 0), ("use_lock", True, None), ("check_index_bound", True, None)))
-api(F.index_add, "", "", "index_add")
+api(F.index_add, "", "", "")
+api(lambda x, dim, index, source, alpha=1: F.index_add(x, index, source if alpha == 1 else F.mul(source, alpha), dim),
+    "", "", "index_add")      # Tensor.index_add(dim, index, source, *, alpha=1), as MindSpore 2's
 api(F.gather_nd, "", "GatherNd", "gather_nd")
 api(F.gather_elements, "gather_d", "", "gather_elements")
 api(lambda x, dim, index: F.gather_elements(x, dim, index), "", "GatherD", "")
@@ -265,6 +265,21 @@ api(F.batch_to_space_nd, "", "BatchToSpaceND", "", attrs=(("block_shape", 2), ("
 api(F.space_to_batch_nd, "", "SpaceToBatchND", "", attrs=(("block_shape", 2, "block_size"), ("paddings", ((0, 0), (0, 0)))))
 api(F.argmax_with_value, "", "ArgMaxWithValue", "", attrs=(("axis", 0), ("keep_dims", False)))
 api(F.argmin_with_value, "", "ArgMinWithValue", "", attrs=(("axis", 0), ("keep_dims", False)))
+
+# --- in-place updates (issue 21): the first input, a Parameter, is updated (ASSIGN_PARAM)
+api(F.assign, "", "Assign", "")
+api(F.assign_add, "", "AssignAdd", "")
+api(F.assign_sub, "", "AssignSub", "")
+api(lambda x, indices, v: F.inplace_update_param(x, v, indices), "", "InplaceUpdateV2", "")
+api(F.inplace_index_add, "", "", "")
+
+# --- complex numbers (issue 21)
+api(F.real, "", "Real", "real")
+api(F.imag, "", "Imag", "imag")
+api(F.conj, "conjugate", "Conj", "conj conjugate")
+api(F.angle, "", "Angle", "angle")
+api(F.complex, "", "Complex", "")
+api(F.conjugate_transpose, "", "ConjugateTranspose", "")
 
 
 # ---------------------------------------------------------------- the faces, made from the rows

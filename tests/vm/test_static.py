@@ -325,12 +325,27 @@ def _imports(path):
 
 
 def test_static_analysis_and_the_frontend_do_not_import_the_executor():
-    for f in ("static.py", "static_eval.py", "static_values.py", "frontend/argspec.py", "frontend/compiler.py"):
+    for f in ("static.py", "static_eval.py", "static_values.py", "static_calls.py", "static_imports.py", "static_objects.py",
+              "static_specs.py", "static_ranks.py", "static_infer.py", "frontend/argspec.py", "frontend/compiler.py"):
         assert not [n for n in _imports(VM / f) if "executor" in n], f
     from msvm import executor
     from msvm.frontend import argspec
 
     assert executor.arg_spec is argspec.arg_spec
+
+
+STATIC_LAYERS = ["static", "static_ranks", "static_specs", "static_infer", "static_eval", "static_calls",
+                 "static_imports", "static_objects", "static_values"]
+
+
+def test_the_static_modules_import_one_way():
+    """Each module of the analysis imports only those after it in msvm.static's list (and has a docstring)."""
+    for k, name in enumerate(STATIC_LAYERS):
+        path = VM / f"{name}.py"
+        assert ast.get_docstring(ast.parse(path.read_text())), name
+        used = {n.split(":")[0].lstrip(".") for n in _imports(path)} & set(STATIC_LAYERS)
+        assert used <= set(STATIC_LAYERS[k + 1:]), (name, used - set(STATIC_LAYERS[k + 1:]))
+        assert len(path.read_text().splitlines()) < 600, f"{name}.py should stay small"
 
 
 def test_the_frontend_cache_keys_on_the_generation_it_is_given():

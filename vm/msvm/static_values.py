@@ -6,7 +6,9 @@ objects the analysis may build (placeholders only).
 - ``UnknownData``: a tensor whose data (so its shape) comes from outside the file;
 - ``SymInt``: an int nobody passed, a symbol where it becomes a dim;
 - ``AbstractArray`` / ``AbstractRng``: numpy arrays and generators known by shape;
-- ``Budget`` and ``Note``: the bounds, and what was assumed or not afforded.
+- ``Budget`` and ``Note``: the bounds, and what was assumed or not afforded;
+  ``OutOfBudget`` and the control-flow signals of the evaluator (``Return``, ``Break``,
+  ``Continue``); ``ListMethod`` / ``DictMethod``: a list's or dict's methods within the budget.
 """
 
 from __future__ import annotations
@@ -41,6 +43,59 @@ class Budget:
     loop: int = 256                # iterations of one loop statement
     depth: int = 24                # nested calls / Cells
     calls_kept: int = 8            # calls of one Cell remembered (its argument shapes)
+
+
+class OutOfBudget(Exception):
+    """A slice of evaluation spent its steps or seconds."""
+
+    def __init__(self, what: str):
+        super().__init__(what)
+        self.what = what
+
+
+class Return(BaseException):
+    """``return`` in an evaluated function body."""
+
+    def __init__(self, value):
+        self.value = value
+
+
+class Break(BaseException):
+    """``break`` in an evaluated loop."""
+
+
+class Continue(BaseException):
+    """``continue`` in an evaluated loop."""
+
+
+def size_of(v) -> int:
+    """The items of a string or container (what the memory budget counts)."""
+    return len(v) if isinstance(v, (str, list, tuple, range, bytes)) else 0
+
+
+class DictMethod:
+    """dict.get / items / keys / values / copy (views become lists)."""
+
+    def __init__(self, d, name):
+        self.d, self.name = d, name
+
+    def __call__(self, *args):
+        r = getattr(self.d, self.name)(*args)
+        return list(r) if self.name in ("items", "keys", "values") else r
+
+
+class ListMethod:
+    """list.append / extend / insert / ... within the size budget of the module evaluating it."""
+
+    def __init__(self, module, lst, name):
+        self.module, self.lst, self.name = module, lst, name
+
+    def __call__(self, *args):
+        grow = len(args[-1]) if self.name == "extend" and args and isinstance(args[-1], (list, tuple)) else 1
+        if len(self.lst) + grow > self.module.budget.size:
+            return Unknown("a list too large to evaluate")
+        self.module.allocated += grow
+        return getattr(self.lst, self.name)(*args)
 
 
 @dataclass
@@ -355,35 +410,6 @@ def buildable(cls) -> bool:
     return any(mod == m or mod.startswith(m + ".") for m in _MSVM_BUILDABLE)
 
 
-def allowed_module(name: str) -> bool:
-    """Modules the analysis may import to know what a name is: msvm's, numpy's and math, but
-    never a ``__main__`` (``from msvm import __main__`` runs the msvm command), a private
-    module or a test configuration, whose import does more than define names."""
-    parts = name.split(".")
-    if any(p.startswith("_") or p == "conftest" for p in parts):
-        return False
-    return name in ("msvm", "numpy", "math") + PURE_STDLIB or name.startswith(("msvm.", "numpy."))
-
-
-# standard modules whose import only defines names (model zoos' helpers use them: to_2tuple)
-PURE_STDLIB = ("collections", "collections.abc", "itertools", "functools", "typing")
-
-
 def is_msvm_obj(v) -> bool:
     mod = getattr(type(v), "__module__", "") or ""
     return mod.startswith("msvm") or (inspect.isclass(v) and (v.__module__ or "").startswith("msvm"))
-
-
-def resolve_module(name: str):
-    import importlib
-
-    if name == "mindspore" or name.startswith("mindspore."):
-        from .compat import MODULES  # the alias's own map: mindspore.ops.operations, ...
-
-        name = MODULES.get(name) or "msvm" + name[len("mindspore"):]
-    if not allowed_module(name):
-        return Unknown(f"module {name}")
-    try:
-        return importlib.import_module(name)
-    except ImportError:
-        return Unknown(f"module {name}")

@@ -135,7 +135,7 @@ def analyze(source: str, filename: str, budget: Budget | None = None) -> Entries
                                     cls.node.col_offset)
             declared = cell.__dict__.get("_msvm_inputs")
             calls = cell.__dict__.get("_static_calls") or []
-            specs = specs_for(cell.__msvm_construct_params__(), cnode, declared, calls, module, True)
+            specs = specs_for(cell.__msvm_construct_params__(), cnode, declared, calls, module, True, cell)
             taken = {s.name for s in specs if isinstance(s, RankVar)} | set(param_names(cnode))
             compile_assuming(e, specs, attr_vars(cell, taken), lambda sp, c=cell: compile_cell_for(c, sp),
                               filename)

@@ -28,7 +28,15 @@ import numpy as np
 
 from . import dtype as dt
 from .nn.cell import Cell
-from .static_objects import StaticBoundMethod, StaticCell, StaticClass, StaticFunction, Super, init_real_base
+from .static_objects import (
+    StaticBoundMethod,
+    StaticCell,
+    StaticClass,
+    StaticFunction,
+    StaticObject,
+    Super,
+    init_real_base,
+)
 from .static_values import (
     BUILTIN_FNS,
     MATH_FOLD,
@@ -94,7 +102,7 @@ class Calls:
         if isinstance(fn, Unknown):
             return self.unknown_builder(fn, args, kwargs, node)
         if isinstance(fn, StaticClass):
-            return self.instantiate(fn, args, kwargs) if fn.is_cell else Unknown(f"instance of {fn.name}")
+            return self.instantiate(fn, args, kwargs) if fn.is_cell else self.instantiate_object(fn, args, kwargs)
         if isinstance(fn, StaticCell):
             fn_calls = fn.__dict__.get("_static_calls")
             if fn_calls is None:
@@ -227,6 +235,7 @@ class Calls:
         env = dict(fn.env or {})
         env.update(ba.arguments)
         self.depth += 1
+        globals_, self.scope = self.scope, fn.module.env      # its names are those of the file defining it
         try:
             self.exec_block(fn.node.body, env, self_obj=self_obj)
         except Return as r:
@@ -235,6 +244,7 @@ class Calls:
             pass
         finally:
             self.depth -= 1
+            self.scope = globals_
         return None
 
     def run_uncalled_functions(self):
@@ -312,6 +322,23 @@ class Calls:
                     return Unknown(f"{cls.name} extends {base.__name__}: {e}")
             cls.instances.append(obj)
             return obj
+        self.run_init(cls, init, self.bind_init(cls, init, obj, args, kwargs), obj)
+        cls.instances.append(obj)
+        return obj
+
+    def instantiate_object(self, cls: StaticClass, args, kwargs):
+        """An instance of a plain class of the file (a config): its ``__init__`` evaluated."""
+        if self.depth >= self.budget.depth:
+            return Unknown("objects nested too deeply")
+        obj = StaticObject(cls)
+        init = cls.find_method("__init__")
+        if init is not None:
+            self.run_init(cls, init, self.bind_init(cls, init, obj, args, kwargs), obj)
+        return obj
+
+    def bind_init(self, cls, init, obj, args, kwargs) -> dict:
+        """The names of ``__init__``'s body: its parameters bound to the arguments, defaults, or
+        symbols named after them; a config nobody passes is the config class's defaults."""
         params = {}
         sig = list(init.signature(kwonly=True).parameters.values())
         args = list(args)
@@ -330,20 +357,48 @@ class Calls:
             elif p.default is not inspect.Parameter.empty:
                 params[p.name] = p.default
             else:
-                params[p.name] = SymInt.named(p.name)
+                params[p.name] = self.assumed_config(init, i) or SymInt.named(p.name)
         for name, v in params.items():     # an unknown argument (cfg.hidden) is a symbol named after it
             if isinstance(v, Unknown):
                 params[name] = SymInt.named(name, f"its value is not known statically ({v.why})")
-        env = dict(params)
+        return params
+
+    def assumed_config(self, init: StaticFunction, k: int):
+        """Parameter k of ``init`` nobody passes, annotated with a plain class of the file or named
+        like a config (``config``, ``cfg``) where the file has one config class: that class built
+        from its defaults (noted); else None."""
+        a = (init.node.args.posonlyargs + init.node.args.args)[k] if k < len(init.node.args.args) + len(
+            init.node.args.posonlyargs) else None
+        if a is None:
+            return None
+        cls = None
+        if isinstance(a.annotation, (ast.Name, ast.Constant)):
+            name = a.annotation.id if isinstance(a.annotation, ast.Name) else str(a.annotation.value)
+            cls = next((c for c in init.module.classes if c.name == name and not c.is_cell), None)
+        elif "config" in a.arg.lower() or a.arg.lower() in ("cfg", "conf"):
+            configs = [c for c in init.module.classes if not c.is_cell and "config" in c.name.lower()]
+            cls = configs[0] if len(configs) == 1 else None
+        if cls is None or cls.find_method("__init__") is None:
+            return None
+        ctor = cls.find_method("__init__")
+        if any(p.default is inspect.Parameter.empty and p.kind not in (inspect.Parameter.VAR_POSITIONAL,
+                                                                        inspect.Parameter.VAR_KEYWORD)
+               for p in list(ctor.signature(kwonly=True).parameters.values())[1:]):
+            return None
+        self.note(f"assumed {a.arg} = {cls.name}() (its defaults: nobody passes {a.arg})", a)
+        return self.instantiate_object(cls, [], {})
+
+    def run_init(self, cls, init, env, obj):
+        """``__init__``'s body on ``obj``, with the names of the file that defines the class."""
         self.depth += 1
+        globals_, self.scope = self.scope, cls.module.env
         try:
             self.exec_block(init.node.body, env, self_obj=obj)
         except (Return, Break, Continue):
             pass
         finally:
             self.depth -= 1
-        cls.instances.append(obj)
-        return obj
+            self.scope = globals_
 
 
 def _small_range(name, args, kwargs, limit: int = 4096):

@@ -38,7 +38,7 @@ from .bytecode.symbolic import Expr
 from .nn.cell import Cell
 from .static_calls import Calls
 from .static_imports import Imports, allowed_module
-from .static_objects import StaticCell, StaticClass, StaticFunction, StaticNamespace, Super
+from .static_objects import StaticCell, StaticClass, StaticFunction, StaticNamespace, StaticObject, Super
 from .static_values import (
     BUILTINS,
     AbstractArray,
@@ -76,6 +76,7 @@ class StaticModule(Calls, Imports):
         self.imports = {} if imports is None else imports     # path -> StaticNamespace (shared)
         self.import_depth = import_depth
         self.env: dict = {"__name__": "__main__" if import_depth == 0 else os.path.basename(filename)[:-3]}
+        self.scope = self.env        # the globals of the code being evaluated (another file's, in its functions)
         self.classes: list = []
         self.functions: list = []
         self.instances: list = []    # (StaticCell, assigned name or None)
@@ -201,7 +202,7 @@ class StaticModule(Calls, Imports):
             for t in targets:
                 self.assign(t, value, env, self_obj)
         elif isinstance(st, ast.AugAssign) and isinstance(st.target, ast.Name):
-            cur = env.get(st.target.id, self.env.get(st.target.id))
+            cur = env.get(st.target.id, self.scope.get(st.target.id))
             rhs = self.eval(st.value, env, self_obj)
             env[st.target.id] = self.binop(type(st.op), cur, rhs)
         elif isinstance(st, ast.Expr):
@@ -284,7 +285,9 @@ class StaticModule(Calls, Imports):
                     self.assign(t, Unknown("unpacking"), env, self_obj)
         elif isinstance(target, ast.Attribute):
             obj = self.eval(target.value, env, self_obj)
-            if isinstance(obj, StaticCell) and (obj is self_obj):
+            if isinstance(obj, StaticObject) and obj is self_obj:
+                obj.__dict__[target.attr] = value
+            elif isinstance(obj, StaticCell) and (obj is self_obj):
                 if isinstance(value, UnknownData):
                     value.line, value.col = target.lineno, target.col_offset
                 object.__setattr__(obj, target.attr, value) if isinstance(value, (UnknownData, SymInt)) \
@@ -307,8 +310,8 @@ class StaticModule(Calls, Imports):
         if isinstance(node, ast.Name):
             if node.id in env:
                 return env[node.id]
-            if node.id in self.env:
-                return self.env[node.id]
+            if node.id in self.scope:
+                return self.scope[node.id]
             if node.id in BUILTINS:
                 return getattr(builtins, node.id)
             return Unknown(f"name {node.id}")
@@ -407,6 +410,16 @@ class StaticModule(Calls, Imports):
                 return base.__msvm_getattr__(attr)
             except Exception:  # noqa: BLE001
                 return Unknown(f"self.{attr}")
+        if isinstance(base, StaticObject):
+            if attr in base.__dict__:
+                return base.__dict__[attr]
+            m = base._static_class.find_method(attr)
+            if m is not None:
+                return Unknown(f"method {attr} of {base._static_class.name}")
+            try:
+                return base._static_class.find_attr(attr)
+            except KeyError:
+                return Unknown(f"{base._static_class.name}.{attr}")
         if isinstance(base, StaticNamespace):
             return base.module.env.get(attr, Unknown(f"{attr} of {base.module.filename}"))
         if isinstance(base, StaticClass):

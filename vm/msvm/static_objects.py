@@ -139,7 +139,9 @@ class StaticCell(Cell):
         d = self.__dict__
         if name in d:
             v = d[name]
-            if isinstance(v, (Unknown, UnknownData, SymInt)):
+            if isinstance(v, SymInt):        # a size nobody passed: its symbol (bound by a weight's shape)
+                return v.expr
+            if isinstance(v, (Unknown, UnknownData)):
                 from .bytecode.types import ShapeError
                 why = v.why if not isinstance(v, SymInt) else f"{v.name}: {v.why}"
                 raise ShapeError(f"self.{name} cannot be known without running the program ({why})")
@@ -202,6 +204,17 @@ def init_real_base(base, obj, args, kwargs):
         raise ValueError("the msvm base of a Cell built from unknown arguments")
     with abstract_init():
         base.__init__(obj, *args, **kwargs)
+
+
+class StaticObject:
+    """An instance of a plain (non-Cell) class of the file, such as a model's config: its
+    ``__init__`` evaluated abstractly, its attributes kept here; methods are its class's."""
+
+    def __init__(self, cls: StaticClass):
+        self._static_class = cls
+
+    def __repr__(self):
+        return f"<static {self._static_class.name}>"
 
 
 class StaticNamespace:

@@ -10,14 +10,14 @@ from __future__ import annotations
 import itertools
 import time
 
-from .bytecode.symbolic import fmt_shape
+from .bytecode.symbolic import SymbolicError, work_limit
 from .errors import FrontendError, MsvmError, SourceError, VerifyError
-from .frontend.argspec import arg_spec
 from .static_specs import RankVar
 from .static_values import Note, parameter
 
 MAX_TRIES = 16               # compiles tried per Cell when ranks are assumed
 COMPILE_SECONDS = 2.0        # time for those tries, per Cell
+COMPILE_WORK = 1 << 22       # term operations of symbolic arithmetic per try (the frontend's; verify has its own)
 
 
 class AssumedShapeError(FrontendError):
@@ -25,11 +25,6 @@ class AssumedShapeError(FrontendError):
 
     certain = False
 
-
-
-def _assumption(var: RankVar, rank: int) -> str:
-    shape = fmt_shape([f"{var.name}{i}" for i in range(rank)])
-    return f"{var.what}: Tensor<{var.dtype.name}, {shape}>"
 
 
 def _rank_combinations(choices):
@@ -44,10 +39,9 @@ def _rank_combinations(choices):
 
 def compile_assuming(entry, specs: list, attr_vars: list, compile_fn, filename):
     """Compile with every combination of candidate ranks (best first) until one verifies."""
-    arg_vars = [s for s in specs if isinstance(s, RankVar)]
-    rank_vars = arg_vars + attr_vars
+    rank_vars = [leaf for s in specs if isinstance(s, RankVar) for leaf in s.leaves()] + attr_vars
     if not rank_vars:
-        entry.code = compile_fn(specs)
+        entry.code = compile_fn([s.spec({}) if isinstance(s, RankVar) else s for s in specs])
         return
     entry.assumed = any(not v.exact for v in rank_vars)
     first_err, deadline = None, time.monotonic() + COMPILE_SECONDS
@@ -58,22 +52,34 @@ def compile_assuming(entry, specs: list, attr_vars: list, compile_fn, filename):
         for v in attr_vars:
             t = v.tensor(chosen[id(v)])
             setattr(v.owner, v.attr, parameter(t, v.attr) if v.parameter else t)
-        concrete = [arg_spec(s.name, s.tensor(chosen[id(s)])) if isinstance(s, RankVar) else s for s in specs]
+        concrete = [s.spec(chosen) if isinstance(s, RankVar) else s for s in specs]
         try:
-            entry.code = compile_fn(concrete)
-        except (FrontendError, VerifyError, MsvmError) as err:
+            with work_limit(COMPILE_WORK):
+                entry.code = compile_fn(concrete)
+        except (FrontendError, VerifyError, MsvmError, SymbolicError) as err:
             if first_err is None:
                 first_err = (err, ranks)
             continue
+        entry.assumed = any(v.assumed(r) for v, r in zip(rank_vars, ranks))
         for v, r in zip(rank_vars, ranks):
-            how = f"its rank is {r}, from its use" if v.exact else \
-                f"rank {r} assumed: the first of {', '.join(map(str, v.ranks))} with which {entry.name} compiles"
-            entry.notes.append(Note(v.line, v.col, f"{_assumption(v, r)} ({how}; declare it with set_inputs "
+            if v.kind in ("int", "bool"):
+                how = f"from its use: {v.why}" if r in ("symbol", "flag") else \
+                    f"assumed: {v.name} as a run-time symbol does not compile; used as {v.why}"
+            elif v.exact:
+                how = f"its rank is {r}, from its use" + (f": {v.why}" if v.why else "")
+            else:
+                how = f"rank {r} assumed: the first of {', '.join(map(str, v.ranks))} with which {entry.name} compiles"
+            if v.kind == "int_tensor":
+                how = f"int ids: {v.why}; {how}"
+            entry.notes.append(Note(v.line, v.col, f"{v.describe(r)} ({how}; declare it with set_inputs "
                                                    f"or an annotation to know it)"))
         return
     err, ranks = first_err
-    if any(not v.exact for v in rank_vars) and isinstance(err, SourceError):
-        what = "; ".join(_assumption(v, r) for v, r in zip(rank_vars, ranks))
+    if isinstance(err, SymbolicError):
+        err = FrontendError(f"{entry.name} is too complex to compile statically ({err})", filename, entry.line,
+                            entry.col)
+    if any(v.assumed(r) for v, r in zip(rank_vars, ranks)) and isinstance(err, SourceError):
+        what = "; ".join(v.describe(r) for v, r in zip(rank_vars, ranks))
         raise AssumedShapeError(f"{err.message} (assuming {what}; the shapes are not known statically)",
                                 err.filename, err.line, err.col, err.end_line, err.end_col) from None
     raise err

@@ -13,33 +13,70 @@ import inspect
 from dataclasses import dataclass
 
 from . import dtype as dt
+from .bytecode.symbolic import fmt_shape
 from .bytecode.types import TensorType
 from .frontend.argspec import ArgSpec, arg_spec, declared_dims, tensor_spec
 from .frontend.compiler import named_children
-from .static_infer import rank_hint
+from .static_infer import Use, infer, rank_hint
 from .static_values import SymInt, Unknown, UnknownData, to_msvm
 from .tensor import Tensor
 
 RANKS = (2, 3, 1, 4)         # the ranks tried, in order, for a tensor whose rank nothing fixes
 
 
+ASSUMED_INT = 8              # the value tried for an int argument when a run-time symbol does not compile
+
+
 @dataclass
 class RankVar:
-    """A tensor whose rank and dims are chosen at compile time (an argument or an attribute)."""
+    """An argument or attribute whose shape (rank and dims) or scalar form is chosen at compile
+    time: a tensor (``kind`` 'tensor' or 'int_tensor': ``ranks`` are its candidate ranks), an int
+    (candidates: a run-time symbol, then ``ASSUMED_INT``), a bool flag, or a tuple of ``items``."""
 
     name: str                  # symbol prefix
     what: str                  # 'argument x' | 'self.w'
     dtype: dt.DType
     ranks: tuple               # candidates, best first
-    exact: bool                # the rank is known (from use)
+    exact: bool                # the rank (kind) is known from use
     line: int
     col: int
     owner: object = None       # the Cell holding the attribute
     attr: str = ""
     parameter: bool = False
+    kind: str = "tensor"       # 'tensor' | 'int_tensor' | 'int' | 'bool' | 'tuple'
+    why: str = ""              # the use it was read from
+    items: tuple = ()          # a tuple's RankVars
 
     def tensor(self, rank: int) -> Tensor:
         return Tensor(shape=[f"{self.name}{i}" for i in range(rank)], dtype=self.dtype)
+
+    def leaves(self) -> list:
+        """The variables chosen on their own: a tuple's items, else itself."""
+        return [x for it in self.items for x in it.leaves()] if self.kind == "tuple" else [self]
+
+    def spec(self, chosen: dict) -> ArgSpec:
+        """Its spec under ``chosen`` (id of a leaf -> the candidate taken)."""
+        if self.kind == "tuple":
+            return ArgSpec("tuple", value=[it.spec(chosen) for it in self.items])
+        c = chosen[id(self)]
+        if self.kind == "int":
+            return arg_spec(self.name, 0) if c == "symbol" else ArgSpec("const", value=c)
+        if self.kind == "bool":
+            return arg_spec(self.name, True)
+        return arg_spec(self.name, self.tensor(c))
+
+    def assumed(self, c) -> bool:
+        return not self.exact or (self.kind == "int" and c != "symbol")
+
+    def describe(self, c) -> str:
+        """``argument x: Tensor<float32, [x0,x1]>`` / ``argument n: int n`` / ``argument n: int = 8``."""
+        if self.kind == "int":
+            return f"{self.what}: int {self.name} (a run-time symbol)" if c == "symbol" else \
+                f"{self.what}: int = {c}"
+        if self.kind == "bool":
+            return f"{self.what}: bool (a run-time flag)"
+        shape = fmt_shape([f"{self.name}{i}" for i in range(c)])
+        return f"{self.what}: Tensor<{self.dtype.name}, {shape}>"
 
 
 def candidates(exact, least) -> tuple:
@@ -49,10 +86,24 @@ def candidates(exact, least) -> tuple:
     return ranks, False
 
 
-def arg_var(pname, a: ast.arg, node: ast.FunctionDef, dtype=None) -> RankVar:
-    exact, least = rank_hint(node.body, lambda e: isinstance(e, ast.Name) and e.id == pname)
-    ranks, is_exact = candidates(exact, least)
-    return RankVar(pname, f"argument {pname}", dtype or dt.float32, ranks, is_exact, a.lineno, a.col_offset)
+def _var_of_use(name: str, what: str, use: Use, dtype, line: int, col: int) -> RankVar:
+    if use.kind == "tuple":
+        items = tuple(_var_of_use(f"{name}_{j}", f"{what}[{j}]", u, None, line, col) for j, u in enumerate(use.items))
+        return RankVar(name, what, dt.float32, (), True, line, col, kind="tuple", why=use.why, items=items)
+    if use.kind == "int":
+        return RankVar(name, what, dt.int32, ("symbol", ASSUMED_INT), True, line, col, kind="int", why=use.why)
+    if use.kind == "bool":
+        return RankVar(name, what, dt.bool_, ("flag",), True, line, col, kind="bool", why=use.why)
+    ranks, is_exact = candidates(use.exact, use.least)
+    d = dt.int32 if use.kind == "int_tensor" else dtype or dt.float32
+    return RankVar(name, what, d, ranks, is_exact, line, col, kind=use.kind, why=use.why)
+
+
+def arg_var(pname, a: ast.arg, node: ast.FunctionDef, dtype=None, cell=None) -> RankVar:
+    """The variable of an argument nobody describes: its kind and rank from its use in ``node``
+    (and in the sub-Cells and methods of ``cell`` it is passed to)."""
+    use = infer(node, pname, cell)
+    return _var_of_use(pname, f"argument {pname}", use, dtype, a.lineno, a.col_offset)
 
 
 def attr_vars(cell, taken: set) -> list:
@@ -130,9 +181,10 @@ def _value_spec(pname, v) -> ArgSpec:
     return arg_spec(pname, v)
 
 
-def specs_for(params, node: ast.FunctionDef, declared, calls, module, skip_self: bool) -> list:
+def specs_for(params, node: ast.FunctionDef, declared, calls, module, skip_self: bool, cell=None) -> list:
     """Per argument: an ArgSpec from set_inputs, an annotation or the first call seen in the
-    module, or a RankVar where nothing says its shape."""
+    module, or a RankVar where nothing says its shape (``cell``: whose construct it is, so that
+    the uses in its sub-Cells count)."""
     args = node.args.args[1:] if skip_self else node.args.args
     call_args, call_kwargs = calls[0] if calls else ((), {})
     specs = []
@@ -147,7 +199,7 @@ def specs_for(params, node: ast.FunctionDef, declared, calls, module, skip_self:
         v = call_args[k] if k < len(call_args) else call_kwargs.get(pname, default)
         v = to_msvm(v)
         if v is inspect.Parameter.empty or isinstance(v, (Unknown, UnknownData)):
-            specs.append(arg_var(pname, a, node, getattr(v, "dtype", None) if isinstance(v, UnknownData) else None))
+            specs.append(arg_var(pname, a, node, getattr(v, "dtype", None) if isinstance(v, UnknownData) else None, cell))
             continue
         specs.append(_value_spec(pname, v))
     star = node.args.vararg
@@ -157,5 +209,22 @@ def specs_for(params, node: ast.FunctionDef, declared, calls, module, skip_self:
             v = declared[k] if declared is not None and k < len(declared) else call_args[k]
             v = to_msvm(v)
             name = f"{star.arg}_{k - len(args)}"
-            specs.append(arg_var(name, star, node) if isinstance(v, (Unknown, UnknownData)) else _value_spec(name, v))
+            specs.append(arg_var(name, star, node, None, cell) if isinstance(v, (Unknown, UnknownData))
+                         else _value_spec(name, v))
+        if n <= len(args):        # nobody passes any: as many as construct unpacks or indexes
+            use = infer(node, star.arg, cell)
+            items = use.items if use.kind == "tuple" else [Use()] * _items_indexed(node, star.arg)
+            for j, u in enumerate(items):
+                specs.append(_var_of_use(f"{star.arg}_{j}", f"argument {star.arg}[{j}]", u, None, star.lineno,
+                                         star.col_offset))
     return specs
+
+
+def _items_indexed(node: ast.FunctionDef, name: str) -> int:
+    """1 + the largest constant index of ``name[k]`` in the body (``inputs[1]``: 2), else 0."""
+    n = 0
+    for e in ast.walk(node):
+        if isinstance(e, ast.Subscript) and isinstance(e.value, ast.Name) and e.value.id == name and \
+                isinstance(e.slice, ast.Constant) and isinstance(e.slice.value, int) and e.slice.value >= 0:
+            n = max(n, e.slice.value + 1)
+    return n

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import copy
 import inspect
 import math
 import time
@@ -118,6 +119,8 @@ class Calls:
             return self.call_function(fn, args, kwargs, node)
         if isinstance(fn, StaticBoundMethod) and fn.obj is self_obj and fn.fn.name != "construct":
             return self.call_function(fn.fn, [fn.obj] + list(args), kwargs, node, self_obj=fn.obj)
+        if fn in (copy.copy, copy.deepcopy) and len(args) == 1:     # config = copy.deepcopy(config)
+            return self.copied(args[0])
         if fn is builtins.int and len(args) == 1 and isinstance(args[0], SymInt):
             return args[0]
         if fn is jit_fn():
@@ -167,6 +170,17 @@ class Calls:
         if mod == "msvm.common.initializer":
             return self.initializer_call(fn, args, kwargs)
         return Unknown(f"call of {getattr(fn, '__qualname__', type(fn).__name__)}")
+
+    def copied(self, v):
+        """copy.copy / deepcopy of a value the analysis holds: a config object's attributes, a
+        container's items (within the size budget); anything else stays what it is."""
+        if isinstance(v, StaticObject):
+            out = StaticObject(v._static_class)
+            out.__dict__.update({k: self.copied(x) for k, x in v.__dict__.items() if k != "_static_class"})
+            return out
+        if isinstance(v, (list, tuple, dict)):
+            return self.afford(copy.copy(v)) if not isinstance(v, dict) else self.afford_dict(dict(v))
+        return v
 
     def initializer_call(self, fn, args, kwargs):
         """``initializer(init, shape, dtype)``: a placeholder of that shape (no data is drawn);

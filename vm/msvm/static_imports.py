@@ -23,7 +23,7 @@ from .static_objects import StaticNamespace
 from .static_values import Unknown
 
 # standard modules whose import only defines names (model zoos' helpers use them: to_2tuple)
-PURE_STDLIB = ("collections", "collections.abc", "itertools", "functools", "typing")
+PURE_STDLIB = ("collections", "collections.abc", "itertools", "functools", "typing", "copy")
 
 
 def allowed_module(name: str) -> bool:

@@ -218,15 +218,93 @@ def vgg_a():
 
 
 def test_mindcv_resnet_file_dumps_statically():
+    path = _mindcv_model("resnet.py")
+    by = {e.name: e for e in analyze(path.read_text(), str(path))}
+    assert by["ResNet"].error is None, by["ResNet"].error
+    assert signature(by["ResNet"].code) == "; (x: Tensor[float32, [x0,3,x2,x3]]) -> Tensor[float32, [x0,1000]]"
+
+
+def _mindcv_model(name):
     import importlib.util
 
     spec = importlib.util.find_spec("mindcv")
     if spec is None:
         pytest.fail("mindcv is not installed: `make` installs it (pip install --no-deps mindcv==0.3.0)")
-    path = pathlib.Path(spec.submodule_search_locations[0]) / "models" / "resnet.py"
+    return pathlib.Path(spec.submodule_search_locations[0]) / "models" / name
+
+
+def test_mindcv_vit_every_cell_through_package_relative_imports():
+    # VisionTransformer needs to_2tuple: vit.py -> layers/patch_embed.py -> layers/helpers.py, read, never run
+    path = _mindcv_model("vit.py")
     by = {e.name: e for e in analyze(path.read_text(), str(path))}
-    assert by["ResNet"].error is None, by["ResNet"].error
-    assert signature(by["ResNet"].code) == "; (x: Tensor[float32, [x0,3,x2,x3]]) -> Tensor[float32, [x0,1000]]"
+    assert set(by) >= {"Attention", "LayerScale", "Block", "VisionTransformer"}
+    assert all(e.error is None for e in by.values()), {n: str(e.error) for n, e in by.items() if e.error}
+    vt = by["VisionTransformer"]
+    assert signature(vt.code).startswith("; (x: Tensor[float32, [x0,3,x2,x3]])"), signature(vt.code)
+    assert any("its rank is 4, from its use" in n.message and "PatchEmbed.construct" in n.message for n in vt.notes)
+
+
+def test_mindcv_ghostnet_does_not_grow_shapes_without_bound():
+    # nested full slices and broadcasts once made select/max towers that hung the analysis
+    path = _mindcv_model("ghostnet.py")
+    entries = _analyze_within(path.read_text(), 30.0, str(path))
+    assert entries is not None, "the analysis of ghostnet.py did not finish"
+    assert all(e.error is None for e in entries), [str(e.error) for e in entries if e.error]
+
+
+def test_argument_kinds_and_ranks_from_use():
+    entries = analyze(P.USES, "uses.py")
+    by = {e.name: e for e in entries}
+    assert all(e.error is None for e in entries), [str(e.error) for e in entries if e.error]
+    # the parent's x: rank 3 from the use in Block.construct, last dim 768 from Block's Dense(768, 10)
+    assert signature(by["Parent"].code) == "; (x: Tensor[float32, [x0,x1,768]]) -> Tensor[float32, [x0,x1,10]]"
+    (note,) = by["Parent"].notes
+    assert "its rank is 3, from its use: unpacked from its shape (Block.construct line 14)" in note.message
+    assert not by["Parent"].assumed
+    tok = by["Tok"]
+    assert signature(tok.code).startswith("; (ids: Tensor[int32, [ids0,ids1]], n: int(n), use_bias: bool(use_bias), "
+                                          "hw[0]: int(hw_0), hw[1]: int(hw_1))"), signature(tok.code)
+    said = " | ".join(n.message for n in tok.notes)
+    assert "argument ids: Tensor<int32, [ids0,ids1]> (int ids: the ids of nn.Embedding" in said
+    assert "argument n: int n (a run-time symbol) (from its use: an argument of range()" in said
+    assert "argument use_bias: bool (a run-time flag) (from its use: tested as a flag" in said
+    assert "argument hw[0]: int hw_0" in said
+
+
+def test_a_declared_shape_the_sub_cell_cannot_take_is_a_certain_error_with_both_shapes():
+    e, _ = entry(P.USES_MISMATCH, "Parent")
+    assert e.code is None and isinstance(e.error, SourceError) and not isinstance(e.error, AssumedShapeError)
+    assert "[x0*x1,512] @ [10,768]" in e.error.message
+
+
+def test_star_args_and_config_classes_nobody_passes():
+    src = P.HEAD + '''import copy
+
+
+class NetConfig:
+    def __init__(self, hidden=32, classes=4):
+        self.hidden = hidden
+        self.classes = classes
+
+
+class Head(nn.Cell):
+    def __init__(self, config):
+        super().__init__()
+        config = copy.deepcopy(config)
+        self.fc = nn.Dense(config.hidden, config.classes)
+
+    def construct(self, *inputs):
+        x, y = inputs
+        return self.fc(x + y)
+'''
+    entries = analyze(src, "cfg.py")
+    (e,) = entries
+    assert e.error is None, e.error
+    # *inputs: as many tensors as construct unpacks; the Dense's width comes from the config's defaults
+    assert signature(e.code).startswith("; (inputs_0: Tensor[float32, [inputs_00,inputs_01]], inputs_1: "
+                                        "Tensor[float32, [inputs_10,inputs_11]]) -> Tensor[float32, ["), signature(e.code)
+    assert signature(e.code).endswith(",4]]") and "Tensor[float32, [4,32]]" in params_of(e.code)
+    assert any("assumed config = NetConfig() (its defaults" in n.message for n in entries.notes)
 
 
 def test_training_loop_at_module_level():
@@ -257,10 +335,10 @@ def test_dump_prints_notes_and_exits_cleanly(tmp_path):
 
 # ---------------------------------------------------------------- the bounded evaluator
 
-def _analyze_within(source, seconds):
+def _analyze_within(source, seconds, filename="hostile.py"):
     """analyze(source) on a thread; its entries, or None if it did not finish in time."""
     out = []
-    t = threading.Thread(target=lambda: out.append(analyze(source, "hostile.py")), daemon=True)
+    t = threading.Thread(target=lambda: out.append(analyze(source, filename)), daemon=True)
     t.start()
     t.join(seconds)
     return out[0] if out else None

@@ -86,6 +86,17 @@ class Entries(list):
     notes: list = []
 
 
+def _uncertain_if_built_on_assumptions(err, name, cell):
+    """A certain error of a Cell whose ``__init__`` ran on values the analysis assumed (an
+    ``if`` it could not decide, a symbol's assumed value, a loop it stopped) is not certain: the
+    real structure may differ."""
+    n = getattr(cell, "__dict__", {}).get("_static_assumed", 0)
+    if err is None or not n or not isinstance(err, SourceError) or not getattr(err, "certain", True):
+        return err
+    return AssumedShapeError(f"{err.message} (found with {n} value(s) the analysis assumed while building {name}; "
+                             f"see the notes)", err.filename, err.line, err.col, err.end_line, err.end_col)
+
+
 def _as_source_error(err, filename, node) -> SourceError:
     if isinstance(err, SourceError):
         return err
@@ -119,6 +130,7 @@ def analyze(source: str, filename: str, budget: Budget | None = None) -> Entries
         e = Entry(cls.name, cls.node.lineno, cls.node.col_offset, "cell", construct_line=cnode.lineno,
                   end_line=cls.node.end_lineno or cls.node.lineno)
         entries.append(e)
+        cell = None
         try:
             objs = [i for i in cls.instances if id(i) in instances] + list(cls.instances)
             if objs:
@@ -149,6 +161,7 @@ def analyze(source: str, filename: str, budget: Budget | None = None) -> Entries
         except Exception as err:  # noqa: BLE001 - an analysis bug must not cost the file its other Cells
             e.error = FrontendError(f"msvm could not compile {cls.name} statically ({type(err).__name__}: {err})",
                                     filename, cnode.lineno, cnode.col_offset)
+        e.error = _uncertain_if_built_on_assumptions(e.error, cls.name, cell)
     # a Cell whose shapes were assumed on its own is shown as its parent calls it
     called = {}
     for e in entries:

@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import ast
 import builtins
+import collections
 import copy
+import functools
 import inspect
 import math
 import time
@@ -35,6 +37,7 @@ from .static_objects import (
     StaticClass,
     StaticFunction,
     StaticObject,
+    StaticPartial,
     Super,
     init_real_base,
 )
@@ -100,6 +103,14 @@ class Calls:
         args, kwargs = self.call_args(node, env, self_obj)
         if args is None:
             return Unknown("*args")
+        return self.apply(fn, args, kwargs, node, self_obj)
+
+    def apply(self, fn, args, kwargs, node, self_obj, direct: bool = True):
+        """``fn(*args, **kwargs)`` at ``node`` (``direct``: the arguments are those written at node)."""
+        if fn is functools.partial and args:           # norm_layer=partial(nn.LayerNorm, epsilon=1e-6)
+            return StaticPartial(args[0], tuple(args[1:]), dict(kwargs))
+        if isinstance(fn, StaticPartial):
+            return self.apply(fn.fn, list(fn.args) + list(args), {**fn.kwargs, **kwargs}, node, self_obj, False)
         if isinstance(fn, Unknown):
             return self.unknown_builder(fn, args, kwargs, node)
         if isinstance(fn, StaticClass):
@@ -117,8 +128,13 @@ class Calls:
             if fn.jit:
                 return Unknown(f"result of {fn.name}()")
             return self.call_function(fn, args, kwargs, node)
-        if isinstance(fn, StaticBoundMethod) and fn.obj is self_obj and fn.fn.name != "construct":
+        if isinstance(fn, StaticBoundMethod) and (fn.obj is self_obj or isinstance(fn.obj, StaticObject)) and \
+                fn.fn.name != "construct":        # self._make_layer(...), cnf.adjust_channels(...)
+            if fn.fn.is_static():
+                return self.call_function(fn.fn, list(args), kwargs, node)
             return self.call_function(fn.fn, [fn.obj] + list(args), kwargs, node, self_obj=fn.obj)
+        if fn is collections.OrderedDict:                # an ordered dict is a dict
+            fn = builtins.dict
         if fn in (copy.copy, copy.deepcopy) and len(args) == 1:     # config = copy.deepcopy(config)
             return self.copied(args[0])
         if fn is builtins.int and len(args) == 1 and isinstance(args[0], SymInt):
@@ -160,7 +176,7 @@ class Calls:
                 and getattr(fn, "__name__", "") in ("append", "set_inputs", "set_train", "extend", "insert"):
             return fn(*[to_msvm(a) for a in args], **kwargs)
         if isinstance(fn, type) and buildable(fn):
-            if not any(isinstance(a, ast.Starred) for a in node.args):
+            if direct and not any(isinstance(a, ast.Starred) for a in node.args):
                 args = [named_symbol(a, n) for a, n in zip(args, node.args)]
                 kwargs = {k.arg: named_symbol(kwargs[k.arg], k.value) for k in node.keywords if k.arg}
             return self.construct_msvm(fn, args, kwargs)
@@ -208,7 +224,7 @@ class Calls:
         if init is None:
             return fn
         names = set(init.signature(kwonly=True).parameters)
-        self.note(f"assumed {ast.unparse(node.func)}(...) builds {cls.name} from its keyword arguments", node)
+        self.assume(f"assumed {ast.unparse(node.func)}(...) builds {cls.name} from its keyword arguments", node)
         return self.instantiate(cls, [], {k: v for k, v in kwargs.items() if k in names})
 
     def numpy_call(self, fn, mod, args, kwargs):
@@ -336,7 +352,9 @@ class Calls:
                     return Unknown(f"{cls.name} extends {base.__name__}: {e}")
             cls.instances.append(obj)
             return obj
+        before = self.assumptions
         self.run_init(cls, init, self.bind_init(cls, init, obj, args, kwargs), obj)
+        object.__setattr__(obj, "_static_assumed", self.assumptions - before)   # (values assumed while built)
         cls.instances.append(obj)
         return obj
 
@@ -372,8 +390,15 @@ class Calls:
                 params[p.name] = p.default
             else:
                 params[p.name] = self.assumed_config(init, i) or SymInt.named(p.name)
+        defaults = {p.name: p.default for p in sig}
         for name, v in params.items():     # an unknown argument (cfg.hidden) is a symbol named after it
-            if isinstance(v, Unknown):
+            d = defaults.get(name, inspect.Parameter.empty)
+            size = isinstance(d, int) and not isinstance(d, bool)
+            if isinstance(v, (Unknown, SymInt)) and d is not inspect.Parameter.empty and not size:
+                # a rate, a flag, a name, a layer: not a size, so not a symbol; its default is assumed
+                self.assume(f"assumed {name} = {d!r} (its default: its value is not known statically)", init.node)
+                params[name] = d
+            elif isinstance(v, Unknown):
                 params[name] = SymInt.named(name, f"its value is not known statically ({v.why})")
         return params
 
@@ -399,7 +424,7 @@ class Calls:
                                                                         inspect.Parameter.VAR_KEYWORD)
                for p in list(ctor.signature(kwonly=True).parameters.values())[1:]):
             return None
-        self.note(f"assumed {a.arg} = {cls.name}() (its defaults: nobody passes {a.arg})", a)
+        self.assume(f"assumed {a.arg} = {cls.name}() (its defaults: nobody passes {a.arg})", a)
         return self.instantiate_object(cls, [], {})
 
     def run_init(self, cls, init, env, obj):

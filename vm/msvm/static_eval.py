@@ -38,7 +38,7 @@ from .bytecode.symbolic import Expr
 from .nn.cell import Cell
 from .static_calls import Calls
 from .static_imports import Imports, allowed_module
-from .static_objects import StaticCell, StaticClass, StaticFunction, StaticNamespace, StaticObject, Super
+from .static_objects import StaticBoundMethod, StaticCell, StaticClass, StaticFunction, StaticNamespace, StaticObject, Super
 from .static_values import (
     BUILTINS,
     AbstractArray,
@@ -84,6 +84,7 @@ class StaticModule(Calls, Imports):
         self.allocated = 0           # items of strings / containers made so far (total_size)
         self.depth = 0
         self.cells_built = 0         # user Cells instantiated so far
+        self.assumptions = 0         # values assumed so far (``assume``)
         self.line = 1
         self.started = time.monotonic() if started is None else started
         self.slice("the module's top level")
@@ -155,10 +156,16 @@ class StaticModule(Calls, Imports):
         self.allocated += len(d)
         return d
 
+    def assume(self, message: str, node=None):
+        """A note of a value the analysis assumed: what is built after it may differ at run time
+        (a Cell built under assumptions gets no certain errors)."""
+        self.assumptions += 1
+        self.note(message, node)
+
     def concrete(self, v, node=None):
         """A SymInt's assumed value (noted), other values unchanged."""
         if isinstance(v, SymInt):
-            self.note(f"assumed {v.name} = {v.assumed} (its value is not known statically; structure that "
+            self.assume(f"assumed {v.name} = {v.assumed} (its value is not known statically; structure that "
                       f"depends on it follows this value)", node)
             return v.assumed
         return v
@@ -210,7 +217,7 @@ class StaticModule(Calls, Imports):
         elif isinstance(st, ast.If):
             test = self.concrete(self.eval(st.test, env, self_obj), st)
             if isinstance(test, (Unknown, Tensor, AbstractArray, UnknownData)):
-                self.note("this condition is not known statically; the analysis assumed it true", st)
+                self.assume("this condition is not known statically; the analysis assumed it true", st)
                 test = True
             self.exec_block(st.body if test else st.orelse, env, module_level, self_obj)
         elif isinstance(st, ast.For):
@@ -250,7 +257,7 @@ class StaticModule(Calls, Imports):
             cap = self.budget.loop
             for k, v in enumerate(seq):
                 if k >= cap:
-                    self.note(f"loop stopped after {cap} of {len(seq)} iterations (the analysis does not run "
+                    self.assume(f"loop stopped after {cap} of {len(seq)} iterations (the analysis does not run "
                               f"loops to the end)", st)
                     return
                 self.assign(st.target, v, env, self_obj)
@@ -268,7 +275,7 @@ class StaticModule(Calls, Imports):
                 return
             if not self._loop_body(st, env, module_level, self_obj):
                 return
-        self.note(f"loop stopped after {self.budget.loop} iterations (the analysis does not run loops to the end)",
+        self.assume(f"loop stopped after {self.budget.loop} iterations (the analysis does not run loops to the end)",
                   st)
 
     def assign(self, target, value, env, self_obj):
@@ -283,9 +290,20 @@ class StaticModule(Calls, Imports):
             else:
                 for t in target.elts:
                     self.assign(t, Unknown("unpacking"), env, self_obj)
+        elif isinstance(target, ast.Subscript):        # layers["conv"] = nn.Conv2d(...), out[k] = v
+            obj = self.eval(target.value, env, self_obj)
+            key = self.concrete(self.eval(target.slice, env, self_obj), target)
+            if isinstance(obj, dict) and isinstance(key, (str, int, float, bool, tuple)) and \
+                    not isinstance(key, SymInt):
+                if key not in obj and len(obj) >= self.budget.size:
+                    return
+                obj[key] = value
+                self.allocated += 1
+            elif isinstance(obj, list) and isinstance(key, int) and -len(obj) <= key < len(obj):
+                obj[key] = value
         elif isinstance(target, ast.Attribute):
             obj = self.eval(target.value, env, self_obj)
-            if isinstance(obj, StaticObject) and obj is self_obj:
+            if isinstance(obj, StaticObject):       # (a config's attributes: ``block_cnf.stride = 1``)
                 obj.__dict__[target.attr] = value
             elif isinstance(obj, StaticCell) and (obj is self_obj):
                 if isinstance(value, UnknownData):
@@ -415,7 +433,7 @@ class StaticModule(Calls, Imports):
                 return base.__dict__[attr]
             m = base._static_class.find_method(attr)
             if m is not None:
-                return Unknown(f"method {attr} of {base._static_class.name}")
+                return StaticBoundMethod(m, base)
             try:
                 return base._static_class.find_attr(attr)
             except KeyError:

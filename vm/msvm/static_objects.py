@@ -31,6 +31,10 @@ class StaticFunction:
     def name(self):
         return self.node.name
 
+    def is_static(self) -> bool:
+        """Decorated ``@staticmethod``: called without the instance."""
+        return any(isinstance(d, ast.Name) and d.id == "staticmethod" for d in self.node.decorator_list)
+
     def source(self) -> FunctionSource:
         return FunctionSource(self.node, self.module.filename, 0, 0, self.module.env, {}, self.node.name)
 
@@ -215,6 +219,14 @@ class StaticObject:
 
     def __repr__(self):
         return f"<static {self._static_class.name}>"
+
+
+class StaticPartial:
+    """``functools.partial(fn, *args, **kwargs)`` of a value the analysis holds: calling it calls
+    ``fn`` with those arguments first (a model zoo's ``norm_layer=partial(nn.LayerNorm, ...)``)."""
+
+    def __init__(self, fn, args: tuple, kwargs: dict):
+        self.fn, self.args, self.kwargs = fn, args, kwargs
 
 
 class StaticNamespace:

@@ -51,15 +51,16 @@ Used by ``msvm dump``, the language server and the debugger's breakpoint check.
 from __future__ import annotations
 
 import ast
+import re
 from dataclasses import dataclass, field
 
 from .bytecode.code import Code
 from .errors import FrontendError, MsvmError, SourceError, VerifyError
-from .frontend.compiler import compile_cell_for, compile_function
+from .frontend.compiler import compile_cell_for, compile_function, named_children
 from .static_eval import StaticCell, StaticModule  # noqa: F401 - StaticCell: re-exported
 from .static_ranks import AssumedShapeError, compile_assuming
 from .static_specs import RankVar, attr_vars, specs_for
-from .static_values import Budget, Note, OutOfBudget, Unknown
+from .static_values import Budget, Note, OutOfBudget, SymInt, Unknown
 
 __all__ = ["AssumedShapeError", "Budget", "Entry", "Note", "StaticModule", "Unknown", "analyze", "analyze_file"]
 
@@ -84,6 +85,56 @@ class Entries(list):
     """analyze()'s result: the entries, and the notes about the whole file."""
 
     notes: list = []
+
+
+_UNBOUND = re.compile(r"uses ([\w, ]+): no argument binds it")
+
+
+def _compile_cell(e: Entry, cell, specs, attrs, filename, rounds: int = 3):
+    """compile_assuming for a Cell; a size nobody passed that construct needs as a value (a shape
+    ``(-1, hidden)``: a symbol no argument binds) takes its assumed value, noted, and it is tried again."""
+    for k in range(rounds + 1):
+        try:
+            compile_assuming(e, specs, attrs, lambda sp, c=cell: compile_cell_for(c, sp), filename)
+            return
+        except (FrontendError, VerifyError) as err:
+            m = _UNBOUND.search(str(err))
+            fixed = _assume_sizes(cell, {n.strip() for n in m.group(1).split(",")}) if m and k < rounds else []
+            if not fixed:
+                if k and isinstance(err, SourceError) and getattr(err, "certain", True):
+                    raise AssumedShapeError(f"{err.message} (with sizes nobody passes assumed; see the notes)",
+                                            err.filename, err.line, err.col, err.end_line, err.end_col) from None
+                raise
+            e.assumed = True
+            for name, value, line, col in fixed:
+                e.notes.append(Note(line, col, f"assumed {name} = {value}: construct needs its value and nobody "
+                                               f"passes it (pass it where the Cell is built to know it)"))
+
+
+def _assume_sizes(cell, names: set) -> list:
+    """Set the SymInt attributes of the Cell tree named in ``names`` to their assumed values;
+    [(name, value, line, col)] of those set."""
+    out, seen = [], set()
+
+    def walk(obj):
+        if id(obj) in seen:
+            return
+        seen.add(id(obj))
+        for k, v in list(obj.__dict__.items()):
+            if isinstance(v, SymInt) and v.expr.as_symbol() in names:
+                object.__setattr__(obj, k, v.assumed)
+                node = getattr(getattr(obj, "_static_class", None), "node", None)
+                out.append((v.name, v.assumed, getattr(node, "lineno", 1), getattr(node, "col_offset", 0)))
+            elif isinstance(v, (tuple, list)) and any(isinstance(x, SymInt) and x.expr.as_symbol() in names
+                                                      for x in v):
+                object.__setattr__(obj, k, type(v)(x.assumed if isinstance(x, SymInt) and x.expr.as_symbol() in
+                                                   names else x for x in v))
+                out.append((", ".join(sorted(names)), SymInt.ASSUMED, 1, 0))
+        for _, child in named_children(obj):
+            walk(child)
+
+    walk(cell)
+    return out
 
 
 def _uncertain_if_built_on_assumptions(err, name, cell):
@@ -149,8 +200,7 @@ def analyze(source: str, filename: str, budget: Budget | None = None) -> Entries
             calls = cell.__dict__.get("_static_calls") or []
             specs = specs_for(cell.__msvm_construct_params__(), cnode, declared, calls, module, True, cell)
             taken = {s.name for s in specs if isinstance(s, RankVar)} | set(param_names(cnode))
-            compile_assuming(e, specs, attr_vars(cell, taken), lambda sp, c=cell: compile_cell_for(c, sp),
-                              filename)
+            _compile_cell(e, cell, specs, attr_vars(cell, taken), filename)
         except (FrontendError, VerifyError) as err:
             e.error = err
         except MsvmError as err:

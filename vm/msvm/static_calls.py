@@ -71,6 +71,9 @@ from .static_values import (
 )
 from .tensor import Parameter, Tensor
 
+NP_SAME_SHAPE = {"tril", "triu", "abs", "exp", "log", "sqrt", "sin", "cos", "tanh", "negative", "square", "clip",
+                 "round", "floor", "ceil", "ascontiguousarray", "copy"}
+
 
 class Calls:
     """The call half of the abstract evaluator (mixed into ``StaticModule``)."""
@@ -173,7 +176,7 @@ class Calls:
                 return self.afford(fn(*args, **kwargs))
             return Unknown(f"math.{fn.__name__}")
         if callable(fn) and getattr(fn, "__self__", None) is not None and isinstance(fn.__self__, Cell) \
-                and getattr(fn, "__name__", "") in ("append", "set_inputs", "set_train", "extend", "insert"):
+                and getattr(fn, "__name__", "") in ("append", "set_inputs", "set_train", "extend", "insert", "to_float"):
             return fn(*[to_msvm(a) for a in args], **kwargs)
         if isinstance(fn, type) and buildable(fn):
             if direct and not any(isinstance(a, ast.Starred) for a in node.args):
@@ -201,6 +204,14 @@ class Calls:
     def initializer_call(self, fn, args, kwargs):
         """``initializer(init, shape, dtype)``: a placeholder of that shape (no data is drawn);
         an Initializer object itself is only a description."""
+        if isinstance(fn, type):      # TruncatedNormal(0.02): a description of how to draw, built as it is
+            vals = list(args) + list(kwargs.values())
+            if any(isinstance(a, (Unknown, SymInt, UnknownData, Tensor)) for a in vals):
+                return Unknown("an initializer of unknown arguments")
+            try:
+                return fn(*args, **kwargs)
+            except Exception as e:  # noqa: BLE001
+                return Unknown(f"{fn.__name__}: {e}")
         if getattr(fn, "__name__", "") != "initializer":
             return Unknown("an initializer")
         shape = kwargs.get("shape", args[1] if len(args) > 1 else None)
@@ -244,6 +255,13 @@ class Calls:
         random = "random" in mod or name in NP_RANDOM and "random" in repr(fn)
         if name in NP_CREATE or name in NP_RANDOM:
             return np_call(name, random and name in NP_RANDOM, args, kwargs)
+        if name in ("finfo", "iinfo") and len(args) == 1 and isinstance(args[0], (type, np.dtype)):
+            return fn(args[0])                        # np.finfo(np.float32).min: a constant
+        if name in NP_SAME_SHAPE and args and isinstance(args[0], AbstractArray):    # np.tril(np.ones((n, n)))
+            a = args[0]
+            if a.values is not None and all(not isinstance(x, (Unknown, SymInt)) for x in args[1:]):
+                return AbstractArray.of(np.asarray(fn(a.values, *args[1:], **kwargs)))
+            return AbstractArray(a.shape, a.dtype)
         if name in ("float32", "float64", "float16", "int32", "int64") and not args:
             return Unknown("numpy scalar")
         if all(isinstance(a, (int, float)) for a in args) and name in NP_FOLD:
@@ -441,7 +459,7 @@ class Calls:
 
 
 def _small_range(name, args, kwargs, limit: int = 4096):
-    """np.linspace / np.arange over plain numbers, as a list of numpy scalars, when it has at
+    """np.linspace / np.arange over plain numbers, with its values, when it has at
     most ``limit`` items (its length is worked out before anything is built); else None."""
     try:
         if name == "linspace":
@@ -452,7 +470,7 @@ def _small_range(name, args, kwargs, limit: int = 4096):
             n = int(math.ceil((stop - start) / step)) if step else limit + 1
         if not 0 <= n <= limit:
             return None
-        return list((np.linspace if name == "linspace" else np.arange)(*args, **kwargs))
+        return AbstractArray.of((np.linspace if name == "linspace" else np.arange)(*args, **kwargs))
     except (TypeError, ValueError, ZeroDivisionError, OverflowError, IndexError):
         return None
 

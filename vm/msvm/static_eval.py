@@ -33,6 +33,8 @@ import operator as o
 import os
 import time
 
+import numpy as np
+
 from . import dtype as dt
 from .bytecode.symbolic import Expr
 from .nn.cell import Cell
@@ -253,6 +255,8 @@ class StaticModule(Calls, Imports):
 
     def exec_for(self, st, env, module_level, self_obj):
         seq = self.eval(st.iter, env, self_obj)
+        if isinstance(seq, AbstractArray) and seq.values is not None:
+            seq = seq.items()
         if isinstance(seq, (range, list, tuple, str)):
             cap = self.budget.loop
             for k, v in enumerate(seq):
@@ -397,6 +401,10 @@ class StaticModule(Calls, Imports):
                 return self.afford(base[idx])
             if isinstance(base, Cell) and isinstance(idx, int):
                 return base[idx]
+            if isinstance(base, AbstractArray) and base.values is not None and \
+                    isinstance(idx, (int, slice, tuple, np.integer)):
+                r = base.values[idx]
+                return AbstractArray.of(r) if isinstance(r, np.ndarray) else r
             return Unknown("subscript")
         if isinstance(node, ast.Slice):
             return slice(*(None if p is None else self.concrete(ev(p), node)
@@ -404,6 +412,8 @@ class StaticModule(Calls, Imports):
         if isinstance(node, ast.ListComp) and len(node.generators) == 1 and not node.generators[0].ifs:
             g = node.generators[0]
             seq = ev(g.iter)
+            if isinstance(seq, AbstractArray) and seq.values is not None:
+                seq = seq.items()
             if not isinstance(seq, (range, list, tuple)) or len(seq) > self.budget.loop:
                 return Unknown("comprehension")
             out = []
@@ -449,10 +459,10 @@ class StaticModule(Calls, Imports):
             except KeyError:
                 return Unknown(f"{base.name}.{attr}")
         if isinstance(base, AbstractArray):
-            if attr in ("shape", "dtype", "ndim", "T", "astype", "reshape"):
+            if attr in ("shape", "dtype", "ndim", "T", "astype", "reshape", "tolist"):
                 return getattr(base, attr)
             return Unknown(f"array.{attr}")
-        if isinstance(base, AbstractRng):
+        if isinstance(base, AbstractRng) or isinstance(base, (np.finfo, np.iinfo)):
             return getattr(base, attr)
         if isinstance(base, list) and attr in ("append", "extend", "insert", "index", "count", "copy"):
             return ListMethod(self, base, attr)
@@ -469,7 +479,8 @@ class StaticModule(Calls, Imports):
         if isinstance(a, SymInt) or isinstance(b, SymInt):
             return self.sym_binop(op, a, b)
         if isinstance(a, AbstractArray) or isinstance(b, AbstractArray):
-            return array_binop(a, b)
+            return array_binop(a, b, {ast.Add: o.add, ast.Sub: o.sub, ast.Mult: o.mul, ast.Div: o.truediv,
+                                      ast.FloorDiv: o.floordiv, ast.Pow: o.pow}.get(op))
         table = {ast.Add: o.add, ast.Sub: o.sub, ast.Mult: o.mul, ast.Div: o.truediv, ast.FloorDiv: o.floordiv,
                  ast.Mod: o.mod, ast.Pow: o.pow}
         ok = (int, float, bool, tuple, list, str)

@@ -89,6 +89,11 @@ def _params(node: ast.FunctionDef, skip_self: bool) -> list:
     return names[1:] if skip_self else names
 
 
+# msvm layers whose output has their input's shape: ``self.attn(self.norm1(x))`` passes x's rank on
+SAME_SHAPE = {"LayerNorm", "Dropout", "ReLU", "ReLU6", "GELU", "SiLU", "Sigmoid", "Tanh", "Softmax", "LeakyReLU",
+              "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "Identity", "HSwish", "HSigmoid", "ELU", "Softplus"}
+
+
 def infer(node: ast.FunctionDef, pname: str, cell=None, depth: int = 0, where: str = "") -> Use:
     """What ``node``'s body says about its parameter ``pname``; ``cell``: the object whose method
     it is (its sub-Cells are followed)."""
@@ -96,7 +101,14 @@ def infer(node: ast.FunctionDef, pname: str, cell=None, depth: int = 0, where: s
     where = where or node.name
 
     def ref(e):
-        return isinstance(e, ast.Name) and e.id == pname
+        if isinstance(e, ast.Name):
+            return e.id == pname
+        if isinstance(e, ast.Call) and len(e.args) == 1 and cell is not None:     # self.norm1(x)
+            attr = _is_self_attr(e.func)
+            target = cell.__dict__.get(attr) if attr is not None else None
+            return type(target).__name__ in SAME_SHAPE and getattr(target, "_static_class", None) is None and \
+                ref(e.args[0])
+        return False
 
     def at(n) -> str:
         return f"{where} line {getattr(n, 'lineno', node.lineno)}"

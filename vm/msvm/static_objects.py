@@ -145,6 +145,8 @@ class StaticCell(Cell):
             v = d[name]
             if isinstance(v, SymInt):        # a size nobody passed: its symbol (bound by a weight's shape)
                 return v.expr
+            if isinstance(v, (tuple, list)) and any(isinstance(x, SymInt) for x in v):     # (-1, hidden)
+                return type(v)(x.expr if isinstance(x, SymInt) else x for x in v)
             if isinstance(v, (Unknown, UnknownData)):
                 from .bytecode.types import ShapeError
                 why = v.why if not isinstance(v, SymInt) else f"{v.name}: {v.why}"

@@ -10,14 +10,15 @@ from __future__ import annotations
 import itertools
 import time
 
-from .bytecode.symbolic import SymbolicError, work_limit
+from .bytecode.symbolic import SymbolicError, size_limit, work_limit
 from .errors import FrontendError, MsvmError, SourceError, VerifyError
 from .static_specs import RankVar
 from .static_values import Note, parameter
 
 MAX_TRIES = 16               # compiles tried per Cell when ranks are assumed
 COMPILE_SECONDS = 2.0        # time for those tries, per Cell
-COMPILE_WORK = 1 << 22       # term operations of symbolic arithmetic per try (the frontend's; verify has its own)
+COMPILE_WORK = 1 << 20       # term operations of symbolic arithmetic per try (the frontend's; verify has its own)
+EXPR_SIZE = 2048             # atoms of one symbolic dim
 
 
 class AssumedShapeError(FrontendError):
@@ -54,7 +55,7 @@ def compile_assuming(entry, specs: list, attr_vars: list, compile_fn, filename):
             setattr(v.owner, v.attr, parameter(t, v.attr) if v.parameter else t)
         concrete = [s.spec(chosen) if isinstance(s, RankVar) else s for s in specs]
         try:
-            with work_limit(COMPILE_WORK):
+            with work_limit(COMPILE_WORK), size_limit(EXPR_SIZE):
                 entry.code = compile_fn(concrete)
         except (FrontendError, VerifyError, MsvmError, SymbolicError) as err:
             if first_err is None:

@@ -36,7 +36,7 @@ class Budget:
     steps: int = 200_000           # statements + expressions, per slice
     seconds: float = 0.5           # per slice (the top level; each factory and Cell built on its own)
     total_seconds: float = 0.8     # all slices of one document together
-    min_seconds: float = 0.05      # a slice started after that still gets this much
+    min_seconds: float = 0.2       # a slice started after that still gets this much
     int_bits: int = 4096           # a larger int is Unknown
     size: int = 1 << 20            # items of one string / list / tuple
     total_size: int = 1 << 22      # items of all of them, per document
@@ -161,17 +161,24 @@ class SymInt:
 
 @dataclass
 class AbstractArray:
-    """A numpy array known only by shape and dtype (dims: ints or SymInt)."""
+    """A numpy array known only by shape and dtype (dims: ints or SymInt); ``values``: the array
+    itself when it is small and made from plain numbers (``np.arange(seq)``, drop-path rates)."""
 
     shape: tuple
     dtype: np.dtype
+    values: object = None
+
+    @classmethod
+    def of(cls, arr: np.ndarray) -> "AbstractArray":
+        return cls(tuple(arr.shape), arr.dtype, arr)
 
     def astype(self, d, *a, **k):
-        return AbstractArray(self.shape, np.dtype(dt.as_dtype(d).np if isinstance(d, dt.DType) else d))
+        d = np.dtype(dt.as_dtype(d).np if isinstance(d, dt.DType) else d)
+        return AbstractArray(self.shape, d, None if self.values is None else self.values.astype(d))
 
     @property
     def T(self):
-        return AbstractArray(self.shape[::-1], self.dtype)
+        return AbstractArray(self.shape[::-1], self.dtype, None if self.values is None else self.values.T)
 
     @property
     def ndim(self):
@@ -179,9 +186,20 @@ class AbstractArray:
 
     def reshape(self, *shape):
         shape = shape[0] if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
+        if self.values is not None and all(isinstance(d, int) for d in shape):
+            return AbstractArray.of(self.values.reshape(shape))
         total = int(np.prod(self.shape))
         known = int(np.prod([d for d in shape if d != -1]))
         return AbstractArray(tuple(total // known if d == -1 else d for d in shape), self.dtype)
+
+    def items(self) -> list | None:
+        """Its items (numpy scalars or AbstractArrays) when its values are known, else None."""
+        if self.values is None:
+            return None
+        return [AbstractArray.of(v) if isinstance(v, np.ndarray) else v for v in self.values]
+
+    def tolist(self):
+        return self.values.tolist() if self.values is not None else Unknown("values of an array")
 
 
 class AbstractRng:
@@ -278,10 +296,23 @@ def np_call(fn_name: str, random: bool, args, kwargs):
     return Unknown(f"numpy.{fn_name}")
 
 
-def array_binop(a, b):
+VALUES_KEPT = 1 << 16       # items of an array whose values the analysis computes
+
+
+def array_binop(a, b, op=None):
     shapes = [x.shape if isinstance(x, AbstractArray) else () for x in (a, b)]
     if not all(isinstance(x, (AbstractArray, int, float)) for x in (a, b)):
         return Unknown("arithmetic on unknown values")
+    vals = [x.values if isinstance(x, AbstractArray) else x for x in (a, b)]
+    if op is not None and all(v is not None for v in vals) and not any(isinstance(d, SymInt) for sh in shapes
+                                                                        for d in sh):
+        try:
+            if math.prod(np.broadcast_shapes(*shapes)) > VALUES_KEPT:
+                raise ValueError("too large to keep its values")
+            with np.errstate(all="ignore"):
+                return AbstractArray.of(np.asarray(op(*vals)))
+        except (TypeError, ValueError, ArithmeticError):
+            pass
     try:
         shape = np.broadcast_shapes(*shapes)
     except (TypeError, ValueError):

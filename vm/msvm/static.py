@@ -51,6 +51,8 @@ Used by ``msvm dump``, the language server and the debugger's breakpoint check.
 from __future__ import annotations
 
 import ast
+import inspect
+import os
 import re
 from dataclasses import dataclass, field
 
@@ -87,6 +89,7 @@ class Entries(list):
     notes: list = []
 
 
+_MSVM_DIR = os.path.dirname(os.path.abspath(__file__))
 _UNBOUND = re.compile(r"uses ([\w, ]+): no argument binds it")
 
 
@@ -135,6 +138,61 @@ def _assume_sizes(cell, names: set) -> list:
 
     walk(cell)
     return out
+
+
+def _inside(err, cls) -> bool:
+    node = cls.node
+    return os.path.abspath(err.filename) == os.path.abspath(cls.module.filename) and \
+        node.lineno <= err.line <= (node.end_lineno or node.lineno)
+
+
+def _in_library_class(obj, err) -> bool:
+    try:
+        lines, start = inspect.getsourcelines(type(obj))
+        path = inspect.getsourcefile(type(obj))
+    except (OSError, TypeError):
+        return False
+    return os.path.abspath(path or "") == os.path.abspath(err.filename) and start <= err.line < start + len(lines)
+
+
+def _leads_to(obj, err, depth: int = 0, strict: bool = True) -> bool:
+    """The error lies in the Cell ``obj``: its class in the document, or (an msvm layer) its class's
+    source (``strict``) or any of msvm's library code."""
+    cls = getattr(obj, "_static_class", None)
+    if cls is None:
+        if strict:
+            return _in_library_class(obj, err)
+        return depth < 8 and os.path.abspath(err.filename).startswith(_MSVM_DIR)
+    if _inside(err, cls):
+        return True
+    construct = cls.find_method("construct")
+    for n in ast.walk(construct.node) if construct is not None and depth < 8 else ():
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and isinstance(n.func.value, ast.Name) \
+                and n.func.value.id == "self":
+            sub = obj.__dict__.get(n.func.attr)
+            if sub is not None and sub is not obj and _leads_to(sub, err, depth + 1, strict):
+                return True
+    return False
+
+
+def _at_call_site(err, cell, cls, filename):
+    """An error found in a sub-Cell (or in msvm's own layers) while compiling ``cls`` is reported at
+    the line of ``cls.construct`` that calls it, with the callee's message (both shapes) and where
+    it arose: the place the caller's shapes go wrong."""
+    if not isinstance(err, SourceError) or cell is None or _inside(err, cls):
+        return err
+    construct = cls.find_method("construct")
+    calls = [n for n in ast.walk(construct.node) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+             and isinstance(n.func.value, ast.Name) and n.func.value.id == "self"]
+    if type(err) not in (FrontendError, AssumedShapeError, VerifyError):
+        return err
+    for strict, n in [(True, n) for n in calls] + [(False, n) for n in calls]:     # its own class first
+        sub = cell.__dict__.get(n.func.attr)
+        if sub is not None and _leads_to(sub, err, 0, strict):
+            where = f"{os.path.basename(err.filename)}:{err.line}"
+            return type(err)(f"{err.message} (in {type(sub).__name__}, {where})", filename, n.lineno, n.col_offset,
+                             n.end_lineno, n.end_col_offset)
+    return err
 
 
 def _uncertain_if_built_on_assumptions(err, name, cell):
@@ -212,6 +270,7 @@ def analyze(source: str, filename: str, budget: Budget | None = None) -> Entries
             e.error = FrontendError(f"msvm could not compile {cls.name} statically ({type(err).__name__}: {err})",
                                     filename, cnode.lineno, cnode.col_offset)
         e.error = _uncertain_if_built_on_assumptions(e.error, cls.name, cell)
+        e.error = _at_call_site(e.error, cell, cls, filename)
     # a Cell whose shapes were assumed on its own is shown as its parent calls it
     called = {}
     for e in entries:

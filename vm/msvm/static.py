@@ -59,6 +59,7 @@ from dataclasses import dataclass, field
 from .bytecode.code import Code
 from .errors import FrontendError, MsvmError, SourceError, VerifyError
 from .frontend.compiler import compile_cell_for, compile_function, named_children
+from .nn.cell import Cell
 from .static_eval import StaticCell, StaticModule  # noqa: F401 - StaticCell: re-exported
 from .static_ranks import AssumedShapeError, compile_assuming
 from .static_specs import RankVar, attr_vars, specs_for
@@ -158,6 +159,8 @@ def _in_library_class(obj, err) -> bool:
 def _leads_to(obj, err, depth: int = 0, strict: bool = True) -> bool:
     """The error lies in the Cell ``obj``: its class in the document, or (an msvm layer) its class's
     source (``strict``) or any of msvm's library code."""
+    if not isinstance(obj, Cell):
+        return False
     cls = getattr(obj, "_static_class", None)
     if cls is None:
         if strict:
@@ -270,16 +273,27 @@ def analyze(source: str, filename: str, budget: Budget | None = None) -> Entries
             e.error = FrontendError(f"msvm could not compile {cls.name} statically ({type(err).__name__}: {err})",
                                     filename, cnode.lineno, cnode.col_offset)
         e.error = _uncertain_if_built_on_assumptions(e.error, cls.name, cell)
-        e.error = _at_call_site(e.error, cell, cls, filename)
+        try:
+            e.error = _at_call_site(e.error, cell, cls, filename)
+        except Exception:  # noqa: BLE001 - where to report it is a nicety: the error stands where it arose
+            pass
     # a Cell whose shapes were assumed on its own is shown as its parent calls it
-    called = {}
+    # (and one that does not compile on its own, when a parent that compiles calls it: said in a note)
+    called, by_any = {}, {}
     for e in entries:
-        if e.code is not None and not e.assumed:
-            for c in e.code.all_codes():
+        for c in e.code.all_codes() if e.code is not None else ():
+            by_any.setdefault(c.name, (c, e.name))
+            if not e.assumed:
                 called.setdefault(c.name, c)
     for e in entries:
-        if e.assumed and f"{e.name}.construct" in called:
-            e.code, e.error, e.notes, e.assumed = called[f"{e.name}.construct"], None, [], False
+        key = f"{e.name}.construct"
+        if e.assumed and key in called:
+            e.code, e.error, e.notes, e.assumed = called[key], None, [], False
+        elif e.code is None and key in by_any and by_any[key][1] != e.name:
+            code, parent = by_any[key]
+            why = getattr(e.error, "message", str(e.error))
+            e.notes = [Note(e.line, e.col, f"shown as {parent} calls it; on its own it does not compile: {why}")]
+            e.code, e.error = code, None
     for f in module.functions:
         if not f.jit:
             continue

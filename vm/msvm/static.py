@@ -269,6 +269,9 @@ def analyze(source: str, filename: str, budget: Budget | None = None) -> Entries
         except RecursionError:
             e.error = FrontendError(f"{cls.name} nests too deeply to compile", filename, cnode.lineno,
                                     cnode.col_offset)
+        except OutOfBudget as stop:
+            e.error = FrontendError(f"cannot build {cls.name} statically: {stop.what}", filename, cls.node.lineno,
+                                    cls.node.col_offset)
         except Exception as err:  # noqa: BLE001 - an analysis bug must not cost the file its other Cells
             e.error = FrontendError(f"msvm could not compile {cls.name} statically ({type(err).__name__}: {err})",
                                     filename, cnode.lineno, cnode.col_offset)

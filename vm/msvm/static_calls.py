@@ -114,6 +114,13 @@ class Calls:
             return StaticPartial(args[0], tuple(args[1:]), dict(kwargs))
         if isinstance(fn, StaticPartial):
             return self.apply(fn.fn, list(fn.args) + list(args), {**fn.kwargs, **kwargs}, node, self_obj, False)
+        if isinstance(fn, Unknown) and direct and isinstance(node.func, ast.Attribute) and \
+                node.func.attr == "astype" and len(args) == 1:          # <unknown>.astype(np.int32): its dtype
+            try:
+                d = args[0] if isinstance(args[0], dt.DType) else dt.from_numpy(np.dtype(args[0]))
+            except (TypeError, ValueError, KeyError):
+                return fn
+            return UnknownData(fn.why, d)
         if isinstance(fn, Unknown):
             return self.unknown_builder(fn, args, kwargs, node)
         if isinstance(fn, StaticClass):

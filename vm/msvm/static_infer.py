@@ -113,7 +113,14 @@ def infer(node: ast.FunctionDef, pname: str, cell=None, depth: int = 0, where: s
     def at(n) -> str:
         return f"{where} line {getattr(n, 'lineno', node.lineno)}"
 
+    loops = _loop_cells(node, cell)
     for n in ast.walk(node):
+        if isinstance(n, ast.Call) and loops and isinstance(n.func, ast.Name) and n.func.id in loops and \
+                depth < MAX_DEPTH:                          # for layer in self.layers: x = layer(x, mask)
+            for k, a in enumerate(n.args):
+                if ref(a):
+                    _cell_use(use, loops[n.func.id], k, depth + 1, at(n))
+            continue
         if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], (ast.Tuple, ast.List)):
             t = n.targets[0]
             if any(isinstance(e, ast.Starred) for e in t.elts):
@@ -146,6 +153,20 @@ def infer(node: ast.FunctionDef, pname: str, cell=None, depth: int = 0, where: s
         elif isinstance(n, ast.Call):
             _call_use(use, n, ref, node, cell, depth, at)
     return use
+
+
+def _loop_cells(node, cell) -> dict:
+    """{name: the first Cell} of ``for name in self.layers`` loops over a CellList / SequentialCell."""
+    out = {}
+    if cell is None:
+        return out
+    for n in ast.walk(node):
+        if isinstance(n, ast.For) and isinstance(n.target, ast.Name) and _is_self_attr(n.iter):
+            seq = cell.__dict__.get(_is_self_attr(n.iter))
+            cells = list(seq.__dict__.get("_cells", {}).values()) if isinstance(seq, Cell) else []
+            if cells:
+                out[n.target.id] = cells[0]
+    return out
 
 
 def _call_use(use: Use, n: ast.Call, ref, node, cell, depth, at):

@@ -36,7 +36,7 @@ class Budget:
     steps: int = 200_000           # statements + expressions, per slice
     seconds: float = 0.5           # per slice (the top level; each factory and Cell built on its own)
     total_seconds: float = 0.8     # all slices of one document together
-    min_seconds: float = 0.2       # a slice started after that still gets this much
+    min_seconds: float = 0.4       # a slice started after that still gets this much
     int_bits: int = 4096           # a larger int is Unknown
     size: int = 1 << 20            # items of one string / list / tuple
     total_size: int = 1 << 22      # items of all of them, per document

@@ -257,8 +257,10 @@ def test_mindcv_ghostnet_does_not_grow_shapes_without_bound():
 def test_mindcv_files_whose_every_cell_dumps(name):
     # functools.partial norm layers, config objects with static methods, drop-path rates from np.linspace,
     # Cells shown as their parent calls them: every Cell of these files has bytecode
+    from msvm.static import Budget
+
     path = _mindcv_model(name)
-    entries = analyze(path.read_text(), str(path))
+    entries = analyze(path.read_text(), str(path), Budget(seconds=5.0, total_seconds=10.0, min_seconds=5.0))
     assert entries and all(e.code is not None for e in entries), {e.name: str(e.error) for e in entries if e.error}
 
 

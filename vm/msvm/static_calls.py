@@ -143,6 +143,8 @@ class Calls:
             if fn.fn.is_static():
                 return self.call_function(fn.fn, list(args), kwargs, node)
             return self.call_function(fn.fn, [fn.obj] + list(args), kwargs, node, self_obj=fn.obj)
+        if isinstance(getattr(fn, "__self__", None), Super):     # super().__init__(...): the msvm base's
+            return fn(*args, **kwargs)
         if fn is collections.OrderedDict:                # an ordered dict is a dict
             fn = builtins.dict
         if fn in (copy.copy, copy.deepcopy) and len(args) == 1:     # config = copy.deepcopy(config)

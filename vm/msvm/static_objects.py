@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from .errors import FrontendError
 from .frontend.compiler import FunctionSource, signature_params, source_of
 from .nn.cell import Cell
-from .static_values import SymInt, Unknown, UnknownData, abstract_init, buildable, to_msvm
+from .static_values import SymInt, Unknown, UnknownData, abstract_init, build_with_symbols, buildable, to_msvm
 
 
 @dataclass
@@ -206,10 +206,10 @@ def init_real_base(base, obj, args, kwargs):
         raise ValueError(f"{base.__name__} is not a class the analysis builds")
     args = [to_msvm(a) for a in args]
     kwargs = {k: to_msvm(v) for k, v in kwargs.items()}
-    if any(isinstance(a, (Unknown, SymInt, UnknownData)) for a in list(args) + list(kwargs.values())):
+    if any(isinstance(a, (Unknown, UnknownData)) for a in list(args) + list(kwargs.values())):
         raise ValueError("the msvm base of a Cell built from unknown arguments")
-    with abstract_init():
-        base.__init__(obj, *args, **kwargs)
+    with abstract_init():        # (sizes nobody passed stay symbols: LayerNorm((dim,)).gamma is [dim])
+        build_with_symbols(base, args, kwargs, into=obj)
 
 
 class StaticObject:

@@ -335,7 +335,7 @@ def _probes():
 _PROBES = _probes()
 
 
-def build_with_symbols(cls, args, kwargs):
+def build_with_symbols(cls, args, kwargs, into=None):
     """cls(*args, **kwargs) where SymInt arguments are first replaced by distinct primes, and
     every dim / int attribute of the result that is a small multiple of a prime is replaced by
     the symbol (``nn.Dense(cin, cout).weight`` is ``[cout, cin]``)."""
@@ -355,7 +355,11 @@ def build_with_symbols(cls, args, kwargs):
     args, kwargs = _ints_only(cls, args, kwargs)
     args = [sub(a) for a in args]
     kwargs = {k: sub(v) for k, v in kwargs.items()}
-    obj = cls(*args, **kwargs)
+    if into is None:
+        obj = cls(*args, **kwargs)
+    else:                       # the msvm base of a Cell of the file: its __init__ on that Cell
+        obj = into
+        cls.__init__(obj, *args, **kwargs)
     if syms:
         _unprobe(obj, syms, set())
     return obj

@@ -257,3 +257,49 @@ HOSTILE = [
     "x = list(range(10**6))\nfor i in range(256):\n    y = sorted(x)",
     "x = " + "[" * 190 + "]" * 190,
 ]
+
+# kinds and ranks read from use (no call site, no set_inputs): through a sub-Cell, token ids,
+# an int, a flag, a tuple
+USES = HEAD + '''
+
+class Block(nn.Cell):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Dense(768, 10)
+
+    def construct(self, x):
+        b, s, d = x.shape
+        return self.fc(x)
+
+
+class Parent(nn.Cell):
+    def __init__(self):
+        super().__init__()
+        self.block = Block()
+
+    def construct(self, x):
+        return self.block(x)
+
+
+class Tok(nn.Cell):
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(100, 16)
+
+    def construct(self, ids, n, use_bias, hw):
+        h, w = hw
+        out = self.emb(ids)
+        for _ in range(n):
+            out = out * 2.0
+        if use_bias:
+            out = out + 1.0
+        return ops.reshape(out, (-1, h, w))
+'''
+
+# the same parent, declared with a last dim the sub-Cell's Dense cannot take
+USES_MISMATCH = USES + '''
+
+if __name__ == "__main__":
+    net = Parent()
+    net.set_inputs(ms.Tensor(shape=[None, None, 512], dtype=ms.float32))
+'''

@@ -273,6 +273,22 @@ describe('msvm debug adapter', function () {
     await terminated;
   });
 
+  it('a breakpoint in construct of a program whose calls are under the main guard binds before it runs', async () => {
+    const article = path.join(__dirname, 'programs', 'article.py');
+    const line = fs.readFileSync(article, 'utf8').split('\n').findIndex((l) => l.includes('out = self.matmul(x, y)')) + 1;
+    const bpDone = dc.waitForEvent('initialized').then(() => dc.setBreakpointsRequest({
+      source: { path: article }, breakpoints: [{ line }] }));
+    const stopped = dc.waitForEvent('stopped');
+    await dc.launch({ program: article, jitLevel: 'L1', pythonDebugging: false });
+    assert.strictEqual((await bpDone).body.breakpoints[0].verified, true);     // msvm.static, nothing ran yet
+    await dc.configurationDoneRequest();
+    assert.strictEqual((await stopped).body.reason, 'breakpoint');
+    assert.strictEqual((await top()).line, line);
+    const terminated = dc.waitForEvent('terminated');
+    await dc.terminateRequest({});
+    await terminated;
+  });
+
   const JITFN = path.join(__dirname, 'programs', 'jitfn.py');
 
   // launch jitfn.py with a breakpoint on the line holding `text`; resolves at the first stop

@@ -77,3 +77,37 @@ async def test_a_document_cannot_make_the_server_connect_out(client, tmp_path):
     finally:
         srv.close()
     assert not target.exists()
+
+
+async def test_kinds_from_use_and_a_sub_cell_mismatch_at_the_parents_call(client, tmp_path):
+    path = tmp_path / "uses.py"
+    path.write_text(P.USES)
+    uri = open_doc(client, path)
+    lenses = await client.text_document_code_lens_async(types.CodeLensParams(types.TextDocumentIdentifier(uri)))
+    assert sorted(lens.command.arguments[1] for lens in lenses) == ["Block", "Parent", "Tok"]
+    res = await request(client, "msvm/bytecode", {"uri": uri, "cell": "Tok", "fused": False})
+    assert "ids: Tensor[int32, [ids0,ids1]], n: int(n), use_bias: bool(use_bias)" in field(res, "text")
+    got = await diagnostics_for(client, uri, lambda d: any("int ids" in x.message for x in d))
+    assert all(d.severity == INFO for d in got), [(d.severity, d.message) for d in got]
+
+    bad = tmp_path / "mismatch.py"
+    bad.write_text(P.USES_MISMATCH)
+    uri = open_doc(client, bad)
+    errors = await diagnostics_for(client, uri, lambda d: any(x.severity == ERROR for x in d))
+    (d,) = [x for x in errors if x.severity == ERROR]
+    assert "[x0*x1,512] @ [10,768]" in d.message
+    line = P.USES_MISMATCH.splitlines()[d.range.start.line]
+    assert line[d.range.start.character:d.range.end.character] == "self.block(x)"
+
+
+async def test_mindcv_vit_through_the_server(client):
+    import importlib.util
+    import pathlib
+
+    spec = importlib.util.find_spec("mindcv")
+    if spec is None:
+        pytest.fail("mindcv is not installed: `make` installs it (pip install --no-deps mindcv==0.3.0)")
+    path = pathlib.Path(spec.submodule_search_locations[0]) / "models" / "vit.py"
+    uri = open_doc(client, path)
+    res = await request(client, "msvm/bytecode", {"uri": uri, "cell": "VisionTransformer", "fused": False})
+    assert "x: Tensor[float32, [x0,3,x2,x3]]" in field(res, "text")

@@ -268,3 +268,17 @@ def test_initializer_forms_and_errors():
     assert d.weight.shape == (8, 16) and np.allclose(d.bias.asnumpy(), 0.1)
     d.weight.set_data(init.initializer(init.Zero(), d.weight.shape, d.weight.dtype))
     assert not d.weight.asnumpy().any()
+
+
+def test_sequential_cell_of_an_ordered_dict_names_its_cells():
+    # MindSpore's SequentialCell(OrderedDict([...])) (mindcv's densenet): the keys name the Cells
+    from collections import OrderedDict
+
+    dense = nn.Dense(4, 3)
+    seq = nn.SequentialCell(OrderedDict([("fc", dense), ("act", nn.ReLU())]))
+    assert seq.fc is dense and len(seq) == 2 and seq[1].__class__.__name__ == "ReLU"
+    x = np.arange(8, dtype=np.float32).reshape(2, 4) - 3.0
+    w, b = dense.weight.asnumpy(), dense.bias.asnumpy()
+    np.testing.assert_allclose(seq(ms.Tensor(x)).asnumpy(), np.maximum(x @ w.T + b, 0), rtol=1e-5, atol=1e-6)
+    with pytest.raises(TypeError, match="CellList holds Cells, got int for 'n'"):
+        nn.SequentialCell(OrderedDict([("n", 3)]))

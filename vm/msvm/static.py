@@ -1,9 +1,21 @@
 """Static analysis of a Python file: its Cells and jit functions as bytecode,
 without executing the file.
 
+The modules of the analysis, each importing only those after it:
+
+- ``static`` (this one): ``analyze``: every Cell and jit function of a file, as ``Entry``s;
+- ``static_ranks``: compiling with assumed ranks, the notes of what was assumed;
+- ``static_specs``: each argument's spec (known, or a ``RankVar`` of fresh symbols);
+- ``static_infer``: what ``construct`` says about an argument by how it uses it;
+- ``static_eval``: the bounded abstract evaluator of the file (statements, expressions),
+  with its halves ``static_calls`` (calls: call sites, functions, constructors, msvm
+  placeholders) and ``static_imports`` (imports: msvm/numpy, package files read, never run);
+- ``static_objects``: the file's functions, classes and Cells as the evaluator holds them;
+- ``static_values``: the values (``Unknown``, ``SymInt``, ``UnknownData``, abstract arrays),
+  the ``Budget`` (steps, time, int size, memory, loop iterations) and ``Note``.
+
 The module's top level, its functions and each Cell's ``__init__`` are evaluated
-abstractly by ``static_eval`` over the values of ``static_values`` (bounded in steps, time, int size, memory and loop
-iterations; it builds only msvm placeholders, never user objects or effects).
+abstractly; only msvm placeholders are built, never user objects or effects.
 
 Shapes are symbols unless something in the file makes them known:
 
@@ -40,26 +52,20 @@ from __future__ import annotations
 
 import ast
 import inspect
-import itertools
-import time
+import os
+import re
 from dataclasses import dataclass, field
 
-from . import dtype as dt
 from .bytecode.code import Code
-from .bytecode.symbolic import fmt_shape
-from .bytecode.types import TensorType
 from .errors import FrontendError, MsvmError, SourceError, VerifyError
-from .frontend.argspec import ArgSpec, arg_spec, declared_dims, tensor_spec
 from .frontend.compiler import compile_cell_for, compile_function, named_children
-from .static_eval import OutOfBudget, StaticCell, StaticModule  # noqa: F401 - StaticCell: re-exported
-from .static_values import AbstractArray, Budget, Note, SymInt, Unknown, UnknownData, parameter, to_msvm  # noqa: F401
-from .tensor import Tensor
+from .nn.cell import Cell
+from .static_eval import StaticCell, StaticModule  # noqa: F401 - StaticCell: re-exported
+from .static_ranks import AssumedShapeError, compile_assuming
+from .static_specs import RankVar, attr_vars, specs_for
+from .static_values import Budget, Note, OutOfBudget, SymInt, Unknown
 
 __all__ = ["AssumedShapeError", "Budget", "Entry", "Note", "StaticModule", "Unknown", "analyze", "analyze_file"]
-
-RANKS = (2, 3, 1, 4)         # the ranks tried, in order, for a tensor whose rank nothing fixes
-MAX_TRIES = 16               # compiles tried per Cell when ranks are assumed
-COMPILE_SECONDS = 2.0        # time for those tries, per Cell
 
 
 @dataclass
@@ -84,65 +90,34 @@ class Entries(list):
     notes: list = []
 
 
-class AssumedShapeError(FrontendError):
-    """A compile or verify error under assumed shapes: not certain to happen at run time."""
-
-    certain = False
+_MSVM_DIR = os.path.dirname(os.path.abspath(__file__))
+_UNBOUND = re.compile(r"uses ([\w, ]+): no argument binds it")
 
 
-# ---------------------------------------------------------------- unknown shapes
-
-@dataclass
-class _RankVar:
-    """A tensor whose rank and dims are chosen at compile time (an argument or an attribute)."""
-
-    name: str                  # symbol prefix
-    what: str                  # 'argument x' | 'self.w'
-    dtype: dt.DType
-    ranks: tuple               # candidates, best first
-    exact: bool                # the rank is known (from use)
-    line: int
-    col: int
-    owner: object = None       # the Cell holding the attribute
-    attr: str = ""
-    parameter: bool = False
-
-    def tensor(self, rank: int) -> Tensor:
-        return Tensor(shape=[f"{self.name}{i}" for i in range(rank)], dtype=self.dtype)
-
-
-def _rank_hint(body_nodes, is_ref) -> tuple:
-    """(exact rank or None, minimum rank) from ``a, b = v.shape`` and ``v.shape[k]`` in the body."""
-    exact, least = None, 0
-    for node in body_nodes:
-        for n in ast.walk(node):
-            if isinstance(n, ast.Assign) and isinstance(n.value, ast.Attribute) and n.value.attr == "shape" and \
-                    is_ref(n.value.value):
-                for t in n.targets:
-                    if isinstance(t, (ast.Tuple, ast.List)) and not any(isinstance(e, ast.Starred) for e in t.elts):
-                        exact = len(t.elts)
-            if isinstance(n, ast.Subscript) and isinstance(n.value, ast.Attribute) and n.value.attr == "shape" and \
-                    is_ref(n.value.value) and isinstance(n.slice, ast.Constant) and isinstance(n.slice.value, int):
-                k = n.slice.value
-                least = max(least, k + 1 if k >= 0 else -k)
-    return exact, least
+def _compile_cell(e: Entry, cell, specs, attrs, filename, rounds: int = 3):
+    """compile_assuming for a Cell; a size nobody passed that construct needs as a value (a shape
+    ``(-1, hidden)``: a symbol no argument binds) takes its assumed value, noted, and it is tried again."""
+    for k in range(rounds + 1):
+        try:
+            compile_assuming(e, specs, attrs, lambda sp, c=cell: compile_cell_for(c, sp), filename)
+            return
+        except (FrontendError, VerifyError) as err:
+            m = _UNBOUND.search(str(err))
+            fixed = _assume_sizes(cell, {n.strip() for n in m.group(1).split(",")}) if m and k < rounds else []
+            if not fixed:
+                if k and isinstance(err, SourceError) and getattr(err, "certain", True):
+                    raise AssumedShapeError(f"{err.message} (with sizes nobody passes assumed; see the notes)",
+                                            err.filename, err.line, err.col, err.end_line, err.end_col) from None
+                raise
+            e.assumed = True
+            for name, value, line, col in fixed:
+                e.notes.append(Note(line, col, f"assumed {name} = {value}: construct needs its value and nobody "
+                                               f"passes it (pass it where the Cell is built to know it)"))
 
 
-def _candidates(exact, least) -> tuple:
-    if exact is not None:
-        return (exact,), True
-    ranks = tuple(r for r in RANKS if r >= least) or (least,)
-    return ranks, False
-
-
-def _arg_var(pname, a: ast.arg, node: ast.FunctionDef, dtype=None) -> _RankVar:
-    exact, least = _rank_hint(node.body, lambda e: isinstance(e, ast.Name) and e.id == pname)
-    ranks, is_exact = _candidates(exact, least)
-    return _RankVar(pname, f"argument {pname}", dtype or dt.float32, ranks, is_exact, a.lineno, a.col_offset)
-
-
-def _attr_vars(cell, taken: set) -> list:
-    """_RankVars for every attribute of unknown data in the Cell tree."""
+def _assume_sizes(cell, names: set) -> list:
+    """Set the SymInt attributes of the Cell tree named in ``names`` to their assumed values;
+    [(name, value, line, col)] of those set."""
     out, seen = [], set()
 
     def walk(obj):
@@ -150,20 +125,15 @@ def _attr_vars(cell, taken: set) -> list:
             return
         seen.add(id(obj))
         for k, v in list(obj.__dict__.items()):
-            if isinstance(v, UnknownData):
-                name = k if k not in taken else f"self_{k}"
-                while name in taken:
-                    name += "_"
-                taken.add(name)
-                cls = getattr(obj, "_static_class", None)
-                construct = cls.find_method("construct") if cls is not None else None
-                body = [construct.node] if construct is not None else []
-                exact, least = _rank_hint(body, lambda e, k=k: isinstance(e, ast.Attribute) and e.attr == k and
-                                          isinstance(e.value, ast.Name) and e.value.id == "self")
-                ranks, is_exact = _candidates(exact, least)
-                node = cls.node if cls is not None else None
-                line, col = (v.line, v.col) if v.line else (getattr(node, "lineno", 0), getattr(node, "col_offset", 0))
-                out.append(_RankVar(name, f"self.{k}", v.dtype, ranks, is_exact, line, col, obj, k, v.parameter))
+            if isinstance(v, SymInt) and v.expr.as_symbol() in names:
+                object.__setattr__(obj, k, v.assumed)
+                node = getattr(getattr(obj, "_static_class", None), "node", None)
+                out.append((v.name, v.assumed, getattr(node, "lineno", 1), getattr(node, "col_offset", 0)))
+            elif isinstance(v, (tuple, list)) and any(isinstance(x, SymInt) and x.expr.as_symbol() in names
+                                                      for x in v):
+                object.__setattr__(obj, k, type(v)(x.assumed if isinstance(x, SymInt) and x.expr.as_symbol() in
+                                                   names else x for x in v))
+                out.append((", ".join(sorted(names)), SymInt.ASSUMED, 1, 0))
         for _, child in named_children(obj):
             walk(child)
 
@@ -171,135 +141,72 @@ def _attr_vars(cell, taken: set) -> list:
     return out
 
 
-# ---------------------------------------------------------------- argument specs
-
-def _annotation_spec(name, ann, module) -> ArgSpec | None:
-    if ann is None:
-        return None
-    if isinstance(ann, ast.Constant) and isinstance(ann.value, str):
-        text = ann.value.strip()
-        d = dt.float32
-        if "[" in text and not text.startswith("["):
-            head, text = text.split("[", 1)
-            head = head.strip().split(".")[-1]
-            if head and head not in ("Tensor",):
-                try:
-                    d = dt.by_name(head)
-                except ValueError:
-                    pass
-            text = text.rsplit("]", 1)[0]
-        text = text.strip("[]() ")
-        if "," in text and text.split(",", 1)[0].strip() in [x.name for x in dt.ALL]:
-            head, text = text.split(",", 1)
-            d = dt.by_name(head.strip())
-            text = text.strip().strip("[]() ")
-        dims = []
-        for part in [p.strip() for p in text.split(",") if p.strip()]:
-            dims.append(int(part) if part.lstrip("-").isdigit() else (None if part in ("?", "None") else part))
-        return tensor_spec(name, tuple(1 if isinstance(x, int) and x == 1 else 2 for x in dims), d,
-                           Tensor(shape=dims, dtype=d))
-    v = module.eval(ann, module.env)
-    if isinstance(v, Tensor) and v.is_placeholder:
-        return arg_spec(name, v)
-    return None
+def _inside(err, cls) -> bool:
+    node = cls.node
+    return os.path.abspath(err.filename) == os.path.abspath(cls.module.filename) and \
+        node.lineno <= err.line <= (node.end_lineno or node.lineno)
 
 
-def _value_spec(pname, v) -> ArgSpec:
-    """The spec of a value seen in a call: a placeholder's int dims become symbols (as at run
-    time), its named or symbolic dims stay."""
-    if isinstance(v, Tensor) and v.is_placeholder:
-        shape = v.placeholder_shape
-        if all(isinstance(d, int) for d in shape):
-            return tensor_spec(pname, shape, v.dtype)
-        return ArgSpec("tensor", TensorType(tuple(declared_dims(pname, shape)), v.dtype))
-    if isinstance(v, SymInt):
-        v = v.assumed
-    return arg_spec(pname, v)
+def _in_library_class(obj, err) -> bool:
+    try:
+        lines, start = inspect.getsourcelines(type(obj))
+        path = inspect.getsourcefile(type(obj))
+    except (OSError, TypeError):
+        return False
+    return os.path.abspath(path or "") == os.path.abspath(err.filename) and start <= err.line < start + len(lines)
 
 
-def _specs_for(params, node: ast.FunctionDef, declared, calls, module, skip_self: bool) -> list:
-    """Per argument: an ArgSpec from set_inputs, an annotation or the first call seen in the
-    module, or a _RankVar where nothing says its shape."""
-    args = node.args.args[1:] if skip_self else node.args.args
-    call_args, call_kwargs = calls[0] if calls else ((), {})
-    specs = []
-    for k, ((pname, default), a) in enumerate(zip(params, args)):
-        if declared is not None and k < len(declared) and isinstance(declared[k], Tensor):
-            specs.append(arg_spec(pname, declared[k]))
-            continue
-        spec = _annotation_spec(pname, a.annotation, module)
-        if spec is not None:
-            specs.append(spec)
-            continue
-        v = call_args[k] if k < len(call_args) else call_kwargs.get(pname, default)
-        v = to_msvm(v)
-        if v is inspect.Parameter.empty or isinstance(v, (Unknown, UnknownData)):
-            specs.append(_arg_var(pname, a, node, getattr(v, "dtype", None) if isinstance(v, UnknownData) else None))
-            continue
-        specs.append(_value_spec(pname, v))
-    star = node.args.vararg
-    if star is not None:      # *inputs: as many as set_inputs declares or the first call passes
-        n = max(len(call_args), len(declared) if declared is not None else 0)
-        for k in range(len(args), n):
-            v = declared[k] if declared is not None and k < len(declared) else call_args[k]
-            v = to_msvm(v)
-            name = f"{star.arg}_{k - len(args)}"
-            specs.append(_arg_var(name, star, node) if isinstance(v, (Unknown, UnknownData)) else _value_spec(name, v))
-    return specs
+def _leads_to(obj, err, depth: int = 0, strict: bool = True) -> bool:
+    """The error lies in the Cell ``obj``: its class in the document, or (an msvm layer) its class's
+    source (``strict``) or any of msvm's library code."""
+    if not isinstance(obj, Cell):
+        return False
+    cls = getattr(obj, "_static_class", None)
+    if cls is None:
+        if strict:
+            return _in_library_class(obj, err)
+        return depth < 8 and os.path.abspath(err.filename).startswith(_MSVM_DIR)
+    if _inside(err, cls):
+        return True
+    construct = cls.find_method("construct")
+    for n in ast.walk(construct.node) if construct is not None and depth < 8 else ():
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and isinstance(n.func.value, ast.Name) \
+                and n.func.value.id == "self":
+            sub = obj.__dict__.get(n.func.attr)
+            if sub is not None and sub is not obj and _leads_to(sub, err, depth + 1, strict):
+                return True
+    return False
 
 
-# ---------------------------------------------------------------- compiling with assumed ranks
+def _at_call_site(err, cell, cls, filename):
+    """An error found in a sub-Cell (or in msvm's own layers) while compiling ``cls`` is reported at
+    the line of ``cls.construct`` that calls it, with the callee's message (both shapes) and where
+    it arose: the place the caller's shapes go wrong."""
+    if not isinstance(err, SourceError) or cell is None or _inside(err, cls):
+        return err
+    construct = cls.find_method("construct")
+    calls = [n for n in ast.walk(construct.node) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+             and isinstance(n.func.value, ast.Name) and n.func.value.id == "self"]
+    if type(err) not in (FrontendError, AssumedShapeError, VerifyError):
+        return err
+    for strict, n in [(True, n) for n in calls] + [(False, n) for n in calls]:     # its own class first
+        sub = cell.__dict__.get(n.func.attr)
+        if sub is not None and _leads_to(sub, err, 0, strict):
+            where = f"{os.path.basename(err.filename)}:{err.line}"
+            return type(err)(f"{err.message} (in {type(sub).__name__}, {where})", filename, n.lineno, n.col_offset,
+                             n.end_lineno, n.end_col_offset)
+    return err
 
-def _assumption(var: _RankVar, rank: int) -> str:
-    shape = fmt_shape([f"{var.name}{i}" for i in range(rank)])
-    return f"{var.what}: Tensor<{var.dtype.name}, {shape}>"
 
-
-def _rank_combinations(choices):
-    """Every combination of candidate ranks, those nearest the first choices first (each variable
-    gets to try its other ranks early, not only the last one's), lazily for many variables."""
-    if len(choices) > 8:                       # 4**8 combinations: keep itertools' order
-        yield from itertools.product(*choices)
-        return
-    for idx in sorted(itertools.product(*[range(len(c)) for c in choices]), key=lambda t: (sum(t), t)):
-        yield tuple(c[i] for c, i in zip(choices, idx))
-
-
-def _compile_assuming(entry: Entry, specs: list, attr_vars: list, compile_fn, filename):
-    """Compile with every combination of candidate ranks (best first) until one verifies."""
-    arg_vars = [s for s in specs if isinstance(s, _RankVar)]
-    rank_vars = arg_vars + attr_vars
-    if not rank_vars:
-        entry.code = compile_fn(specs)
-        return
-    entry.assumed = any(not v.exact for v in rank_vars)
-    first_err, deadline = None, time.monotonic() + COMPILE_SECONDS
-    for k, ranks in enumerate(_rank_combinations([v.ranks for v in rank_vars])):
-        if k >= MAX_TRIES or (k and time.monotonic() > deadline):
-            break
-        chosen = dict(zip(map(id, rank_vars), ranks))
-        for v in attr_vars:
-            t = v.tensor(chosen[id(v)])
-            setattr(v.owner, v.attr, parameter(t, v.attr) if v.parameter else t)
-        concrete = [arg_spec(s.name, s.tensor(chosen[id(s)])) if isinstance(s, _RankVar) else s for s in specs]
-        try:
-            entry.code = compile_fn(concrete)
-        except (FrontendError, VerifyError, MsvmError) as err:
-            if first_err is None:
-                first_err = (err, ranks)
-            continue
-        for v, r in zip(rank_vars, ranks):
-            how = f"its rank is {r}, from its use" if v.exact else \
-                f"rank {r} assumed: the first of {', '.join(map(str, v.ranks))} with which {entry.name} compiles"
-            entry.notes.append(Note(v.line, v.col, f"{_assumption(v, r)} ({how}; declare it with set_inputs "
-                                                   f"or an annotation to know it)"))
-        return
-    err, ranks = first_err
-    if any(not v.exact for v in rank_vars) and isinstance(err, SourceError):
-        what = "; ".join(_assumption(v, r) for v, r in zip(rank_vars, ranks))
-        raise AssumedShapeError(f"{err.message} (assuming {what}; the shapes are not known statically)",
-                                err.filename, err.line, err.col, err.end_line, err.end_col) from None
-    raise err
+def _uncertain_if_built_on_assumptions(err, name, cell):
+    """A certain error of a Cell whose ``__init__`` ran on values the analysis assumed (an
+    ``if`` it could not decide, a symbol's assumed value, a loop it stopped) is not certain: the
+    real structure may differ."""
+    n = getattr(cell, "__dict__", {}).get("_static_assumed", 0)
+    if err is None or not n or not isinstance(err, SourceError) or not getattr(err, "certain", True):
+        return err
+    return AssumedShapeError(f"{err.message} (found with {n} value(s) the analysis assumed while building {name}; "
+                             f"see the notes)", err.filename, err.line, err.col, err.end_line, err.end_col)
 
 
 def _as_source_error(err, filename, node) -> SourceError:
@@ -335,6 +242,7 @@ def analyze(source: str, filename: str, budget: Budget | None = None) -> Entries
         e = Entry(cls.name, cls.node.lineno, cls.node.col_offset, "cell", construct_line=cnode.lineno,
                   end_line=cls.node.end_lineno or cls.node.lineno)
         entries.append(e)
+        cell = None
         try:
             objs = [i for i in cls.instances if id(i) in instances] + list(cls.instances)
             if objs:
@@ -351,10 +259,9 @@ def analyze(source: str, filename: str, budget: Budget | None = None) -> Entries
                                     cls.node.col_offset)
             declared = cell.__dict__.get("_msvm_inputs")
             calls = cell.__dict__.get("_static_calls") or []
-            specs = _specs_for(cell.__msvm_construct_params__(), cnode, declared, calls, module, True)
-            taken = {s.name for s in specs if isinstance(s, _RankVar)} | set(_param_names(cnode))
-            _compile_assuming(e, specs, _attr_vars(cell, taken), lambda sp, c=cell: compile_cell_for(c, sp),
-                              filename)
+            specs = specs_for(cell.__msvm_construct_params__(), cnode, declared, calls, module, True, cell)
+            taken = {s.name for s in specs if isinstance(s, RankVar)} | set(param_names(cnode))
+            _compile_cell(e, cell, specs, attr_vars(cell, taken), filename)
         except (FrontendError, VerifyError) as err:
             e.error = err
         except MsvmError as err:
@@ -362,18 +269,34 @@ def analyze(source: str, filename: str, budget: Budget | None = None) -> Entries
         except RecursionError:
             e.error = FrontendError(f"{cls.name} nests too deeply to compile", filename, cnode.lineno,
                                     cnode.col_offset)
+        except OutOfBudget as stop:
+            e.error = FrontendError(f"cannot build {cls.name} statically: {stop.what}", filename, cls.node.lineno,
+                                    cls.node.col_offset)
         except Exception as err:  # noqa: BLE001 - an analysis bug must not cost the file its other Cells
             e.error = FrontendError(f"msvm could not compile {cls.name} statically ({type(err).__name__}: {err})",
                                     filename, cnode.lineno, cnode.col_offset)
+        e.error = _uncertain_if_built_on_assumptions(e.error, cls.name, cell)
+        try:
+            e.error = _at_call_site(e.error, cell, cls, filename)
+        except Exception:  # noqa: BLE001 - where to report it is a nicety: the error stands where it arose
+            pass
     # a Cell whose shapes were assumed on its own is shown as its parent calls it
-    called = {}
+    # (and one that does not compile on its own, when a parent that compiles calls it: said in a note)
+    called, by_any = {}, {}
     for e in entries:
-        if e.code is not None and not e.assumed:
-            for c in e.code.all_codes():
+        for c in e.code.all_codes() if e.code is not None else ():
+            by_any.setdefault(c.name, (c, e.name))
+            if not e.assumed:
                 called.setdefault(c.name, c)
     for e in entries:
-        if e.assumed and f"{e.name}.construct" in called:
-            e.code, e.error, e.notes, e.assumed = called[f"{e.name}.construct"], None, [], False
+        key = f"{e.name}.construct"
+        if e.assumed and key in called:
+            e.code, e.error, e.notes, e.assumed = called[key], None, [], False
+        elif e.code is None and key in by_any and by_any[key][1] != e.name:
+            code, parent = by_any[key]
+            why = getattr(e.error, "message", str(e.error))
+            e.notes = [Note(e.line, e.col, f"shown as {parent} calls it; on its own it does not compile: {why}")]
+            e.code, e.error = code, None
     for f in module.functions:
         if not f.jit:
             continue
@@ -382,8 +305,8 @@ def analyze(source: str, filename: str, budget: Budget | None = None) -> Entries
         entries.append(e)
         try:
             params = [(p.name, p.default) for p in f.signature().parameters.values()]
-            specs = _specs_for(params, f.node, None, f.calls, module, False)
-            _compile_assuming(e, specs, [], lambda sp, f=f: compile_function(f.source(), sp, name=f.name), filename)
+            specs = specs_for(params, f.node, None, f.calls, module, False)
+            compile_assuming(e, specs, [], lambda sp, f=f: compile_function(f.source(), sp, name=f.name), filename)
         except (FrontendError, VerifyError) as err:
             e.error = err
         except MsvmError as err:
@@ -398,7 +321,7 @@ def analyze(source: str, filename: str, budget: Budget | None = None) -> Entries
     return entries
 
 
-def _param_names(node: ast.FunctionDef) -> list:
+def param_names(node: ast.FunctionDef) -> list:
     return [a.arg for a in node.args.args]
 
 

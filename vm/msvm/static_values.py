@@ -6,7 +6,9 @@ objects the analysis may build (placeholders only).
 - ``UnknownData``: a tensor whose data (so its shape) comes from outside the file;
 - ``SymInt``: an int nobody passed, a symbol where it becomes a dim;
 - ``AbstractArray`` / ``AbstractRng``: numpy arrays and generators known by shape;
-- ``Budget`` and ``Note``: the bounds, and what was assumed or not afforded.
+- ``Budget`` and ``Note``: the bounds, and what was assumed or not afforded;
+  ``OutOfBudget`` and the control-flow signals of the evaluator (``Return``, ``Break``,
+  ``Continue``); ``ListMethod`` / ``DictMethod``: a list's or dict's methods within the budget.
 """
 
 from __future__ import annotations
@@ -34,13 +36,66 @@ class Budget:
     steps: int = 200_000           # statements + expressions, per slice
     seconds: float = 0.5           # per slice (the top level; each factory and Cell built on its own)
     total_seconds: float = 0.8     # all slices of one document together
-    min_seconds: float = 0.05      # a slice started after that still gets this much
+    min_seconds: float = 0.4       # a slice started after that still gets this much
     int_bits: int = 4096           # a larger int is Unknown
     size: int = 1 << 20            # items of one string / list / tuple
     total_size: int = 1 << 22      # items of all of them, per document
     loop: int = 256                # iterations of one loop statement
     depth: int = 24                # nested calls / Cells
     calls_kept: int = 8            # calls of one Cell remembered (its argument shapes)
+
+
+class OutOfBudget(Exception):
+    """A slice of evaluation spent its steps or seconds."""
+
+    def __init__(self, what: str):
+        super().__init__(what)
+        self.what = what
+
+
+class Return(BaseException):
+    """``return`` in an evaluated function body."""
+
+    def __init__(self, value):
+        self.value = value
+
+
+class Break(BaseException):
+    """``break`` in an evaluated loop."""
+
+
+class Continue(BaseException):
+    """``continue`` in an evaluated loop."""
+
+
+def size_of(v) -> int:
+    """The items of a string or container (what the memory budget counts)."""
+    return len(v) if isinstance(v, (str, list, tuple, range, bytes)) else 0
+
+
+class DictMethod:
+    """dict.get / items / keys / values / copy (views become lists)."""
+
+    def __init__(self, d, name):
+        self.d, self.name = d, name
+
+    def __call__(self, *args):
+        r = getattr(self.d, self.name)(*args)
+        return list(r) if self.name in ("items", "keys", "values") else r
+
+
+class ListMethod:
+    """list.append / extend / insert / ... within the size budget of the module evaluating it."""
+
+    def __init__(self, module, lst, name):
+        self.module, self.lst, self.name = module, lst, name
+
+    def __call__(self, *args):
+        grow = len(args[-1]) if self.name == "extend" and args and isinstance(args[-1], (list, tuple)) else 1
+        if len(self.lst) + grow > self.module.budget.size:
+            return Unknown("a list too large to evaluate")
+        self.module.allocated += grow
+        return getattr(self.lst, self.name)(*args)
 
 
 @dataclass
@@ -106,17 +161,24 @@ class SymInt:
 
 @dataclass
 class AbstractArray:
-    """A numpy array known only by shape and dtype (dims: ints or SymInt)."""
+    """A numpy array known only by shape and dtype (dims: ints or SymInt); ``values``: the array
+    itself when it is small and made from plain numbers (``np.arange(seq)``, drop-path rates)."""
 
     shape: tuple
     dtype: np.dtype
+    values: object = None
+
+    @classmethod
+    def of(cls, arr: np.ndarray) -> "AbstractArray":
+        return cls(tuple(arr.shape), arr.dtype, arr)
 
     def astype(self, d, *a, **k):
-        return AbstractArray(self.shape, np.dtype(dt.as_dtype(d).np if isinstance(d, dt.DType) else d))
+        d = np.dtype(dt.as_dtype(d).np if isinstance(d, dt.DType) else d)
+        return AbstractArray(self.shape, d, None if self.values is None else self.values.astype(d))
 
     @property
     def T(self):
-        return AbstractArray(self.shape[::-1], self.dtype)
+        return AbstractArray(self.shape[::-1], self.dtype, None if self.values is None else self.values.T)
 
     @property
     def ndim(self):
@@ -124,9 +186,20 @@ class AbstractArray:
 
     def reshape(self, *shape):
         shape = shape[0] if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
+        if self.values is not None and all(isinstance(d, int) for d in shape):
+            return AbstractArray.of(self.values.reshape(shape))
         total = int(np.prod(self.shape))
         known = int(np.prod([d for d in shape if d != -1]))
         return AbstractArray(tuple(total // known if d == -1 else d for d in shape), self.dtype)
+
+    def items(self) -> list | None:
+        """Its items (numpy scalars or AbstractArrays) when its values are known, else None."""
+        if self.values is None:
+            return None
+        return [AbstractArray.of(v) if isinstance(v, np.ndarray) else v for v in self.values]
+
+    def tolist(self):
+        return self.values.tolist() if self.values is not None else Unknown("values of an array")
 
 
 class AbstractRng:
@@ -223,10 +296,23 @@ def np_call(fn_name: str, random: bool, args, kwargs):
     return Unknown(f"numpy.{fn_name}")
 
 
-def array_binop(a, b):
+VALUES_KEPT = 1 << 16       # items of an array whose values the analysis computes
+
+
+def array_binop(a, b, op=None):
     shapes = [x.shape if isinstance(x, AbstractArray) else () for x in (a, b)]
     if not all(isinstance(x, (AbstractArray, int, float)) for x in (a, b)):
         return Unknown("arithmetic on unknown values")
+    vals = [x.values if isinstance(x, AbstractArray) else x for x in (a, b)]
+    if op is not None and all(v is not None for v in vals) and not any(isinstance(d, SymInt) for sh in shapes
+                                                                        for d in sh):
+        try:
+            if math.prod(np.broadcast_shapes(*shapes)) > VALUES_KEPT:
+                raise ValueError("too large to keep its values")
+            with np.errstate(all="ignore"):
+                return AbstractArray.of(np.asarray(op(*vals)))
+        except (TypeError, ValueError, ArithmeticError):
+            pass
     try:
         shape = np.broadcast_shapes(*shapes)
     except (TypeError, ValueError):
@@ -249,7 +335,7 @@ def _probes():
 _PROBES = _probes()
 
 
-def build_with_symbols(cls, args, kwargs):
+def build_with_symbols(cls, args, kwargs, into=None):
     """cls(*args, **kwargs) where SymInt arguments are first replaced by distinct primes, and
     every dim / int attribute of the result that is a small multiple of a prime is replaced by
     the symbol (``nn.Dense(cin, cout).weight`` is ``[cout, cin]``)."""
@@ -269,7 +355,11 @@ def build_with_symbols(cls, args, kwargs):
     args, kwargs = _ints_only(cls, args, kwargs)
     args = [sub(a) for a in args]
     kwargs = {k: sub(v) for k, v in kwargs.items()}
-    obj = cls(*args, **kwargs)
+    if into is None:
+        obj = cls(*args, **kwargs)
+    else:                       # the msvm base of a Cell of the file: its __init__ on that Cell
+        obj = into
+        cls.__init__(obj, *args, **kwargs)
     if syms:
         _unprobe(obj, syms, set())
     return obj
@@ -355,35 +445,6 @@ def buildable(cls) -> bool:
     return any(mod == m or mod.startswith(m + ".") for m in _MSVM_BUILDABLE)
 
 
-def allowed_module(name: str) -> bool:
-    """Modules the analysis may import to know what a name is: msvm's, numpy's and math, but
-    never a ``__main__`` (``from msvm import __main__`` runs the msvm command), a private
-    module or a test configuration, whose import does more than define names."""
-    parts = name.split(".")
-    if any(p.startswith("_") or p == "conftest" for p in parts):
-        return False
-    return name in ("msvm", "numpy", "math") + PURE_STDLIB or name.startswith(("msvm.", "numpy."))
-
-
-# standard modules whose import only defines names (model zoos' helpers use them: to_2tuple)
-PURE_STDLIB = ("collections", "collections.abc", "itertools", "functools", "typing")
-
-
 def is_msvm_obj(v) -> bool:
     mod = getattr(type(v), "__module__", "") or ""
     return mod.startswith("msvm") or (inspect.isclass(v) and (v.__module__ or "").startswith("msvm"))
-
-
-def resolve_module(name: str):
-    import importlib
-
-    if name == "mindspore" or name.startswith("mindspore."):
-        from .compat import MODULES  # the alias's own map: mindspore.ops.operations, ...
-
-        name = MODULES.get(name) or "msvm" + name[len("mindspore"):]
-    if not allowed_module(name):
-        return Unknown(f"module {name}")
-    try:
-        return importlib.import_module(name)
-    except ImportError:
-        return Unknown(f"module {name}")

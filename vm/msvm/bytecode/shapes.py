@@ -484,7 +484,8 @@ def _slice_len(d: Expr, start, stop, step, env=None):
                 return default
             return smax(d + b, -1) if b < 0 else smin(Expr.const(b), d - 1)
         hi, lo = bound(start, d - 1), bound(stop, Expr.const(-1))
-    n = smax(hi - lo, 0)
+    # a full slice (``x[:, :k]``'s leading ``:``) is the dim itself: a dim is never negative
+    n = d if step == 1 and start is None and stop is None else smax(hi - lo, 0)
     return n if abs(step) == 1 else (n + (abs(step) - 1)) // abs(step)
 
 

@@ -65,6 +65,36 @@ def _charge(n: int):
                                 "the dims are too large")
 
 
+# A bound on the size of one expression (its atoms and predicates, counted with repetition), set
+# by static analysis: symbolic dims broadcast against each other layer after layer grow ``select``
+# towers whose size doubles with every layer, and their keys and text with them. None: no bound.
+_SIZE: contextvars.ContextVar = contextvars.ContextVar("msvm_symbolic_size", default=None)
+
+
+@contextmanager
+def size_limit(limit: int):
+    """Within this block, an expression larger than ``limit`` atoms raises SymbolicError."""
+    token = _SIZE.set(limit)
+    try:
+        yield
+    finally:
+        _SIZE.reset(token)
+
+
+def _size_of(args) -> int:
+    n = 1
+    for a in args:
+        if isinstance(a, Expr):
+            n += sum(x._size for mono, _ in a.terms for x, _p in mono)
+        elif isinstance(a, (Atom, Pred)):
+            n += a._size
+    limit = _SIZE.get()
+    if limit is not None and n > limit:
+        raise SymbolicError(f"a symbolic dim grew past {limit} terms (dims that broadcast against each other in a "
+                            "loop); declare the shapes (set_inputs) to keep them small")
+    return n
+
+
 # ---------------------------------------------------------------- atoms
 
 def _operand_str(e) -> str:
@@ -80,11 +110,12 @@ def _operand_str(e) -> str:
 class Atom:
     """A leaf of a polynomial: a named symbol or an opaque operation."""
 
-    __slots__ = ("op", "args", "_key")
+    __slots__ = ("op", "args", "_key", "_size")
 
     def __init__(self, op: str, args: tuple):
         self.op = op
         self.args = args
+        self._size = _size_of(args)
         self._key = (op, tuple(a.key() if isinstance(a, (Expr, Pred)) else a for a in args))
 
     def key(self):
@@ -447,11 +478,12 @@ _NEGATE = {"<": ">=", "<=": ">", ">": "<=", ">=": "<", "==": "!=", "!=": "=="}
 class Pred:
     """A boolean over symbols: cmp / flag / const / and / or / not."""
 
-    __slots__ = ("op", "args", "_key")
+    __slots__ = ("op", "args", "_key", "_size")
 
     def __init__(self, op: str, args: tuple):
         self.op = op
         self.args = args
+        self._size = _size_of(args)
         self._key = ("pred", op, tuple(a.key() if isinstance(a, (Expr, Pred)) else a for a in args))
 
     def key(self):

@@ -345,7 +345,8 @@ describe('mixed Python + Cell debugging (debugpy through the msvm adapter)', fun
     const both = new Promise((resolve) => { resolveBoth = resolve; });
     const onStop = (e) => { stops.push(e.body); if (stops.length === 2) resolveBoth(); };
     dc.on('stopped', onStop);
-    await launchWith(['note = "the main thread runs a Cell"'], { args: ['3000000'] }, SPIN);
+    // --until-ended: the Cell runs until the test ends the program, so it is running at every pause below
+    await launchWith(['note = "the main thread runs a Cell"'], { args: ['--until-ended'] }, SPIN);
     await both;
     dc.removeListener('stopped', onStop);
     const threads = (await dc.threadsRequest()).body.threads;
@@ -363,7 +364,7 @@ describe('mixed Python + Cell debugging (debugpy through the msvm adapter)', fun
     assert.match(m[0].name, /^Spin\.construct @0x/);
     assert.strictEqual(m[m.length - 1].name, '<module> (Python)');
     assert.strictEqual(m[m.length - 1].line, lineIn(SPIN, 'acc = spin('));
-    assert.strictEqual((await dc.evaluateRequest({ expression: 'n', frameId: m[m.length - 1].id, context: 'watch' })).body.result, '3000000');
+    assert.strictEqual((await dc.evaluateRequest({ expression: 'n', frameId: m[m.length - 1].id, context: 'watch' })).body.result, '1000000');
     const w = await stack(worker.id);
     assert.strictEqual(w[0].name, 'worker');
     assert.strictEqual(w[0].line, lineIn(SPIN, 'note = "the main thread runs a Cell"'));

@@ -156,6 +156,36 @@ def inputs(B, N, seed, special_share=0.0, strided=False) -> dict:
     return env
 
 
+ARGS = ("x", "v", "c", "s")      # build's parameters, in order (W is the Cell's parameter)
+
+
+def cpu_reference(tree, B, N, seed, special_share=0.0):
+    """A drawn program and the CPU interpreter's answer, the reference a device or tier is checked
+    against: ``(code, args, W, want)`` with ``args`` host arrays in ``ARGS`` order and ``W`` the
+    parameter's host array; None where the program does not verify or the inputs do not meet its
+    shapes (the verifier's and the entry check's own tests cover those)."""
+    from msvm.bytecode import verify
+    from msvm.interp.interpreter import BoundCode
+
+    env = inputs(B, N, seed, special_share)
+    code = build(tree, N).finish()
+    try:
+        verify(code)
+    except ms.VerifyError:
+        return None
+    args = [env[k] for k in ARGS]
+    old = ms.get_context("device_target")
+    ms.set_context(device_target="CPU")
+    try:
+        with np.errstate(all="ignore"):
+            want = BoundCode(code, None, {"W": ms.Tensor(env["W"])}, None).call(args)
+    except ms.ShapeMismatch:
+        return None
+    finally:
+        ms.set_context(device_target=old)
+    return code, args, env["W"], want
+
+
 # ================================================================ programs as MindSpore source
 # (issue 16) Random ``@ms.jit`` programs written as a user writes them, drawing the model zoo's
 # ops — conv2d (stride, pad modes, dilation, groups), max/avg/adaptive pooling, gather and int-tensor

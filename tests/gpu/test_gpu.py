@@ -24,14 +24,13 @@ from msvm.interp import interpreter, replay
 from msvm.interp.interpreter import BoundCode
 from msvm.interp.kernels import run_program
 from paths import ROOT
-from random_programs import SPECIAL, build, inputs, trees
+from random_programs import SPECIAL, cpu_reference, trees
 from special_values import assert_numpy_equal
 
 TARGET = os.environ.get("MSVM_GPU_TEST_TARGET", "GPU")     # (tests/gpu/conftest.py)
 LEVELS = ["L1", "L2", "L3"]
 COMPILED = TARGET in ("GPU", "EMULATED")      # the foreign stand-in has no compiled tiers
 CUDA = TARGET == "GPU"                        # streams are CUDA's
-ARGS = ("x", "v", "c", "s")
 # what NVPTX cannot emit without libdevice (tests/jit/test_gpu_codegen.py): these stay in the CuPy interpreter
 NOT_ON_GPU = {("BROADCAST_POW", "float32")} | {(op, "float64") for op in
                                               ("EXP", "LOG", "TANH", "SIGMOID", "ERF", "GELU", "GELU_TANH",
@@ -167,24 +166,13 @@ def test_random_programs_match_the_cpu(on_the_gpu, level):
     @given(tree=trees(), B=st.sampled_from([0, 2, 5]), N=st.integers(6, 9), seed=st.integers(0, 2 ** 16),
            share=st.sampled_from([0.0, 0.2]))
     def check(tree, B, N, seed, share):
-        env = inputs(B, N, seed, share)
-        code = build(tree, N).finish()
-        try:
-            verify(code)
-        except ms.VerifyError:
+        case = cpu_reference(tree, B, N, seed, share)
+        if case is None:
             return
-        args = [env[k] for k in ARGS]
-        ms.set_context(device_target="CPU")
-        try:
-            with np.errstate(all="ignore"):
-                want = BoundCode(code, None, {"W": ms.Tensor(env["W"])}, None).call(args)
-        except ms.ShapeMismatch:
-            return
-        finally:
-            ms.set_context(device_target=dev.target)
+        code, args, W, want = case
         jit_level(level)
         run = executor.optimize(code)
-        bound = BoundCode(run, None, {"W": ms.Tensor(env["W"])}, None, executor.accelerator())
+        bound = BoundCode(run, None, {"W": ms.Tensor(W)}, None, executor.accelerator())
         dargs = [dev.from_host(np.array(a, order="C")) for a in args]
         with np.errstate(all="ignore"):
             got = [bound.call(dargs) for _ in range(3)]

@@ -23,9 +23,8 @@ from msvm.bytecode.types import TensorType
 from msvm.interp import interpreter, replay
 from msvm.interp.interpreter import BoundCode
 from paths import ROOT
-from random_programs import build, inputs, trees
+from random_programs import cpu_reference, trees
 
-ARGS = ("x", "v", "c", "s")      # (random_programs.build's parameters, in order)
 fd.install()
 # the interpreter's op tests, run whole on the foreign device (their L2/L3 cases assert compiled
 # kernels, which a device without compiled tiers does not have; at L1 they are the same tests)
@@ -168,22 +167,14 @@ def test_models_run_on_the_device_as_cells(make, shape, rng):
 def test_random_programs_on_the_device_match_the_cpu(tree, B, N, seed, share):
     """Random programs (NaN, inf, empty and 0-d inputs): the foreign device's interpreter and
     replay give the CPU interpreter's answer bit for bit."""
-    env = inputs(B, N, seed, share)
-    code = build(tree, N).finish()
-    try:
-        verify(code)
-    except ms.VerifyError:
+    case = cpu_reference(tree, B, N, seed, share)
+    if case is None:
         return
-    args = [env[k] for k in ARGS]
-    with np.errstate(all="ignore"):
-        try:
-            want = BoundCode(code, None, {"W": ms.Tensor(env["W"])}, None).call(args)
-        except ms.ShapeMismatch:
-            return
+    code, args, W, want = case
     ms.set_context(device_target="FOREIGN")
     try:
         dev = device.current()
-        bound = BoundCode(code, None, {"W": ms.Tensor(env["W"])}, None)
+        bound = BoundCode(code, None, {"W": ms.Tensor(W)}, None)
         dargs = [dev.from_host(np.array(a, order="C")) for a in args]
         with np.errstate(all="ignore"):
             got = bound.call(dargs)

@@ -24,12 +24,17 @@ describe('mixed Python + Cell debugging (debugpy through the msvm adapter)', fun
   let dc;
   let output;
 
-  beforeEach(async () => {
+  // a new adapter process (each test starts one; a test that relaunches stops the old one first)
+  async function startClient() {
     dc = new DebugClient(PYTHON, ADAPTER, 'msvm', { env: { ...process.env, MSVM_CACHE_DIR: fs.mkdtempSync('/tmp/msvm-dap-k-') } });
     dc.defaultTimeout = 45000;
-    output = '';
     dc.on('output', (e) => { output += e.body.output; });
     await dc.start();
+  }
+
+  beforeEach(async () => {
+    output = '';
+    await startClient();
   });
   afterEach(async function () {
     if (this.currentTest.state === 'failed') console.log(`--- Debug Console of the failed test ---\n${output.slice(-3000)}`);
@@ -249,10 +254,7 @@ describe('mixed Python + Cell debugging (debugpy through the msvm adapter)', fun
     await dc.disconnectRequest({});
     // again, stepOut from apply: stops in its caller, on the line that called it (as debugpy's stepOut does)
     await dc.stop();
-    dc = new DebugClient(PYTHON, ADAPTER, 'msvm', { env: { ...process.env, MSVM_CACHE_DIR: fs.mkdtempSync('/tmp/msvm-dap-k-') } });
-    dc.defaultTimeout = 45000;
-    dc.on('output', (e) => { output += e.body.output; });
-    await dc.start();
+    await startClient();
     const again = await launchWith(['y = x * 2.0'], { enableFusion: false }, FRAMES);
     st = await stack(again.ev.body.threadId);
     await select(st[1].id);                      // apply
@@ -328,10 +330,7 @@ describe('mixed Python + Cell debugging (debugpy through the msvm adapter)', fun
     assert.match(lib.source.path, /[\\/]json[\\/]__init__\.py$/, JSON.stringify(lib));
     await dc.disconnectRequest({});
     await dc.stop();
-    dc = new DebugClient(PYTHON, ADAPTER, 'msvm', { env: { ...process.env, MSVM_CACHE_DIR: fs.mkdtempSync('/tmp/msvm-dap-k-') } });
-    dc.defaultTimeout = 45000;
-    dc.on('output', (e) => { output += e.body.output; });
-    await dc.start();
+    await startClient();
     const mine = await launchWith(['text = json.dumps('], { justMyCode: true }, FRAMES);
     await stepAndWait('stepIn', mine.ev.body.threadId);
     const f = (await stack(mine.ev.body.threadId))[0];

@@ -218,24 +218,6 @@ _M_BINARY = {"add": ("{} + {}", np.add), "sub": ("{} - {}", np.subtract), "mul":
              "max": ("ops.maximum({}, {})", np.maximum), "min": ("ops.minimum({}, {})", np.minimum)}
 
 
-def _resize_ref(x, oh, ow, mode):
-    """PyTorch/MindSpore's nearest (floor) and bilinear (half-pixel, clamped) sampling, align_corners False."""
-    n, c, h, w = x.shape
-    out = np.zeros((n, c, oh, ow))
-    for i in range(oh):
-        for j in range(ow):
-            if mode == "nearest":
-                out[:, :, i, j] = x[:, :, min(i * h // oh, h - 1), min(j * w // ow, w - 1)]
-                continue
-            sy, sx = max((i + 0.5) * h / oh - 0.5, 0.0), max((j + 0.5) * w / ow - 0.5, 0.0)
-            y0, x0 = min(int(sy), h - 1), min(int(sx), w - 1)
-            y1, x1 = min(y0 + 1, h - 1), min(x0 + 1, w - 1)
-            fy, fx = sy - y0, sx - x0
-            out[:, :, i, j] = ((x[:, :, y0, x0] * (1 - fx) + x[:, :, y0, x1] * fx) * (1 - fy)
-                               + (x[:, :, y1, x0] * (1 - fx) + x[:, :, y1, x1] * fx) * fy)
-    return out
-
-
 class SourceProgram:
     """The source of one random program (a module), its numpy answer and the constants it holds."""
 
@@ -472,11 +454,11 @@ class SourceProgram:
                 mode = r.choice(["nearest", "bilinear"])
                 if r.random() < 0.5:
                     self.emit(block, out, f"ops.interpolate({a}, size=({a}.shape[2] * 2, {a}.shape[3] + 1), mode={mode!r})",
-                              lambda e, a=a, mode=mode: _resize_ref(e[a], e[a].shape[2] * 2, e[a].shape[3] + 1, mode))
+                              lambda e, a=a, mode=mode: _cv.resize(e[a], e[a].shape[2] * 2, e[a].shape[3] + 1, mode))
                     h, w = h * 2, w + 1
                 else:
                     self.emit(block, out, f"ops.interpolate({a}, scale_factor=2.0, mode={mode!r})",
-                              lambda e, a=a, mode=mode: _resize_ref(e[a], e[a].shape[2] * 2, e[a].shape[3] * 2, mode))
+                              lambda e, a=a, mode=mode: _cv.resize(e[a], e[a].shape[2] * 2, e[a].shape[3] * 2, mode))
                     h, w = h * 2, w * 2
             a = out
         return a, h, w

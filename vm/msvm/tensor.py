@@ -328,9 +328,15 @@ class Tensor(TensorMethods):
         if isinstance(self, Parameter):
             raise TypeError(f"cannot assign into Parameter {self.name}: use set_data")
         self._need_data()
-        data = np.array(self._data)        # (the array may be shared with numpy or read-only)
-        index = index.asnumpy() if isinstance(index, Tensor) else index
-        data[index] = np.asarray(value.asnumpy() if isinstance(value, Tensor) else value).astype(data.dtype)
+        dev = _device.device_of(self._data) or _device.current()
+        data = self._data.copy()           # (the array may be shared with numpy or read-only)
+        index = _on(dev, index, "x[index] = value: the index")
+        value = _on(dev, value, "x[index] = value: the value")
+        if isinstance(value, _device.ARRAYS):
+            value = value.astype(data.dtype)
+        else:
+            value = dev.from_host(np.asarray(value, data.dtype))
+        data[index] = value
         self._data = data
 
     def __repr__(self):
@@ -340,6 +346,18 @@ class Tensor(TensorMethods):
 
     def __str__(self):
         return str(self.asnumpy()) if self._data is not None else repr(self)
+
+
+def _on(dev, v, what: str):
+    """An index or value as dev uses it: a Tensor's array must be on dev (a DeviceMismatch naming
+    both devices otherwise), host data (a numpy array, a list) is copied to dev."""
+    if isinstance(v, Tensor):
+        v._need_data()
+        _device.check_same(what, [v._data], dev)
+        return v._data
+    if type(v) is np.ndarray and dev is not _device.CPU:
+        return dev.from_host(v)
+    return v
 
 
 def _contiguous(arr, d: dt.DType) -> np.ndarray:

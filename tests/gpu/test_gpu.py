@@ -19,7 +19,9 @@ from msvm import device, executor
 from msvm.bytecode import CodeBuilder, verify
 from msvm.bytecode import symbolic as S
 from msvm.bytecode.types import TensorType
-from msvm.compiler.lower import BINARY, UNARY
+from msvm.compiler.gpu import elementwise_ir
+from msvm.compiler.lower import BINARY, UNARY, Unsupported
+from msvm.compiler.lower_gpu import lower_gpu
 from msvm.interp import interpreter, replay
 from msvm.interp.interpreter import BoundCode
 from msvm.interp.kernels import run_program
@@ -31,11 +33,6 @@ TARGET = os.environ.get("MSVM_GPU_TEST_TARGET", "GPU")     # (tests/gpu/conftest
 LEVELS = ["L1", "L2", "L3"]
 COMPILED = TARGET in ("GPU", "EMULATED")      # the foreign stand-in has no compiled tiers
 CUDA = TARGET == "GPU"                        # streams are CUDA's
-# what NVPTX cannot emit without libdevice (tests/jit/test_gpu_codegen.py): these stay in the CuPy interpreter
-NOT_ON_GPU = {("BROADCAST_POW", "float32")} | {(op, "float64") for op in
-                                              ("EXP", "LOG", "TANH", "SIGMOID", "ERF", "GELU", "GELU_TANH",
-                                               "BROADCAST_POW")} | {(op, d) for op in ("SIN", "COS")
-                                                                    for d in ("float32", "float64")}
 # op tests expected to fail on CuPy: TENSOR_SCATTER's sub/mul/div modes use ufunc.at, which CuPy has only for
 # add/maximum/minimum (tests/vm/test_device.py NOT_IN_CUPY)
 KNOWN_GPU_GAPS = {"tests/vm/test_conformance_ops.py::test_tensor_scatter_modes[sub]",
@@ -45,6 +42,16 @@ KNOWN_GPU_GAPS = {"tests/vm/test_conformance_ops.py::test_tensor_scatter_modes[s
 
 def jit_level(level):
     ms.set_context(jit_config={"jit_level": level})
+
+
+def lowers_on_the_gpu(program, shapes, dtype: str) -> bool:
+    """Whether the GPU lowering emits this fused program (what NVPTX cannot emit without libdevice
+    stays in the CuPy interpreter: tests/jit/test_gpu_codegen.py pins that set)."""
+    try:
+        lower_gpu(elementwise_ir(program, [tuple(s) for s in shapes], dtype, 2)[0], "probe")
+    except Unsupported:
+        return False
+    return True
 
 
 def compiled_sites(code) -> list:
@@ -152,7 +159,7 @@ def test_every_lowered_op_against_numpy(on_the_gpu, level, dtype):
             assert_numpy_equal(device.to_host(got), want, rtol=tol[0], atol=tol[1], msg=f"{op} {dtype} {level}")
         except AssertionError as e:
             failures.append(str(e)[:300])
-        if COMPILED and level != "L1" and (op, dtype) not in NOT_ON_GPU:
+        if COMPILED and level != "L1" and lowers_on_the_gpu(program, [a.shape for a in host], dtype):
             if not compiled_sites(code):
                 failures.append(f"{op} {dtype} {level}: no GPU kernel was compiled")
     assert not failures, "\n".join(failures)

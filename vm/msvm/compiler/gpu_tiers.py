@@ -31,7 +31,7 @@ from .. import context, events, log
 from ..bytecode.disasm import display_name
 from ..bytecode.opcodes import JITABLE
 from . import tiers
-from .gpu import elementwise_ir, kernel_key, row_ir
+from .gpu import GpuRuntime, elementwise_ir, kernel_key, row_ir
 from .lower import Unsupported
 from .tiers import PLANNERS
 
@@ -323,8 +323,14 @@ _accels: dict = {}
 _lock = threading.Lock()
 
 
+def _cuda_runtime(dev):
+    """The kernel runtime of a CUDA device (compiler/gpu.py), made with that device current."""
+    with dev.cuda_device:
+        return GpuRuntime()
+
+
 def accelerator_for(dev):
-    """The GPU accelerator for a CUDA device (its ``gpu_runtime()`` makes the kernel runtime), or
+    """The GPU accelerator for a CUDA device (or a test device's ``gpu_runtime()``), or
     None (with a warning; an error under MSVM_STRICT_DEVICE=1 naming the problem) when msvm's
     kernels cannot run there (CuPy cannot load modules, a compute capability below 8.0): the
     interpreter then runs every instruction on CuPy."""
@@ -333,7 +339,7 @@ def accelerator_for(dev):
         if key in _accels:
             return _accels[key]
         try:
-            acc = GpuAccelerator(dev.gpu_runtime())
+            acc = GpuAccelerator(dev.gpu_runtime() if hasattr(dev, "gpu_runtime") else _cuda_runtime(dev))
         except Exception as e:  # noqa: BLE001 - reported, and the kernels' tier stays off
             if os.environ.get("MSVM_STRICT_DEVICE") == "1":
                 raise RuntimeError(f"device_target='GPU': msvm's GPU kernels cannot run: {e}") from e

@@ -217,8 +217,8 @@ def test_mixing_devices_is_an_error_naming_both(rng):
 
 def test_setitem_stays_on_the_device_and_names_a_mixed_value(foreign):
     """``x[index] = value`` eagerly: a mask or int index, a scalar, host data or a Tensor value;
-    the result stays a device array (it copied the data through numpy before); a value on the CPU
-    is an error naming both devices."""
+    the result stays a device array (it copied the data through numpy before); a value or index
+    on the CPU is an error naming both devices (x[index] too), host data is copied in."""
     a = np.arange(12, dtype=np.float32).reshape(3, 4)
     t = ms.Tensor(a)
     t[t > 6.5] = -1.0
@@ -232,10 +232,14 @@ def test_setitem_stays_on_the_device_and_names_a_mixed_value(foreign):
     np.testing.assert_array_equal(t.asnumpy(), want)
     ms.set_context(device_target="CPU")
     cpu = ms.Tensor(np.zeros(4, np.float32))
+    cpu_rows = ms.Tensor(np.array([True, False, True]))
     ms.set_context(device_target="FOREIGN")
     with pytest.raises(device.DeviceMismatch, match=r"x\[index\] = value: the value: a tensor on CPU:0 met a tensor "
                                                     r"on FOREIGN:0"):
         t[2] = cpu
+    np.testing.assert_array_equal(t[np.array([2, 0])].asnumpy(), want[[2, 0]])     # host data: copied in
+    with pytest.raises(device.DeviceMismatch, match=r"x\[index\]: the index: a tensor on CPU:0 met a tensor on FOREIGN:0"):
+        t[cpu_rows]
 
 
 def _workspace_code(dev_id=0, stream=1, fail=False):

@@ -318,8 +318,8 @@ class Tensor(TensorMethods):
 
     def __getitem__(self, index):
         self._need_data()
-        index = index._data if isinstance(index, Tensor) else index
-        r = self._data[index]
+        dev = _device.device_of(self._data) or _device.current()
+        r = self._data[_on(dev, index, "x[index]: the index")]
         return Tensor(np.asarray(r) if type(r) is np.ndarray or isinstance(r, np.generic) else r)
 
     def __setitem__(self, index, value):

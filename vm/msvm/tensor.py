@@ -432,8 +432,8 @@ def wrap(v):
     """Results as the caller gets them: ndarrays become Tensors, and so do numpy scalars (numpy
     gives one for an op on 0-d arrays; it is a 0-d tensor of its dtype); tuples stay tuples
     (of wrapped items); Python scalars stay."""
-    if isinstance(v, np.ndarray):
-        t = Tensor.__new__(Tensor)
+    if isinstance(v, np.ndarray) or (isinstance(v, _device.ARRAYS) and not isinstance(v, np.generic)):
+        t = Tensor.__new__(Tensor)          # (numpy's array first: the common case; or a device's, CuPy's)
         t._data = v
         t._pshape = None
         t._dtype = dt.from_numpy(v.dtype)
@@ -442,12 +442,6 @@ def wrap(v):
         return tuple(wrap(x) for x in v)
     if isinstance(v, np.generic):
         return wrap(np.asarray(v))
-    if isinstance(v, _device.ARRAYS):       # an array of a device (CuPy on the GPU)
-        t = Tensor.__new__(Tensor)
-        t._data = v
-        t._pshape = None
-        t._dtype = dt.from_numpy(v.dtype)
-        return t
     return v
 
 

@@ -24,9 +24,12 @@ describe('mixed Python + Cell debugging (debugpy through the msvm adapter)', fun
   let dc;
   let output;
 
-  // a new adapter process (each test starts one; a test that relaunches stops the old one first)
-  async function startClient() {
-    dc = new DebugClient(PYTHON, ADAPTER, 'msvm', { env: { ...process.env, MSVM_CACHE_DIR: fs.mkdtempSync('/tmp/msvm-dap-k-') } });
+  // a new adapter process (each test starts one; a test that relaunches stops the old one first);
+  // env: what to set in (a value undefined: to remove from) the adapter's and the debuggee's environment
+  async function startClient(env = {}) {
+    const all = { ...process.env, MSVM_CACHE_DIR: fs.mkdtempSync('/tmp/msvm-dap-k-'), ...env };
+    for (const k of Object.keys(env)) if (env[k] === undefined) delete all[k];
+    dc = new DebugClient(PYTHON, ADAPTER, 'msvm', { env: all });
     dc.defaultTimeout = 45000;
     dc.on('output', (e) => { output += e.body.output; });
     await dc.start();
@@ -537,7 +540,8 @@ describe('mixed Python + Cell debugging (debugpy through the msvm adapter)', fun
 
   it('pause stops the program where it is: in a Cell (msvm) or on a Python line (debugpy)', async () => {
     const loop = path.join(__dirname, 'programs', 'loop.py');
-    await Promise.all([dc.configurationSequence(), dc.launch({ program: loop, jitLevel: 'L1', env: { LOOP_SECONDS: '60' } })]);
+    // (a day: the loop runs until the test ends the program, so it runs at the pause however slow the machine)
+    await Promise.all([dc.configurationSequence(), dc.launch({ program: loop, jitLevel: 'L1', env: { LOOP_SECONDS: '86400' } })]);
     const threads = (await dc.threadsRequest()).body.threads;
     const main = threads.find((t) => t.name === 'MainThread');
     // a thread that runs has no frames to show: one label frame says so
@@ -562,11 +566,7 @@ describe('mixed Python + Cell debugging (debugpy through the msvm adapter)', fun
   it('without debugpy it is msvm alone, and the Debug Console says debugpy is missing', async () => {
     await dc.stop();
     const hidden = path.join(__dirname, 'programs', 'no_debugpy');
-    dc = new DebugClient(PYTHON, ADAPTER, 'msvm', { env: { ...process.env, MSVM_CACHE_DIR: fs.mkdtempSync('/tmp/msvm-dap-k-'),
-      PYTHONPATH: [hidden, process.env.PYTHONPATH].filter(Boolean).join(path.delimiter) } });
-    dc.defaultTimeout = 45000;
-    dc.on('output', (e) => { output += e.body.output; });
-    await dc.start();
+    await startClient({ PYTHONPATH: [hidden, process.env.PYTHONPATH].filter(Boolean).join(path.delimiter) });
     const { bps, ev } = await launchWith(['x = prepare(4)', 'y = x * 2.0']);
     assert.match(output, /debugpy is not installed/);
     assert.strictEqual(bps[0].verified, false, 'no Python breakpoints without debugpy');
@@ -577,13 +577,8 @@ describe('mixed Python + Cell debugging (debugpy through the msvm adapter)', fun
   it('with a debugpy of another version it is msvm alone, and the Debug Console names the version', async () => {
     await dc.stop();
     const other = path.join(__dirname, 'programs', 'other_debugpy');
-    const env = { ...process.env, MSVM_CACHE_DIR: fs.mkdtempSync('/tmp/msvm-dap-k-'),
-      PYTHONPATH: [other, process.env.PYTHONPATH].filter(Boolean).join(path.delimiter) };
-    delete env.MSVM_DEBUGPY_UNTESTED;
-    dc = new DebugClient(PYTHON, ADAPTER, 'msvm', { env });
-    dc.defaultTimeout = 45000;
-    dc.on('output', (e) => { output += e.body.output; });
-    await dc.start();
+    await startClient({ PYTHONPATH: [other, process.env.PYTHONPATH].filter(Boolean).join(path.delimiter),
+      MSVM_DEBUGPY_UNTESTED: undefined });
     const { bps, ev } = await launchWith(['x = prepare(4)', 'y = x * 2.0']);
     assert.match(output, /Python debugging is off: debugpy 1\.9\.0 is installed, and msvm's mixed-mode debugging is written against debugpy 1\.8\.22's internals/);
     assert.strictEqual(bps[0].verified, false, 'no Python breakpoints: debugpy is not used');

@@ -44,6 +44,17 @@ def test_no_debugpy_is_said():
     assert _problem_under(os.path.join(PROGRAMS, "no_debugpy")) == "debugpy is not installed"
 
 
+def test_a_python_without_site_packages_has_no_debugpy():
+    """``python -S`` (no site-packages, so no debugpy; nothing has imported importlib.util either):
+    the version check answers None instead of failing on an attribute it did not import."""
+    server = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(glue.__file__))))   # msvm_server's parent
+    env = dict(os.environ, PYTHONPATH=server)
+    r = subprocess.run([sys.executable, "-S", "-c", "from msvm_server.dap import debugpy_glue as g; print(g.problem())"],
+                       env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "debugpy is not installed"
+
+
 def test_an_installed_other_version_is_named():
     assert _problem_under(os.path.join(PROGRAMS, "other_debugpy")).startswith("debugpy 1.9.0 is installed")
 

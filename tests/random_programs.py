@@ -156,6 +156,36 @@ def inputs(B, N, seed, special_share=0.0, strided=False) -> dict:
     return env
 
 
+ARGS = ("x", "v", "c", "s")      # build's parameters, in order (W is the Cell's parameter)
+
+
+def cpu_reference(tree, B, N, seed, special_share=0.0):
+    """A drawn program and the CPU interpreter's answer, the reference a device or tier is checked
+    against: ``(code, args, W, want)`` with ``args`` host arrays in ``ARGS`` order and ``W`` the
+    parameter's host array; None where the program does not verify or the inputs do not meet its
+    shapes (the verifier's and the entry check's own tests cover those)."""
+    from msvm.bytecode import verify
+    from msvm.interp.interpreter import BoundCode
+
+    env = inputs(B, N, seed, special_share)
+    code = build(tree, N).finish()
+    try:
+        verify(code)
+    except ms.VerifyError:
+        return None
+    args = [env[k] for k in ARGS]
+    old = ms.get_context("device_target")
+    ms.set_context(device_target="CPU")
+    try:
+        with np.errstate(all="ignore"):
+            want = BoundCode(code, None, {"W": ms.Tensor(env["W"])}, None).call(args)
+    except ms.ShapeMismatch:
+        return None
+    finally:
+        ms.set_context(device_target=old)
+    return code, args, env["W"], want
+
+
 # ================================================================ programs as MindSpore source
 # (issue 16) Random ``@ms.jit`` programs written as a user writes them, drawing the model zoo's
 # ops — conv2d (stride, pad modes, dilation, groups), max/avg/adaptive pooling, gather and int-tensor
@@ -186,24 +216,6 @@ _M_UNARY = {"relu": ("ops.relu({})", lambda a: np.maximum(a, 0.0)), "tanh": ("op
             "sigmoid": ("ops.sigmoid({})", _expit), "neg": ("-{}", np.negative), "abs": ("ops.abs({})", np.abs)}
 _M_BINARY = {"add": ("{} + {}", np.add), "sub": ("{} - {}", np.subtract), "mul": ("{} * {}", np.multiply),
              "max": ("ops.maximum({}, {})", np.maximum), "min": ("ops.minimum({}, {})", np.minimum)}
-
-
-def _resize_ref(x, oh, ow, mode):
-    """PyTorch/MindSpore's nearest (floor) and bilinear (half-pixel, clamped) sampling, align_corners False."""
-    n, c, h, w = x.shape
-    out = np.zeros((n, c, oh, ow))
-    for i in range(oh):
-        for j in range(ow):
-            if mode == "nearest":
-                out[:, :, i, j] = x[:, :, min(i * h // oh, h - 1), min(j * w // ow, w - 1)]
-                continue
-            sy, sx = max((i + 0.5) * h / oh - 0.5, 0.0), max((j + 0.5) * w / ow - 0.5, 0.0)
-            y0, x0 = min(int(sy), h - 1), min(int(sx), w - 1)
-            y1, x1 = min(y0 + 1, h - 1), min(x0 + 1, w - 1)
-            fy, fx = sy - y0, sx - x0
-            out[:, :, i, j] = ((x[:, :, y0, x0] * (1 - fx) + x[:, :, y0, x1] * fx) * (1 - fy)
-                               + (x[:, :, y1, x0] * (1 - fx) + x[:, :, y1, x1] * fx) * fy)
-    return out
 
 
 class SourceProgram:
@@ -442,11 +454,11 @@ class SourceProgram:
                 mode = r.choice(["nearest", "bilinear"])
                 if r.random() < 0.5:
                     self.emit(block, out, f"ops.interpolate({a}, size=({a}.shape[2] * 2, {a}.shape[3] + 1), mode={mode!r})",
-                              lambda e, a=a, mode=mode: _resize_ref(e[a], e[a].shape[2] * 2, e[a].shape[3] + 1, mode))
+                              lambda e, a=a, mode=mode: _cv.resize(e[a], e[a].shape[2] * 2, e[a].shape[3] + 1, mode))
                     h, w = h * 2, w + 1
                 else:
                     self.emit(block, out, f"ops.interpolate({a}, scale_factor=2.0, mode={mode!r})",
-                              lambda e, a=a, mode=mode: _resize_ref(e[a], e[a].shape[2] * 2, e[a].shape[3] * 2, mode))
+                              lambda e, a=a, mode=mode: _cv.resize(e[a], e[a].shape[2] * 2, e[a].shape[3] * 2, mode))
                     h, w = h * 2, w * 2
             a = out
         return a, h, w

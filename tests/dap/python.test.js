@@ -24,12 +24,20 @@ describe('mixed Python + Cell debugging (debugpy through the msvm adapter)', fun
   let dc;
   let output;
 
-  beforeEach(async () => {
-    dc = new DebugClient(PYTHON, ADAPTER, 'msvm', { env: { ...process.env, MSVM_CACHE_DIR: fs.mkdtempSync('/tmp/msvm-dap-k-') } });
+  // a new adapter process (each test starts one; a test that relaunches stops the old one first);
+  // env: what to set in (a value undefined: to remove from) the adapter's and the debuggee's environment
+  async function startClient(env = {}) {
+    const all = { ...process.env, MSVM_CACHE_DIR: fs.mkdtempSync('/tmp/msvm-dap-k-'), ...env };
+    for (const k of Object.keys(env)) if (env[k] === undefined) delete all[k];
+    dc = new DebugClient(PYTHON, ADAPTER, 'msvm', { env: all });
     dc.defaultTimeout = 45000;
-    output = '';
     dc.on('output', (e) => { output += e.body.output; });
     await dc.start();
+  }
+
+  beforeEach(async () => {
+    output = '';
+    await startClient();
   });
   afterEach(async function () {
     if (this.currentTest.state === 'failed') console.log(`--- Debug Console of the failed test ---\n${output.slice(-3000)}`);
@@ -249,10 +257,7 @@ describe('mixed Python + Cell debugging (debugpy through the msvm adapter)', fun
     await dc.disconnectRequest({});
     // again, stepOut from apply: stops in its caller, on the line that called it (as debugpy's stepOut does)
     await dc.stop();
-    dc = new DebugClient(PYTHON, ADAPTER, 'msvm', { env: { ...process.env, MSVM_CACHE_DIR: fs.mkdtempSync('/tmp/msvm-dap-k-') } });
-    dc.defaultTimeout = 45000;
-    dc.on('output', (e) => { output += e.body.output; });
-    await dc.start();
+    await startClient();
     const again = await launchWith(['y = x * 2.0'], { enableFusion: false }, FRAMES);
     st = await stack(again.ev.body.threadId);
     await select(st[1].id);                      // apply
@@ -328,10 +333,7 @@ describe('mixed Python + Cell debugging (debugpy through the msvm adapter)', fun
     assert.match(lib.source.path, /[\\/]json[\\/]__init__\.py$/, JSON.stringify(lib));
     await dc.disconnectRequest({});
     await dc.stop();
-    dc = new DebugClient(PYTHON, ADAPTER, 'msvm', { env: { ...process.env, MSVM_CACHE_DIR: fs.mkdtempSync('/tmp/msvm-dap-k-') } });
-    dc.defaultTimeout = 45000;
-    dc.on('output', (e) => { output += e.body.output; });
-    await dc.start();
+    await startClient();
     const mine = await launchWith(['text = json.dumps('], { justMyCode: true }, FRAMES);
     await stepAndWait('stepIn', mine.ev.body.threadId);
     const f = (await stack(mine.ev.body.threadId))[0];
@@ -345,7 +347,8 @@ describe('mixed Python + Cell debugging (debugpy through the msvm adapter)', fun
     const both = new Promise((resolve) => { resolveBoth = resolve; });
     const onStop = (e) => { stops.push(e.body); if (stops.length === 2) resolveBoth(); };
     dc.on('stopped', onStop);
-    await launchWith(['note = "the main thread runs a Cell"'], { args: ['3000000'] }, SPIN);
+    // --until-ended: the Cell runs until the test ends the program, so it is running at every pause below
+    await launchWith(['note = "the main thread runs a Cell"'], { args: ['--until-ended'] }, SPIN);
     await both;
     dc.removeListener('stopped', onStop);
     const threads = (await dc.threadsRequest()).body.threads;
@@ -363,7 +366,7 @@ describe('mixed Python + Cell debugging (debugpy through the msvm adapter)', fun
     assert.match(m[0].name, /^Spin\.construct @0x/);
     assert.strictEqual(m[m.length - 1].name, '<module> (Python)');
     assert.strictEqual(m[m.length - 1].line, lineIn(SPIN, 'acc = spin('));
-    assert.strictEqual((await dc.evaluateRequest({ expression: 'n', frameId: m[m.length - 1].id, context: 'watch' })).body.result, '3000000');
+    assert.strictEqual((await dc.evaluateRequest({ expression: 'n', frameId: m[m.length - 1].id, context: 'watch' })).body.result, '1000000');
     const w = await stack(worker.id);
     assert.strictEqual(w[0].name, 'worker');
     assert.strictEqual(w[0].line, lineIn(SPIN, 'note = "the main thread runs a Cell"'));
@@ -537,7 +540,8 @@ describe('mixed Python + Cell debugging (debugpy through the msvm adapter)', fun
 
   it('pause stops the program where it is: in a Cell (msvm) or on a Python line (debugpy)', async () => {
     const loop = path.join(__dirname, 'programs', 'loop.py');
-    await Promise.all([dc.configurationSequence(), dc.launch({ program: loop, jitLevel: 'L1', env: { LOOP_SECONDS: '60' } })]);
+    // (a day: the loop runs until the test ends the program, so it runs at the pause however slow the machine)
+    await Promise.all([dc.configurationSequence(), dc.launch({ program: loop, jitLevel: 'L1', env: { LOOP_SECONDS: '86400' } })]);
     const threads = (await dc.threadsRequest()).body.threads;
     const main = threads.find((t) => t.name === 'MainThread');
     // a thread that runs has no frames to show: one label frame says so
@@ -562,11 +566,7 @@ describe('mixed Python + Cell debugging (debugpy through the msvm adapter)', fun
   it('without debugpy it is msvm alone, and the Debug Console says debugpy is missing', async () => {
     await dc.stop();
     const hidden = path.join(__dirname, 'programs', 'no_debugpy');
-    dc = new DebugClient(PYTHON, ADAPTER, 'msvm', { env: { ...process.env, MSVM_CACHE_DIR: fs.mkdtempSync('/tmp/msvm-dap-k-'),
-      PYTHONPATH: [hidden, process.env.PYTHONPATH].filter(Boolean).join(path.delimiter) } });
-    dc.defaultTimeout = 45000;
-    dc.on('output', (e) => { output += e.body.output; });
-    await dc.start();
+    await startClient({ PYTHONPATH: [hidden, process.env.PYTHONPATH].filter(Boolean).join(path.delimiter) });
     const { bps, ev } = await launchWith(['x = prepare(4)', 'y = x * 2.0']);
     assert.match(output, /debugpy is not installed/);
     assert.strictEqual(bps[0].verified, false, 'no Python breakpoints without debugpy');
@@ -577,13 +577,8 @@ describe('mixed Python + Cell debugging (debugpy through the msvm adapter)', fun
   it('with a debugpy of another version it is msvm alone, and the Debug Console names the version', async () => {
     await dc.stop();
     const other = path.join(__dirname, 'programs', 'other_debugpy');
-    const env = { ...process.env, MSVM_CACHE_DIR: fs.mkdtempSync('/tmp/msvm-dap-k-'),
-      PYTHONPATH: [other, process.env.PYTHONPATH].filter(Boolean).join(path.delimiter) };
-    delete env.MSVM_DEBUGPY_UNTESTED;
-    dc = new DebugClient(PYTHON, ADAPTER, 'msvm', { env });
-    dc.defaultTimeout = 45000;
-    dc.on('output', (e) => { output += e.body.output; });
-    await dc.start();
+    await startClient({ PYTHONPATH: [other, process.env.PYTHONPATH].filter(Boolean).join(path.delimiter),
+      MSVM_DEBUGPY_UNTESTED: undefined });
     const { bps, ev } = await launchWith(['x = prepare(4)', 'y = x * 2.0']);
     assert.match(output, /Python debugging is off: debugpy 1\.9\.0 is installed, and msvm's mixed-mode debugging is written against debugpy 1\.8\.22's internals/);
     assert.strictEqual(bps[0].verified, false, 'no Python breakpoints: debugpy is not used');

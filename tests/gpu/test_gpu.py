@@ -19,24 +19,20 @@ from msvm import device, executor
 from msvm.bytecode import CodeBuilder, verify
 from msvm.bytecode import symbolic as S
 from msvm.bytecode.types import TensorType
-from msvm.compiler.lower import BINARY, UNARY
+from msvm.compiler.gpu import elementwise_ir
+from msvm.compiler.lower import BINARY, UNARY, Unsupported
+from msvm.compiler.lower_gpu import lower_gpu
 from msvm.interp import interpreter, replay
 from msvm.interp.interpreter import BoundCode
 from msvm.interp.kernels import run_program
 from paths import ROOT
-from random_programs import SPECIAL, build, inputs, trees
+from random_programs import SPECIAL, cpu_reference, trees
 from special_values import assert_numpy_equal
 
 TARGET = os.environ.get("MSVM_GPU_TEST_TARGET", "GPU")     # (tests/gpu/conftest.py)
 LEVELS = ["L1", "L2", "L3"]
 COMPILED = TARGET in ("GPU", "EMULATED")      # the foreign stand-in has no compiled tiers
 CUDA = TARGET == "GPU"                        # streams are CUDA's
-ARGS = ("x", "v", "c", "s")
-# what NVPTX cannot emit without libdevice (tests/jit/test_gpu_codegen.py): these stay in the CuPy interpreter
-NOT_ON_GPU = {("BROADCAST_POW", "float32")} | {(op, "float64") for op in
-                                              ("EXP", "LOG", "TANH", "SIGMOID", "ERF", "GELU", "GELU_TANH",
-                                               "BROADCAST_POW")} | {(op, d) for op in ("SIN", "COS")
-                                                                    for d in ("float32", "float64")}
 # op tests expected to fail on CuPy: TENSOR_SCATTER's sub/mul/div modes use ufunc.at, which CuPy has only for
 # add/maximum/minimum (tests/vm/test_device.py NOT_IN_CUPY)
 KNOWN_GPU_GAPS = {"tests/vm/test_conformance_ops.py::test_tensor_scatter_modes[sub]",
@@ -46,6 +42,16 @@ KNOWN_GPU_GAPS = {"tests/vm/test_conformance_ops.py::test_tensor_scatter_modes[s
 
 def jit_level(level):
     ms.set_context(jit_config={"jit_level": level})
+
+
+def lowers_on_the_gpu(program, shapes, dtype: str) -> bool:
+    """Whether the GPU lowering emits this fused program (what NVPTX cannot emit without libdevice
+    stays in the CuPy interpreter: tests/jit/test_gpu_codegen.py pins that set)."""
+    try:
+        lower_gpu(elementwise_ir(program, [tuple(s) for s in shapes], dtype, 2)[0], "probe")
+    except Unsupported:
+        return False
+    return True
 
 
 def compiled_sites(code) -> list:
@@ -153,7 +159,7 @@ def test_every_lowered_op_against_numpy(on_the_gpu, level, dtype):
             assert_numpy_equal(device.to_host(got), want, rtol=tol[0], atol=tol[1], msg=f"{op} {dtype} {level}")
         except AssertionError as e:
             failures.append(str(e)[:300])
-        if COMPILED and level != "L1" and (op, dtype) not in NOT_ON_GPU:
+        if COMPILED and level != "L1" and lowers_on_the_gpu(program, [a.shape for a in host], dtype):
             if not compiled_sites(code):
                 failures.append(f"{op} {dtype} {level}: no GPU kernel was compiled")
     assert not failures, "\n".join(failures)
@@ -167,24 +173,13 @@ def test_random_programs_match_the_cpu(on_the_gpu, level):
     @given(tree=trees(), B=st.sampled_from([0, 2, 5]), N=st.integers(6, 9), seed=st.integers(0, 2 ** 16),
            share=st.sampled_from([0.0, 0.2]))
     def check(tree, B, N, seed, share):
-        env = inputs(B, N, seed, share)
-        code = build(tree, N).finish()
-        try:
-            verify(code)
-        except ms.VerifyError:
+        case = cpu_reference(tree, B, N, seed, share)
+        if case is None:
             return
-        args = [env[k] for k in ARGS]
-        ms.set_context(device_target="CPU")
-        try:
-            with np.errstate(all="ignore"):
-                want = BoundCode(code, None, {"W": ms.Tensor(env["W"])}, None).call(args)
-        except ms.ShapeMismatch:
-            return
-        finally:
-            ms.set_context(device_target=dev.target)
+        code, args, W, want = case
         jit_level(level)
         run = executor.optimize(code)
-        bound = BoundCode(run, None, {"W": ms.Tensor(env["W"])}, None, executor.accelerator())
+        bound = BoundCode(run, None, {"W": ms.Tensor(W)}, None, executor.accelerator())
         dargs = [dev.from_host(np.array(a, order="C")) for a in args]
         with np.errstate(all="ignore"):
             got = [bound.call(dargs) for _ in range(3)]

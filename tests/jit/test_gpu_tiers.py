@@ -210,7 +210,7 @@ def test_without_a_usable_gpu_the_cpu_runs_or_strict_raises(monkeypatch):
     from msvm.compiler.gpu import GpuRuntime
 
     dev = device.Device(7)
-    dev.gpu_runtime = GpuRuntime         # (what CupyDevice.gpu_runtime makes: the real runtime, which needs CuPy)
+    dev.gpu_runtime = GpuRuntime         # (what accelerator_for makes for a CUDA device: the real runtime, which needs CuPy)
     monkeypatch.delenv("MSVM_STRICT_DEVICE")
     gpu_tiers._accels.clear()
     with Records() as records:

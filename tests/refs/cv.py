@@ -1,4 +1,4 @@
-"""float64 numpy references for convolution, pooling, gather and four mindcv models.
+"""float64 numpy references for convolution, pooling, gather, resize and four mindcv models.
 
 Written from the definitions (a cross-correlation summed one kernel tap at a time, windows
 walked tap by tap, bins by their bounds) and from the papers' architectures (ResNet basic
@@ -133,6 +133,29 @@ def gather(x, idx, axis):
         return np.empty(x.shape[:axis] + idx.shape + x.shape[axis + 1:], x.dtype)
     out = np.stack(flat, axis=axis)
     return out.reshape(x.shape[:axis] + idx.shape + x.shape[axis + 1:])
+
+
+def resize(x, oh, ow, mode, align=False):
+    """x [N, C, H, W] sampled to [N, C, oh, ow]: PyTorch/MindSpore's nearest (floor) and bilinear
+    (align_corners: corner to corner; otherwise half-pixel, clamped) source coordinates."""
+    n, c, h, w = x.shape
+    out = np.zeros((n, c, oh, ow))
+    for i in range(oh):
+        for j in range(ow):
+            if mode == "nearest":
+                out[:, :, i, j] = x[:, :, min(i * h // oh, h - 1), min(j * w // ow, w - 1)]
+                continue
+            if align:
+                sy = i * (h - 1) / (oh - 1) if oh > 1 else 0.0
+                sx = j * (w - 1) / (ow - 1) if ow > 1 else 0.0
+            else:
+                sy, sx = max((i + 0.5) * h / oh - 0.5, 0.0), max((j + 0.5) * w / ow - 0.5, 0.0)
+            y0, x0 = min(int(sy), h - 1), min(int(sx), w - 1)
+            y1, x1 = min(y0 + 1, h - 1), min(x0 + 1, w - 1)
+            fy, fx = sy - y0, sx - x0
+            out[:, :, i, j] = ((x[:, :, y0, x0] * (1 - fx) + x[:, :, y0, x1] * fx) * (1 - fy)
+                               + (x[:, :, y1, x0] * (1 - fx) + x[:, :, y1, x1] * fx) * fy)
+    return out
 
 
 # ---------------------------------------------------------------- layers

@@ -1,5 +1,6 @@
 """dap/debugpy_glue: the version check in front of debugpy's internals, and the probe of them."""
 
+import os
 import subprocess
 import sys
 
@@ -25,9 +26,37 @@ def test_another_version_may_be_tried_on_request(monkeypatch):
     assert glue.problem("1.9.0") is None
 
 
-def test_no_debugpy_is_said(monkeypatch):
-    monkeypatch.setattr(glue, "version", lambda: None)
-    assert glue.problem() == "debugpy is not installed"
+PROGRAMS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "dap", "programs")
+
+
+def _problem_under(debugpy_dir: str) -> str:
+    """glue.problem() in a Python whose ``import debugpy`` finds the package in debugpy_dir first."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([debugpy_dir, *sys.path]))
+    env.pop(glue.UNTESTED_ENV, None)
+    r = subprocess.run([sys.executable, "-c", "from msvm_server.dap import debugpy_glue as g; print(g.problem())"],
+                       env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    return r.stdout.strip()
+
+
+def test_no_debugpy_is_said():
+    """A debugpy that cannot be imported (tests/dap/programs/no_debugpy) is an absent one."""
+    assert _problem_under(os.path.join(PROGRAMS, "no_debugpy")) == "debugpy is not installed"
+
+
+def test_a_python_without_site_packages_has_no_debugpy():
+    """``python -S`` (no site-packages, so no debugpy; nothing has imported importlib.util either):
+    the version check answers None instead of failing on an attribute it did not import."""
+    server = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(glue.__file__))))   # msvm_server's parent
+    env = dict(os.environ, PYTHONPATH=server)
+    r = subprocess.run([sys.executable, "-S", "-c", "from msvm_server.dap import debugpy_glue as g; print(g.problem())"],
+                       env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "debugpy is not installed"
+
+
+def test_an_installed_other_version_is_named():
+    assert _problem_under(os.path.join(PROGRAMS, "other_debugpy")).startswith("debugpy 1.9.0 is installed")
 
 
 # pydevd is imported in a child process: importing it here would patch this process's threads

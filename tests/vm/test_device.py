@@ -23,15 +23,14 @@ from msvm.bytecode.types import TensorType
 from msvm.interp import interpreter, replay
 from msvm.interp.interpreter import BoundCode
 from paths import ROOT
-from random_programs import build, inputs, trees
+from random_programs import cpu_reference, trees
 
-ARGS = ("x", "v", "c", "s")      # (random_programs.build's parameters, in order)
 fd.install()
 # the interpreter's op tests, run whole on the foreign device (their L2/L3 cases assert compiled
 # kernels, which a device without compiled tiers does not have; at L1 they are the same tests)
 OP_TESTS = ["tests/vm/test_ops.py", "tests/vm/test_interp.py", "tests/vm/test_conv_ops.py", "tests/vm/test_nlp_ops.py",
             "tests/vm/test_conformance_ops.py", "tests/vm/test_zero_d.py", "tests/vm/test_resize.py",
-            "tests/vm/test_activation_layers.py"]
+            "tests/vm/test_activation_layers.py", "tests/vm/test_mask_index.py", "tests/vm/test_mixed_precision.py"]
 # what the foreign device's functions may be: CuPy 14's namespace has each (cupy_names.txt)
 # ... except these: ufunc.at for multiply/divide/subtract (TENSOR_SCATTER's mul/div/sub modes), which CuPy
 # documents only for "selected ufuncs" (add, maximum, minimum: its scatter ops); on a GPU these modes are expected to
@@ -168,22 +167,14 @@ def test_models_run_on_the_device_as_cells(make, shape, rng):
 def test_random_programs_on_the_device_match_the_cpu(tree, B, N, seed, share):
     """Random programs (NaN, inf, empty and 0-d inputs): the foreign device's interpreter and
     replay give the CPU interpreter's answer bit for bit."""
-    env = inputs(B, N, seed, share)
-    code = build(tree, N).finish()
-    try:
-        verify(code)
-    except ms.VerifyError:
+    case = cpu_reference(tree, B, N, seed, share)
+    if case is None:
         return
-    args = [env[k] for k in ARGS]
-    with np.errstate(all="ignore"):
-        try:
-            want = BoundCode(code, None, {"W": ms.Tensor(env["W"])}, None).call(args)
-        except ms.ShapeMismatch:
-            return
+    code, args, W, want = case
     ms.set_context(device_target="FOREIGN")
     try:
         dev = device.current()
-        bound = BoundCode(code, None, {"W": ms.Tensor(env["W"])}, None)
+        bound = BoundCode(code, None, {"W": ms.Tensor(W)}, None)
         dargs = [dev.from_host(np.array(a, order="C")) for a in args]
         with np.errstate(all="ignore"):
             got = bound.call(dargs)
@@ -222,6 +213,33 @@ def test_mixing_devices_is_an_error_naming_both(rng):
     with pytest.raises(device.DeviceMismatch, match=r"FOREIGN:0.*CPU:0"):
         net(x_dev, y_dev)                       # device tensors into a Cell running on the CPU again
     assert dense is not None
+
+
+def test_setitem_stays_on_the_device_and_names_a_mixed_value(foreign):
+    """``x[index] = value`` eagerly: a mask or int index, a scalar, host data or a Tensor value;
+    the result stays a device array (it copied the data through numpy before); a value or index
+    on the CPU is an error naming both devices (x[index] too), host data is copied in."""
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    t = ms.Tensor(a)
+    t[t > 6.5] = -1.0
+    t[ms.Tensor(np.array([0]))] = ms.Tensor(np.full((1, 4), 9.0, np.float32))
+    t[1] = [5, 6, 7, 8]
+    want = a.copy()
+    want[want > 6.5] = -1.0
+    want[[0]] = 9.0
+    want[1] = [5, 6, 7, 8]
+    assert type(t._data) is fd.ForeignArray
+    np.testing.assert_array_equal(t.asnumpy(), want)
+    ms.set_context(device_target="CPU")
+    cpu = ms.Tensor(np.zeros(4, np.float32))
+    cpu_rows = ms.Tensor(np.array([True, False, True]))
+    ms.set_context(device_target="FOREIGN")
+    with pytest.raises(device.DeviceMismatch, match=r"x\[index\] = value: the value: a tensor on CPU:0 met a tensor "
+                                                    r"on FOREIGN:0"):
+        t[2] = cpu
+    np.testing.assert_array_equal(t[np.array([2, 0])].asnumpy(), want[[2, 0]])     # host data: copied in
+    with pytest.raises(device.DeviceMismatch, match=r"x\[index\]: the index: a tensor on CPU:0 met a tensor on FOREIGN:0"):
+        t[cpu_rows]
 
 
 def _workspace_code(dev_id=0, stream=1, fail=False):

@@ -62,27 +62,34 @@ def _compiled_levels(net) -> set:
     return {k.level for s in sites for k in list(s.l2.values()) + list(s.l3.values()) if isinstance(k, tiers.Compiled)}
 
 
-@pytest.mark.parametrize("level,fusion", TIERS, ids=[f"{lv}-{'fused' if f else 'unfused'}" for lv, f in TIERS])
-@pytest.mark.parametrize("relative", [False, True], ids=["absolute", "relative"])
-def test_bert(zoo, level, fusion, relative, rng):
+def _bert_run(zoo, level, fusion, relative, rng, lengths, what, **model):
+    """A small BertModel (``model``: its keyword arguments) called at each of ``lengths`` at one
+    tier, each call checked against the float64 reference; the model."""
     bert, _, _, nlp = zoo
     cfg = bert.BertConfig(seq_length=128, vocab_size=VOCAB, hidden_size=64, num_hidden_layers=2,
                           num_attention_heads=4, intermediate_size=128, max_position_embeddings=128, type_vocab_size=2,
                           use_relative_positions=relative)
-    net = bert.BertModel(cfg, is_training=False)
+    net = bert.BertModel(cfg, is_training=False, **model)
     p = nlp.params(net)
     calls = []
-    for s in LENGTHS:
+    for s in lengths:
         ids, mask = _inputs(rng, s)
         tt = rng.integers(0, 2, ids.shape).astype(np.int32)
         seq, pooled = nlp.bert(p, cfg, ids, tt, mask)
 
-        def check(out, what, seq=seq, pooled=pooled):
-            _close(out[0].asnumpy(), seq, f"BERT sequence_output {what}")
-            _close(out[1].asnumpy(), pooled, f"BERT pooled_output {what}")
+        def check(out, at, seq=seq, pooled=pooled):
+            _close(out[0].asnumpy(), seq, f"{what} sequence_output {at}")
+            _close(out[1].asnumpy(), pooled, f"{what} pooled_output {at}")
             assert out[2].shape == (VOCAB, 64)
         calls.append((s, (ids, tt, mask), check))
     _run(net, level, fusion, calls)
+    return net
+
+
+@pytest.mark.parametrize("level,fusion", TIERS, ids=[f"{lv}-{'fused' if f else 'unfused'}" for lv, f in TIERS])
+@pytest.mark.parametrize("relative", [False, True], ids=["absolute", "relative"])
+def test_bert(zoo, level, fusion, relative, rng):
+    _bert_run(zoo, level, fusion, relative, rng, LENGTHS, "BERT")
 
 
 ONE_HOT_TIERS = [("L1", True), ("L3", True)]
@@ -94,23 +101,7 @@ def test_bert_one_hot_embeddings(zoo, level, fusion, relative, rng):
     """``BertModel(..., use_one_hot_embeddings=True)``: the word and token-type lookups are
     nn.Embedding's OneHot + MatMul and the relative-position table ops.one_hot + BatchMatMul, as
     MindSpore's sources write them: the same answer as the float64 reference (a table lookup)."""
-    bert, _, _, nlp = zoo
-    cfg = bert.BertConfig(seq_length=128, vocab_size=VOCAB, hidden_size=64, num_hidden_layers=2,
-                          num_attention_heads=4, intermediate_size=128, max_position_embeddings=128, type_vocab_size=2,
-                          use_relative_positions=relative)
-    net = bert.BertModel(cfg, is_training=False, use_one_hot_embeddings=True)
-    p = nlp.params(net)
-    calls = []
-    for s in LENGTHS[:2]:
-        ids, mask = _inputs(rng, s)
-        tt = rng.integers(0, 2, ids.shape).astype(np.int32)
-        seq, pooled = nlp.bert(p, cfg, ids, tt, mask)
-
-        def check(out, what, seq=seq, pooled=pooled):
-            _close(out[0].asnumpy(), seq, f"one-hot BERT sequence_output {what}")
-            _close(out[1].asnumpy(), pooled, f"one-hot BERT pooled_output {what}")
-        calls.append((s, (ids, tt, mask), check))
-    _run(net, level, fusion, calls)
+    net = _bert_run(zoo, level, fusion, relative, rng, LENGTHS[:2], "one-hot BERT", use_one_hot_embeddings=True)
     ops_at = {}        # the sub-Cells' instructions, by attribute path
     for v in net._runner.variants.values():
         for c in v.code.all_codes():

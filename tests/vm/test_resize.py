@@ -2,33 +2,11 @@
 the definitions (PyTorch's and MindSpore's source coordinates), eagerly and in a Cell whose
 input sizes change on one bytecode, in every tier."""
 
-import math
-
 import msvm as ms
 import numpy as np
 import pytest
 from msvm import nn, ops
-
-
-def reference(x, oh, ow, mode, align):
-    n, c, h, w = x.shape
-    out = np.zeros((n, c, oh, ow))
-    for i in range(oh):
-        for j in range(ow):
-            if mode == "nearest":
-                out[:, :, i, j] = x[:, :, min(int(math.floor(i * h / oh)), h - 1), min(int(math.floor(j * w / ow)), w - 1)]
-                continue
-            if align:
-                sy = i * (h - 1) / (oh - 1) if oh > 1 else 0.0
-                sx = j * (w - 1) / (ow - 1) if ow > 1 else 0.0
-            else:
-                sy, sx = max((i + 0.5) * h / oh - 0.5, 0.0), max((j + 0.5) * w / ow - 0.5, 0.0)
-            y0, x0 = min(int(sy), h - 1), min(int(sx), w - 1)
-            y1, x1 = min(y0 + 1, h - 1), min(x0 + 1, w - 1)
-            fy, fx = sy - y0, sx - x0
-            out[:, :, i, j] = ((x[:, :, y0, x0] * (1 - fx) + x[:, :, y0, x1] * fx) * (1 - fy)
-                               + (x[:, :, y1, x0] * (1 - fx) + x[:, :, y1, x1] * fx) * fy)
-    return out
+from refs import cv
 
 
 @pytest.mark.parametrize("mode,align", [("nearest", False), ("bilinear", False), ("bilinear", True)])
@@ -36,7 +14,7 @@ def reference(x, oh, ow, mode, align):
 def test_interpolate_to_a_size(mode, align, hw, size):
     x = np.random.default_rng(sum(hw)).standard_normal((2, 3) + hw).astype(np.float32)
     got = ops.interpolate(ms.Tensor(x), size=size, mode=mode, align_corners=align or None).asnumpy()
-    np.testing.assert_allclose(got, reference(x.astype(np.float64), *size, mode, align), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(got, cv.resize(x.astype(np.float64), *size, mode, align), rtol=1e-5, atol=1e-5)
 
 
 class Up(nn.Cell):
@@ -54,9 +32,9 @@ def test_interpolate_in_a_cell_on_one_bytecode(level):
         for h, w in [(4, 6), (7, 3), (4, 6), (9, 9)]:
             x = np.random.default_rng(h * w).standard_normal((2, 3, h, w)).astype(np.float32)
             a, b = net(ms.Tensor(x))
-            np.testing.assert_allclose(a.asnumpy(), reference(x.astype(np.float64), 2 * h, 2 * w, "bilinear", False),
+            np.testing.assert_allclose(a.asnumpy(), cv.resize(x.astype(np.float64), 2 * h, 2 * w, "bilinear", False),
                                        rtol=1e-5, atol=1e-5)
-            np.testing.assert_allclose(b.asnumpy(), reference(x.astype(np.float64), h + 3, 5, "nearest", False))
+            np.testing.assert_allclose(b.asnumpy(), cv.resize(x.astype(np.float64), h + 3, 5, "nearest", False))
         assert len(net._runner.variants) == 1
     finally:
         ms.set_context(jit_config={"jit_level": "L1"})
@@ -65,7 +43,7 @@ def test_interpolate_in_a_cell_on_one_bytecode(level):
 def test_interpolate_edge_values_and_errors():
     x = np.array([[[[np.nan, 1.0], [np.inf, -0.0]]]], np.float32)
     got = ops.interpolate(ms.Tensor(x), scale_factor=2).asnumpy()
-    np.testing.assert_array_equal(got, reference(x.astype(np.float64), 4, 4, "nearest", False).astype(np.float32))
+    np.testing.assert_array_equal(got, cv.resize(x.astype(np.float64), 4, 4, "nearest", False).astype(np.float32))
     with pytest.raises(ValueError, match="exactly one of size and scale_factor"):
         ops.interpolate(ms.Tensor(x))
     with pytest.raises(NotImplementedError, match="scale_factor must be a positive integer"):

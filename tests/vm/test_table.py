@@ -20,7 +20,7 @@ def test_every_computing_row_says_how_the_compiled_tiers_run_it():
     import inspect
 
     from msvm.bytecode.opcodes import COMPILED
-    from msvm.compiler import lower, tiers
+    from msvm.compiler import gpu_tiers, lower, tiers
 
     for r in TABLE:
         computes = r.kind not in ("control", "memory") or r.name == "FILL"
@@ -30,6 +30,7 @@ def test_every_computing_row_says_how_the_compiled_tiers_run_it():
             assert r.name in lower.UNARY or r.name in lower.BINARY or r.name == "CAST", f"{r.name} has no lowering"
         if r.compiled == "kernel":
             assert r.name in tiers.PLANNERS and hasattr(tiers.Site, tiers.PLANNERS[r.name]), f"{r.name} has no planner"
+            assert hasattr(gpu_tiers.GpuSite, tiers.PLANNERS[r.name]), f"{r.name} has no GPU planner"
         if r.out:
             assert "out" in inspect.signature(kernels.KERNELS[r.name]).parameters, f"{r.name}'s kernel takes no out="
         if r.leaf:

@@ -47,6 +47,8 @@ class Device:
     target = "?"
     array_type: type = np.ndarray
     accelerated = False          # whether compiled tiers (tiers.py / gpu_tiers.py) serve its sites
+    # (gpu_tiers.accelerator_for makes a CUDA device's kernel runtime; a test device that stands in
+    # for a GPU defines ``gpu_runtime()`` returning its own: the device layer imports no compiler)
 
     def __init__(self, device_id: int = 0):
         self.id = device_id
@@ -236,13 +238,6 @@ class CupyDevice(Device):
 
     def holds(self, x) -> bool:
         return x.device.id == self.id
-
-    def gpu_runtime(self):
-        """The kernel runtime of this GPU (compiler/gpu.py), for its compiled tiers."""
-        from .compiler.gpu import GpuRuntime
-
-        with self.cuda_device:
-            return GpuRuntime()
 
     def from_host(self, a):
         return self.xp.asarray(a, order="C")

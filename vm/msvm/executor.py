@@ -157,7 +157,7 @@ def accelerator():
     if dev is device.CPU:
         from .compiler.tiers import ACCELERATOR
         return ACCELERATOR
-    if dev.accelerated and getattr(dev, "gpu_runtime", None) is not None:
+    if dev.accelerated:
         from .compiler.gpu_tiers import accelerator_for
         return accelerator_for(dev)
     return None

@@ -341,8 +341,8 @@ class Tensor(TensorMethods):
 
     def __getitem__(self, index):
         self._need_data()
-        index = index._data if isinstance(index, Tensor) else index
-        r = self._data[index]
+        dev = _device.device_of(self._data) or _device.current()
+        r = self._data[_on(dev, index, "x[index]: the index")]
         return Tensor(np.asarray(r) if type(r) is np.ndarray or isinstance(r, np.generic) else r)
 
     def __setitem__(self, index, value):
@@ -351,9 +351,15 @@ class Tensor(TensorMethods):
         if isinstance(self, Parameter):
             raise TypeError(f"cannot assign into Parameter {self.name}: use set_data")
         self._need_data()
-        data = np.array(self._data)        # (the array may be shared with numpy or read-only)
-        index = index.asnumpy() if isinstance(index, Tensor) else index
-        data[index] = np.asarray(value.asnumpy() if isinstance(value, Tensor) else value).astype(data.dtype)
+        dev = _device.device_of(self._data) or _device.current()
+        data = self._data.copy()           # (the array may be shared with numpy or read-only)
+        index = _on(dev, index, "x[index] = value: the index")
+        value = _on(dev, value, "x[index] = value: the value")
+        if isinstance(value, _device.ARRAYS):
+            value = value.astype(data.dtype)
+        else:
+            value = dev.from_host(np.asarray(value, data.dtype))
+        data[index] = value
         self._data = data
 
     def __repr__(self):
@@ -364,6 +370,18 @@ class Tensor(TensorMethods):
 
     def __str__(self):
         return str(self.asnumpy()) if self._data is not None else repr(self)
+
+
+def _on(dev, v, what: str):
+    """An index or value as dev uses it: a Tensor's array must be on dev (a DeviceMismatch naming
+    both devices otherwise), host data (a numpy array, a list) is copied to dev."""
+    if isinstance(v, Tensor):
+        v._need_data()
+        _device.check_same(what, [v._data], dev)
+        return v._data
+    if type(v) is np.ndarray and dev is not _device.CPU:
+        return dev.from_host(v)
+    return v
 
 
 def _contiguous(arr, d: dt.DType) -> np.ndarray:
@@ -474,8 +492,8 @@ def wrap(v):
     """Results as the caller gets them: ndarrays become Tensors, and so do numpy scalars (numpy
     gives one for an op on 0-d arrays; it is a 0-d tensor of its dtype); tuples stay tuples
     (of wrapped items); Python scalars stay."""
-    if isinstance(v, np.ndarray):
-        t = Tensor.__new__(Tensor)
+    if isinstance(v, np.ndarray) or (isinstance(v, _device.ARRAYS) and not isinstance(v, np.generic)):
+        t = Tensor.__new__(Tensor)          # (numpy's array first: the common case; or a device's, CuPy's)
         t._data = v
         t._pshape = None
         t._dtype = dt.from_numpy(v.dtype)
@@ -484,12 +502,6 @@ def wrap(v):
         return tuple(wrap(x) for x in v)
     if isinstance(v, np.generic):
         return wrap(np.asarray(v))
-    if isinstance(v, _device.ARRAYS):       # an array of a device (CuPy on the GPU)
-        t = Tensor.__new__(Tensor)
-        t._data = v
-        t._pshape = None
-        t._dtype = dt.from_numpy(v.dtype)
-        return t
     return v
 
 

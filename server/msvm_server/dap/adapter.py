@@ -30,7 +30,6 @@ import threading
 
 from . import debugpy_glue
 from .mixed import Mixer
-from .pylink import debugpy_available
 from .wire import BadMessage, Channel, response
 
 CAPABILITIES = {
@@ -188,7 +187,7 @@ class Adapter:
         """debugpy's adapter for the Python side, or None (said in the Debug Console)."""
         if a.get("noDebug"):
             return None
-        version = debugpy_available()
+        version = debugpy_glue.version()
         wanted = a.get("pythonDebugging")
         if wanted is False:
             self.say("msvm: Python debugging is off (\"pythonDebugging\": false): Cells are debugged, "

@@ -26,6 +26,7 @@ answer is cut off after ``AUTH_TIMEOUT_S``.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
 import sys
 import threading

@@ -28,11 +28,6 @@ PY_BASE = 1 << 30          # ids at or above this are debugpy's; msvm's are belo
 ANSWER_TIMEOUT_S = 30
 
 
-def debugpy_available() -> str | None:
-    """debugpy's version when this Python (which also runs the debuggee) can import it, else None."""
-    return debugpy_glue.version()
-
-
 class Ids:
     """Frame ids and variable references of debugpy, renumbered into [PY_BASE, 2**31)."""
 

@@ -1,4 +1,9 @@
-"""The main thread runs a long Cell while a worker thread stops on a Python breakpoint."""
+"""The main thread runs a Cell while a worker thread stops on a Python breakpoint.
+
+``python spin.py N`` runs N iterations (default 1000) and prints the sum; ``--until-ended`` runs
+10**12 (days in the interpreter): the Cell is still running whenever the test pauses it, however
+slow the machine, and ends only when the debugger ends the program, so no step of the test
+depends on how long a Cell takes."""
 
 import sys
 import threading
@@ -10,9 +15,10 @@ from msvm import nn
 
 
 class Spin(nn.Cell):
-    def construct(self, x, acc):
+    def construct(self, x, y, acc):
         for _i in range(x.shape[0]):
-            acc = acc + 1.0
+            for _j in range(y.shape[0]):
+                acc = acc + 1.0
         return acc
 
 
@@ -39,6 +45,9 @@ def idle_worker():
 
 
 n = int(next((a for a in sys.argv[1:] if a.isdigit()), "1000"))
+m = 1
+if "--until-ended" in sys.argv:
+    n = m = 10**6
 spin = Spin()
 if "--python" in sys.argv:              # the main thread waits in Python code while the worker stops
     t = threading.Thread(target=idle_worker, name="worker")
@@ -47,5 +56,6 @@ if "--python" in sys.argv:              # the main thread waits in Python code w
         time.sleep(0.01)
 else:
     threading.Thread(target=worker, args=(threading.get_ident(),), name="worker", daemon=True).start()
-acc = spin(ms.Tensor(np.zeros((n,), np.float32)), ms.Tensor(np.zeros((1,), np.float32)))
+x, y = ms.Tensor(np.zeros((n,), np.float32)), ms.Tensor(np.zeros((m,), np.float32))
+acc = spin(x, y, ms.Tensor(np.zeros((1,), np.float32)))
 print("acc", float(acc.asnumpy()[0]))

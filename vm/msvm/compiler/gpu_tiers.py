@@ -30,8 +30,10 @@ import time
 from .. import context, events, log
 from ..bytecode.disasm import display_name
 from ..bytecode.opcodes import JITABLE
-from .gpu import elementwise_ir, kernel_key, row_ir
+from . import tiers
+from .gpu import GpuRuntime, elementwise_ir, kernel_key, row_ir
 from .lower import Unsupported
+from .tiers import PLANNERS
 
 _JIT = context._ctx["jit_config"]
 _FLOATS = ("float32", "float64")
@@ -120,7 +122,7 @@ class GpuSite:
         if not self.polymorphic:
             n = self.seen.get(shape_key, 0) + 1
             self.seen[shape_key] = n
-            if len(self.seen) > _l3_shapes():
+            if len(self.seen) > tiers.L3_SHAPES:
                 self.polymorphic = True
                 self.seen.clear()
             elif n >= context.jit_option("l3_after"):
@@ -143,7 +145,7 @@ class GpuSite:
         if ck in self.plans:
             return self.plans[ck]
         try:
-            p = getattr(self, "_plan_" + self.op.lower())(inputs)
+            p = getattr(self, PLANNERS[self.op])(inputs)       # (the CPU Site's planner names, per op)
         except Unsupported as e:
             log.logger.debug("GPU site %s: L1 only for %s (%s)", self.name, ck, e)
             p = None
@@ -170,7 +172,7 @@ class GpuSite:
             raise Unsupported("cast to another dtype")
         elementwise_ir(program, shapes, d, 2)          # (raises Unsupported when it cannot collapse)
 
-    def _plan_fused_elementwise(self, inputs):
+    def _plan_elementwise(self, inputs):
         program = self.args[0]
         tensors = [x for x in inputs if _is_tensor(x)]
         if not tensors:
@@ -185,7 +187,7 @@ class GpuSite:
             return elementwise_ir(program, shapes, d, level)[0], (program, d)
         return cls, (cls, ir2[2]), "elementwise", build
 
-    def _plan_fused_matmul(self, inputs):
+    def _plan_matmul(self, inputs):
         ta, tb, batched, program, _n = self.args
         a, b = inputs[0], inputs[1]
         if not (_is_tensor(a) and _is_tensor(b)) or len(a.shape) < 2 or len(b.shape) < 2:
@@ -243,9 +245,6 @@ class GpuSite:
             return row_ir(op, n, d, g is not None, b is not None, eps, level), (op, float(eps))
         return cls, (cls, tuple(x.shape)), "rows", build
 
-    _plan_softmax = _plan_row
-    _plan_layer_norm = _plan_row
-
     # --- compiling and launching (the runtime: a GPU)
     def compile(self, d: Decision, sync: bool) -> None:
         with self.lock:
@@ -258,7 +257,7 @@ class GpuSite:
             try:
                 with getattr(self.rt, "context", contextlib.nullcontext)():
                     _gk, steps = self.rt.kernel(d.kernel, d.level)
-                budget = _budget(d.level)
+                budget = tiers.BUDGET_S[d.level]
                 if time.perf_counter() - t0 > budget:
                     raise TimeoutError(f"compile took {time.perf_counter() - t0:.2f}s, budget {budget}s")
                 self.ready[d.key] = True
@@ -274,9 +273,7 @@ class GpuSite:
         if sync:
             task()
         else:
-            from .tiers import worker
-
-            worker().submit(task)
+            tiers.worker().submit(task)
 
     def launch(self, d: Decision, inputs, out):
         rt = self.rt
@@ -299,18 +296,6 @@ def _out_shape(inputs) -> tuple:
     import numpy as np
 
     return tuple(np.broadcast_shapes(*[tuple(x.shape) for x in inputs if _is_tensor(x)]))
-
-
-def _budget(level: int) -> float:
-    from .tiers import BUDGET_S
-
-    return BUDGET_S[level]
-
-
-def _l3_shapes() -> int:
-    from .tiers import L3_SHAPES
-
-    return L3_SHAPES
 
 
 class GpuAccelerator:
@@ -338,8 +323,14 @@ _accels: dict = {}
 _lock = threading.Lock()
 
 
+def _cuda_runtime(dev):
+    """The kernel runtime of a CUDA device (compiler/gpu.py), made with that device current."""
+    with dev.cuda_device:
+        return GpuRuntime()
+
+
 def accelerator_for(dev):
-    """The GPU accelerator for a CUDA device (its ``gpu_runtime()`` makes the kernel runtime), or
+    """The GPU accelerator for a CUDA device (or a test device's ``gpu_runtime()``), or
     None (with a warning; an error under MSVM_STRICT_DEVICE=1 naming the problem) when msvm's
     kernels cannot run there (CuPy cannot load modules, a compute capability below 8.0): the
     interpreter then runs every instruction on CuPy."""
@@ -348,7 +339,7 @@ def accelerator_for(dev):
         if key in _accels:
             return _accels[key]
         try:
-            acc = GpuAccelerator(dev.gpu_runtime())
+            acc = GpuAccelerator(dev.gpu_runtime() if hasattr(dev, "gpu_runtime") else _cuda_runtime(dev))
         except Exception as e:  # noqa: BLE001 - reported, and the kernels' tier stays off
             if os.environ.get("MSVM_STRICT_DEVICE") == "1":
                 raise RuntimeError(f"device_target='GPU': msvm's GPU kernels cannot run: {e}") from e

@@ -187,7 +187,7 @@ def _at_call_site(err, cell, cls, filename):
     construct = cls.find_method("construct")
     calls = [n for n in ast.walk(construct.node) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
              and isinstance(n.func.value, ast.Name) and n.func.value.id == "self"]
-    if type(err) not in (FrontendError, AssumedShapeError, VerifyError):
+    if not isinstance(err, (FrontendError, AssumedShapeError, VerifyError)):   # shape errors: FrontendValueError
         return err
     for strict, n in [(True, n) for n in calls] + [(False, n) for n in calls]:     # its own class first
         sub = cell.__dict__.get(n.func.attr)

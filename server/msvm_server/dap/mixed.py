@@ -59,7 +59,10 @@ class Mixer:
         self.main_tid = 1                 # debugpy's id for the program's main thread
         self.cell_stop: dict | None = None    # msvm's last stopped body while a Cell holds the thread
         self.py_stop: dict | None = None      # debugpy's last stopped body while it holds the main thread
-        self.stepping_in = False              # a Python step-in is under way on the main thread
+        # a Python step-in on the main thread is under way, or ended in a Cell: pydevd's note that it
+        # skipped msvm's frames may come after msvm's stop, so it stays muted until the next step
+        # or Python stop
+        self.stepping_in = False
         self.focus = None                     # the frame id last named by a request since the main thread stopped
         self.py_all_stopped = False           # debugpy stopped all its threads (another thread stopped)
         self.pausing_main = ""                # name of the thread whose stop made msvm pause the main thread
@@ -311,7 +314,7 @@ class Mixer:
                 body.update(preserveFocusHint=True,
                             description=f"paused in a Cell while thread {self.pausing_main} is stopped")
             self.pausing_main = ""
-            self.cell_stop, self.py_stop, self.stepping_in, self.focus = body, None, False, None
+            self.cell_stop, self.py_stop, self.focus = body, None, None
             if not self.py_all_stopped:
                 self.py.ids.forget()         # the main thread's debugpy frames are gone (another stopped thread's stay)
             self._to_client(dict(msg, body=body))

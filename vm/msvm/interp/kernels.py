@@ -776,6 +776,152 @@ KERNELS = {
 KERNELS["MASKED_SELECT"] = masked_select       # (boolean-mask indexing; the interpreter binds its symbol)
 
 
+# ---------------------------------------------------------------- issue 18: batch norm, fused convolution
+# FUSED_CONV (compiler/fuse.py makes it from CONV2D + BATCH_NORM + an elementwise epilogue) runs one
+# BLAS sgemm per image and group, W[O, C*kh*kw] @ cols[C*kh*kw, Ho*Wo], straight into the NCHW
+# result (no transposed copy; a 1x1 stride-1 convolution reads x itself, no im2col); the batch norm
+# is folded into W and a bias once per Parameter array, and the epilogue runs in place on the
+# GEMM's output. Measured against the im2col + (cols @ W.T) + NCHW transpose of CONV2D above and a
+# row-tiled im2col (keeping the column block in cache): see bench/peers.py and the notes.
+
+def _bn_affine(gamma, beta, mean, var, eps):
+    scale = gamma * _rsqrt(var + eps, None)
+    return scale, beta - mean * scale
+
+
+def batch_norm(x, gamma, beta, mean, var, eps, out=None):
+    x = np.asarray(x)
+    scale, shift = _bn_affine(gamma, beta, mean, var, eps)
+    shape = (1, -1) + (1,) * (x.ndim - 2)
+    r = np.multiply(x, scale.reshape(shape), out=out) if out is not None else x * scale.reshape(shape)
+    return np.add(r, shift.reshape(shape), out=r)
+
+
+_PREPARED: dict = {}      # (id of each array, eps, dtype) -> (weakrefs, folded weight [O, K], bias [O] | None)
+PREPARED_LIMIT = 4096
+
+
+def _frozen(a) -> bool:
+    flags = getattr(a, "flags", None)
+    return flags is not None and getattr(flags, "writeable", True) is False
+
+
+def prepared_weight(w, bn, eps, dtype):
+    """The conv weight as [O, C/group*kh*kw] with the batch norm folded in (W * scale, bias = shift), made
+    once per Parameter array: read-only arrays (a Parameter's data; set_data gives a new one) are cached
+    by identity, checked through weak references so a recycled id never hits."""
+    import weakref
+
+    arrays = (w,) + tuple(bn)
+    cacheable = all(_frozen(a) for a in arrays)
+    key = tuple(id(a) for a in arrays) + (eps, np.dtype(dtype).str)
+    if cacheable:
+        hit = _PREPARED.get(key)
+        if hit is not None and all(r() is a for r, a in zip(hit[0], arrays)):
+            return hit[1], hit[2]
+    o = w.shape[0]
+    wm = np.asarray(w).reshape(o, -1)
+    bias = None
+    if bn:
+        g, b, m, v = (np.asarray(a, dtype=np.float64) for a in bn)
+        scale = g / np.sqrt(v + eps)
+        wm = wm.astype(np.float64) * scale[:, None]
+        bias = np.ascontiguousarray(b - m * scale, dtype=dtype)
+    wm = np.ascontiguousarray(wm, dtype=dtype)
+    if cacheable:
+        if len(_PREPARED) >= PREPARED_LIMIT:
+            _PREPARED.clear()
+        try:
+            _PREPARED[key] = (tuple(weakref.ref(a) for a in arrays), wm, bias)
+        except TypeError:              # (an array type without weak references: not cached)
+            pass
+    return wm, bias
+
+
+def conv_gemm(x, wm, wshape, stride, pad, dil, group, dtype):
+    """CONV2D(x, w) with w given as [O, K]: one sgemm per image and group into an [N, O, Ho, Wo] result."""
+    o, cg, kh, kw = wshape
+    n, c = x.shape[:2]
+    if c != cg * group:
+        raise ValueError(f"CONV2D: input has {c} channels, the weight expects {cg} x group {group}")
+    xp, _, _ = _padded(x, (kh, kw), stride, dil, pad, 0)
+    direct = kh == kw == 1 and tuple(stride) == (1, 1) and xp is x
+    if direct:
+        ho, wo = x.shape[2:]
+        xr = x.reshape(n, c, ho * wo)
+    else:
+        win = _windows(xp, (kh, kw), stride, dil)                 # N, C, Ho, Wo, kh, kw (a view)
+        ho, wo = win.shape[2:4]
+    res = np.empty((n, o, ho * wo), dtype=dtype)
+    if res.size == 0:
+        return res.reshape(n, o, ho, wo)
+    if not direct and cg == 1 and o == group and group > 1:     # depthwise: taps summed, no GEMM
+        np.einsum("nchwij,cij->nchw", win, wm.reshape(o, kh, kw), out=res.reshape(n, o, ho, wo), optimize=True)
+        return res.reshape(n, o, ho, wo)
+    og = o // group
+    for i in range(n):
+        for g in range(group):
+            if direct:
+                cols = xr[i, g * cg:(g + 1) * cg]
+            else:
+                cols = win[i, g * cg:(g + 1) * cg].transpose(0, 3, 4, 1, 2).reshape(cg * kh * kw, ho * wo)
+            np.matmul(wm[g * og:(g + 1) * og], cols, out=res[i, g * og:(g + 1) * og])
+    return res.reshape(n, o, ho, wo)
+
+
+def epilogue(program, res, extras):
+    """The fused program over (res, extras...), each step in place on res once nothing later reads it
+    (a relu, a residual add, a clip: no full-size temporaries)."""
+    from ..bytecode.opcodes import BY_NAME
+
+    if program == (("in", 0),):
+        return res
+    vals = [res] + list(extras)
+    later = sum(1 for node in program if node == ("in", 0))
+    stack: list = []
+    cur = res                                      # the array that may be overwritten
+    for node in program:
+        if node[0] == "in":
+            if node[1] == 0:
+                later -= 1
+            stack.append(vals[node[1]])
+            continue
+        if node[0] == "c":
+            stack.append(node[1])
+            continue
+        row = BY_NAME[node[0]]
+        k = row.pops
+        args = stack[len(stack) - k:]
+        del stack[len(stack) - k:]
+        fn = KERNELS[node[0]]
+        inplace = (row.out and later == 0 and any(a is cur for a in args) and not any(a is cur for a in stack)
+                   and np.broadcast_shapes(*(np.shape(a) for a in args)) == cur.shape
+                   and np.result_type(*args) == cur.dtype)
+        stack.append(fn(*args, *node[1:], out=cur) if inplace else fn(*args, *node[1:]))
+    return stack[0]
+
+
+def fused_conv(*args, out=None):
+    *inputs, stride, pad, dil, group, bn, program, n = args
+    x, w = np.asarray(inputs[0]), np.asarray(inputs[1])
+    k = 6 if bn is not None else 2
+    bnp, extras = list(inputs[2:k]), list(inputs[k:])
+    dtype = np.result_type(x, w, *bnp)
+    if dtype not in (np.float32, np.float64):       # (float16, ints: the reference sequence)
+        res = conv2d(x, w, stride, pad, dil, group)
+        if bn is not None:
+            res = batch_norm(res, *bnp, bn)
+        return run_program(program, [res] + extras)
+    wm, bias = prepared_weight(w, bnp, bn, dtype)
+    res = conv_gemm(x.astype(dtype, copy=False), wm, w.shape, stride, pad, dil, group, dtype)
+    if bias is not None and res.size:
+        np.add(res, bias.reshape(1, -1, 1, 1), out=res)
+    return epilogue(program, res, extras)
+
+
+KERNELS.update({"BATCH_NORM": batch_norm, "FUSED_CONV": fused_conv})
+
+
 COMPUTE = frozenset(r.name for r in TABLE if r.kind not in ("control", "memory") or r.name == "FILL")
 _missing = COMPUTE - set(KERNELS)
 assert not _missing, f"ops without a reference kernel: {sorted(_missing)}"

@@ -219,10 +219,7 @@ class _BatchNorm(Cell):
                                          requires_grad=False)
 
     def construct(self, x):
-        shape = (1, -1) + (1,) * (len(x.shape) - 2)
-        scale = self.gamma * ops.rsqrt(self.moving_variance + self.eps)
-        shift = self.beta - self.moving_mean * scale
-        return x * ops.reshape(scale, shape) + ops.reshape(shift, shape)
+        return apply("BATCH_NORM", (x, self.gamma, self.beta, self.moving_mean, self.moving_variance), (self.eps,))
 
 
 class BatchNorm2d(_BatchNorm):

@@ -164,6 +164,9 @@ def _translate(g: _Graph, code, cell, args, prefix):
             stack.append(g.node(_UNARY[op], [stack.pop()]))
         elif op == "RSQRT":
             stack.append(g.node("Reciprocal", [g.node("Sqrt", [stack.pop()])]))
+        elif op == "BATCH_NORM":
+            var, mean, beta, gamma = stack.pop(), stack.pop(), stack.pop(), stack.pop()
+            stack.append(g.node("BatchNormalization", [stack.pop(), gamma, beta, mean, var], "bn", epsilon=float(a[0])))
         elif op == "RELU6":
             stack.append(g.node("Clip", [stack.pop(), g.const(np.float32(0)), g.const(np.float32(6))]))
         else:

@@ -852,6 +852,8 @@ def conv_gemm(x, wm, wshape, stride, pad, dil, group, dtype):
     else:
         win = _windows(xp, (kh, kw), stride, dil)                 # N, C, Ho, Wo, kh, kw (a view)
         ho, wo = win.shape[2:4]
+    if not direct and group == 1 and wo >= SHIFTED_MIN_WIDTH and tuple(stride) == (1, 1) and n and ho > 0:
+        return _conv_shifted(xp, wm, wshape, dil, ho, wo, dtype)
     res = np.empty((n, o, ho * wo), dtype=dtype)
     if res.size == 0:
         return res.reshape(n, o, ho, wo)
@@ -867,6 +869,55 @@ def conv_gemm(x, wm, wshape, stride, pad, dil, group, dtype):
                 cols = win[i, g * cg:(g + 1) * cg].transpose(0, 3, 4, 1, 2).reshape(cg * kh * kw, ho * wo)
             np.matmul(wm[g * og:(g + 1) * og], cols, out=res[i, g * og:(g + 1) * og])
     return res.reshape(n, o, ho, wo)
+
+
+SHIFTED_MIN_WIDTH = 8      # below it the padded columns' waste outweighs the im2col copy saved
+
+
+def _taps_weight(wm, wshape):
+    """[kh*kw, O, C] from [O, C*kh*kw], once per prepared weight."""
+    import weakref
+
+    hit = _TAPS.get(id(wm))
+    if hit is not None and hit[0]() is wm:
+        return hit[1]
+    o, c, kh, kw = wshape
+    wt = np.ascontiguousarray(wm.reshape(o, c, kh, kw).transpose(2, 3, 0, 1).reshape(kh * kw, o, c))
+    if len(_TAPS) >= PREPARED_LIMIT:
+        _TAPS.clear()
+    _TAPS[id(wm)] = (weakref.ref(wm), wt)
+    return wt
+
+
+_TAPS: dict = {}
+
+
+def _conv_shifted(xp, wm, wshape, dil, ho, wo, dtype):
+    """A stride-1 convolution without im2col: over the padded image flattened to [C, Hp*Wp], tap (i, j)
+    reads the contiguous run starting at i*dh*Wp + j*dw, so the output on the padded width [O, Ho*Wp] is
+    the sum of kh*kw sgemms W[i, j] @ run (the Wp - Wo extra columns are dropped at the end)."""
+    o, c, kh, kw = wshape
+    n, _, hp, wp = xp.shape
+    wt = _taps_weight(wm, wshape)
+    tail = (kw - 1) * dil[1]
+    flat = np.empty((n, c, hp * wp + tail), dtype=dtype)
+    flat[:, :, :hp * wp] = xp.reshape(n, c, hp * wp)
+    flat[:, :, hp * wp:] = 0
+    acc = np.empty((o, ho * wp), dtype=dtype)
+    tmp = np.empty_like(acc)
+    res = np.empty((n, o, ho, wo), dtype=dtype)
+    for b in range(n):
+        for i in range(kh):
+            for j in range(kw):
+                off = i * dil[0] * wp + j * dil[1]
+                run = flat[b, :, off:off + ho * wp]
+                if i == 0 and j == 0:
+                    np.matmul(wt[0], run, out=acc)
+                else:
+                    np.matmul(wt[i * kw + j], run, out=tmp)
+                    acc += tmp
+        res[b] = acc.reshape(o, ho, wp)[:, :, :wo]
+    return res
 
 
 def epilogue(program, res, extras):
@@ -920,6 +971,31 @@ def fused_conv(*args, out=None):
 
 
 KERNELS.update({"BATCH_NORM": batch_norm, "FUSED_CONV": fused_conv})
+
+
+def max_pool2d_taps(x, kernel, stride, pad, out=None):
+    """MAX_POOL2D as a running maximum over the kernel's taps (kh*kw strided passes, each a fast
+    elementwise maximum) instead of one strided reduction over [N, C, Ho, Wo, kh, kw] windows,
+    which numpy runs about 10x slower (ResNet's stem pool cost more than its stem convolution)."""
+    x = np.asarray(x)
+    low = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min if x.dtype.kind in "iu" else False
+    xp, _, _ = _padded(x, kernel, stride, (1, 1), pad, low)
+    win = _windows(xp, kernel, stride, (1, 1))                 # (checks the window fits)
+    ho, wo = win.shape[2:4]
+    kh, kw = kernel
+    sh, sw = stride
+    res = np.empty(x.shape[:2] + (ho, wo), dtype=x.dtype)
+    for i in range(kh):
+        for j in range(kw):
+            tap = xp[:, :, i:i + sh * (ho - 1) + 1:sh, j:j + sw * (wo - 1) + 1:sw]
+            if i == 0 and j == 0:
+                np.copyto(res, tap)
+            else:
+                np.maximum(res, tap, out=res)
+    return res
+
+
+KERNELS["MAX_POOL2D"] = max_pool2d_taps     # (the windowed reduction above is the same op, 10x slower)
 
 
 COMPUTE = frozenset(r.name for r in TABLE if r.kind not in ("control", "memory") or r.name == "FILL")

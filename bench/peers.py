@@ -18,7 +18,10 @@ mode, the weights of tests/refs/cv.py ``test_weights``), batch 1, one thread, at
 Medians of interleaved runs (a shared machine's load hits all peers alike). A peer that is not
 installed (``pip install .[bench]``) is skipped with a line saying so.
 
-    python bench/peers.py [resnet18 resnet50] [--sizes 224,160,192] [--runs 7]
+Also examples/bert_layer.py's BERT-base layer at S=16 and 128 (``bert``; onnxruntime gets a static
+graph per length there, since the layer's reshapes carry two symbolic dims).
+
+    python bench/peers.py [resnet18 resnet50 bert] [--sizes 224,160,192] [--lengths 16,128] [--runs 7]
 """
 
 from __future__ import annotations
@@ -49,7 +52,7 @@ try:
 except ImportError:          # the bench extra is not installed: that peer is skipped
     onnx = ort = None
 
-MODELS = ["resnet18", "resnet50"]
+MODELS = ["resnet18", "resnet50", "bert"]
 
 
 # ---------------------------------------------------------------- msvm bytecode -> ONNX
@@ -84,10 +87,23 @@ _BINARY = {"BROADCAST_ADD": "Add", "BROADCAST_SUB": "Sub", "BROADCAST_MUL": "Mul
 _UNARY = {"RELU": "Relu", "SIGMOID": "Sigmoid", "TANH": "Tanh", "EXP": "Exp", "SQRT": "Sqrt", "NEG": "Neg"}
 
 
-def _dims(shape):
+def _symbol(d):
+    """The atom of a dim that is one plain symbol (x0), else None."""
+    terms = getattr(d, "terms", None)
+    if terms and len(terms) == 1:
+        mono, coeff = terms[0]
+        if coeff == 1 and len(mono) == 1 and mono[0][1] == 1:
+            atom = mono[0][0]
+            return atom.args[0] if getattr(atom, "args", None) else str(atom)
+    return None
+
+
+def _dims(shape, env=None):
     out = []
     for d in shape:
         v = d if isinstance(d, int) else d.const_value() if hasattr(d, "const_value") else None
+        if v is None and env is not None:
+            v = d.evaluate(env)
         out.append(-1 if v is None else int(v))
     if out.count(-1) > 1:
         raise Untranslated(f"RESHAPE to {shape}: more than one symbolic dim")
@@ -101,14 +117,23 @@ def _pads(pad, kh, kw):
     return {"pads": [t, l, b, r]}
 
 
-def _translate(g: _Graph, code, cell, args, prefix):
-    """Symbolically run one Code (straight-line) on ONNX value names; returns the returned value's name."""
+def _translate(g: _Graph, code, cell, args, prefix, shapes=None):
+    """Symbolically run one Code (straight-line) on ONNX value names; returns the returned value's name.
+    With ``shapes`` ({value name: concrete shape}, the graph input's given) symbolic dims are
+    evaluated at those shapes (a static graph: BERT's reshapes have two symbolic dims)."""
     from msvm.executor import resolve_path
     from msvm.frontend.compiler import cell_getattr
 
     local = dict(enumerate(args))
     stack = []
-    for ins in code.instrs:
+    env = None
+    if shapes is not None:
+        env = {}
+        for (_, t), arg in zip(code.params, args):
+            for d, actual in zip(getattr(t, "shape", ()), shapes.get(arg, ())):
+                if _symbol(d) is not None:
+                    env[_symbol(d)] = actual
+    for idx, ins in enumerate(code.instrs):
         op, a = ins.op.name, code.decode_args(ins)
         if op == "LOAD_TENSOR":
             stack.append(local[ins.args[0]])
@@ -128,7 +153,10 @@ def _translate(g: _Graph, code, cell, args, prefix):
             (path, sub), n = a
             vals = stack[len(stack) - n:]
             del stack[len(stack) - n:]
-            stack.append(_translate(g, sub, resolve_path(cell, path), vals, f"{prefix}{path}."))
+            if env is not None:                  # the arguments' concrete shapes, from the verified types
+                for v, t in zip(vals, code.stack_types[idx][-n:]):
+                    shapes[v] = tuple(int(d) if isinstance(d, int) else d.evaluate(env) for d in t.shape)
+            stack.append(_translate(g, sub, resolve_path(cell, path), vals, f"{prefix}{path}.", shapes))
         elif op == "RETURN":
             return stack.pop()
         elif op == "CONV2D":
@@ -148,7 +176,7 @@ def _translate(g: _Graph, code, cell, args, prefix):
             axes, keep = a
             stack.append(g.node("ReduceMean", [stack.pop(), g.const(np.array(axes, np.int64))], keepdims=int(keep)))
         elif op == "RESHAPE":
-            stack.append(g.node("Reshape", [stack.pop(), g.const(np.array(_dims(a[0]), np.int64))]))
+            stack.append(g.node("Reshape", [stack.pop(), g.const(np.array(_dims(a[0], env), np.int64))]))
         elif op == "MATMUL":
             ta, tb = a
             b, x = stack.pop(), stack.pop()
@@ -164,6 +192,27 @@ def _translate(g: _Graph, code, cell, args, prefix):
             stack.append(g.node(_UNARY[op], [stack.pop()]))
         elif op == "RSQRT":
             stack.append(g.node("Reciprocal", [g.node("Sqrt", [stack.pop()])]))
+        elif op == "BATCH_MATMUL":
+            ta, tb = a
+            b, x = stack.pop(), stack.pop()
+            perm = [0, 1, 3, 2]                      # (rank 4: BERT's heads)
+            if ta:
+                x = g.node("Transpose", [x], perm=perm)
+            if tb:
+                b = g.node("Transpose", [b], perm=perm)
+            stack.append(g.node("MatMul", [x, b]))
+        elif op == "TRANSPOSE":
+            stack.append(g.node("Transpose", [stack.pop()], perm=list(a[0])))
+        elif op == "SOFTMAX":
+            stack.append(g.node("Softmax", [stack.pop()], axis=int(a[0])))
+        elif op == "LAYER_NORM" and a[0] == a[1] == -1:
+            beta, gamma = stack.pop(), stack.pop()
+            stack.append(g.node("LayerNormalization", [stack.pop(), gamma, beta], axis=-1, epsilon=float(a[2])))
+        elif op == "GELU":                              # x * (1 + erf(x / sqrt 2)) / 2
+            x = stack.pop()
+            e = g.node("Erf", [g.node("Mul", [x, g.const(np.float32(1 / np.sqrt(2)))])])
+            half = g.node("Mul", [x, g.const(np.float32(0.5))])
+            stack.append(g.node("Mul", [half, g.node("Add", [e, g.const(np.float32(1))])]))
         elif op == "BATCH_NORM":
             var, mean, beta, gamma = stack.pop(), stack.pop(), stack.pop(), stack.pop()
             stack.append(g.node("BatchNormalization", [stack.pop(), gamma, beta, mean, var], "bn", epsilon=float(a[0])))
@@ -174,11 +223,12 @@ def _translate(g: _Graph, code, cell, args, prefix):
     raise Untranslated(f"{code.name}: no RETURN")
 
 
-def onnx_model(net, source_code, channels: int):
-    """An onnx ModelProto of the Cell's (unfused) bytecode with its Parameters as initializers."""
+def onnx_model(net, source_code, dims, name="image", static=False):
+    """An onnx ModelProto of the Cell's (unfused) bytecode with its Parameters as initializers; the
+    input's dims are ints or names (dynamic), or all ints with ``static`` (symbolic dims evaluated)."""
     g = _Graph()
-    out = _translate(g, source_code, net, ["image"], "")
-    inp = helper.make_tensor_value_info("image", TensorProto.FLOAT, ["N", channels, "H", "W"])
+    out = _translate(g, source_code, net, [name], "", {name: tuple(dims)} if static else None)
+    inp = helper.make_tensor_value_info(name, TensorProto.FLOAT, list(dims))
     res = helper.make_tensor_value_info(out, TensorProto.FLOAT, None)
     graph = helper.make_graph(g.nodes, "msvm", [inp], [res], list(g.inits.values()))
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
@@ -258,7 +308,7 @@ def run_model(mindcv, name, sizes, runs, peak):
     else:
         try:
             var = next(iter(fused._runner.variants.values()))
-            model = onnx_model(fused, var.source, 3)
+            model = onnx_model(fused, var.source, ["N", 3, "H", "W"])
             opts = ort.SessionOptions()
             opts.intra_op_num_threads = opts.inter_op_num_threads = 1
             opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
@@ -296,11 +346,66 @@ def run_model(mindcv, name, sizes, runs, peak):
         print(" ".join(cells), flush=True)
 
 
+def run_bert(lengths, runs, peak):
+    """examples/bert_layer.py's BERT-base layer (hidden 768, 12 heads, FFN 3072) at each length S."""
+    sys.path.insert(0, os.path.join(HERE, "..", "examples"))
+    import bert_layer
+
+    layer = bert_layer.layer
+    rng = np.random.default_rng(2)
+    xs = {s: rng.standard_normal((1, s, 768)).astype(np.float32) for s in lengths}
+    ms.set_context(jit_config={"jit_level": "auto", "enable_fusion": True})
+    for _ in range(8):
+        for s in lengths:
+            layer(ms.Tensor(xs[s]))
+        tiers.wait_for_compiles(120)
+    peers = {"msvm": lambda s: layer(ms.Tensor(xs[s])).asnumpy(),
+             "numpy f32": lambda s: bert_layer.numpy_reference(layer, xs[s])}
+    models, why = {}, ""
+    if ort is None:
+        why = "onnxruntime/onnx not installed (pip install .[bench])"
+    else:
+        var = next(iter(layer._runner.variants.values()))
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = opts.inter_op_num_threads = 1
+        try:
+            sessions = {}
+            for s in lengths:      # (static per length: the layer's reshapes have two symbolic dims)
+                models[s] = onnx_model(layer, var.source, [1, s, 768], "hidden", static=True)
+                sessions[s] = ort.InferenceSession(models[s].SerializeToString(), opts,
+                                                   providers=["CPUExecutionProvider"])
+            peers["onnxruntime"] = lambda s: sessions[s].run(None, {"hidden": xs[s]})[0]
+        except Untranslated as e:
+            why = f"the bytecode has an op the ONNX translation lacks: {e}"
+    for s in lengths:
+        ref = peers["msvm"](s)
+        for k, fn in peers.items():
+            err = np.abs(np.asarray(fn(s)) - ref).max() / np.abs(ref).max()
+            if err > 1e-3:
+                print(f"  ! BERT S={s}: {k} differs from msvm by {err:.1e}")
+    times = {k: {s: [] for s in lengths} for k in peers}
+    for _ in range(runs):
+        for s in lengths:
+            for k, fn in peers.items():
+                times[k][s].append(_timed(lambda fn=fn, s=s: fn(s)) * 1e3)
+    med = {k: {s: statistics.median(v) for s, v in d.items()} for k, d in times.items()}
+    if why:
+        print(f"  onnxruntime skipped: {why}")
+    for s in lengths:
+        floor = flops(models[s], (1, s, 768)) / peak * 1e3 if s in models else None
+        o, m, n = med.get("onnxruntime", {}).get(s), med["msvm"][s], med["numpy f32"][s]
+        print(" ".join([f"{'bert-layer':10} {s:>4}", f"{m:>8.2f}", f"{'':>9}", f"{o:>8.2f}" if o else f"{'-':>8}",
+                        f"{n:>8.2f}", f"{floor:>7.2f}" if floor else f"{'-':>7}", f"{m / o:>8.2f}" if o else f"{'-':>8}",
+                        f"{m / n:>8.2f}", f"{floor / m * 100:>6.0f}%" if floor else f"{'-':>7}",
+                        f"{floor / o * 100:>6.0f}%" if o else ""]), flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("models", nargs="*", default=MODELS)
     ap.add_argument("--sizes", default="224,160,192")
     ap.add_argument("--runs", type=int, default=7)
+    ap.add_argument("--lengths", default="16,128", help="BERT layer sequence lengths")
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     ms.as_mindspore()
@@ -312,7 +417,10 @@ def main():
     print(f"{'model':10} {'size':>4} {'msvm':>8} {'unfused':>9} {'ort':>8} {'numpy':>8} {'floor':>7} "
           f"{'msvm/ort':>8} {'msvm/np':>8} {'msvm%pk':>7} {'ort%pk':>7}")
     for name in args.models:
-        run_model(mindcv, name, sizes, args.runs, peak)
+        if name == "bert":
+            run_bert([int(v) for v in args.lengths.split(",")], args.runs, peak)
+        else:
+            run_model(mindcv, name, sizes, args.runs, peak)
 
 
 if __name__ == "__main__":

@@ -2,16 +2,20 @@
 
 A ResNet block calls ``self.conv1(x)``, ``self.bn1(out)``, ``self.relu(out)``: three sub-Cells, so
 the convolution, its batch norm and its activation sit in three Codes and no fusion can see them
-together. A *leaf* callee -- no sub-Cells of its own, no jumps, one RETURN at its end, tensor
-parameters only, and no symbolic dims in its constants (its symbols are its own frame's) -- is
-inlined at the call: its arguments are stored to fresh local slots (``path.name``), its
-instructions follow with locals, constants and names remapped, and its ``LOAD_PARAM w`` reads the
-parent's attribute ``path.w`` (``executor.link_cell`` resolves dotted attributes). Every inlined
-instruction takes the location of the call in the parent's file, so a fused instruction's parts
-point at the user's lines (``self.bn1(out)``), never at another file's line numbers.
+together. Only msvm's own convolution, batch norm and activation layers are inlined (a user's Cells
+keep their frames for the debugger and the trace hook). A *leaf* callee -- no sub-Cells of its
+own, no jumps, one RETURN at its end, tensor parameters only, and no symbolic dims in its
+constants (its symbols are its own frame's) -- is inlined at the call: its arguments are stored
+to fresh local slots (``path.name``), its instructions follow with locals, constants and names
+remapped, and its ``LOAD_PARAM w`` reads the parent's attribute ``path.w``
+(``executor.link_cell`` resolves dotted attributes). Every inlined instruction takes the location
+of the call in the parent's file, so a fused instruction's parts point at the user's lines
+(``self.bn1(out)``), never at another file's line numbers.
 """
 
 from __future__ import annotations
+
+import os
 
 from ..bytecode.code import Instr
 from ..bytecode.opcodes import BY_NAME
@@ -27,9 +31,24 @@ def _symbolic(v) -> bool:
     return False
 
 
+_LIBRARY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))      # vm/msvm
+_MOVES = ("LOAD_TENSOR", "STORE_TENSOR", "LOAD_PARAM", "LOAD_CONST", "RESHAPE")
+
+
+def worth_inlining(sub) -> bool:
+    """Only msvm's own layers (nn.Conv2d, nn.BatchNorm2d, nn.ReLU ...: a user's Cells keep their frames,
+    breakpoints and trace events), and only those a convolution's fusion needs: a convolution or batch
+    norm layer, or an activation layer (elementwise ops only)."""
+    if not os.path.abspath(sub.filename or "").startswith(_LIBRARY + os.sep):
+        return False
+    ops = [i.op for i in sub.instrs[:-1] if i.op.name not in _MOVES]
+    return bool(ops) and (any(o.name in ("CONV2D", "BATCH_NORM") for o in ops)
+                          or all(o.compiled == "fused" for o in ops))
+
+
 def is_leaf(sub) -> bool:
     """Whether a callee Code can be inlined (see the module doc)."""
-    if sub.callees or not sub.instrs or sub.instrs[-1].op.name != "RETURN":
+    if sub.callees or not sub.instrs or sub.instrs[-1].op.name != "RETURN" or not worth_inlining(sub):
         return False
     if not all(isinstance(t, TensorType) for _, t in sub.params):
         return False

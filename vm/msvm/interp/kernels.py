@@ -777,12 +777,18 @@ KERNELS["MASKED_SELECT"] = masked_select       # (boolean-mask indexing; the int
 
 
 # ---------------------------------------------------------------- issue 18: batch norm, fused convolution
-# FUSED_CONV (compiler/fuse.py makes it from CONV2D + BATCH_NORM + an elementwise epilogue) runs one
-# BLAS sgemm per image and group, W[O, C*kh*kw] @ cols[C*kh*kw, Ho*Wo], straight into the NCHW
-# result (no transposed copy; a 1x1 stride-1 convolution reads x itself, no im2col); the batch norm
-# is folded into W and a bias once per Parameter array, and the epilogue runs in place on the
-# GEMM's output. Measured against the im2col + (cols @ W.T) + NCHW transpose of CONV2D above and a
-# row-tiled im2col (keeping the column block in cache): see bench/peers.py and the notes.
+# FUSED_CONV (compiler/fuse.py makes it from CONV2D + BATCH_NORM + an elementwise epilogue) runs BLAS
+# sgemms straight into the NCHW result; the batch norm is folded into W and a bias once per
+# Parameter array, and the epilogue runs in place on the GEMM's output. Algorithms, chosen by
+# measurement on ResNet-50's layers (one thread, OpenBLAS):
+# - 1x1 stride 1: W[O, C] @ x[C, H*W], x itself (no im2col): 1.3-9x CONV2D's im2col + cols @ W.T +
+#   NCHW transpose (o256 c64 56x56: 10.2 -> 1.15 ms);
+# - stride 1, k > 1, width >= 8: kh*kw sgemms over contiguous runs of the flattened padded image
+#   ("shifted", no im2col copy): 1.1-1.5x the im2col GEMM at widths 10-56, slower at 5x5;
+# - otherwise (strided, narrow): one im2col copy, W[O, K] @ cols[K, Ho*Wo];
+# - depthwise: the taps summed by einsum (no GEMM);
+# - rejected: a row-tiled im2col (column blocks kept in cache, epilogue per block) and NHWC tiles
+#   (cols @ W.T per tile): 0.2-1.5x, slower on most layers (numpy's per-tile overhead, small GEMMs).
 
 def _bn_affine(gamma, beta, mean, var, eps):
     scale = gamma * _rsqrt(var + eps, None)
@@ -885,7 +891,10 @@ def _taps_weight(wm, wshape):
     wt = np.ascontiguousarray(wm.reshape(o, c, kh, kw).transpose(2, 3, 0, 1).reshape(kh * kw, o, c))
     if len(_TAPS) >= PREPARED_LIMIT:
         _TAPS.clear()
-    _TAPS[id(wm)] = (weakref.ref(wm), wt)
+    try:
+        _TAPS[id(wm)] = (weakref.ref(wm), wt)
+    except TypeError:                  # (an array type without weak references: not cached)
+        pass
     return wt
 
 

@@ -1,6 +1,6 @@
 """msvm against onnxruntime (CPU) and numpy on the same weights, side by side in one run (not a test).
 
-For mindcv's resnet18 and resnet50 (``mindcv.create_model`` under ``msvm.as_mindspore()``, eval
+For mindcv's resnet18, resnet50 and mobilenet_v2_100 (``mindcv.create_model`` under ``msvm.as_mindspore()``, eval
 mode, the weights of tests/refs/cv.py ``test_weights``), batch 1, one thread, at 224, 160 and 192:
 
 - **msvm**: the Cell's steady time at jit_level 'auto' (compiles done, replays built) — and at
@@ -52,7 +52,7 @@ try:
 except ImportError:          # the bench extra is not installed: that peer is skipped
     onnx = ort = None
 
-MODELS = ["resnet18", "resnet50", "bert"]
+MODELS = ["resnet18", "resnet50", "mobilenet_v2_100", "bert"]
 
 
 # ---------------------------------------------------------------- msvm bytecode -> ONNX
@@ -83,7 +83,8 @@ class _Graph:
         return key
 
 
-_BINARY = {"BROADCAST_ADD": "Add", "BROADCAST_SUB": "Sub", "BROADCAST_MUL": "Mul", "BROADCAST_DIV": "Div"}
+_BINARY = {"BROADCAST_ADD": "Add", "BROADCAST_SUB": "Sub", "BROADCAST_MUL": "Mul", "BROADCAST_DIV": "Div",
+           "BROADCAST_MAX": "Max", "BROADCAST_MIN": "Min"}
 _UNARY = {"RELU": "Relu", "SIGMOID": "Sigmoid", "TANH": "Tanh", "EXP": "Exp", "SQRT": "Sqrt", "NEG": "Neg"}
 
 

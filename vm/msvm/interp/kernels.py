@@ -863,9 +863,8 @@ def conv_gemm(x, wm, wshape, stride, pad, dil, group, dtype):
     res = np.empty((n, o, ho * wo), dtype=dtype)
     if res.size == 0:
         return res.reshape(n, o, ho, wo)
-    if not direct and cg == 1 and o == group and group > 1:     # depthwise: taps summed, no GEMM
-        np.einsum("nchwij,cij->nchw", win, wm.reshape(o, kh, kw), out=res.reshape(n, o, ho, wo), optimize=True)
-        return res.reshape(n, o, ho, wo)
+    if cg == 1 and o == group and group > 1:     # depthwise: a multiply-add per tap over strided views
+        return _depthwise_taps(xp, wm.reshape(o, kh, kw), stride, dil, res.reshape(n, o, ho, wo))
     og = o // group
     for i in range(n):
         for g in range(group):
@@ -926,6 +925,25 @@ def _conv_shifted(xp, wm, wshape, dil, ho, wo, dtype):
                     np.matmul(wt[i * kw + j], run, out=tmp)
                     acc += tmp
         res[b] = acc.reshape(o, ho, wp)[:, :, :wo]
+    return res
+
+
+def _depthwise_taps(xp, wk, stride, dil, res):
+    """Depthwise: res[:, c] = sum over taps of w[c, i, j] * the tap's strided view of xp (einsum over the
+    [N, C, Ho, Wo, kh, kw] windows was 10x slower: MobileNet v2 spent 60% of its time there)."""
+    n, o, ho, wo = res.shape
+    kh, kw = wk.shape[1:]
+    tmp = np.empty_like(res)
+    for i in range(kh):
+        for j in range(kw):
+            r0, c0 = i * dil[0], j * dil[1]
+            tap = xp[:, :, r0:r0 + stride[0] * (ho - 1) + 1:stride[0], c0:c0 + stride[1] * (wo - 1) + 1:stride[1]]
+            wcol = wk[:, i, j].reshape(1, o, 1, 1)
+            if i == 0 and j == 0:
+                np.multiply(tap, wcol, out=res)
+            else:
+                np.multiply(tap, wcol, out=tmp)
+                res += tmp
     return res
 
 

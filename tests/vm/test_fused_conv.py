@@ -203,3 +203,32 @@ def test_kernel_against_reference_sequence(seed):
     for _ in range(2):                          # the second call hits the prepared weights
         got = kernels.fused_conv(x, w, *bn, extra, stride, pad, dil, group, 1e-3, program, 7)
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * max(1.0, np.abs(want).max(initial=0)))
+
+
+class Double(nn.Cell):
+    def construct(self, x):
+        return x * 2.0
+
+
+class UserTail(nn.Cell):
+    def __init__(self):
+        super().__init__()
+        self.conv, self.bn, self.double = nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), Double()
+
+    def construct(self, x):
+        return self.double(self.bn(self.conv(x)))
+
+
+def test_only_library_layers_are_inlined():
+    """A user's own Cell keeps its frame (breakpoints, trace events): only msvm's layers are inlined."""
+    ms.set_context(mode=ms.GRAPH_MODE, jit_config={"jit_level": "L1", "enable_fusion": True})
+    net = UserTail()
+    net.set_train(False)
+    x = np.random.default_rng(3).standard_normal((1, 3, 6, 6)).astype(np.float32)
+    got = net(ms.Tensor(x)).asnumpy()
+    code = next(iter(net._runner.variants.values())).code
+    names = [disasm.display_name(i) for i in code.instrs]
+    assert "FUSED_CONV_BN" in names and names.count("CALL_CELL") == 1, names
+    p = {k: v.asnumpy().astype(np.float64) for k, v in net.parameters_dict().items()}
+    want = 2 * cv.batch_norm(cv.conv2d(x.astype(np.float64), p["conv.weight"], None, 1, "same"), p, "bn")
+    close(got, want)

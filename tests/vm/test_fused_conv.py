@@ -141,8 +141,7 @@ def test_random_conv_blocks_match_reference_and_l1(seed, cfg):
     if cfg[1]:
         names = [disasm.display_name(i) for c in next(iter(net._runner.variants.values())).code.all_codes()
                  for i in c.instrs]
-        # (a conv with a bias fuses its bias add; the batch norm after it is not folded yet)
-        assert any(n.startswith("FUSED_CONV_ADD" if s["bias"] else "FUSED_CONV_BN") for n in names), names
+        assert any(n.startswith("FUSED_CONV_BIAS_BN" if s["bias"] else "FUSED_CONV_BN") for n in names), names
 
 
 def test_name_parts_and_lines():

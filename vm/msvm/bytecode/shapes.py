@@ -724,11 +724,14 @@ def batch_norm(ctx, ins, args):
 
 def fused_conv(ctx, ins, args):
     stride, pad, dil, group, bn, program, n = args
-    k = 6 if bn is not None else 2
+    has_bias = isinstance(bn, tuple)
+    k = 2 if bn is None else 7 if has_bias else 6
     if n < k:
-        raise ShapeError(f"FUSED_CONV needs {k} operands (x, w{', 4 batch norm parameters' if k == 6 else ''}), "
-                         f"got {n}")
+        raise ShapeError(f"FUSED_CONV needs {k} operands (x, w{', a bias' if has_bias else ''}"
+                         f"{', 4 batch norm parameters' if k > 2 else ''}), got {n}")
     out = conv2d(ctx, ins[:2], (stride, pad, dil, group))
+    if has_bias:
+        _bn_params(ctx, out, ins[2:3], "FUSED_CONV bias")
     if bn is not None:
-        out = batch_norm(ctx, [out] + list(ins[2:6]), (bn,))
+        out = batch_norm(ctx, [out] + list(ins[k - 4:k]), (bn[1] if has_bias else bn,))
     return run_program(ctx, program, [out] + list(ins[k:]), "FUSED_CONV")

@@ -35,7 +35,7 @@ def fuse(code: Code) -> Code:
                list(code.varnames), list(code.params), dict(code.attr_types), callees, may_be_one=code.may_be_one)
     new.hover = code.hover
     targets = _targets_as_indexes(new)
-    inline_leaf_calls(new, targets, _const, _replace_target)      # (issue 18: conv, bn, relu in one Code)
+    inline_leaf_calls(new, targets, _const, _replace_target, code.callees)   # (issue 18: conv, bn, relu in one Code)
     _forward_stores(new, targets, code)
     _fuse_runs(new, targets, code)
     _retarget(new, targets)
@@ -151,7 +151,7 @@ def _try_fuse_at(code: Code, start: int, targets):
     first = instrs[start]
     conv = _conv_head(code, start, targets)                # (issue 18: CONV2D [+ BATCH_NORM] heads a run)
     matmul = first.op.name in MATMULS or conv is not None
-    pos = start + 1 + (len(conv[1]) + 1 if conv and conv[1] else 0) if matmul else start
+    pos = start + 1 + (conv[4] if conv else 0) if matmul else start
     local: list = []          # run-local stack of program fragments (lists of nodes)
     below = 1 if matmul else 0  # values consumed from under the run (the matmul result counts as one)
     if matmul:
@@ -161,6 +161,8 @@ def _try_fuse_at(code: Code, start: int, targets):
     n_ops = 0
     best = None
     if conv and conv[1]:
+        if conv[3]:
+            parts.append(("BIAS", conv[3][2].loc))
         parts.append(("BATCH_NORM", conv[2].loc))
         best = (pos, [("in", 0)], [], list(parts), below)
     k = pos
@@ -263,25 +265,40 @@ def _param_leaf(leaf) -> bool:
 
 
 def _conv_head(code: Code, start: int, targets):
-    """(CONV2D, [4 LOAD_PARAMs], BATCH_NORM) when a CONV2D at ``start`` is followed by a batch norm of
-    Parameters (folded into the weights), (CONV2D, [], None) for a plain one; None otherwise."""
+    """(CONV2D, loads, BATCH_NORM, bias add or None, n instructions) when a CONV2D at ``start`` is
+    followed by a batch norm of Parameters (folded into the weights), optionally after the conv's
+    own bias add (``LOAD_PARAM b; RESHAPE [1, O, 1, 1]; BROADCAST_ADD``, nn.Conv2d's has_bias: folded
+    too); (CONV2D, [], None, None, 0) for a plain one; None otherwise."""
     instrs = code.instrs
     first = instrs[start]
     if first.op.name != "CONV2D":
         return None
-    loads = instrs[start + 1:start + 5]
-    bn = instrs[start + 5] if start + 5 < len(instrs) else None
+    at, bias = start + 1, None
+    trio = instrs[at:at + 3]
+    if (len(trio) == 3 and [i.op.name for i in trio] == ["LOAD_PARAM", "RESHAPE", "BROADCAST_ADD"]
+            and _channel_shape(code.decode_args(trio[1])[0])):
+        bias, at = trio, at + 3
+    loads = instrs[at:at + 4]
+    bn = instrs[at + 4] if at + 4 < len(instrs) else None
     if (bn is not None and bn.op.name == "BATCH_NORM" and len(loads) == 4
             and all(i.op.name == "LOAD_PARAM" for i in loads)
-            and not any(_is_target(code, targets, i) for i in loads + [bn])):
-        return first, loads, bn
-    return first, [], None
+            and not any(_is_target(code, targets, i) for i in loads + [bn] + list(bias or []))):
+        return first, ([bias[0]] if bias else []) + loads, bn, bias, at + 5 - start - 1
+    return first, [], None, None, 0
+
+
+def _channel_shape(shape) -> bool:
+    """(1, O, 1, 1): a per-channel bias."""
+    return isinstance(shape, tuple) and len(shape) == 4 and all(
+        getattr(d, "const_value", lambda d=d: d)() == 1 for i, d in enumerate(shape) if i != 1)
 
 
 def _conv_replacement(code: Code, first, conv, leaves, program, n_leaves, parts):
-    _, loads, bn = conv
+    _, loads, bn, bias, _n = conv
     a = code.decode_args(first)
     eps = code.decode_args(bn)[0] if bn is not None else None
+    if bias:
+        eps = ("bias", eps)               # (the conv's own bias [O] comes before the batch norm's four)
     repl = [Instr(li.op, li.args, li.loc, li.parts) for li in list(loads) + leaves]
     n = 2 + len(loads) + n_leaves
     fused = Instr(BY_NAME["FUSED_CONV"], (_const(code, a[0]), _const(code, a[1]), _const(code, a[2]),

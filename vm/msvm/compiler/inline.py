@@ -24,7 +24,9 @@ from ..bytecode.types import TensorType
 
 
 def _symbolic(v) -> bool:
-    if isinstance(v, (Expr, Pred)):
+    if isinstance(v, Expr):
+        return v.const_value() is None
+    if isinstance(v, Pred):
         return True
     if isinstance(v, (tuple, list)):
         return any(_symbolic(x) for x in v)
@@ -65,9 +67,11 @@ def is_leaf(sub) -> bool:
                for t in sub.attr_types.values() for d in getattr(t, "shape", ()))
 
 
-def inline_leaf_calls(code, targets, const, replace_target) -> bool:
+def inline_leaf_calls(code, targets, const, replace_target, source_callees=None) -> bool:
     """Rewrite code.instrs in place; ``targets``/``replace_target`` keep jumps pointing at the first
-    instruction of an inlined body. Returns whether anything was inlined."""
+    instruction of an inlined body; ``source_callees``: the callee table before fusion (what is
+    inlined is the layer's own bytecode, which fusion then sees whole). Returns whether anything
+    was inlined."""
     out, changed = [], False
     store = BY_NAME["STORE_TENSOR"]
     for ins in code.instrs:
@@ -75,6 +79,8 @@ def inline_leaf_calls(code, targets, const, replace_target) -> bool:
             out.append(ins)
             continue
         (path, sub), n = code.decode_args(ins)
+        if source_callees is not None:
+            path, sub = source_callees[ins.args[0]]
         if not is_leaf(sub) or n != len(sub.params):
             out.append(ins)
             continue

@@ -818,7 +818,7 @@ def prepared_weight(w, bn, eps, dtype):
     by identity, checked through weak references so a recycled id never hits."""
     import weakref
 
-    arrays = (w,) + tuple(bn)
+    arrays = (w,) + tuple(bn)                      # bn: [conv bias,] gamma, beta, mean, var
     cacheable = all(_frozen(a) for a in arrays)
     key = tuple(id(a) for a in arrays) + (eps, np.dtype(dtype).str)
     if cacheable:
@@ -829,10 +829,11 @@ def prepared_weight(w, bn, eps, dtype):
     wm = np.asarray(w).reshape(o, -1)
     bias = None
     if bn:
-        g, b, m, v = (np.asarray(a, dtype=np.float64) for a in bn)
+        g, b, m, v = (np.asarray(a, dtype=np.float64) for a in bn[-4:])
         scale = g / np.sqrt(v + eps)
         wm = wm.astype(np.float64) * scale[:, None]
-        bias = np.ascontiguousarray(b - m * scale, dtype=dtype)
+        cb = np.asarray(bn[0], dtype=np.float64) if len(bn) == 5 else 0.0    # BN(conv + cb) = conv*s + cb*s + shift
+        bias = np.ascontiguousarray((cb - m) * scale + b, dtype=dtype)
     wm = np.ascontiguousarray(wm, dtype=dtype)
     if cacheable:
         if len(_PREPARED) >= PREPARED_LIMIT:
@@ -982,15 +983,19 @@ def epilogue(program, res, extras):
 def fused_conv(*args, out=None):
     *inputs, stride, pad, dil, group, bn, program, n = args
     x, w = np.asarray(inputs[0]), np.asarray(inputs[1])
-    k = 6 if bn is not None else 2
+    has_bias = isinstance(bn, tuple)
+    eps = bn[1] if has_bias else bn
+    k = 2 if bn is None else 7 if has_bias else 6
     bnp, extras = list(inputs[2:k]), list(inputs[k:])
     dtype = np.result_type(x, w, *bnp)
     if dtype not in (np.float32, np.float64):       # (float16, ints: the reference sequence)
         res = conv2d(x, w, stride, pad, dil, group)
+        if has_bias:
+            res = res + bnp[0].reshape(1, -1, 1, 1)
         if bn is not None:
-            res = batch_norm(res, *bnp, bn)
+            res = batch_norm(res, *bnp[-4:], eps)
         return run_program(program, [res] + extras)
-    wm, bias = prepared_weight(w, bnp, bn, dtype)
+    wm, bias = prepared_weight(w, bnp, eps, dtype)
     res = conv_gemm(x.astype(dtype, copy=False), wm, w.shape, stride, pad, dil, group, dtype)
     if bias is not None and res.size:
         np.add(res, bias.reshape(1, -1, 1, 1), out=res)

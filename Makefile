@@ -71,6 +71,8 @@ test-e2e: $(STAMP) $(E2E_STAMP) vsix
 bench: $(STAMP)
 	$(BIN)/python bench/interp_overhead.py
 	$(BIN)/python bench/jit_bench.py
+	$(BIN)/pip install -q -e '.[bench]' || echo 'bench extra not installed: bench/peers.py skips onnxruntime'
+	$(BIN)/python bench/peers.py
 
 clean:
 	rm -rf $(VENV) node_modules tests/e2e/node_modules dist out python build *.egg-info vm/*.egg-info server/*.egg-info

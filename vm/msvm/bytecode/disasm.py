@@ -35,7 +35,8 @@ class Instruction:
 
 
 def display_name(ins: Instr) -> str:
-    """Fused instructions are named after their parts: FUSED_ADD_RELU_CAST, FUSED_MATMUL_BIAS_GELU."""
+    """Fused instructions are named after their parts: FUSED_ADD_RELU_CAST, FUSED_MATMUL_BIAS_GELU,
+    FUSED_CONV_BN_ADD_RELU."""
     if ins.op.kind != "fused" or not ins.parts:
         return ins.op.name
     names = []
@@ -45,6 +46,7 @@ def display_name(ins: Instr) -> str:
             short = "BMM"
         if short == "ADD" and k == 1 and ins.op.name == "FUSED_MATMUL":
             short = "BIAS"
+        short = {"CONV2D": "CONV", "BATCH_NORM": "BN"}.get(short, short)      # (issue 18: FUSED_CONV_BN_RELU)
         names.append(short)
     return "FUSED_" + "_".join(names)
 

@@ -315,6 +315,16 @@ _op("FUSED_MATMUL", 0x61, ["transpose_a:const", "transpose_b:const", "batched:co
     "n", 1, S.fused_matmul, "fused",
     "pop n inputs (a, b, extras); push program(a @ b, extras...) applied to each block of the product", compiled="kernel")
 
+# --- issue 18: batch norm as one op, and the convolution with its epilogue (FUSED_CONV_BN_RELU) ---------
+_op("BATCH_NORM", 0xC0, ["epsilon:const"], 5, 1, S.batch_norm, "reduction",
+    "pop var, mean, beta, gamma, x; push inference batch norm over axis 1: "
+    "(x - mean) * gamma / sqrt(var + epsilon) + beta (frozen statistics)", compiled="l1", out=True)
+_op("FUSED_CONV", 0x62, ["stride:const", "pad:const", "dilation:const", "group:const", "bn:const", "program:const",
+                         "n:count"], "n", 1, S.fused_conv, "fused",
+    "pop n inputs (x, w, [gamma, beta, mean, var when bn is an epsilon], extras); push program(conv, extras...) "
+    "where conv is CONV2D(x, w) with the batch norm folded into w and a bias (once per Parameter array)",
+    compiled="l1")
+
 
 # ---------------------------------------------------------------- derived views
 

@@ -104,6 +104,9 @@ CONST_OPERANDS = {
     "exclusive": (lambda v: isinstance(v, bool), "a bool"),
     "reverse": (lambda v: isinstance(v, bool), "a bool"),
     "program": (_program, "a fused elementwise program"),
+    "bn": (lambda v: v is None or (_number(v) and not isinstance(v, bool))
+           or (isinstance(v, tuple) and len(v) == 2 and v[0] == "bias" and _number(v[1]) and not isinstance(v[1], bool)),
+           "None, a batch norm epsilon or ('bias', epsilon)"),
     "exc": (_exception_name, "the name of a built-in exception"),
     "message": (lambda v: isinstance(v, tuple) and all(isinstance(x, (str, Expr, Pred)) for x in v),
                 "a tuple of strings and symbolic values"),

@@ -728,3 +728,41 @@ def assign_param(ctx, ins, args):
         ctx.env.require_eq(a, b, f"ASSIGN_PARAM: Parameter '{attr}' has shape {fmt_shape(p.shape)}, "
                                  f"the value {fmt_shape(v.shape)}")
     return p
+
+
+# ---------------------------------------------------------------- issue 18: batch norm, fused convolution
+
+_BN_NAMES = ("gamma", "beta", "mean", "variance")
+
+
+def _bn_params(ctx, x, params, what):
+    if x.rank < 2:
+        raise ShapeError(f"{what}: the input must have a channel axis (rank >= 2), got {fmt_shape(x.shape)}")
+    for name, p in zip(_BN_NAMES, params):
+        p = _tensor(p, what)
+        if p.rank != 1:
+            raise ShapeError(f"{what}: {name} must be 1-D [C], got {fmt_shape(p.shape)}")
+        ctx.env.require_eq(p.shape[0], x.shape[1], f"{what}: {name} {fmt_shape(p.shape)} does not match the "
+                           f"{x.shape[1]} channels of input {fmt_shape(x.shape)}")
+
+
+def batch_norm(ctx, ins, args):
+    x = _tensor(ins[0], "BATCH_NORM")
+    _bn_params(ctx, x, ins[1:5], "BATCH_NORM")
+    d = result_dtype(list(ins[:5]))
+    return TensorType(tuple(ctx.env.norm(s) for s in x.shape), d if d.is_float else dt.float32)
+
+
+def fused_conv(ctx, ins, args):
+    stride, pad, dil, group, bn, program, n = args
+    has_bias = isinstance(bn, tuple)
+    k = 2 if bn is None else 7 if has_bias else 6
+    if n < k:
+        raise ShapeError(f"FUSED_CONV needs {k} operands (x, w{', a bias' if has_bias else ''}"
+                         f"{', 4 batch norm parameters' if k > 2 else ''}), got {n}")
+    out = conv2d(ctx, ins[:2], (stride, pad, dil, group))
+    if has_bias:
+        _bn_params(ctx, out, ins[2:3], "FUSED_CONV bias")
+    if bn is not None:
+        out = batch_norm(ctx, [out] + list(ins[k - 4:k]), (bn[1] if has_bias else bn,))
+    return run_program(ctx, program, [out] + list(ins[k:]), "FUSED_CONV")

@@ -22,6 +22,7 @@ from .. import dtype as dt
 from ..bytecode.code import Code, Instr
 from ..bytecode.opcodes import BY_NAME, COSTLY, FUSABLE, LEAVES, MATMULS
 from ..bytecode.verify import verify
+from .inline import inline_leaf_calls
 
 FLOAT_DTYPES = (dt.float16, dt.float32, dt.float64)
 
@@ -34,6 +35,7 @@ def fuse(code: Code) -> Code:
                list(code.varnames), list(code.params), dict(code.attr_types), callees, may_be_one=code.may_be_one)
     new.hover = code.hover
     targets = _targets_as_indexes(new)
+    inline_leaf_calls(new, targets, _const, _replace_target, code.callees)   # (issue 18: conv, bn, relu in one Code)
     _forward_stores(new, targets, code)
     _fuse_runs(new, targets, code)
     _retarget(new, targets)
@@ -147,8 +149,9 @@ def _try_fuse_at(code: Code, start: int, targets):
     """Find the longest fusable run starting at ``start``; returns (end, replacement) or (start, None)."""
     instrs = code.instrs
     first = instrs[start]
-    matmul = first.op.name in MATMULS
-    pos = start + 1 if matmul else start
+    conv = _conv_head(code, start, targets)                # (issue 18: CONV2D [+ BATCH_NORM] heads a run)
+    matmul = first.op.name in MATMULS or conv is not None
+    pos = start + 1 + (conv[4] if conv else 0) if matmul else start
     local: list = []          # run-local stack of program fragments (lists of nodes)
     below = 1 if matmul else 0  # values consumed from under the run (the matmul result counts as one)
     if matmul:
@@ -157,6 +160,11 @@ def _try_fuse_at(code: Code, start: int, targets):
     parts: list = [(first.op.name, first.loc)] if matmul else []
     n_ops = 0
     best = None
+    if conv and conv[1]:
+        if conv[3]:
+            parts.append(("BIAS", conv[3][2].loc))
+        parts.append(("BATCH_NORM", conv[2].loc))
+        best = (pos, [("in", 0)], [], list(parts), below)
     k = pos
     below_inputs = ["mm"] if matmul else []
     while k < len(instrs):
@@ -164,6 +172,11 @@ def _try_fuse_at(code: Code, start: int, targets):
         if k > start and _is_target(code, targets, ins):
             break
         name = ins.op.name
+        if conv and name == "RESHAPE" and leaves and local and local[-1] == [("leaf", len(leaves) - 1)] and \
+                _param_leaf(leaves[-1]):
+            leaves[-1] = (leaves[-1] if isinstance(leaves[-1], list) else [leaves[-1]]) + [ins]   # (a bias [1,O,1,1])
+            k += 1
+            continue
         if name in LEAVES:
             if name == "LOAD_CONST":
                 v = code.consts[ins.args[0]]
@@ -216,7 +229,10 @@ def _try_fuse_at(code: Code, start: int, targets):
         else:
             program.append(node)
     program = tuple(program)
-    repl = [Instr(li.op, li.args, li.loc, li.parts) for li in used_leaves]
+    flat = [x for li in used_leaves for x in (li if isinstance(li, list) else [li])]
+    if conv:
+        return end, _conv_replacement(code, first, conv, flat, program, n_leaves, used_parts)
+    repl = [Instr(li.op, li.args, li.loc, li.parts) for li in flat]
     if matmul:
         a = code.decode_args(first)
         fused = Instr(BY_NAME["FUSED_MATMUL"], (_const(code, a[0]), _const(code, a[1]),
@@ -239,3 +255,53 @@ def _const(code: Code, v) -> int:
             return k
     code.consts.append(v)
     return len(code.consts) - 1
+
+
+# ---------------------------------------------------------------- issue 18: the convolution's epilogue
+
+def _param_leaf(leaf) -> bool:
+    first = leaf[0] if isinstance(leaf, list) else leaf
+    return first.op.name == "LOAD_PARAM" and (not isinstance(leaf, list) or len(leaf) == 1)
+
+
+def _conv_head(code: Code, start: int, targets):
+    """(CONV2D, loads, BATCH_NORM, bias add or None, n instructions) when a CONV2D at ``start`` is
+    followed by a batch norm of Parameters (folded into the weights), optionally after the conv's
+    own bias add (``LOAD_PARAM b; RESHAPE [1, O, 1, 1]; BROADCAST_ADD``, nn.Conv2d's has_bias: folded
+    too); (CONV2D, [], None, None, 0) for a plain one; None otherwise."""
+    instrs = code.instrs
+    first = instrs[start]
+    if first.op.name != "CONV2D":
+        return None
+    at, bias = start + 1, None
+    trio = instrs[at:at + 3]
+    if (len(trio) == 3 and [i.op.name for i in trio] == ["LOAD_PARAM", "RESHAPE", "BROADCAST_ADD"]
+            and _channel_shape(code.decode_args(trio[1])[0])):
+        bias, at = trio, at + 3
+    loads = instrs[at:at + 4]
+    bn = instrs[at + 4] if at + 4 < len(instrs) else None
+    if (bn is not None and bn.op.name == "BATCH_NORM" and len(loads) == 4
+            and all(i.op.name == "LOAD_PARAM" for i in loads)
+            and not any(_is_target(code, targets, i) for i in loads + [bn] + list(bias or []))):
+        return first, ([bias[0]] if bias else []) + loads, bn, bias, at + 5 - start - 1
+    return first, [], None, None, 0
+
+
+def _channel_shape(shape) -> bool:
+    """(1, O, 1, 1): a per-channel bias."""
+    return isinstance(shape, tuple) and len(shape) == 4 and all(
+        getattr(d, "const_value", lambda d=d: d)() == 1 for i, d in enumerate(shape) if i != 1)
+
+
+def _conv_replacement(code: Code, first, conv, leaves, program, n_leaves, parts):
+    _, loads, bn, bias, _n = conv
+    a = code.decode_args(first)
+    eps = code.decode_args(bn)[0] if bn is not None else None
+    if bias:
+        eps = ("bias", eps)               # (the conv's own bias [O] comes before the batch norm's four)
+    repl = [Instr(li.op, li.args, li.loc, li.parts) for li in list(loads) + leaves]
+    n = 2 + len(loads) + n_leaves
+    fused = Instr(BY_NAME["FUSED_CONV"], (_const(code, a[0]), _const(code, a[1]), _const(code, a[2]),
+                                         _const(code, a[3]), _const(code, eps), _const(code, program), n),
+                  first.loc, tuple(parts))
+    return repl + [fused]

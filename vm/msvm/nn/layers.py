@@ -221,19 +221,20 @@ class _BatchNorm(Cell):
                                          requires_grad=False)
 
     def construct(self, x):
-        shape = (1, -1) + (1,) * (len(x.shape) - 2)
-        mean, var = self.moving_mean, self.moving_variance
         if self.use_batch_statistics or (self.use_batch_statistics is None and self.training):
             # (issue 21) the batch's statistics (the biased variance); they update the moving ones as
             # MindSpore's CPU kernel does: moving * momentum + batch * (1 - momentum)
+            shape = (1, -1) + (1,) * (len(x.shape) - 2)
             axes = (0,) + tuple(range(2, len(x.shape)))
             mean = ops.mean(x, axes)
             var = ops.mean(ops.square(x - ops.reshape(mean, shape)), axes)
             ops.assign(self.moving_mean, self.moving_mean * self.momentum + mean * (1.0 - self.momentum))
             ops.assign(self.moving_variance, self.moving_variance * self.momentum + var * (1.0 - self.momentum))
-        scale = self.gamma * ops.rsqrt(var + self.eps)
-        shift = self.beta - mean * scale
-        return x * ops.reshape(scale, shape) + ops.reshape(shift, shape)
+            scale = self.gamma * ops.rsqrt(var + self.eps)
+            shift = self.beta - mean * scale
+            return x * ops.reshape(scale, shape) + ops.reshape(shift, shape)
+        # inference: the moving statistics (BATCH_NORM; the fuser folds it into a preceding convolution)
+        return apply("BATCH_NORM", (x, self.gamma, self.beta, self.moving_mean, self.moving_variance), (self.eps,))
 
 
 class BatchNorm2d(_BatchNorm):

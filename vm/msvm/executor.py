@@ -172,7 +172,7 @@ def optimize(code):
 
 def link_cell(code, cell, acc=None) -> BoundCode:
     """Link a Code to a Cell instance: its attributes and sub-Cells."""
-    attrs = {name: cell_getattr(cell, name) for name in code.attr_types}
+    attrs = {name: resolve_path(cell, name) if "." in name else cell_getattr(cell, name) for name in code.attr_types}
     for name, t in code.attr_types.items():
         shape = tuple(attrs[name].shape)
         want = tuple(d.const_value() for d in t.shape)

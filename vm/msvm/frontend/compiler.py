@@ -21,6 +21,7 @@ from __future__ import annotations
 import ast
 import builtins
 import inspect
+import math
 import operator
 import textwrap
 import types as pytypes
@@ -37,6 +38,7 @@ from ..bytecode.verify import bind_callee, subs_type, verify
 from ..errors import ArgumentError, FrontendError, FrontendValueError, UnknownDim
 from .argspec import ArgSpec
 from .graph import GraphValue, lift, using
+from .ratio import Ratio, ratio_binop
 
 # ---------------------------------------------------------------- sources
 
@@ -389,17 +391,20 @@ class FunctionCompiler:
     def pin_tuple(self, value: tuple, hint: str) -> tuple:
         """Store the graph values inside a Python tuple in hidden slots, so later
         reassignments of the names they were computed from cannot change them."""
-        out = []
+        out, stores = [], []
         for k, v in enumerate(value):
             if isinstance(v, tuple):
                 out.append(self.pin_tuple(v, f"{hint}.{k}"))
             elif isinstance(v, GraphValue):
                 slot = self.cb.local(f"{self.scope}{hint}.{k}")
-                self.materialize(v, self.loc)
-                self.emit("STORE_TENSOR", slot)
+                if not (v.node[0] == "local" and v.node[1] == slot and v.tmp is None):
+                    self.materialize(v, self.loc)       # every item is loaded before any is stored:
+                    stores.append(slot)                 # (outs.insert(0, y): item 1 is outs.0's old value)
                 out.append(GraphValue(self.env.norm_type(v.type), ("local", slot)))
             else:
                 out.append(v)
+        for slot in reversed(stores):
+            self.emit("STORE_TENSOR", slot)
         return tuple(out)
 
     def unpack_graph_tuple(self, value: GraphValue, hint: str) -> tuple:
@@ -827,13 +832,13 @@ class FunctionCompiler:
             if meth is None:
                 raise self.error(f"tensors have no attribute '{attr}' in construct", node)
             return meth
+        if is_cell(base) and not isinstance(base, type):
+            return self.cell_attr(base, attr, node)
         if isinstance(base, pytypes.ModuleType) or _is_msvm(base) or isinstance(base, (dt.DType, type)):
             try:
                 return getattr(base, attr)
             except AttributeError:
                 raise self.error(f"{getattr(base, '__name__', base)!s} has no attribute '{attr}'", node) from None
-        if is_cell(base):
-            return self.cell_attr(base, attr, node)
         try:
             return getattr(base, attr)
         except AttributeError:
@@ -848,9 +853,12 @@ class FunctionCompiler:
         except AttributeError:
             raise self.error(f"{type(cell).__name__} has no attribute '{attr}'", node) from None
         if _is_tensor(v):
-            if cell is not self.self_obj:
-                raise self.error(f"tensor attribute '{attr}' of a sub-Cell: read it inside that Cell's construct",
-                                 node)
+            if cell is not self.self_obj:     # self.embedding.embedding_table: linked by its path
+                sub = find_cell_path(self.self_obj, cell)
+                if sub is None:
+                    raise self.error(f"tensor attribute '{attr}' of a Cell that is not a sub-Cell of "
+                                     f"{type(self.self_obj).__name__}", node)
+                attr = f"{sub}.{attr}"
             t = tensor_type(v)
             self.cb.code.attr_types[attr] = t
             return GraphValue(t, ("param", attr))
@@ -921,6 +929,11 @@ class FunctionCompiler:
         fn = _BINOPS.get(op)
         if fn is None:
             raise self.error(f"operator {op.__name__} is not supported", node)
+        if isinstance(left, Ratio) or isinstance(right, Ratio) or (op is ast.Div and isinstance(left, Expr)):
+            r = ratio_binop(_RATIO_OPS.get(op, ""), left, right)
+            if r is not None:
+                return r
+            left, right = (self.ratio_value(v) for v in (left, right))
         if isinstance(left, Expr) or isinstance(right, Expr):
             other = right if isinstance(left, Expr) else left
             if (op in (ast.Add, ast.Sub, ast.Mult, ast.FloorDiv, ast.Mod)
@@ -938,6 +951,12 @@ class FunctionCompiler:
         except TypeError as e:
             raise self.error(f"{type(left).__name__} {_OPSYM.get(op, op.__name__)} {type(right).__name__}: {e}",
                              node) from None
+
+    def ratio_value(self, v):
+        """A Ratio used where no dim can be: the run-time float it is."""
+        if not isinstance(v, Ratio):
+            return v
+        return lift(v.num, self) / float(v.den)
 
     def expr_UnaryOp(self, node):
         v = self.expr(node.operand)
@@ -1057,6 +1076,10 @@ class FunctionCompiler:
         return "".join(parts)
 
     def expr_Call(self, node):
+        f = node.func
+        if isinstance(f, ast.Attribute) and f.attr in _LIST_GROW and isinstance(f.value, ast.Name) and \
+                isinstance(self.vars.get(f.value.id), tuple):
+            return self.grow_list(f.value.id, f.attr, node)
         fn = self.expr(node.func)
         args = []
         for a in node.args:
@@ -1069,11 +1092,40 @@ class FunctionCompiler:
                 args.append(self.expr(a))
         kwargs = {}
         for k in node.keywords:
-            if k.arg is None:
-                raise self.error("**kwargs in a call is not supported", k)
+            if k.arg is None:           # f(**self.kwargs): a dict known when compiling, with str keys
+                d = self.expr(k.value)
+                if not isinstance(d, dict) or not all(isinstance(key, str) for key in d):
+                    raise self.error(f"**{type(d).__name__} in a call: only a dict with str keys known when "
+                                     "compiling can be unpacked", k)
+                kwargs.update(d)
+                continue
             kwargs[k.arg] = self.expr(k.value)
         self.loc = self.node_loc(node)
         return self.call(fn, args, kwargs, node)
+
+    def grow_list(self, name, how, node):
+        """``outs.append(x)`` / ``extend`` / ``insert`` on a list built in construct (a list literal
+        is a tuple here: a value): the name is bound to the grown tuple, as ``outs += (x,)`` is."""
+        if node.keywords or any(isinstance(a, ast.Starred) for a in node.args) or \
+                len(node.args) != (2 if how == "insert" else 1):
+            raise self.error(f"list.{how}: pass {'an index and a value' if how == 'insert' else 'one value'}",
+                             node)
+        args = [self.expr(a) for a in node.args]
+        old = self.vars[name]
+        if how == "append":
+            new = old + (args[0],)
+        elif how == "extend":
+            if not isinstance(args[0], (tuple, list)):
+                raise self.error("list.extend takes a list or tuple known when compiling", node)
+            new = old + tuple(args[0])
+        else:
+            if isinstance(args[0], (GraphValue, Expr)):
+                raise self.error("list.insert takes an index known when compiling", node)
+            lst = list(old)
+            lst.insert(args[0], args[1])
+            new = tuple(lst)
+        self.store(name, new, node)
+        return None
 
     def call(self, fn, args, kwargs, node):
         if is_cell(fn):
@@ -1090,6 +1142,10 @@ class FunctionCompiler:
             return len(v)
         if fn in (builtins.int,) and args and isinstance(args[0], Expr):
             return args[0]
+        if fn in (builtins.int, math.floor, math.ceil, math.trunc) and len(args) == 1 and \
+                isinstance(args[0], (Ratio, Expr)):        # int((H - 1) / stride + 1), math.ceil(h / p)
+            r = args[0]
+            return r if isinstance(r, Expr) else r.ceil() if fn is math.ceil else r.floor()
         if fn in (builtins.min, builtins.max) and args and all(_is_int(a) for a in args) \
                 and any(isinstance(a, Expr) for a in args):
             out = Expr.of(args[0]) if not isinstance(args[0], Expr) else args[0]
@@ -1261,6 +1317,10 @@ def _subst_const(c, subst):
     if isinstance(c, tuple):
         return tuple(_subst_const(x, subst) for x in c)
     return c
+
+
+_LIST_GROW = ("append", "extend", "insert")
+_RATIO_OPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/"}
 
 
 def _has_graph(v) -> bool:

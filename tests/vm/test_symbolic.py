@@ -46,3 +46,34 @@ def test_unbound_symbol_and_bad_data():
         S.from_data(["nope", 1])
     with pytest.raises(S.SymbolicError):
         bool(B > 3)
+
+
+def test_dims_rebuilt_per_layer_stay_the_size_of_one():
+    """A sub-Cell called per layer (a residual add of its input and a reshape to (-1, k) of it)
+    gives its caller dims that do not grow with the layers: a select on its own predicate takes
+    its side, the broadcast of a dim with one it broadcasts is itself, a common factor cancels
+    in a floor division, and a product of symbols known not to be 1 is not 1."""
+    from msvm.bytecode import symbolic as S
+    from msvm.bytecode.types import ShapeEnv, simplify_dim
+
+    n, m, u, v = (S.sym(x) for x in ("n", "m", "u", "v"))
+    assert (n * 768) // (m * 768) == n // m
+    assert str((n * m * 6) // (m * 4)) == "((n*3) // 2)"
+    p = S.compare("==", u, 1)
+    q = S.select(p, v, u)                               # the broadcast of u and v
+    assert S.select(p, q, u) == q and S.select(p, v, q) == q
+    assert S.select(S.compare("==", q, 1), v, q) == q and S.select(S.compare("==", q, 1), u, q) == q
+    assert S.select(S.compare("==", q, 1), n, q) != q   # n is not one of the dims q broadcasts
+    env = ShapeEnv()
+    env.may_be_one = {"u", "v"}
+    assert env.not_one(n * m) and env.not_one(u * 2) and not env.not_one(u * v)
+    assert env.broadcast_dim(q, u, "add") == q and env.broadcast_dim(v, q, "add") == q
+    # b if a == 1 else a, where b is made from a: a's symbols are 1 in b
+    x0, x1 = S.sym("x0"), S.sym("x1")
+    rows = x0 * x1
+    d = S.select(S.compare("==", rows, 1), S.select(S.compare("==", u, 1), rows // m, u) * m, rows)
+    assert str(simplify_dim(d)) == "(((1 // m) if u == 1 else u)*m if x0*x1 == 1 else x0*x1)"
+    for env_vals in ({"x0": 1, "x1": 1, "u": 1, "m": 1}, {"x0": 3, "x1": 4, "u": 1, "m": 2},
+                     {"x0": 3, "x1": 4, "u": 6, "m": 2}):
+        assert simplify_dim(d).evaluate(env_vals) == d.evaluate(env_vals)
+

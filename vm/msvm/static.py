@@ -58,6 +58,7 @@ from dataclasses import dataclass, field
 
 from .bytecode.code import Code
 from .errors import FrontendError, MsvmError, SourceError, VerifyError
+from .frontend.argspec import ArgSpec
 from .frontend.compiler import compile_cell_for, compile_function, named_children
 from .nn.cell import Cell
 from .static_eval import StaticCell, StaticModule  # noqa: F401 - StaticCell: re-exported
@@ -99,7 +100,8 @@ def _compile_cell(e: Entry, cell, specs, attrs, filename, rounds: int = 3):
     ``(-1, hidden)``: a symbol no argument binds) takes its assumed value, noted, and it is tried again."""
     for k in range(rounds + 1):
         try:
-            compile_assuming(e, specs, attrs, lambda sp, c=cell: compile_cell_for(c, sp), filename)
+            compile_assuming(e, specs, attrs, _baking_bools(e, cell, lambda sp, c=cell: compile_cell_for(c, sp)),
+                             filename)
             return
         except (FrontendError, VerifyError) as err:
             m = _UNBOUND.search(str(err))
@@ -113,6 +115,37 @@ def _compile_cell(e: Entry, cell, specs, attrs, filename, rounds: int = 3):
             for name, value, line, col in fixed:
                 e.notes.append(Note(line, col, f"assumed {name} = {value}: construct needs its value and nobody "
                                                f"passes it (pass it where the Cell is built to know it)"))
+
+
+def _baking_bools(e: Entry, cell, compile_fn):
+    """compile_fn, but where a bool argument kept as a run-time flag decides the structure of a
+    value (``if output_attentions: outputs += (w,)``), the Python bools its first call or its
+    defaults give are baked in and it is compiled again (noted), as a sub-Cell's call does."""
+    def fn(specs):
+        try:
+            return compile_fn(specs)
+        except FrontendError as err:
+            if "holds different Python objects" not in str(err):
+                raise
+            calls = cell.__dict__.get("_static_calls") or []
+            call_args, call_kwargs = calls[0] if calls else ((), {})
+            baked, out = [], list(specs)
+            for k, ((name, default), s) in enumerate(zip(cell.__msvm_construct_params__(), specs)):
+                v = call_args[k] if k < len(call_args) else call_kwargs.get(name, default)
+                if isinstance(s, ArgSpec) and s.kind == "scalar" and isinstance(v, bool):
+                    out[k] = ArgSpec("const", value=v)
+                    baked.append(f"{name} = {v}")
+            if not baked:
+                raise
+            code = compile_fn(out)
+            cnode = cell._static_class.find_method("construct").node if hasattr(cell, "_static_class") else None
+            line, col = (cnode.lineno, cnode.col_offset) if cnode is not None else (e.line, e.col)
+            note = (f"{', '.join(baked)} baked in: as a run-time flag it decides the structure of a value "
+                    f"({err.message})")
+            if not any(n.message == note for n in e.notes):
+                e.notes.append(Note(line, col, note))
+            return code
+    return fn
 
 
 def _assume_sizes(cell, names: set) -> list:

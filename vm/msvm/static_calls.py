@@ -197,6 +197,9 @@ class Calls:
             return fn(*args, **kwargs)
         if mod == "msvm.common.initializer":
             return self.initializer_call(fn, args, kwargs)
+        if mod == "msvm.ops.functional" or (isinstance(getattr(fn, "__self__", None), Tensor) and
+                                            getattr(fn, "__name__", "") in TENSOR_METHODS):
+            return eager_op(fn, args, kwargs)
         return Unknown(f"call of {getattr(fn, '__qualname__', type(fn).__name__)}")
 
     def copied(self, v):
@@ -491,3 +494,103 @@ def named_symbol(v, node):
         return v
     name = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else None
     return SymInt.named(name, f"its value is not known statically ({v.why})") if name else v
+
+
+# ---------------------------------------------------------------- msvm's eager ops at build time
+
+EAGER_ITEMS = 1 << 16        # items an op evaluated at build time may read or make (else: shape only)
+OPS_CREATE = {"ones", "zeros", "full", "empty"}
+OPS_SAME_SHAPE = {"tril", "triu", "abs", "neg", "exp", "log", "sqrt", "sin", "cos", "tanh", "sigmoid",
+                  "logical_not", "ones_like", "zeros_like", "full_like", "astype", "float", "int", "bool",
+                  "cast", "clone", "copy"}
+OPS_RESHAPE = {"view", "reshape"}
+TENSOR_METHODS = OPS_SAME_SHAPE | OPS_RESHAPE | {"transpose", "permute", "swapaxes", "squeeze", "expand_dims",
+                                                  "unsqueeze", "flatten", "sum", "mean", "max", "min", "T"}
+
+
+def _shape_arg(v):
+    if isinstance(v, (int, SymInt)) and not isinstance(v, bool):
+        return (v,)
+    if isinstance(v, (tuple, list)) and all(isinstance(x, (int, SymInt)) and not isinstance(x, bool) for x in v):
+        return tuple(v)
+    return None
+
+
+def _dims_of(t: Tensor) -> tuple:
+    return tuple(t.shape) if not t.is_placeholder else tuple(t.placeholder_shape)
+
+
+def _known_items(shape) -> int | None:
+    if any(not isinstance(d, int) or d < 0 for d in shape):
+        return None
+    return math.prod(shape)
+
+
+def _sym_dims(shape) -> tuple:
+    return tuple(SymInt(d, SymInt.ASSUMED) if not isinstance(d, int) and d is not None else d for d in shape)
+
+
+def eager_op(fn, args, kwargs):
+    """An msvm op (``ops.tril(ops.ones((n, n), dtype=bool))``, ``t.view(1, 1, n, n)``) in a Cell's
+    ``__init__``: msvm's own eager kernels are pure numpy, so on known values of at most
+    ``EAGER_ITEMS`` items it runs; on symbolic or larger sizes (or a placeholder) the result is
+    a placeholder of the shape it would have, whose data only the run knows."""
+    name = getattr(fn, "__name__", "")
+    self_t = getattr(fn, "__self__", None)
+    tensors = ([self_t] if isinstance(self_t, Tensor) else []) + \
+        [a for a in list(args) + list(kwargs.values()) if isinstance(a, Tensor)]
+    if any(isinstance(a, (Unknown, UnknownData, AbstractArray)) for a in list(args) + list(kwargs.values())):
+        return Unknown(f"ops.{name} of unknown values")
+    if name in OPS_CREATE:
+        shape = _shape_arg(args[0] if args else kwargs.get("shape", kwargs.get("size")))
+        if shape is None:
+            return Unknown(f"ops.{name} of an unknown shape")
+        d = kwargs.get("dtype", args[2] if name == "full" and len(args) > 2 else
+                       args[1] if name != "full" and len(args) > 1 else None)
+        n = _known_items(shape)
+        if n is None or n > EAGER_ITEMS:
+            return placeholder(shape, dt.as_dtype(d) if d is not None else dt.float32)
+    elif not tensors:
+        return Unknown(f"ops.{name} without tensors")
+    elif any(t.is_placeholder for t in tensors) or any(_known_items(_dims_of(t)) is None or
+                                                       _known_items(_dims_of(t)) > EAGER_ITEMS for t in tensors):
+        return _shape_only(name, self_t, tensors[0], args, kwargs)
+    if any(isinstance(a, SymInt) or (isinstance(a, (tuple, list)) and any(isinstance(x, SymInt) for x in a))
+           for a in list(args) + list(kwargs.values())):
+        return _shape_only(name, self_t, tensors[0] if tensors else None, args, kwargs)
+    try:
+        r = fn(*args, **kwargs)
+    except Exception as e:  # noqa: BLE001 - the file's own mistake is the run's to report
+        return Unknown(f"ops.{name}: {e}")
+    if isinstance(r, Tensor) and not r.is_placeholder and r.size > EAGER_ITEMS:
+        return placeholder(r.shape, r.dtype)
+    return r
+
+
+def _shape_only(name, self_t, t, args, kwargs):
+    """The placeholder an op on a placeholder (or too large a tensor) gives, for ops whose
+    result shape follows from the arguments; others are Unknown."""
+    if t is None:
+        return Unknown(f"ops.{name} of unknown values")
+    dims = _dims_of(t)
+    if name in OPS_SAME_SHAPE:
+        d = kwargs.get("dtype")
+        if name in ("astype", "cast") and args:
+            d = args[-1]
+        try:
+            d = dt.as_dtype(d) if d is not None else t.dtype
+        except (TypeError, ValueError, KeyError):
+            d = t.dtype
+        return placeholder(_sym_dims(dims), d)
+    if name in OPS_RESHAPE:
+        rest = args if self_t is not None else args[1:]
+        shape = _shape_arg(rest[0] if len(rest) == 1 else tuple(rest))
+        if shape is None:
+            return Unknown(f"{name} to an unknown shape")
+        if sum(1 for d in shape if isinstance(d, int) and d == -1) == 1:
+            total, known = _known_items(dims), _known_items([d for d in shape if not (isinstance(d, int) and d == -1)])
+            if total is None or not known:
+                return Unknown(f"{name} with -1 of a symbolic shape")
+            shape = tuple(total // known if isinstance(d, int) and d == -1 else d for d in shape)
+        return placeholder(shape, t.dtype)
+    return Unknown(f"ops.{name} of a tensor whose data only the run knows")

@@ -8,6 +8,7 @@ certain (``AssumedShapeError``: an Information diagnostic, not an error).
 from __future__ import annotations
 
 import itertools
+import re
 import time
 
 from .bytecode.symbolic import SymbolicError, size_limit, work_limit
@@ -38,6 +39,15 @@ def _rank_combinations(choices):
         yield tuple(c[i] for c, i in zip(choices, idx))
 
 
+_RANK_ERROR = re.compile(r"\brank\b|out of range|must be known|dimensions?\b|too complex")
+
+
+def _of_the_rank(err) -> bool:
+    """An error that says only that the rank tried was wrong (``axis 2 is out of range for rank
+    2``): the error of a try that got past the ranks tells more, so it is the one reported."""
+    return bool(_RANK_ERROR.search(str(err)))
+
+
 def compile_assuming(entry, specs: list, attr_vars: list, compile_fn, filename):
     """Compile with every combination of candidate ranks (best first) until one verifies."""
     rank_vars = [leaf for s in specs if isinstance(s, RankVar) for leaf in s.leaves()] + attr_vars
@@ -58,7 +68,7 @@ def compile_assuming(entry, specs: list, attr_vars: list, compile_fn, filename):
             with work_limit(COMPILE_WORK), size_limit(EXPR_SIZE):
                 entry.code = compile_fn(concrete)
         except (FrontendError, VerifyError, MsvmError, SymbolicError) as err:
-            if first_err is None:
+            if first_err is None or (_of_the_rank(first_err[0]) and not _of_the_rank(err)):
                 first_err = (err, ranks)
             continue
         entry.assumed = any(v.assumed(r) for v, r in zip(rank_vars, ranks))

@@ -327,6 +327,9 @@ class Expr:
         exact = self._exact_div(other)
         if exact is not None:
             return exact
+        common = _common_factor(self, other)
+        if common is not None:      # (n*768) // (m*768) is n // m: the real quotient is the same
+            return self._exact_div(common) // other._exact_div(common)
         return Expr.atom(Atom("floordiv", (self, other)))
 
     def __rfloordiv__(self, other):
@@ -425,6 +428,21 @@ class Expr:
         return ["poly", [[c, [[a.to_data(), p] for a, p in mono]] for mono, c in self.terms]]
 
 
+def _common_factor(a: Expr, b: Expr):
+    """The monomial (positive coefficient) dividing every term of both, when it is not 1."""
+    g, powers = 0, None
+    for mono, c in a.terms + b.terms:
+        if not isinstance(c, int):
+            return None
+        g = math.gcd(g, c)
+        mp = dict(mono)
+        powers = mp if powers is None else {x: min(p, mp[x]) for x, p in powers.items() if x in mp}
+    if not g or powers is None or (g == 1 and not powers):
+        return None
+    mono = tuple(sorted(((x, p) for x, p in powers.items() if p), key=lambda ap: repr(ap[0].key())))
+    return Expr({mono: g})
+
+
 def sym(name: str) -> Expr:
     """The expression that is exactly the symbol ``name``."""
     if not isinstance(name, str) or not name:
@@ -450,14 +468,49 @@ def smin(a: IntLike, b: IntLike) -> Expr:
     return Expr.atom(Atom("min", (a, b)))
 
 
+def as_select(e: Expr):
+    """(pred, a, b) when ``e`` is exactly one ``a if pred else b``, else None."""
+    if len(e.terms) == 1:
+        mono, c = e.terms[0]
+        if c == 1 and len(mono) == 1 and mono[0][1] == 1 and mono[0][0].op == "select":
+            return mono[0][0].args
+    return None
+
+
+def broadcast_leaves(e: Expr) -> set:
+    """The dims a broadcast dim ``v if u == 1 else u`` (nested) was made of: it is 1 only when
+    every one of them is 1."""
+    s = as_select(e)
+    if s is not None:
+        p, a, b = s
+        if p.op == "cmp" and p.args[0] == "==" and p.args[2] == 1 and p.args[1] == b:
+            return broadcast_leaves(a) | broadcast_leaves(b)
+    return {e}
+
+
 def select(pred: "Pred", a: IntLike, b: IntLike) -> Expr:
-    """``a if pred else b``: how a dim that differs between branches is named."""
+    """``a if pred else b``: how a dim that differs between branches is named.
+
+    Simplified where the result is certain, so that dims rebuilt per layer (a sub-Cell's
+    output dims substituted into its caller's, once per layer) stay the size of one layer's:
+    a branch that selects on the same predicate again takes its own side
+    (``(x if p else y) if p else z`` is ``x if p else z``), and the broadcast of a dim with
+    one it was already broadcast from is that dim (``r if q == 1 else q`` is ``q`` when
+    ``q`` is 1 only if ``r`` is: ``r`` is one of the dims ``q`` broadcasts)."""
     a, b = Expr.of(a), Expr.of(b)
     if a == b:
         return a
     c = pred.const_value()
     if c is not None:
         return a if c else b
+    sa, sb = as_select(a), as_select(b)
+    if sa is not None and sa[0] == pred:
+        return select(pred, sa[1], b)
+    if sb is not None and sb[0] == pred:
+        return select(pred, a, sb[2])
+    if pred.op == "cmp" and pred.args[0] == "==" and pred.args[2] == 1 and pred.args[1] == b and \
+            broadcast_leaves(a) <= broadcast_leaves(b):
+        return b
     return Expr.atom(Atom("select", (pred, a, b)))
 
 

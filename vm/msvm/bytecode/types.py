@@ -173,7 +173,14 @@ class ShapeEnv:
         if c is not None:
             return c != 1
         name = d.as_symbol()
-        return name is not None and name not in self.may_be_one
+        if name is not None:
+            return name not in self.may_be_one
+        if len(d.terms) != 1:
+            return False
+        # one product of dims (each >= 0): it is 1 only when every factor is 1, so a coefficient
+        # other than 1 or a factor known not to be 1 makes it not 1 (the rows of a reshape to (-1, k))
+        mono, coeff = d.terms[0]
+        return coeff != 1 or any(a.op == "sym" and a.args[0] not in self.may_be_one for a, _p in mono)
 
     def broadcast_dim(self, a: Expr, b: Expr, why: str) -> Expr:
         """The broadcast of two dims, neither the constant 1. Two dims known not to be 1 must be
@@ -184,6 +191,11 @@ class ShapeEnv:
         a, b = self.norm(a), self.norm(b)
         if a == b:
             return a
+        la, lb = S.broadcast_leaves(a), S.broadcast_leaves(b)
+        if lb <= la:          # b is one of the dims a broadcasts (their compatibility is already assumed)
+            return a
+        if la <= lb:
+            return b
         ka, kb = self.not_one(a), self.not_one(b)
         if ka and kb:
             return self.require_eq(a, b, why)
@@ -193,7 +205,47 @@ class ShapeEnv:
             self.assume(S.select(S.compare("==", u, 1), k, u), k, why)
             return k
         self.assume(S.select(S.compare("==", a, 1), b, a), S.select(S.compare("==", b, 1), a, b), why)
-        return S.select(S.compare("==", a, 1), b, a)
+        return S.select(S.compare("==", a, 1), _where_one(b, a), a)
+
+
+def simplify_dim(e: Expr) -> Expr:
+    """A dim with its broadcasts ``b if a == 1 else a`` (``a`` a product of symbols) rewritten
+    with ``a``'s symbols 1 in ``b`` (``_where_one``), bottom up; others unchanged. Applied to a
+    sub-Cell's output dims as the caller gets them: a layer called in a loop (a residual add
+    of its input and its own output) would otherwise hold its input's dim twice per layer."""
+    if not any(x.op != "sym" for mono, _ in e.terms for x, _p in mono):
+        return e
+    out = Expr.const(0)
+    for mono, c in e.terms:
+        term = Expr.const(c)
+        for x, p in mono:
+            f = _simplify_atom(x)
+            for _ in range(p):
+                term = term * f
+        out = out + term
+    return out
+
+
+def _simplify_atom(x) -> Expr:
+    if x.op == "sym":
+        return Expr.atom(x)
+    if x.op == "select":
+        pred, a, b = x.args
+        a, b = simplify_dim(a), simplify_dim(b)
+        if pred.op == "cmp" and pred.args[0] == "==" and pred.args[2] == 1 and pred.args[1] == b:
+            a = _where_one(a, b)
+        return S.select(pred, a, b)
+    a, b = (simplify_dim(v) for v in x.args)
+    return {"floordiv": Expr.__floordiv__, "mod": Expr.__mod__, "max": S.smax, "min": S.smin}[x.op](a, b)
+
+
+def _where_one(b: Expr, a: Expr) -> Expr:
+    """``b`` where the dim ``a`` is 1: a product of symbols (each a dim, >= 0) is 1 only when each
+    of them is, so they are 1 in ``b`` (``x0*x1 == 1`` gives ``x0 = x1 = 1``). It keeps a broadcast
+    rebuilt per layer (``b if a == 1 else a``, ``b`` made from ``a``) from holding ``a`` twice."""
+    if len(a.terms) != 1 or a.terms[0][1] != 1 or not all(x.op == "sym" for x, _p in a.terms[0][0]):
+        return b
+    return b.subs({x.args[0]: Expr.const(1) for x, _p in a.terms[0][0]})
 
 
 def shape_of(values) -> tuple:

@@ -25,7 +25,7 @@ from ..errors import VerifyError
 from .code import Code
 from .operands import const_problem
 from .symbolic import Expr, Pred, SymbolicError, fmt_shape, sym, work_limit
-from .types import NONE, ScalarType, ShapeEnv, ShapeError, TensorType, TupleType
+from .types import NONE, ScalarType, ShapeEnv, ShapeError, TensorType, TupleType, simplify_dim
 
 MAX_STACK = 1024
 WORK_LIMIT = 1 << 22       # stack entries kept and local-variable entries copied or merged, per function
@@ -97,7 +97,7 @@ def bind_callee(env: ShapeEnv, callee: Code, ins: list, where: str) -> dict:
 
 def subs_type(t, mapping):
     if isinstance(t, TensorType):
-        return TensorType(tuple(d.subs(mapping) for d in t.shape), t.dtype)
+        return TensorType(tuple(simplify_dim(d.subs(mapping)) for d in t.shape), t.dtype)
     if isinstance(t, ScalarType) and isinstance(t.value, (Expr, Pred)):
         return ScalarType(t.kind, t.value.subs(mapping))
     if isinstance(t, TupleType):

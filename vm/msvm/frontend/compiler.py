@@ -21,6 +21,7 @@ from __future__ import annotations
 import ast
 import builtins
 import inspect
+import math
 import operator
 import textwrap
 import types as pytypes
@@ -37,6 +38,7 @@ from ..bytecode.verify import bind_callee, subs_type, verify
 from ..errors import ArgumentError, FrontendError, FrontendValueError, UnknownDim
 from .argspec import ArgSpec
 from .graph import GraphValue, lift, note_consumer, trace_op, using
+from .ratio import Ratio, ratio_binop
 
 # ---------------------------------------------------------------- sources
 
@@ -455,17 +457,20 @@ class FunctionCompiler:
     def pin_tuple(self, value: tuple, hint: str) -> tuple:
         """Store the graph values inside a Python tuple in hidden slots, so later
         reassignments of the names they were computed from cannot change them."""
-        out = []
+        out, stores = [], []
         for k, v in enumerate(value):
             if isinstance(v, tuple):
                 out.append(self.pin_tuple(v, f"{hint}.{k}"))
             elif isinstance(v, GraphValue):
                 slot = self.cb.local(f"{self.scope}{hint}.{k}")
-                self.materialize(v, self.loc)
-                self.emit("STORE_TENSOR", slot)
+                if not (v.node[0] == "local" and v.node[1] == slot and v.tmp is None):
+                    self.materialize(v, self.loc)       # every item is loaded before any is stored:
+                    stores.append(slot)                 # (outs.insert(0, y): item 1 is outs.0's old value)
                 out.append(GraphValue(self.env.norm_type(v.type), ("local", slot)))
             else:
                 out.append(v)
+        for slot in reversed(stores):
+            self.emit("STORE_TENSOR", slot)
         return ListValue(out) if isinstance(value, ListValue) else tuple(out)
 
     def unpack_graph_tuple(self, value: GraphValue, hint: str) -> tuple:
@@ -907,27 +912,39 @@ class FunctionCompiler:
         return ListValue(self.expr(e) for e in node.elts)
 
     def list_method(self, node) -> bool:
-        """(issue 21) ``name.append(v)`` / ``name.extend(vs)`` on a list literal's value: the name is
-        bound to the longer list (a compile-time sequence; a list is a tuple here, so aliases of
-        the old list keep its items). True when handled."""
+        """``name.append(v)`` / ``name.extend(vs)`` / ``name.insert(i, v)`` on a list literal's value:
+        the name is bound to the longer list (a compile-time sequence; a list is a tuple here, so
+        aliases of the old list keep its items). True when handled."""
         f = node.func
-        if not (isinstance(f, ast.Attribute) and f.attr in ("append", "extend") and isinstance(f.value, ast.Name)
+        if not (isinstance(f, ast.Attribute) and f.attr in _LIST_GROW and isinstance(f.value, ast.Name)
                 and isinstance(self.vars.get(self.scope + f.value.id, self.vars.get(f.value.id)), ListValue)):
             return False
-        if node.keywords or len(node.args) != 1:
-            raise self.error(f"list.{f.attr}() takes one argument", node)
+        if node.keywords or any(isinstance(a, ast.Starred) for a in node.args) or \
+                len(node.args) != (2 if f.attr == "insert" else 1):
+            raise self.error(f"list.{f.attr}: pass {'an index and a value' if f.attr == 'insert' else 'one value'}",
+                             node)
         name = f.value.id if f.value.id in self.vars else self.scope + f.value.id
-        v = self.expr(node.args[0])
+        old = self.vars[name]
+        if f.attr == "insert":
+            at = self.expr(node.args[0])
+            if isinstance(at, (GraphValue, Expr)) or not _is_int(at):
+                raise self.error("list.insert takes an index known when compiling", node)
+        v = self.expr(node.args[-1])
         if f.attr == "extend":
-            if isinstance(v, GraphValue):
-                raise self.error("list.extend() of a tensor is not supported", node)
+            if not isinstance(v, (tuple, list)):
+                raise self.error("list.extend takes a list or tuple known when compiling (not a tensor)", node)
             v = tuple(v)
         else:
             v = (v,)
         # the items keep the values they have now: a name's slot is written again by a later
         # statement (``out = f(x[i]); outs.append(out)`` in a loop), so run-time items get slots of their own
-        v = self.pin_tuple(v, f"{name}.{len(self.vars[name])}") if _has_graph(v) else v
-        self.vars[name] = ListValue(self.vars[name] + v)
+        v = self.pin_tuple(v, f"{name}.{len(old)}") if _has_graph(v) else v
+        if f.attr == "insert":
+            lst = list(old)
+            lst.insert(int(at), v[0])
+            self.vars[name] = ListValue(lst)
+        else:
+            self.vars[name] = ListValue(old + v)
         return True
 
     def expr_Attribute(self, node):
@@ -944,13 +961,13 @@ class FunctionCompiler:
             if meth is None:
                 raise self.error(f"tensors have no attribute '{attr}' in construct", node)
             return meth
+        if is_cell(base) and not isinstance(base, type):
+            return self.cell_attr(base, attr, node)
         if isinstance(base, pytypes.ModuleType) or _is_msvm(base) or isinstance(base, (dt.DType, type)):
             try:
                 return getattr(base, attr)
             except AttributeError:
                 raise self.error(f"{getattr(base, '__name__', base)!s} has no attribute '{attr}'", node) from None
-        if is_cell(base):
-            return self.cell_attr(base, attr, node)
         try:
             return getattr(base, attr)
         except AttributeError:
@@ -965,9 +982,12 @@ class FunctionCompiler:
         except AttributeError:
             raise self.error(f"{type(cell).__name__} has no attribute '{attr}'", node) from None
         if _is_tensor(v):
-            if cell is not self.self_obj:
-                raise self.error(f"tensor attribute '{attr}' of a sub-Cell: read it inside that Cell's construct",
-                                 node)
+            if cell is not self.self_obj:     # self.embedding.embedding_table: linked by its path
+                sub = find_cell_path(self.self_obj, cell)
+                if sub is None:
+                    raise self.error(f"tensor attribute '{attr}' of a Cell that is not a sub-Cell of "
+                                     f"{type(self.self_obj).__name__}", node)
+                attr = f"{sub}.{attr}"
             t = tensor_type(v)
             self.cb.code.attr_types[attr] = t
             g = GraphValue(t, ("param", attr))
@@ -1085,6 +1105,11 @@ class FunctionCompiler:
         fn = _BINOPS.get(op)
         if fn is None:
             raise self.error(f"operator {op.__name__} is not supported", node)
+        if isinstance(left, Ratio) or isinstance(right, Ratio) or (op is ast.Div and isinstance(left, Expr)):
+            r = ratio_binop(_RATIO_OPS.get(op, ""), left, right)
+            if r is not None:
+                return r
+            left, right = (self.ratio_value(v) for v in (left, right))
         if isinstance(left, Expr) or isinstance(right, Expr):
             other = right if isinstance(left, Expr) else left
             if (op in (ast.Add, ast.Sub, ast.Mult, ast.FloorDiv, ast.Mod)
@@ -1102,6 +1127,12 @@ class FunctionCompiler:
         except TypeError as e:
             raise self.error(f"{type(left).__name__} {_OPSYM.get(op, op.__name__)} {type(right).__name__}: {e}",
                              node) from None
+
+    def ratio_value(self, v):
+        """A Ratio used where no dim can be: the run-time float it is."""
+        if not isinstance(v, Ratio):
+            return v
+        return lift(v.num, self) / float(v.den)
 
     def expr_UnaryOp(self, node):
         v = self.expr(node.operand)
@@ -1237,8 +1268,13 @@ class FunctionCompiler:
                 args.append(self.expr(a))
         kwargs = {}
         for k in node.keywords:
-            if k.arg is None:
-                raise self.error("**kwargs in a call is not supported", k)
+            if k.arg is None:           # f(**self.kwargs): a dict known when compiling, with str keys
+                d = self.expr(k.value)
+                if not isinstance(d, dict) or not all(isinstance(key, str) for key in d):
+                    raise self.error(f"**{type(d).__name__} in a call: only a dict with str keys known when "
+                                     "compiling can be unpacked", k)
+                kwargs.update(d)
+                continue
             kwargs[k.arg] = self.expr(k.value)
         self.loc = self.node_loc(node)
         return self.call(fn, args, kwargs, node)
@@ -1258,6 +1294,10 @@ class FunctionCompiler:
             return len(v)
         if fn in (builtins.int,) and args and isinstance(args[0], Expr):
             return args[0]
+        if fn in (builtins.int, math.floor, math.ceil, math.trunc) and len(args) == 1 and \
+                isinstance(args[0], (Ratio, Expr)):        # int((H - 1) / stride + 1), math.ceil(h / p)
+            r = args[0]
+            return r if isinstance(r, Expr) else r.ceil() if fn is math.ceil else r.floor()
         if fn in (builtins.min, builtins.max) and args and all(_is_int(a) for a in args) \
                 and any(isinstance(a, Expr) for a in args):
             out = Expr.of(args[0]) if not isinstance(args[0], Expr) else args[0]
@@ -1451,6 +1491,10 @@ def _subst_const(c, subst):
     if isinstance(c, tuple):
         return tuple(_subst_const(x, subst) for x in c)
     return c
+
+
+_LIST_GROW = ("append", "extend", "insert")
+_RATIO_OPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/"}
 
 
 def _has_graph(v) -> bool:

@@ -1,6 +1,6 @@
 """Boolean-mask indexing (MindSpore's getitem/setitem by a bool tensor): ``x[mask]`` gives the
 rows of x where mask (over x's leading dims) is True, a first dim the data decides — a fresh
-symbol (``masked0``) bound when MASKED_SELECT runs, usable as any dim (``y.shape[0]``, reshapes);
+symbol (``masked0``) bound when BOOL_INDEX runs, usable as any dim (``y.shape[0]``, reshapes);
 ``x[mask] = value`` is value where mask is True, else x. Checked against numpy's boolean
 indexing eagerly and compiled (L1), on ordinary, NaN/inf, empty and all-False/all-True masks."""
 
@@ -59,7 +59,7 @@ def test_the_count_is_a_fresh_symbol_in_the_bytecode():
     out = f(ms.Tensor(x), ms.Tensor(x > 2))
     np.testing.assert_array_equal(out.asnumpy(), [3, 4, 5])
     code = next(iter(f._runner.variants.values())).code
-    assert [i.op.name for i in code.instrs if i.op.binds] == ["MASKED_SELECT"]
+    assert [i.op.name for i in code.instrs if i.op.binds] == ["BOOL_INDEX"]
     assert str(code.result_type) == "Tensor[float32, [masked0]]"
 
 
@@ -103,7 +103,7 @@ def test_a_count_used_with_an_arguments_dim_is_checked_when_it_runs():
     x = np.arange(12, dtype=np.float32).reshape(3, 4)
     np.testing.assert_array_equal(f(ms.Tensor(x), ms.Tensor(x > 4.5), ms.Tensor(np.ones(7, np.float32))).asnumpy(),
                                   x[x > 4.5] + 1)
-    with pytest.raises(ms.ShapeMismatch, match=r"MASKED_SELECT gives 7 items, but the bytecode was verified for "
+    with pytest.raises(ms.ShapeMismatch, match=r"BOOL_INDEX gives 7 items, but the bytecode was verified for "
                                                r"masked0 = 4"):
         f(ms.Tensor(x), ms.Tensor(x > 4.5), ms.Tensor(np.ones(4, np.float32)))
 

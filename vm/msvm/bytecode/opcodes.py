@@ -224,7 +224,7 @@ _op("RESIZE", 0x7A, ["out_size:const", "scale:const", "mode:const", "align_corne
     "sampling (PyTorch/MindSpore's source coordinates; align_corners for bilinear)", compiled="l1")
 
 # --- boolean-mask indexing (issue 16): a result whose first dim depends on the data ------------------
-_op("MASKED_SELECT", 0x7E, ["symbol:name"], 2, 1, S.masked_select, "layout",
+_op("BOOL_INDEX", 0x7E, ["symbol:name"], 2, 1, S.bool_index, "layout",
     "pop mask, x; push x[mask] (mask: bools of x's leading dims): [K] + x.shape[mask.ndim:], K the count of "
     "True, a fresh symbol names[symbol] bound when it runs", compiled="l1", binds=True)
 _op("BIND_DIM", 0x7F, ["symbol:name", "axis:const"], 1, 1, S.bind_dim, "memory",

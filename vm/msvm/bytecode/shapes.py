@@ -630,15 +630,15 @@ def tensor_scatter(ctx, ins, args):
     return x
 
 
-def masked_select(ctx, ins, args):
+def bool_index(ctx, ins, args):
     """x[mask]: the mask's dims are x's leading dims; the count of True is the fresh symbol args[0]."""
-    x = _tensor(ins[0], "MASKED_SELECT")
-    mask = _tensor(ins[1], "MASKED_SELECT", 1)
+    x = _tensor(ins[0], "BOOL_INDEX")
+    mask = _tensor(ins[1], "BOOL_INDEX", 1)
     if mask.dtype != dt.bool_ or not 1 <= mask.rank <= x.rank:
-        raise ShapeError(f"MASKED_SELECT: the mask must be bools of rank 1..{x.rank} (x is {_shape_str(x)}), "
+        raise ShapeError(f"BOOL_INDEX: the mask must be bools of rank 1..{x.rank} (x is {_shape_str(x)}), "
                          f"got {mask.dtype}{_shape_str(mask)}")
     for i, (a, b) in enumerate(zip(x.shape, mask.shape)):
-        ctx.env.require_eq(a, b, f"MASKED_SELECT: mask {_shape_str(mask)} does not match the leading dims of x "
+        ctx.env.require_eq(a, b, f"BOOL_INDEX: mask {_shape_str(mask)} does not match the leading dims of x "
                                  f"{_shape_str(x)} (dim {i})")
     return TensorType((sym(args[0]),) + tuple(x.shape[mask.rank:]), x.dtype)
 

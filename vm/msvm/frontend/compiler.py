@@ -1035,10 +1035,10 @@ class FunctionCompiler:
                 spec.append(("i", v))
             elif isinstance(v, GraphValue) and isinstance(v.type, TensorType) and v.type.dtype == dt.bool_:
                 # x[mask] (MindSpore's getitem by a bool tensor): the rows where mask is True, a first dim
-                # the data decides (a fresh symbol, bound when MASKED_SELECT runs)
+                # the data decides (a fresh symbol, bound when BOOL_INDEX runs)
                 if len(items) != 1:
                     raise self.error("a bool tensor index goes alone: x[mask] (mask over x's leading dims)", it)
-                return trace_op("MASKED_SELECT", (base, v), (self.fresh_symbol("masked"),))
+                return trace_op("BOOL_INDEX", (base, v), (self.fresh_symbol("masked"),))
             elif isinstance(v, GraphValue) and isinstance(v.type, TensorType) and v.type.dtype.kind in "iu":
                 # x[idx], x[:, idx], x[idx, :] with an int tensor: a GATHER along that axis (the other
                 # items are full slices, or ... after it)

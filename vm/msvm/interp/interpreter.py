@@ -434,7 +434,7 @@ def _runtime_operand(ctx, v):
 
 
 def _data_dim(ctx, i, name):
-    """Bind the data-dependent symbol ``name`` (MASKED_SELECT, BIND_DIM): when the program equated
+    """Bind the data-dependent symbol ``name`` (BOOL_INDEX, BIND_DIM): when the program equated
     it with an argument's dim (``x[mask] + v``), the argument bound it on entry and the count the
     data gave must equal it."""
     from ..bytecode.verify import bound_symbols
@@ -454,10 +454,10 @@ def _data_dim(ctx, i, name):
     return check
 
 
-def h_masked_select(ctx, i, args):
+def h_bool_index(ctx, i, args):
     """x[mask]: its row count is the data-dependent symbol the instruction names, bound here."""
     bind = _data_dim(ctx, i, args[0])
-    kern = K.KERNELS["MASKED_SELECT"]
+    kern = K.KERNELS["BOOL_INDEX"]
 
     def h(f, s):
         mask = s.pop()
@@ -501,7 +501,7 @@ _SPECIAL = {
     "LOAD_PARAM": h_load_param, "LOAD_SYM": h_load_sym, "SET_SYM": h_set_sym, "BUILD_TUPLE": h_build_tuple,
     "UNPACK_TUPLE": h_unpack_tuple, "POP_TOP": h_pop_top, "JUMP": h_jump, "BRANCH_IF_SYMBOLIC": h_branch,
     "CALL_CELL": h_call_cell, "RETURN": h_return, "RAISE": h_raise, "ALLOC_DEVICE_MEM": h_alloc, "FREE_DEVICE_MEM": h_free,
-    "MASKED_SELECT": h_masked_select, "BIND_DIM": h_bind_dim,
+    "BOOL_INDEX": h_bool_index, "BIND_DIM": h_bind_dim,
 }
 
 # the handler table, indexed by opcode byte

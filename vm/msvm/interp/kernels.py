@@ -657,7 +657,7 @@ def tensor_scatter(x, idx, upd, mode, out=None):
     return x
 
 
-def masked_select(x, mask, out=None):
+def bool_index(x, mask, out=None):
     """x[mask] (numpy's boolean indexing: the rows where mask is True, in order)."""
     return np.ascontiguousarray(np.asarray(x)[np.asarray(mask, dtype=bool)])
 
@@ -818,7 +818,7 @@ KERNELS = {
     **_COMPLEX,
 }
 
-KERNELS["MASKED_SELECT"] = masked_select       # (boolean-mask indexing; the interpreter binds its symbol)
+KERNELS["BOOL_INDEX"] = bool_index       # (boolean-mask indexing; the interpreter binds its symbol)
 
 
 # ---------------------------------------------------------------- issue 18: batch norm, fused convolution

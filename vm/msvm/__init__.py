@@ -32,6 +32,7 @@ from .dtype import (
 )
 from .errors import BytecodeError, ExecutionError, FrontendError, MsvmError, ShapeMismatch, VerifyError
 from .interp.interpreter import set_trace
+from .interp.rng import get_seed, set_seed  # noqa: F401 - MindSpore's global seed (issue 21)
 from .jitfn import jit
 from .tensor import Parameter, Tensor
 

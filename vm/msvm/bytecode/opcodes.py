@@ -22,11 +22,13 @@ from functools import partial
 from typing import Callable
 
 from . import shapes as S
+from . import shapes_more as SM
 
 ABI_VERSION = 1
 
 OPERAND_KINDS = ("local", "const", "name", "label", "count", "callee")
-KINDS = ("control", "memory", "layout", "elementwise", "reduction", "matmul", "conv", "fused")
+KINDS = ("control", "memory", "layout", "elementwise", "reduction", "matmul", "conv", "fused", "random")
+EFFECT_KINDS = ("", "random", "io")
 COMPILED = ("fused", "kernel", "l1")
 
 
@@ -48,6 +50,9 @@ class OpInfo:
     out: bool = False         # its L1 kernel writes the whole result into ``out=`` (buffers are reused)
     costly: bool = False      # alone, still worth a compiled kernel (numpy makes several passes)
     leaf: bool = False        # pushes a value without popping: may start a fused program
+    effect: str = ""          # "random": draws from the generator its seed operand names (two runs differ);
+    #                           "io": writes to stdout. Either way it runs exactly once per execution, in
+    #                           program order, at every tier: never constant-folded, cached or replayed
     @property
     def size(self) -> int:
         return 1 + 2 * len(self.operands)
@@ -77,6 +82,7 @@ def _op(name, code, operands, pops, pushes, rule, kind, doc, **kw):
     for _, k in ops:
         assert k in OPERAND_KINDS, (name, k)
     assert kind in KINDS, (name, kind)
+    assert kw.get("effect", "") in EFFECT_KINDS, (name, kw.get("effect"))
     computes = kind not in ("control", "memory") or name == "FILL"
     assert (kw.get("compiled") in COMPILED) == computes, f"{name}: compiled= must be one of {COMPILED} exactly " \
         "for a computing row"
@@ -274,6 +280,20 @@ _op("SCATTER_ELEMENTS", 0xAC, ["axis:const", "reduction:const"], 3, 1, S.scatter
 _op("ARGMIN", 0xBC, ["axis:const", "keep_dims:const"], 1, 1, partial(S.argreduce, name="ARGMIN"),
     "reduction", "pop x; push the int32 index of the min along axis", compiled="l1")
 
+# --- conformance (issue 21, missing APIs): effects and data-dependent sizes ---------------------
+# RANDOM and PRINT have effects (OpInfo.effect): they run once per execution, in order, at every tier.
+_op("RANDOM", 0xE0, ["n:count", "dist:const", "attrs:const", "seed:const"], "n", 1, SM.random, "random",
+    "pop n inputs; push a draw from dist (normal, uniform, poisson, shuffle, dropout, ... see "
+    "interp/kernels_more.py) made by the generator of seed (seed, seed2, stream); dims read from a shape "
+    "tensor are data-dependent", compiled="l1", effect="random")
+_op("PRINT", 0xE1, ["n:count", "parts:const"], "n", 0, SM.print_, "control",
+    "pop n values; write the template parts to stdout, each None replaced by the next value, one item a line",
+    effect="io")
+_op("UNIQUE", 0xE2, ["pad_value:const"], 1, 1, SM.unique, "layout",
+    "pop x; push (its distinct values in order of first appearance [u], each element's index among them "
+    "(int32, x's shape)); u is data-dependent, unless pad_value is a number: then x is 1-D and the values "
+    "are padded with it to x's length", compiled="l1")
+
 # --- fused (produced by the fusion pass, jit/fuse.py; the interpreter runs them too) ---------
 # A fused instruction carries its expression as a program (postfix tuple of nodes: ("in", k),
 # ("c", value) or (OPNAME, *operands)); the disassembler names it after its parts:
@@ -303,6 +323,7 @@ JITABLE = frozenset(r.name for r in TABLE if r.compiled == "kernel")      # the 
 MATMULS = frozenset(r.name for r in TABLE if r.kind == "matmul")          # start a FUSED_MATMUL
 LEAVES = frozenset(r.name for r in TABLE if r.leaf)
 COSTLY = frozenset(r.name for r in TABLE if r.costly)
+EFFECTS = frozenset(r.name for r in TABLE if r.effect)                  # random draws and printing
 OUT_CAPABLE = frozenset(r.name for r in TABLE if r.out)
 
 

@@ -132,7 +132,21 @@ CONST_OPERANDS = {
     "reduction": (lambda v: v in ("none", "add"), "'none' or 'add'"),
     "size": (lambda v: isinstance(v, tuple) and len(v) == 2 and all(x is None or (_is_int(x) and x > 0) for x in v),
              "a pair of positive ints or None"),
+    # missing APIs and random ops (issue 21): RANDOM, PRINT
+    "dist": (lambda v: v in _random_dists(), "a distribution name of RANDOM"),
+    "attrs": (lambda v: isinstance(v, tuple), "a tuple of the distribution's attributes"),
+    "seed": (lambda v: isinstance(v, tuple) and len(v) == 3 and all(_is_int(x) and x >= 0 for x in v),
+             "(seed, seed2, stream), ints >= 0"),
+    "pad_value": (lambda v: v is None or (_number(v) and not isinstance(v, bool)), "None or a number"),
+    "parts": (lambda v: isinstance(v, tuple) and all(x is None or isinstance(x, str) for x in v),
+              "a tuple of strings and None (a value's place)"),
 }
+
+
+def _random_dists():
+    from .shapes_more import DISTS
+
+    return DISTS
 
 
 def const_problem(opname: str, oname: str, v) -> str | None:

@@ -106,6 +106,7 @@ class ShapeEnv:
         self.assumptions: list[tuple[Expr, Expr, str]] = []
         self.origins: dict[str, str] = {}
         self.may_be_one: set[str] = set()    # symbols that may be 1 at run time (Code.may_be_one)
+        self.data: set[str] = set()          # data-dependent output dims (shapes_more.data_dim)
 
     def norm(self, e: Expr) -> Expr:
         return e.subs(self.subst) if self.subst else e
@@ -137,6 +138,8 @@ class ShapeEnv:
             raise ShapeError(why)
         for var, val in ((b, a), (a, b)):
             name = var.as_symbol()
+            if self.data and name not in self.data and val.symbols() & self.data:
+                continue          # (an input's dim is never rewritten as a data-dependent one)
             if name in self.unifiable and name not in val.symbols():
                 self._bind(name, val, why)
                 return val

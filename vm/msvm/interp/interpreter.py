@@ -243,6 +243,20 @@ def h_alloc(ctx, i, args):
     return lambda f, s: i + 1
 
 
+def h_print(ctx, i, args):
+    """PRINT (issue 21): pop n values, write the template with them, one item a line."""
+    from .kernels_more import print_parts
+
+    n, parts = args
+
+    def h(f, s):
+        vals = s[len(s) - n:] if n else []
+        del s[len(s) - n:]
+        print_parts(parts, vals)
+        return i + 1
+    return h
+
+
 class ComputeSpec:
     """What running one computing instruction takes, decided at link time; the handler
     (``h_compute``) and the straight-line replay (``replay.py``) are both built from it."""
@@ -396,6 +410,7 @@ _SPECIAL = {
     "LOAD_PARAM": h_load_param, "LOAD_SYM": h_load_sym, "SET_SYM": h_set_sym, "BUILD_TUPLE": h_build_tuple,
     "UNPACK_TUPLE": h_unpack_tuple, "POP_TOP": h_pop_top, "JUMP": h_jump, "BRANCH_IF_SYMBOLIC": h_branch,
     "CALL_CELL": h_call_cell, "RETURN": h_return, "RAISE": h_raise, "ALLOC_DEVICE_MEM": h_alloc, "FREE_DEVICE_MEM": h_alloc,
+    "PRINT": h_print,
 }
 
 # the handler table, indexed by opcode byte

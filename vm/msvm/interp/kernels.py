@@ -16,6 +16,7 @@ import numpy as np
 from .. import dtype as dt
 from ..bytecode.opcodes import TABLE
 from ..bytecode.program import evaluate
+from . import kernels_more as _kernels_more
 
 _special = None
 
@@ -744,6 +745,7 @@ KERNELS = {
     "ARANGE": arange, "CUMSUM": cumsum, "RESIZE": resize,
     **_CONFORMANCE,
 }
+KERNELS.update(_kernels_more.KERNELS_MORE)         # (issue 21: RANDOM, UNIQUE, ...)
 
 
 COMPUTE = frozenset(r.name for r in TABLE if r.kind not in ("control", "memory") or r.name == "FILL")

@@ -15,7 +15,8 @@ The executor's call memo runs the replay for a signature it has seen before, abo
 A replay computes exactly what the interpreter computes: the same reference kernels, the same
 compiled sites and the same kept output buffers, all taken from ``ComputeSpec``. If anything in
 it raises, it returns ``FALLBACK`` and the caller runs the interpreter, which raises the error at
-its instruction with its source location (every instruction is pure, so running again is safe).
+its instruction with its source location (every instruction it takes is pure, so running again is
+safe; a path through an effect row, RANDOM or PRINT, is not replayed).
 """
 
 from __future__ import annotations
@@ -151,6 +152,8 @@ class _Writer:
                 result = stack.pop()
             elif name == "RAISE":        # the interpreter raises it, with its message
                 raise NotReplayable("the path raises")
+            elif ins.op.effect:          # (a fallback would run its draw or print a second time)
+                raise NotReplayable(f"{name} has an effect ({ins.op.effect})")
             else:
                 spec = specs.get(i) or specs.setdefault(i, ComputeSpec(bound, i, args))
                 stack.append(self.compute(i, spec, self.pop(stack, spec.n)))

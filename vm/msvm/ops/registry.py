@@ -18,7 +18,9 @@ from dataclasses import dataclass
 from typing import Callable
 
 from .. import dtype as dt
+from . import extra_ops as X
 from . import functional as F
+from . import random_ops as R
 
 
 @dataclass(frozen=True)
@@ -28,14 +30,15 @@ class OpAPI:
     primitives: tuple[str, ...]   # ms.ops.<Name>(attrs...)(inputs...)
     methods: tuple[str, ...]      # Tensor.<name>(self, ...)
     attrs: tuple = ()             # ((constructor parameter, default, impl keyword or None), ...)
+    stream: bool = False          # a random op: each primitive owns a generator (impl keyword ``stream``)
 
 
 API: list[OpAPI] = []
 
 
-def api(impl, functions="", primitives="", methods="", attrs=()):
+def api(impl, functions="", primitives="", methods="", attrs=(), stream=False):
     API.append(OpAPI(impl, tuple(functions.split()), tuple(primitives.split()), tuple(methods.split()),
-                     tuple(a if len(a) == 3 else (a[0], a[1], a[0]) for a in attrs)))
+                     tuple(a if len(a) == 3 else (a[0], a[1], a[0]) for a in attrs), stream))
 
 
 def _gelu_tanh(x):
@@ -267,6 +270,43 @@ api(F.argmax_with_value, "", "ArgMaxWithValue", "", attrs=(("axis", 0), ("keep_d
 api(F.argmin_with_value, "", "ArgMinWithValue", "", attrs=(("axis", 0), ("keep_dims", False)))
 
 
+# --- random ops (issue 21, conf21-apis): each primitive owns its stream (interp/rng.py)
+_SEEDS = (("seed", 0), ("seed2", 0))
+api(R.standard_normal, "", "StandardNormal", "", attrs=_SEEDS, stream=True)
+api(R.standard_laplace, "", "StandardLaplace", "", attrs=_SEEDS, stream=True)
+api(R.uniform_real, "", "UniformReal", "", attrs=_SEEDS, stream=True)
+api(R.uniform_int, "", "UniformInt", "", attrs=_SEEDS, stream=True)
+api(R.uniform_like, "", "Uniform", "", attrs=(("minval", 0.0), ("maxval", 1.0), ("seed", 0), ("offset", 0)),
+    stream=True)
+api(R.truncated_normal, "", "TruncatedNormal", "", attrs=_SEEDS + (("dtype", dt.float32),), stream=True)
+api(R.parameterized_truncated_normal, "", "ParameterizedTruncatedNormal", "", attrs=_SEEDS, stream=True)
+api(R.random_poisson, "", "RandomPoisson", "", attrs=_SEEDS + (("dtype", dt.int64),), stream=True)
+api(lambda shape, alpha, seed=0, seed2=0, stream=None: R.random_gamma(shape, alpha, seed, seed2, stream=stream),
+    "", "RandomGamma", "", attrs=_SEEDS, stream=True)
+api(R.shuffle, "", "RandomShuffle", "", attrs=_SEEDS, stream=True)
+api(R.multinomial_prim, "", "Multinomial", "", attrs=_SEEDS + (("dtype", dt.int32),), stream=True)
+api(lambda x, seed, offset, numsamples=1, replacement=False:
+    R.multinomial_with_replacement(x, seed, offset, numsamples, replacement), "", "MultinomialWithReplacement", "",
+    attrs=(("numsamples", 1), ("replacement", False)))
+api(R.random_categorical, "", "RandomCategorical", "", attrs=(("dtype", dt.int64),), stream=True)
+api(R.choice_with_mask, "", "RandomChoiceWithMask", "", attrs=(("count", 256),) + _SEEDS, stream=True)
+api(R.uniform_candidate_sampler, "", "UniformCandidateSampler", "",
+    attrs=(("num_true", 1), ("num_sampled", 1), ("unique", True), ("range_max", 1), ("seed", 0),
+           ("remove_accidental_hits", False)), stream=True)
+api(R.log_uniform_candidate_sampler, "", "LogUniformCandidateSampler", "",
+    attrs=(("num_true", 1), ("num_sampled", 5), ("unique", True), ("range_max", 5), ("seed", 0)), stream=True)
+api(R.dropout_prim, "", "Dropout", "", attrs=(("keep_prob", 0.5), ("Seed0", 0, "seed0"), ("Seed1", 0, "seed1")),
+    stream=True)
+api(lambda x, keep_prob=0.5, stream=None: R.dropout_prim(x, keep_prob, 0, 0, 2, stream=stream), "", "Dropout2D", "",
+    attrs=(("keep_prob", 0.5),), stream=True)
+api(lambda x, keep_prob=0.5, stream=None: R.dropout_prim(x, keep_prob, 0, 0, 3, stream=stream), "", "Dropout3D", "",
+    attrs=(("keep_prob", 0.5),), stream=True)
+
+# --- missing APIs (issue 21, conf21-apis): extra_ops.py
+api(X.print_, "print_", "Print", "")
+api(X.unique, "unique", "Unique", "")
+api(X.unique_with_pad, "unique_with_pad", "UniqueWithPad", "")
+
 # ---------------------------------------------------------------- the faces, made from the rows
 
 class _Made:
@@ -288,6 +328,10 @@ def _primitive(name: str, row: OpAPI, base: type) -> type:
             values[k] = v
         base.__init__(self, **values)
         self._call_kw = {kw: values[p] for p, _, kw in params if kw is not None}
+        if row.stream:
+            from ..interp.rng import new_stream
+
+            self._call_kw["stream"] = new_stream(self)
         for p, v in values.items():
             setattr(self, p, v)
 

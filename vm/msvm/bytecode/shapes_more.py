@@ -1,0 +1,151 @@
+"""Shape rules of the instructions issue 21 added for MindSpore's missing APIs and random ops.
+
+Same contract as ``shapes.py``: ``rule(ctx, ins, args) -> Type | None``. Two things are new here:
+
+- *data-dependent dims*: an output size that only the data decides (UNIQUE's number of distinct
+  values, RANDOM's dims read from a shape tensor) is a fresh symbol, ``d@<offset>_<k>`` in the
+  verifier (``ctx.offset``) and a counted one in the frontend. It is bound by nothing at entry;
+  ``ShapeEnv.data`` marks it so that a later rule may pin it to a constant (``reshape(u, (3, 3))``
+  makes it 9; the kernel's own check raises at run time when the data disagrees) but an input's
+  symbol is never rewritten in terms of it.
+- the *effect* rows (RANDOM, PRINT): their rules type them like any other; the table's
+  ``effect=`` is what keeps the tiers from folding, caching or replaying them.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+from .. import dtype as dt
+from .symbolic import Expr, sym
+from .types import NONE, ScalarType, ShapeError, TensorType, TupleType
+
+_counter = itertools.count()
+
+
+def data_dim(ctx, k: int = 0) -> Expr:
+    """A fresh symbol for an output size the data decides (see the module doc)."""
+    off = getattr(ctx, "offset", None)
+    name = f"d@{off:04x}_{k}" if isinstance(off, int) and not hasattr(ctx, "cb") else f"d{next(_counter)}_{k}"
+    e = sym(name)
+    env = ctx.env
+    env.unifiable.add(name)
+    env.data.add(name)
+    return e
+
+
+def _tensor(t, what, i=0) -> TensorType:
+    if isinstance(t, TensorType):
+        return t
+    raise ShapeError(f"{what}: operand {i} must be a tensor, got {t}")
+
+
+def _dims_from(ctx, shape_t, what) -> tuple:
+    """Dims read from a 1-D int shape tensor at run time: one fresh symbol per element."""
+    t = _tensor(shape_t, what)
+    if t.dtype.kind not in "iu" or t.rank != 1:
+        raise ShapeError(f"{what}: shape must be a 1-D int tensor, got {t}")
+    n = t.shape[0].const_value()
+    if n is None:
+        raise ShapeError(f"{what}: the shape tensor's length must be known when the Cell compiles, got {t}")
+    return tuple(data_dim(ctx, k) for k in range(n))
+
+
+def _shape_of(ctx, shape, ins, what):
+    """(output dims, inputs left): ``shape`` is a tuple of dims, or None for 'read ins[0]'."""
+    if shape is None:
+        if not ins:
+            raise ShapeError(f"{what}: no shape tensor")
+        return _dims_from(ctx, ins[0], what), ins[1:]
+    return tuple(Expr.of(d) for d in shape), ins
+
+
+def _float(d, what) -> dt.DType:
+    if not isinstance(d, dt.DType):
+        raise ShapeError(f"{what}: dtype must be a dtype, got {d!r}")
+    return d
+
+
+# RANDOM's distributions: name -> (what the inputs are, doc); see kernels_more.RANDOM
+DISTS = ("normal", "uniform", "uniform_int", "laplace", "truncated_normal", "param_truncated_normal", "poisson",
+         "gamma", "shuffle", "multinomial", "categorical", "candidates", "log_uniform_candidates", "dropout",
+         "choice_with_mask")
+
+
+def random(ctx, ins, args):
+    """RANDOM: the type of a draw from ``dist`` (attrs[0] is the shape: dims, or None to read it
+    from the first input; attrs[1] the dtype)."""
+    dist, attrs, _seed = args[1], args[2], args[3]
+    what = f"RANDOM {dist}"
+    if dist not in DISTS:
+        raise ShapeError(f"RANDOM: unknown distribution {dist!r}")
+    if dist in ("normal", "uniform", "laplace", "truncated_normal", "uniform_int"):
+        shape, rest = _shape_of(ctx, attrs[0], list(ins), what)
+        if dist == "uniform_int":
+            for t in rest:
+                if isinstance(t, TensorType) and (t.dtype.kind not in "iu" or t.rank != 0):
+                    raise ShapeError(f"{what}: minval and maxval must be 0-d int tensors, got {t}")
+        return TensorType(shape, _float(attrs[1], what))
+    if dist == "param_truncated_normal":
+        shape, rest = _shape_of(ctx, attrs[0], list(ins), what)
+        return TensorType(shape, _float(attrs[1], what))
+    if dist in ("poisson", "gamma"):
+        shape, rest = _shape_of(ctx, attrs[0], list(ins), what)
+        rate = rest[0]
+        rshape = rate.shape if isinstance(rate, TensorType) else ()
+        return TensorType(shape + tuple(rshape), _float(attrs[1], what))
+    if dist == "shuffle":
+        return _tensor(ins[0], what)
+    if dist in ("multinomial", "categorical"):
+        x = _tensor(ins[0], what)
+        if x.rank not in (1, 2):
+            raise ShapeError(f"{what}: the probabilities must be 1-D or 2-D, got {x}")
+        if dist == "categorical" and x.rank != 2:
+            raise ShapeError(f"{what}: logits must be 2-D [batch, classes], got {x}")
+        return TensorType(tuple(x.shape[:-1]) + (Expr.of(attrs[0]),), _float(attrs[1], what))
+    if dist in ("candidates", "log_uniform_candidates"):
+        x = _tensor(ins[0], what)
+        num_true, num_sampled = attrs[0], attrs[1]
+        if x.dtype.kind not in "iu" or x.rank != 2:
+            raise ShapeError(f"{what}: true_classes must be a 2-D int tensor [batch, num_true], got {x}")
+        ctx.env.require_eq(x.shape[1], num_true, f"{what}: true_classes has {x.shape[1]} columns, num_true is "
+                                                 f"{num_true}")
+        n = Expr.of(num_sampled)
+        return TupleType((TensorType((n,), x.dtype), TensorType(x.shape, dt.float32), TensorType((n,), dt.float32)))
+    if dist == "dropout":
+        x = _tensor(ins[0], what)
+        nd = attrs[1]
+        if nd and x.rank != nd + 2:
+            raise ShapeError(f"{what}{nd}d: x must have rank {nd + 2}, got {x}")
+        mask = TensorType(x.shape, dt.bool_ if nd else x.dtype)
+        return TupleType((x, mask))
+    if dist == "choice_with_mask":
+        x = _tensor(ins[0], what)
+        if x.dtype != dt.bool_ or not 1 <= x.rank <= 5:
+            raise ShapeError(f"{what}: x must be a bool tensor of rank 1 to 5, got {x}")
+        n = Expr.of(attrs[0])
+        return TupleType((TensorType((n, Expr.of(x.rank)), dt.int32), TensorType((n,), dt.bool_)))
+    raise AssertionError(dist)  # pragma: no cover
+
+
+def print_(ctx, ins, args):
+    """PRINT: pops n values of any type, pushes nothing."""
+    for t in ins:
+        if t is NONE:
+            continue
+        if not isinstance(t, (TensorType, ScalarType, TupleType)):
+            raise ShapeError(f"PRINT: cannot print {t}")
+    if sum(1 for p in args[1] if p is None) != len(ins):
+        raise ShapeError(f"PRINT: the template has {sum(1 for p in args[1] if p is None)} holes for {len(ins)} values")
+    return None
+
+
+def unique(ctx, ins, args):
+    """UNIQUE: (the distinct values of x flattened, sorted: [u]; each element's index into them:
+    x's shape, int32), u a data-dependent dim."""
+    x = _tensor(ins[0], "UNIQUE")
+    if args[0] is not None:
+        if x.rank != 1:
+            raise ShapeError(f"UNIQUE (with pad): x must be 1-D, got {x}")
+        return TupleType((x, TensorType(x.shape, dt.int32)))
+    return TupleType((TensorType((data_dim(ctx),), x.dtype), TensorType(x.shape, dt.int32)))

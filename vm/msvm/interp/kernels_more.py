@@ -1,0 +1,253 @@
+"""Reference kernels of the instructions issue 21 added (RANDOM, UNIQUE, ...); ``kernels.KERNELS``
+takes them in (same contract: ``KERNEL(*inputs, *operands, out=None)``).
+
+RANDOM draws from the stream its seed operand names (``rng.py``); its distributions:
+
+===========================  ================================  =====================================
+dist                         inputs                            attrs
+===========================  ================================  =====================================
+normal, laplace,             [shape tensor]                    (shape | None, dtype)
+truncated_normal (+-2 std)
+uniform                      [shape tensor]                    (shape | None, dtype, low, high)
+uniform_int [low, high)      [shape tensor], low, high (0-d)   (shape | None, dtype)
+param_truncated_normal       [shape], mean, std, min, max      (shape | None, dtype): per batch row
+poisson, gamma (scale 1)     [shape tensor], rate / alpha      (shape | None, dtype): shape + rate's
+shuffle                      x                                 (): x permuted along axis 0
+multinomial                  probs [..., C]                    (num_samples, dtype, replacement)
+categorical                  logits [B, C]                     (num_samples, dtype)
+candidates,                  true_classes [B, num_true]        (num_true, num_sampled, unique,
+log_uniform_candidates                                          range_max, remove_accidental_hits)
+dropout                      x                                 (keep_prob, nd): nd 0 elementwise,
+                                                                2 / 3 whole channels (N, C, ...)
+choice_with_mask             x (bool)                          (count,)
+===========================  ================================  =====================================
+
+A shape of None reads the output dims from the first input (a 1-D int tensor).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .rng import generator
+
+
+def _np(d):
+    return d.np
+
+
+def _shape(attrs, ins):
+    """(output dims, the inputs after the shape tensor)."""
+    if attrs[0] is None:
+        s = np.asarray(ins[0])
+        if s.ndim != 1 or s.dtype.kind not in "iu":
+            raise TypeError(f"RANDOM: shape must be a 1-D int tensor, got {s.dtype} of rank {s.ndim}")
+        if (s < 0).any():
+            raise ValueError(f"RANDOM: shape must not hold negative dims, got {tuple(int(v) for v in s)}")
+        return tuple(int(v) for v in s), ins[1:]
+    return tuple(int(d) for d in attrs[0]), ins
+
+
+def _truncated(g, shape, lo=-2.0, hi=2.0, loc=0.0, scale=1.0):
+    """Normal(loc, scale) draws inside [lo, hi] (in the units of the draw), by resampling."""
+    loc, scale, lo, hi = (np.broadcast_to(np.asarray(v, np.float64), shape) for v in (loc, scale, lo, hi))
+    out = np.empty(shape, np.float64)
+    todo = np.ones(shape, bool)
+    for _ in range(1000):
+        n = int(todo.sum())
+        if not n:
+            break
+        v = g.standard_normal(n) * scale[todo] + loc[todo]
+        ok = (v >= lo[todo]) & (v <= hi[todo])
+        idx = np.flatnonzero(todo)[ok]
+        out.flat[idx] = v[ok]
+        todo.flat[idx] = False
+    if todo.any():          # a window far in a tail: its nearest end
+        out[todo] = np.clip(loc[todo], lo[todo], hi[todo])
+    return out
+
+
+def _expected(p, tries):
+    """TF/MindSpore's expected count of a class drawn with probability p in ``tries`` tries."""
+    return -np.expm1(tries * np.log1p(-np.minimum(p, 1 - 1e-12)))
+
+
+def _candidates(g, x, attrs, log_uniform):
+    num_true, num_sampled, unique, range_max, remove_hits = attrs
+    x = np.asarray(x)
+    if log_uniform:
+        log_range = np.log(range_max + 1.0)
+
+        def prob(k):
+            k = np.asarray(k, np.float64)
+            return np.log((k + 2.0) / (k + 1.0)) / log_range
+
+        def draw(n):
+            return np.minimum((np.exp(g.random(n) * log_range)).astype(np.int64) - 1, range_max - 1)
+    else:
+        def prob(k):
+            return np.full(np.shape(k), 1.0 / range_max)
+
+        def draw(n):
+            return g.integers(0, range_max, n)
+    banned = set(int(v) for v in x.ravel()) if remove_hits else set()
+    if unique and num_sampled > range_max - len(banned & set(range(range_max))):
+        raise ValueError(f"RANDOM candidates: num_sampled {num_sampled} is more than the {range_max} classes "
+                         f"can give uniquely")
+    picked: list = []
+    seen: set = set()
+    tries = 0
+    while len(picked) < num_sampled:
+        for v in draw(max(num_sampled, 16)):
+            v = int(v)
+            tries += 1
+            if v in banned or (unique and v in seen):
+                continue
+            picked.append(v)
+            seen.add(v)
+            if len(picked) == num_sampled:
+                break
+        if tries > 1000 * (num_sampled + range_max):
+            raise RuntimeError("RANDOM candidates: could not draw the candidates (every class is a true one?)")
+    sampled = np.asarray(picked, dtype=x.dtype)
+    if unique:
+        true_exp, samp_exp = _expected(prob(x), tries), _expected(prob(sampled), tries)
+    else:
+        true_exp, samp_exp = prob(x) * num_sampled, prob(sampled) * num_sampled
+    return sampled, true_exp.astype(np.float32), samp_exp.astype(np.float32)
+
+
+def _multinomial(g, p, n, replacement, logits=False):
+    p = np.asarray(p, np.float64)
+    rows = p.reshape(-1, p.shape[-1])
+    out = np.empty((rows.shape[0], n), np.int64)
+    for r, row in enumerate(rows):
+        if logits:
+            row = np.exp(row - row.max())
+        if (row < 0).any() or not np.isfinite(row).all():
+            raise ValueError("RANDOM multinomial: probabilities must be finite and >= 0")
+        total = row.sum()
+        if total <= 0:
+            raise ValueError("RANDOM multinomial: a row of probabilities sums to 0")
+        if not replacement and n > int((row > 0).sum()):
+            raise ValueError(f"RANDOM multinomial: cannot draw {n} samples without replacement from "
+                             f"{int((row > 0).sum())} non-zero classes")
+        out[r] = g.choice(row.shape[0], size=n, replace=bool(replacement), p=row / total)
+    return out.reshape(p.shape[:-1] + (n,))
+
+
+def random(*args, out=None):
+    """RANDOM's kernel: ``random(*inputs, dist, attrs, seed)`` (see the module doc)."""
+    ins, dist, attrs, seed = args[:-3], args[-3], args[-2], args[-1]
+    g = generator(*seed)
+    if dist in ("normal", "laplace", "truncated_normal", "uniform"):
+        shape, _ = _shape(attrs, ins)
+        if dist == "normal":
+            r = g.standard_normal(shape)
+        elif dist == "laplace":
+            r = g.laplace(0.0, 1.0, shape)
+        elif dist == "truncated_normal":
+            r = _truncated(g, shape)
+        else:
+            r = g.uniform(attrs[2], attrs[3], shape)
+        return np.asarray(r, dtype=_np(attrs[1]))
+    if dist == "uniform_int":
+        shape, (lo, hi) = _shape(attrs, ins)
+        lo, hi = int(np.asarray(lo)), int(np.asarray(hi))
+        if lo >= hi:
+            raise ValueError(f"RANDOM uniform_int: minval {lo} must be less than maxval {hi}")
+        return g.integers(lo, hi, shape).astype(_np(attrs[1]))
+    if dist == "param_truncated_normal":
+        shape, (mean, std, lo, hi) = _shape(attrs, ins)
+        col = (shape[0],) + (1,) * (len(shape) - 1) if shape else ()
+
+        def per_row(v):
+            v = np.asarray(v, np.float64).reshape(-1)
+            return np.broadcast_to(v, (shape[0],) if shape else (1,)).reshape(col) if shape else v.reshape(())
+        r = _truncated(g, shape, per_row(lo), per_row(hi), per_row(mean), per_row(std))
+        return r.astype(_np(attrs[1]))
+    if dist in ("poisson", "gamma"):
+        shape, (rate,) = _shape(attrs, ins)
+        rate = np.asarray(rate, np.float64)
+        size = shape + rate.shape
+        if dist == "poisson":
+            r = g.poisson(np.broadcast_to(np.maximum(rate, 0), size))
+            r = np.where(np.broadcast_to(rate < 0, size), 0, r)
+        else:
+            r = g.gamma(np.broadcast_to(np.where(rate > 0, rate, np.nan), size), 1.0, size)
+        return np.asarray(r).astype(_np(attrs[1]))
+    if dist == "shuffle":
+        x = np.asarray(ins[0])
+        if x.ndim == 0:
+            return x.copy()
+        return x[g.permutation(x.shape[0])]
+    if dist == "multinomial":
+        return _multinomial(g, ins[0], attrs[0], attrs[2]).astype(_np(attrs[1]))
+    if dist == "categorical":
+        return _multinomial(g, ins[0], attrs[0], True, logits=True).astype(_np(attrs[1]))
+    if dist in ("candidates", "log_uniform_candidates"):
+        return _candidates(g, ins[0], attrs, dist == "log_uniform_candidates")
+    if dist == "dropout":
+        x = np.asarray(ins[0])
+        keep, nd = float(attrs[0]), attrs[1]
+        mshape = x.shape if not nd else x.shape[:2] + (1,) * nd
+        keep_mask = g.random(mshape) < keep if keep < 1.0 else np.ones(mshape, bool)
+        keep_mask = np.broadcast_to(keep_mask, x.shape)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            scaled = (x / keep).astype(x.dtype) if keep > 0 else np.zeros_like(x)
+        y = np.where(keep_mask, scaled, np.zeros((), x.dtype))
+        return y, (keep_mask.copy() if nd else keep_mask.astype(x.dtype))
+    if dist == "choice_with_mask":
+        x = np.asarray(ins[0])
+        (count,) = attrs
+        where = np.argwhere(x).astype(np.int32)
+        where = where[g.permutation(len(where))][:count]
+        idx = np.zeros((count, x.ndim), np.int32)
+        idx[:len(where)] = where
+        mask = np.zeros((count,), bool)
+        mask[:len(where)] = True
+        return idx, mask
+    raise ValueError(f"RANDOM: unknown distribution {dist!r}")
+
+
+def unique(x, pad_value, out=None):
+    """The distinct values of x (flattened) in the order they first appear, and for each element of
+    x the index of its value among them (int32); with a pad_value, the values padded to x's length."""
+    x = np.asarray(x)
+    flat = x.reshape(-1)
+    vals, first, inv = np.unique(flat, return_index=True, return_inverse=True)
+    order = np.argsort(first, kind="stable")
+    rank = np.empty_like(order)
+    rank[order] = np.arange(order.size)
+    y = flat[np.sort(first)]
+    if pad_value is not None:
+        y = np.concatenate([y, np.full(flat.size - y.size, pad_value, x.dtype)])
+    return y, rank[inv.reshape(-1)].reshape(x.shape).astype(np.int32)
+
+
+KERNELS_MORE = {
+    "RANDOM": random,
+    "UNIQUE": unique,
+}
+
+
+def format_value(v) -> str:
+    """A printed value as MindSpore's Print writes it: tensors with their shape and dtype."""
+    from .. import dtype as dt
+
+    if isinstance(v, np.ndarray):
+        name = dt.from_numpy(v.dtype).name
+        return f"Tensor(shape={list(v.shape)}, dtype={name}, value={np.array2string(v) if v.ndim else v.item()})"
+    if isinstance(v, tuple):
+        return "(" + ", ".join(format_value(x) for x in v) + ("," if len(v) == 1 else "") + ")"
+    return str(v)
+
+
+def print_parts(parts, vals) -> None:
+    """PRINT's work: each None of ``parts`` is the next of ``vals``; one item a line, flushed."""
+    import sys
+
+    it = iter(vals)
+    lines = [format_value(next(it)) if p is None else p for p in parts]
+    sys.stdout.write("\n".join(lines) + "\n")
+    sys.stdout.flush()

@@ -135,9 +135,11 @@ CONST_OPERANDS = {
     # missing APIs and random ops (issue 21): RANDOM, PRINT
     "dist": (lambda v: v in _random_dists(), "a distribution name of RANDOM"),
     "attrs": (lambda v: isinstance(v, tuple), "a tuple of the distribution's attributes"),
-    "seed": (lambda v: isinstance(v, tuple) and len(v) == 3 and all(_is_int(x) and x >= 0 for x in v),
-             "(seed, seed2, stream), ints >= 0"),
-    "pad_value": (lambda v: v is None or (_number(v) and not isinstance(v, bool)), "None or a number"),
+    "seed": (lambda v: isinstance(v, tuple) and len(v) == 3 and all(isinstance(x, Expr) or (_is_int(x) and x >= 0)
+                                                                    for x in v[:2]) and _is_int(v[2]) and v[2] >= 0,
+             "(seed, seed2, stream): ints >= 0 (the seeds may be symbolic ints)"),
+    "pad_value": (lambda v: v is None or isinstance(v, Expr) or (_number(v) and not isinstance(v, bool)),
+                  "None, a number or a symbolic int"),
     "parts": (lambda v: isinstance(v, tuple) and all(x is None or isinstance(x, str) for x in v),
               "a tuple of strings and None (a value's place)"),
 }

@@ -200,6 +200,9 @@ def random(*args, out=None):
     if dist == "choice_with_mask":
         x = np.asarray(ins[0])
         (count,) = attrs
+        if count * max(x.ndim, 1) * 4 > 1 << 31:
+            raise RuntimeError(f"RANDOM choice_with_mask: count {count} needs an index output of "
+                               f"{count * x.ndim * 4} bytes, over 2 GiB")
         where = np.argwhere(x).astype(np.int32)
         where = where[g.permutation(len(where))][:count]
         idx = np.zeros((count, x.ndim), np.int32)

@@ -22,7 +22,7 @@ import weakref
 import numpy as np
 
 _lock = threading.Lock()
-_streams: dict[int, np.random.Generator] = {}
+_streams: dict[tuple, np.random.Generator] = {}     # (stream, seed, seed2) -> its generator
 _ids = itertools.count(1)
 _named: dict = {}                 # (function name, seed, seed2) -> stream
 _global = {"seed": None, "k": 0}   # the global seed and how many 0-seeded streams drew from it since
@@ -53,8 +53,14 @@ def new_stream(owner=None) -> int:
     """A stream of its own (for one primitive; forgotten when ``owner`` is collected)."""
     sid = next(_ids)
     if owner is not None:
-        weakref.finalize(owner, _streams.pop, sid, None)
+        weakref.finalize(owner, _forget, sid)
     return sid
+
+
+def _forget(sid: int) -> None:
+    with _lock:
+        for key in [k for k in _streams if k[0] == sid]:
+            del _streams[key]
 
 
 def named_stream(name: str, seed, seed2) -> int:
@@ -71,10 +77,13 @@ def named_stream(name: str, seed, seed2) -> int:
 
 
 def generator(seed: int, seed2: int, stream: int) -> np.random.Generator:
-    g = _streams.get(stream)
+    """The generator of ``stream`` for these seeds (a seed that is a run-time int argument of
+    construct may differ between calls: each value has its own sequence)."""
+    key = (stream, seed, seed2)
+    g = _streams.get(key)
     if g is None:
         with _lock:
-            g = _streams.get(stream)
+            g = _streams.get(key)
             if g is None:
                 if seed or seed2:
                     ss = np.random.SeedSequence([seed, seed2])
@@ -83,5 +92,5 @@ def generator(seed: int, seed2: int, stream: int) -> np.random.Generator:
                     ss = np.random.SeedSequence([_global["seed"], _global["k"]])
                 else:
                     ss = np.random.SeedSequence()
-                g = _streams[stream] = np.random.Generator(np.random.PCG64(ss))
+                g = _streams[key] = np.random.Generator(np.random.PCG64(ss))
     return g

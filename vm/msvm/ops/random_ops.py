@@ -16,6 +16,7 @@ import numpy as np
 
 from .. import dtype as dt
 from ..bytecode.symbolic import Expr
+from ..errors import UnknownDim
 from ..frontend.graph import is_graph, trace_op, tracing
 from ..interp import rng
 from ..interp.kernels import KERNELS
@@ -30,14 +31,17 @@ def draw(dist: str, inputs: tuple, attrs: tuple, seed: tuple):
 
 
 def _seeds(seed, seed2, what):
-    s = 0 if seed is None else rng.check_seed(seed, f"{what}: seed")
-    s2 = 0 if seed2 is None else rng.check_seed(seed2, f"{what}: seed2")
+    """Checked seeds; an int argument of construct is a symbolic int, its value read at run time."""
+    s = 0 if seed is None else seed if isinstance(seed, Expr) else rng.check_seed(seed, f"{what}: seed")
+    s2 = 0 if seed2 is None else seed2 if isinstance(seed2, Expr) else rng.check_seed(seed2, f"{what}: seed2")
     return s, s2
 
 
 def _fn_seed(name, seed, seed2=None):
     """(seed, seed2, stream) of a function face's call (MindSpore's cached primitive per seeds)."""
     s, s2 = _seeds(seed, seed2, f"ops.{name}")
+    if isinstance(s, Expr) or isinstance(s2, Expr):
+        return s, s2, rng.named_stream(name, "run-time", None)
     return s, s2, rng.named_stream(name, seed, seed2)
 
 
@@ -64,6 +68,9 @@ def _shape_arg(shape, what, tensor_only=False):
             if any(v < 0 for v in vals):
                 raise ValueError(f"{what}: shape must not hold negative dims, got {vals}")
             return vals, ()
+        n = shape.shape[0]
+        if isinstance(n, Expr) and not n.is_const():
+            raise UnknownDim(f"{what}: the shape tensor's length {n} sets the output's rank")
         return None, (shape,)
     if tensor_only:
         raise TypeError(f"{what}: shape must be a Tensor, got {type(shape).__name__}")
@@ -180,11 +187,13 @@ def shuffle(x, seed=None, seed2=None, *, stream=None):
 
 def multinomial(input, num_samples, replacement=True, seed=None, *, stream=None, dtype=dt.int32):  # noqa: A002
     _tensor_arg(input, "multinomial")
-    if isinstance(num_samples, bool) or not isinstance(num_samples, (int, np.integer)) or num_samples < 0:
+    if not isinstance(num_samples, Expr) and (isinstance(num_samples, bool) or
+                                              not isinstance(num_samples, (int, np.integer)) or num_samples < 0):
         raise ValueError(f"multinomial: num_samples must be an int >= 0, got {num_samples!r}")
     if not input.dtype.is_float:
         raise TypeError(f"multinomial: input must be a float tensor, got {input.dtype}")
-    return draw("multinomial", (input,), (int(num_samples), dt.as_dtype(dtype), bool(replacement)),
+    n = num_samples if isinstance(num_samples, Expr) else int(num_samples)
+    return draw("multinomial", (input,), (n, dt.as_dtype(dtype), bool(replacement)),
                 _seed3("multinomial", seed, None, stream))
 
 
@@ -195,19 +204,25 @@ def multinomial_prim(x, num_samples, seed=0, seed2=0, dtype=dt.int32, *, stream=
 
 
 def multinomial_with_replacement(x, seed, offset, numsamples, replacement=False):
-    s = int(np.asarray(unwrap(seed))) if not is_graph(seed) else 0
-    o = int(np.asarray(unwrap(offset))) if not is_graph(offset) else 0
+    s = int(np.asarray(unwrap(seed)).reshape(-1)[0]) if not is_graph(seed) else 0
+    o = int(np.asarray(unwrap(offset)).reshape(-1)[0]) if not is_graph(offset) else 0
     return multinomial(x, numsamples, replacement, stream=rng.named_stream("multinomial_wr", s, o), dtype=dt.int64)
 
 
 def random_categorical(logits, num_sample, seed=0, dtype=dt.int64, *, stream=None):
     _tensor_arg(logits, "random_categorical", "logits")
     d = _check_dtype(dtype, ("int16", "int32", "int64"), "RandomCategorical")
-    s = rng.check_seed(int(np.asarray(unwrap(seed))) if isinstance(seed, Tensor) else seed, "RandomCategorical: seed")
-    if isinstance(num_sample, bool) or not isinstance(num_sample, (int, np.integer)) or num_sample <= 0:
+    s = int(np.asarray(unwrap(seed))) if isinstance(seed, Tensor) else seed
+    s = s if isinstance(s, Expr) else rng.check_seed(s, "RandomCategorical: seed")
+    if isinstance(num_sample, Expr) and num_sample.is_const():
+        num_sample = num_sample.const_value()
+    if not isinstance(num_sample, Expr) and (isinstance(num_sample, bool) or not isinstance(num_sample, (int, np.integer))
+                                             or num_sample <= 0):
         raise ValueError(f"RandomCategorical: num_sample must be a positive int, got {num_sample!r}")
-    st = stream if stream is not None else rng.named_stream("random_categorical", s, None)
-    return draw("categorical", (logits,), (int(num_sample), d), (s, 0, st))
+    st = stream if stream is not None else rng.named_stream("random_categorical", "run-time" if isinstance(s, Expr)
+                                                             else s, None)
+    return draw("categorical", (logits,), (num_sample if isinstance(num_sample, Expr) else int(num_sample), d),
+                (s, 0, st))
 
 
 def _sampler(dist, name, true_classes, num_true, num_sampled, unique, range_max, seed, remove_hits, stream):
@@ -234,6 +249,8 @@ def log_uniform_candidate_sampler(true_classes, num_true=1, num_sampled=5, uniqu
 
 
 def choice_with_mask(input_x, count=256, seed=0, seed2=0, *, stream=None):
+    # (MindSpore takes any int as this op's seeds: a negative one is read modulo 2**63)
+    seed, seed2 = (int(v) % (1 << 63) if isinstance(v, int) and not isinstance(v, bool) else v for v in (seed, seed2))
     _tensor_arg(input_x, "RandomChoiceWithMask", "input_x")
     if input_x.dtype != dt.bool_:
         raise TypeError(f"RandomChoiceWithMask: input_x must be bool, got {input_x.dtype}")

@@ -166,6 +166,12 @@ class CellList(Cell):
 
     def __init__(self, *args, auto_prefix=True, **kwargs):
         super().__init__(auto_prefix=auto_prefix)
+        if len(args) == 1 and isinstance(args[0], dict):      # (an OrderedDict names the Cells: mindcv's densenet)
+            for name, c in args[0].items():
+                if not isinstance(c, Cell):
+                    raise TypeError(f"CellList holds Cells, got {type(c).__name__} for {name!r}")
+                setattr(self, str(name), c)
+            return
         cells = args[0] if len(args) == 1 and isinstance(args[0], (list, tuple)) else args
         for c in cells:
             self.append(c)

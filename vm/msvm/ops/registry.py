@@ -306,6 +306,10 @@ api(lambda x, keep_prob=0.5, stream=None: R.dropout_prim(x, keep_prob, 0, 0, 3, 
 api(X.print_, "print_", "Print", "")
 api(X.unique, "unique", "Unique", "")
 api(X.unique_with_pad, "unique_with_pad", "UniqueWithPad", "")
+api(X.pad_prim, "", "Pad", "", attrs=(("paddings", ()),))
+api(X.mirror_pad, "", "MirrorPad", "", attrs=(("mode", "REFLECT"),))
+api(X.pad, "pad", "", "")
+api(X.strided_slice, "strided_slice", "", "")
 
 # ---------------------------------------------------------------- the faces, made from the rows
 

@@ -293,6 +293,15 @@ _op("UNIQUE", 0xE2, ["pad_value:const"], 1, 1, SM.unique, "layout",
     "pop x; push (its distinct values in order of first appearance [u], each element's index among them "
     "(int32, x's shape)); u is data-dependent, unless pad_value is a number: then x is 1-D and the values "
     "are padded with it to x's length", compiled="l1")
+_op("CUMULATE", 0xE3, ["axis:const", "mode:const", "exclusive:const", "reverse:const"], 1, 1, SM.cumulate, "layout",
+    "pop x; push the running product (mode prod) along axis, or for min / max the tuple (running values, int64 "
+    "index of each: the last of equal values; NaN sticks with its index)", compiled="l1")
+_op("LINALG", 0xE4, ["n:count", "fn:const", "attrs:const"], "n", 1, SM.linalg, "matmul",
+    "pop n matrices [..., M, N]; push fn of them: solve (a x = b), cholesky, cholesky_inverse, pinv, lstsq, inv",
+    compiled="l1")
+_op("MASKED_SELECT", 0xE5, [], 2, 1, SM.masked_select, "layout",
+    "pop mask, x; push the 1-D elements of x (broadcast with mask) where mask is True; its length is data-dependent",
+    compiled="l1")
 
 # --- fused (produced by the fusion pass, jit/fuse.py; the interpreter runs them too) ---------
 # A fused instruction carries its expression as a program (postfix tuple of nodes: ("in", k),

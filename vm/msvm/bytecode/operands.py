@@ -140,9 +140,17 @@ CONST_OPERANDS = {
              "(seed, seed2, stream): ints >= 0 (the seeds may be symbolic ints)"),
     "pad_value": (lambda v: v is None or isinstance(v, Expr) or (_number(v) and not isinstance(v, bool)),
                   "None, a number or a symbolic int"),
+    "CUMULATE.mode": (lambda v: v in ("prod", "min", "max"), "one of prod, min, max"),
+    "fn": (lambda v: v in _linalg_fns(), "a LINALG function name"),
     "parts": (lambda v: isinstance(v, tuple) and all(x is None or isinstance(x, str) for x in v),
               "a tuple of strings and None (a value's place)"),
 }
+
+
+def _linalg_fns():
+    from .shapes_more import LINALG_FNS
+
+    return LINALG_FNS
 
 
 def _random_dists():

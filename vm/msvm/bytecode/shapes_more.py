@@ -149,3 +149,68 @@ def unique(ctx, ins, args):
             raise ShapeError(f"UNIQUE (with pad): x must be 1-D, got {x}")
         return TupleType((x, TensorType(x.shape, dt.int32)))
     return TupleType((TensorType((data_dim(ctx),), x.dtype), TensorType(x.shape, dt.int32)))
+
+
+def _norm_axis(axis, rank, what):
+    if isinstance(axis, bool) or not isinstance(axis, int) or not -max(rank, 1) <= axis < max(rank, 1):
+        raise ShapeError(f"{what}: axis {axis!r} is out of range for rank {rank}")
+    return axis % max(rank, 1)
+
+
+def cumulate(ctx, ins, args):
+    x = _tensor(ins[0], "CUMULATE")
+    axis, mode = args[0], args[1]
+    _norm_axis(axis, x.rank, "CUMULATE")
+    if mode == "prod":
+        return x
+    if mode not in ("min", "max"):
+        raise ShapeError(f"CUMULATE: mode must be prod, min or max, got {mode!r}")
+    if x.dtype == dt.bool_:
+        raise ShapeError(f"CUMULATE {mode}: x must be a number tensor, got {x}")
+    return TupleType((x, TensorType(x.shape, dt.int64)))
+
+
+def _mat(t, what, i=0):
+    t = _tensor(t, what, i)
+    if t.rank < 2:
+        raise ShapeError(f"{what}: operand {i} must be a matrix or a batch of them [..., M, N], got {t}")
+    if not t.dtype.is_float:
+        raise ShapeError(f"{what}: operand {i} must be float16, float32 or float64, got {t.dtype}")
+    return t
+
+
+LINALG_FNS = ("solve", "cholesky", "cholesky_inverse", "pinv", "lstsq", "inv")
+
+
+def linalg(ctx, ins, args):
+    fn = args[1]
+    what = f"LINALG {fn}"
+    if fn not in LINALG_FNS:
+        raise ShapeError(f"LINALG: unknown function {fn!r}")
+    a = _mat(ins[0], what)
+    env = ctx.env
+    if fn in ("solve", "cholesky", "cholesky_inverse", "inv"):
+        env.require_eq(a.shape[-1], a.shape[-2], f"{what}: the matrix must be square, got {a}")
+    if fn == "solve":
+        b = _mat(ins[1], what, 1)
+        env.require_eq(a.shape[-2], b.shape[-2], f"{what}: {a} and the right-hand side {b} differ in rows")
+        batch = env.broadcast([a.shape[:-2], b.shape[:-2]], what)
+        return TensorType(tuple(batch) + tuple(b.shape[-2:]), b.dtype)
+    if fn == "lstsq":
+        b = _tensor(ins[1], what, 1)
+        if a.rank != 2 or b.rank not in (1, 2):
+            raise ShapeError(f"{what}: x must be [M, N] and a [M] or [M, K], got {a} and {b}")
+        env.require_eq(a.shape[0], b.shape[0], f"{what}: {a} and {b} differ in rows")
+        return TensorType((a.shape[1],) + tuple(b.shape[1:]), a.dtype)
+    if fn == "pinv":
+        return TensorType(tuple(a.shape[:-2]) + (a.shape[-1], a.shape[-2]), a.dtype)
+    return a
+
+
+def masked_select(ctx, ins, args):
+    x = _tensor(ins[0], "MASKED_SELECT")
+    m = _tensor(ins[1], "MASKED_SELECT", 1)
+    if m.dtype != dt.bool_:
+        raise ShapeError(f"MASKED_SELECT: mask must be bool, got {m.dtype}")
+    ctx.env.broadcast([x.shape, m.shape], "MASKED_SELECT")
+    return TensorType((data_dim(ctx),), x.dtype)

@@ -228,9 +228,85 @@ def unique(x, pad_value, out=None):
     return y, rank[inv.reshape(-1)].reshape(x.shape).astype(np.int32)
 
 
+def cumulate(x, axis, mode, exclusive, reverse, out=None):
+    """CUMULATE: cumprod, or cummin / cummax with indices (see the table's doc)."""
+    x = np.asarray(x)
+    if x.ndim == 0:
+        return x.copy() if mode == "prod" else (x.copy(), np.zeros((), np.int64))
+    y = np.flip(x, axis) if reverse else x
+    if mode == "prod":
+        r = np.cumprod(y, axis=axis, dtype=x.dtype)
+        if exclusive:
+            r = np.concatenate([np.ones_like(np.take(r, [0], axis)), np.delete(r, -1, axis)], axis)
+        return np.flip(r, axis) if reverse else r
+    a = np.moveaxis(y, axis, 0)
+    if a.shape[0] == 0 or a.size == 0:
+        return x.copy(), np.zeros(x.shape, np.int64)
+    vals = np.empty_like(a)
+    idx = np.empty(a.shape, np.int64)
+    cur, at = a[0].copy(), np.zeros(a.shape[1:], np.int64)
+    better = np.less_equal if mode == "min" else np.greater_equal
+    for i in range(a.shape[0]):
+        v = a[i]
+        with np.errstate(invalid="ignore"):
+            take = better(v, cur) | (np.isnan(v) if a.dtype.kind == "f" else False)
+        if a.dtype.kind == "f":
+            take &= ~np.isnan(cur)
+        take |= i == 0
+        cur = np.where(take, v, cur)
+        at = np.where(take, i, at)
+        vals[i], idx[i] = cur, at
+    vals, idx = np.moveaxis(vals, 0, axis), np.moveaxis(idx, 0, axis)
+    if reverse:
+        vals, idx = np.flip(vals, axis), x.shape[axis] - 1 - np.flip(idx, axis)
+    return vals, idx
+
+
+def linalg(*args, out=None):
+    """LINALG's kernel: ``linalg(*matrices, fn, attrs)`` in float64, back to the input's dtype."""
+    *ms, fn, attrs = args
+    a = np.asarray(ms[0])
+    dtype = a.dtype
+    a64 = a.astype(np.float64)
+    if fn == "solve":
+        b = np.asarray(ms[1]).astype(np.float64)
+        if attrs[0]:
+            a64 = np.swapaxes(a64, -1, -2)
+        try:
+            return np.linalg.solve(a64, b).astype(np.asarray(ms[1]).dtype)
+        except np.linalg.LinAlgError as e:
+            raise ValueError(f"LINALG solve: {e} (the matrix is singular)") from None
+    if fn == "cholesky":
+        try:
+            low = np.linalg.cholesky(a64)
+        except np.linalg.LinAlgError as e:
+            raise ValueError(f"LINALG cholesky: {e} (the matrix is not positive definite)") from None
+        return (np.swapaxes(low, -1, -2) if attrs[0] else low).astype(dtype)
+    if fn == "cholesky_inverse":
+        f = np.swapaxes(a64, -1, -2) if attrs[0] else a64        # the lower factor L: (L L^T)^-1
+        return np.linalg.inv(f @ np.swapaxes(f, -1, -2)).astype(dtype)
+    if fn == "inv":
+        return np.linalg.inv(a64).astype(dtype)
+    if fn == "pinv":
+        hermitian = bool(attrs[0]) if attrs else False
+        return np.linalg.pinv(a64, hermitian=hermitian).astype(dtype)
+    if fn == "lstsq":
+        b = np.asarray(ms[1]).astype(np.float64)
+        return np.linalg.lstsq(a64, b, rcond=None)[0].astype(dtype)
+    raise ValueError(f"LINALG: unknown function {fn!r}")
+
+
+def masked_select(x, mask, out=None):
+    x, mask = np.broadcast_arrays(np.asarray(x), np.asarray(mask, bool))
+    return x[mask]
+
+
 KERNELS_MORE = {
     "RANDOM": random,
     "UNIQUE": unique,
+    "CUMULATE": cumulate,
+    "LINALG": linalg,
+    "MASKED_SELECT": masked_select,
 }
 
 

@@ -33,4 +33,17 @@ class Pad(Cell):
         return X.pad_pairs(x, self.paddings, self.np_mode, exact=True)
 
 
-__all__ = ["Pad", "ops"]
+class Range(Cell):
+    """nn.Range(start, limit=None, delta=1): the 1-D tensor [start, limit) by delta."""
+
+    def __init__(self, start, limit=None, delta=1):
+        super().__init__()
+        if limit is None:
+            start, limit = 0, start
+        self.start, self.limit, self.delta = start, limit, delta
+
+    def construct(self):
+        return X.range_(self.start, self.limit, self.delta)
+
+
+__all__ = ["Pad", "Range", "ops"]

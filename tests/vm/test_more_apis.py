@@ -1,0 +1,224 @@
+"""MindSpore APIs issue 21 added (padding modes, strided_slice, cumulative ops, linear algebra,
+masked_select, linspace/range, ...), against numpy, eagerly and inside construct, over random
+shapes and edge values (NaN, +-inf, empty and 0-d tensors)."""
+
+import msvm as ms
+import numpy as np
+import pytest
+from msvm import nn, ops
+
+
+class Fn(nn.Cell):
+    """construct calls fn(*tensors, *consts)."""
+
+    def __init__(self, fn, *consts):
+        super().__init__()
+        self.fn = fn
+        self.consts = consts
+
+    def construct(self, *xs):
+        return self.fn(*xs, *self.consts)
+
+
+def both(fn, tensors, *consts, **kw):
+    """fn's result eagerly and compiled (they must agree), as numpy."""
+    if kw:
+        fn = (lambda f: lambda *a: f(*a, **kw))(fn)
+    eager = fn(*[ms.Tensor(t) for t in tensors], *consts)
+    graph = Fn(fn, *consts)(*[ms.Tensor(t) for t in tensors])
+    as_np = (lambda r: tuple(v.asnumpy() for v in r)) if isinstance(eager, tuple) else (lambda r: r.asnumpy())
+    e, g = as_np(eager), as_np(graph)
+    for a, b in zip(e if isinstance(e, tuple) else (e,), g if isinstance(g, tuple) else (g,)):
+        np.testing.assert_array_equal(a, b)
+    return e
+
+
+# ---------------------------------------------------------------- padding
+
+@pytest.mark.parametrize("mode", ["REFLECT", "SYMMETRIC", "CONSTANT"])
+def test_nn_pad_modes_against_numpy(mode, rng):
+    for _ in range(6):
+        r = int(rng.integers(1, 5))
+        shape = tuple(int(v) for v in rng.integers(2, 6, r))
+        pads = tuple((int(rng.integers(0, d)), int(rng.integers(0, d))) for d in shape)
+        x = rng.standard_normal(shape).astype(np.float32)
+        x.flat[0] = np.nan
+        got = nn.Pad(pads, mode)(ms.Tensor(x)).asnumpy()
+        np.testing.assert_array_equal(got, np.pad(x, pads, mode.lower()))
+
+
+def test_pad_faces_and_errors(rng):
+    x = rng.integers(-5, 5, (3, 4)).astype(np.int16)
+    np.testing.assert_array_equal(both(lambda t: ops.Pad(((1, 0), (1, 1)))(t), [x]), np.pad(x, ((1, 0), (1, 1))))
+    for mode, np_mode in (("reflect", "reflect"), ("replicate", "edge"), ("circular", "wrap")):
+        got = both(lambda t, m=mode: ops.pad(t, (1, 2, 2, 1), mode=m), [x.astype(np.float32)])
+        np.testing.assert_array_equal(got, np.pad(x.astype(np.float32), ((2, 1), (1, 2)), np_mode))
+    crop = ops.pad(ms.Tensor(x.astype(np.float32)), (1, -1), mode="circular").asnumpy()
+    np.testing.assert_array_equal(crop, np.pad(x[:, :-1].astype(np.float32), ((0, 0), (1, 0)), "wrap"))
+    np.testing.assert_array_equal(ops.MirrorPad("SYMMETRIC")(ms.Tensor(x), ((1, 1), (0, 2))).asnumpy(),
+                                  np.pad(x, ((1, 1), (0, 2)), "symmetric"))
+    with pytest.raises(ValueError):
+        nn.Pad(((0, 0), (-1, -1)))(ms.Tensor(x))
+    with pytest.raises(ValueError):
+        nn.Pad(((0, 0), (1, 0)))(ms.Tensor(x[0]))
+    with pytest.raises(TypeError):
+        nn.Pad((0, 2))
+    with pytest.raises(ValueError):
+        nn.Pad(((0, 0),) * 5)
+    with pytest.raises(ValueError):
+        nn.Pad(((3, 0), (0, 0)), "REFLECT")(ms.Tensor(x))
+
+
+def test_pad_under_symbolic_dims_recompiles_per_shape(rng):
+    net = nn.Pad(((0, 0), (2, 1)), "REFLECT")
+    net.set_inputs(ms.Tensor(shape=[None, None], dtype=ms.float32))
+    for shape in ((2, 5), (3, 4), (2, 5)):
+        x = rng.standard_normal(shape).astype(np.float32)
+        np.testing.assert_array_equal(net(ms.Tensor(x)).asnumpy(), np.pad(x, ((0, 0), (2, 1)), "reflect"))
+
+
+def test_densenet121_builds_its_pool0_with_nn_pad_and_runs():
+    import msvm.compat  # noqa: F401
+
+    ms.as_mindspore()
+    from mindcv.models import create_model
+
+    net = create_model("densenet121", pretrained=False)
+    net.set_train(False)
+    names = [p.name for p in net.get_parameters()]
+    assert names[:3] == ["features.conv0.weight", "features.norm0.gamma", "features.norm0.beta"]
+    pool0 = net.features.pool0
+    x = np.random.default_rng(0).standard_normal((1, 64, 9, 9)).astype(np.float32)
+    ref = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
+    ref = np.lib.stride_tricks.sliding_window_view(ref, (3, 3), axis=(2, 3))[:, :, ::2, ::2].max(axis=(-1, -2))
+    np.testing.assert_allclose(pool0(ms.Tensor(x)).asnumpy(), ref)
+    y = net(ms.Tensor(np.random.default_rng(1).standard_normal((1, 3, 64, 64)).astype(np.float32))).asnumpy()
+    assert y.shape == (1, 1000) and np.isfinite(y).all()
+
+
+# ---------------------------------------------------------------- strided_slice
+
+def test_strided_slice_function_takes_tensors(rng):
+    x = rng.standard_normal((3, 4, 5)).astype(np.float32)
+    b, e, s = (ms.Tensor(np.array(v, np.int64)) for v in ([2, 0, 0], [3, 2, 5], [1, 1, 2]))
+    np.testing.assert_array_equal(ops.strided_slice(ms.Tensor(x), b, e, s).asnumpy(), x[2:3, 0:2, 0:5:2])
+    got = both(lambda t: ops.strided_slice(t, (0, 1, 4), (3, 4, 0), (2, 1, -1), shrink_axis_mask=2), [x])
+    np.testing.assert_array_equal(got, x[0:3:2, 1, 4:0:-1])
+
+
+# ---------------------------------------------------------------- cumulative
+
+def _cum_ref(x, axis, mode):
+    a = np.moveaxis(x, axis, 0)
+    vals, idx = np.empty_like(a), np.zeros(a.shape, np.int64)
+    for pos in np.ndindex(a.shape[1:]):
+        cur, at = None, 0
+        for i in range(a.shape[0]):
+            v = a[(i,) + pos]
+            if cur is None or (not np.isnan(cur) and (np.isnan(v) or (v <= cur if mode == "min" else v >= cur))):
+                cur, at = v, i
+            vals[(i,) + pos], idx[(i,) + pos] = cur, at
+    return np.moveaxis(vals, 0, axis), np.moveaxis(idx, 0, axis)
+
+
+@pytest.mark.parametrize("mode", ["min", "max"])
+@pytest.mark.parametrize("dtype", [np.float32, np.int32, np.uint8, np.float64])
+def test_cummin_cummax_against_a_loop(mode, dtype, rng):
+    fn = ops.cummin if mode == "min" else ops.cummax
+    for shape in ((7,), (3, 4), (2, 3, 5), (0, 3)):
+        x = rng.integers(0, 5, shape).astype(dtype)          # (ties: the last index wins)
+        if dtype in (np.float32, np.float64) and x.size:
+            x.flat[rng.integers(x.size)] = np.nan
+            x.flat[rng.integers(x.size)] = -np.inf
+        for axis in range(-len(shape), len(shape)):
+            v, i = both(fn, [x], axis)
+            rv, ri = _cum_ref(x, axis, mode)
+            np.testing.assert_array_equal(v, rv)
+            np.testing.assert_array_equal(i, ri)
+    with pytest.raises(ValueError):
+        fn(ms.Tensor(np.zeros((2, 2), np.float32)), 2)
+
+
+def test_cumprod_faces(rng):
+    x = rng.uniform(0.5, 1.5, (3, 4)).astype(np.float32)
+    np.testing.assert_allclose(both(ops.cumprod, [x], 1), np.cumprod(x, 1), rtol=1e-6)
+    ex = ops.CumProd(exclusive=True, reverse=True)(ms.Tensor(x), 0).asnumpy()
+    ref = np.flip(np.cumprod(np.flip(x, 0), 0), 0)
+    np.testing.assert_allclose(ex, np.concatenate([ref[1:], np.ones((1, 4), np.float32)]), rtol=1e-6)
+    np.testing.assert_array_equal(ops.cumprod(ms.Tensor(np.array([2, 3, 4], np.int32)), 0).asnumpy(), [2, 6, 24])
+
+
+# ---------------------------------------------------------------- linear algebra
+
+@pytest.mark.parametrize("dtype,tol", [(np.float32, 1e-4), (np.float64, 1e-10)])
+def test_linalg_against_numpy(dtype, tol, rng):
+    for batch in ((), (3,), (2, 1)):
+        a = rng.standard_normal(batch + (4, 4)).astype(dtype) + 4 * np.eye(4, dtype=dtype)
+        b = rng.standard_normal(batch + (4, 2)).astype(dtype)
+        for adjoint in (False, True):
+            want = np.linalg.solve(np.swapaxes(a, -1, -2) if adjoint else a, b)
+            np.testing.assert_allclose(both(ops.matrix_solve, [a, b], adjoint), want, rtol=tol, atol=tol)
+        spd = a @ np.swapaxes(a, -1, -2)
+        low = both(ops.cholesky, [spd])
+        np.testing.assert_allclose(low, np.linalg.cholesky(spd), rtol=tol, atol=tol)
+        up = ops.cholesky(ms.Tensor(spd), upper=True).asnumpy()
+        np.testing.assert_allclose(up, np.swapaxes(low, -1, -2), rtol=tol, atol=tol)
+        np.testing.assert_allclose(both(ops.cholesky_inverse, [low]), np.linalg.inv(spd), rtol=tol * 10, atol=tol)
+        np.testing.assert_allclose(ops.cholesky_inverse(ms.Tensor(up), upper=True).asnumpy(), np.linalg.inv(spd),
+                                   rtol=tol * 10, atol=tol)
+        w = rng.standard_normal(batch + (3, 5)).astype(dtype)
+        np.testing.assert_allclose(both(ops.pinv, [w]), np.linalg.pinv(w), rtol=tol * 10, atol=tol)
+    x = rng.standard_normal((6, 3)).astype(dtype)
+    y = rng.standard_normal((6, 2)).astype(dtype)
+    np.testing.assert_allclose(both(ops.lstsq, [x, y]), np.linalg.lstsq(x, y, rcond=None)[0], rtol=tol * 10,
+                               atol=tol)
+    np.testing.assert_allclose(ms.Tensor(x).lstsq(ms.Tensor(y)).asnumpy(), np.linalg.lstsq(x, y, rcond=None)[0],
+                               rtol=tol * 10, atol=tol)
+    with pytest.raises(ValueError, match="positive definite"):
+        ops.cholesky(ms.Tensor(-np.eye(3, dtype=dtype)))
+    with pytest.raises(ValueError, match="square"):
+        ops.matrix_solve(ms.Tensor(x), ms.Tensor(y))
+
+
+# ---------------------------------------------------------------- masks, linspace, range
+
+def test_masked_select_and_fill(rng):
+    for shape, mshape in (((3, 4), (3, 4)), ((3, 4), (4,)), ((0, 2), (0, 2)), ((2, 1), (2, 3))):
+        x = rng.standard_normal(shape).astype(np.float32)
+        m = rng.random(mshape) < 0.5
+        xb, mb = np.broadcast_arrays(x, m)
+        np.testing.assert_array_equal(both(ops.masked_select, [x, m]), xb[mb])
+    x = rng.standard_normal((3, 4)).astype(np.float32)
+    m = rng.random((3, 4)) < 0.5
+    got = ops.MaskedFill()(ms.Tensor(x), ms.Tensor(m), ms.Tensor(np.float32(7.0))).asnumpy()
+    np.testing.assert_array_equal(got, np.where(m, np.float32(7), x))
+
+    class Sum(nn.Cell):
+        def construct(self, x, m):
+            return ops.masked_select(x, m).sum() * 2
+
+    np.testing.assert_allclose(Sum()(ms.Tensor(x), ms.Tensor(m)).asnumpy(), x[m].sum() * 2, rtol=1e-6)
+
+
+@pytest.mark.parametrize("start,stop", [(5, 150), (-25, 147), (-25.3, -147), (0.0, 0.0)])
+@pytest.mark.parametrize("num", [1, 2, 12, 37])
+def test_linspace(start, stop, num):
+    got = both(ops.linspace, [np.float32(start), np.float32(stop)], num)
+    np.testing.assert_allclose(got, np.linspace(np.float32(start), np.float32(stop), num), rtol=1e-6, atol=1e-5)
+    assert got[-1] == np.float32(stop if num > 1 else start)
+    np.testing.assert_allclose(ops.LinSpace()(ms.Tensor(np.float32(start)), ms.Tensor(np.float32(stop)), num)
+                               .asnumpy(), got)
+    with pytest.raises(ValueError):
+        ops.linspace(ms.Tensor(np.float32(0)), ms.Tensor(np.float32(1)), 0)
+
+
+def test_range_faces():
+    np.testing.assert_array_equal(nn.Range(0, 100, 10)().asnumpy(), np.arange(0, 100, 10))
+    np.testing.assert_allclose(nn.Range(10.0, 100.0, 20.0)().asnumpy(), [10, 30, 50, 70, 90])
+    r = ops.Range()(*(ms.Tensor(np.array(v, np.int32)) for v in (8, 1, -1)))
+    assert r.dtype == ms.int32
+    np.testing.assert_array_equal(r.asnumpy(), np.arange(8, 1, -1))
+    np.testing.assert_array_equal(ops.range(2.0, 5.0, 1.0).asnumpy(), [2.0, 3.0, 4.0])
+    assert nn.Range(5, 5)().shape == (0,)
+    with pytest.raises(ValueError):
+        ops.range(0, 5, 0)

@@ -222,3 +222,128 @@ def test_range_faces():
     assert nn.Range(5, 5)().shape == (0,)
     with pytest.raises(ValueError):
         ops.range(0, 5, 0)
+
+
+# ---------------------------------------------------------------- boxes, ranking, sequences
+
+def _boxes(rng, n):
+    xy = rng.uniform(0, 50, (n, 2))
+    wh = rng.uniform(1, 40, (n, 2))
+    return np.concatenate([xy, xy + wh], 1).astype(np.float32)
+
+
+def test_iou_and_iof_against_numpy(rng):
+    a, g = _boxes(rng, 5), _boxes(rng, 3)
+    ref_inter = np.zeros((3, 5))
+    for m in range(3):
+        for n in range(5):
+            w = max(min(a[n, 2], g[m, 2]) - max(a[n, 0], g[m, 0]) + 1, 0)
+            h = max(min(a[n, 3], g[m, 3]) - max(a[n, 1], g[m, 1]) + 1, 0)
+            ref_inter[m, n] = w * h
+    area = lambda b: (b[:, 2] - b[:, 0] + 1) * (b[:, 3] - b[:, 1] + 1)  # noqa: E731
+    union = area(a)[None, :] + area(g)[:, None] - ref_inter
+    np.testing.assert_allclose(both(ops.iou, [a, g]), ref_inter / union, rtol=1e-5)
+    np.testing.assert_allclose(ops.IOU("iof")(ms.Tensor(a), ms.Tensor(g)).asnumpy(), ref_inter / area(g)[:, None],
+                               rtol=1e-5)
+    with pytest.raises(KeyError):
+        ops.iou(ms.Tensor(a), ms.Tensor(g), "bad")
+
+
+def test_check_valid_and_box_encode_decode_round_trip(rng):
+    anchor = np.array([[50, 0, 100, 700], [-2, 2, 8, 100], [10, 20, 300, 2000]], np.float32)
+    metas = np.array([768, 1280, 1], np.float32)
+    np.testing.assert_array_equal(both(ops.check_valid, [anchor, metas]), [True, False, False])
+    a, g = _boxes(rng, 6), _boxes(rng, 6)
+    means, stds = (0.1, -0.1, 0.0, 0.2), (0.5, 0.5, 1.0, 1.0)
+    d = ops.BoundingBoxEncode(means, stds)(ms.Tensor(a), ms.Tensor(g)).asnumpy()
+    pw, gw = a[:, 2] - a[:, 0] + 1, g[:, 2] - g[:, 0] + 1
+    np.testing.assert_allclose(d[:, 2], (np.log(gw / pw) - 0.0) / 1.0, rtol=1e-5)
+    back = ops.BoundingBoxDecode((200, 200), means, stds, wh_ratio_clip=1e-6)(ms.Tensor(a), ms.Tensor(d)).asnumpy()
+    np.testing.assert_allclose(back, g, rtol=1e-4, atol=1e-3)
+    clipped = ops.bounding_box_decode(ms.Tensor(a), ms.Tensor(np.full((6, 4), 5.0, np.float32)), (30, 20)).asnumpy()
+    assert clipped[:, [0, 2]].max() <= 19 and clipped[:, [1, 3]].max() <= 29 and clipped.min() >= 0
+
+
+def test_in_top_k_and_searchsorted(rng):
+    p = rng.integers(0, 4, (6, 5)).astype(np.float32)
+    p[0, 2] = np.nan
+    t = np.array([0, 1, 2, 3, 4, 7], np.int32)
+    for k in (1, 2, 5, 0):
+        got = both(lambda x, y, k=k: ops.InTopK(k)(x, y), [p, t])
+        ref = [bool(0 <= ti < 5 and np.isfinite(p[i, ti]) and (p[i] > p[i, ti]).sum() < k) for i, ti in enumerate(t)]
+        np.testing.assert_array_equal(got, ref)
+    seq = np.sort(rng.integers(0, 10, (3, 8)), 1).astype(np.float32)
+    vals = rng.integers(-1, 11, (3, 4)).astype(np.float32)
+    for right in (False, True):
+        got = both(lambda s, v, r=right: ops.searchsorted(s, v, right=r), [seq, vals])
+        ref = np.stack([np.searchsorted(seq[i], vals[i], "right" if right else "left") for i in range(3)])
+        np.testing.assert_array_equal(got, ref)
+    one = ops.SearchSorted(ms.int32, True)(ms.Tensor(seq[0]), ms.Tensor(vals)).asnumpy()
+    assert one.dtype == np.int32
+    np.testing.assert_array_equal(one, np.searchsorted(seq[0], vals, "right"))
+
+
+def test_reverse_sequence_expand_embedding_fill_diagonal(rng):
+    x = rng.standard_normal((4, 5, 3)).astype(np.float32)
+    lens = np.array([1, 3, 5, 0], np.int64)
+    got = both(lambda a, b: ops.ReverseSequence(seq_dim=1, batch_dim=0)(a, b), [x, lens])
+    ref = x.copy()
+    for b, n in enumerate(lens):
+        ref[b, :n] = x[b, :n][::-1]
+    np.testing.assert_array_equal(got, ref)
+    np.testing.assert_array_equal(both(ops.expand, [x[:1]], (4, -1, -1)), np.broadcast_to(x[:1], (4, 5, 3)))
+    params = rng.standard_normal((6, 2)).astype(np.float32)
+    idx = np.array([[3, 4], [9, 2]], np.int32)
+    got = ops.EmbeddingLookup()(ms.Tensor(params), ms.Tensor(idx), 2).asnumpy()
+    ref = np.where(((idx - 2 >= 0) & (idx - 2 < 6))[..., None], params[np.clip(idx - 2, 0, 5)], 0)
+    np.testing.assert_array_equal(got, ref)
+    for shape, wrap in (((5, 3), False), ((7, 3), True), ((3, 5), False), ((3, 3, 3), False)):
+        a = rng.standard_normal(shape).astype(np.float32)
+        ref = a.copy()
+        np.fill_diagonal(ref, 9.5, wrap=wrap)
+        np.testing.assert_array_equal(both(lambda t, w=wrap: ops.FillDiagonal(9.5, w)(t), [a]), ref)
+
+
+def test_cross_addmv_addr_batch_dot_pdist(rng):
+    from scipy.spatial.distance import pdist as sp_pdist
+
+    a, b = rng.standard_normal((2, 3, 4)).astype(np.float32), rng.standard_normal((2, 3, 4)).astype(np.float32)
+    np.testing.assert_allclose(both(ops.cross, [a, b], 1), np.cross(a, b, axis=1), rtol=1e-5, atol=1e-6)
+    m, v, inp = (rng.standard_normal(s).astype(np.float32) for s in ((3, 4), (4,), (3,)))
+    np.testing.assert_allclose(ms.Tensor(inp).addmv(ms.Tensor(m), ms.Tensor(v)).asnumpy(), inp + m @ v, rtol=1e-5)
+    v1, v2, x2 = (rng.standard_normal(s).astype(np.float32) for s in ((3,), (2,), (3, 2)))
+    np.testing.assert_allclose(ms.Tensor(x2).addr(ms.Tensor(v1), ms.Tensor(v2)).asnumpy(), x2 + np.outer(v1, v2),
+                               rtol=1e-5)
+    p, q = rng.standard_normal((5, 3, 4)).astype(np.float32), rng.standard_normal((5, 4, 2)).astype(np.float32)
+    np.testing.assert_allclose(both(ops.batch_dot, [p, q], (2, 1)), np.einsum("bij,bjk->bik", p, q), rtol=1e-5)
+    u, w = rng.standard_normal((7, 3)).astype(np.float32), rng.standard_normal((7, 3)).astype(np.float32)
+    np.testing.assert_allclose(both(ops.batch_dot, [u, w], (1, 1)), (u * w).sum(1, keepdims=True), rtol=1e-5)
+    pts = rng.standard_normal((6, 3)).astype(np.float32)
+    for pv, metric in ((2.0, "euclidean"), (1.0, "cityblock"), (float("inf"), "chebyshev")):
+        np.testing.assert_allclose(both(lambda t, pv=pv: ops.pdist(t, p=pv), [pts]), sp_pdist(pts, metric),
+                                   rtol=1e-5)
+
+
+def test_losses_and_small_layers(rng):
+    logits = rng.standard_normal((4, 5)).astype(np.float32)
+    labels = np.array([0, 3, 4, 1], np.int32)
+    w = rng.uniform(0.5, 2, 5).astype(np.float32)
+    logp = logits - np.log(np.exp(logits).sum(1, keepdims=True))
+    picked = -logp[np.arange(4), labels] * w[labels]
+    np.testing.assert_allclose(both(lambda a, b, c: ops.cross_entropy(a, b, c), [logits, labels, w]),
+                               picked.sum() / w[labels].sum(), rtol=1e-5)
+    loss, total = ops.NLLLoss("none")(ms.Tensor(logp), ms.Tensor(labels), ms.Tensor(w))
+    np.testing.assert_allclose(loss.asnumpy(), picked, rtol=1e-5)
+    np.testing.assert_allclose(total.asnumpy(), w[labels].sum(), rtol=1e-6)
+    probs = np.eye(5, dtype=np.float32)[labels]
+    sx = nn.SoftmaxCrossEntropyWithLogits()(ms.Tensor(logits), ms.Tensor(probs)).asnumpy()
+    np.testing.assert_allclose(sx, -logp[np.arange(4), labels], rtol=1e-5)
+    sp = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")(ms.Tensor(logits), ms.Tensor(labels))
+    np.testing.assert_allclose(sp.asnumpy(), -logp[np.arange(4), labels].mean(), rtol=1e-5)
+    oh = nn.OneHot(0, 6, 2.0, -1.0)(ms.Tensor(labels)).asnumpy()
+    np.testing.assert_array_equal(oh, np.where(np.eye(6)[labels].T > 0, 2.0, -1.0))
+    x = rng.standard_normal((3, 4)).astype(np.float32)
+    np.testing.assert_allclose(nn.Norm(axis=1, keep_dims=True)(ms.Tensor(x)).asnumpy(),
+                               np.linalg.norm(x, axis=1, keepdims=True), rtol=1e-6)
+    fmt = ops.DataFormatDimMap("NHWC", "NCHW")(ms.Tensor(np.array([0, 1, 2, 3, -1], np.int32))).asnumpy()
+    np.testing.assert_array_equal(fmt, [0, 3, 1, 2, 2])

@@ -441,7 +441,8 @@ class FunctionCompiler:
                     if isinstance(e, ValueError) else None         # (keeps the op's TypeError / ValueError)
                 if kind is not None:
                     err = kind(err.message, err.filename, err.line, err.col, err.end_line, err.end_col)
-                err.needs_known_dims = isinstance(e, UnknownDim)     # the executor retries with exact shapes
+                err.needs_known_dims = isinstance(e, UnknownDim) or getattr(e, "needs_known_dims", False)
+                #                                 (the executor retries with exact shapes; kept through inlined helpers)
                 raise err from None
         finally:
             self.loc = prev

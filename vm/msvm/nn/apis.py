@@ -46,4 +46,51 @@ class Range(Cell):
         return X.range_(self.start, self.limit, self.delta)
 
 
-__all__ = ["Pad", "Range", "ops"]
+class SoftmaxCrossEntropyWithLogits(Cell):
+    """nn.SoftmaxCrossEntropyWithLogits(sparse, reduction): cross entropy of logits [N, C] against
+    one-hot (or, sparse, int class) labels."""
+
+    def __init__(self, sparse=False, reduction="none"):
+        super().__init__()
+        if reduction not in ("none", "mean", "sum"):
+            raise ValueError(f"SoftmaxCrossEntropyWithLogits: reduction must be none, mean or sum, got {reduction!r}")
+        self.sparse, self.reduction = bool(sparse), reduction
+
+    def construct(self, logits, labels):
+        if self.sparse:
+            labels = ops.equal(ops.expand_dims(labels, -1), ops.arange(logits.shape[-1], dtype=labels.dtype))
+        loss = ops.neg(ops.sum(ops.mul(ops.log_softmax(logits, -1), ops.cast(labels, logits.dtype)), -1))
+        if self.reduction == "mean":
+            return ops.mean(loss)
+        if self.reduction == "sum":
+            return ops.sum(loss)
+        return loss
+
+
+class OneHot(Cell):
+    """nn.OneHot(axis, depth, on_value, off_value, dtype)."""
+
+    def __init__(self, axis=-1, depth=1, on_value=1.0, off_value=0.0, dtype=None):
+        super().__init__()
+        from .. import dtype as dt
+
+        self.axis, self.depth, self.on, self.off = axis, depth, on_value, off_value
+        self.dtype = dt.as_dtype(dtype) if dtype is not None else dt.float32
+
+    def construct(self, indices):
+        return ops.cast(ops.one_hot(indices, self.depth, self.on, self.off, self.axis), self.dtype)
+
+
+class Norm(Cell):
+    """nn.Norm(axis, keep_dims): the 2-norm over axis."""
+
+    def __init__(self, axis=(), keep_dims=False):
+        super().__init__()
+        self.axis = None if axis == () else axis
+        self.keep_dims = keep_dims
+
+    def construct(self, x):
+        return ops.sqrt(ops.sum(ops.mul(x, x), self.axis, self.keep_dims))
+
+
+__all__ = ["Norm", "OneHot", "Pad", "Range", "SoftmaxCrossEntropyWithLogits", "ops"]

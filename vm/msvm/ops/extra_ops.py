@@ -13,6 +13,7 @@ import numpy as np
 from .. import dtype as dt
 from ..bytecode import symbolic as S
 from ..bytecode.symbolic import Expr
+from ..errors import UnknownDim
 from ..frontend.graph import GraphValue, current, is_graph, tracing
 from ..interp.kernels_more import print_parts
 from ..tensor import Tensor, unwrap
@@ -327,3 +328,306 @@ def range_(start, end, step):
     dtypes = [v.dtype for _, v in vals if isinstance(v, Tensor)]
     dtype = dtypes[0] if dtypes else (dt.int64 if all(isinstance(v, int) for v in (s, e, d)) else dt.float32)
     return F.arange(s, e, d, dtype=dtype)
+
+
+# ---------------------------------------------------------------- boxes, ranking, sequences (composites)
+
+def _col(x, k):
+    """x[..., k]."""
+    return F.apply("SLICE", (x,), ((("e",), ("i", k)),))
+
+
+def iou(anchor_boxes, gt_boxes, mode="iou"):
+    """[M, N] overlaps of gt_boxes [M, 4] with anchor_boxes [N, 4] (x0, y0, x1, y1; MindSpore's +1
+    pixel widths): iou = overlap / union, iof = overlap / the ground truth's area."""
+    if mode not in ("iou", "iof"):
+        raise KeyError(f"IOU: mode must be 'iou' or 'iof', got {mode!r}")
+    a = [F.expand_dims(_col(anchor_boxes, k), 0) for k in range(4)]      # [1, N]
+    g = [F.expand_dims(_col(gt_boxes, k), 1) for k in range(4)]          # [M, 1]
+    w = F.maximum(F.add(F.sub(F.minimum(a[2], g[2]), F.maximum(a[0], g[0])), 1.0), 0.0)
+    h = F.maximum(F.add(F.sub(F.minimum(a[3], g[3]), F.maximum(a[1], g[1])), 1.0), 0.0)
+    inter = F.mul(w, h)
+    area_a = F.mul(F.add(F.sub(a[2], a[0]), 1.0), F.add(F.sub(a[3], a[1]), 1.0))
+    area_g = F.mul(F.add(F.sub(g[2], g[0]), 1.0), F.add(F.sub(g[3], g[1]), 1.0))
+    den = F.sub(F.add(area_a, area_g), inter) if mode == "iou" else area_g
+    return F.cast(F.div(inter, den), anchor_boxes.dtype)
+
+
+def check_valid(bboxes, img_metas):
+    """bool [N]: each box (x0, y0, x1, y1) inside the image of img_metas (height, width, ratio)."""
+    h = F.mul(_col(img_metas, 0), _col(img_metas, 2))
+    w = F.mul(_col(img_metas, 1), _col(img_metas, 2))
+    x0, y0, x1, y1 = (_col(bboxes, k) for k in range(4))
+    ok = F.logical_and(F.greater_equal(x0, 0), F.greater_equal(y0, 0))
+    ok = F.logical_and(ok, F.less_equal(x1, F.sub(w, 1)))
+    return F.logical_and(ok, F.less_equal(y1, F.sub(h, 1)))
+
+
+def _centers(b):
+    x0, y0, x1, y1 = (_col(b, k) for k in range(4))
+    pw, ph = F.add(F.sub(x1, x0), 1.0), F.add(F.sub(y1, y0), 1.0)
+    return F.mul(F.add(x0, x1), 0.5), F.mul(F.add(y0, y1), 0.5), pw, ph
+
+
+def bounding_box_encode(anchor_box, groundtruth_box, means=(0.0, 0.0, 0.0, 0.0), stds=(1.0, 1.0, 1.0, 1.0)):
+    """The deltas (dx, dy, dw, dh) from anchors to ground-truth boxes, normalized by means and stds."""
+    px, py, pw, ph = _centers(anchor_box)
+    gx, gy, gw, gh = _centers(groundtruth_box)
+    d = (F.div(F.sub(gx, px), pw), F.div(F.sub(gy, py), ph), F.log(F.div(gw, pw)), F.log(F.div(gh, ph)))
+    d = [F.div(F.sub(v, float(m)), float(s)) for v, m, s in zip(d, means, stds)]
+    return F.cast(F.stack(d, -1), anchor_box.dtype)
+
+
+def bounding_box_decode(anchor_box, deltas, max_shape, means=(0.0, 0.0, 0.0, 0.0), stds=(1.0, 1.0, 1.0, 1.0),
+                        wh_ratio_clip=0.016):
+    """Boxes from anchors and deltas (the inverse of encode), clipped to max_shape (height, width)."""
+    dx, dy, dw, dh = (F.add(F.mul(_col(deltas, k), float(s)), float(m)) for k, m, s in zip(range(4), means, stds))
+    r = abs(float(np.log(wh_ratio_clip)))
+    dw, dh = F.clip(dw, -r, r), F.clip(dh, -r, r)
+    px, py, pw, ph = _centers(anchor_box)
+    gw, gh = F.mul(pw, F.exp(dw)), F.mul(ph, F.exp(dh))
+    gx, gy = F.add(px, F.mul(pw, dx)), F.add(py, F.mul(ph, dy))
+    x1 = F.add(F.sub(gx, F.mul(gw, 0.5)), 0.5)
+    y1 = F.add(F.sub(gy, F.mul(gh, 0.5)), 0.5)
+    x2 = F.sub(F.add(gx, F.mul(gw, 0.5)), 0.5)
+    y2 = F.sub(F.add(gy, F.mul(gh, 0.5)), 0.5)
+    hmax, wmax = float(max_shape[0]) - 1, float(max_shape[1]) - 1
+    out = [F.clip(x1, 0.0, wmax), F.clip(y1, 0.0, hmax), F.clip(x2, 0.0, wmax), F.clip(y2, 0.0, hmax)]
+    return F.cast(F.stack(out, -1), anchor_box.dtype)
+
+
+def in_top_k(predictions, targets, k):
+    """bool [N]: whether targets[i] is among the k largest predictions[i] (ties at the boundary
+    count as in; a non-finite target score or an index outside the classes is not)."""
+    if F._rank(predictions) != 2 or F._rank(targets) != 1:
+        raise ValueError(f"InTopK: predictions must be 2-D and targets 1-D, got ranks {F._rank(predictions)} and "
+                         f"{F._rank(targets)}")
+    t = F.expand_dims(F.cast(targets, dt.int32), 1)
+    n_cls = F._shape(predictions)[1]
+    valid = F.logical_and(F.greater_equal(t, 0), F.less(t, n_cls))
+    score = F.gather_elements(predictions, 1, F.where(valid, t, 0))
+    above = F.sum(F.cast(F.greater(predictions, score), dt.int32), 1, True)
+    ok = F.logical_and(F.logical_and(F.less(above, int(k)), valid), F.isfinite(score))
+    return F.squeeze(ok, 1)
+
+
+def searchsorted(sorted_sequence, values, *, out_int32=False, right=False, side=None, sorter=None, dtype=None):
+    """For each value, the index where it would be inserted into the sorted last dim of
+    sorted_sequence (right: after equal values)."""
+    if sorter is not None:
+        raise NotImplementedError("searchsorted: sorter is not supported")
+    right = right or side == "right"
+    d = dtype if dtype is not None else (dt.int32 if out_int32 else dt.int64)
+    seq = F.expand_dims(sorted_sequence, -2)                     # [..., 1, M]
+    v = F.expand_dims(values, -1)                                # [..., K, 1]
+    before = F.less_equal(seq, v) if right else F.less(seq, v)
+    return F.cast(F.sum(F.cast(before, dt.int32), -1), dt.as_dtype(d))
+
+
+def searchsorted_prim(sorted_sequence, values, dtype=dt.int64, right=False):
+    return searchsorted(sorted_sequence, values, right=right, dtype=dtype)
+
+
+def reverse_sequence(x, seq_lengths, seq_dim, batch_dim=0):
+    """x with the first seq_lengths[b] elements along seq_dim reversed, for each b along batch_dim."""
+    r = F._rank(x)
+    seq_dim, batch_dim = seq_dim % r, batch_dim % r
+    if seq_dim == batch_dim:
+        raise ValueError(f"ReverseSequence: seq_dim and batch_dim must differ, got {seq_dim}")
+    shape = F._shape(x)
+    pos = F.arange(0, shape[seq_dim], 1, dtype=dt.int64)
+    pos = F.reshape(pos, tuple(-1 if i == seq_dim else 1 for i in range(r)))
+    lens = F.reshape(F.cast(seq_lengths, dt.int64), tuple(-1 if i == batch_dim else 1 for i in range(r)))
+    idx = F.where(F.less(pos, lens), F.sub(F.sub(lens, 1), pos), pos)
+    return F.gather_elements(x, seq_dim, F.broadcast_to(idx, shape))
+
+
+def expand(input_x, size):
+    """input_x broadcast to size (-1 keeps a dim)."""
+    if isinstance(size, Tensor):
+        size = tuple(int(v) for v in size.asnumpy().reshape(-1))
+    return F.broadcast_to(input_x, tuple(size))
+
+
+def embedding_lookup(input_params, input_indices, offset):
+    """Rows input_indices - offset of input_params; an index outside the rows gives zeros."""
+    if isinstance(offset, Tensor):
+        offset = int(offset.asnumpy())
+    idx = F.sub(F.cast(input_indices, dt.int32), offset if isinstance(offset, Expr) else int(offset))
+    n = F._shape(input_params)[0]
+    ok = F.logical_and(F.greater_equal(idx, 0), F.less(idx, n))
+    rows = F.gather(input_params, F.where(ok, idx, 0), 0)
+    mask = F.reshape(ok, tuple(F._shape(idx)) + (1,) * (F._rank(input_params) - 1))
+    return F.where(mask, rows, F.zeros((), input_params.dtype))
+
+
+def fill_diagonal(input_x, fill_value, wrap=False):
+    """input_x with its main diagonal set to fill_value (numpy's fill_diagonal: every dim equal
+    for rank > 2; for a tall matrix wrap continues below the first square)."""
+    shape = F._shape(input_x)
+    r = len(shape)
+    if r < 2:
+        raise ValueError(f"FillDiagonal: input_x must have rank >= 2, got {r}")
+    if r > 2:
+        if any(isinstance(d, Expr) and not d.is_const() for d in shape):
+            raise UnknownDim(f"FillDiagonal: the dims of a rank-{r} input must be known when the Cell compiles")
+        dims = set(int(d) if not isinstance(d, Expr) else d.const_value() for d in shape)
+        if len(dims) != 1:
+            raise ValueError(f"FillDiagonal: every dim must be equal for rank {r}, got {shape}")
+        n = shape[0]
+        pos = F.reshape(F.arange(0, n, 1, dtype=dt.int64), (-1,) + (1,) * (r - 1))
+        hit = None
+        for k in range(1, r):
+            other = F.reshape(F.arange(0, n, 1, dtype=dt.int64), (1,) * k + (-1,) + (1,) * (r - 1 - k))
+            e = F.equal(pos, other)
+            hit = e if hit is None else F.logical_and(hit, e)
+    else:
+        rows, cols = shape
+        i = F.reshape(F.arange(0, rows, 1, dtype=dt.int64), (-1, 1))
+        j = F.reshape(F.arange(0, cols, 1, dtype=dt.int64), (1, -1))
+        flat = F.add(F.mul(i, cols), j)
+        hit = F.equal(F.remainder(flat, cols + 1), 0)
+        if not wrap:
+            hit = F.logical_and(hit, F.less(i, cols))
+    return F.where(hit, F.cast(F.scalar_to_tensor(float(fill_value), input_x.dtype), input_x.dtype), input_x)
+
+
+def cross(input, other, dim=None):  # noqa: A002
+    """The 3-vector cross product along dim (None: the first dim of size 3)."""
+    shape = F._shape(input)
+    if any(isinstance(d, Expr) and not d.is_const() for d in (shape if dim is None else (shape[dim],))):
+        raise UnknownDim(f"cross: the size of the crossed dim must be known when the Cell compiles, got {shape}")
+    shape = tuple(d.const_value() if isinstance(d, Expr) else d for d in shape)
+    if dim is None:
+        dim = next((i for i, d in enumerate(shape) if isinstance(d, int) and d == 3), None)
+        if dim is None:
+            raise ValueError(f"cross: no dim of size 3 in {shape}")
+    dim %= len(shape)
+    if not (isinstance(shape[dim], int) and shape[dim] == 3):
+        raise ValueError(f"cross: dim {dim} must have size 3, got {shape}")
+
+    def c(x, k):
+        spec = (("s", None, None, None),) * dim + (("s", k, k + 1, None),)
+        return F.apply("SLICE", (x,), (spec,))
+    a, b = [c(input, k) for k in range(3)], [c(other, k) for k in range(3)]
+    parts = [F.sub(F.mul(a[1], b[2]), F.mul(a[2], b[1])), F.sub(F.mul(a[2], b[0]), F.mul(a[0], b[2])),
+             F.sub(F.mul(a[0], b[1]), F.mul(a[1], b[0]))]
+    return F.concat(parts, dim)
+
+
+def addmv(input, mat, vec, *, beta=1, alpha=1):  # noqa: A002
+    """beta * input + alpha * (mat @ vec)."""
+    return F.add(F.mul(input, beta), F.mul(F.matmul(mat, vec), alpha))
+
+
+def addr(x, vec1, vec2, *, beta=1, alpha=1):
+    """beta * x + alpha * outer(vec1, vec2)."""
+    outer = F.mul(F.expand_dims(vec1, 1), F.expand_dims(vec2, 0))
+    return F.add(F.mul(x, beta), F.mul(outer, alpha))
+
+
+def batch_dot(x1, x2, axes=None):
+    """MindSpore's batch_dot for [B, ...] pairs: contract axes (default: x1's last with x2's
+    second-to-last, or last for 2-D x2) per batch row."""
+    r1, r2 = F._rank(x1), F._rank(x2)
+    if axes is None:
+        axes = (r1 - 1, r2 - 1 if r2 == 2 else r2 - 2)
+    if isinstance(axes, int):
+        axes = (axes, axes) if axes >= 0 else (r1 + axes, r2 + axes)
+    a1, a2 = axes[0] % r1, axes[1] % r2
+    if a1 == 0 or a2 == 0:
+        raise ValueError("batch_dot: the batch axis 0 cannot be contracted")
+    p1 = [0] + [i for i in range(1, r1) if i != a1] + [a1]
+    p2 = [0, a2] + [i for i in range(1, r2) if i != a2]
+    t1, t2 = F.transpose(x1, tuple(p1)), F.transpose(x2, tuple(p2))
+    s1, s2 = F._shape(t1), F._shape(t2)
+    m = F.reshape(t1, (s1[0], -1, s1[-1]))
+    n = F.reshape(t2, (s2[0], s2[1], -1))
+    out = F.bmm(m, n)
+    rest = tuple(s1[1:-1]) + tuple(s2[2:])
+    return F.reshape(out, (s1[0],) + (rest or (1,)))
+
+
+def pdist(input, p=2.0):  # noqa: A002
+    """The p-norm distances between each pair of rows of input [..., N, M], the upper triangle
+    of cdist flattened: [..., N*(N-1)/2]."""
+    shape = F._shape(input)
+    n = shape[-2]
+    if isinstance(n, Expr):
+        if not n.is_const():
+            raise UnknownDim(f"pdist: the number of rows {n} must be known when the Cell compiles")
+        n = n.const_value()
+    d = F.cdist(input, input, p)
+    i, j = np.triu_indices(int(n), 1)
+    flat = F.reshape(d, tuple(shape[:-2]) + (int(n) * int(n),))
+    return F.gather(flat, Tensor((i * int(n) + j).astype(np.int32)), len(shape) - 2)
+
+
+def data_format_dim_map(x, src_format="NHWC", dst_format="NCHW"):
+    """Each dim index of x (in [-4, 4)) in src_format mapped to its index in dst_format."""
+    if sorted(src_format) != sorted(dst_format) or len(src_format) != 4:
+        raise ValueError(f"DataFormatDimMap: {src_format!r} and {dst_format!r} must be permutations of 4 letters")
+    table = Tensor(np.array([src_format.index(c) for c in dst_format], np.int32))   # (TF's DataFormatDimMap)
+    idx = F.remainder(F.add(F.cast(x, dt.int32), 4), 4)
+    return F.cast(F.gather(table, idx, 0), x.dtype)
+
+
+def nll_loss(logits, labels, weight=None, ignore_index=-100, reduction="mean", label_smoothing=0.0):
+    """Negative log likelihood of log-probabilities logits [N, C] (or [N, C, ...]) at int labels."""
+    c_axis = 1 if F._rank(logits) > 1 else 0
+    lab = F.expand_dims(F.cast(labels, dt.int32), c_axis)
+    keep = F.not_equal(lab, ignore_index)
+    picked = F.neg(F.gather_elements(logits, c_axis, F.where(keep, lab, 0)))
+    w = F.ones_like(picked) if weight is None else F.gather(weight, F.where(keep, lab, 0), 0)
+    w = F.where(keep, w, F.zeros((), picked.dtype))
+    loss = F.squeeze(F.mul(picked, w), c_axis)
+    wsum = F.sum(w)
+    if label_smoothing:
+        raise NotImplementedError("nll_loss: label_smoothing is not supported")
+    if reduction == "none":
+        return loss
+    if reduction == "sum":
+        return F.sum(loss)
+    if reduction == "mean":
+        return F.div(F.sum(loss), wsum)
+    raise ValueError(f"nll_loss: reduction must be 'none', 'mean' or 'sum', got {reduction!r}")
+
+
+def nll_loss_prim(logits, labels, weight, reduction="mean", ignore_index=-100):
+    """The NLLLoss primitive: (loss, total_weight)."""
+    c_axis = 1 if F._rank(logits) > 1 else 0
+    lab = F.expand_dims(F.cast(labels, dt.int32), c_axis)
+    keep = F.not_equal(lab, ignore_index)
+    w = F.where(keep, F.gather(weight, F.where(keep, lab, 0), 0), F.zeros((), weight.dtype))
+    total = F.sum(w)
+    return nll_loss(logits, labels, weight, ignore_index, reduction), total
+
+
+def cross_entropy(input, target, weight=None, ignore_index=-100, reduction="mean", label_smoothing=0.0):  # noqa: A002
+    """Cross entropy of logits input [N, C, ...] against int class indices or class probabilities."""
+    c_axis = 1 if F._rank(input) > 1 else 0
+    logp = F.log_softmax(input, c_axis)
+    if target.dtype.is_float:                       # probabilities
+        if label_smoothing:
+            n_cls = F._shape(input)[c_axis]
+            target = F.add(F.mul(target, 1.0 - label_smoothing), label_smoothing / n_cls)
+        t = target if weight is None else F.mul(target, F.reshape(weight, (-1,) + (1,) * (F._rank(input) - 2)))
+        loss = F.neg(F.sum(F.mul(logp, t), c_axis))
+        if reduction == "none":
+            return loss
+        if reduction == "sum":
+            return F.sum(loss)
+        n = 1
+        for d in F._shape(loss):
+            n = n * d
+        return F.div(F.sum(loss), n)
+    if label_smoothing:
+        raise NotImplementedError("cross_entropy: label_smoothing with class indices is not supported")
+    return nll_loss(logp, target, weight, ignore_index, reduction)
+
+
+def softmax_cross_entropy_with_logits(logits, labels):
+    """The SoftmaxCrossEntropyWithLogits primitive: (loss [N], its gradient softmax - labels)."""
+    logp = F.log_softmax(logits, -1)
+    loss = F.neg(F.sum(F.mul(logp, labels), -1))
+    return loss, F.sub(F.exp(logp), labels)

@@ -330,6 +330,38 @@ api(X.masked_select, "masked_select", "MaskedSelect", "masked_select")
 api(F.masked_fill, "", "MaskedFill", "")
 api(X.linspace, "linspace", "LinSpace", "")
 api(X.range_, "range", "Range", "", attrs=(("maxlen", 1000000, None),))
+api(X.iou, "iou", "IOU", "", attrs=(("mode", "iou"),))
+api(X.check_valid, "check_valid", "CheckValid", "")
+api(X.bounding_box_encode, "bounding_box_encode", "BoundingBoxEncode", "",
+    attrs=(("means", (0.0, 0.0, 0.0, 0.0)), ("stds", (1.0, 1.0, 1.0, 1.0))))
+api(lambda a, d, max_shape, means=(0.0,) * 4, stds=(1.0,) * 4, wh_ratio_clip=0.016:
+    X.bounding_box_decode(a, d, max_shape, means, stds, wh_ratio_clip), "", "BoundingBoxDecode", "",
+    attrs=(("max_shape", None), ("means", (0.0,) * 4), ("stds", (1.0,) * 4), ("wh_ratio_clip", 0.016)))
+api(X.bounding_box_decode, "bounding_box_decode", "", "")
+api(X.in_top_k, "intopk in_top_k", "", "")
+api(lambda p, t, k=1: X.in_top_k(p, t, k), "", "InTopK", "", attrs=(("k", 1),))
+api(X.searchsorted, "searchsorted", "", "")
+api(X.searchsorted_prim, "", "SearchSorted", "", attrs=(("dtype", dt.int64), ("right", False)))
+api(X.reverse_sequence, "reverse_sequence", "", "reverse_sequence")
+api(lambda x, seq_lengths, seq_dim=0, batch_dim=0: X.reverse_sequence(x, seq_lengths, seq_dim, batch_dim), "",
+    "ReverseSequence", "", attrs=(("seq_dim", 0), ("batch_dim", 0)))
+api(X.expand, "expand", "", "expand")
+api(X.embedding_lookup, "", "EmbeddingLookup", "")
+api(X.fill_diagonal, "fill_diagonal", "", "fill_diagonal")
+api(lambda x, fill_value=0.0, wrap=False: X.fill_diagonal(x, fill_value, wrap), "", "FillDiagonal", "",
+    attrs=(("fill_value", 0.0), ("wrap", False)))
+api(X.cross, "cross", "", "cross")
+api(X.addmv, "addmv", "", "addmv")
+api(X.addr, "addr", "", "addr")
+api(X.batch_dot, "batch_dot", "", "")
+api(X.pdist, "pdist", "", "")
+api(X.data_format_dim_map, "", "DataFormatDimMap", "", attrs=(("src_format", "NHWC"), ("dst_format", "NCHW")))
+api(X.nll_loss, "nll_loss", "", "")
+api(lambda logits, labels, weight, reduction="mean", ignore_index=-100:
+    X.nll_loss_prim(logits, labels, weight, reduction, ignore_index), "", "NLLLoss", "",
+    attrs=(("reduction", "mean"), ("ignore_index", -100)))
+api(X.cross_entropy, "cross_entropy", "", "")
+api(X.softmax_cross_entropy_with_logits, "", "SoftmaxCrossEntropyWithLogits", "")
 
 # ---------------------------------------------------------------- the faces, made from the rows
 

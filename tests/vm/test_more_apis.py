@@ -347,3 +347,122 @@ def test_losses_and_small_layers(rng):
                                np.linalg.norm(x, axis=1, keepdims=True), rtol=1e-6)
     fmt = ops.DataFormatDimMap("NHWC", "NCHW")(ms.Tensor(np.array([0, 1, 2, 3, -1], np.int32))).asnumpy()
     np.testing.assert_array_equal(fmt, [0, 3, 1, 2, 2])
+
+
+# ---------------------------------------------------------------- pools and resizing
+
+def _pool_ref(x, mode, k, s, pads, count_pad):
+    n = len(k)
+    xp = np.pad(x.astype(np.float64), [(0, 0), (0, 0)] + [(pads[2 * i], pads[2 * i + 1]) for i in range(n)],
+                constant_values=np.nan)
+    outs = [(xp.shape[2 + i] - k[i]) // s[i] + 1 for i in range(n)]
+    res = np.empty(x.shape[:2] + tuple(outs))
+    for pos in np.ndindex(*outs):
+        win = xp[(slice(None), slice(None)) + tuple(slice(p * st, p * st + kk) for p, st, kk in zip(pos, s, k))]
+        win = win.reshape(x.shape[:2] + (-1,))
+        real = ~np.isnan(win)
+        if mode == "max":
+            res[(slice(None), slice(None)) + pos] = np.where(real, win, -np.inf).max(-1)
+        else:
+            total = np.where(real, win, 0).sum(-1)
+            res[(slice(None), slice(None)) + pos] = total / (win.shape[-1] if count_pad else real.sum(-1))
+    return res
+
+
+@pytest.mark.parametrize("n", [1, 3])
+def test_pool_nd_against_loops(n, rng):
+    for _ in range(4):
+        shape = (2, 3) + tuple(int(v) for v in rng.integers(3, 7, n))
+        x = rng.standard_normal(shape).astype(np.float32)
+        k = tuple(int(v) for v in rng.integers(1, 4, n))
+        s = tuple(int(v) for v in rng.integers(1, 3, n))
+        p = tuple(int(rng.integers(0, kk // 2 + 1)) for kk in k)
+        pads = tuple(v for a in p for v in (a, a))
+        for mode in ("max", "avg"):
+            for count_pad in (True, False):
+                if n == 1:
+                    if mode == "max":
+                        continue
+                    got = both(lambda t, k=k, s=s, p=p, c=count_pad: ops.avg_pool1d(t, k[0], s[0], p[0],
+                                                                                    count_include_pad=c), [x])
+                else:
+                    got = both(lambda t, k=k, s=s, p=p, c=count_pad, m=mode: ops.avg_pool3d(t, k, s, p,
+                                                                                            count_include_pad=c)
+                               if m == "avg" else ops.max_pool3d(t, k, s, p), [x])
+                np.testing.assert_allclose(got, _pool_ref(x, mode, k, s, pads, count_pad), rtol=1e-5, atol=1e-6)
+    x = rng.standard_normal((1, 2, 4, 5, 6)).astype(np.float32)
+    same = ops.MaxPool3D(kernel_size=3, strides=2, pad_mode="SAME")(ms.Tensor(x)).asnumpy()
+    assert same.shape == (1, 2, 2, 3, 3)
+    np.testing.assert_allclose(same, _pool_ref(x, "max", (3, 3, 3), (2, 2, 2), (0, 1, 1, 1, 0, 1), True), rtol=1e-6)
+    valid = ops.AvgPool3D(kernel_size=(2, 2, 3), strides=1, pad_mode="valid")(ms.Tensor(x)).asnumpy()
+    np.testing.assert_allclose(valid, _pool_ref(x, "avg", (2, 2, 3), (1, 1, 1), (0,) * 6, True), rtol=1e-5)
+    ceil = ops.max_pool3d(ms.Tensor(x), 2, 2, ceil_mode=True).asnumpy()
+    assert ceil.shape == (1, 2, 2, 3, 3)
+    np.testing.assert_allclose(ceil, _pool_ref(x, "max", (2, 2, 2), (2, 2, 2), (0, 0, 0, 1, 0, 0), True)[..., :3],
+                               rtol=1e-6)
+
+
+def test_adaptive_max_pools_with_indices(rng):
+    x = rng.standard_normal((2, 3, 9, 7)).astype(np.float32)
+    x[0, 0, 1, 1] = np.nan
+    vals, idx = both(lambda t: ops.adaptive_max_pool2d(t, (4, None), True), [x])
+    assert vals.shape == idx.shape == (2, 3, 4, 7) and idx.dtype == np.int64
+    for i in range(4):
+        r0, r1 = i * 9 // 4, -(-(i + 1) * 9 // 4)
+        for j in range(7):
+            win = x[:, :, r0:r1, j:j + 1].reshape(2, 3, -1)
+            ref = np.where(np.isnan(win).any(-1), np.nan, np.nanmax(win, -1))
+            np.testing.assert_array_equal(vals[:, :, i, j], ref)
+            flat = x.reshape(2, 3, -1)
+            np.testing.assert_array_equal(np.take_along_axis(flat, idx[:, :, i, j][..., None], -1)[..., 0], ref)
+    one = nn.AdaptiveMaxPool1d(3)(ms.Tensor(x[:, :, 0])).asnumpy()
+    np.testing.assert_array_equal(one, np.stack([x[:, :, 0, a:b].max(-1) for a, b in ((0, 3), (2, 5), (4, 7))], -1))
+    assert nn.AdaptiveMaxPool2d(5)(ms.Tensor(x)).shape == (2, 3, 5, 5)
+
+
+def _crop_ref(img, boxes, idx, size, method, extra):
+    b, h, w, c = img.shape
+    out = np.full((len(boxes), size[0], size[1], c), extra, np.float64)
+    for n, (y1, x1, y2, x2) in enumerate(boxes):
+        for i in range(size[0]):
+            y = y1 * (h - 1) + i * (y2 - y1) * (h - 1) / (size[0] - 1) if size[0] > 1 else 0.5 * (y1 + y2) * (h - 1)
+            for j in range(size[1]):
+                x = x1 * (w - 1) + j * (x2 - x1) * (w - 1) / (size[1] - 1) if size[1] > 1 else \
+                    0.5 * (x1 + x2) * (w - 1)
+                if not (0 <= y <= h - 1 and 0 <= x <= w - 1):
+                    continue
+                src = img[idx[n]].astype(np.float64)
+                if method == "nearest":
+                    out[n, i, j] = src[int(np.floor(y + 0.5)), int(np.floor(x + 0.5))]
+                    continue
+                t, l_ = int(np.floor(y)), int(np.floor(x))
+                bt, r = min(int(np.ceil(y)), h - 1), min(int(np.ceil(x)), w - 1)
+                top = src[t, l_] + (src[t, r] - src[t, l_]) * (x - l_)
+                bot = src[bt, l_] + (src[bt, r] - src[bt, l_]) * (x - l_)
+                out[n, i, j] = top + (bot - top) * (y - t)
+    return out
+
+
+@pytest.mark.parametrize("method", ["bilinear", "nearest"])
+def test_crop_and_resize_against_loops(method, rng):
+    img = rng.standard_normal((2, 7, 6, 3)).astype(np.float32)
+    boxes = np.array([[0, 0.5, 0.5, 0.0], [0, 0, 0.75, 1.75], [0.2, 0.1, 0.9, 0.8], [0.5, 0.5, 0.5, 0.5]],
+                     np.float32)
+    idx = np.array([1, 0, 1, 0], np.int32)
+    for size in ((5, 3), (1, 1), (4, 6)):
+        got = both(lambda a, b, c, s=size: ops.CropAndResize(method, 0.5)(a, b, c, s), [img, boxes, idx])
+        np.testing.assert_allclose(got, _crop_ref(img, boxes, idx, size, method, 0.5), rtol=1e-5, atol=1e-5)
+    with pytest.raises(NotImplementedError):
+        ops.CropAndResize("bilinear_v2")(ms.Tensor(img), ms.Tensor(boxes), ms.Tensor(idx), (2, 2))
+
+
+def test_resize_linear_1d(rng):
+    x = rng.standard_normal((2, 3, 5)).astype(np.float32)
+    for n in (1, 5, 9, 3):
+        for mode in ("align_corners", "half_pixel"):
+            got = both(lambda t, n=n, m=mode: ops.ResizeLinear1D(m)(t, ms.Tensor(np.array([n], np.int64))), [x])
+            i = np.arange(n)
+            src = (i * 4 / (n - 1) if n > 1 else np.zeros(n)) if mode == "align_corners" else \
+                np.clip((i + 0.5) * 5 / n - 0.5, 0, 4)
+            ref = np.stack([np.interp(src, np.arange(5), row) for row in x.reshape(-1, 5)]).reshape(2, 3, n)
+            np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)

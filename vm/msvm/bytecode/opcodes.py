@@ -302,6 +302,18 @@ _op("LINALG", 0xE4, ["n:count", "fn:const", "attrs:const"], "n", 1, SM.linalg, "
 _op("MASKED_SELECT", 0xE5, [], 2, 1, SM.masked_select, "layout",
     "pop mask, x; push the 1-D elements of x (broadcast with mask) where mask is True; its length is data-dependent",
     compiled="l1")
+_op("CROP_AND_RESIZE", 0xE6, ["crop_size:const", "method:const", "extrapolation_value:const"], 3, 1,
+    SM.crop_and_resize, "conv",
+    "pop box_index [N], boxes [N, 4] (y1, x1, y2, x2 normalized), image [B, H, W, C]; push float32 [N, h, w, C]: "
+    "each box's crop sampled (bilinear or nearest) at crop_size, extrapolation_value outside the image",
+    compiled="l1")
+_op("POOL_ND", 0xE7, ["window:const"], 1, 1, SM.pool_nd, "conv",
+    "pop x [N, C, *spatial]; push the max or mean over each window: window = (mode, kernel, stride, pads "
+    "(before and after per spatial dim, or ('same',)), count_pad, ceil_mode) for 1, 2 or 3 spatial dims",
+    compiled="l1")
+_op("ADAPTIVE_MAX_POOL", 0xE8, ["bins:const", "with_indices:const"], 1, 1, SM.adaptive_max_pool, "conv",
+    "pop x [N, C, *spatial]; push the max of each of bins (None: the input's size) PyTorch-style bins; with_indices: "
+    "(values, int64 flat index of each max within its spatial plane)", compiled="l1")
 
 # --- fused (produced by the fusion pass, jit/fuse.py; the interpreter runs them too) ---------
 # A fused instruction carries its expression as a program (postfix tuple of nodes: ("in", k),

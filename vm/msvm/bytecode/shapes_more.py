@@ -214,3 +214,69 @@ def masked_select(ctx, ins, args):
         raise ShapeError(f"MASKED_SELECT: mask must be bool, got {m.dtype}")
     ctx.env.broadcast([x.shape, m.shape], "MASKED_SELECT")
     return TensorType((data_dim(ctx),), x.dtype)
+
+
+def crop_and_resize(ctx, ins, args):
+    img = _tensor(ins[0], "CROP_AND_RESIZE")
+    boxes = _tensor(ins[1], "CROP_AND_RESIZE", 1)
+    idx = _tensor(ins[2], "CROP_AND_RESIZE", 2)
+    (h, w), method = args[0], args[1]
+    if img.rank != 4:
+        raise ShapeError(f"CROP_AND_RESIZE: image must be 4-D [B, H, W, C], got {img}")
+    if boxes.rank != 2 or not boxes.dtype.is_float:
+        raise ShapeError(f"CROP_AND_RESIZE: boxes must be a float [N, 4] tensor, got {boxes}")
+    if idx.rank != 1 or idx.dtype.kind not in "iu":
+        raise ShapeError(f"CROP_AND_RESIZE: box_index must be a 1-D int tensor, got {idx}")
+    ctx.env.require_eq(boxes.shape[1], 4, f"CROP_AND_RESIZE: boxes must be [N, 4], got {boxes}")
+    n = ctx.env.require_eq(boxes.shape[0], idx.shape[0], f"CROP_AND_RESIZE: {boxes} and box_index {idx} differ in N")
+    if method not in ("bilinear", "nearest"):
+        raise ShapeError(f"CROP_AND_RESIZE: method must be bilinear or nearest, got {method!r}")
+    return TensorType((n, Expr.of(h), Expr.of(w), img.shape[3]), dt.float32)
+
+
+def _pool_window(window, n, what):
+    if not (isinstance(window, tuple) and len(window) == 6):
+        raise ShapeError(f"{what}: window must be (mode, kernel, stride, pads, count_pad, ceil_mode), got {window!r}")
+    mode, kernel, stride, pads, count_pad, ceil_mode = window
+    if mode not in ("max", "avg"):
+        raise ShapeError(f"{what}: mode must be max or avg, got {mode!r}")
+    ok = lambda v, k: isinstance(v, tuple) and len(v) == k and all(isinstance(x, int) and x > 0 for x in v)  # noqa: E731
+    if not ok(kernel, n) or not ok(stride, n):
+        raise ShapeError(f"{what}: kernel and stride must be {n} positive ints, got {kernel!r} and {stride!r}")
+    if pads != ("same",) and not (isinstance(pads, tuple) and len(pads) == 2 * n and
+                                  all(isinstance(x, int) and x >= 0 for x in pads)):
+        raise ShapeError(f"{what}: pads must be ('same',) or {2 * n} ints >= 0, got {pads!r}")
+    return mode, kernel, stride, pads, count_pad, ceil_mode
+
+
+def pool_nd(ctx, ins, args):
+    x = _tensor(ins[0], "POOL_ND")
+    n = x.rank - 2
+    if not 1 <= n <= 3:
+        raise ShapeError(f"POOL_ND: x must be [N, C, *spatial] with 1 to 3 spatial dims, got {x}")
+    mode, kernel, stride, pads, _, ceil_mode = _pool_window(args[0], n, "POOL_ND")
+    out = list(x.shape[:2])
+    for i in range(n):
+        d = ctx.env.norm(x.shape[2 + i])
+        if pads == ("same",):
+            out.append((d + (stride[i] - 1)) // stride[i])
+            continue
+        span = d + (pads[2 * i] + pads[2 * i + 1]) - kernel[i]
+        c = span.const_value()
+        if c is not None and c < 0:
+            raise ShapeError(f"POOL_ND: the window {kernel[i]} is larger than the padded input along spatial dim {i}")
+        out.append((span + (stride[i] - 1)) // stride[i] + 1 if ceil_mode else span // stride[i] + 1)
+    d = x.dtype if mode == "max" or x.dtype.is_float else dt.float32
+    return TensorType(tuple(ctx.env.norm(Expr.of(v)) for v in out), d)
+
+
+def adaptive_max_pool(ctx, ins, args):
+    x = _tensor(ins[0], "ADAPTIVE_MAX_POOL")
+    bins, with_indices = args
+    n = len(bins)
+    if not isinstance(bins, tuple) or not 1 <= n <= 3 or x.rank not in (n + 1, n + 2):
+        raise ShapeError(f"ADAPTIVE_MAX_POOL: {n} bins for {x}: x must be [N, C, *spatial] or [C, *spatial]")
+    lead = x.rank - n
+    out = tuple(x.shape[:lead]) + tuple(x.shape[lead + i] if b is None else Expr.of(b) for i, b in enumerate(bins))
+    vals = TensorType(out, x.dtype)
+    return TupleType((vals, TensorType(out, dt.int64))) if with_indices else vals

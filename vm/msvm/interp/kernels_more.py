@@ -301,7 +301,109 @@ def masked_select(x, mask, out=None):
     return x[mask]
 
 
+def crop_and_resize(image, boxes, box_index, crop_size, method, extrapolation_value, out=None):
+    """TF's CropAndResize: box (y1, x1, y2, x2) of image[box_index] sampled on a crop_size grid
+    spanning it (corners included); points outside the image get extrapolation_value."""
+    img = np.asarray(image).astype(np.float64)
+    boxes = np.asarray(boxes, np.float64)
+    bi = np.asarray(box_index).astype(np.int64)
+    b, h_in, w_in, c = img.shape
+    ch, cw = crop_size
+    if bi.size and (bi.min() < 0 or bi.max() >= b):
+        raise ValueError(f"CROP_AND_RESIZE: a box_index is outside the batch of {b}")
+    res = np.full((len(boxes), ch, cw, c), float(extrapolation_value))
+    for n, (y1, x1, y2, x2) in enumerate(boxes):
+        def grid(lo, hi, size, full):
+            if size > 1:
+                return lo * (full - 1) + np.arange(size) * (hi - lo) * (full - 1) / (size - 1)
+            return np.array([0.5 * (lo + hi) * (full - 1)])
+        ys, xs = grid(y1, y2, ch, h_in), grid(x1, x2, cw, w_in)
+        src = img[bi[n]]
+        yok = (ys >= 0) & (ys <= h_in - 1)
+        xok = (xs >= 0) & (xs <= w_in - 1)
+        if method == "nearest":
+            yi = np.clip(np.floor(ys + 0.5).astype(np.int64), 0, h_in - 1)     # (C's round: half away from 0)
+            xi = np.clip(np.floor(xs + 0.5).astype(np.int64), 0, w_in - 1)
+            vals = src[yi][:, xi]
+        else:
+            y0 = np.clip(np.floor(ys).astype(np.int64), 0, h_in - 1)
+            x0 = np.clip(np.floor(xs).astype(np.int64), 0, w_in - 1)
+            y1i, x1i = np.clip(np.ceil(ys).astype(np.int64), 0, h_in - 1), np.clip(np.ceil(xs).astype(np.int64), 0,
+                                                                                 w_in - 1)
+            dy, dx = (ys - np.floor(ys))[:, None, None], (xs - np.floor(xs))[None, :, None]
+            top = src[y0][:, x0] + (src[y0][:, x1i] - src[y0][:, x0]) * dx
+            bot = src[y1i][:, x0] + (src[y1i][:, x1i] - src[y1i][:, x0]) * dx
+            vals = top + (bot - top) * dy
+        ok = yok[:, None] & xok[None, :]
+        res[n] = np.where(ok[..., None], vals, float(extrapolation_value))
+    return res.astype(np.float32)
+
+
+def pool_nd(x, window, out=None):
+    """POOL_ND: max / mean over sliding windows of the padded spatial dims (padding never wins a max;
+    a mean counts it when count_pad; ceil_mode adds the partial last window)."""
+    mode, kernel, stride, pads, count_pad, ceil_mode = window
+    x = np.asarray(x)
+    n = x.ndim - 2
+    if pads == ("same",):
+        pads = []
+        for i in range(n):
+            d = x.shape[2 + i]
+            o = -(-d // stride[i])
+            total = max((o - 1) * stride[i] + kernel[i] - d, 0)
+            pads += [total // 2, total - total // 2]
+    pw = [(0, 0), (0, 0)]
+    for i in range(n):
+        lo, hi = pads[2 * i], pads[2 * i + 1]
+        if ceil_mode:
+            span = x.shape[2 + i] + lo + hi - kernel[i]
+            o = -(-span // stride[i]) + 1
+            hi += max((o - 1) * stride[i] + kernel[i] - (x.shape[2 + i] + lo + hi), 0)
+        pw.append((lo, hi))
+    xf = x.astype(np.float64)
+    fill = -np.inf if mode == "max" else 0.0
+    padded = np.pad(xf, pw, constant_values=fill)
+    ones = np.pad(np.ones(x.shape[2:]), pw[2:], constant_values=0.0)
+    if count_pad:                       # (the explicit pads count, the ceil_mode overhang does not)
+        ones = np.pad(np.ones([x.shape[2 + i] + pads[2 * i] + pads[2 * i + 1] for i in range(n)]),
+                      [(0, pw[2 + i][1] - pads[2 * i + 1]) for i in range(n)], constant_values=0.0)
+    win = np.lib.stride_tricks.sliding_window_view(padded, kernel, axis=tuple(range(2, 2 + n)))
+    win = win[(slice(None), slice(None)) + tuple(slice(None, None, s) for s in stride)]
+    axes = tuple(range(-n, 0))
+    if mode == "max":
+        return win.max(axis=axes).astype(x.dtype)
+    cnt = np.lib.stride_tricks.sliding_window_view(ones, kernel)[tuple(slice(None, None, s) for s in stride)]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        r = win.sum(axis=axes) / cnt.sum(axis=axes)
+    return r.astype(x.dtype if x.dtype.kind == "f" else np.float32)
+
+
+def adaptive_max_pool(x, bins, with_indices, out=None):
+    x = np.asarray(x)
+    n = len(bins)
+    sp = x.shape[-n:]
+    bins = tuple(sp[i] if b is None else b for i, b in enumerate(bins))
+    vals = np.empty(x.shape[:-n] + bins, x.dtype)
+    idx = np.empty(x.shape[:-n] + bins, np.int64)
+    flat_ids = np.arange(int(np.prod(sp))).reshape(sp)
+    for pos in np.ndindex(*bins):
+        sl = tuple(slice(p * d // b, -(-(p + 1) * d // b)) for p, d, b in zip(pos, sp, bins))
+        win = x[(Ellipsis,) + sl].reshape(x.shape[:-n] + (-1,))
+        ids = flat_ids[sl].reshape(-1)
+        if win.dtype.kind == "f":
+            nan = np.isnan(win)
+            k = np.where(nan.any(-1), nan.argmax(-1), np.nanargmax(np.where(nan, -np.inf, win), -1))
+        else:
+            k = win.argmax(-1)
+        vals[(Ellipsis,) + pos] = np.take_along_axis(win, k[..., None], -1)[..., 0]
+        idx[(Ellipsis,) + pos] = ids[k]
+    return (vals, idx) if with_indices else vals
+
+
 KERNELS_MORE = {
+    "POOL_ND": pool_nd,
+    "ADAPTIVE_MAX_POOL": adaptive_max_pool,
+    "CROP_AND_RESIZE": crop_and_resize,
     "RANDOM": random,
     "UNIQUE": unique,
     "CUMULATE": cumulate,

@@ -93,4 +93,25 @@ class Norm(Cell):
         return ops.sqrt(ops.sum(ops.mul(x, x), self.axis, self.keep_dims))
 
 
-__all__ = ["Norm", "OneHot", "Pad", "Range", "SoftmaxCrossEntropyWithLogits", "ops"]
+class AdaptiveMaxPool2d(Cell):
+    """nn.AdaptiveMaxPool2d(output_size, return_indices): PyTorch-style bins (None keeps a dim)."""
+
+    def __init__(self, output_size, return_indices=False):
+        super().__init__()
+        self.output_size, self.return_indices = output_size, bool(return_indices)
+
+    def construct(self, x):
+        return X.adaptive_max_pool2d(x, self.output_size, self.return_indices)
+
+
+class AdaptiveMaxPool1d(Cell):
+    def __init__(self, output_size):
+        super().__init__()
+        self.output_size = output_size
+
+    def construct(self, x):
+        return X.adaptive_max_pool1d(x, self.output_size)
+
+
+__all__ = ["AdaptiveMaxPool1d", "AdaptiveMaxPool2d", "Norm", "OneHot", "Pad", "Range", "SoftmaxCrossEntropyWithLogits",
+           "ops"]

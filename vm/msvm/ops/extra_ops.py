@@ -631,3 +631,130 @@ def softmax_cross_entropy_with_logits(logits, labels):
     logp = F.log_softmax(logits, -1)
     loss = F.neg(F.sum(F.mul(logp, labels), -1))
     return loss, F.sub(F.exp(logp), labels)
+
+
+# ---------------------------------------------------------------- resizing
+
+def crop_and_resize(image, boxes, box_index, crop_size, method="bilinear", extrapolation_value=0.0):
+    if isinstance(crop_size, Tensor):
+        crop_size = tuple(int(v) for v in crop_size.asnumpy())
+    if not (isinstance(crop_size, (tuple, list)) and len(crop_size) == 2 and
+            all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in crop_size)):
+        raise ValueError(f"CropAndResize: crop_size must be a pair of positive ints, got {crop_size!r}")
+    if method == "bilinear_v2":
+        raise NotImplementedError("CropAndResize: method 'bilinear_v2' is not supported (bilinear and nearest are)")
+    return F.apply("CROP_AND_RESIZE", (image, boxes, box_index),
+                   (tuple(crop_size), method, float(extrapolation_value)))
+
+
+def crop_and_resize_prim(image, boxes, box_index, crop_size, method="bilinear", extrapolation_value=0.0):
+    return crop_and_resize(image, boxes, box_index, crop_size, method, extrapolation_value)
+
+
+def resize_linear_1d(x, size, coordinate_transformation_mode="align_corners"):
+    """[N, C, W] resized linearly to [N, C, size] (align_corners or half_pixel coordinates), as a
+    gather of the two neighbours and a lerp with constant weights (W must be known)."""
+    if isinstance(size, Tensor):
+        size = size.asnumpy().reshape(-1).tolist()
+    n = int(size[0] if isinstance(size, (tuple, list)) else size)
+    if F._rank(x) != 3:
+        raise ValueError(f"ResizeLinear1D: x must be 3-D [N, C, W], got rank {F._rank(x)}")
+    w = F._shape(x)[2]
+    if isinstance(w, Expr):
+        if not w.is_const():
+            raise UnknownDim(f"ResizeLinear1D: the width {w} must be known when the Cell compiles")
+        w = w.const_value()
+    i = np.arange(n, dtype=np.float64)
+    if coordinate_transformation_mode == "align_corners":
+        src = i * (w - 1) / (n - 1) if n > 1 else np.zeros(n)
+    elif coordinate_transformation_mode == "half_pixel":
+        src = np.clip((i + 0.5) * w / n - 0.5, 0, w - 1)
+    else:
+        raise ValueError(f"ResizeLinear1D: coordinate_transformation_mode must be align_corners or half_pixel, got "
+                         f"{coordinate_transformation_mode!r}")
+    lo = np.floor(src).astype(np.int32)
+    hi = np.minimum(lo + 1, w - 1).astype(np.int32)
+    frac = Tensor((src - lo).astype(x.dtype.np if x.dtype.is_float else np.float32))
+    a, b = F.gather(x, Tensor(lo), 2), F.gather(x, Tensor(hi), 2)
+    return F.cast(F.add(a, F.mul(F.sub(b, a), frac)), x.dtype)
+
+
+# ---------------------------------------------------------------- 1-D / 3-D pools, adaptive max pools
+
+def _ntuple(v, n, what):
+    if isinstance(v, (int, np.integer)) and not isinstance(v, bool):
+        return (int(v),) * n
+    v = tuple(int(a) for a in v)
+    if len(v) != n:
+        raise ValueError(f"{what}: needs {n} values, got {v}")
+    return v
+
+
+def _pool_pads(pad_mode, padding, n, what):
+    mode = str(pad_mode).lower()
+    if mode == "same":
+        return ("same",)
+    if mode not in ("valid", "pad"):
+        raise ValueError(f"{what}: pad_mode must be 'valid', 'same' or 'pad', got {pad_mode!r}")
+    if mode == "valid":
+        return (0,) * (2 * n)
+    p = _ntuple(padding, n, what) if not (isinstance(padding, (tuple, list)) and len(padding) == 2 * n) \
+        else tuple(int(a) for a in padding)
+    return tuple(v for a in p for v in (a, a)) if len(p) == n else p
+
+
+def pool_nd(x, mode, kernel_size, stride, pad_mode="valid", padding=0, ceil_mode=False, count_include_pad=True,
+            n=None, what="pool"):
+    n = n or (F._rank(x) - 2)
+    k = _ntuple(kernel_size, n, what)
+    s = k if stride is None else _ntuple(stride, n, what)
+    window = (mode, k, s, _pool_pads(pad_mode, padding, n, what), bool(count_include_pad), bool(ceil_mode))
+    return F.apply("POOL_ND", (x,), (window,))
+
+
+def avg_pool1d(input_x, kernel_size=1, stride=1, padding=0, ceil_mode=False, count_include_pad=True):
+    return pool_nd(input_x, "avg", kernel_size, stride, "pad", padding, ceil_mode, count_include_pad, 1, "avg_pool1d")
+
+
+def avg_pool3d(input_x, kernel_size=1, stride=1, padding=0, ceil_mode=False, count_include_pad=True,
+               divisor_override=None):
+    if divisor_override:
+        raise NotImplementedError("avg_pool3d: divisor_override is not supported")
+    return pool_nd(input_x, "avg", kernel_size, stride, "pad", padding, ceil_mode, count_include_pad, 3, "avg_pool3d")
+
+
+def max_pool3d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):
+    if _ntuple(dilation, 3, "max_pool3d") != (1, 1, 1) or return_indices:
+        raise NotImplementedError("max_pool3d: dilation and return_indices are not supported")
+    return pool_nd(x, "max", kernel_size, stride, "pad", padding, ceil_mode, True, 3, "max_pool3d")
+
+
+def max_pool3d_prim(x, kernel_size=1, strides=1, pad_mode="VALID", pad_list=0, ceil_mode=None, data_format="NCDHW"):
+    if data_format != "NCDHW":
+        raise ValueError(f"MaxPool3D: data_format must be 'NCDHW', got {data_format!r}")
+    return pool_nd(x, "max", kernel_size, strides, pad_mode, pad_list, bool(ceil_mode), True, 3, "MaxPool3D")
+
+
+def avg_pool3d_prim(x, kernel_size=1, strides=1, pad_mode="valid", pad=0, ceil_mode=False, count_include_pad=True,
+                    divisor_override=0, data_format="NCDHW"):
+    if divisor_override:
+        raise NotImplementedError("AvgPool3D: divisor_override is not supported")
+    return pool_nd(x, "avg", kernel_size, strides, pad_mode, pad, ceil_mode, count_include_pad, 3, "AvgPool3D")
+
+
+def _bins(output_size, n):
+    if output_size is None or isinstance(output_size, (int, np.integer)):
+        return (None if output_size is None else int(output_size),) * n
+    return tuple(None if v is None else int(v) for v in output_size)
+
+
+def adaptive_max_pool1d(input, output_size):  # noqa: A002
+    return F.apply("ADAPTIVE_MAX_POOL", (input,), (_bins(output_size, 1), False))
+
+
+def adaptive_max_pool2d(input, output_size, return_indices=False):  # noqa: A002
+    return F.apply("ADAPTIVE_MAX_POOL", (input,), (_bins(output_size, 2), bool(return_indices)))
+
+
+def adaptive_max_pool3d(input, output_size, return_indices=False):  # noqa: A002
+    return F.apply("ADAPTIVE_MAX_POOL", (input,), (_bins(output_size, 3), bool(return_indices)))

@@ -362,6 +362,24 @@ api(lambda logits, labels, weight, reduction="mean", ignore_index=-100:
     attrs=(("reduction", "mean"), ("ignore_index", -100)))
 api(X.cross_entropy, "cross_entropy", "", "")
 api(X.softmax_cross_entropy_with_logits, "", "SoftmaxCrossEntropyWithLogits", "")
+api(X.crop_and_resize, "crop_and_resize", "", "")
+api(X.crop_and_resize_prim, "", "CropAndResize", "", attrs=(("method", "bilinear"), ("extrapolation_value", 0.0)))
+api(lambda x, size, coordinate_transformation_mode="align_corners": X.resize_linear_1d(
+    x, size, coordinate_transformation_mode), "", "ResizeLinear1D", "",
+    attrs=(("coordinate_transformation_mode", "align_corners"),))
+api(X.avg_pool1d, "avg_pool1d", "", "")
+api(X.avg_pool3d, "avg_pool3d", "", "")
+api(X.max_pool3d, "max_pool3d", "", "")
+api(X.max_pool3d_prim, "", "MaxPool3D", "", attrs=(("kernel_size", 1), ("strides", 1), ("pad_mode", "VALID"),
+                                                    ("pad_list", 0), ("ceil_mode", None), ("data_format", "NCDHW")))
+api(X.avg_pool3d_prim, "", "AvgPool3D", "",
+    attrs=(("kernel_size", 1), ("strides", 1), ("pad_mode", "valid"), ("pad", 0), ("ceil_mode", False),
+           ("count_include_pad", True), ("divisor_override", 0), ("data_format", "NCDHW")))
+api(X.adaptive_max_pool1d, "adaptive_max_pool1d", "", "")
+api(X.adaptive_max_pool2d, "adaptive_max_pool2d", "", "")
+api(X.adaptive_max_pool3d, "adaptive_max_pool3d", "", "")
+api(lambda x, output_size=None: X.adaptive_max_pool2d(x, output_size, True), "", "AdaptiveMaxPool2D", "",
+    attrs=(("output_size", None),))
 
 # ---------------------------------------------------------------- the faces, made from the rows
 

@@ -466,3 +466,57 @@ def test_resize_linear_1d(rng):
                 np.clip((i + 0.5) * 5 / n - 0.5, 0, 4)
             ref = np.stack([np.interp(src, np.arange(5), row) for row in x.reshape(-1, 5)]).reshape(2, 3, n)
             np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)
+
+
+# ---------------------------------------------------------------- small math, layers and API surface
+
+def test_nextafter_population_count_lrn_bidense(rng):
+    a = np.array([0.0, 1.0, -1.0, np.inf, np.nan, 1e-45], np.float32)
+    b = np.array([1.0, 0.0, -np.inf, 0.0, 1.0, 0.0], np.float32)
+    np.testing.assert_array_equal(both(ops.nextafter, [a, b]), np.nextafter(a, b))
+    np.testing.assert_array_equal(ops.NextAfter()(ms.Tensor(a.astype(np.float64)), ms.Tensor(b.astype(np.float64)))
+                                  .asnumpy(), np.nextafter(a.astype(np.float64), b.astype(np.float64)))
+    ints = np.array([0, 1, -1, 255, 2 ** 30, -2 ** 31], np.int32)
+    got = both(ops.population_count, [ints])
+    assert got.dtype == np.uint8
+    np.testing.assert_array_equal(got, [bin(int(v) & 0xFFFFFFFF).count("1") for v in ints])
+    with pytest.raises(Exception, match="int tensor"):
+        ops.population_count(ms.Tensor(np.zeros(2, np.float32)))
+    x = rng.standard_normal((2, 7, 3, 2)).astype(np.float32)
+    for r, bias, alpha, beta in ((2, 1.0, 0.5, 0.75), (5, 2.0, 1.0, 0.5), (0, 1.0, 1.0, 1.0)):
+        got = both(lambda t, r=r, bi=bias, al=alpha, be=beta: ops.LRN(r, bi, al, be)(t), [x])
+        sq = np.stack([(x[:, max(c - r, 0):c + r + 1] ** 2).sum(1) for c in range(7)], 1)
+        np.testing.assert_allclose(got, x / (bias + alpha * sq) ** beta, rtol=1e-5, atol=1e-6)
+    w = rng.standard_normal((4, 3, 5)).astype(np.float32)
+    bvec = rng.standard_normal(4).astype(np.float32)
+    for lead in ((), (6,), (2, 3)):
+        x1 = rng.standard_normal(lead + (3,)).astype(np.float32)
+        x2 = rng.standard_normal(lead + (5,)).astype(np.float32)
+        ref = np.einsum("...i,oij,...j->...o", x1, w, x2) + bvec
+        np.testing.assert_allclose(both(ops.bidense, [x1, x2, w, bvec]), ref, rtol=1e-4, atol=1e-5)
+    layer = nn.BiDense(3, 5, 4)
+    x1, x2 = rng.standard_normal((8, 3)).astype(np.float32), rng.standard_normal((8, 5)).astype(np.float32)
+    ref = np.einsum("ni,oij,nj->no", x1, layer.weight.asnumpy(), x2) + layer.bias.asnumpy()
+    np.testing.assert_allclose(layer(ms.Tensor(x1), ms.Tensor(x2)).asnumpy(), ref, rtol=1e-4, atol=1e-5)
+    assert np.abs(layer.weight.asnumpy()).max() <= 1 / np.sqrt(3)
+
+
+def test_api_surface_mutable_syntax_level_compile_tensor_shape():
+    assert ms.mutable(3) == 3
+    ms.set_context(jit_syntax_level=ms.STRICT)
+    ms.set_context(jit_syntax_level=ms.LAX)
+    with pytest.raises(ValueError):
+        ms.set_context(jit_syntax_level=7)
+
+    class Twice(nn.Cell):
+        def construct(self, x):
+            return x * 2
+
+    net = Twice()
+    x = ms.Tensor(np.ones((2, 3), np.float32))
+    net.compile(x)
+    assert len(net._runner.variants) == 1
+    np.testing.assert_array_equal(net(x).asnumpy(), np.full((2, 3), 2, np.float32))
+    assert len(net._runner.variants) == 1
+    np.testing.assert_array_equal(ops.TensorShape()(x).asnumpy(), [2, 3])
+    assert ops.EmbeddingLookup().set_device("CPU").attrs["primitive_target"] == "CPU"

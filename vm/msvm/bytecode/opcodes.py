@@ -314,6 +314,11 @@ _op("POOL_ND", 0xE7, ["window:const"], 1, 1, SM.pool_nd, "conv",
 _op("ADAPTIVE_MAX_POOL", 0xE8, ["bins:const", "with_indices:const"], 1, 1, SM.adaptive_max_pool, "conv",
     "pop x [N, C, *spatial]; push the max of each of bins (None: the input's size) PyTorch-style bins; with_indices: "
     "(values, int64 flat index of each max within its spatial plane)", compiled="l1")
+_op("BROADCAST_NEXTAFTER", 0xE9, [], 2, 1, partial(S.binary, name="BROADCAST_NEXTAFTER", out_dtype="float"),
+    "elementwise", "pop b, a; push the next float after a toward b (numpy's nextafter) with numpy broadcasting",
+    compiled="l1")
+_op("POPULATION_COUNT", 0xEA, [], 1, 1, SM.population_count, "elementwise",
+    "pop x (ints); push the number of 1 bits of each element (uint8)", compiled="l1")
 
 # --- fused (produced by the fusion pass, jit/fuse.py; the interpreter runs them too) ---------
 # A fused instruction carries its expression as a program (postfix tuple of nodes: ("in", k),

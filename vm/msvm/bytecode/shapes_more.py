@@ -280,3 +280,10 @@ def adaptive_max_pool(ctx, ins, args):
     out = tuple(x.shape[:lead]) + tuple(x.shape[lead + i] if b is None else Expr.of(b) for i, b in enumerate(bins))
     vals = TensorType(out, x.dtype)
     return TupleType((vals, TensorType(out, dt.int64))) if with_indices else vals
+
+
+def population_count(ctx, ins, args):
+    x = _tensor(ins[0], "POPULATION_COUNT")
+    if x.dtype.kind not in "iu":
+        raise ShapeError(f"POPULATION_COUNT: x must be an int tensor, got {x.dtype}")
+    return TensorType(x.shape, dt.uint8)

@@ -400,7 +400,26 @@ def adaptive_max_pool(x, bins, with_indices, out=None):
     return (vals, idx) if with_indices else vals
 
 
+def nextafter(a, b, out=None):
+    a, b = np.asarray(a), np.asarray(b)
+    d = np.result_type(a, b)
+    if d.kind != "f":
+        d = np.float32
+    return np.asarray(np.nextafter(a.astype(d), b.astype(d)))
+
+
+def population_count(x, out=None):
+    x = np.ascontiguousarray(x)
+    if x.dtype.kind not in "iu":
+        raise TypeError(f"POPULATION_COUNT: x must be an int tensor, got {x.dtype}")
+    if x.dtype.kind == "i":            # (the two's-complement bits: -1 has them all)
+        x = x.view(np.dtype(f"u{x.dtype.itemsize}"))
+    return np.asarray(np.bitwise_count(x)).astype(np.uint8)
+
+
 KERNELS_MORE = {
+    "BROADCAST_NEXTAFTER": nextafter,
+    "POPULATION_COUNT": population_count,
     "POOL_ND": pool_nd,
     "ADAPTIVE_MAX_POOL": adaptive_max_pool,
     "CROP_AND_RESIZE": crop_and_resize,

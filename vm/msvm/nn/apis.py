@@ -113,5 +113,33 @@ class AdaptiveMaxPool1d(Cell):
         return X.adaptive_max_pool1d(x, self.output_size)
 
 
-__all__ = ["AdaptiveMaxPool1d", "AdaptiveMaxPool2d", "Norm", "OneHot", "Pad", "Range", "SoftmaxCrossEntropyWithLogits",
-           "ops"]
+class BiDense(Cell):
+    """nn.BiDense(in1_channels, in2_channels, out_channels): y = x1^T W x2 + b, W [out, in1, in2]
+    (weights drawn uniform in +-1/sqrt(in1_channels) when not given, as MindSpore)."""
+
+    def __init__(self, in1_channels, in2_channels, out_channels, weight_init=None, bias_init=None, has_bias=True,
+                 dtype=None):
+        super().__init__()
+        import numpy as np
+
+        from ..tensor import Parameter, Tensor
+
+        bound = 1.0 / np.sqrt(in1_channels)
+        rng = np.random.default_rng()
+
+        def init(v, shape):
+            if v is None:
+                return Tensor(rng.uniform(-bound, bound, shape).astype(np.float32))
+            return v if isinstance(v, Tensor) else Tensor(np.asarray(v, np.float32))
+        self.weight = Parameter(init(weight_init, (out_channels, in1_channels, in2_channels)), name="weight")
+        self.has_bias = bool(has_bias)
+        self.bias = Parameter(init(bias_init, (out_channels,)), name="bias") if has_bias else None
+
+    def construct(self, input1, input2):
+        if self.has_bias:
+            return X.bidense(input1, input2, self.weight, self.bias)
+        return X.bidense(input1, input2, self.weight)
+
+
+__all__ = ["AdaptiveMaxPool1d", "AdaptiveMaxPool2d", "BiDense", "Norm", "OneHot", "Pad", "Range",
+           "SoftmaxCrossEntropyWithLogits", "ops"]

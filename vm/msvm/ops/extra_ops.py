@@ -758,3 +758,53 @@ def adaptive_max_pool2d(input, output_size, return_indices=False):  # noqa: A002
 
 def adaptive_max_pool3d(input, output_size, return_indices=False):  # noqa: A002
     return F.apply("ADAPTIVE_MAX_POOL", (input,), (_bins(output_size, 3), bool(return_indices)))
+
+
+# ---------------------------------------------------------------- small math and layers
+
+def nextafter(input, other):  # noqa: A002
+    return F.apply("BROADCAST_NEXTAFTER", (input, other))
+
+
+def population_count(input_x):
+    return F.apply("POPULATION_COUNT", (input_x,))
+
+
+def lrn(x, depth_radius=5, bias=1.0, alpha=1.0, beta=0.5, norm_region="ACROSS_CHANNELS"):
+    """Local response normalization across channels of [N, C, H, W]: x / (bias + alpha * the sum of
+    squares over channels c-r..c+r) ** beta (a cumulative sum along C, differenced)."""
+    if norm_region != "ACROSS_CHANNELS":
+        raise ValueError(f"LRN: norm_region must be 'ACROSS_CHANNELS', got {norm_region!r}")
+    if F._rank(x) != 4:
+        raise ValueError(f"LRN: x must be 4-D [N, C, H, W], got rank {F._rank(x)}")
+    r = int(depth_radius)
+    xf = F.cast(x, dt.float32) if x.dtype != dt.float64 else x
+    sq = pad_pairs(F.mul(xf, xf), ((0, 0), (r + 1, r), (0, 0), (0, 0)))
+    cs = F.cumsum(sq, 1)
+    win = F.sub(_slice_axis(cs, 1, 2 * r + 1, None, None), _slice_axis(cs, 1, None, -(2 * r + 1), None))
+    return F.cast(F.div(xf, F.pow(F.add(F.mul(win, float(alpha)), float(bias)), float(beta))), x.dtype)
+
+
+def bidense(input1, input2, weight, bias=None):
+    """y[..., o] = sum_ij input1[..., i] weight[o, i, j] input2[..., j] (+ bias[o])."""
+    out_c, in1, in2 = F._shape(weight)
+    lead = tuple(F._shape(input1)[:-1])
+    a = F.reshape(input1, (-1, in1))
+    b = F.reshape(input2, (-1, in2))
+    w = F.reshape(F.transpose(weight, (1, 0, 2)), (in1, -1))              # [in1, out * in2]
+    t = F.reshape(F.matmul(a, w), (-1, out_c, in2))
+    y = F.sum(F.mul(t, F.expand_dims(b, 1)), -1)
+    if bias is not None:
+        y = F.add(y, bias)
+    return F.reshape(y, lead + (out_c,))
+
+
+def tensor_shape(x):
+    """TensorShape: the shape as a 1-D int64 tensor."""
+    return F.tuple_to_array(F._shape(x)) if F._shape(x) else F.zeros((0,), dt.int64)
+
+
+def mutable(input_data, dynamic_len=False):
+    """ms.mutable: MindSpore's mark that a value changes between calls; msvm already treats int
+    and bool arguments as run-time values and tensors' dims as symbols, so it returns the value."""
+    return input_data

@@ -380,6 +380,12 @@ api(X.adaptive_max_pool2d, "adaptive_max_pool2d", "", "")
 api(X.adaptive_max_pool3d, "adaptive_max_pool3d", "", "")
 api(lambda x, output_size=None: X.adaptive_max_pool2d(x, output_size, True), "", "AdaptiveMaxPool2D", "",
     attrs=(("output_size", None),))
+api(X.nextafter, "nextafter", "NextAfter", "nextafter")
+api(X.population_count, "population_count", "PopulationCount", "")
+api(X.lrn, "lrn", "LRN", "", attrs=(("depth_radius", 5), ("bias", 1.0), ("alpha", 1.0), ("beta", 0.5),
+                                      ("norm_region", "ACROSS_CHANNELS")))
+api(X.bidense, "bidense", "", "")
+api(X.tensor_shape, "", "TensorShape", "")
 
 # ---------------------------------------------------------------- the faces, made from the rows
 

@@ -356,3 +356,29 @@ def test_unique_with_pad(rng):
     ref_y, ref_i = _unique_ref(f)
     np.testing.assert_array_equal(y.asnumpy(), np.concatenate([ref_y, np.full(30 - ref_y.size, -1.0, np.float32)]))
     np.testing.assert_array_equal(i.asnumpy(), ref_i)
+
+
+class BuiltinPrint(nn.Cell):
+    def __init__(self):
+        super().__init__()
+        self.w = ms.Parameter(ms.Tensor(np.eye(2, dtype=np.float32)), name="w")
+
+    def construct(self, x):
+        out = ops.matmul(x, self.w)
+        print("matmul:", out, x.shape[0], sep=" ")
+        out = out + 1
+        print("add", end="!\n")
+        ops.print_("then", out)
+        return out
+
+
+def test_builtin_print_in_construct_prints_when_the_cell_runs(capsys):
+    net = BuiltinPrint()
+    x = np.array([[1, 2], [3, 4]], np.float32)
+    assert capsys.readouterr().out == ""
+    for _ in range(2):
+        net(ms.Tensor(x))
+    t = "Tensor(shape=[2, 2], dtype=float32, value=[[1. 2.]\n [3. 4.]])"
+    t1 = "Tensor(shape=[2, 2], dtype=float32, value=[[2. 3.]\n [4. 5.]])"
+    once = f"matmul: {t} 2\nadd!\nthen\n{t1}\n"
+    assert capsys.readouterr().out == once * 2

@@ -287,7 +287,8 @@ _op("RANDOM", 0xE0, ["n:count", "dist:const", "attrs:const", "seed:const"], "n",
     "interp/kernels_more.py) made by the generator of seed (seed, seed2, stream); dims read from a shape "
     "tensor are data-dependent", compiled="l1", effect="random")
 _op("PRINT", 0xE1, ["n:count", "parts:const"], "n", 0, SM.print_, "control",
-    "pop n values; write the template parts to stdout, each None replaced by the next value, one item a line",
+    "pop n values; write the template parts to stdout, each None replaced by the next value (the parts hold the "
+    "separators and the end)",
     effect="io")
 _op("UNIQUE", 0xE2, ["pad_value:const"], 1, 1, SM.unique, "layout",
     "pop x; push (its distinct values in order of first appearance [u], each element's index among them "

@@ -36,7 +36,7 @@ from ..bytecode.types import NONE, ScalarType, ShapeEnv, ShapeError, TensorType,
 from ..bytecode.verify import bind_callee, subs_type, verify
 from ..errors import ArgumentError, FrontendError, FrontendValueError, UnknownDim
 from .argspec import ArgSpec
-from .graph import GraphValue, lift, using
+from .graph import GraphValue, builtin_print, lift, using
 
 # ---------------------------------------------------------------- sources
 
@@ -450,9 +450,7 @@ class FunctionCompiler:
     def stmt_Expr(self, node):
         if isinstance(node.value, ast.Constant):   # docstring
             return
-        if isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Name) and node.value.func.id == "print":
-            return
-        self.expr(node.value)                      # pure: nothing to keep
+        self.expr(node.value)                      # pure (PRINT emits itself): nothing to keep
 
     def stmt_Pass(self, node):
         pass
@@ -1097,8 +1095,8 @@ class FunctionCompiler:
             for a in args[1:]:
                 out = (S.smin if fn is builtins.min else S.smax)(out, a)
             return out
-        if fn is builtins.print:
-            return None
+        if fn is builtins.print:              # (issue 21: a PRINT instruction, run when the Cell runs)
+            return builtin_print(*args, **kwargs)
         if fn is builtins.isinstance and len(args) == 2 and isinstance(args[0], (GraphValue, Expr, Pred)):
             return _isinstance_of_runtime(args[0], args[1])
         if any(fn is getattr(builtins, n, None) for n in _SAFE_BUILTINS):

@@ -444,10 +444,10 @@ def format_value(v) -> str:
 
 
 def print_parts(parts, vals) -> None:
-    """PRINT's work: each None of ``parts`` is the next of ``vals``; one item a line, flushed."""
+    """PRINT's work: the parts written one after another, each None replaced by the next of
+    ``vals`` (the template holds the separators and the end), flushed."""
     import sys
 
     it = iter(vals)
-    lines = [format_value(next(it)) if p is None else p for p in parts]
-    sys.stdout.write("\n".join(lines) + "\n")
+    sys.stdout.write("".join(format_value(next(it)) if p is None else p for p in parts))
     sys.stdout.flush()

@@ -14,37 +14,19 @@ from .. import dtype as dt
 from ..bytecode import symbolic as S
 from ..bytecode.symbolic import Expr
 from ..errors import UnknownDim
-from ..frontend.graph import GraphValue, current, is_graph, tracing
+from ..frontend.graph import GraphValue, current, is_graph, print_template, trace_print, tracing
 from ..interp.kernels_more import print_parts
 from ..tensor import Tensor, unwrap
 from . import functional as F
 
 
-def _print_items(args, parts: list, vals: list):
-    for v in args:
-        if isinstance(v, str):
-            parts.append(v)
-        elif is_graph(v) or isinstance(v, (Tensor, Expr)):
-            parts.append(None)
-            vals.append(v)
-        elif isinstance(v, (tuple, list)) and any(is_graph(x) or isinstance(x, (Tensor, Expr)) for x in v):
-            _print_items(v, parts, vals)
-        else:
-            parts.append(str(v))
-
-
-def print_(*input_x):
+def print_(*input_x, sep="\n", end="\n"):
     """MindSpore's ops.print_ / ops.Print: strings, numbers, tuples and tensors, one item a line."""
-    parts: list = []
-    vals: list = []
-    _print_items(input_x, parts, vals)
+    parts, vals = print_template(input_x, sep, end)
     if tracing():
-        b = current()
-        for v in vals:
-            b.push(v)
-        b.emit("PRINT", len(vals), b.cb.const(tuple(parts)))
+        trace_print(parts, vals)
         return None
-    print_parts(tuple(parts), [np.asarray(unwrap(v)) if isinstance(v, Tensor) else v for v in vals])
+    print_parts(parts, [np.asarray(unwrap(v)) if isinstance(v, Tensor) else v for v in vals])
     return None
 
 

@@ -520,3 +520,23 @@ def test_api_surface_mutable_syntax_level_compile_tensor_shape():
     assert len(net._runner.variants) == 1
     np.testing.assert_array_equal(ops.TensorShape()(x).asnumpy(), [2, 3])
     assert ops.EmbeddingLookup().set_device("CPU").attrs["primitive_target"] == "CPU"
+
+
+def test_max_pool_with_argmax_against_a_loop(rng):
+    for pad_mode in ("valid", "same"):
+        x = rng.integers(-20, 20, (2, 3, 6, 7)).astype(np.float32)        # (ties: the first index wins)
+        out, arg = both(lambda t, m=pad_mode: ops.MaxPoolWithArgmax(3, 2, m)(t), [x])
+        n, c, h, w = x.shape
+        if pad_mode == "same":
+            oh, ow = -(-h // 2), -(-w // 2)
+            ph, pw = max((oh - 1) * 2 + 3 - h, 0) // 2, max((ow - 1) * 2 + 3 - w, 0) // 2
+        else:
+            oh, ow, ph, pw = (h - 3) // 2 + 1, (w - 3) // 2 + 1, 0, 0
+        assert out.shape == arg.shape == (n, c, oh, ow) and arg.dtype == np.int32
+        for b, ch, i, j in np.ndindex(n, c, oh, ow):
+            best, at = -np.inf, -1
+            for y in range(i * 2 - ph, i * 2 - ph + 3):
+                for xx in range(j * 2 - pw, j * 2 - pw + 3):
+                    if 0 <= y < h and 0 <= xx < w and x[b, ch, y, xx] > best:
+                        best, at = x[b, ch, y, xx], ch * h * w + y * w + xx
+            assert out[b, ch, i, j] == best and arg[b, ch, i, j] == at

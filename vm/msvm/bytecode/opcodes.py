@@ -309,8 +309,9 @@ _op("CROP_AND_RESIZE", 0xE6, ["crop_size:const", "method:const", "extrapolation_
     "each box's crop sampled (bilinear or nearest) at crop_size, extrapolation_value outside the image",
     compiled="l1")
 _op("POOL_ND", 0xE7, ["window:const"], 1, 1, SM.pool_nd, "conv",
-    "pop x [N, C, *spatial]; push the max or mean over each window: window = (mode, kernel, stride, pads "
-    "(before and after per spatial dim, or ('same',)), count_pad, ceil_mode) for 1, 2 or 3 spatial dims",
+    "pop x [N, C, *spatial]; push the max or mean over each window (argmax: the tuple (max, int32 flat index of "
+    "the first max over (C, *spatial), as TensorFlow's)): window = (mode, kernel, stride, pads (before and after per "
+    "spatial dim, or ('same',)), count_pad, ceil_mode) for 1, 2 or 3 spatial dims",
     compiled="l1")
 _op("ADAPTIVE_MAX_POOL", 0xE8, ["bins:const", "with_indices:const"], 1, 1, SM.adaptive_max_pool, "conv",
     "pop x [N, C, *spatial]; push the max of each of bins (None: the input's size) PyTorch-style bins; with_indices: "

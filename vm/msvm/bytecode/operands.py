@@ -146,7 +146,7 @@ CONST_OPERANDS = {
                   "a pair of positive ints"),
     "method": (lambda v: v in ("bilinear", "nearest"), "'bilinear' or 'nearest'"),
     "extrapolation_value": (lambda v: _number(v) and not isinstance(v, bool), "a number"),
-    "window": (lambda v: isinstance(v, tuple) and len(v) == 6 and v[0] in ("max", "avg"),
+    "window": (lambda v: isinstance(v, tuple) and len(v) == 6 and v[0] in ("max", "avg", "argmax"),
                "(mode, kernel, stride, pads, count_pad, ceil_mode)"),
     "bins": (lambda v: isinstance(v, tuple) and 1 <= len(v) <= 3 and all(x is None or (_is_int(x) and x > 0) for x in v),
              "1 to 3 positive ints or None"),

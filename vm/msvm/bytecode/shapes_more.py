@@ -238,8 +238,8 @@ def _pool_window(window, n, what):
     if not (isinstance(window, tuple) and len(window) == 6):
         raise ShapeError(f"{what}: window must be (mode, kernel, stride, pads, count_pad, ceil_mode), got {window!r}")
     mode, kernel, stride, pads, count_pad, ceil_mode = window
-    if mode not in ("max", "avg"):
-        raise ShapeError(f"{what}: mode must be max or avg, got {mode!r}")
+    if mode not in ("max", "avg", "argmax"):
+        raise ShapeError(f"{what}: mode must be max, avg or argmax, got {mode!r}")
     ok = lambda v, k: isinstance(v, tuple) and len(v) == k and all(isinstance(x, int) and x > 0 for x in v)  # noqa: E731
     if not ok(kernel, n) or not ok(stride, n):
         raise ShapeError(f"{what}: kernel and stride must be {n} positive ints, got {kernel!r} and {stride!r}")
@@ -266,8 +266,9 @@ def pool_nd(ctx, ins, args):
         if c is not None and c < 0:
             raise ShapeError(f"POOL_ND: the window {kernel[i]} is larger than the padded input along spatial dim {i}")
         out.append((span + (stride[i] - 1)) // stride[i] + 1 if ceil_mode else span // stride[i] + 1)
-    d = x.dtype if mode == "max" or x.dtype.is_float else dt.float32
-    return TensorType(tuple(ctx.env.norm(Expr.of(v)) for v in out), d)
+    d = x.dtype if mode != "avg" or x.dtype.is_float else dt.float32
+    t = TensorType(tuple(ctx.env.norm(Expr.of(v)) for v in out), d)
+    return TupleType((t, TensorType(t.shape, dt.int32))) if mode == "argmax" else t
 
 
 def adaptive_max_pool(ctx, ins, args):

@@ -361,7 +361,7 @@ def pool_nd(x, window, out=None):
             hi += max((o - 1) * stride[i] + kernel[i] - (x.shape[2 + i] + lo + hi), 0)
         pw.append((lo, hi))
     xf = x.astype(np.float64)
-    fill = -np.inf if mode == "max" else 0.0
+    fill = 0.0 if mode == "avg" else -np.inf
     padded = np.pad(xf, pw, constant_values=fill)
     ones = np.pad(np.ones(x.shape[2:]), pw[2:], constant_values=0.0)
     if count_pad:                       # (the explicit pads count, the ceil_mode overhang does not)
@@ -372,6 +372,16 @@ def pool_nd(x, window, out=None):
     axes = tuple(range(-n, 0))
     if mode == "max":
         return win.max(axis=axes).astype(x.dtype)
+    if mode == "argmax":
+        ids = np.pad(np.arange(int(np.prod(x.shape[2:]))).reshape(x.shape[2:]), pw[2:], constant_values=-1)
+        iw = np.lib.stride_tricks.sliding_window_view(ids, kernel)[tuple(slice(None, None, s) for s in stride)]
+        flat = win.reshape(win.shape[:2 + n] + (-1,))
+        k = flat.argmax(-1)                                  # (the first max; padding is -inf)
+        iflat = np.broadcast_to(iw.reshape(iw.shape[:n] + (-1,)), flat.shape)
+        plane = int(np.prod(x.shape[2:]))
+        chan = (np.arange(x.shape[1]) * plane).reshape((1, -1) + (1,) * n)      # (TF's index runs over C too)
+        at = np.take_along_axis(iflat, k[..., None], -1)[..., 0] + chan
+        return flat.max(-1).astype(x.dtype), at.astype(np.int32)
     cnt = np.lib.stride_tricks.sliding_window_view(ones, kernel)[tuple(slice(None, None, s) for s in stride)]
     with np.errstate(invalid="ignore", divide="ignore"):
         r = win.sum(axis=axes) / cnt.sum(axis=axes)

@@ -790,3 +790,10 @@ def mutable(input_data, dynamic_len=False):
     """ms.mutable: MindSpore's mark that a value changes between calls; msvm already treats int
     and bool arguments as run-time values and tensors' dims as symbols, so it returns the value."""
     return input_data
+
+
+def max_pool_with_argmax(x, kernel_size=1, strides=1, pad_mode="valid", data_format="NCHW"):
+    """MaxPoolWithArgmax: (the 2-D max pool, int32 index of each max flattened over C, H, W: TF's)."""
+    if data_format != "NCHW":
+        raise ValueError(f"MaxPoolWithArgmax: data_format must be 'NCHW', got {data_format!r}")
+    return pool_nd(x, "argmax", kernel_size, strides, pad_mode, 0, False, True, 2, "MaxPoolWithArgmax")

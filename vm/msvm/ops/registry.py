@@ -386,6 +386,8 @@ api(X.lrn, "lrn", "LRN", "", attrs=(("depth_radius", 5), ("bias", 1.0), ("alpha"
                                       ("norm_region", "ACROSS_CHANNELS")))
 api(X.bidense, "bidense", "", "")
 api(X.tensor_shape, "", "TensorShape", "")
+api(X.max_pool_with_argmax, "", "MaxPoolWithArgmax", "",
+    attrs=(("kernel_size", 1), ("strides", 1), ("pad_mode", "valid"), ("data_format", "NCHW")))
 
 # ---------------------------------------------------------------- the faces, made from the rows
 

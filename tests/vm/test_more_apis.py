@@ -540,3 +540,51 @@ def test_max_pool_with_argmax_against_a_loop(rng):
                     if 0 <= y < h and 0 <= xx < w and x[b, ch, y, xx] > best:
                         best, at = x[b, ch, y, xx], ch * h * w + y * w + xx
             assert out[b, ch, i, j] == best and arg[b, ch, i, j] == at
+
+
+# ---------------------------------------------------------------- diagonals
+
+def _diag_ref(diags, k0, k1, rows, cols, pad, align):
+    """MatrixDiagV3 element by element: out[i, j] on diagonal d = j - i comes from diagonal row
+    k1 - d at its position along the diagonal, shifted right by the padding when d is right-aligned."""
+    max_len = diags.shape[-1]
+    out = np.full(diags.shape[:-2] + (rows, cols), pad, diags.dtype)
+    sup, sub = align.split("_")
+    for i in range(rows):
+        for j in range(cols):
+            d = j - i
+            if not k0 <= d <= k1:
+                continue
+            length = min(rows + min(0, d), cols - max(0, d))
+            pos = i if d >= 0 else j
+            off = max_len - length if (sup if d >= 0 else sub) == "RIGHT" else 0
+            out[..., i, j] = diags[..., k1 - d, pos + off]
+    return out
+
+
+@pytest.mark.parametrize("align", ["RIGHT_LEFT", "LEFT_RIGHT", "LEFT_LEFT", "RIGHT_RIGHT"])
+def test_matrix_diag_and_part_against_the_definition(align, rng):
+    for k0, k1, rows, cols in ((-1, 2, 4, 5), (0, 0, 3, 3), (-2, -1, 5, 4), (1, 3, 3, 6)):
+        max_len = min(rows + min(k1, 0), cols - max(k0, 0))
+        diags = rng.integers(1, 9, (2, k1 - k0 + 1, max_len)).astype(np.float32)
+        band = k0 != k1
+        x = diags if band else diags[:, 0]
+        k = ms.Tensor(np.array([k0, k1] if band else k0, np.int32))
+        got = both(lambda t, kk, r, c: ops.matrix_diag(t, kk, r, c, -1.0, align),
+                   [x, k.asnumpy(), np.int32(rows), np.int32(cols)])
+        want = _diag_ref(diags, k0, k1, rows, cols, np.float32(-1), align)
+        np.testing.assert_array_equal(got, want)
+        part = both(lambda t, kk: ops.matrix_diag_part(t, kk, 0.0, align), [want, k.asnumpy()])
+        ref = diags.copy()
+        for d in range(k0, k1 + 1):           # the padding cells of the diagonals come back as 0
+            length = min(rows + min(0, d), cols - max(0, d))
+            right = (align.split("_")[0] if d >= 0 else align.split("_")[1]) == "RIGHT"
+            keep = np.zeros(max_len, bool)
+            keep[(max_len - length if right else 0):(max_len if right else length)] = True
+            ref[:, k1 - d, ~keep] = 0
+        np.testing.assert_array_equal(part, ref if band else ref[:, 0])
+    np.testing.assert_array_equal(ops.MatrixDiagV3()(ms.Tensor(np.arange(1, 5, dtype=np.int32)), ms.Tensor(np.int32(0)),
+                                                      ms.Tensor(np.int32(-1)), ms.Tensor(np.int32(-1)),
+                                                      ms.Tensor(np.int32(0))).asnumpy(), np.diag(np.arange(1, 5)))
+    with pytest.raises(ValueError, match="k\\[0\\] == k\\[1\\]"):
+        ops.matrix_diag_part(ms.Tensor(np.eye(3, dtype=np.float32)), ms.Tensor(np.array([1, 1], np.int32)))

@@ -321,6 +321,10 @@ _op("BROADCAST_NEXTAFTER", 0xE9, [], 2, 1, partial(S.binary, name="BROADCAST_NEX
     compiled="l1")
 _op("POPULATION_COUNT", 0xEA, [], 1, 1, SM.population_count, "elementwise",
     "pop x (ints); push the number of 1 bits of each element (uint8)", compiled="l1")
+_op("MATRIX_DIAG", 0xEB, ["n:count", "mode:const", "align:const"], "n", 1, SM.matrix_diag, "layout",
+    "diag: pop padding_value, num_cols, num_rows, k, diagonals; push the matrices with those diagonals (TF's "
+    "MatrixDiagV3); part: pop padding_value, k, x; push the diagonals k[0]..k[1] of x (MatrixDiagPartV3). align "
+    "places the shorter diagonals (RIGHT_LEFT ...); sizes read from tensors are data-dependent", compiled="l1")
 
 # --- fused (produced by the fusion pass, jit/fuse.py; the interpreter runs them too) ---------
 # A fused instruction carries its expression as a program (postfix tuple of nodes: ("in", k),

@@ -151,6 +151,9 @@ CONST_OPERANDS = {
     "bins": (lambda v: isinstance(v, tuple) and 1 <= len(v) <= 3 and all(x is None or (_is_int(x) and x > 0) for x in v),
              "1 to 3 positive ints or None"),
     "with_indices": (lambda v: isinstance(v, bool), "a bool"),
+    "MATRIX_DIAG.mode": (lambda v: v in ("diag", "part"), "'diag' or 'part'"),
+    "align": (lambda v: v in ("RIGHT_LEFT", "LEFT_RIGHT", "LEFT_LEFT", "RIGHT_RIGHT"),
+              "RIGHT_LEFT, LEFT_RIGHT, LEFT_LEFT or RIGHT_RIGHT"),
     "parts": (lambda v: isinstance(v, tuple) and all(x is None or isinstance(x, str) for x in v),
               "a tuple of strings and None (a value's place)"),
 }

@@ -288,3 +288,41 @@ def population_count(ctx, ins, args):
     if x.dtype.kind not in "iu":
         raise ShapeError(f"POPULATION_COUNT: x must be an int tensor, got {x.dtype}")
     return TensorType(x.shape, dt.uint8)
+
+
+ALIGNS = ("RIGHT_LEFT", "LEFT_RIGHT", "LEFT_LEFT", "RIGHT_RIGHT")
+
+
+def _k_band(t, what):
+    """Whether k (a 0-d, [1] or [2] int tensor) names a band of diagonals (a pair) or one."""
+    k = _tensor(t, what, 1)
+    if k.dtype.kind not in "iu" or k.rank > 1:
+        raise ShapeError(f"{what}: k must be an int scalar or a 1-D tensor of 1 or 2 values, got {k}")
+    if k.rank == 0:
+        return False
+    n = k.shape[0].const_value()
+    if n not in (1, 2):
+        raise ShapeError(f"{what}: k must hold 1 or 2 values (known when the Cell compiles), got {k}")
+    return n == 2
+
+
+def matrix_diag(ctx, ins, args):
+    mode, align = args[1], args[2]
+    what = f"MATRIX_DIAG {mode}"
+    if align not in ALIGNS:
+        raise ShapeError(f"{what}: align must be one of {', '.join(ALIGNS)}, got {align!r}")
+    x = _tensor(ins[0], what)
+    band = _k_band(ins[1], what)
+    if mode == "diag":
+        if len(ins) != 5:
+            raise ShapeError(f"{what}: needs diagonals, k, num_rows, num_cols, padding_value")
+        lead = x.rank - (2 if band else 1)
+        if lead < 0:
+            raise ShapeError(f"{what}: the diagonals {x} need rank >= {2 if band else 1}")
+        return TensorType(tuple(x.shape[:lead]) + (data_dim(ctx, 0), data_dim(ctx, 1)), x.dtype)
+    if mode != "part":
+        raise ShapeError(f"MATRIX_DIAG: mode must be diag or part, got {mode!r}")
+    if len(ins) != 3 or x.rank < 2:
+        raise ShapeError(f"{what}: needs x [..., M, N], k, padding_value; got {x}")
+    lead = tuple(x.shape[:-2])
+    return TensorType(lead + ((data_dim(ctx, 0), data_dim(ctx, 1)) if band else (data_dim(ctx, 1),)), x.dtype)

@@ -263,7 +263,7 @@ def cumulate(x, axis, mode, exclusive, reverse, out=None):
 
 
 def linalg(*args, out=None):
-    """LINALG's kernel: ``linalg(*matrices, fn, attrs)`` in float64, back to the input's dtype."""
+    """LINALG's kernel: ``linalg(*matrices, fn, attrs)`` (no count) in float64, back to the input's dtype."""
     *ms, fn, attrs = args
     a = np.asarray(ms[0])
     dtype = a.dtype
@@ -427,7 +427,69 @@ def population_count(x, out=None):
     return np.asarray(np.bitwise_count(x)).astype(np.uint8)
 
 
+def _k_pair(k, band):
+    k = np.asarray(k).reshape(-1).astype(np.int64)
+    k0, k1 = (int(k[0]), int(k[-1]))
+    if k0 > k1:
+        raise ValueError(f"MATRIX_DIAG: k[0] ({k0}) must not exceed k[1] ({k1})")
+    if band and k0 == k1:
+        raise ValueError("MATRIX_DIAG: a k pair with k[0] == k[1] would drop the diagonals' dim; msvm fixes the "
+                         "output's rank when it compiles: give k as one value")
+    return k0, k1
+
+
+def _right_aligned(d, align):
+    sup, sub = align.split("_")
+    return (sup if d >= 0 else sub) == "RIGHT"
+
+
+def matrix_diag(*args, out=None):
+    """MATRIX_DIAG's kernel: ``(*inputs, mode, align)``, TensorFlow's MatrixDiagV3 / MatrixDiagPartV3."""
+    *ins, mode, align = args
+    x = np.asarray(ins[0])
+    band = np.asarray(ins[1]).size == 2
+    k0, k1 = _k_pair(ins[1], band)
+    pad = np.asarray(ins[-1]).reshape(()).astype(x.dtype)
+    if mode == "diag":
+        diags = x if band else x[..., None, :]
+        if diags.shape[-2] != k1 - k0 + 1:
+            raise ValueError(f"MATRIX_DIAG diag: {diags.shape[-2]} diagonals for k = ({k0}, {k1})")
+        max_len = diags.shape[-1]
+        rows, cols = int(np.asarray(ins[2])), int(np.asarray(ins[3]))
+        min_rows, min_cols = max_len - min(k1, 0), max_len + max(k0, 0)
+        if rows == -1 and cols == -1:
+            rows = cols = max(min_rows, min_cols)
+        elif rows == -1:
+            rows = min_rows
+        elif cols == -1:
+            cols = min_cols
+        if rows < min_rows or cols < min_cols:
+            raise ValueError(f"MATRIX_DIAG diag: num_rows {rows} / num_cols {cols} are smaller than the diagonals "
+                             f"need ({min_rows}, {min_cols})")
+        res = np.full(diags.shape[:-2] + (rows, cols), pad, x.dtype)
+        for d in range(k0, k1 + 1):
+            n = min(rows + min(0, d), cols - max(0, d))
+            if n <= 0:
+                continue
+            off = max_len - n if _right_aligned(d, align) else 0
+            i = np.arange(n) - min(0, d)
+            res[..., i, i + d] = diags[..., k1 - d, off:off + n]
+        return res
+    m, n_cols = x.shape[-2:]
+    max_len = min(m + min(k1, 0), n_cols - max(k0, 0))
+    res = np.full(x.shape[:-2] + (k1 - k0 + 1, max(max_len, 0)), pad, x.dtype)
+    for d in range(k0, k1 + 1):
+        n = min(m + min(0, d), n_cols - max(0, d))
+        if n <= 0:
+            continue
+        off = max_len - n if _right_aligned(d, align) else 0
+        i = np.arange(n) - min(0, d)
+        res[..., k1 - d, off:off + n] = x[..., i, i + d]
+    return res if band else res[..., 0, :]
+
+
 KERNELS_MORE = {
+    "MATRIX_DIAG": matrix_diag,
     "BROADCAST_NEXTAFTER": nextafter,
     "POPULATION_COUNT": population_count,
     "POOL_ND": pool_nd,

@@ -30,6 +30,21 @@ def print_(*input_x, sep="\n", end="\n"):
     return None
 
 
+def _apply_n(opname: str, inputs: tuple, operands: tuple):
+    """F.apply for a row whose first operand counts its inputs: the interpreter's kernels get the
+    operands without the count, so an eager call leaves it out too."""
+    if tracing() and any(is_graph(x) for x in inputs):
+        return F.apply(opname, inputs, operands)
+    if tracing():
+        from ..frontend.graph import trace_op
+
+        return trace_op(opname, inputs, operands)
+    from ..interp.kernels import KERNELS
+    from ..tensor import wrap
+
+    return wrap(KERNELS[opname](*(unwrap(x) for x in inputs), *operands[1:]))
+
+
 def unique(input):  # noqa: A002
     """(the distinct values of input, flattened, in order of first appearance; each element's index
     among them, int32)."""
@@ -235,31 +250,31 @@ def cumprod_prim(x, axis, exclusive=False, reverse=False):
 
 def matrix_solve(matrix, rhs, adjoint=False):
     """x with matrix @ x = rhs (adjoint: the matrix transposed), batched."""
-    return F.apply("LINALG", (matrix, rhs), (2, "solve", (bool(adjoint),)))
+    return _apply_n("LINALG", (matrix, rhs), (2, "solve", (bool(adjoint),)))
 
 
 def cholesky(input_x, upper=False):
-    return F.apply("LINALG", (input_x,), (1, "cholesky", (bool(upper),)))
+    return _apply_n("LINALG", (input_x,), (1, "cholesky", (bool(upper),)))
 
 
 def cholesky_inverse(input_x, upper=False):
     """The inverse of A from its Cholesky factor (lower L: A = L L^T; upper U: A = U^T U)."""
-    return F.apply("LINALG", (input_x,), (1, "cholesky_inverse", (bool(upper),)))
+    return _apply_n("LINALG", (input_x,), (1, "cholesky_inverse", (bool(upper),)))
 
 
 def lstsq(input, A):  # noqa: A002,N803
     """MindSpore's ops.lstsq(input [M, N], A [M, K]): the least-squares solution X [N, K] of input X = A."""
-    return F.apply("LINALG", (input, A), (2, "lstsq", ()))
+    return _apply_n("LINALG", (input, A), (2, "lstsq", ()))
 
 
 def pinv(x, *, atol=None, rtol=None, hermitian=False):
     if atol is not None or rtol is not None:
         raise NotImplementedError("ops.pinv: atol / rtol are not supported (numpy's default cutoff is used)")
-    return F.apply("LINALG", (x,), (1, "pinv", (bool(hermitian),)))
+    return _apply_n("LINALG", (x,), (1, "pinv", (bool(hermitian),)))
 
 
 def matrix_inverse(x, adjoint=False):
-    out = F.apply("LINALG", (x,), (1, "inv", ()))
+    out = _apply_n("LINALG", (x,), (1, "inv", ()))
     r = F._rank(out)
     return F.transpose(out, tuple(range(r - 2)) + (r - 1, r - 2)) if adjoint else out
 
@@ -797,3 +812,31 @@ def max_pool_with_argmax(x, kernel_size=1, strides=1, pad_mode="valid", data_for
     if data_format != "NCHW":
         raise ValueError(f"MaxPoolWithArgmax: data_format must be 'NCHW', got {data_format!r}")
     return pool_nd(x, "argmax", kernel_size, strides, pad_mode, 0, False, True, 2, "MaxPoolWithArgmax")
+
+
+# ---------------------------------------------------------------- diagonals
+
+def _as_tensor(v, dtype):
+    if isinstance(v, Tensor) or is_graph(v):
+        return v
+    return Tensor(np.asarray(v, dtype=dtype.np))
+
+
+def _known_k(k, what):
+    """k's length decides the output's rank: a run-time k of symbolic length recompiles per shape."""
+    if is_graph(k) and len(k.shape) == 1 and isinstance(k.shape[0], Expr) and not k.shape[0].is_const():
+        raise UnknownDim(f"{what}: the number of values in k ({k.shape[0]}) sets the output's rank")
+    return k
+
+
+def matrix_diag(x, k=0, num_rows=-1, num_cols=-1, padding_value=0, align="RIGHT_LEFT"):
+    """TF's MatrixDiagV3: matrices whose diagonals k (one, or a band k[0]..k[1]) are x."""
+    ins = (x, _known_k(_as_tensor(k, dt.int32), "MatrixDiagV3"), _as_tensor(num_rows, dt.int32),
+           _as_tensor(num_cols, dt.int32), _as_tensor(padding_value, x.dtype))
+    return _apply_n("MATRIX_DIAG", ins, (5, "diag", align))
+
+
+def matrix_diag_part(x, k=0, padding_value=0, align="RIGHT_LEFT"):
+    """TF's MatrixDiagPartV3: the diagonals k (one, or a band) of x [..., M, N]."""
+    k = _known_k(_as_tensor(k, dt.int32), "MatrixDiagPartV3")
+    return _apply_n("MATRIX_DIAG", (x, k, _as_tensor(padding_value, x.dtype)), (3, "part", align))

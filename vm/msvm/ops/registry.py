@@ -386,6 +386,12 @@ api(X.lrn, "lrn", "LRN", "", attrs=(("depth_radius", 5), ("bias", 1.0), ("alpha"
                                       ("norm_region", "ACROSS_CHANNELS")))
 api(X.bidense, "bidense", "", "")
 api(X.tensor_shape, "", "TensorShape", "")
+api(X.matrix_diag, "matrix_diag", "", "")
+api(X.matrix_diag_part, "matrix_diag_part", "", "")
+api(lambda x, k, num_rows, num_cols, padding_value, align="RIGHT_LEFT": X.matrix_diag(
+    x, k, num_rows, num_cols, padding_value, align), "", "MatrixDiagV3", "", attrs=(("align", "RIGHT_LEFT"),))
+api(lambda x, k, padding_value, align="RIGHT_LEFT": X.matrix_diag_part(x, k, padding_value, align), "",
+    "MatrixDiagPartV3", "", attrs=(("align", "RIGHT_LEFT"),))
 api(X.max_pool_with_argmax, "", "MaxPoolWithArgmax", "",
     attrs=(("kernel_size", 1), ("strides", 1), ("pad_mode", "valid"), ("data_format", "NCHW")))
 

@@ -588,3 +588,29 @@ def test_matrix_diag_and_part_against_the_definition(align, rng):
                                                       ms.Tensor(np.int32(0))).asnumpy(), np.diag(np.arange(1, 5)))
     with pytest.raises(ValueError, match="k\\[0\\] == k\\[1\\]"):
         ops.matrix_diag_part(ms.Tensor(np.eye(3, dtype=np.float32)), ms.Tensor(np.array([1, 1], np.int32)))
+
+
+def test_unfold_against_im2col_and_fold_is_its_adjoint(rng):
+    for k, d, p, s in ((3, 1, 0, 1), (2, 2, 1, 2), ((2, 3), (1, 2), (1, 0), (2, 1))):
+        x = rng.standard_normal((2, 3, 7, 8)).astype(np.float32)
+        kh, kw = (k, k) if isinstance(k, int) else k
+        dh, dw = (d, d) if isinstance(d, int) else d
+        ph, pw = (p, p) if isinstance(p, int) else p
+        sh, sw = (s, s) if isinstance(s, int) else s
+        got = both(lambda t, k=k, d=d, p=p, s=s: ops.unfold(t, k, d, p, s), [x])
+        xp = np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
+        oh = (xp.shape[2] - dh * (kh - 1) - 1) // sh + 1
+        ow = (xp.shape[3] - dw * (kw - 1) - 1) // sw + 1
+        ref = np.empty((2, 3 * kh * kw, oh * ow), np.float32)
+        for ci in range(3):
+            for i in range(kh):
+                for j in range(kw):
+                    win = xp[:, ci, i * dh:i * dh + sh * (oh - 1) + 1:sh, j * dw:j * dw + sw * (ow - 1) + 1:sw]
+                    ref[:, (ci * kh + i) * kw + j] = win.reshape(2, -1)
+        np.testing.assert_array_equal(got, ref)
+        y = rng.standard_normal(ref.shape).astype(np.float32)
+        back = ops.fold(ms.Tensor(y), ms.Tensor(np.array([7, 8], np.int32)), k, d, p, s).asnumpy()
+        assert back.shape == x.shape
+        np.testing.assert_allclose((got * y).sum(), (x * back).sum(), rtol=1e-4)     # <unfold x, y> = <x, fold y>
+    with pytest.raises(ValueError, match="must not be negative"):
+        ops.fold(ms.Tensor(np.ones((1, 4, 4), np.float32)), ms.Tensor(np.array([6, -1], np.int32)), 2)

@@ -840,3 +840,78 @@ def matrix_diag_part(x, k=0, padding_value=0, align="RIGHT_LEFT"):
     """TF's MatrixDiagPartV3: the diagonals k (one, or a band) of x [..., M, N]."""
     k = _known_k(_as_tensor(k, dt.int32), "MatrixDiagPartV3")
     return _apply_n("MATRIX_DIAG", (x, k, _as_tensor(padding_value, x.dtype)), (3, "part", align))
+
+
+# ---------------------------------------------------------------- unfold / fold (im2col, col2im)
+
+def _pair2(v, what):
+    return _ntuple(v, 2, what)
+
+
+def unfold(input, kernel_size, dilation=1, padding=0, stride=1):  # noqa: A002
+    """im2col: [N, C, H, W] -> [N, C*kh*kw, L], each column one sliding window (row-major over
+    the windows), the window's elements channel-major, as PyTorch / MindSpore."""
+    kh, kw = _pair2(kernel_size, "unfold: kernel_size")
+    dh, dw = _pair2(dilation, "unfold: dilation")
+    ph, pw = _pair2(padding, "unfold: padding")
+    sh, sw = _pair2(stride, "unfold: stride")
+    if F._rank(input) != 4:
+        raise ValueError(f"unfold: input must be 4-D [N, C, H, W], got rank {F._rank(input)}")
+    x = pad_pairs(input, ((0, 0), (0, 0), (ph, ph), (pw, pw))) if ph or pw else input
+    n, c, h, w = F._shape(x)
+    oh = (h - (dh * (kh - 1) + 1)) // sh + 1
+    ow = (w - (dw * (kw - 1) + 1)) // sw + 1
+    cols = []
+    for i in range(kh):
+        for j in range(kw):
+            spec = (("s", None, None, None), ("s", None, None, None),
+                    ("s", i * dh, i * dh + sh * (oh - 1) + 1, sh), ("s", j * dw, j * dw + sw * (ow - 1) + 1, sw))
+            cols.append(F.apply("SLICE", (x,), (spec,)))
+    y = F.stack(cols, 2)                                        # [N, C, kh*kw, oh, ow]
+    return F.reshape(y, (n, c * kh * kw, oh * ow))
+
+
+def fold(input, output_size, kernel_size, dilation=1, padding=0, stride=1):  # noqa: A002
+    """col2im, unfold's adjoint: [N, C*kh*kw, L] -> [N, C, H, W], overlapping windows summed."""
+    if isinstance(output_size, Tensor):
+        output_size = tuple(int(v) for v in output_size.asnumpy().reshape(-1))
+    oh_out, ow_out = _pair2(output_size, "fold: output_size")
+    if oh_out < 0 or ow_out < 0:
+        raise ValueError(f"fold: the value of 'output_size' must not be negative, got {(oh_out, ow_out)}")
+    kh, kw = _pair2(kernel_size, "fold: kernel_size")
+    dh, dw = _pair2(dilation, "fold: dilation")
+    ph, pw = _pair2(padding, "fold: padding")
+    sh, sw = _pair2(stride, "fold: stride")
+    hp, wp = oh_out + 2 * ph, ow_out + 2 * pw
+    oh, ow = (hp - (dh * (kh - 1) + 1)) // sh + 1, (wp - (dw * (kw - 1) + 1)) // sw + 1
+    n, ckk, length = F._shape(input)
+    if isinstance(length, int) and length != oh * ow:
+        raise ValueError(f"fold: input has {length} windows, output_size {output_size} gives {oh * ow}")
+    c = ckk // (kh * kw)
+    x = F.reshape(input, (n, c, kh * kw, oh, ow))
+    total = None
+    for i in range(kh):
+        for j in range(kw):
+            part = F.apply("SLICE", (x,), ((("s", None, None, None),) * 2 + (("i", i * kw + j),),))  # [N, C, oh, ow]
+            part = _spread(part, 2, sh, i * dh, hp)
+            part = _spread(part, 3, sw, j * dw, wp)
+            total = part if total is None else F.add(total, part)
+    return _slice_axis(_slice_axis(total, 2, ph, ph + oh_out, None), 3, pw, pw + ow_out, None)
+
+
+def _spread(x, axis, step, offset, size):
+    """x's entries along axis placed every step-th position from offset in a zero tensor of size."""
+    shape = list(F._shape(x))
+    m = shape[axis]
+    if step > 1:
+        z = F.zeros(tuple(shape[:axis + 1]) + (step - 1,) + tuple(shape[axis + 1:]), x.dtype)
+        y = F.concat([F.expand_dims(x, axis + 1), z], axis + 1)
+        shape[axis] = m * step
+        y = F.reshape(y, tuple(shape))
+        y = _slice_axis(y, axis, 0, step * (m - 1) + 1, None)
+    else:
+        y = x
+    used = step * (m - 1) + 1
+    pairs = [(0, 0)] * len(shape)
+    pairs[axis] = (offset, size - offset - used)
+    return pad_pairs(y, pairs)

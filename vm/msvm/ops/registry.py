@@ -386,6 +386,8 @@ api(X.lrn, "lrn", "LRN", "", attrs=(("depth_radius", 5), ("bias", 1.0), ("alpha"
                                       ("norm_region", "ACROSS_CHANNELS")))
 api(X.bidense, "bidense", "", "")
 api(X.tensor_shape, "", "TensorShape", "")
+api(X.unfold, "unfold", "", "")
+api(X.fold, "fold", "", "fold")
 api(X.matrix_diag, "matrix_diag", "", "")
 api(X.matrix_diag_part, "matrix_diag_part", "", "")
 api(lambda x, k, num_rows, num_cols, padding_value, align="RIGHT_LEFT": X.matrix_diag(

@@ -614,3 +614,17 @@ def test_unfold_against_im2col_and_fold_is_its_adjoint(rng):
         np.testing.assert_allclose((got * y).sum(), (x * back).sum(), rtol=1e-4)     # <unfold x, y> = <x, fold y>
     with pytest.raises(ValueError, match="must not be negative"):
         ops.fold(ms.Tensor(np.ones((1, 4, 4), np.float32)), ms.Tensor(np.array([6, -1], np.int32)), 2)
+
+
+def test_get_cache_prim_reuses_one_primitive_eagerly_and_in_construct():
+    from msvm.ops._primitive_cache import _get_cache_prim
+
+    assert _get_cache_prim(ops.Pow)() is _get_cache_prim(ops.Pow)()
+    assert _get_cache_prim(ops.Elu)(alpha=0.5) is not _get_cache_prim(ops.Elu)(alpha=1.0)
+
+    class Net(nn.Cell):
+        def construct(self, x, y):
+            return _get_cache_prim(ops.Sub)()(_get_cache_prim(ops.Add)()(x, y), x)
+
+    x, y = np.array([2, 2, 1], np.int32), np.array([1, 2, 3], np.int32)
+    np.testing.assert_array_equal(Net()(ms.Tensor(x), ms.Tensor(y)).asnumpy(), y)

@@ -628,3 +628,30 @@ def test_get_cache_prim_reuses_one_primitive_eagerly_and_in_construct():
 
     x, y = np.array([2, 2, 1], np.int32), np.array([1, 2, 3], np.int32)
     np.testing.assert_array_equal(Net()(ms.Tensor(x), ms.Tensor(y)).asnumpy(), y)
+
+
+def test_ps_roi_pooling(rng):
+    g, od, scale = 2, 3, 1 / 8
+    rois = np.array([[[0.0, 1.0], [8.0, 40.0], [16.0, 0.0], [70.0, 60.0], [50.0, 30.0]]], np.float32)  # [1, 5, 2]
+    x = rng.standard_normal((2, od * g * g, 12, 10)).astype(np.float32)
+    got = both(lambda a, b: ops.PSROIPooling(scale, g, od)(a, b), [x, rois])
+    assert got.shape == (2, od, g, g)
+    for k in range(2):
+        bidx, x1, y1, x2, y2 = rois[0, :, k]
+        y0s, y1s = np.round(y1) * scale, (np.round(y2) + 1) * scale
+        x0s, x1s = np.round(x1) * scale, (np.round(x2) + 1) * scale
+        bh, bw = max(y1s - y0s, 0.1) / g, max(x1s - x0s, 0.1) / g
+        for c in range(od):
+            for i in range(g):
+                for j in range(g):
+                    hs, he = np.clip([np.floor(y0s + i * bh), np.ceil(y0s + (i + 1) * bh)], 0, 12).astype(int)
+                    ws, we = np.clip([np.floor(x0s + j * bw), np.ceil(x0s + (j + 1) * bw)], 0, 10).astype(int)
+                    want = x[int(bidx), (c * g + i) * g + j, hs:he, ws:we]
+                    np.testing.assert_allclose(got[k, c, i, j], want.mean() if want.size else 0.0, rtol=1e-5)
+    for bad in ({"spatial_scale": object()}, {"group_size": 7.1}, {"output_dim": -1}):
+        with pytest.raises((TypeError, ValueError)):
+            ops.PSROIPooling(**{"spatial_scale": 0.5, "group_size": 2, "output_dim": 3, **bad})
+    with pytest.raises(RuntimeError, match="channels"):
+        ops.PSROIPooling(scale, g, od + 1)(ms.Tensor(x), ms.Tensor(rois))
+    with pytest.raises(TypeError):
+        ops.PSROIPooling(scale, g, od)(1.0, ms.Tensor(rois))

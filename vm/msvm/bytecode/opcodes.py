@@ -325,6 +325,11 @@ _op("MATRIX_DIAG", 0xEB, ["n:count", "mode:const", "align:const"], "n", 1, SM.ma
     "diag: pop padding_value, num_cols, num_rows, k, diagonals; push the matrices with those diagonals (TF's "
     "MatrixDiagV3); part: pop padding_value, k, x; push the diagonals k[0]..k[1] of x (MatrixDiagPartV3). align "
     "places the shorter diagonals (RIGHT_LEFT ...); sizes read from tensors are data-dependent", compiled="l1")
+_op("PS_ROI_POOLING", 0xEC, ["spatial_scale:const", "group_size:const", "output_dim:const"], 2, 1,
+    SM.ps_roi_pooling, "conv",
+    "pop rois [B, 5, R] (batch index, x1, y1, x2, y2), x [B*R, output_dim*g*g, H, W]; push [B*R, output_dim, g, g]: "
+    "position-sensitive ROI average pooling (R-FCN), bin (i, j) of channel c from input channel (c*g + i)*g + j",
+    compiled="l1")
 
 # --- fused (produced by the fusion pass, jit/fuse.py; the interpreter runs them too) ---------
 # A fused instruction carries its expression as a program (postfix tuple of nodes: ("in", k),

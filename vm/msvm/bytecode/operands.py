@@ -154,6 +154,9 @@ CONST_OPERANDS = {
     "MATRIX_DIAG.mode": (lambda v: v in ("diag", "part"), "'diag' or 'part'"),
     "align": (lambda v: v in ("RIGHT_LEFT", "LEFT_RIGHT", "LEFT_LEFT", "RIGHT_RIGHT"),
               "RIGHT_LEFT, LEFT_RIGHT, LEFT_LEFT or RIGHT_RIGHT"),
+    "spatial_scale": (lambda v: _number(v) and not isinstance(v, bool) and v > 0, "a positive number"),
+    "group_size": (lambda v: _is_int(v) and v > 0, "a positive int"),
+    "output_dim": (lambda v: _is_int(v) and v > 0, "a positive int"),
     "parts": (lambda v: isinstance(v, tuple) and all(x is None or isinstance(x, str) for x in v),
               "a tuple of strings and None (a value's place)"),
 }

@@ -326,3 +326,14 @@ def matrix_diag(ctx, ins, args):
         raise ShapeError(f"{what}: needs x [..., M, N], k, padding_value; got {x}")
     lead = tuple(x.shape[:-2])
     return TensorType(lead + ((data_dim(ctx, 0), data_dim(ctx, 1)) if band else (data_dim(ctx, 1),)), x.dtype)
+
+
+def ps_roi_pooling(ctx, ins, args):
+    x = _tensor(ins[0], "PS_ROI_POOLING")
+    rois = _tensor(ins[1], "PS_ROI_POOLING", 1)
+    _, g, out_dim = args
+    if x.rank != 4 or rois.rank != 3 or not x.dtype.is_float or not rois.dtype.is_float:
+        raise ShapeError(f"PS_ROI_POOLING: x must be a float [N, C, H, W] and rois a float [B, 5, R], got {x} and "
+                         f"{rois}")
+    ctx.env.require_eq(rois.shape[1], 5, f"PS_ROI_POOLING: rois must be [B, 5, R], got {rois}")
+    return TensorType((rois.shape[0] * rois.shape[2], Expr.of(out_dim), Expr.of(g), Expr.of(g)), x.dtype)

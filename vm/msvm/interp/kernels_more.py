@@ -488,7 +488,40 @@ def matrix_diag(*args, out=None):
     return res if band else res[..., 0, :]
 
 
+def ps_roi_pooling(x, rois, spatial_scale, group_size, output_dim, out=None):
+    """R-FCN's position-sensitive ROI pooling: each bin the mean of its window of its own channel."""
+    x, rois = np.asarray(x), np.asarray(rois)
+    n, c, h, w = x.shape
+    b, _, r = rois.shape
+    g = group_size
+    if c != output_dim * g * g:
+        raise RuntimeError(f"PS_ROI_POOLING: x has {c} channels, output_dim * group_size**2 is {output_dim * g * g}")
+    if n != b * r:
+        raise RuntimeError(f"PS_ROI_POOLING: x has {n} feature maps for {b} x {r} rois")
+    res = np.zeros((b * r, output_dim, g, g), x.dtype)
+    for k in range(b * r):
+        bi, ri = divmod(k, r)
+        idx, x1, y1, x2, y2 = (float(v) for v in rois[bi, :, ri])
+        batch = int(idx)
+        if not 0 <= batch < n:
+            raise RuntimeError(f"PS_ROI_POOLING: roi {k} names feature map {batch} of {n}")
+        sw, sh = np.round(x1) * spatial_scale, np.round(y1) * spatial_scale
+        ew, eh = (np.round(x2) + 1.0) * spatial_scale, (np.round(y2) + 1.0) * spatial_scale
+        bw, bh = max(ew - sw, 0.1) / g, max(eh - sh, 0.1) / g
+        for ct in range(output_dim):
+            for i in range(g):
+                hs = min(max(int(np.floor(i * bh + sh)), 0), h)
+                he = min(max(int(np.ceil((i + 1) * bh + sh)), 0), h)
+                for j in range(g):
+                    ws = min(max(int(np.floor(j * bw + sw)), 0), w)
+                    we = min(max(int(np.ceil((j + 1) * bw + sw)), 0), w)
+                    if he > hs and we > ws:
+                        res[k, ct, i, j] = x[batch, (ct * g + i) * g + j, hs:he, ws:we].mean()
+    return res
+
+
 KERNELS_MORE = {
+    "PS_ROI_POOLING": ps_roi_pooling,
     "MATRIX_DIAG": matrix_diag,
     "BROADCAST_NEXTAFTER": nextafter,
     "POPULATION_COUNT": population_count,

@@ -915,3 +915,24 @@ def _spread(x, axis, step, offset, size):
     pairs = [(0, 0)] * len(shape)
     pairs[axis] = (offset, size - offset - used)
     return pad_pairs(y, pairs)
+
+
+def check_ps_roi_pooling(values):
+    for name in ("spatial_scale", "group_size", "output_dim"):
+        v = values[name]
+        ok_type = (isinstance(v, (int, float)) if name == "spatial_scale" else isinstance(v, int)) \
+            and not isinstance(v, bool)
+        if not ok_type:
+            raise TypeError(f"PSROIPooling: {name} must be {'a number' if name == 'spatial_scale' else 'an int'}, "
+                            f"got {type(v).__name__}")
+        if v <= 0:
+            raise ValueError(f"PSROIPooling: {name} must be positive, got {v}")
+
+
+def ps_roi_pooling(x, rois, *rest, spatial_scale=1.0, group_size=1, output_dim=1):
+    if rest:
+        raise TypeError(f"PSROIPooling takes 2 inputs (x, rois), got {2 + len(rest)}")
+    for v, name in ((x, "x"), (rois, "rois")):
+        if not (isinstance(v, Tensor) or is_graph(v)):
+            raise TypeError(f"PSROIPooling: {name} must be a Tensor, got {type(v).__name__}")
+    return F.apply("PS_ROI_POOLING", (x, rois), (float(spatial_scale), int(group_size), int(output_dim)))

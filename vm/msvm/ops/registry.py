@@ -31,14 +31,15 @@ class OpAPI:
     methods: tuple[str, ...]      # Tensor.<name>(self, ...)
     attrs: tuple = ()             # ((constructor parameter, default, impl keyword or None), ...)
     stream: bool = False          # a random op: each primitive owns a generator (impl keyword ``stream``)
+    check: Callable | None = None  # validates the constructor's values ({name: value}) when it is built
 
 
 API: list[OpAPI] = []
 
 
-def api(impl, functions="", primitives="", methods="", attrs=(), stream=False):
+def api(impl, functions="", primitives="", methods="", attrs=(), stream=False, check=None):
     API.append(OpAPI(impl, tuple(functions.split()), tuple(primitives.split()), tuple(methods.split()),
-                     tuple(a if len(a) == 3 else (a[0], a[1], a[0]) for a in attrs), stream))
+                     tuple(a if len(a) == 3 else (a[0], a[1], a[0]) for a in attrs), stream, check))
 
 
 def _gelu_tanh(x):
@@ -394,6 +395,8 @@ api(lambda x, k, num_rows, num_cols, padding_value, align="RIGHT_LEFT": X.matrix
     x, k, num_rows, num_cols, padding_value, align), "", "MatrixDiagV3", "", attrs=(("align", "RIGHT_LEFT"),))
 api(lambda x, k, padding_value, align="RIGHT_LEFT": X.matrix_diag_part(x, k, padding_value, align), "",
     "MatrixDiagPartV3", "", attrs=(("align", "RIGHT_LEFT"),))
+api(X.ps_roi_pooling, "", "PSROIPooling", "", attrs=(("spatial_scale", 1.0), ("group_size", 1), ("output_dim", 1)),
+    check=X.check_ps_roi_pooling)
 api(X.max_pool_with_argmax, "", "MaxPoolWithArgmax", "",
     attrs=(("kernel_size", 1), ("strides", 1), ("pad_mode", "valid"), ("data_format", "NCHW")))
 
@@ -416,6 +419,8 @@ def _primitive(name: str, row: OpAPI, base: type) -> type:
                 raise TypeError(f"{name}() got an unexpected argument {k!r}; it takes "
                                 f"{', '.join(p for p, _, _ in params) or 'none'}")
             values[k] = v
+        if row.check is not None:
+            row.check(values)
         base.__init__(self, **values)
         self._call_kw = {kw: values[p] for p, _, kw in params if kw is not None}
         if row.stream:

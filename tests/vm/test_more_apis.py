@@ -655,3 +655,43 @@ def test_ps_roi_pooling(rng):
         ops.PSROIPooling(scale, g, od + 1)(ms.Tensor(x), ms.Tensor(rois))
     with pytest.raises(TypeError):
         ops.PSROIPooling(scale, g, od)(1.0, ms.Tensor(rois))
+
+
+def test_nms_lgamma_mvlgamma_blackman(rng):
+    from scipy import special
+
+    xy = rng.integers(0, 50, (30, 2))
+    boxes = np.concatenate([xy, xy + rng.integers(1, 30, (30, 2)), rng.random((30, 1))], 1).astype(np.float32)
+    for thr in (0.1, 0.5, 0.9):
+        s, idx, keep = both(lambda b, t=thr: ops.NMSWithMask(t)(b), [boxes])
+        order = np.argsort(-boxes[:, 4], kind="stable")
+        np.testing.assert_array_equal(idx, order)
+        np.testing.assert_array_equal(s, boxes[order])
+        ref, kept = [], []
+        for i in order:                               # greedy, box by box
+            b = boxes[i]
+            ok = True
+            for j in kept:
+                c = boxes[j]
+                w = max(min(b[2], c[2]) - max(b[0], c[0]), 0)
+                h = max(min(b[3], c[3]) - max(b[1], c[1]), 0)
+                inter = w * h
+                if inter / ((b[2] - b[0]) * (b[3] - b[1]) + (c[2] - c[0]) * (c[3] - c[1]) - inter) > thr:
+                    ok = False
+                    break
+            ref.append(ok)
+            if ok:
+                kept.append(i)
+        np.testing.assert_array_equal(keep, ref)
+    x = np.array([0.5, 1.0, 2.5, 10.0, 0.0, -1.0, -2.5, np.inf, np.nan], np.float32)
+    np.testing.assert_allclose(both(ops.lgamma, [x]), special.gammaln(x), rtol=1e-6)
+    y = rng.uniform(1.5, 6, (3, 4)).astype(np.float32)
+    np.testing.assert_allclose(both(lambda t: ops.mvlgamma(t, 3), [y]), special.multigammaln(y.astype(np.float64), 3),
+                               rtol=1e-5)
+    with pytest.raises(ValueError):
+        ops.mvlgamma(ms.Tensor(np.array([0.5], np.float32)), 3)
+    for n in (0, 1, 5, 12):
+        np.testing.assert_allclose(ops.blackman_window(n, periodic=False).asnumpy(), np.blackman(n), atol=1e-6)
+        if n > 1:
+            np.testing.assert_allclose(ops.blackman_window(ms.Tensor(np.array(n, np.int32))).asnumpy(),
+                                       np.blackman(n + 1)[:-1], atol=1e-6)

@@ -330,6 +330,12 @@ _op("PS_ROI_POOLING", 0xEC, ["spatial_scale:const", "group_size:const", "output_
     "pop rois [B, 5, R] (batch index, x1, y1, x2, y2), x [B*R, output_dim*g*g, H, W]; push [B*R, output_dim, g, g]: "
     "position-sensitive ROI average pooling (R-FCN), bin (i, j) of channel c from input channel (c*g + i)*g + j",
     compiled="l1")
+_op("NMS_WITH_MASK", 0xED, ["iou_threshold:const"], 1, 1, SM.nms_with_mask, "conv",
+    "pop boxes [N, 5] (x1, y1, x2, y2, score); push (the boxes sorted by score, highest first; their int32 indices "
+    "in the input; bool mask of the boxes greedy non-maximum suppression keeps: IOU > iou_threshold suppresses)",
+    compiled="l1")
+_op("LGAMMA", 0xEE, [], 1, 1, partial(S.unary, name="LGAMMA", out_dtype="float"), "elementwise",
+    "pop x; push ln|gamma(x)| (+inf at the poles)", compiled="l1")
 
 # --- fused (produced by the fusion pass, jit/fuse.py; the interpreter runs them too) ---------
 # A fused instruction carries its expression as a program (postfix tuple of nodes: ("in", k),

@@ -337,3 +337,12 @@ def ps_roi_pooling(ctx, ins, args):
                          f"{rois}")
     ctx.env.require_eq(rois.shape[1], 5, f"PS_ROI_POOLING: rois must be [B, 5, R], got {rois}")
     return TensorType((rois.shape[0] * rois.shape[2], Expr.of(out_dim), Expr.of(g), Expr.of(g)), x.dtype)
+
+
+def nms_with_mask(ctx, ins, args):
+    b = _tensor(ins[0], "NMS_WITH_MASK")
+    if b.rank != 2 or not b.dtype.is_float:
+        raise ShapeError(f"NMS_WITH_MASK: bboxes must be a float [N, 5] tensor, got {b}")
+    ctx.env.require_eq(b.shape[1], 5, f"NMS_WITH_MASK: bboxes must be [N, 5], got {b}")
+    n = b.shape[0]
+    return TupleType((b, TensorType((n,), dt.int32), TensorType((n,), dt.bool_)))

@@ -520,7 +520,39 @@ def ps_roi_pooling(x, rois, spatial_scale, group_size, output_dim, out=None):
     return res
 
 
+def nms_with_mask(boxes, iou_threshold, out=None):
+    """Greedy NMS over boxes sorted by score (stable for equal scores): a box is dropped when its
+    IOU (widths x2 - x1, no +1) with a kept, higher-scored box exceeds the threshold."""
+    b = np.asarray(boxes)
+    order = np.argsort(-b[:, 4].astype(np.float64), kind="stable")
+    s = b[order]
+    x1, y1, x2, y2 = (s[:, k].astype(np.float64) for k in range(4))
+    area = np.maximum(x2 - x1, 0) * np.maximum(y2 - y1, 0)
+    keep = np.ones(len(s), bool)
+    for i in range(len(s)):
+        if not keep[i]:
+            continue
+        w = np.maximum(np.minimum(x2[i], x2[i + 1:]) - np.maximum(x1[i], x1[i + 1:]), 0)
+        h = np.maximum(np.minimum(y2[i], y2[i + 1:]) - np.maximum(y1[i], y1[i + 1:]), 0)
+        inter = w * h
+        with np.errstate(invalid="ignore", divide="ignore"):
+            iou = inter / (area[i] + area[i + 1:] - inter)
+        keep[i + 1:] &= ~(iou > iou_threshold)
+    return s, order.astype(np.int32), keep
+
+
+def lgamma(x, out=None):
+    from scipy import special
+
+    x = np.asarray(x)
+    if x.dtype.kind != "f":
+        x = x.astype(np.float32)
+    return np.asarray(special.gammaln(x) if out is None else special.gammaln(x, out=out))
+
+
 KERNELS_MORE = {
+    "NMS_WITH_MASK": nms_with_mask,
+    "LGAMMA": lgamma,
     "PS_ROI_POOLING": ps_roi_pooling,
     "MATRIX_DIAG": matrix_diag,
     "BROADCAST_NEXTAFTER": nextafter,

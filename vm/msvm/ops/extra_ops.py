@@ -936,3 +936,42 @@ def ps_roi_pooling(x, rois, *rest, spatial_scale=1.0, group_size=1, output_dim=1
         if not (isinstance(v, Tensor) or is_graph(v)):
             raise TypeError(f"PSROIPooling: {name} must be a Tensor, got {type(v).__name__}")
     return F.apply("PS_ROI_POOLING", (x, rois), (float(spatial_scale), int(group_size), int(output_dim)))
+
+
+# ---------------------------------------------------------------- NMS, lgamma, windows
+
+def nms_with_mask(bboxes, iou_threshold=0.5):
+    return F.apply("NMS_WITH_MASK", (bboxes,), (float(iou_threshold),))
+
+
+def lgamma(input):  # noqa: A002
+    return F.apply("LGAMMA", (input,))
+
+
+def mvlgamma(input, p):  # noqa: A002
+    """The multivariate log-gamma: p(p-1)/4 ln(pi) + sum_j lgamma(input - j/2), j < p (elements
+    must exceed (p-1)/2)."""
+    if isinstance(p, bool) or not isinstance(p, int) or p < 1:
+        raise ValueError(f"mvlgamma: p must be an int >= 1, got {p!r}")
+    if isinstance(input, Tensor) and not (input.asnumpy() > (p - 1) / 2).all():
+        raise ValueError(f"mvlgamma: every element of input must be greater than (p - 1) / 2 = {(p - 1) / 2}")
+    x = F.cast(input, dt.float32) if not input.dtype.is_float else input
+    total = None
+    for j in range(p):
+        term = lgamma(F.sub(x, j / 2))
+        total = term if total is None else F.add(total, term)
+    return F.add(total, float(p * (p - 1) / 4 * np.log(np.pi)))
+
+
+def blackman_window(window_length, periodic=True, *, dtype=None):
+    """0.42 - 0.5 cos(2 pi n / N) + 0.08 cos(4 pi n / N), N = window_length (periodic) or - 1."""
+    n = int(np.asarray(unwrap(window_length))) if isinstance(window_length, Tensor) else int(window_length)
+    if n < 0:
+        raise ValueError(f"blackman_window: window_length must be >= 0, got {n}")
+    d = dt.as_dtype(dtype) if dtype is not None else dt.float32
+    if n <= 1:
+        return F.ones((n,), d)
+    big = n if periodic else n - 1
+    k = F.mul(F.arange(0, n, 1, dtype=dt.float32), 2 * np.pi / big)
+    w = F.add(F.sub(0.42, F.mul(F.cos(k), 0.5)), F.mul(F.cos(F.mul(k, 2.0)), 0.08))
+    return F.cast(w, d)

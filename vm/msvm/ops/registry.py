@@ -395,6 +395,11 @@ api(lambda x, k, num_rows, num_cols, padding_value, align="RIGHT_LEFT": X.matrix
     x, k, num_rows, num_cols, padding_value, align), "", "MatrixDiagV3", "", attrs=(("align", "RIGHT_LEFT"),))
 api(lambda x, k, padding_value, align="RIGHT_LEFT": X.matrix_diag_part(x, k, padding_value, align), "",
     "MatrixDiagPartV3", "", attrs=(("align", "RIGHT_LEFT"),))
+api(lambda b, iou_threshold=0.5: X.nms_with_mask(b, iou_threshold), "", "NMSWithMask", "",
+    attrs=(("iou_threshold", 0.5),))
+api(X.lgamma, "lgamma", "Lgamma", "lgamma")
+api(X.mvlgamma, "mvlgamma", "", "mvlgamma")
+api(X.blackman_window, "blackman_window", "", "")
 api(X.ps_roi_pooling, "", "PSROIPooling", "", attrs=(("spatial_scale", 1.0), ("group_size", 1), ("output_dim", 1)),
     check=X.check_ps_roi_pooling)
 api(X.max_pool_with_argmax, "", "MaxPoolWithArgmax", "",

@@ -442,12 +442,13 @@ def _make_guard(pattern, rp, vals, out, names):
 
 
 def exact_specs(specs, vals) -> list:
-    """specs with each undeclared tensor's dims fixed to this call's shape: for code that needs a
-    dim's value while compiling (ops.split into that many parts, vmap's loop), which symbolic
-    dims cannot give."""
+    """specs with each tensor's dims fixed to this call's shape: for code that needs a dim's value
+    while compiling (ops.split into that many parts, vmap's loop, a shape tensor's length that sets
+    a random draw's rank), which symbolic dims cannot give; set_inputs' None dims too (issue 21:
+    the compile would fail otherwise)."""
     out = []
     for s, v in zip(specs, vals):
-        if s.kind == "tensor" and not s.may_be_one and isinstance(v, Tensor) and not v.is_placeholder:
+        if s.kind == "tensor" and isinstance(v, Tensor) and not v.is_placeholder:
             s = ArgSpec("tensor", TensorType(tuple(Expr.const(n) for n in v.shape), s.type.dtype))
         out.append(s)
     return out

@@ -695,3 +695,32 @@ def test_nms_lgamma_mvlgamma_blackman(rng):
         if n > 1:
             np.testing.assert_allclose(ops.blackman_window(ms.Tensor(np.array(n, np.int32))).asnumpy(),
                                        np.blackman(n + 1)[:-1], atol=1e-6)
+
+
+class PadV3Net(nn.Cell):
+    def __init__(self, mode, contiguous=True):
+        super().__init__()
+        self.pad = ops.PadV3(mode, contiguous)
+        self.mode = mode
+
+    def construct(self, x, paddings, value):
+        if self.mode == "constant":
+            return self.pad(x, paddings, value) * 2.0
+        return self.pad(x, paddings) * 2.0
+
+
+@pytest.mark.parametrize("mode", ["constant", "reflect", "edge", "circular"])
+def test_pad_v3_with_run_time_paddings(mode, rng):
+    x = rng.standard_normal((2, 3, 5, 6)).astype(np.float32)
+    np_mode = {"circular": "wrap"}.get(mode, mode)
+    for contiguous in (True, False):
+        net = PadV3Net(mode, contiguous)
+        for pads in ((1, 2, 0, 3), (2, -1, -2, 1), (0, 0, 1, 1), (3, 1, 2, 0)):     # (last dim first)
+            flat = pads if contiguous else (pads[0], pads[2], pads[1], pads[3])
+            got = net(ms.Tensor(x), ms.Tensor(np.array(flat, np.int64)), ms.Tensor(np.float32(1.5))).asnumpy()
+            (l3, r3), (l2, r2) = (pads[0], pads[1]), (pads[2], pads[3])
+            y = x[:, :, max(-l2, 0):5 - max(-r2, 0), max(-l3, 0):6 - max(-r3, 0)]
+            grow = ((0, 0), (0, 0), (max(l2, 0), max(r2, 0)), (max(l3, 0), max(r3, 0)))
+            ref = np.pad(y, grow, np_mode, **({"constant_values": 1.5} if mode == "constant" else {}))
+            np.testing.assert_array_equal(got, ref * 2)
+        assert len(net._runner.variants) == 1            # (the paddings are data: one bytecode for all)

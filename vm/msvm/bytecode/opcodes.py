@@ -336,6 +336,10 @@ _op("NMS_WITH_MASK", 0xED, ["iou_threshold:const"], 1, 1, SM.nms_with_mask, "con
     compiled="l1")
 _op("LGAMMA", 0xEE, [], 1, 1, partial(S.unary, name="LGAMMA", out_dtype="float"), "elementwise",
     "pop x; push ln|gamma(x)| (+inf at the poles)", compiled="l1")
+_op("PAD_V3", 0xEF, ["n:count", "mode:const", "contiguous:const"], "n", 1, SM.pad_v3, "layout",
+    "pop [value], paddings (1-D ints, read when it runs), x; push x padded on its last dims, pairs from the last "
+    "dim backwards (contiguous: (begin, end) pairs, else all begins then all ends; negative pads crop) in mode "
+    "constant (value), reflect, edge or circular; the padded dims are data-dependent", compiled="l1")
 
 # --- fused (produced by the fusion pass, jit/fuse.py; the interpreter runs them too) ---------
 # A fused instruction carries its expression as a program (postfix tuple of nodes: ("in", k),

@@ -158,6 +158,8 @@ CONST_OPERANDS = {
     "group_size": (lambda v: _is_int(v) and v > 0, "a positive int"),
     "output_dim": (lambda v: _is_int(v) and v > 0, "a positive int"),
     "iou_threshold": (lambda v: _number(v) and not isinstance(v, bool) and 0 <= v <= 1, "a number in [0, 1]"),
+    "PAD_V3.mode": (lambda v: v in ("constant", "reflect", "edge", "circular"), "constant, reflect, edge or circular"),
+    "contiguous": (lambda v: isinstance(v, bool), "a bool"),
     "parts": (lambda v: isinstance(v, tuple) and all(x is None or isinstance(x, str) for x in v),
               "a tuple of strings and None (a value's place)"),
 }

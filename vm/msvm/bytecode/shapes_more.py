@@ -346,3 +346,19 @@ def nms_with_mask(ctx, ins, args):
     ctx.env.require_eq(b.shape[1], 5, f"NMS_WITH_MASK: bboxes must be [N, 5], got {b}")
     n = b.shape[0]
     return TupleType((b, TensorType((n,), dt.int32), TensorType((n,), dt.bool_)))
+
+
+def pad_v3(ctx, ins, args):
+    x = _tensor(ins[0], "PAD_V3")
+    p = _tensor(ins[1], "PAD_V3", 1)
+    mode = args[1]
+    if mode not in ("constant", "reflect", "edge", "circular"):
+        raise ShapeError(f"PAD_V3: mode must be constant, reflect, edge or circular, got {mode!r}")
+    if p.dtype.kind not in "iu" or p.rank != 1:
+        raise ShapeError(f"PAD_V3: paddings must be a 1-D int tensor, got {p}")
+    n = p.shape[0].const_value()
+    if n is None or n % 2 or n > 2 * x.rank:
+        raise ShapeError(f"PAD_V3: paddings must hold an even number of values, at most {2 * x.rank} (known when "
+                         f"the Cell compiles), got {p}")
+    k = n // 2
+    return TensorType(tuple(x.shape[:x.rank - k]) + tuple(data_dim(ctx, i) for i in range(k)), x.dtype)

@@ -550,7 +550,29 @@ def lgamma(x, out=None):
     return np.asarray(special.gammaln(x) if out is None else special.gammaln(x, out=out))
 
 
+def pad_v3(*args, out=None):
+    """PAD_V3's kernel: ``(x, paddings[, value], mode, contiguous)``."""
+    *ins, mode, contiguous = args
+    x = np.asarray(ins[0])
+    p = [int(v) for v in np.asarray(ins[1]).reshape(-1)]
+    value = np.asarray(ins[2]).reshape(()).item() if len(ins) > 2 else 0
+    k = len(p) // 2
+    pairs = [(p[2 * i], p[2 * i + 1]) for i in range(k)] if contiguous else [(p[i], p[k + i]) for i in range(k)]
+    width = [(0, 0)] * (x.ndim - k) + pairs[::-1]            # (the pairs run from the last dim backwards)
+    crop = tuple(slice(max(-lo, 0), x.shape[i] - max(-hi, 0)) for i, (lo, hi) in enumerate(width))
+    y = x[crop]
+    grow = [(max(lo, 0), max(hi, 0)) for lo, hi in width]
+    for i, (lo, hi) in enumerate(grow):
+        limit = y.shape[i] - (1 if mode == "reflect" else 0)
+        if mode != "constant" and (lo > limit or hi > limit):
+            raise ValueError(f"PAD_V3 ({mode}): pads ({lo}, {hi}) are too large for the dim {y.shape[i]} of axis {i}")
+    if mode == "constant":
+        return np.pad(y, grow, mode="constant", constant_values=value)
+    return np.pad(y, grow, mode={"reflect": "reflect", "edge": "edge", "circular": "wrap"}[mode])
+
+
 KERNELS_MORE = {
+    "PAD_V3": pad_v3,
     "NMS_WITH_MASK": nms_with_mask,
     "LGAMMA": lgamma,
     "PS_ROI_POOLING": ps_roi_pooling,

@@ -975,3 +975,16 @@ def blackman_window(window_length, periodic=True, *, dtype=None):
     k = F.mul(F.arange(0, n, 1, dtype=dt.float32), 2 * np.pi / big)
     w = F.add(F.sub(0.42, F.mul(F.cos(k), 0.5)), F.mul(F.cos(F.mul(k, 2.0)), 0.08))
     return F.cast(w, d)
+
+
+def pad_v3(x, paddings, value=None, mode="constant", paddings_contiguous=True):
+    """PadV3(mode, paddings_contiguous)(x, paddings[, value]): paddings may be a run-time tensor."""
+    m = {"replicate": "edge"}.get(mode, mode)
+    if m not in ("constant", "reflect", "edge", "circular"):
+        raise ValueError(f"PadV3: mode must be constant, reflect, edge or circular, got {mode!r}")
+    if not (isinstance(paddings, Tensor) or is_graph(paddings)):
+        paddings = Tensor(np.asarray(paddings, np.int64))
+    if is_graph(paddings) and isinstance(paddings.shape[0], Expr) and not paddings.shape[0].is_const():
+        raise UnknownDim(f"PadV3: the number of paddings ({paddings.shape[0]}) sets which dims are padded")
+    ins = (x, paddings) if m != "constant" or value is None else (x, paddings, _as_tensor(value, x.dtype))
+    return _apply_n("PAD_V3", ins, (len(ins), m, bool(paddings_contiguous)))

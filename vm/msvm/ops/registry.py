@@ -310,6 +310,9 @@ api(X.unique_with_pad, "unique_with_pad", "UniqueWithPad", "")
 api(X.pad_prim, "", "Pad", "", attrs=(("paddings", ()),))
 api(X.mirror_pad, "", "MirrorPad", "", attrs=(("mode", "REFLECT"),))
 api(X.pad, "pad", "", "")
+api(lambda x, paddings, value=None, mode="constant", paddings_contiguous=True:
+    X.pad_v3(x, paddings, value, mode, paddings_contiguous), "", "PadV3", "",
+    attrs=(("mode", "constant"), ("paddings_contiguous", True)))
 api(X.strided_slice, "strided_slice", "", "")
 api(X.cummin, "cummin", "", "cummin")
 api(X.cummax, "cummax", "", "cummax")

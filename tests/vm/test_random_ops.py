@@ -382,3 +382,17 @@ def test_builtin_print_in_construct_prints_when_the_cell_runs(capsys):
     t1 = "Tensor(shape=[2, 2], dtype=float32, value=[[2. 3.]\n [4. 5.]])"
     once = f"matmul: {t} 2\nadd!\nthen\n{t1}\n"
     assert capsys.readouterr().out == once * 2
+
+
+def test_rrelu_draws_its_slopes(rng):
+    x = rng.standard_normal((300, 40)).astype(np.float32)
+    net = nn.RReLU(0.1, 0.3)
+    a, b = net(ms.Tensor(x)).asnumpy(), net(ms.Tensor(x)).asnumpy()
+    neg = x < 0
+    np.testing.assert_array_equal(a[~neg], x[~neg])
+    slope = a[neg] / x[neg]
+    assert slope.min() >= 0.1 - 1e-6 and slope.max() <= 0.3 + 1e-6 and abs(slope.mean() - 0.2) < 0.005
+    assert not np.array_equal(a, b)
+    np.testing.assert_array_equal(nn.RReLU(0.5, 0.5)(ms.Tensor(x)).asnumpy(), np.where(neg, x * 0.5, x))
+    with pytest.raises(ValueError):
+        nn.RReLU(0.5, 0.1)

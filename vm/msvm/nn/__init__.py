@@ -1,6 +1,16 @@
 """``msvm.nn``: Cell and the built-in layers."""
 
-from .apis import AdaptiveMaxPool1d, AdaptiveMaxPool2d, BiDense, Norm, OneHot, Pad, Range, SoftmaxCrossEntropyWithLogits
+from .apis import (
+    AdaptiveMaxPool1d,
+    AdaptiveMaxPool2d,
+    BiDense,
+    Norm,
+    OneHot,
+    Pad,
+    Range,
+    RReLU,
+    SoftmaxCrossEntropyWithLogits,
+)
 from .cell import Cell, CellList, SequentialCell
 from .conformance import (
     CELU,
@@ -51,5 +61,5 @@ __all__ = ["ELU", "GELU", "AdaptiveAvgPool2d", "AvgPool2d", "BatchNorm1d", "Batc
            "LayerNorm", "LeakyReLU", "MaxPool2d", "ReLU", "ReLU6", "SequentialCell", "SiLU", "Sigmoid", "Softmax",
            "Softplus", "Tanh", "CELU", "FastGelu", "Hardtanh", "HShrink", "KLDivLoss", "LogSoftmax", "Mish", "SeLU",
            "SmoothL1Loss", "Softmax2d", "Softsign", "SoftShrink", "Tanhshrink",
-           "TimeDistributed", "AdaptiveMaxPool1d", "BiDense", "AdaptiveMaxPool2d", "Norm", "OneHot", "Pad", "Range",
+           "TimeDistributed", "AdaptiveMaxPool1d", "BiDense", "AdaptiveMaxPool2d", "Norm", "OneHot", "Pad", "Range", "RReLU",
            "SoftmaxCrossEntropyWithLogits"]

@@ -141,5 +141,24 @@ class BiDense(Cell):
         return X.bidense(input1, input2, self.weight)
 
 
-__all__ = ["AdaptiveMaxPool1d", "AdaptiveMaxPool2d", "BiDense", "Norm", "OneHot", "Pad", "Range",
+class RReLU(Cell):
+    """nn.RReLU(lower, upper): x where x >= 0, else x * alpha with alpha drawn uniform in
+    [lower, upper] for each element at each call (MindSpore draws in inference too)."""
+
+    def __init__(self, lower=1 / 8, upper=1 / 3):
+        super().__init__()
+        for name, v in (("lower", lower), ("upper", upper)):
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise TypeError(f"nn.RReLU: {name} must be a number, got {type(v).__name__}")
+        if lower > upper:
+            raise ValueError(f"nn.RReLU: lower ({lower}) must not exceed upper ({upper})")
+        self.lower, self.upper = float(lower), float(upper)
+        self.uniform = ops.UniformReal()
+
+    def construct(self, x):
+        alpha = ops.add(ops.mul(self.uniform(x.shape), self.upper - self.lower), self.lower)
+        return ops.where(ops.greater_equal(x, 0), x, ops.cast(ops.mul(x, alpha), x.dtype))
+
+
+__all__ = ["AdaptiveMaxPool1d", "AdaptiveMaxPool2d", "BiDense", "Norm", "OneHot", "Pad", "Range", "RReLU",
            "SoftmaxCrossEntropyWithLogits", "ops"]

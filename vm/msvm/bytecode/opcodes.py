@@ -282,6 +282,7 @@ _op("ARGMIN", 0xBC, ["axis:const", "keep_dims:const"], 1, 1, partial(S.argreduce
 
 # --- conformance (issue 21, missing APIs): effects and data-dependent sizes ---------------------
 # RANDOM and PRINT have effects (OpInfo.effect): they run once per execution, in order, at every tier.
+# Bytes 0xE0-0xED and 0xEF, 0xDF (0xEE stays unused: tests/vm/test_binary.py plants it as an unknown opcode).
 _op("RANDOM", 0xE0, ["n:count", "dist:const", "attrs:const", "seed:const"], "n", 1, SM.random, "random",
     "pop n inputs; push a draw from dist (normal, uniform, poisson, shuffle, dropout, ... see "
     "interp/kernels_more.py) made by the generator of seed (seed, seed2, stream); dims read from a shape "
@@ -334,7 +335,7 @@ _op("NMS_WITH_MASK", 0xED, ["iou_threshold:const"], 1, 1, SM.nms_with_mask, "con
     "pop boxes [N, 5] (x1, y1, x2, y2, score); push (the boxes sorted by score, highest first; their int32 indices "
     "in the input; bool mask of the boxes greedy non-maximum suppression keeps: IOU > iou_threshold suppresses)",
     compiled="l1")
-_op("LGAMMA", 0xEE, [], 1, 1, partial(S.unary, name="LGAMMA", out_dtype="float"), "elementwise",
+_op("LGAMMA", 0xDF, [], 1, 1, partial(S.unary, name="LGAMMA", out_dtype="float"), "elementwise",
     "pop x; push ln|gamma(x)| (+inf at the poles)", compiled="l1")
 _op("PAD_V3", 0xEF, ["n:count", "mode:const", "contiguous:const"], "n", 1, SM.pad_v3, "layout",
     "pop [value], paddings (1-D ints, read when it runs), x; push x padded on its last dims, pairs from the last "

@@ -724,3 +724,31 @@ def test_pad_v3_with_run_time_paddings(mode, rng):
             ref = np.pad(y, grow, np_mode, **({"constant_values": 1.5} if mode == "constant" else {}))
             np.testing.assert_array_equal(got, ref * 2)
         assert len(net._runner.variants) == 1            # (the paddings are data: one bytecode for all)
+
+
+def test_batch_norm_assert_concat_offset(rng):
+    x = rng.standard_normal((2, 3, 4)).astype(np.float32)
+    m, v, w, b = (rng.uniform(0.5, 2, 3).astype(np.float32) for _ in range(4))
+    ref = (x - m[None, :, None]) / np.sqrt(v[None, :, None] + 1e-5) * w[None, :, None] + b[None, :, None]
+    np.testing.assert_allclose(both(ops.batch_norm, [x, m, v, w, b]), ref, rtol=1e-5, atol=1e-6)
+    with pytest.raises(NotImplementedError):
+        ops.batch_norm(*(ms.Tensor(t) for t in (x, m, v, w, b)), training=True)
+
+    class Check(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.check = ops.Assert(2)
+
+        def construct(self, ok: bool, x):
+            self.check(ok, [x])
+            return x + 1
+
+    net = Check()
+    np.testing.assert_array_equal(net(True, ms.Tensor(x)).asnumpy(), x + 1)
+    with pytest.raises(RuntimeError, match="assert failed"):
+        net(False, ms.Tensor(x))
+    with pytest.raises(RuntimeError, match="assert failed"):
+        ops.Assert()(False, [ms.Tensor(x)])
+    shapes = [np.array(s, np.int32) for s in ([1, 2, 3], [1, 5, 3], [1, 4, 3])]
+    got = ops.ConcatOffsetV1()(ms.Tensor(np.int32(1)), tuple(ms.Tensor(s) for s in shapes))
+    np.testing.assert_array_equal(np.stack([g.asnumpy() for g in got]), [[0, 0, 0], [0, 2, 0], [0, 7, 0]])

@@ -73,19 +73,21 @@ def _slice_axis(x, axis, start, stop, step):
     return F.apply("SLICE", (x,), (spec,))
 
 
-def _check_at_run_time(pred, message: str) -> None:
-    """Inside construct: a RAISE of ValueError(message) when pred is false when the Cell runs
-    (as ``assert`` under a shape predicate compiles); eagerly pred is a constant."""
+def _check_at_run_time(pred, message: str, exc: str = "ValueError") -> None:
+    """Inside construct: a RAISE of exc(message) when pred is false when the Cell runs (as
+    ``assert`` under a shape predicate compiles); eagerly pred is a constant."""
     c = pred.const_value()
     if c is not None:
         if not c:
-            raise ValueError(message)
+            import builtins
+
+            raise getattr(builtins, exc)(message)
         return
     b = current()
     b.keep_symbolic(pred, *b.branch_preds)
     ok = b.cb.new_label()
     b.emit("BRANCH_IF_SYMBOLIC", b.cb.const(S.pnot(pred)), ok)
-    b.emit("RAISE", b.cb.const("ValueError"), b.cb.const((message,)))
+    b.emit("RAISE", b.cb.const(exc), b.cb.const((message,)))
     b.cb.place(ok)
 
 
@@ -988,3 +990,56 @@ def pad_v3(x, paddings, value=None, mode="constant", paddings_contiguous=True):
         raise UnknownDim(f"PadV3: the number of paddings ({paddings.shape[0]}) sets which dims are padded")
     ins = (x, paddings) if m != "constant" or value is None else (x, paddings, _as_tensor(value, x.dtype))
     return _apply_n("PAD_V3", ins, (len(ins), m, bool(paddings_contiguous)))
+
+
+# ---------------------------------------------------------------- batch_norm, Assert, ConcatOffsetV1
+
+def batch_norm(input_x, running_mean, running_var, weight, bias, training=False, momentum=0.1, eps=1e-5):
+    """ops.batch_norm with the running statistics (training=False): (x - mean) / sqrt(var + eps) *
+    weight + bias over channel axis 1. training=True would update the statistics in place, which
+    msvm's read-only Parameters do not do."""
+    if training:
+        raise NotImplementedError("ops.batch_norm: training=True (batch statistics and their in-place update) is "
+                                  "not supported: msvm runs inference")
+    r = F._rank(input_x)
+    shape = (1, -1) + (1,) * (r - 2)
+
+    def ch(v):
+        return F.reshape(v, shape)
+    scale = F.mul(F.rsqrt(F.add(ch(running_var), float(eps))), ch(weight))
+    return F.add(F.mul(F.sub(input_x, ch(running_mean)), scale), ch(bias))
+
+
+def assert_(condition, input_data, summarize=3):
+    """The Assert primitive: RuntimeError('assert failed ...') when condition is False (a bool, a
+    flag argument of construct, or a 1-element bool tensor given eagerly)."""
+    if isinstance(condition, Tensor):
+        condition = bool(condition.asnumpy().reshape(-1)[0])
+    if isinstance(condition, bool):
+        if not condition:
+            shown = [np.asarray(unwrap(t)).reshape(-1)[:summarize].tolist() for t in input_data
+                     if isinstance(t, Tensor)]
+            raise RuntimeError(f"assert failed: the condition is false; the data begin {shown}")
+        return None
+    from ..bytecode.symbolic import Pred
+
+    if isinstance(condition, Pred):
+        if not tracing():
+            raise TypeError("Assert: a symbolic condition outside a compiled Cell")
+        _check_at_run_time(condition, "assert failed: the condition is false", "RuntimeError")
+        return None
+    raise TypeError(f"Assert: condition must be a bool or a bool flag argument, got {type(condition).__name__}")
+
+
+def concat_offset_v1(axis, x):
+    """ConcatOffsetV1(axis, shapes): for each shape (a 1-D int tensor) the offset where its block
+    starts when the tensors of those shapes are concatenated along axis."""
+    shapes = tuple(x)
+    n = F._shape(shapes[0])[0]
+    pos = F.arange(0, n, 1, dtype=dt.int32)
+    at = F.equal(pos, F.cast(axis, dt.int32) if (isinstance(axis, Tensor) or is_graph(axis)) else int(axis))
+    out, run = [], None
+    for s in shapes:
+        out.append(F.where(at, run if run is not None else F.zeros_like(s), F.zeros_like(s)))
+        run = s if run is None else F.add(run, s)
+    return tuple(out)

@@ -403,6 +403,10 @@ api(lambda b, iou_threshold=0.5: X.nms_with_mask(b, iou_threshold), "", "NMSWith
 api(X.lgamma, "lgamma", "Lgamma", "lgamma")
 api(X.mvlgamma, "mvlgamma", "", "mvlgamma")
 api(X.blackman_window, "blackman_window", "", "")
+api(X.batch_norm, "batch_norm", "", "")
+api(lambda condition, input_data, summarize=3: X.assert_(condition, input_data, summarize), "", "Assert", "",
+    attrs=(("summarize", 3),))
+api(X.concat_offset_v1, "", "ConcatOffsetV1", "")
 api(X.ps_roi_pooling, "", "PSROIPooling", "", attrs=(("spatial_scale", 1.0), ("group_size", 1), ("output_dim", 1)),
     check=X.check_ps_roi_pooling)
 api(X.max_pool_with_argmax, "", "MaxPoolWithArgmax", "",

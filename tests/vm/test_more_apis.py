@@ -752,3 +752,49 @@ def test_batch_norm_assert_concat_offset(rng):
     shapes = [np.array(s, np.int32) for s in ([1, 2, 3], [1, 5, 3], [1, 4, 3])]
     got = ops.ConcatOffsetV1()(ms.Tensor(np.int32(1)), tuple(ms.Tensor(s) for s in shapes))
     np.testing.assert_array_equal(np.stack([g.asnumpy() for g in got]), [[0, 0, 0], [0, 2, 0], [0, 7, 0]])
+
+
+def _conv_ref(x, w, stride, pads, dil, group):
+    n = x.ndim - 2
+    xp = np.pad(x.astype(np.float64), [(0, 0), (0, 0)] + [(pads[2 * i], pads[2 * i + 1]) for i in range(n)])
+    ks = w.shape[2:]
+    outs = [(xp.shape[2 + i] - dil[i] * (ks[i] - 1) - 1) // stride[i] + 1 for i in range(n)]
+    res = np.zeros((x.shape[0], w.shape[0]) + tuple(outs))
+    cg, og = x.shape[1] // group, w.shape[0] // group
+    for o in range(w.shape[0]):
+        g = o // og
+        for pos in np.ndindex(*outs):
+            sl = tuple(slice(p * s, p * s + d * (k - 1) + 1, d) for p, s, d, k in zip(pos, stride, dil, ks))
+            patch = xp[(slice(None), slice(g * cg, (g + 1) * cg)) + sl]
+            res[(slice(None), o) + pos] = (patch * w[o]).reshape(x.shape[0], -1).sum(1)
+    return res
+
+
+def test_conv3d_against_a_loop(rng):
+    for stride, pad_mode, padding, dil, group in ((1, "valid", 0, 1, 1), (2, "pad", 1, 1, 2), (1, "same", 0, 2, 1),
+                                                  ((1, 2, 1), "pad", (1, 0, 0, 1, 2, 1), (1, 1, 2), 1)):
+        x = rng.standard_normal((2, 4, 5, 6, 5)).astype(np.float32)
+        w = rng.standard_normal((6, 4 // group, 2, 3, 2)).astype(np.float32)
+        got = both(lambda a, b, s=stride, m=pad_mode, p=padding, d=dil, g=group: ops.conv3d(
+            a, b, None, s, m, p, d, g), [x, w])
+        s3 = (stride,) * 3 if isinstance(stride, int) else stride
+        d3 = (dil,) * 3 if isinstance(dil, int) else dil
+        if pad_mode == "same":
+            pads = []
+            for i in range(3):
+                o = -(-x.shape[2 + i] // s3[i])
+                t = max((o - 1) * s3[i] + d3[i] * (w.shape[2 + i] - 1) + 1 - x.shape[2 + i], 0)
+                pads += [t // 2, t - t // 2]
+        elif pad_mode == "pad":
+            pads = [padding] * 6 if isinstance(padding, int) else list(padding)
+        else:
+            pads = [0] * 6
+        np.testing.assert_allclose(got, _conv_ref(x, w, s3, pads, d3, group), rtol=1e-4, atol=1e-4)
+    layer = nn.Conv3d(4, 3, 2, pad_mode="valid", has_bias=True, bias_init="ones")
+    x = rng.standard_normal((1, 4, 3, 3, 3)).astype(np.float32)
+    ref = _conv_ref(x, layer.weight.asnumpy(), (1, 1, 1), [0] * 6, (1, 1, 1), 1) + 1
+    np.testing.assert_allclose(layer(ms.Tensor(x)).asnumpy(), ref, rtol=1e-4, atol=1e-4)
+    prim = ops.Conv3D(6, 2, pad_mode="pad", pad=(1, 1, 1, 1, 1, 1), stride=(1, 1, 1, 1, 1))
+    w = rng.standard_normal((6, 4, 2, 2, 2)).astype(np.float32)
+    np.testing.assert_allclose(prim(ms.Tensor(x), ms.Tensor(w)).asnumpy(),
+                               _conv_ref(x, w, (1, 1, 1), [1] * 6, (1, 1, 1), 1), rtol=1e-4, atol=1e-4)

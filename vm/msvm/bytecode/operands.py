@@ -160,6 +160,8 @@ CONST_OPERANDS = {
     "iou_threshold": (lambda v: _number(v) and not isinstance(v, bool) and 0 <= v <= 1, "a number in [0, 1]"),
     "PAD_V3.mode": (lambda v: v in ("constant", "reflect", "edge", "circular"), "constant, reflect, edge or circular"),
     "contiguous": (lambda v: isinstance(v, bool), "a bool"),
+    "conv": (lambda v: isinstance(v, tuple) and len(v) == 4 and _is_int(v[3]) and v[3] > 0,
+             "(stride, pads, dilation, group)"),
     "parts": (lambda v: isinstance(v, tuple) and all(x is None or isinstance(x, str) for x in v),
               "a tuple of strings and None (a value's place)"),
 }

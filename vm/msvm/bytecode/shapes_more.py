@@ -362,3 +362,29 @@ def pad_v3(ctx, ins, args):
                          f"the Cell compiles), got {p}")
     k = n // 2
     return TensorType(tuple(x.shape[:x.rank - k]) + tuple(data_dim(ctx, i) for i in range(k)), x.dtype)
+
+
+def conv_nd(ctx, ins, args):
+    x = _tensor(ins[0], "CONV_ND")
+    w = _tensor(ins[1], "CONV_ND", 1)
+    stride, pads, dil, group = args[0]
+    n = x.rank - 2
+    if n not in (1, 2, 3) or w.rank != x.rank or len(stride) != n or len(dil) != n:
+        raise ShapeError(f"CONV_ND: x {x} and w {w} need the same rank, 3 to 5, and {n} strides and dilations")
+    ks = [d.const_value() for d in w.shape[2:]]
+    if any(k is None for k in ks):
+        raise ShapeError(f"CONV_ND: the kernel size must be known, got weight {w}")
+    ctx.env.require_eq(x.shape[1], w.shape[1] * group, f"CONV_ND: input {x} has {x.shape[1]} channels, the weight "
+                       f"{w} expects {w.shape[1]} x group {group}")
+    out = [x.shape[0], w.shape[0]]
+    for i in range(n):
+        d = ctx.env.norm(x.shape[2 + i])
+        if pads == ("same",):
+            out.append((d + (stride[i] - 1)) // stride[i])
+            continue
+        span = d + (pads[2 * i] + pads[2 * i + 1]) - (dil[i] * (ks[i] - 1) + 1)
+        c = span.const_value()
+        if c is not None and c < 0:
+            raise ShapeError(f"CONV_ND: the kernel is larger than the padded input along spatial dim {i}")
+        out.append(span // stride[i] + 1)
+    return TensorType(tuple(ctx.env.norm(Expr.of(v)) for v in out), x.dtype if x.dtype.is_float else dt.float32)

@@ -571,7 +571,38 @@ def pad_v3(*args, out=None):
     return np.pad(y, grow, mode={"reflect": "reflect", "edge": "edge", "circular": "wrap"}[mode])
 
 
+def conv_nd(x, w, conv, out=None):
+    """CONV_ND: N-D cross-correlation by windows of the padded input and a tensordot per group
+    (float64 accumulation)."""
+    stride, pads, dil, group = conv
+    x, w = np.asarray(x), np.asarray(w)
+    n = x.ndim - 2
+    ks = w.shape[2:]
+    if pads == ("same",):
+        pads = []
+        for i in range(n):
+            d = x.shape[2 + i]
+            o = -(-d // stride[i])
+            total = max((o - 1) * stride[i] + dil[i] * (ks[i] - 1) + 1 - d, 0)
+            pads += [total // 2, total - total // 2]
+    xp = np.pad(x.astype(np.float64), [(0, 0), (0, 0)] + [(pads[2 * i], pads[2 * i + 1]) for i in range(n)])
+    span = tuple(dil[i] * (ks[i] - 1) + 1 for i in range(n))
+    win = np.lib.stride_tricks.sliding_window_view(xp, span, axis=tuple(range(2, 2 + n)))
+    win = win[(slice(None), slice(None)) + tuple(slice(None, None, s) for s in stride)
+              + (Ellipsis,) + tuple(slice(None, None, d) for d in dil)]       # [N, C, *out, *k]
+    cg, og = x.shape[1] // group, w.shape[0] // group
+    outs = []
+    for g in range(group):
+        part = win[:, g * cg:(g + 1) * cg]
+        wg = w[g * og:(g + 1) * og].astype(np.float64)                       # [og, cg, *k]
+        r = np.tensordot(part, wg, axes=([1] + list(range(2 + n, 2 + 2 * n)), list(range(1, 2 + n))))
+        outs.append(np.moveaxis(r, -1, 1))                                   # [N, og, *out]
+    res = np.concatenate(outs, 1)
+    return res.astype(x.dtype if x.dtype.kind == "f" else np.float32)
+
+
 KERNELS_MORE = {
+    "CONV_ND": conv_nd,
     "PAD_V3": pad_v3,
     "NMS_WITH_MASK": nms_with_mask,
     "LGAMMA": lgamma,

@@ -4,6 +4,7 @@ from .apis import (
     AdaptiveMaxPool1d,
     AdaptiveMaxPool2d,
     BiDense,
+    Conv3d,
     Norm,
     OneHot,
     Pad,
@@ -61,5 +62,7 @@ __all__ = ["ELU", "GELU", "AdaptiveAvgPool2d", "AvgPool2d", "BatchNorm1d", "Batc
            "LayerNorm", "LeakyReLU", "MaxPool2d", "ReLU", "ReLU6", "SequentialCell", "SiLU", "Sigmoid", "Softmax",
            "Softplus", "Tanh", "CELU", "FastGelu", "Hardtanh", "HShrink", "KLDivLoss", "LogSoftmax", "Mish", "SeLU",
            "SmoothL1Loss", "Softmax2d", "Softsign", "SoftShrink", "Tanhshrink",
-           "TimeDistributed", "AdaptiveMaxPool1d", "BiDense", "AdaptiveMaxPool2d", "Norm", "OneHot", "Pad", "Range", "RReLU",
+           "TimeDistributed",
+           # issue 21 (nn/apis.py)
+           "AdaptiveMaxPool1d", "AdaptiveMaxPool2d", "BiDense", "Conv3d", "Norm", "OneHot", "Pad", "Range", "RReLU",
            "SoftmaxCrossEntropyWithLogits"]

@@ -160,5 +160,42 @@ class RReLU(Cell):
         return ops.where(ops.greater_equal(x, 0), x, ops.cast(ops.mul(x, alpha), x.dtype))
 
 
-__all__ = ["AdaptiveMaxPool1d", "AdaptiveMaxPool2d", "BiDense", "Norm", "OneHot", "Pad", "Range", "RReLU",
+class Conv3d(Cell):
+    """nn.Conv3d (NCDHW): weight [out, in/group, kd, kh, kw]; pad_mode 'same' (default), 'valid', 'pad'
+    (padding: one int or 6, before and after per dim)."""
+
+    def __init__(self, in_channels, out_channels, kernel_size, stride=1, pad_mode="same", padding=0, dilation=1,
+                 group=1, has_bias=False, weight_init=None, bias_init=None, data_format="NCDHW", dtype=None):
+        super().__init__()
+        import math
+
+        from .. import dtype as dt
+        from ..tensor import Parameter
+        from .layers import _init
+
+        if data_format != "NCDHW":
+            raise ValueError(f"nn.Conv3d: data_format must be 'NCDHW', got {data_format!r}")
+        if in_channels % group or out_channels % group:
+            raise ValueError(f"nn.Conv3d: in_channels {in_channels} and out_channels {out_channels} must be divisible "
+                             f"by group {group}")
+        ks = X._ntuple(kernel_size, 3, "nn.Conv3d: kernel_size")
+        self.stride, self.dilation = X._ntuple(stride, 3, "nn.Conv3d"), X._ntuple(dilation, 3, "nn.Conv3d")
+        self.pad_mode, self.padding, self.group = pad_mode, padding, int(group)
+        X._pool_pads(pad_mode, padding, 3, "nn.Conv3d")            # (checked now)
+        d = dt.as_dtype(dtype) if dtype is not None else dt.float32
+        fan_in = (in_channels // group) * math.prod(ks)
+        self.weight = Parameter(_init(weight_init, (out_channels, in_channels // group) + ks, d, fan_in), name="weight")
+        self.has_bias = bool(has_bias)
+        self.bias = Parameter(_init(bias_init if bias_init is not None else "zeros", (out_channels,), d, fan_in),
+                              name="bias") if has_bias else None
+
+    def construct(self, x):
+        out = X.conv_nd(x, self.weight, self.stride, self.pad_mode, self.padding, self.dilation, self.group, 3,
+                        "nn.Conv3d")
+        if self.has_bias:
+            out = out + ops.reshape(self.bias, (1, -1, 1, 1, 1))
+        return out
+
+
+__all__ = ["AdaptiveMaxPool1d", "Conv3d", "AdaptiveMaxPool2d", "BiDense", "Norm", "OneHot", "Pad", "Range", "RReLU",
            "SoftmaxCrossEntropyWithLogits", "ops"]

@@ -1043,3 +1043,32 @@ def concat_offset_v1(axis, x):
         out.append(F.where(at, run if run is not None else F.zeros_like(s), F.zeros_like(s)))
         run = s if run is None else F.add(run, s)
     return tuple(out)
+
+
+# ---------------------------------------------------------------- 3-D (and 1-D) convolution
+
+def conv_nd(x, weight, stride=1, pad_mode="valid", padding=0, dilation=1, group=1, n=3, what="conv3d"):
+    if any(isinstance(k, Expr) and not k.is_const() for k in F._shape(weight)[2:]):
+        raise UnknownDim(f"{what}: the kernel size of the weight {F._shape(weight)} must be known when the Cell compiles")
+    s = _ntuple(stride, n, what)
+    d = _ntuple(dilation, n, what)
+    pads = _pool_pads(pad_mode, padding, n, what)
+    return F.apply("CONV_ND", (x, weight), ((s, pads, d, int(group)),))
+
+
+def conv3d(input, weight, bias=None, stride=1, pad_mode="valid", padding=0, dilation=1, groups=1):  # noqa: A002
+    out = conv_nd(input, weight, stride, pad_mode, padding, dilation, groups, 3, "conv3d")
+    return out if bias is None else F.add(out, F.reshape(bias, (1, -1, 1, 1, 1)))
+
+
+def conv3d_prim(x, w, out_channel=1, kernel_size=1, mode=1, pad_mode="valid", pad=0, stride=1, dilation=1, group=1,
+                data_format="NCDHW"):
+    """The Conv3D primitive: ``Conv3D(out_channel, kernel_size, mode, pad_mode, pad, stride, dilation,
+    group)(x, w)``; stride and dilation may be 5-tuples (N, C dims first, as MindSpore takes them)."""
+    if data_format != "NCDHW":
+        raise ValueError(f"Conv3D: data_format must be 'NCDHW', got {data_format!r}")
+
+    def three(v):
+        v = (v,) * 3 if isinstance(v, int) else tuple(v)
+        return v[2:] if len(v) == 5 else v
+    return conv_nd(x, w, three(stride), pad_mode, pad, three(dilation), group, 3, "Conv3D")

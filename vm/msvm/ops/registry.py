@@ -407,6 +407,10 @@ api(X.batch_norm, "batch_norm", "", "")
 api(lambda condition, input_data, summarize=3: X.assert_(condition, input_data, summarize), "", "Assert", "",
     attrs=(("summarize", 3),))
 api(X.concat_offset_v1, "", "ConcatOffsetV1", "")
+api(X.conv3d, "conv3d", "", "")
+api(X.conv3d_prim, "", "Conv3D", "",
+    attrs=(("out_channel", 1), ("kernel_size", 1), ("mode", 1), ("pad_mode", "valid"), ("pad", 0), ("stride", 1),
+           ("dilation", 1), ("group", 1), ("data_format", "NCDHW")))
 api(X.ps_roi_pooling, "", "PSROIPooling", "", attrs=(("spatial_scale", 1.0), ("group_size", 1), ("output_dim", 1)),
     check=X.check_ps_roi_pooling)
 api(X.max_pool_with_argmax, "", "MaxPoolWithArgmax", "",

@@ -798,3 +798,30 @@ def test_conv3d_against_a_loop(rng):
     w = rng.standard_normal((6, 4, 2, 2, 2)).astype(np.float32)
     np.testing.assert_allclose(prim(ms.Tensor(x), ms.Tensor(w)).asnumpy(),
                                _conv_ref(x, w, (1, 1, 1), [1] * 6, (1, 1, 1), 1), rtol=1e-4, atol=1e-4)
+
+
+def _conv_t_ref(x, w, s, pads, d, op):
+    """The transposed convolution by its definition: each input element adds w * x at i*s + k*d."""
+    n, cin = x.shape[:2]
+    ks = w.shape[2:]
+    full = [(x.shape[2 + i] - 1) * s[i] + d[i] * (ks[i] - 1) + 1 + op[i] for i in range(3)]
+    out = np.zeros((n, w.shape[1]) + tuple(full))
+    for pos in np.ndindex(*x.shape[2:]):
+        for k in np.ndindex(*ks):
+            at = tuple(p * st + kk * dd for p, st, kk, dd in zip(pos, s, k, d))
+            out[(slice(None), slice(None)) + at] += np.einsum("nc,co->no", x[(slice(None), slice(None)) + pos],
+                                                              w[(slice(None), slice(None)) + k])
+    return out[(slice(None), slice(None)) + tuple(slice(pads[2 * i], full[i] - pads[2 * i + 1]) for i in range(3))]
+
+
+def test_conv3d_transpose_against_its_definition(rng):
+    x = rng.standard_normal((1, 3, 3, 2, 3)).astype(np.float32)
+    w = rng.standard_normal((3, 2, 2, 3, 2)).astype(np.float32)
+    for stride, pad, dil, op in ((1, 0, 1, 0), (2, 1, 1, 1), ((1, 2, 2), (0, 1, 1, 0, 0, 1), (2, 1, 1), (0, 1, 0))):
+        s = (stride,) * 3 if isinstance(stride, int) else stride
+        d = (dil,) * 3 if isinstance(dil, int) else dil
+        o = (op,) * 3 if isinstance(op, int) else op
+        pads = (pad,) * 6 if isinstance(pad, int) else pad
+        got = both(lambda a, b, st=stride, p=pad, dl=dil, op_=op: ops.Conv3DTranspose(
+            3, 2, (2, 3, 2), pad_mode="pad", pad=p, stride=st, dilation=dl, output_padding=op_)(a, b), [x, w])
+        np.testing.assert_allclose(got, _conv_t_ref(x, w, s, pads, d, o), rtol=1e-4, atol=1e-4)

@@ -1072,3 +1072,47 @@ def conv3d_prim(x, w, out_channel=1, kernel_size=1, mode=1, pad_mode="valid", pa
         v = (v,) * 3 if isinstance(v, int) else tuple(v)
         return v[2:] if len(v) == 5 else v
     return conv_nd(x, w, three(stride), pad_mode, pad, three(dilation), group, 3, "Conv3D")
+
+
+def conv3d_transpose(x, weight, stride=1, pad_mode="valid", pad=0, dilation=1, group=1, output_padding=0):
+    """The transposed 3-D convolution (Conv3DTranspose, group 1): the input zero-interleaved by the
+    stride, padded by dilation*(k-1) less the pads, convolved with the flipped, transposed weight."""
+    if group != 1:
+        raise NotImplementedError("Conv3DTranspose: group > 1 is not supported")
+    if any(isinstance(k, Expr) and not k.is_const() for k in F._shape(weight)[2:]):
+        raise UnknownDim(f"Conv3DTranspose: the kernel size of the weight {F._shape(weight)} must be known when "
+                         "the Cell compiles")
+    ks = [int(k.const_value() if isinstance(k, Expr) else k) for k in F._shape(weight)[2:]]
+    s, d = _ntuple(stride, 3, "Conv3DTranspose"), _ntuple(dilation, 3, "Conv3DTranspose")
+    op = _ntuple(output_padding, 3, "Conv3DTranspose")
+    span = [d[i] * (ks[i] - 1) + 1 for i in range(3)]
+    mode = str(pad_mode).lower()
+    if mode == "same":
+        pads = []
+        for i in range(3):
+            total = max(span[i] - s[i], 0)
+            pads += [total // 2, total - total // 2]
+    else:
+        pads = list(_pool_pads(mode, pad, 3, "Conv3DTranspose"))
+    y = x
+    for i in range(3):
+        axis = 2 + i
+        m = F._shape(y)[axis]
+        if s[i] > 1:
+            y = _spread(y, axis, s[i], 0, s[i] * (m - 1) + 1)
+    pairs = [(0, 0), (0, 0)] + [(span[i] - 1 - pads[2 * i], span[i] - 1 - pads[2 * i + 1] + op[i]) for i in range(3)]
+    y = pad_pairs(y, pairs)
+    w = F.apply("SLICE", (weight,), ((("s", None, None, None),) * 2 + (("s", None, None, -1),) * 3,))
+    w = F.transpose(w, (1, 0, 2, 3, 4))
+    return conv_nd(y, w, 1, "valid", 0, d, 1, 3, "Conv3DTranspose")
+
+
+def conv3d_transpose_prim(x, w, in_channel=1, out_channel=1, kernel_size=1, mode=1, pad_mode="valid", pad=0,
+                          stride=1, dilation=1, group=1, output_padding=0, data_format="NCDHW"):
+    if data_format != "NCDHW":
+        raise ValueError(f"Conv3DTranspose: data_format must be 'NCDHW', got {data_format!r}")
+
+    def three(v):
+        v = (v,) * 3 if isinstance(v, int) else tuple(v)
+        return v[2:] if len(v) == 5 else v
+    return conv3d_transpose(x, w, three(stride), pad_mode, pad, three(dilation), group, three(output_padding))

@@ -408,6 +408,10 @@ api(lambda condition, input_data, summarize=3: X.assert_(condition, input_data, 
     attrs=(("summarize", 3),))
 api(X.concat_offset_v1, "", "ConcatOffsetV1", "")
 api(X.conv3d, "conv3d", "", "")
+api(X.conv3d_transpose_prim, "", "Conv3DTranspose", "",
+    attrs=(("in_channel", 1), ("out_channel", 1), ("kernel_size", 1), ("mode", 1), ("pad_mode", "valid"),
+           ("pad", 0), ("stride", 1), ("dilation", 1), ("group", 1), ("output_padding", 0),
+           ("data_format", "NCDHW")))
 api(X.conv3d_prim, "", "Conv3D", "",
     attrs=(("out_channel", 1), ("kernel_size", 1), ("mode", 1), ("pad_mode", "valid"), ("pad", 0), ("stride", 1),
            ("dilation", 1), ("group", 1), ("data_format", "NCDHW")))

@@ -825,3 +825,30 @@ def test_conv3d_transpose_against_its_definition(rng):
         got = both(lambda a, b, st=stride, p=pad, dl=dil, op_=op: ops.Conv3DTranspose(
             3, 2, (2, 3, 2), pad_mode="pad", pad=p, stride=st, dilation=dl, output_padding=op_)(a, b), [x, w])
         np.testing.assert_allclose(got, _conv_t_ref(x, w, s, pads, d, o), rtol=1e-4, atol=1e-4)
+
+
+def test_ctc_greedy_decoder(rng):
+    x = rng.standard_normal((6, 3, 4)).astype(np.float32)
+    x[:, 0, 3] = -9                      # (row 0 never picks the blank)
+    x[2, 1] = [0, 0, 0, 9]               # (a blank in row 1)
+    x[3, 2], x[4, 2] = [9, 0, 0, 0], [9, 0, 0, 0]     # (a repeat in row 2)
+    lens = np.array([6, 4, 5], np.int32)
+    for merge in (True, False):
+        idx, vals, shape, logp = both(lambda a, b, m=merge: ops.CTCGreedyDecoder(m)(a, b), [x, lens])
+        ref_idx, ref_vals, longest = [], [], 0
+        for b in range(3):
+            best = x[:lens[b], b].argmax(1)
+            out, prev = [], -1
+            for c in best:
+                if c != 3 and not (merge and c == prev):
+                    out.append(int(c))
+                prev = c
+            ref_idx += [(b, i) for i in range(len(out))]
+            ref_vals += out
+            longest = max(longest, len(out))
+            np.testing.assert_allclose(logp[b, 0], -x[:lens[b], b].max(1).sum(), rtol=1e-6)
+        np.testing.assert_array_equal(idx, np.array(ref_idx).reshape(-1, 2))
+        np.testing.assert_array_equal(vals, ref_vals)
+        np.testing.assert_array_equal(shape, [3, longest])
+    with pytest.raises(RuntimeError, match="should be less than"):
+        ops.CTCGreedyDecoder()(ms.Tensor(x), ms.Tensor(np.array([7, 1, 1], np.int32)))

@@ -282,7 +282,7 @@ _op("ARGMIN", 0xBC, ["axis:const", "keep_dims:const"], 1, 1, partial(S.argreduce
 
 # --- conformance (issue 21, missing APIs): effects and data-dependent sizes ---------------------
 # RANDOM and PRINT have effects (OpInfo.effect): they run once per execution, in order, at every tier.
-# Bytes 0xE0-0xED and 0xEF, 0xDE-0xDF (0xEE stays unused: tests/vm/test_binary.py plants it as an unknown opcode).
+# Bytes 0xE0-0xED and 0xEF, 0xDD-0xDF (0xEE stays unused: tests/vm/test_binary.py plants it as an unknown opcode).
 _op("RANDOM", 0xE0, ["n:count", "dist:const", "attrs:const", "seed:const"], "n", 1, SM.random, "random",
     "pop n inputs; push a draw from dist (normal, uniform, poisson, shuffle, dropout, ... see "
     "interp/kernels_more.py) made by the generator of seed (seed, seed2, stream); dims read from a shape "
@@ -344,6 +344,10 @@ _op("PAD_V3", 0xEF, ["n:count", "mode:const", "contiguous:const"], "n", 1, SM.pa
 _op("CONV_ND", 0xDE, ["conv:const"], 2, 1, SM.conv_nd, "conv",
     "pop w [O, C/group, *k], x [N, C, *spatial]; push the cross-correlation [N, O, *out] for 1 or 3 spatial dims: "
     "conv = (stride, pads (before and after per dim, or ('same',)), dilation, group)", compiled="l1")
+_op("CTC_GREEDY_DECODER", 0xDD, ["merge_repeated:const"], 2, 1, SM.ctc_greedy_decoder, "reduction",
+    "pop sequence_length [B], inputs [T, B, K]; push TF's greedy CTC decoding: (indices [u, 2] int64, values [u] "
+    "int64, dense shape [2] int64, log_probability [B, 1]); the blank is class K-1, u is data-dependent",
+    compiled="l1")
 
 # --- fused (produced by the fusion pass, jit/fuse.py; the interpreter runs them too) ---------
 # A fused instruction carries its expression as a program (postfix tuple of nodes: ("in", k),

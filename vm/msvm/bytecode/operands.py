@@ -162,6 +162,7 @@ CONST_OPERANDS = {
     "contiguous": (lambda v: isinstance(v, bool), "a bool"),
     "conv": (lambda v: isinstance(v, tuple) and len(v) == 4 and _is_int(v[3]) and v[3] > 0,
              "(stride, pads, dilation, group)"),
+    "merge_repeated": (lambda v: isinstance(v, bool), "a bool"),
     "parts": (lambda v: isinstance(v, tuple) and all(x is None or isinstance(x, str) for x in v),
               "a tuple of strings and None (a value's place)"),
 }

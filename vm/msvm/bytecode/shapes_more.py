@@ -388,3 +388,17 @@ def conv_nd(ctx, ins, args):
             raise ShapeError(f"CONV_ND: the kernel is larger than the padded input along spatial dim {i}")
         out.append(span // stride[i] + 1)
     return TensorType(tuple(ctx.env.norm(Expr.of(v)) for v in out), x.dtype if x.dtype.is_float else dt.float32)
+
+
+def ctc_greedy_decoder(ctx, ins, args):
+    x = _tensor(ins[0], "CTC_GREEDY_DECODER")
+    sl = _tensor(ins[1], "CTC_GREEDY_DECODER", 1)
+    if x.rank != 3 or not x.dtype.is_float:
+        raise ShapeError(f"CTC_GREEDY_DECODER: inputs must be a float [max_time, batch, classes] tensor, got {x}")
+    if sl.rank != 1 or sl.dtype.kind not in "iu":
+        raise ShapeError(f"CTC_GREEDY_DECODER: sequence_length must be a 1-D int tensor, got {sl}")
+    ctx.env.require_eq(sl.shape[0], x.shape[1], f"CTC_GREEDY_DECODER: sequence_length {sl} must have the batch "
+                                                f"size of {x}")
+    u = data_dim(ctx)
+    return TupleType((TensorType((u, Expr.of(2)), dt.int64), TensorType((u,), dt.int64),
+                      TensorType((Expr.of(2),), dt.int64), TensorType((x.shape[1], Expr.of(1)), x.dtype)))

@@ -601,7 +601,35 @@ def conv_nd(x, w, conv, out=None):
     return res.astype(x.dtype if x.dtype.kind == "f" else np.float32)
 
 
+def ctc_greedy_decoder(x, seq_len, merge_repeated, out=None):
+    """TF's CTCGreedyDecoder: per batch row the argmax class of each step before its length, repeats
+    merged (merge_repeated) and the blank (the last class) dropped; log_probability is minus the sum
+    of the chosen logits."""
+    x, seq_len = np.asarray(x), np.asarray(seq_len).astype(np.int64)
+    t_max, batch, k = x.shape
+    if (seq_len > t_max).any() or (seq_len < 0).any():
+        raise RuntimeError(f"CTC_GREEDY_DECODER: sequence_length {seq_len.tolist()} should be less than or equal to "
+                           f"max_time {t_max} (and >= 0)")
+    idx, vals = [], []
+    logp = np.zeros((batch, 1), x.dtype)
+    longest = 0
+    for b in range(batch):
+        prev, n = -1, 0
+        for t in range(seq_len[b]):
+            c = int(np.argmax(x[t, b]))
+            logp[b, 0] -= x[t, b, c]
+            if c != k - 1 and not (merge_repeated and c == prev):
+                idx.append((b, n))
+                vals.append(c)
+                n += 1
+            prev = c
+        longest = max(longest, n)
+    return (np.asarray(idx, np.int64).reshape(-1, 2), np.asarray(vals, np.int64), np.asarray([batch, longest],
+                                                                                            np.int64), logp)
+
+
 KERNELS_MORE = {
+    "CTC_GREEDY_DECODER": ctc_greedy_decoder,
     "CONV_ND": conv_nd,
     "PAD_V3": pad_v3,
     "NMS_WITH_MASK": nms_with_mask,

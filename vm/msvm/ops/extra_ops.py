@@ -1116,3 +1116,7 @@ def conv3d_transpose_prim(x, w, in_channel=1, out_channel=1, kernel_size=1, mode
         v = (v,) * 3 if isinstance(v, int) else tuple(v)
         return v[2:] if len(v) == 5 else v
     return conv3d_transpose(x, w, three(stride), pad_mode, pad, three(dilation), group, three(output_padding))
+
+
+def ctc_greedy_decoder(inputs, sequence_length, merge_repeated=True):
+    return F.apply("CTC_GREEDY_DECODER", (inputs, sequence_length), (bool(merge_repeated),))

@@ -408,6 +408,9 @@ api(lambda condition, input_data, summarize=3: X.assert_(condition, input_data, 
     attrs=(("summarize", 3),))
 api(X.concat_offset_v1, "", "ConcatOffsetV1", "")
 api(X.conv3d, "conv3d", "", "")
+api(X.ctc_greedy_decoder, "ctc_greedy_decoder", "", "")
+api(lambda x, sl, merge_repeated=True: X.ctc_greedy_decoder(x, sl, merge_repeated), "", "CTCGreedyDecoder", "",
+    attrs=(("merge_repeated", True),))
 api(X.conv3d_transpose_prim, "", "Conv3DTranspose", "",
     attrs=(("in_channel", 1), ("out_channel", 1), ("kernel_size", 1), ("mode", 1), ("pad_mode", "valid"),
            ("pad", 0), ("stride", 1), ("dilation", 1), ("group", 1), ("output_padding", 0),

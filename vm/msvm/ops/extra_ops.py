@@ -8,6 +8,8 @@ row: it runs when the Cell runs, in program order, at every tier); outside it pr
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 
 from .. import dtype as dt
@@ -30,6 +32,19 @@ def print_(*input_x, sep="\n", end="\n"):
     return None
 
 
+def _tup(v):
+    """A tuple result inside construct as a Python tuple of graph values (UNPACK_TUPLE into slots),
+    so it can be indexed, unpacked or stacked by vmap like MindSpore's; other values unchanged."""
+    from ..bytecode.types import TupleType
+
+    if is_graph(v) and isinstance(v.type, TupleType):
+        return current().unpack_graph_tuple(v, f"%tuple{next(_tuple_hints)}")
+    return v
+
+
+_tuple_hints = itertools.count()
+
+
 def _apply_n(opname: str, inputs: tuple, operands: tuple):
     """F.apply for a row whose first operand counts its inputs: the interpreter's kernels get the
     operands without the count, so an eager call leaves it out too."""
@@ -48,7 +63,7 @@ def _apply_n(opname: str, inputs: tuple, operands: tuple):
 def unique(input):  # noqa: A002
     """(the distinct values of input, flattened, in order of first appearance; each element's index
     among them, int32)."""
-    return F.apply("UNIQUE", (input,), (None,))
+    return _tup(F.apply("UNIQUE", (input,), (None,)))
 
 
 def unique_with_pad(x, pad_num):
@@ -59,7 +74,7 @@ def unique_with_pad(x, pad_num):
         raise TypeError("UniqueWithPad: pad_num must be a constant inside construct")
     if isinstance(pad_num, np.generic):
         pad_num = pad_num.item()
-    return F.apply("UNIQUE", (x,), (pad_num,))
+    return _tup(F.apply("UNIQUE", (x,), (pad_num,)))
 
 
 # ---------------------------------------------------------------- padding modes
@@ -232,16 +247,16 @@ def _axis(axis, x, what):
 
 def cummin(input, axis):  # noqa: A002
     """(running minimum along axis, int64 index of each: the last of equal values)."""
-    return F.apply("CUMULATE", (input,), (_axis(axis, input, "cummin"), "min", False, False))
+    return _tup(F.apply("CUMULATE", (input,), (_axis(axis, input, "cummin"), "min", False, False)))
 
 
 def cummax(input, axis):  # noqa: A002
-    return F.apply("CUMULATE", (input,), (_axis(axis, input, "cummax"), "max", False, False))
+    return _tup(F.apply("CUMULATE", (input,), (_axis(axis, input, "cummax"), "max", False, False)))
 
 
 def cumprod(input, dim, dtype=None, exclusive=False, reverse=False):  # noqa: A002
     x = F.cast(input, dtype) if dtype is not None else input
-    return F.apply("CUMULATE", (x,), (_axis(dim, input, "cumprod"), "prod", bool(exclusive), bool(reverse)))
+    return _tup(F.apply("CUMULATE", (x,), (_axis(dim, input, "cumprod"), "prod", bool(exclusive), bool(reverse))))
 
 
 def cumprod_prim(x, axis, exclusive=False, reverse=False):
@@ -708,7 +723,7 @@ def pool_nd(x, mode, kernel_size, stride, pad_mode="valid", padding=0, ceil_mode
     k = _ntuple(kernel_size, n, what)
     s = k if stride is None else _ntuple(stride, n, what)
     window = (mode, k, s, _pool_pads(pad_mode, padding, n, what), bool(count_include_pad), bool(ceil_mode))
-    return F.apply("POOL_ND", (x,), (window,))
+    return _tup(F.apply("POOL_ND", (x,), (window,)))
 
 
 def avg_pool1d(input_x, kernel_size=1, stride=1, padding=0, ceil_mode=False, count_include_pad=True):
@@ -748,15 +763,15 @@ def _bins(output_size, n):
 
 
 def adaptive_max_pool1d(input, output_size):  # noqa: A002
-    return F.apply("ADAPTIVE_MAX_POOL", (input,), (_bins(output_size, 1), False))
+    return _tup(F.apply("ADAPTIVE_MAX_POOL", (input,), (_bins(output_size, 1), False)))
 
 
 def adaptive_max_pool2d(input, output_size, return_indices=False):  # noqa: A002
-    return F.apply("ADAPTIVE_MAX_POOL", (input,), (_bins(output_size, 2), bool(return_indices)))
+    return _tup(F.apply("ADAPTIVE_MAX_POOL", (input,), (_bins(output_size, 2), bool(return_indices))))
 
 
 def adaptive_max_pool3d(input, output_size, return_indices=False):  # noqa: A002
-    return F.apply("ADAPTIVE_MAX_POOL", (input,), (_bins(output_size, 3), bool(return_indices)))
+    return _tup(F.apply("ADAPTIVE_MAX_POOL", (input,), (_bins(output_size, 3), bool(return_indices))))
 
 
 # ---------------------------------------------------------------- small math and layers
@@ -943,7 +958,7 @@ def ps_roi_pooling(x, rois, *rest, spatial_scale=1.0, group_size=1, output_dim=1
 # ---------------------------------------------------------------- NMS, lgamma, windows
 
 def nms_with_mask(bboxes, iou_threshold=0.5):
-    return F.apply("NMS_WITH_MASK", (bboxes,), (float(iou_threshold),))
+    return _tup(F.apply("NMS_WITH_MASK", (bboxes,), (float(iou_threshold),)))
 
 
 def lgamma(input):  # noqa: A002
@@ -1119,4 +1134,4 @@ def conv3d_transpose_prim(x, w, in_channel=1, out_channel=1, kernel_size=1, mode
 
 
 def ctc_greedy_decoder(inputs, sequence_length, merge_repeated=True):
-    return F.apply("CTC_GREEDY_DECODER", (inputs, sequence_length), (bool(merge_repeated),))
+    return _tup(F.apply("CTC_GREEDY_DECODER", (inputs, sequence_length), (bool(merge_repeated),)))

@@ -26,7 +26,7 @@ from ..tensor import Tensor, unwrap, wrap
 def draw(dist: str, inputs: tuple, attrs: tuple, seed: tuple):
     """One RANDOM instruction (inside construct) or its kernel at once (PyNative)."""
     if tracing():
-        return trace_op("RANDOM", inputs, (len(inputs), dist, attrs, seed))
+        return _unpack(trace_op("RANDOM", inputs, (len(inputs), dist, attrs, seed)))
     return wrap(KERNELS["RANDOM"](*(unwrap(x) for x in inputs), dist, attrs, seed))
 
 
@@ -304,7 +304,9 @@ dropout3d = _dropout_nd(3)
 
 def _unpack(v):
     """A RANDOM tuple result: a Python tuple eagerly; inside construct, its items (UNPACK_TUPLE)."""
-    if is_graph(v):
+    from ..bytecode.types import TupleType
+
+    if is_graph(v) and isinstance(v.type, TupleType):
         from ..frontend.graph import current
 
         return current().unpack_graph_tuple(v, f"%rand{next(_hints)}")

@@ -852,3 +852,20 @@ def test_ctc_greedy_decoder(rng):
         np.testing.assert_array_equal(shape, [3, longest])
     with pytest.raises(RuntimeError, match="should be less than"):
         ops.CTCGreedyDecoder()(ms.Tensor(x), ms.Tensor(np.array([7, 1, 1], np.int32)))
+
+
+def test_no_repeat_ngram(rng):
+    seq = np.array([[[1, 2, 1, 2, 5, 1, 2], [9, 3, 9, 5, 4, 1, 5]],
+                    [[4, 8, 6, 4, 5, 6, 4], [4, 8, 8, 4, 3, 4, 8]]], np.int32)
+    lp = rng.random((2, 2, 10)).astype(np.float32)
+    want = lp.copy()
+    big = -np.finfo(np.float32).max
+    want[0, 0, [1, 5]] = big
+    want[1, 0, 5] = big
+    want[1, 1, 8] = big
+    np.testing.assert_array_equal(both(lambda a, b: ops.NoRepeatNGram(3)(a, b), [seq, lp]), want)
+    want1 = lp.copy()
+    for b in range(2):
+        for h in range(2):
+            want1[b, h, np.unique(seq[b, h])] = big          # n = 1: every token seen
+    np.testing.assert_array_equal(ops.NoRepeatNGram(1)(ms.Tensor(seq), ms.Tensor(lp)).asnumpy(), want1)

@@ -282,7 +282,7 @@ _op("ARGMIN", 0xBC, ["axis:const", "keep_dims:const"], 1, 1, partial(S.argreduce
 
 # --- conformance (issue 21, missing APIs): effects and data-dependent sizes ---------------------
 # RANDOM and PRINT have effects (OpInfo.effect): they run once per execution, in order, at every tier.
-# Bytes 0xE0-0xED and 0xEF, 0xDD-0xDF (0xEE stays unused: tests/vm/test_binary.py plants it as an unknown opcode).
+# Bytes 0xE0-0xED and 0xEF, 0xDC-0xDF (0xEE stays unused: tests/vm/test_binary.py plants it as an unknown opcode).
 _op("RANDOM", 0xE0, ["n:count", "dist:const", "attrs:const", "seed:const"], "n", 1, SM.random, "random",
     "pop n inputs; push a draw from dist (normal, uniform, poisson, shuffle, dropout, ... see "
     "interp/kernels_more.py) made by the generator of seed (seed, seed2, stream); dims read from a shape "
@@ -348,6 +348,9 @@ _op("CTC_GREEDY_DECODER", 0xDD, ["merge_repeated:const"], 2, 1, SM.ctc_greedy_de
     "pop sequence_length [B], inputs [T, B, K]; push TF's greedy CTC decoding: (indices [u, 2] int64, values [u] "
     "int64, dense shape [2] int64, log_probability [B, 1]); the blank is class K-1, u is data-dependent",
     compiled="l1")
+_op("NO_REPEAT_NGRAM", 0xDC, ["ngram_size:const"], 2, 1, SM.no_repeat_ngram, "layout",
+    "pop log_probs [..., V], state_seq [..., L] (ints); push log_probs with -FLT_MAX at each token that would "
+    "repeat an n-gram of the sequence (the token after an earlier copy of its last n-1 tokens)", compiled="l1")
 
 # --- fused (produced by the fusion pass, jit/fuse.py; the interpreter runs them too) ---------
 # A fused instruction carries its expression as a program (postfix tuple of nodes: ("in", k),

@@ -163,6 +163,7 @@ CONST_OPERANDS = {
     "conv": (lambda v: isinstance(v, tuple) and len(v) == 4 and _is_int(v[3]) and v[3] > 0,
              "(stride, pads, dilation, group)"),
     "merge_repeated": (lambda v: isinstance(v, bool), "a bool"),
+    "ngram_size": (lambda v: _is_int(v) and v > 0, "a positive int"),
     "parts": (lambda v: isinstance(v, tuple) and all(x is None or isinstance(x, str) for x in v),
               "a tuple of strings and None (a value's place)"),
 }

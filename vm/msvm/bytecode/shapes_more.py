@@ -402,3 +402,13 @@ def ctc_greedy_decoder(ctx, ins, args):
     u = data_dim(ctx)
     return TupleType((TensorType((u, Expr.of(2)), dt.int64), TensorType((u,), dt.int64),
                       TensorType((Expr.of(2),), dt.int64), TensorType((x.shape[1], Expr.of(1)), x.dtype)))
+
+
+def no_repeat_ngram(ctx, ins, args):
+    seq = _tensor(ins[0], "NO_REPEAT_NGRAM")
+    lp = _tensor(ins[1], "NO_REPEAT_NGRAM", 1)
+    if seq.dtype.kind not in "iu" or not lp.dtype.is_float or seq.rank != lp.rank or seq.rank < 1:
+        raise ShapeError(f"NO_REPEAT_NGRAM: state_seq must be ints and log_probs floats of one rank, got {seq} and {lp}")
+    for i, (a, b) in enumerate(zip(seq.shape[:-1], lp.shape[:-1])):
+        ctx.env.require_eq(a, b, f"NO_REPEAT_NGRAM: state_seq {seq} and log_probs {lp} differ in dim {i}")
+    return lp

@@ -628,7 +628,24 @@ def ctc_greedy_decoder(x, seq_len, merge_repeated, out=None):
                                                                                             np.int64), logp)
 
 
+def no_repeat_ngram(seq, log_probs, ngram_size, out=None):
+    seq, lp = np.asarray(seq), np.array(log_probs, copy=True)
+    n = ngram_size
+    length = seq.shape[-1]
+    flat_s, flat_p = seq.reshape(-1, length), lp.reshape(-1, lp.shape[-1])
+    for r in range(flat_s.shape[0]):
+        s = flat_s[r]
+        tail = s[length - (n - 1):] if n > 1 else s[:0]
+        for i in range(length - n + 1):
+            if n == 1 or np.array_equal(s[i:i + n - 1], tail):
+                tok = int(s[i + n - 1])
+                if 0 <= tok < flat_p.shape[1]:
+                    flat_p[r, tok] = -np.finfo(np.float32).max
+    return flat_p.reshape(lp.shape)
+
+
 KERNELS_MORE = {
+    "NO_REPEAT_NGRAM": no_repeat_ngram,
     "CTC_GREEDY_DECODER": ctc_greedy_decoder,
     "CONV_ND": conv_nd,
     "PAD_V3": pad_v3,

@@ -1135,3 +1135,7 @@ def conv3d_transpose_prim(x, w, in_channel=1, out_channel=1, kernel_size=1, mode
 
 def ctc_greedy_decoder(inputs, sequence_length, merge_repeated=True):
     return _tup(F.apply("CTC_GREEDY_DECODER", (inputs, sequence_length), (bool(merge_repeated),)))
+
+
+def no_repeat_ngram(state_seq, log_probs, ngram_size=1):
+    return F.apply("NO_REPEAT_NGRAM", (state_seq, log_probs), (int(ngram_size),))

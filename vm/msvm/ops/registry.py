@@ -409,6 +409,7 @@ api(lambda condition, input_data, summarize=3: X.assert_(condition, input_data, 
 api(X.concat_offset_v1, "", "ConcatOffsetV1", "")
 api(X.conv3d, "conv3d", "", "")
 api(X.ctc_greedy_decoder, "ctc_greedy_decoder", "", "")
+api(X.no_repeat_ngram, "", "NoRepeatNGram", "", attrs=(("ngram_size", 1),))
 api(lambda x, sl, merge_repeated=True: X.ctc_greedy_decoder(x, sl, merge_repeated), "", "CTCGreedyDecoder", "",
     attrs=(("merge_repeated", True),))
 api(X.conv3d_transpose_prim, "", "Conv3DTranspose", "",

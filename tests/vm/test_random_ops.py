@@ -396,3 +396,43 @@ def test_rrelu_draws_its_slopes(rng):
     np.testing.assert_array_equal(nn.RReLU(0.5, 0.5)(ms.Tensor(x)).asnumpy(), np.where(neg, x * 0.5, x))
     with pytest.raises(ValueError):
         nn.RReLU(0.5, 0.1)
+
+
+def test_effect_rows_survive_the_binary_format_and_the_disassembler(tmp_path):
+    from msvm import bytecode
+    from msvm.static import analyze_file
+
+    src = tmp_path / "effects.py"
+    src.write_text(PROGRAM)
+    (entry,) = [e for e in analyze_file(str(src)) if e.name == "Effects"]
+    code = entry.code
+    names = [i.op.name for i in code.instrs]
+    assert {"RANDOM", "PRINT", "UNIQUE"} <= set(names)
+    p = tmp_path / "e.msbc"
+    bytecode.save(code, p)
+    back = bytecode.load(p)
+    assert back == code and bytecode.dump(back) == bytecode.dump(code)
+    again = bytecode.assemble(bytecode.disassemble(code))
+    assert again == code
+    bytecode.verify(again)
+
+
+PROGRAM = """
+import msvm as ms
+from msvm import nn, ops
+
+
+class Effects(nn.Cell):
+    def __init__(self):
+        super().__init__()
+        self.normal = ops.StandardNormal(3, 4)
+        self.drop = ops.Dropout2D(0.5)
+        self.print = ops.Print()
+
+    def construct(self, x):
+        n = self.normal((x.shape[0], 3))
+        self.print("rows", x.shape[0], x)
+        y, m = self.drop(x)
+        u, i = ops.unique(ops.reshape(y, (-1,)))
+        return n, y * 2.0, m, u, i
+"""

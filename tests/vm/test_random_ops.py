@@ -436,3 +436,30 @@ class Effects(nn.Cell):
         u, i = ops.unique(ops.reshape(y, (-1,)))
         return n, y * 2.0, m, u, i
 """
+
+
+class UniqueDims(nn.Cell):
+    """The data-dependent size of unique's result used where a dim's value is needed."""
+
+    def construct(self, x):
+        u, idx = ops.unique(x)
+        pairs = ops.reshape(u, (-1, 2))                     # (u // 2 rows: a run-time dim)
+        n = u.shape[0]
+        pos = ops.arange(n, dtype=ms.float32) * 1.0          # (an ARANGE of a data-dependent length)
+        return pairs * 2.0, pos + u, ops.gather(u, idx, 0)
+
+
+def test_data_dependent_dims_are_bound_when_the_cell_runs():
+    net = UniqueDims()
+    for x in ([3, 1, 3, 2, 5, 6, 7], [7, 7, 1, 2, 9], [4, 4, 4, 9, 8, 1, 2, 3]):
+        xs = np.array(x, np.float32)
+        ref_u = np.array(list(dict.fromkeys(x)), np.float32)
+        pairs, pos, back = net(ms.Tensor(xs))
+        np.testing.assert_array_equal(pairs.asnumpy(), ref_u.reshape(-1, 2) * 2)
+        np.testing.assert_array_equal(pos.asnumpy(), np.arange(len(ref_u)) + ref_u)
+        np.testing.assert_array_equal(back.asnumpy(), xs)
+    assert len(net._runner.variants) == 1
+    with pytest.raises(Exception, match="reshape|RESHAPE"):
+        net(ms.Tensor(np.array([1, 2, 3], np.float32)))          # three values do not make pairs
+    names = [i.op.name for v in net._runner.variants.values() for i in v.code.instrs]
+    assert "BIND_DIMS" in names

@@ -282,7 +282,7 @@ _op("ARGMIN", 0xBC, ["axis:const", "keep_dims:const"], 1, 1, partial(S.argreduce
 
 # --- conformance (issue 21, missing APIs): effects and data-dependent sizes ---------------------
 # RANDOM and PRINT have effects (OpInfo.effect): they run once per execution, in order, at every tier.
-# Bytes 0xE0-0xED and 0xEF, 0xDC-0xDF (0xEE stays unused: tests/vm/test_binary.py plants it as an unknown opcode).
+# Bytes 0xE0-0xED and 0xEF, 0xDB-0xDF (0xEE stays unused: tests/vm/test_binary.py plants it as an unknown opcode).
 _op("RANDOM", 0xE0, ["n:count", "dist:const", "attrs:const", "seed:const"], "n", 1, SM.random, "random",
     "pop n inputs; push a draw from dist (normal, uniform, poisson, shuffle, dropout, ... see "
     "interp/kernels_more.py) made by the generator of seed (seed, seed2, stream); dims read from a shape "
@@ -291,6 +291,9 @@ _op("PRINT", 0xE1, ["n:count", "parts:const"], "n", 0, SM.print_, "control",
     "pop n values; write the template parts to stdout, each None replaced by the next value (the parts hold the "
     "separators and the end)",
     effect="io")
+_op("BIND_DIMS", 0xDB, ["dims:const"], 1, 1, SM.bind_dims, "control",
+    "pop v, push it back with its data-dependent dims bound to symbols: dims = ((symbol, item, dim), ...), item -1 "
+    "for a tensor, else the index in a tuple (issue 21; later operands may read the symbols)")
 _op("UNIQUE", 0xE2, ["pad_value:const"], 1, 1, SM.unique, "layout",
     "pop x; push (its distinct values in order of first appearance [u], each element's index among them "
     "(int32, x's shape)); u is data-dependent, unless pad_value is a number: then x is 1-D and the values "

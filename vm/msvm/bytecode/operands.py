@@ -164,6 +164,10 @@ CONST_OPERANDS = {
              "(stride, pads, dilation, group)"),
     "merge_repeated": (lambda v: isinstance(v, bool), "a bool"),
     "ngram_size": (lambda v: _is_int(v) and v > 0, "a positive int"),
+    "dims": (lambda v: isinstance(v, tuple) and all(isinstance(d, tuple) and len(d) == 3 and isinstance(d[0], str)
+                                                    and d[0] and _is_int(d[1]) and _is_int(d[2]) and d[2] >= 0
+                                                    for d in v),
+             "a tuple of (symbol, item, dim)"),
     "parts": (lambda v: isinstance(v, tuple) and all(x is None or isinstance(x, str) for x in v),
               "a tuple of strings and None (a value's place)"),
 }

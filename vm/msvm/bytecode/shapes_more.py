@@ -412,3 +412,25 @@ def no_repeat_ngram(ctx, ins, args):
     for i, (a, b) in enumerate(zip(seq.shape[:-1], lp.shape[:-1])):
         ctx.env.require_eq(a, b, f"NO_REPEAT_NGRAM: state_seq {seq} and log_probs {lp} differ in dim {i}")
     return lp
+
+
+def bind_dims(ctx, ins, args):
+    """BIND_DIMS: v's type with the named dims replaced by the symbols (data-dependent from here on;
+    the dims they replace are unified with them)."""
+    (v,) = ins
+    env = ctx.env
+    items = list(v.items) if isinstance(v, TupleType) else None
+    for name, item, dim in args[0]:
+        t = v if item < 0 else (items[item] if items is not None and item < len(items) else None)
+        if not isinstance(t, TensorType) or not 0 <= dim < t.rank:
+            raise ShapeError(f"BIND_DIMS: {v} has no dim {dim} at item {item} for {name}")
+        s = sym(name)
+        env.unifiable.add(name)
+        env.data.add(name)
+        env.require_eq(t.shape[dim], s, f"BIND_DIMS: {name}")
+        t = TensorType(tuple(s if k == dim else d for k, d in enumerate(t.shape)), t.dtype)
+        if item < 0:
+            v = t
+        else:
+            items[item] = t
+    return TupleType(tuple(items)) if items is not None else v

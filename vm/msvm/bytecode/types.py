@@ -143,6 +143,8 @@ class ShapeEnv:
             if name in self.unifiable and name not in val.symbols():
                 self._bind(name, val, why)
                 return val
+        if self.data and (a.symbols() | b.symbols()) & self.data:
+            return a if a.is_const() else b if b.is_const() else a     # (data-dependent: the kernels check it)
         if not any(x == a and y == b for x, y, _ in self.assumptions):
             self.assumptions.append((a, b, why))
         return a if a.is_const() else b if b.is_const() else a
@@ -150,6 +152,8 @@ class ShapeEnv:
     def assume(self, a: Expr, b: Expr, why: str) -> None:
         """Leave a == b for the VM to check when the symbols are bound."""
         a, b = self.norm(a), self.norm(b)
+        if self.data and (a.symbols() | b.symbols()) & self.data:
+            return                     # (a data-dependent dim is not known on entry: the kernels check it)
         if a != b and not any(x == a and y == b for x, y, _ in self.assumptions):
             self.assumptions.append((a, b, why))
 

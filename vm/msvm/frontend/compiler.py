@@ -168,6 +168,27 @@ _SAFE_BUILTINS = {"len", "range", "int", "float", "bool", "tuple", "list", "min"
 _FOLD_MODULES = ("math", "numpy")
 
 
+def _type_symbols(t) -> set:
+    if isinstance(t, TensorType):
+        return set().union(*(d.symbols() for d in t.shape)) if t.shape else set()
+    if isinstance(t, TupleType):
+        return set().union(*(_type_symbols(x) for x in t.items)) if t.items else set()
+    return set()
+
+
+def _data_dims(t, data) -> tuple:
+    """((symbol, item, dim), ...) of the data-dependent dims of a value's type (BIND_DIMS' operand)."""
+    out = []
+    for item, tt in ([(-1, t)] if isinstance(t, TensorType) else list(enumerate(t.items))
+                     if isinstance(t, TupleType) else []):
+        if isinstance(tt, TensorType):
+            for k, d in enumerate(tt.shape):
+                name = d.as_symbol()
+                if name in data and name not in {o[0] for o in out}:
+                    out.append((name, item, k))
+    return tuple(out)
+
+
 def _is_int(v) -> bool:
     return (isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))) or isinstance(v, Expr)
 
@@ -340,6 +361,11 @@ class FunctionCompiler:
             for (_oname, okind), val in zip(op.operands, operands):
                 raw.append(val if okind == "count" else self.cb.const(val))
             self.emit(opname, *raw, loc=v.loc or loc)
+            if self.env.data:                       # (issue 21) data-dependent dims become symbols here
+                known = set().union(*(_type_symbols(g.type) for g in ins)) if ins else set()
+                dims = _data_dims(v.type, self.env.data - known)
+                if dims:
+                    self.emit("BIND_DIMS", self.cb.const(dims), loc=v.loc or loc)
         elif kind == "call":
             _, idx, ins = node
             for g in ins:

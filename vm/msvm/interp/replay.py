@@ -152,6 +152,8 @@ class _Writer:
                 result = stack.pop()
             elif name == "RAISE":        # the interpreter raises it, with its message
                 raise NotReplayable("the path raises")
+            elif name == "BIND_DIMS":    # (its symbols change with the data: no fixed path)
+                raise NotReplayable("BIND_DIMS binds data-dependent dims")
             elif ins.op.effect:          # (a fallback would run its draw or print a second time)
                 raise NotReplayable(f"{name} has an effect ({ins.op.effect})")
             else:

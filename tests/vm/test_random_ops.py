@@ -463,3 +463,20 @@ def test_data_dependent_dims_are_bound_when_the_cell_runs():
         net(ms.Tensor(np.array([1, 2, 3], np.float32)))          # three values do not make pairs
     names = [i.op.name for v in net._runner.variants.values() for i in v.code.instrs]
     assert "BIND_DIMS" in names
+
+
+def test_streams_are_forgotten_safely_while_the_generators_are_in_use():
+    """A primitive collected (its finalizer runs) while another draw holds the streams' lock:
+    no deadlock (the lock is re-entrant), and the stream is gone."""
+    import gc
+
+    from msvm.interp import rng
+
+    for _ in range(200):
+        p = ops.StandardNormal(0, 0)
+        p((2,))
+        sid = p._call_kw["stream"]
+        with rng._lock:                      # (as if a draw held it when the collector ran)
+            del p
+            gc.collect()
+        assert not any(k[0] == sid for k in rng._streams)

@@ -21,7 +21,8 @@ import weakref
 
 import numpy as np
 
-_lock = threading.Lock()
+_lock = threading.RLock()     # (re-entrant: a primitive's finalizer, run by the garbage collector while this
+#                                thread holds the lock, forgets its stream under the same lock)
 _streams: dict[tuple, np.random.Generator] = {}     # (stream, seed, seed2) -> its generator
 _ids = itertools.count(1)
 _named: dict = {}                 # (function name, seed, seed2) -> stream

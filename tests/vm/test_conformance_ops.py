@@ -404,11 +404,16 @@ def test_jit_function_that_needs_dims(rng):
         np.testing.assert_allclose(halves(ms.Tensor(x)).asnumpy(), x[:, :n] * x[:, n:], rtol=1e-6)
 
 
-def test_declared_dynamic_dims_still_say_why(rng):
+def test_declared_dynamic_dims_compile_for_exact_shapes_too(rng):
+    """set_inputs' None dims: where compiling needs their value, a variant per exact shape (issue 21;
+    before, this was a FrontendError)."""
     net = SplitMap()
     net.set_inputs(ms.Tensor(shape=[None, 3], dtype=ms.float32))
-    with pytest.raises(Exception, match="must be known"):
-        net(ms.Tensor(rng.standard_normal((4, 3)).astype(np.float32)))
+    for rows in (4, 6, 4):
+        x = rng.standard_normal((rows, 3)).astype(np.float32)
+        np.testing.assert_allclose(net(ms.Tensor(x)).asnumpy(), np.maximum(x[:rows // 2], 0) + x[rows // 2:],
+                                   rtol=1e-6)
+    assert net._runner.exact_shapes and len(net._runner.variants) == 2
 
 
 class _Inner(nn.Cell):

@@ -125,9 +125,10 @@ def test_split_needs_a_known_axis_size():
             return a
 
     net = Dyn()
-    net.set_inputs(ms.Tensor(shape=[None, 2], dtype=ms.float32))     # declared dynamic: the size is not known
-    with pytest.raises(ms.FrontendError, match="must be known"):
+    net.set_inputs(ms.Tensor(shape=[None, 2], dtype=ms.float32))     # declared dynamic: compiled per exact shape
+    with pytest.raises(ms.FrontendError, match="cannot unpack 5 values into 2 names"):
         net(ms.Tensor(np.ones((5, 2), np.float32)))
+    np.testing.assert_array_equal(net(ms.Tensor(np.ones((2, 2), np.float32))).asnumpy(), np.ones((1, 2)))
     # undeclared, the construct compiles for the call's exact shape (issue 21), so the unpacking is what is wrong
     with pytest.raises(ms.FrontendError, match="cannot unpack 5 values into 2 names"):
         Dyn()(ms.Tensor(np.ones((5, 2), np.float32)))

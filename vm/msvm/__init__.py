@@ -9,7 +9,7 @@ with symbolic shapes, are verified before they run, and run in the interpreter.
 
 from . import bytecode, common, events, nn, ops
 from .checkpoint import load_checkpoint, load_param_into_net, save_checkpoint
-from .context import GRAPH_MODE, PYNATIVE_MODE, _pynative_executor, get_context, set_context  # noqa: F401
+from .context import COMPATIBLE, GRAPH_MODE, LAX, PYNATIVE_MODE, STRICT, _pynative_executor, get_context, set_context  # noqa: F401
 from .dtype import (
                     bool_,
                     complex64,
@@ -34,7 +34,9 @@ from .dtype import (
 )
 from .errors import BytecodeError, ExecutionError, FrontendError, MsvmError, ShapeMismatch, VerifyError
 from .interp.interpreter import set_trace
+from .interp.rng import get_seed, set_seed  # noqa: F401 - MindSpore's global seed (issue 21)
 from .jitfn import jit
+from .ops.extra_ops import mutable  # noqa: F401 - (issue 21)
 from .tensor import Parameter, Tensor
 
 __version__ = "0.1.0"

@@ -66,6 +66,12 @@ MODULES = {
     "mindspore.ops.function.nn_func": "msvm.ops",
     "mindspore.common.api": "msvm",
     "mindspore._checkparam": "msvm.checkparam",
+    # issue 21: random ops and the other modules MindSpore's tests import ops from
+    "mindspore.ops.operations.random_ops": "msvm.ops.primitives",
+    "mindspore.ops.operations.image_ops": "msvm.ops.primitives",
+    "mindspore.ops.operations.other_ops": "msvm.ops.primitives",
+    "mindspore.ops.function.random_func": "msvm.ops",
+    "mindspore.ops._primitive_cache": "msvm.ops._primitive_cache",
 }
 
 # attributes MindSpore has under another name in msvm, per mindspore module

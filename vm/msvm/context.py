@@ -32,7 +32,11 @@ def _note_slow() -> None:
 
 _note_slow()
 
-_KNOWN = {"mode", "device_target", "device_id", "jit_config", "max_call_depth", "save_graphs", "pynative_synchronize"}
+_KNOWN = {"mode", "device_target", "device_id", "jit_config", "max_call_depth", "save_graphs", "pynative_synchronize",
+          "jit_syntax_level"}
+# MindSpore's jit_syntax_level values: msvm's frontend has one syntax (what construct may use is its
+# own, documented in the README), so the level is recorded and checked, not acted on
+STRICT, COMPATIBLE, LAX = 0, 1, 2
 
 
 def gpu_problem() -> str | None:
@@ -84,7 +88,11 @@ def set_context(**kwargs) -> None:
     for k, v in kwargs.items():
         if k not in _KNOWN:
             raise ValueError(f"set_context: unknown key {k!r}; known: {', '.join(sorted(_KNOWN))}")
-        if k == "mode":
+        if k == "jit_syntax_level":
+            if v not in (STRICT, COMPATIBLE, LAX):
+                raise ValueError(f"set_context: jit_syntax_level must be ms.STRICT, ms.COMPATIBLE or ms.LAX, got {v!r}")
+            _ctx["jit_syntax_level"] = v
+        elif k == "mode":
             if v not in (GRAPH_MODE, PYNATIVE_MODE):
                 raise ValueError(f"set_context: mode must be ms.GRAPH_MODE (0) or ms.PYNATIVE_MODE (1), got {v!r}")
             _ctx["mode"] = v

@@ -452,12 +452,13 @@ def _make_guard(pattern, rp, vals, out, names):
 
 
 def exact_specs(specs, vals) -> list:
-    """specs with each undeclared tensor's dims fixed to this call's shape, and each int argument
-    baked in: for code that needs a dim's or an int's value while compiling (ops.split into that
-    many parts, vmap's loop, P.Renorm(p, axis) with p an argument), which symbols cannot give."""
+    """specs with each tensor's dims fixed to this call's shape, and each int argument baked in: for
+    code that needs a dim's or an int's value while compiling (ops.split into that many parts, vmap's
+    loop, P.Renorm(p, axis) with p an argument, a shape tensor's length that sets a random draw's
+    rank), which symbols cannot give; set_inputs' None dims too (the compile would fail otherwise)."""
     out = []
     for s, v in zip(specs, vals):
-        if s.kind == "tensor" and not s.may_be_one and isinstance(v, Tensor) and not v.is_placeholder:
+        if s.kind == "tensor" and isinstance(v, Tensor) and not v.is_placeholder:
             s = ArgSpec("tensor", TensorType(tuple(Expr.const(n) for n in v.shape), s.type.dtype))
         elif s.kind == "scalar" and type(v) is int:    # (issue 21) an int a primitive's attribute needs
             s = ArgSpec("const", value=v)

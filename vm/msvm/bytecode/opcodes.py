@@ -22,11 +22,13 @@ from functools import partial
 from typing import Callable
 
 from . import shapes as S
+from . import shapes_more as SM
 
 ABI_VERSION = 1
 
 OPERAND_KINDS = ("local", "const", "name", "label", "count", "callee")
-KINDS = ("control", "memory", "layout", "elementwise", "reduction", "matmul", "conv", "fused")
+KINDS = ("control", "memory", "layout", "elementwise", "reduction", "matmul", "conv", "fused", "random")
+EFFECT_KINDS = ("", "param", "random", "io")
 COMPILED = ("fused", "kernel", "l1")
 
 
@@ -82,6 +84,7 @@ def _op(name, code, operands, pops, pushes, rule, kind, doc, **kw):
     for _, k in ops:
         assert k in OPERAND_KINDS, (name, k)
     assert kind in KINDS, (name, kind)
+    assert kw.get("effect", "") in EFFECT_KINDS, (name, kw.get("effect"))
     computes = kind not in ("control", "memory") or name == "FILL"
     assert (kw.get("compiled") in COMPILED) == computes, f"{name}: compiled= must be one of {COMPILED} exactly " \
         "for a computing row"
@@ -304,6 +307,81 @@ for _n, _c, _d, _o in [("REAL", 0xF1, "the real part (a real x: x)", None),
         compiled="l1")
 _op("COMPLEX", 0xF5, [], 2, 1, partial(S.binary, name="COMPLEX", out_dtype="complex"), "elementwise",
     "pop imag, real; push real + 1j * imag with numpy broadcasting (float64 parts: complex128)", compiled="l1")
+
+# --- conformance (issue 21, missing APIs): effects and data-dependent sizes ---------------------
+# RANDOM and PRINT have effects (OpInfo.effect): they run once per execution, in order, at every tier.
+# Bytes 0xE0-0xED and 0xEF, 0xDB-0xDF (0xEE stays unused: tests/vm/test_binary.py plants it as an unknown opcode).
+_op("RANDOM", 0xE0, ["n:count", "dist:const", "attrs:const", "seed:const"], "n", 1, SM.random, "random",
+    "pop n inputs; push a draw from dist (normal, uniform, poisson, shuffle, dropout, ... see "
+    "interp/kernels_more.py) made by the generator of seed (seed, seed2, stream); dims read from a shape "
+    "tensor are data-dependent", compiled="l1", effect="random")
+_op("PRINT", 0xE1, ["n:count", "parts:const"], "n", 0, SM.print_, "control",
+    "pop n values; write the template parts to stdout, each None replaced by the next value (the parts hold the "
+    "separators and the end)",
+    effect="io")
+_op("BIND_DIMS", 0xDB, ["dims:const"], 1, 1, SM.bind_dims, "control",
+    "pop v, push it back with its data-dependent dims bound to symbols: dims = ((symbol, item, dim), ...), item -1 "
+    "for a tensor, else the index in a tuple (issue 21; later operands may read the symbols)")
+_op("UNIQUE", 0xE2, ["pad_value:const"], 1, 1, SM.unique, "layout",
+    "pop x; push (its distinct values in order of first appearance [u], each element's index among them "
+    "(int32, x's shape)); u is data-dependent, unless pad_value is a number: then x is 1-D and the values "
+    "are padded with it to x's length", compiled="l1")
+_op("CUMULATE", 0xE3, ["axis:const", "mode:const", "exclusive:const", "reverse:const"], 1, 1, SM.cumulate, "layout",
+    "pop x; push the running product (mode prod) along axis, or for min / max the tuple (running values, int64 "
+    "index of each: the last of equal values; NaN sticks with its index)", compiled="l1")
+_op("LINALG", 0xE4, ["n:count", "fn:const", "attrs:const"], "n", 1, SM.linalg, "matmul",
+    "pop n matrices [..., M, N]; push fn of them: solve (a x = b), cholesky, cholesky_inverse, pinv, lstsq, inv",
+    compiled="l1")
+_op("MASKED_SELECT", 0xE5, [], 2, 1, SM.masked_select, "layout",
+    "pop mask, x; push the 1-D elements of x (broadcast with mask) where mask is True; its length is data-dependent",
+    compiled="l1")
+_op("CROP_AND_RESIZE", 0xE6, ["crop_size:const", "method:const", "extrapolation_value:const"], 3, 1,
+    SM.crop_and_resize, "conv",
+    "pop box_index [N], boxes [N, 4] (y1, x1, y2, x2 normalized), image [B, H, W, C]; push float32 [N, h, w, C]: "
+    "each box's crop sampled (bilinear or nearest) at crop_size, extrapolation_value outside the image",
+    compiled="l1")
+_op("POOL_ND", 0xE7, ["window:const"], 1, 1, SM.pool_nd, "conv",
+    "pop x [N, C, *spatial]; push the max or mean over each window (argmax: the tuple (max, int32 flat index of "
+    "the first max over (C, *spatial), as TensorFlow's)): window = (mode, kernel, stride, pads (before and after per "
+    "spatial dim, or ('same',)), count_pad, ceil_mode) for 1, 2 or 3 spatial dims",
+    compiled="l1")
+_op("ADAPTIVE_MAX_POOL", 0xE8, ["bins:const", "with_indices:const"], 1, 1, SM.adaptive_max_pool, "conv",
+    "pop x [N, C, *spatial]; push the max of each of bins (None: the input's size) PyTorch-style bins; with_indices: "
+    "(values, int64 flat index of each max within its spatial plane)", compiled="l1")
+_op("BROADCAST_NEXTAFTER", 0xE9, [], 2, 1, partial(S.binary, name="BROADCAST_NEXTAFTER", out_dtype="float"),
+    "elementwise", "pop b, a; push the next float after a toward b (numpy's nextafter) with numpy broadcasting",
+    compiled="l1")
+_op("POPULATION_COUNT", 0xEA, [], 1, 1, SM.population_count, "elementwise",
+    "pop x (ints); push the number of 1 bits of each element (uint8)", compiled="l1")
+_op("MATRIX_DIAG", 0xEB, ["n:count", "mode:const", "align:const"], "n", 1, SM.matrix_diag, "layout",
+    "diag: pop padding_value, num_cols, num_rows, k, diagonals; push the matrices with those diagonals (TF's "
+    "MatrixDiagV3); part: pop padding_value, k, x; push the diagonals k[0]..k[1] of x (MatrixDiagPartV3). align "
+    "places the shorter diagonals (RIGHT_LEFT ...); sizes read from tensors are data-dependent", compiled="l1")
+_op("PS_ROI_POOLING", 0xEC, ["spatial_scale:const", "group_size:const", "output_dim:const"], 2, 1,
+    SM.ps_roi_pooling, "conv",
+    "pop rois [B, 5, R] (batch index, x1, y1, x2, y2), x [B*R, output_dim*g*g, H, W]; push [B*R, output_dim, g, g]: "
+    "position-sensitive ROI average pooling (R-FCN), bin (i, j) of channel c from input channel (c*g + i)*g + j",
+    compiled="l1")
+_op("NMS_WITH_MASK", 0xED, ["iou_threshold:const"], 1, 1, SM.nms_with_mask, "conv",
+    "pop boxes [N, 5] (x1, y1, x2, y2, score); push (the boxes sorted by score, highest first; their int32 indices "
+    "in the input; bool mask of the boxes greedy non-maximum suppression keeps: IOU > iou_threshold suppresses)",
+    compiled="l1")
+_op("LGAMMA", 0xDF, [], 1, 1, partial(S.unary, name="LGAMMA", out_dtype="float"), "elementwise",
+    "pop x; push ln|gamma(x)| (+inf at the poles)", compiled="l1")
+_op("PAD_V3", 0xEF, ["n:count", "mode:const", "contiguous:const"], "n", 1, SM.pad_v3, "layout",
+    "pop [value], paddings (1-D ints, read when it runs), x; push x padded on its last dims, pairs from the last "
+    "dim backwards (contiguous: (begin, end) pairs, else all begins then all ends; negative pads crop) in mode "
+    "constant (value), reflect, edge or circular; the padded dims are data-dependent", compiled="l1")
+_op("CONV_ND", 0xDE, ["conv:const"], 2, 1, SM.conv_nd, "conv",
+    "pop w [O, C/group, *k], x [N, C, *spatial]; push the cross-correlation [N, O, *out] for 1 or 3 spatial dims: "
+    "conv = (stride, pads (before and after per dim, or ('same',)), dilation, group)", compiled="l1")
+_op("CTC_GREEDY_DECODER", 0xDD, ["merge_repeated:const"], 2, 1, SM.ctc_greedy_decoder, "reduction",
+    "pop sequence_length [B], inputs [T, B, K]; push TF's greedy CTC decoding: (indices [u, 2] int64, values [u] "
+    "int64, dense shape [2] int64, log_probability [B, 1]); the blank is class K-1, u is data-dependent",
+    compiled="l1")
+_op("NO_REPEAT_NGRAM", 0xDC, ["ngram_size:const"], 2, 1, SM.no_repeat_ngram, "layout",
+    "pop log_probs [..., V], state_seq [..., L] (ints); push log_probs with -FLT_MAX at each token that would "
+    "repeat an n-gram of the sequence (the token after an earlier copy of its last n-1 tokens)", compiled="l1")
 
 # --- fused (produced by the fusion pass, jit/fuse.py; the interpreter runs them too) ---------
 # A fused instruction carries its expression as a program (postfix tuple of nodes: ("in", k),

@@ -135,7 +135,57 @@ CONST_OPERANDS = {
     "reduction": (lambda v: v in ("none", "add"), "'none' or 'add'"),
     "size": (lambda v: isinstance(v, tuple) and len(v) == 2 and all(x is None or (_is_int(x) and x > 0) for x in v),
              "a pair of positive ints or None"),
+    # missing APIs and random ops (issue 21): RANDOM, PRINT
+    "dist": (lambda v: v in _random_dists(), "a distribution name of RANDOM"),
+    "attrs": (lambda v: isinstance(v, tuple), "a tuple of the distribution's attributes"),
+    "seed": (lambda v: isinstance(v, tuple) and len(v) == 3 and all(isinstance(x, Expr) or (_is_int(x) and x >= 0)
+                                                                    for x in v[:2]) and _is_int(v[2]) and v[2] >= 0,
+             "(seed, seed2, stream): ints >= 0 (the seeds may be symbolic ints)"),
+    "pad_value": (lambda v: v is None or isinstance(v, Expr) or (_number(v) and not isinstance(v, bool)),
+                  "None, a number or a symbolic int"),
+    "CUMULATE.mode": (lambda v: v in ("prod", "min", "max"), "one of prod, min, max"),
+    "fn": (lambda v: v in _linalg_fns(), "a LINALG function name"),
+    "crop_size": (lambda v: isinstance(v, tuple) and len(v) == 2 and all(_is_int(d) and d > 0 for d in v),
+                  "a pair of positive ints"),
+    "method": (lambda v: v in ("bilinear", "nearest"), "'bilinear' or 'nearest'"),
+    "extrapolation_value": (lambda v: _number(v) and not isinstance(v, bool), "a number"),
+    "window": (lambda v: isinstance(v, tuple) and len(v) == 6 and v[0] in ("max", "avg", "argmax"),
+               "(mode, kernel, stride, pads, count_pad, ceil_mode)"),
+    "bins": (lambda v: isinstance(v, tuple) and 1 <= len(v) <= 3 and all(x is None or (_is_int(x) and x > 0) for x in v),
+             "1 to 3 positive ints or None"),
+    "with_indices": (lambda v: isinstance(v, bool), "a bool"),
+    "MATRIX_DIAG.mode": (lambda v: v in ("diag", "part"), "'diag' or 'part'"),
+    "align": (lambda v: v in ("RIGHT_LEFT", "LEFT_RIGHT", "LEFT_LEFT", "RIGHT_RIGHT"),
+              "RIGHT_LEFT, LEFT_RIGHT, LEFT_LEFT or RIGHT_RIGHT"),
+    "spatial_scale": (lambda v: _number(v) and not isinstance(v, bool) and v > 0, "a positive number"),
+    "group_size": (lambda v: _is_int(v) and v > 0, "a positive int"),
+    "output_dim": (lambda v: _is_int(v) and v > 0, "a positive int"),
+    "iou_threshold": (lambda v: _number(v) and not isinstance(v, bool) and 0 <= v <= 1, "a number in [0, 1]"),
+    "PAD_V3.mode": (lambda v: v in ("constant", "reflect", "edge", "circular"), "constant, reflect, edge or circular"),
+    "contiguous": (lambda v: isinstance(v, bool), "a bool"),
+    "conv": (lambda v: isinstance(v, tuple) and len(v) == 4 and _is_int(v[3]) and v[3] > 0,
+             "(stride, pads, dilation, group)"),
+    "merge_repeated": (lambda v: isinstance(v, bool), "a bool"),
+    "ngram_size": (lambda v: _is_int(v) and v > 0, "a positive int"),
+    "dims": (lambda v: isinstance(v, tuple) and all(isinstance(d, tuple) and len(d) == 3 and isinstance(d[0], str)
+                                                    and d[0] and _is_int(d[1]) and _is_int(d[2]) and d[2] >= 0
+                                                    for d in v),
+             "a tuple of (symbol, item, dim)"),
+    "parts": (lambda v: isinstance(v, tuple) and all(x is None or isinstance(x, str) for x in v),
+              "a tuple of strings and None (a value's place)"),
 }
+
+
+def _linalg_fns():
+    from .shapes_more import LINALG_FNS
+
+    return LINALG_FNS
+
+
+def _random_dists():
+    from .shapes_more import DISTS
+
+    return DISTS
 
 
 def const_problem(opname: str, oname: str, v) -> str | None:

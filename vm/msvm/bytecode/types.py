@@ -106,6 +106,7 @@ class ShapeEnv:
         self.assumptions: list[tuple[Expr, Expr, str]] = []
         self.origins: dict[str, str] = {}
         self.may_be_one: set[str] = set()    # symbols that may be 1 at run time (Code.may_be_one)
+        self.data: set[str] = set()          # data-dependent output dims (shapes_more.data_dim)
 
     def norm(self, e: Expr) -> Expr:
         return e.subs(self.subst) if self.subst else e
@@ -137,9 +138,13 @@ class ShapeEnv:
             raise ShapeError(why)
         for var, val in ((b, a), (a, b)):
             name = var.as_symbol()
+            if self.data and name not in self.data and val.symbols() & self.data:
+                continue          # (an input's dim is never rewritten as a data-dependent one)
             if name in self.unifiable and name not in val.symbols():
                 self._bind(name, val, why)
                 return val
+        if self.data and (a.symbols() | b.symbols()) & self.data:
+            return a if a.is_const() else b if b.is_const() else a     # (data-dependent: the kernels check it)
         if not any(x == a and y == b for x, y, _ in self.assumptions):
             self.assumptions.append((a, b, why))
         return a if a.is_const() else b if b.is_const() else a
@@ -147,6 +152,8 @@ class ShapeEnv:
     def assume(self, a: Expr, b: Expr, why: str) -> None:
         """Leave a == b for the VM to check when the symbols are bound."""
         a, b = self.norm(a), self.norm(b)
+        if self.data and (a.symbols() | b.symbols()) & self.data:
+            return                     # (a data-dependent dim is not known on entry: the kernels check it)
         if a != b and not any(x == a and y == b for x, y, _ in self.assumptions):
             self.assumptions.append((a, b, why))
 

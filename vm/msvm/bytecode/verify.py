@@ -240,6 +240,7 @@ def _check_symbols(code: Code, params, states):
                 raise VerifyError(f"parameter {pname!r} ({t}) uses {missing}, which no argument binds",
                                   code.filename, code.firstlineno, 0)
     anywhere = {code.names[ins.args[0]] for ins in code.instrs if ins.op.name == "SET_SYM" or ins.op.binds}
+    anywhere |= {d[0] for ins in code.instrs if ins.op.name == "BIND_DIMS" for d in code.decode_args(ins)[0]}
     cache: dict = {}
     for i, ins in enumerate(code.instrs):
         used = operand_symbols(code, ins, cache)
@@ -313,6 +314,8 @@ def _verify(code: Code, env: ShapeEnv | None) -> Code:
                 ctx.spend(len(new_stack))
                 if ins.op.name == "SET_SYM" or ins.op.binds:
                     syms = syms | {code.names[ins.args[0]]}
+                elif ins.op.name == "BIND_DIMS":         # (issue 21: data-dependent dims)
+                    syms = syms | {d[0] for d in code.decode_args(ins)[0]}
                 if succ == [i + 1] and i + 1 not in leaders:
                     stack, i = new_stack, i + 1
                     continue

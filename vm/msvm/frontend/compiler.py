@@ -37,7 +37,7 @@ from ..bytecode.types import NONE, ScalarType, ShapeEnv, ShapeError, TensorType,
 from ..bytecode.verify import bind_callee, subs_type, verify
 from ..errors import ArgumentError, FrontendError, FrontendValueError, UnknownDim
 from .argspec import ArgSpec
-from .graph import GraphValue, lift, note_consumer, trace_op, using
+from .graph import GraphValue, builtin_print, lift, note_consumer, trace_op, using
 from .ratio import Ratio, ratio_binop
 
 # ---------------------------------------------------------------- sources
@@ -175,6 +175,27 @@ class ListValue(tuple):
     """A list literal's value in construct: a tuple that ``append``/``extend`` rebind (list_method)."""
 
     __slots__ = ()
+
+
+def _type_symbols(t) -> set:
+    if isinstance(t, TensorType):
+        return set().union(*(d.symbols() for d in t.shape)) if t.shape else set()
+    if isinstance(t, TupleType):
+        return set().union(*(_type_symbols(x) for x in t.items)) if t.items else set()
+    return set()
+
+
+def _data_dims(t, data) -> tuple:
+    """((symbol, item, dim), ...) of the data-dependent dims of a value's type (BIND_DIMS' operand)."""
+    out = []
+    for item, tt in ([(-1, t)] if isinstance(t, TensorType) else list(enumerate(t.items))
+                     if isinstance(t, TupleType) else []):
+        if isinstance(tt, TensorType):
+            for k, d in enumerate(tt.shape):
+                name = d.as_symbol()
+                if name in data and name not in {o[0] for o in out}:
+                    out.append((name, item, k))
+    return tuple(out)
 
 
 def _is_int(v) -> bool:
@@ -380,6 +401,11 @@ class FunctionCompiler:
             for (_oname, okind), val in zip(op.operands, operands):
                 raw.append(val if okind == "count" else self.cb.name(val) if okind == "name" else self.cb.const(val))
             self.emit(opname, *raw, loc=v.loc or loc)
+            if self.env.data:                       # (issue 21) data-dependent dims become symbols here
+                known = set().union(*(_type_symbols(g.type) for g in ins)) if ins else set()
+                dims = _data_dims(v.type, self.env.data - known)
+                if dims:
+                    self.emit("BIND_DIMS", self.cb.const(dims), loc=v.loc or loc)
         elif kind == "call":
             _, idx, ins = node
             for g in ins:
@@ -514,7 +540,8 @@ class FunctionCompiler:
                     if isinstance(e, ValueError) else None         # (keeps the op's TypeError / ValueError)
                 if kind is not None:
                     err = kind(err.message, err.filename, err.line, err.col, err.end_line, err.end_col)
-                err.needs_known_dims = isinstance(e, UnknownDim)     # the executor retries with exact shapes
+                err.needs_known_dims = isinstance(e, UnknownDim) or getattr(e, "needs_known_dims", False)
+                #                                 (the executor retries with exact shapes; kept through inlined helpers)
                 raise err from None
         finally:
             self.loc = prev
@@ -522,9 +549,7 @@ class FunctionCompiler:
     def stmt_Expr(self, node):
         if isinstance(node.value, ast.Constant):   # docstring
             return
-        if isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Name) and node.value.func.id == "print":
-            return
-        self.expr(node.value)      # nothing to keep: a call with an effect was emitted (emit_effect)
+        self.expr(node.value)      # nothing to keep: a call with an effect (PRINT, ASSIGN_PARAM) emitted itself
 
     def stmt_Pass(self, node):
         pass
@@ -1304,8 +1329,8 @@ class FunctionCompiler:
             for a in args[1:]:
                 out = (S.smin if fn is builtins.min else S.smax)(out, a)
             return out
-        if fn is builtins.print:
-            return None
+        if fn is builtins.print:              # (issue 21: a PRINT instruction, run when the Cell runs)
+            return builtin_print(*args, **kwargs)
         if fn is builtins.isinstance and len(args) == 2 and isinstance(args[0], (GraphValue, Expr, Pred)):
             return _isinstance_of_runtime(args[0], args[1])
         if any(fn is getattr(builtins, n, None) for n in _SAFE_BUILTINS):

@@ -188,3 +188,59 @@ def param_of(v):
 
 def trace_fill(shape, value, dtype) -> GraphValue:
     return trace_op("FILL", (), (tuple(shape), value, dtype))
+
+
+# ---------------------------------------------------------------- printing (issue 21)
+
+def _runtime_item(v) -> bool:
+    return isinstance(v, (GraphValue, Expr)) or hasattr(v, "_data")
+
+
+def print_template(args, sep: str, end: str) -> tuple:
+    """(parts, values) of a print: strings and constants fold into the parts, run-time values
+    (graph values, tensors, symbolic ints) leave a None; the separators and the end are parts."""
+    parts: list = []
+    vals: list = []
+
+    def items(seq, sep):
+        for k, v in enumerate(seq):
+            if k:
+                parts.append(sep)
+            if isinstance(v, str):
+                parts.append(v)
+            elif _runtime_item(v):
+                parts.append(None)
+                vals.append(v)
+            elif isinstance(v, (tuple, list)) and any(_runtime_item(x) for x in v):
+                parts.append("(")
+                items(v, ", ")
+                parts.append(")")
+            else:
+                parts.append(str(v))
+
+    items(args, sep)
+    parts.append(end)
+    merged: list = []
+    for p in parts:
+        if p is not None and merged and merged[-1] is not None:
+            merged[-1] += p
+        else:
+            merged.append(p)
+    return tuple(merged), vals
+
+
+def trace_print(parts: tuple, vals: list) -> None:
+    """Emit PRINT at the current place of the function being compiled (an effect: it is not a
+    node waiting for a use, it runs where the statement is)."""
+    b = current()
+    for v in vals:
+        b.push(v)
+    b.emit("PRINT", len(vals), b.cb.const(tuple(parts)))
+
+
+def builtin_print(*args, sep=" ", end="\n", file=None, flush=False):
+    """``print(...)`` inside construct: a PRINT at its place in the program (MindSpore prints at run
+    time in graph mode too)."""
+    if file is not None:
+        raise TypeError("print(file=...) is not supported inside construct (PRINT writes to stdout)")
+    trace_print(*print_template(args, " " if sep is None else sep, "\n" if end is None else end))

@@ -285,6 +285,33 @@ def h_free(ctx, i, args):
     return h
 
 
+def h_bind_dims(ctx, i, args):
+    """BIND_DIMS (issue 21): the data-dependent dims of the value on top become symbols (the value
+    stays: pop 1, push it back)."""
+    (dims,) = args
+
+    def h(f, s):
+        top = s[-1]
+        for name, item, dim in dims:
+            f.symbols[name] = (top if item < 0 else top[item]).shape[dim]
+        return i + 1
+    return h
+
+
+def h_print(ctx, i, args):
+    """PRINT (issue 21): pop n values, write the template with them, one item a line."""
+    from .kernels_more import print_parts
+
+    n, parts = args
+
+    def h(f, s):
+        vals = s[len(s) - n:] if n else []
+        del s[len(s) - n:]
+        print_parts(parts, vals)
+        return i + 1
+    return h
+
+
 class ComputeSpec:
     """What running one computing instruction takes, decided at link time; the handler
     (``h_compute``) and the straight-line replay (``replay.py``) are both built from it."""
@@ -502,6 +529,7 @@ _SPECIAL = {
     "UNPACK_TUPLE": h_unpack_tuple, "POP_TOP": h_pop_top, "JUMP": h_jump, "BRANCH_IF_SYMBOLIC": h_branch,
     "CALL_CELL": h_call_cell, "RETURN": h_return, "RAISE": h_raise, "ALLOC_DEVICE_MEM": h_alloc, "FREE_DEVICE_MEM": h_free,
     "BOOL_INDEX": h_bool_index, "BIND_DIM": h_bind_dim,
+    "PRINT": h_print, "BIND_DIMS": h_bind_dims,
 }
 
 # the handler table, indexed by opcode byte
@@ -699,7 +727,7 @@ def _raise_first(code, env, depth: int) -> bool:
                 e.add_note(f"raised by {code.name} at {code.filename}:{ins.loc.line}:{ins.loc.col + 1} "
                            f"(bytecode offset 0x{ins.offset:04x})")
             raise e
-        if name in ("RETURN", "SET_SYM"):
+        if name in ("RETURN", "SET_SYM", "BIND_DIMS"):
             return False
         if name == "JUMP":
             i = code.index_at(args[0])

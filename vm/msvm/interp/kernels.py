@@ -19,6 +19,7 @@ from .. import dtype as dt
 from ..bytecode.opcodes import TABLE
 from ..bytecode.program import evaluate
 from ..device import XNP as np  # numpy, with array creation on the current device (device.py)
+from . import kernels_more as _kernels_more
 
 _special = None
 
@@ -817,6 +818,7 @@ KERNELS = {
     **_CONFORMANCE,
     **_COMPLEX,
 }
+KERNELS.update(_kernels_more.KERNELS_MORE)         # (issue 21: RANDOM, UNIQUE, ...)
 
 KERNELS["BOOL_INDEX"] = bool_index       # (boolean-mask indexing; the interpreter binds its symbol)
 

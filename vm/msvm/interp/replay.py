@@ -16,7 +16,8 @@ A replay computes exactly what the interpreter computes: the same reference kern
 compiled sites and the same kept output buffers, all taken from ``ComputeSpec``. If anything in
 it raises, it returns ``FALLBACK`` and the caller runs the interpreter, which raises the error at
 its instruction with its source location (every instruction on a replayed path is pure, so
-running again is safe: a Code with an effect, such as ASSIGN_PARAM, is never replayed).
+running again is safe: a Code with an effect row, such as ASSIGN_PARAM, RANDOM or PRINT, is never
+replayed).
 """
 
 from __future__ import annotations
@@ -163,6 +164,10 @@ class _Writer:
                 raise NotReplayable("the path raises")
             elif code.instrs[i].op.binds:    # (x[mask]) a symbol the data decides: not a constant of the path
                 raise NotReplayable(f"{name} binds a data-dependent dim")
+            elif name == "BIND_DIMS":    # (its symbols change with the data: no fixed path)
+                raise NotReplayable("BIND_DIMS binds data-dependent dims")
+            elif ins.op.effect:          # (a fallback would run its draw or print a second time)
+                raise NotReplayable(f"{name} has an effect ({ins.op.effect})")
             else:
                 spec = specs.get(i) or specs.setdefault(i, ComputeSpec(bound, i, args))
                 stack.append(self.compute(i, spec, self.pop(stack, spec.n)))

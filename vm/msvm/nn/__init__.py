@@ -1,5 +1,17 @@
 """``msvm.nn``: Cell and the built-in layers."""
 
+from .apis import (
+    AdaptiveMaxPool1d,
+    AdaptiveMaxPool2d,
+    BiDense,
+    Conv3d,
+    Norm,
+    OneHot,
+    Pad,
+    Range,
+    RReLU,
+    SoftmaxCrossEntropyWithLogits,
+)
 from .cell import Cell, CellList, SequentialCell
 from .conformance import (
     CELU,
@@ -50,4 +62,7 @@ __all__ = ["ELU", "GELU", "AdaptiveAvgPool2d", "AvgPool2d", "BatchNorm1d", "Batc
            "LayerNorm", "LeakyReLU", "MaxPool2d", "ReLU", "ReLU6", "SequentialCell", "SiLU", "Sigmoid", "Softmax",
            "Softplus", "Tanh", "CELU", "FastGelu", "Hardtanh", "HShrink", "KLDivLoss", "LogSoftmax", "Mish", "SeLU",
            "SmoothL1Loss", "Softmax2d", "Softsign", "SoftShrink", "Tanhshrink",
-           "TimeDistributed"]
+           "TimeDistributed",
+           # issue 21 (nn/apis.py)
+           "AdaptiveMaxPool1d", "AdaptiveMaxPool2d", "BiDense", "Conv3d", "Norm", "OneHot", "Pad", "Range", "RReLU",
+           "SoftmaxCrossEntropyWithLogits"]

@@ -89,6 +89,17 @@ class Cell:
         return runner(args, kwargs, tried)
 
     # --- MindSpore API
+    def compile(self, *args, **kwargs):
+        """Compile construct for these arguments without running it (MindSpore's Cell.compile)."""
+        runner = self.__dict__["_runner"]
+        if runner is None:
+            from ..executor import CellRunner
+
+            runner = CellRunner(self)
+            object.__setattr__(self, "_runner", runner)
+        vals = args if (not kwargs and len(args) == runner.n) else runner.values(args, kwargs)
+        runner.resolve(vals)
+
     def set_inputs(self, *inputs, **kwargs):
         """Declare the argument shapes (None dims are dynamic). Recompiles on the next call."""
         object.__setattr__(self, "_msvm_inputs", list(inputs))

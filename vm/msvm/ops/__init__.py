@@ -4,6 +4,23 @@ from .functional import *  # noqa: F403
 from .functional import __dict__ as _fd
 from .primitives import *  # noqa: F403
 from .primitives import Primitive  # noqa: F401 - re-exported
+from .random_ops import (  # noqa: F401 - the function faces of the random ops (issue 21)
+    choice_with_mask,
+    dropout,
+    dropout2d,
+    dropout3d,
+    log_uniform_candidate_sampler,
+    multinomial,
+    multinomial_with_replacement,
+    random_categorical,
+    random_gamma,
+    random_poisson,
+    shuffle,
+    standard_laplace,
+    standard_normal,
+    uniform,
+    uniform_candidate_sampler,
+)
 from .registry import functions as _functions
 from .registry import install_methods as _install_methods
 

@@ -20,6 +20,12 @@ class Primitive:
         args = ", ".join(f"{k}={v!r}" for k, v in self.attrs.items())
         return f"{self.name}({args})"
 
+    def set_device(self, device_target):
+        """MindSpore's placement hint (``P.EmbeddingLookup().set_device("CPU")``): msvm runs it where
+        the Cell runs; returns the primitive."""
+        self.attrs["primitive_target"] = device_target
+        return self
+
 
 class MatMul(Primitive):
     def __init__(self, transpose_a=False, transpose_b=False):

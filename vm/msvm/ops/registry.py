@@ -18,7 +18,9 @@ from dataclasses import dataclass
 from typing import Callable
 
 from .. import dtype as dt
+from . import extra_ops as X
 from . import functional as F
+from . import random_ops as R
 
 
 @dataclass(frozen=True)
@@ -28,14 +30,16 @@ class OpAPI:
     primitives: tuple[str, ...]   # ms.ops.<Name>(attrs...)(inputs...)
     methods: tuple[str, ...]      # Tensor.<name>(self, ...)
     attrs: tuple = ()             # ((constructor parameter, default, impl keyword or None), ...)
+    stream: bool = False          # a random op: each primitive owns a generator (impl keyword ``stream``)
+    check: Callable | None = None  # validates the constructor's values ({name: value}) when it is built
 
 
 API: list[OpAPI] = []
 
 
-def api(impl, functions="", primitives="", methods="", attrs=()):
+def api(impl, functions="", primitives="", methods="", attrs=(), stream=False, check=None):
     API.append(OpAPI(impl, tuple(functions.split()), tuple(primitives.split()), tuple(methods.split()),
-                     tuple(a if len(a) == 3 else (a[0], a[1], a[0]) for a in attrs)))
+                     tuple(a if len(a) == 3 else (a[0], a[1], a[0]) for a in attrs), stream, check))
 
 
 def _gelu_tanh(x):
@@ -282,6 +286,159 @@ api(F.complex, "", "Complex", "")
 api(F.conjugate_transpose, "", "ConjugateTranspose", "")
 
 
+# --- random ops (issue 21, conf21-apis): each primitive owns its stream (interp/rng.py)
+_SEEDS = (("seed", 0), ("seed2", 0))
+api(R.standard_normal, "", "StandardNormal", "", attrs=_SEEDS, stream=True)
+api(R.standard_laplace, "", "StandardLaplace", "", attrs=_SEEDS, stream=True)
+api(R.uniform_real, "", "UniformReal", "", attrs=_SEEDS, stream=True)
+api(R.uniform_int, "", "UniformInt", "", attrs=_SEEDS, stream=True)
+api(R.uniform_like, "", "Uniform", "", attrs=(("minval", 0.0), ("maxval", 1.0), ("seed", 0), ("offset", 0)),
+    stream=True)
+api(R.truncated_normal, "", "TruncatedNormal", "", attrs=_SEEDS + (("dtype", dt.float32),), stream=True)
+api(R.parameterized_truncated_normal, "", "ParameterizedTruncatedNormal", "", attrs=_SEEDS, stream=True)
+api(R.random_poisson, "", "RandomPoisson", "", attrs=_SEEDS + (("dtype", dt.int64),), stream=True)
+api(lambda shape, alpha, seed=0, seed2=0, stream=None: R.random_gamma(shape, alpha, seed, seed2, stream=stream),
+    "", "RandomGamma", "", attrs=_SEEDS, stream=True)
+api(R.shuffle, "", "RandomShuffle", "", attrs=_SEEDS, stream=True)
+api(R.multinomial_prim, "", "Multinomial", "", attrs=_SEEDS + (("dtype", dt.int32),), stream=True)
+api(lambda x, seed, offset, numsamples=1, replacement=False:
+    R.multinomial_with_replacement(x, seed, offset, numsamples, replacement), "", "MultinomialWithReplacement", "",
+    attrs=(("numsamples", 1), ("replacement", False)))
+api(R.random_categorical, "", "RandomCategorical", "", attrs=(("dtype", dt.int64),), stream=True)
+api(R.choice_with_mask, "", "RandomChoiceWithMask", "", attrs=(("count", 256),) + _SEEDS, stream=True)
+api(R.uniform_candidate_sampler, "", "UniformCandidateSampler", "",
+    attrs=(("num_true", 1), ("num_sampled", 1), ("unique", True), ("range_max", 1), ("seed", 0),
+           ("remove_accidental_hits", False)), stream=True)
+api(R.log_uniform_candidate_sampler, "", "LogUniformCandidateSampler", "",
+    attrs=(("num_true", 1), ("num_sampled", 5), ("unique", True), ("range_max", 5), ("seed", 0)), stream=True)
+api(R.dropout_prim, "", "Dropout", "", attrs=(("keep_prob", 0.5), ("Seed0", 0, "seed0"), ("Seed1", 0, "seed1")),
+    stream=True)
+api(lambda x, keep_prob=0.5, stream=None: R.dropout_prim(x, keep_prob, 0, 0, 2, stream=stream), "", "Dropout2D", "",
+    attrs=(("keep_prob", 0.5),), stream=True)
+api(lambda x, keep_prob=0.5, stream=None: R.dropout_prim(x, keep_prob, 0, 0, 3, stream=stream), "", "Dropout3D", "",
+    attrs=(("keep_prob", 0.5),), stream=True)
+
+# --- missing APIs (issue 21, conf21-apis): extra_ops.py
+api(X.print_, "print_", "Print", "")
+api(X.unique, "unique", "Unique", "")
+api(X.unique_with_pad, "unique_with_pad", "UniqueWithPad", "")
+api(X.pad_prim, "", "Pad", "", attrs=(("paddings", ()),))
+api(X.mirror_pad, "", "MirrorPad", "", attrs=(("mode", "REFLECT"),))
+api(X.pad, "pad", "", "")
+api(lambda x, paddings, value=None, mode="constant", paddings_contiguous=True:
+    X.pad_v3(x, paddings, value, mode, paddings_contiguous), "", "PadV3", "",
+    attrs=(("mode", "constant"), ("paddings_contiguous", True)))
+api(X.strided_slice, "strided_slice", "", "")
+api(X.cummin, "cummin", "", "cummin")
+api(X.cummax, "cummax", "", "cummax")
+api(lambda x, axis=0: X.cummin(x, axis), "", "Cummin", "", attrs=(("axis", 0),))
+api(lambda x, axis=0: X.cummax(x, axis), "", "Cummax", "", attrs=(("axis", 0),))
+api(X.cumprod, "cumprod", "", "cumprod")
+api(X.cumprod_prim, "", "CumProd", "", attrs=(("exclusive", False), ("reverse", False)))
+api(X.matrix_solve, "matrix_solve", "", "")
+api(lambda matrix, rhs, adjoint=False: X.matrix_solve(matrix, rhs, adjoint), "", "MatrixSolve", "",
+    attrs=(("adjoint", False),))
+api(X.cholesky, "cholesky", "", "cholesky")
+api(lambda x, upper=False: X.cholesky(x, upper), "", "Cholesky", "", attrs=(("upper", False),))
+api(X.cholesky_inverse, "cholesky_inverse", "", "cholesky_inverse")
+api(lambda x, upper=False: X.cholesky_inverse(x, upper), "", "CholeskyInverse", "", attrs=(("upper", False),))
+api(X.lstsq, "lstsq", "", "lstsq")
+api(X.pinv, "pinv", "", "")
+api(X.matrix_inverse, "matrix_inverse inverse", "MatrixInverse", "", attrs=(("adjoint", False),))
+api(X.masked_select, "masked_select", "MaskedSelect", "masked_select")
+api(F.masked_fill, "", "MaskedFill", "")
+api(X.linspace, "linspace", "LinSpace", "")
+api(X.range_, "range", "Range", "", attrs=(("maxlen", 1000000, None),))
+api(X.iou, "iou", "IOU", "", attrs=(("mode", "iou"),))
+api(X.check_valid, "check_valid", "CheckValid", "")
+api(X.bounding_box_encode, "bounding_box_encode", "BoundingBoxEncode", "",
+    attrs=(("means", (0.0, 0.0, 0.0, 0.0)), ("stds", (1.0, 1.0, 1.0, 1.0))))
+api(lambda a, d, max_shape, means=(0.0,) * 4, stds=(1.0,) * 4, wh_ratio_clip=0.016:
+    X.bounding_box_decode(a, d, max_shape, means, stds, wh_ratio_clip), "", "BoundingBoxDecode", "",
+    attrs=(("max_shape", None), ("means", (0.0,) * 4), ("stds", (1.0,) * 4), ("wh_ratio_clip", 0.016)))
+api(X.bounding_box_decode, "bounding_box_decode", "", "")
+api(X.in_top_k, "intopk in_top_k", "", "")
+api(lambda p, t, k=1: X.in_top_k(p, t, k), "", "InTopK", "", attrs=(("k", 1),))
+api(X.searchsorted, "searchsorted", "", "")
+api(X.searchsorted_prim, "", "SearchSorted", "", attrs=(("dtype", dt.int64), ("right", False)))
+api(X.reverse_sequence, "reverse_sequence", "", "reverse_sequence")
+api(lambda x, seq_lengths, seq_dim=0, batch_dim=0: X.reverse_sequence(x, seq_lengths, seq_dim, batch_dim), "",
+    "ReverseSequence", "", attrs=(("seq_dim", 0), ("batch_dim", 0)))
+api(X.expand, "expand", "", "expand")
+api(X.embedding_lookup, "", "EmbeddingLookup", "")
+api(X.fill_diagonal, "fill_diagonal", "", "fill_diagonal")
+api(lambda x, fill_value=0.0, wrap=False: X.fill_diagonal(x, fill_value, wrap), "", "FillDiagonal", "",
+    attrs=(("fill_value", 0.0), ("wrap", False)))
+api(X.cross, "cross", "", "cross")
+api(X.addmv, "addmv", "", "addmv")
+api(X.addr, "addr", "", "addr")
+api(X.batch_dot, "batch_dot", "", "")
+api(X.pdist, "pdist", "", "")
+api(X.data_format_dim_map, "", "DataFormatDimMap", "", attrs=(("src_format", "NHWC"), ("dst_format", "NCHW")))
+api(X.nll_loss, "nll_loss", "", "")
+api(lambda logits, labels, weight, reduction="mean", ignore_index=-100:
+    X.nll_loss_prim(logits, labels, weight, reduction, ignore_index), "", "NLLLoss", "",
+    attrs=(("reduction", "mean"), ("ignore_index", -100)))
+api(X.cross_entropy, "cross_entropy", "", "")
+api(X.softmax_cross_entropy_with_logits, "", "SoftmaxCrossEntropyWithLogits", "")
+api(X.crop_and_resize, "crop_and_resize", "", "")
+api(X.crop_and_resize_prim, "", "CropAndResize", "", attrs=(("method", "bilinear"), ("extrapolation_value", 0.0)))
+api(lambda x, size, coordinate_transformation_mode="align_corners": X.resize_linear_1d(
+    x, size, coordinate_transformation_mode), "", "ResizeLinear1D", "",
+    attrs=(("coordinate_transformation_mode", "align_corners"),))
+api(X.avg_pool1d, "avg_pool1d", "", "")
+api(X.avg_pool3d, "avg_pool3d", "", "")
+api(X.max_pool3d, "max_pool3d", "", "")
+api(X.max_pool3d_prim, "", "MaxPool3D", "", attrs=(("kernel_size", 1), ("strides", 1), ("pad_mode", "VALID"),
+                                                    ("pad_list", 0), ("ceil_mode", None), ("data_format", "NCDHW")))
+api(X.avg_pool3d_prim, "", "AvgPool3D", "",
+    attrs=(("kernel_size", 1), ("strides", 1), ("pad_mode", "valid"), ("pad", 0), ("ceil_mode", False),
+           ("count_include_pad", True), ("divisor_override", 0), ("data_format", "NCDHW")))
+api(X.adaptive_max_pool1d, "adaptive_max_pool1d", "", "")
+api(X.adaptive_max_pool2d, "adaptive_max_pool2d", "", "")
+api(X.adaptive_max_pool3d, "adaptive_max_pool3d", "", "")
+api(lambda x, output_size=None: X.adaptive_max_pool2d(x, output_size, True), "", "AdaptiveMaxPool2D", "",
+    attrs=(("output_size", None),))
+api(X.nextafter, "nextafter", "NextAfter", "nextafter")
+api(X.population_count, "population_count", "PopulationCount", "")
+api(X.lrn, "lrn", "LRN", "", attrs=(("depth_radius", 5), ("bias", 1.0), ("alpha", 1.0), ("beta", 0.5),
+                                      ("norm_region", "ACROSS_CHANNELS")))
+api(X.bidense, "bidense", "", "")
+api(X.tensor_shape, "", "TensorShape", "")
+api(X.unfold, "unfold", "", "")
+api(X.fold, "fold", "", "fold")
+api(X.matrix_diag, "matrix_diag", "", "")
+api(X.matrix_diag_part, "matrix_diag_part", "", "")
+api(lambda x, k, num_rows, num_cols, padding_value, align="RIGHT_LEFT": X.matrix_diag(
+    x, k, num_rows, num_cols, padding_value, align), "", "MatrixDiagV3", "", attrs=(("align", "RIGHT_LEFT"),))
+api(lambda x, k, padding_value, align="RIGHT_LEFT": X.matrix_diag_part(x, k, padding_value, align), "",
+    "MatrixDiagPartV3", "", attrs=(("align", "RIGHT_LEFT"),))
+api(lambda b, iou_threshold=0.5: X.nms_with_mask(b, iou_threshold), "", "NMSWithMask", "",
+    attrs=(("iou_threshold", 0.5),))
+api(X.lgamma, "lgamma", "Lgamma", "lgamma")
+api(X.mvlgamma, "mvlgamma", "", "mvlgamma")
+api(X.blackman_window, "blackman_window", "", "")
+api(X.batch_norm, "batch_norm", "", "")
+api(lambda condition, input_data, summarize=3: X.assert_(condition, input_data, summarize), "", "Assert", "",
+    attrs=(("summarize", 3),))
+api(X.concat_offset_v1, "", "ConcatOffsetV1", "")
+api(X.conv3d, "conv3d", "", "")
+api(X.ctc_greedy_decoder, "ctc_greedy_decoder", "", "")
+api(X.no_repeat_ngram, "", "NoRepeatNGram", "", attrs=(("ngram_size", 1),))
+api(lambda x, sl, merge_repeated=True: X.ctc_greedy_decoder(x, sl, merge_repeated), "", "CTCGreedyDecoder", "",
+    attrs=(("merge_repeated", True),))
+api(X.conv3d_transpose_prim, "", "Conv3DTranspose", "",
+    attrs=(("in_channel", 1), ("out_channel", 1), ("kernel_size", 1), ("mode", 1), ("pad_mode", "valid"),
+           ("pad", 0), ("stride", 1), ("dilation", 1), ("group", 1), ("output_padding", 0),
+           ("data_format", "NCDHW")))
+api(X.conv3d_prim, "", "Conv3D", "",
+    attrs=(("out_channel", 1), ("kernel_size", 1), ("mode", 1), ("pad_mode", "valid"), ("pad", 0), ("stride", 1),
+           ("dilation", 1), ("group", 1), ("data_format", "NCDHW")))
+api(X.ps_roi_pooling, "", "PSROIPooling", "", attrs=(("spatial_scale", 1.0), ("group_size", 1), ("output_dim", 1)),
+    check=X.check_ps_roi_pooling)
+api(X.max_pool_with_argmax, "", "MaxPoolWithArgmax", "",
+    attrs=(("kernel_size", 1), ("strides", 1), ("pad_mode", "valid"), ("data_format", "NCHW")))
+
 # ---------------------------------------------------------------- the faces, made from the rows
 
 class _Made:
@@ -301,8 +458,14 @@ def _primitive(name: str, row: OpAPI, base: type) -> type:
                 raise TypeError(f"{name}() got an unexpected argument {k!r}; it takes "
                                 f"{', '.join(p for p, _, _ in params) or 'none'}")
             values[k] = v
+        if row.check is not None:
+            row.check(values)
         base.__init__(self, **values)
         self._call_kw = {kw: values[p] for p, _, kw in params if kw is not None}
+        if row.stream:
+            from ..interp.rng import new_stream
+
+            self._call_kw["stream"] = new_stream(self)
         for p, v in values.items():
             setattr(self, p, v)
 

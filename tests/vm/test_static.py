@@ -340,6 +340,11 @@ def test_nlp_model_files_without_call_sites():
         return {e.name: e for e in analyze(path.read_text(), str(path), budget)}
 
     bert = by_name("bert.py")
+    # EmbeddingLookup (unused in the file, as in MindSpore's) takes a sequence embedding_shape that no
+    # call site or default gives: it stays unknown and the view says so (a known limit)
+    lookup = bert.pop("EmbeddingLookup")
+    assert lookup.code is None and "self.shape cannot be known without running the program" in str(lookup.error)
+    assert "input_ids: Tensor<int32" in str(lookup.error), "ids reshaped before the gather are still int ids"
     assert all(e.code is not None and e.error is None for e in bert.values()), \
         {n: str(e.error) for n, e in bert.items() if e.code is None}
     # the encoder stack of 12 layers: its dims stay the size of one layer's (no select per layer)

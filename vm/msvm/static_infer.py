@@ -32,6 +32,9 @@ INDEX_LAYERS = {"Embedding": 0}          # argument k of these layers are int in
 INDEX_OPS = {"gather": 1, "Gather": 1, "GatherV2": 1, "one_hot": 0, "OneHot": 0, "embedding": 0,
              "EmbeddingLookup": 1}
 SHAPE_OF = {"shape", "Shape", "get_shape", "shape_of"}
+# layout ops whose result holds the argument's values (an int tensor stays one): ids = reshape(ids, ...)
+LAYOUT_OPS = {"reshape", "Reshape", "view", "expand_dims", "ExpandDims", "squeeze", "Squeeze", "flatten", "Flatten",
+              "transpose", "Transpose", "unsqueeze", "broadcast_to", "BroadcastTo", "tile", "Tile"}
 INT_FUNCS = {"range", "make_range"}      # their arguments are Python ints
 SHAPE_OPS = {"reshape", "Reshape", "view", "tile", "Tile", "broadcast_to", "BroadcastTo", "zeros", "ones",
              "fill", "Fill", "expand_dims"}
@@ -121,6 +124,12 @@ def infer(node: ast.FunctionDef, pname: str, cell=None, depth: int = 0, where: s
                 if ref(a):
                     _cell_use(use, loops[n.func.id], k, depth + 1, at(n))
             continue
+        if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name) and \
+                n.targets[0].id != pname and depth < MAX_DEPTH and _layout_of(n.value, ref, cell):
+            sub = infer(node, n.targets[0].id, cell, depth + 1, where)     # flat = reshape(ids, (-1,)); gather(t, flat)
+            if sub.kind == "int_tensor":
+                use.add(Use(kind="int_tensor", why=sub.why))
+            continue
         if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], (ast.Tuple, ast.List)):
             t = n.targets[0]
             if any(isinstance(e, ast.Starred) for e in t.elts):
@@ -153,6 +162,22 @@ def infer(node: ast.FunctionDef, pname: str, cell=None, depth: int = 0, where: s
         elif isinstance(n, ast.Call):
             _call_use(use, n, ref, node, cell, depth, at)
     return use
+
+
+def _layout_of(e, ref, cell) -> bool:
+    """Whether ``e`` is a layout op of the argument (``ops.reshape(x, s)``, ``self.expand(x, -1)`` with
+    ``self.expand = P.ExpandDims()``, ``x.view(-1)``): its values are the argument's."""
+    if not isinstance(e, ast.Call):
+        return False
+    f = e.func
+    if isinstance(f, ast.Attribute) and f.attr in LAYOUT_OPS and ref(f.value):
+        return True
+    fname = _name(f)
+    attr = _is_self_attr(f)
+    target = cell.__dict__.get(attr) if cell is not None and attr is not None else None
+    if target is not None and type(target).__name__ in LAYOUT_OPS:
+        fname = type(target).__name__
+    return fname in LAYOUT_OPS and bool(e.args) and ref(e.args[0])
 
 
 def _loop_cells(node, cell) -> dict:

@@ -53,7 +53,8 @@ def test_article_core_instructions_exist():
 
 def test_rows_with_an_effect_run_as_they_are():
     """A row that changes state (OpInfo.effect) is never fused, compiled, a leaf, a view or given a
-    reused buffer, and has a handler of its own (not the pure h_compute)."""
+    reused buffer; one that writes state (a Parameter, stdout) has a handler of its own, not the pure
+    h_compute (a random draw goes through h_compute, which calls its kernel once per execution)."""
     from msvm.bytecode.opcodes import EFFECTS, FUSABLE, JITABLE, LEAVES, OUT_CAPABLE, VIEWS
     from msvm.interp.interpreter import h_compute
 
@@ -61,5 +62,6 @@ def test_rows_with_an_effect_run_as_they_are():
     assert not EFFECTS & (FUSABLE | JITABLE | LEAVES | OUT_CAPABLE | VIEWS)
     for r in TABLE:
         if r.effect:
-            assert r.kind == "memory" and not r.compiled, r.name
-            assert HANDLERS[r.code] is not h_compute, r.name
+            assert r.compiled in ("", "l1"), r.name
+            if r.effect != "random":
+                assert HANDLERS[r.code] is not h_compute, r.name

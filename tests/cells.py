@@ -40,3 +40,15 @@ class SmallConvNet(nn.Cell):
         x = self.relu(self.bn(self.conv(x)))
         x = self.pool(self.relu(self.dw(x)))
         return self.softmax(self.head(self.flatten(self.gap(x))))
+
+
+class Fn(nn.Cell):
+    """construct(*xs) = fn(*xs, *consts): one op, primitive or function of ops as a Cell."""
+
+    def __init__(self, fn, *consts):
+        super().__init__()
+        self.fn = fn
+        self.consts = consts
+
+    def construct(self, *xs):
+        return self.fn(*xs, *self.consts)

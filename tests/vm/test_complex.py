@@ -5,6 +5,7 @@ eagerly and in a Cell at L1, against numpy (tests/jit runs the compiled tiers)."
 import msvm as ms
 import numpy as np
 import pytest
+from cells import Fn
 from msvm import dtype as dt
 from msvm import nn, ops
 
@@ -14,15 +15,6 @@ CDTYPES = [np.complex64, np.complex128]
 
 def cx(shape, d):
     return (R.standard_normal(shape) + 1j * R.standard_normal(shape)).astype(d)
-
-
-class Fn(nn.Cell):
-    def __init__(self, fn):
-        super().__init__()
-        self.fn = fn
-
-    def construct(self, *xs):
-        return self.fn(*xs)
 
 
 def both(fn, *arrays):

@@ -4,18 +4,10 @@ each case runs eagerly and, where it compiles, in a Cell at L1, against numpy or
 import msvm as ms
 import numpy as np
 import pytest
+from cells import Fn
 from msvm import nn, ops
 
 R = np.random.default_rng(2103)
-
-
-class Fn(nn.Cell):
-    def __init__(self, fn):
-        super().__init__()
-        self.fn = fn
-
-    def construct(self, *xs):
-        return self.fn(*xs)
 
 
 def t(a):

@@ -7,6 +7,7 @@ import warnings
 import msvm as ms
 import numpy as np
 import pytest
+from cells import Fn as Apply
 from msvm import nn, ops
 from msvm.compat import MindSporeGap
 from msvm.ops import registry
@@ -49,15 +50,6 @@ def _ref(fn, x):
     with warnings.catch_warnings(), np.errstate(all="ignore"):
         warnings.simplefilter("ignore")
         return fn(x)
-
-
-class Apply(nn.Cell):
-    def __init__(self, fn):
-        super().__init__()
-        self.fn = fn
-
-    def construct(self, x):
-        return self.fn(x)
 
 
 @pytest.mark.parametrize("fname,pname,mname,ref,domain", UNARY, ids=[u[0] for u in UNARY])

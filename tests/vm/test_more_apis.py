@@ -5,19 +5,8 @@ shapes and edge values (NaN, +-inf, empty and 0-d tensors)."""
 import msvm as ms
 import numpy as np
 import pytest
+from cells import Fn
 from msvm import nn, ops
-
-
-class Fn(nn.Cell):
-    """construct calls fn(*tensors, *consts)."""
-
-    def __init__(self, fn, *consts):
-        super().__init__()
-        self.fn = fn
-        self.consts = consts
-
-    def construct(self, *xs):
-        return self.fn(*xs, *self.consts)
 
 
 def both(fn, tensors, *consts, **kw):

@@ -151,6 +151,8 @@ class Calls:
             return self.copied(args[0])
         if fn is builtins.int and len(args) == 1 and isinstance(args[0], SymInt):
             return args[0]
+        if fn in (builtins.tuple, builtins.list) and len(args) == 1 and not kwargs and isinstance(args[0], SymInt):
+            return fn(self.assumed_sequence(args[0], node))     # tuple(embedding_shape), nobody passes it
         if fn is jit_fn():
             if args and isinstance(args[0], StaticFunction):
                 args[0].jit = True

@@ -172,6 +172,17 @@ class StaticModule(Calls, Imports):
             return v.assumed
         return v
 
+    ASSUMED_ITEMS = 3      # a sequence nobody passes: (batch, length, width) is the commonest shape-like one
+
+    def assumed_sequence(self, v: SymInt, node) -> tuple:
+        """A constructor argument nobody passes, used as a sequence: ASSUMED_ITEMS sizes of its own
+        (symbols where they become dims, SymInt.ASSUMED where a value is needed), noted."""
+        items = tuple(SymInt.named(f"{v.name}{k}", f"an item of {v.name}, which nobody passes")
+                      for k in range(self.ASSUMED_ITEMS))
+        self.assume(f"assumed {v.name} = ({', '.join(x.name for x in items)}): a sequence nobody passes "
+                    f"({self.ASSUMED_ITEMS} items assumed; pass it where the Cell is built to know it)", node)
+        return items
+
     # --- statements
     def exec_block(self, stmts, env, module_level=False, self_obj=None):
         for st in stmts:

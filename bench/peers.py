@@ -44,6 +44,7 @@ import msvm as ms  # noqa: E402
 import numpy as np  # noqa: E402
 from msvm.compiler import tiers  # noqa: E402
 from refs import cv  # noqa: E402
+from zoo_cv import build  # noqa: E402 - the same model with the same test weights as bench/zoo_cv.py
 
 try:
     import onnx
@@ -271,16 +272,6 @@ def _timed(fn) -> float:
     t0 = time.perf_counter()
     fn()
     return time.perf_counter() - t0
-
-
-def build(mindcv, name, weights=None):
-    net = mindcv.create_model(name)
-    net.set_train(False)
-    params = net.parameters_dict()
-    weights = weights or cv.test_weights([(k, p.shape) for k, p in params.items()])
-    for k, v in weights.items():
-        params[k].set_data(ms.Tensor(v))
-    return net, weights
 
 
 def run_model(mindcv, name, sizes, runs, peak):

@@ -1,0 +1,300 @@
+"""Building kernels: the background compile thread, ``compile_kernel`` (lower, compile with
+LLVM or load from the kernel cache, load) and the BLAS the matmul kernels call.
+
+Each compile reports the article's seven steps (Parse, Shape Resolution, IR Generation,
+Fusion, Hardware Mapping, Code Generation, Kernel Cache) as a ``compile`` event and, at
+DEBUG, as ``[MS]`` lines. The tier policy that decides what to compile is ``tiers.Site``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import ctypes
+import os
+import queue
+import threading
+import time
+
+import numpy as np
+
+from .. import context, events, log
+from .cache import KernelCache, make_key
+from .lower import lower
+
+STEPS = ("Step1 Parse", "Step2 Shape Resolution", "Step3 IR Generation", "Step4 Fusion", "Step5 Hardware Mapping",
+         "Step6 Code Generation", "Step7 Kernel Cache")
+# seconds a compile may take before its site stays on L1; MSVM_COMPILE_BUDGET_SCALE stretches them
+# on a slow or loaded machine (the test suite, which is not about latency, runs with 20)
+BUDGET_S = {level: s * float(os.environ.get("MSVM_COMPILE_BUDGET_SCALE", "1") or 1)
+            for level, s in {2: 0.25, 3: 2.0}.items()}
+_JIT = context._ctx["jit_config"]        # the live jit_config dict (set_context updates it in place)
+
+_cache = None
+_worker = None
+_lock = threading.Lock()
+_pool = None
+
+
+def kernel_cache() -> KernelCache:
+    global _cache
+    if _cache is None:
+        with _lock:
+            if _cache is None:
+                _cache = KernelCache()
+    return _cache
+
+
+def reset_cache(directory=None) -> KernelCache:
+    """A fresh cache (tests, ``msvm cache clear``)."""
+    global _cache
+    with _lock:
+        _cache = KernelCache(directory)
+    return _cache
+
+
+# ---------------------------------------------------------------- background compiler
+
+class _Worker:
+    """One background thread; queued compiles run in order; exit drops what is queued."""
+
+    def __init__(self):
+        self.q: queue.Queue = queue.Queue()
+        self.stopping = False
+        self.busy = threading.Event()
+        self.thread = threading.Thread(target=self.loop, name="msvm-jit", daemon=True)
+        self.thread.start()
+
+    def loop(self):
+        self.warm()
+        while True:
+            task = self.q.get()
+            if task is None:
+                return
+            if self.stopping:
+                continue
+            self.busy.set()
+            try:
+                task()
+            except Exception as e:  # noqa: BLE001 - a compile must never kill the worker
+                log.logger.debug("JIT worker: %s", e)
+            finally:
+                self.busy.clear()
+                self.q.task_done()
+
+    @staticmethod
+    def warm():
+        """Load LLVM before the first kernel asks for it: llvmlite's import, the target machines
+        and LLVM's own first-use set-up (an empty function compiled and linked) cost 50-100 ms
+        once per process, which a first compile, or the first call's look into the disk cache,
+        would otherwise wait for."""
+        try:
+            from .codegen import codegen
+
+            cg = codegen()
+            obj, _ = cg.compile("define void @msvm_warm_up() {\nentry:\n  ret void\n}\n", 2)
+            cg.load(obj, ["msvm_warm_up"])
+        except Exception as e:  # noqa: BLE001 - the first compile reports what is wrong
+            log.logger.debug("JIT warm-up: %s", e)
+
+    def submit(self, task):
+        if not self.stopping:
+            self.q.put(task)
+
+    def drain(self, timeout=None):
+        """Wait for queued compiles (tests, benchmarks)."""
+        end = None if timeout is None else time.time() + timeout
+        while self.q.unfinished_tasks:
+            if end is not None and time.time() > end:
+                return False
+            time.sleep(0.001)
+        return True
+
+    def stop(self):
+        self.stopping = True          # queued compiles are dropped; the running one finishes
+        self.q.put(None)
+        self.thread.join(timeout=5)
+
+
+def worker() -> _Worker:
+    global _worker
+    if _worker is None:
+        with _lock:
+            if _worker is None:
+                _worker = _Worker()
+                atexit.register(_worker.stop)
+    return _worker
+
+
+def warm_up() -> None:
+    """Start the background compiler, which loads LLVM first (``_Worker.warm``): called when a
+    Cell or a jit function is made in GRAPH_MODE, so that this happens while the program
+    builds its model and inputs, not in its first call."""
+    if _worker is None and _JIT["jit_level"] != "L1":
+        worker()
+
+
+def wait_for_compiles(timeout=None) -> bool:
+    return worker().drain(timeout)
+
+
+def _threads():
+    global _pool
+    if _pool is None:
+        import os
+        from concurrent.futures import ThreadPoolExecutor
+
+        _pool = ThreadPoolExecutor(max(1, min(os.cpu_count() or 1, 8)), thread_name_prefix="msvm-kernel")
+    return _pool
+
+
+# ---------------------------------------------------------------- compiled kernels
+
+class Compiled:
+    """A loaded kernel and how to call it."""
+
+    def __init__(self, kernel, level: int, addrs: dict, name: str, key: str):
+        self.kernel, self.level, self.key = kernel, level, key
+        self.addr = addrs[name]
+        self.fn = _cfunc(kernel, self.addr)
+        self.gemm = _gemm_pointer(kernel.dtype) if kernel.kind == "matmul" else None
+
+
+def _cfunc(kernel, addr):
+    i64, ptr, dbl = ctypes.c_int64, ctypes.c_void_p, ctypes.c_double
+    if kernel.kind == "elementwise":
+        args = [i64, i64, i64, i64, ptr]
+        for kind in kernel.kinds:
+            args += [ptr, i64, i64] if kind == "t" else [dbl]
+    elif kernel.kind == "row":
+        args = [i64, i64, i64, ptr, ptr, ptr, ptr]
+    else:
+        args = [ptr, ptr, ptr, ptr]
+        if kernel.epilogue is not None:
+            for kind in kernel.epilogue.kinds[1:]:
+                args += [ptr, i64, i64] if kind == "t" else [dbl]
+    return ctypes.CFUNCTYPE(None, *args)(addr)
+
+
+_blas: dict = {}
+
+
+def blas() -> tuple:
+    """(int bits, {dtype: gemm pointer}): numpy's own OpenBLAS (ILP64) when it ships one, so
+    L3 matmuls run the same BLAS as numpy; else scipy's (LP64) through its Cython capsules."""
+    if not _blas:
+        _blas.update(_numpy_blas() or _scipy_blas())
+    return _blas["bits"], _blas["gemm"]
+
+
+def _numpy_blas():
+    import glob
+    import os
+
+    libs = glob.glob(os.path.join(os.path.dirname(np.__file__), os.pardir, "numpy.libs", "libscipy_openblas64_*"))
+    for path in libs:
+        try:
+            lib = ctypes.CDLL(path)
+            gemm = {"float32": ctypes.cast(lib.scipy_sgemm_64_, ctypes.c_void_p).value,
+                    "float64": ctypes.cast(lib.scipy_dgemm_64_, ctypes.c_void_p).value}
+        except (OSError, AttributeError):
+            continue
+        return {"bits": 64, "gemm": gemm}
+    return None
+
+
+def _scipy_blas():
+    import scipy.linalg.cython_blas as cblas
+
+    get = ctypes.pythonapi.PyCapsule_GetPointer
+    get.restype, get.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
+    name = ctypes.pythonapi.PyCapsule_GetName
+    name.restype, name.argtypes = ctypes.c_char_p, [ctypes.py_object]
+    caps = {d: cblas.__pyx_capi__["sgemm" if d == "float32" else "dgemm"] for d in ("float32", "float64")}
+    return {"bits": 32, "gemm": {d: get(c, name(c)) for d, c in caps.items()}}
+
+
+def _gemm_pointer(dtype: str) -> int:
+    return blas()[1][dtype]
+
+
+def compile_kernel(kernel, level: int, info: dict, cached_only: bool = False) -> Compiled | None:
+    """Lower, compile (or load from the cache) and load one kernel; emits the compile event.
+    ``cached_only``: only what the cache (memory or disk) holds, else None."""
+    from .codegen import codegen
+
+    cache = kernel_cache()
+    steps = dict.fromkeys(STEPS, 0.0)
+    t_all = time.perf_counter()
+    t0 = time.perf_counter()
+    cg = codegen()
+    text = kernel.text()
+    steps["Step1 Parse"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    key = make_key(text, level, "cpu", cg.version, cg.target_id)
+    name = f"msvm_{kernel.name}_{key[:12]}"
+    steps["Step2 Shape Resolution"] = time.perf_counter() - t0
+    with cache.lock:
+        hit = cache.mem.get(key)
+    if hit is not None:
+        cache.note_key(key, info, "memory")
+        return hit
+    if log.debug_enabled():
+        log.logger.debug("JIT compiling %s (shape=%s, dtype=%s) at L%d...", info.get("op"), info.get("shape"),
+                         info.get("dtype"), level)
+    names = [name] + ([f"{name}_epi"] if kernel.kind == "matmul" and kernel.epilogue else [])
+    t0 = time.perf_counter()
+    disk = cache.load(key, lambda obj: cg.load(obj, names))     # an entry that does not link is discarded
+    if disk is None and cached_only:
+        return None
+    if disk is not None:
+        addrs, obj = disk
+        source = "disk"
+    else:
+        source = "compiled"
+        t0 = time.perf_counter()
+        ir = lower(kernel, name, cg.features)
+        steps["Step3 IR Generation"] = time.perf_counter() - t0
+        steps["Step4 Fusion"] = info.get("fusion_s", 0.0)
+        t0 = time.perf_counter()
+        obj, times = cg.compile(ir, level)
+        steps["Step5 Hardware Mapping"] = times["parse"] + times["optimize"]
+        steps["Step6 Code Generation"] = times["codegen"]
+        t0 = time.perf_counter()
+        addrs = cg.load(obj, names)
+    compiled = Compiled(kernel, level, addrs, name, key)
+    if source == "compiled":
+        cache.write(key, obj, {"name": name, "level": level, "kernel": text, "created": time.time()})
+    with cache.lock:
+        cache.mem[key] = compiled
+        cache.stats["compiles" if source == "compiled" else "disk_loads"] += 1
+    steps["Step7 Kernel Cache"] = time.perf_counter() - t0
+    total = time.perf_counter() - t_all
+    cache.note_key(key, info, source)
+    ms_steps = {k: round(v * 1e3, 4) for k, v in steps.items()}
+    events.emit({"type": "compile", "op": info.get("op"), "code": info.get("code"), "offset": info.get("offset"),
+                 "file": info.get("file"), "line": info.get("line"), "level": level, "key": key,
+                 "shape": info.get("shape"), "dtype": info.get("dtype"), "source": source,
+                 "steps": ms_steps, "ms": round(total * 1e3, 4), "fused": info.get("fused", 1)})
+    if log.debug_enabled():
+        for step, v in ms_steps.items():
+            extra = f", fused {info.get('fused')} ops" if step == "Step4 Fusion" else \
+                f", object size={len(obj) / 1024:.1f}KB" if step == "Step6 Code Generation" else ""
+            log.logger.debug("%s: %.2fms%s", step, v, extra)
+        log.logger.debug("JIT %s in %.2fms (L%d), cache key=%s...", "loaded from disk" if source == "disk"
+                         else "compiled", total * 1e3, level, key[:12])
+    return compiled
+
+
+
+def _parallel(call, n):
+    pool = _threads()
+    workers = pool._max_workers
+    step = (n + workers - 1) // workers
+    futs = [pool.submit(call, s, min(n, s + step)) for s in range(0, n, step)]
+    for f in futs:
+        f.result()
+
+
+def stats() -> dict:
+    return kernel_cache().snapshot()
+

@@ -6,16 +6,18 @@ real — the GpuSite's decision, lowering to NVVM IR and PTX through llvmlite (o
 compiler), the kernel cache keyed by architecture, planning, argument marshalling, output
 buffers, the in-place matmul epilogue — except the launch itself: a "launched" kernel is
 evaluated here with numpy, by reading its arguments exactly as the PTX kernel's signature
-declares them (lower_gpu: ``k(i64 total, i64 n1, i64 n2, T* out, {T* in, i64 s0, i64 s1} per
-tensor, {double} per scalar)``; ``k(i64 rows, i64 n, T* out, T* x, T* gamma, T* beta)``), and
-checking their count, the block size and, at L3, that the arguments match the constants the
-kernel was specialized for. So tests/gpu can run with its compiled-tier assertions on
+declares them (compiler/callconv.py: ``k(i64 total, i64 n1, i64 n2, T* out, {T* in, i64 s0,
+i64 s1} per tensor, then {double} per scalar)``; ``k(i64 rows, i64 n, T* out, T* x, T* gamma,
+T* beta)``), and checking their count, each one's type against the parameter the loaded PTX
+declares at that position, the block size and, at L3, that the arguments match the constants
+the kernel was specialized for. So tests/gpu can run with its compiled-tier assertions on
 (``MSVM_GPU_TEST_TARGET=EMULATED``); what only a GPU can show is that the PTX itself computes
 that (bench/gpu_check.py section 1, tests/gpu on a GPU).
 """
 
 from __future__ import annotations
 
+import re
 import tempfile
 import threading
 from types import SimpleNamespace
@@ -25,6 +27,7 @@ import numpy as np
 from msvm import device as msdev
 from msvm.compiler import gpu
 from msvm.compiler.cache import KernelCache
+from msvm.compiler.callconv import elementwise_order
 from msvm.compiler.kir import Elementwise, MatmulEpilogue, RowKernel
 
 LAUNCHES: list = []          # (kernel kind, level) of every emulated launch
@@ -33,11 +36,16 @@ LAUNCHES: list = []          # (kernel kind, level) of every emulated launch
 class _Kernel:
     """A loaded kernel: its IR, evaluated on the launch's arguments."""
 
-    def __init__(self, ir):
+    def __init__(self, ir, params=None):
         self.ir = ir.epilogue if isinstance(ir, MatmulEpilogue) else ir
+        self.params = params          # the PTX entry's parameter types, in order (.u64, .f64, ...)
 
     def __call__(self, grid, block, args):
         assert block == (gpu.BLOCK,) and len(grid) == 1 and 1 <= grid[0] <= gpu.MAX_GRID, (grid, block)
+        if self.params is not None:         # each argument is what the PTX declares at its position
+            got = ["f64" if isinstance(a, (np.float64, float)) else "u64" for a in args]
+            want = ["f64" if t == "f64" else "u64" for t in self.params]
+            assert got == want, f"launch arguments {got} for a PTX kernel that declares {want}"
         old = msdev.use(msdev.CPU)          # the evaluation is host numpy
         try:
             if isinstance(self.ir, RowKernel):
@@ -62,19 +70,20 @@ class _Kernel:
         d0 = total // (n1 * n2)
         if k.dims is not None:
             assert (d0, n1, n2) == tuple(k.dims), f"launched at {(d0, n1, n2)}, specialized for {k.dims}"
-        vals, j = [], 4
-        for kind, b in zip(k.kinds, k.bcast):
+        vals, j = [None] * len(k.kinds), 4
+        for i in elementwise_order(k.kinds):       # the PTX signature's order: tensors, then scalars
+            kind, b = k.kinds[i], k.bcast[i]
             if kind == "t":
                 a, s0, s1 = args[j], int(args[j + 1]), int(args[j + 2])
                 j += 3
                 base = a._a.reshape(-1)
                 assert base.flags.c_contiguous and base.dtype == np.dtype(k.dtype)
                 item = base.itemsize
-                vals.append(np.lib.stride_tricks.as_strided(base, (d0, n1, n2), (s0 * item, s1 * item,
-                                                                                0 if b[2] else item)))
+                vals[i] = np.lib.stride_tricks.as_strided(base, (d0, n1, n2), (s0 * item, s1 * item,
+                                                                              0 if b[2] else item))
             else:
                 assert isinstance(args[j], np.float64)
-                vals.append(float(args[j]))
+                vals[i] = float(args[j])
                 j += 1
         with np.errstate(all="ignore"):
             r = run_program(k.program, vals)
@@ -106,9 +115,19 @@ class _Module:
     def load(self, ptx: bytes):
         text = ptx.rstrip(b"\0").decode()
         assert ".visible .entry" in text and ".target sm_" in text, "not PTX"
+        # each entry's parameter types, as the PTX declares them
+        self.entries = {m.group(1): re.findall(r"\.param\s+\.(\w+)", m.group(2))
+                        for m in re.finditer(r"\.visible \.entry (\w+)\(([^)]*)\)", text)}
 
     def get_function(self, name):
-        return name          # replaced by the runtime below with the kernel's evaluator
+        return _Ptx(name, self.entries.get(name))   # replaced by the runtime below with the kernel's evaluator
+
+
+class _Ptx:
+    """A loaded PTX function: its name and parameter types."""
+
+    def __init__(self, name, params):
+        self.name, self.params = name, params
 
 
 def _wrap(a):
@@ -173,7 +192,7 @@ class EmulatedRuntime(gpu.GpuRuntime):
     def kernel(self, kernel, level: int = 2):
         gk, steps = super().kernel(kernel, level)
         if not isinstance(gk.fn, _Kernel):
-            gk.fn = _Kernel(kernel)
+            gk.fn = _Kernel(kernel, getattr(gk.fn, "params", None))
         return gk, steps
 
 

@@ -136,15 +136,15 @@ def test_random_fused_programs_l1_l2_l3_agree(prog, n0, n1, seed, bshape, share)
         plan = site.plan(inputs)
         assert plan is not None
         kern = site.kernel_ir(lvl, plan)
-        compiled = tiers.compile_kernel(kern, lvl, site.info(plan[2], plan[3]))
+        compiled = tiers.compile_kernel(kern, lvl, site.info(plan.out_shape, plan.dtype))
         outs[lvl] = site.run(compiled, plan, inputs, None)
         if lvl == 3:        # the native entry a replay calls computes what the ctypes caller does
             site.prepare_native(compiled, plan)
             nat = site.native(compiled, plan)
-            if "s" in plan[4]["kinds"] or not entry.LAYOUT:
+            if "s" in plan.details["kinds"] or not entry.LAYOUT:
                 assert nat is None, "a scalar operand keeps the ctypes caller"
             else:
-                np.testing.assert_array_equal(nat[0](*inputs, nat[1](nat[2], nat[3])), outs[3])
+                np.testing.assert_array_equal(nat.entry(*inputs, nat.alloc(nat.shape, nat.dtype)), outs[3])
     for lvl, out in outs.items():
         assert out.shape == ref.shape and out.dtype == ref.dtype
         assert_numpy_equal(out, ref, rtol=2e-5, atol=2e-5, msg=f"L{lvl} {prog}")

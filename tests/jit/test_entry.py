@@ -68,7 +68,7 @@ def _site_calls(net) -> tuple:
         if hit[3]:
             for fn in _replays(hit[3]):
                 ops_ |= {v.op for k, v in fn.__globals__.items() if k.startswith("site")}
-                natives += [g[2] for g in fn.__globals__.get("G", []) if g is not None]
+                natives += [g.native for g in fn.__globals__.get("G", []) if g is not None]
     return ops_, natives
 
 
@@ -124,7 +124,7 @@ def _matmul_entry(m=6, k=8, n=5):
 
 def test_an_entry_refuses_what_it_was_not_made_for():
     nat, a, b = _matmul_entry()
-    e, alloc, shape, dtype = nat[:4]
+    e, alloc, shape, dtype = nat.entry, nat.alloc, nat.shape, nat.dtype
     out = e(a, b, alloc(shape, dtype))
     np.testing.assert_allclose(out, np.maximum(a @ b, 0), rtol=1e-5, atol=1e-5)
 
@@ -140,7 +140,7 @@ def test_an_entry_refuses_what_it_was_not_made_for():
 
 def test_references_are_counted():
     nat, a, b = _matmul_entry()
-    e, alloc, shape, dtype = nat[:4]
+    e, alloc, shape, dtype = nat.entry, nat.alloc, nat.shape, nat.dtype
     gc.collect()
     before = (sys.getrefcount(a), sys.getrefcount(b))
     refs = []
@@ -156,7 +156,7 @@ def test_references_are_counted():
 
 def test_a_large_kernel_lets_other_threads_run():
     nat, a, b = _matmul_entry(256, 768, 1024)
-    e, alloc, shape, dtype = nat[:4]
+    e, alloc, shape, dtype = nat.entry, nat.alloc, nat.shape, nat.dtype
     count, stop = [0], threading.Event()
 
     def spin():

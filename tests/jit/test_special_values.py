@@ -86,7 +86,7 @@ def run_fused(prog, inputs, tier, dtype):
             lower.lower(kern, "probe", "")
         except lower.Unsupported as e:
             pytest.skip(str(e))
-        compiled = tiers.compile_kernel(kern, lvl, site.info(plan[2], plan[3]))
+        compiled = tiers.compile_kernel(kern, lvl, site.info(plan.out_shape, plan.dtype))
         return site.run(compiled, plan, inputs, None)
 
 

@@ -19,6 +19,7 @@ import numpy as np
 
 from .. import context, events, log
 from .cache import KernelCache, make_key
+from .callconv import prototype
 from .lower import lower
 
 STEPS = ("Step1 Parse", "Step2 Shape Resolution", "Step3 IR Generation", "Step4 Fusion", "Step5 Hardware Mapping",
@@ -137,16 +138,6 @@ def wait_for_compiles(timeout=None) -> bool:
     return worker().drain(timeout)
 
 
-def _threads():
-    global _pool
-    if _pool is None:
-        import os
-        from concurrent.futures import ThreadPoolExecutor
-
-        _pool = ThreadPoolExecutor(max(1, min(os.cpu_count() or 1, 8)), thread_name_prefix="msvm-kernel")
-    return _pool
-
-
 # ---------------------------------------------------------------- compiled kernels
 
 class Compiled:
@@ -155,24 +146,8 @@ class Compiled:
     def __init__(self, kernel, level: int, addrs: dict, name: str, key: str):
         self.kernel, self.level, self.key = kernel, level, key
         self.addr = addrs[name]
-        self.fn = _cfunc(kernel, self.addr)
+        self.fn = prototype(kernel, self.addr)      # (callconv: the arguments it takes)
         self.gemm = _gemm_pointer(kernel.dtype) if kernel.kind == "matmul" else None
-
-
-def _cfunc(kernel, addr):
-    i64, ptr, dbl = ctypes.c_int64, ctypes.c_void_p, ctypes.c_double
-    if kernel.kind == "elementwise":
-        args = [i64, i64, i64, i64, ptr]
-        for kind in kernel.kinds:
-            args += [ptr, i64, i64] if kind == "t" else [dbl]
-    elif kernel.kind == "row":
-        args = [i64, i64, i64, ptr, ptr, ptr, ptr]
-    else:
-        args = [ptr, ptr, ptr, ptr]
-        if kernel.epilogue is not None:
-            for kind in kernel.epilogue.kinds[1:]:
-                args += [ptr, i64, i64] if kind == "t" else [dbl]
-    return ctypes.CFUNCTYPE(None, *args)(addr)
 
 
 _blas: dict = {}
@@ -284,15 +259,6 @@ def compile_kernel(kernel, level: int, info: dict, cached_only: bool = False) ->
                          else "compiled", total * 1e3, level, key[:12])
     return compiled
 
-
-
-def _parallel(call, n):
-    pool = _threads()
-    workers = pool._max_workers
-    step = (n + workers - 1) // workers
-    futs = [pool.submit(call, s, min(n, s + step)) for s in range(0, n, step)]
-    for f in futs:
-        f.result()
 
 
 def stats() -> dict:

@@ -1,208 +1,161 @@
-"""Calling the kernels: the prepared callers of a compiled kernel at one plan, and the
-native entries a replay calls instead.
+"""The kernel calling convention, described once, and the callers made from it.
+
+A compiled kernel is a C function returning void. Its arguments, by kind (T: float or double):
+
+    elementwise  head, i64 n1, i64 n2, T* out, operands
+                   head on the CPU: i64 start, i64 end (the rows [start, end) of dim 0, so a
+                   caller may split them over threads); on the GPU: i64 total (elements)
+    row          i64 start, i64 end, i64 n, T* out, T* x, T* gamma, T* beta    (softmax, layer norm)
+    matmul       gemm*, T* A, T* B, T* C, operands                              (gemm: the BLAS function)
+
+``operands``: per tensor input ``T* data, i64 stride0, i64 stride1`` (in elements, along the
+collapsed dims 0 and 1; dim 2 is contiguous or broadcast, as the kernel IR's ``bcast`` says),
+per scalar input one ``double``. An elementwise kernel takes its tensor inputs first, then its
+scalars, each group in input order (``elementwise_order``); a matmul takes its epilogue's
+inputs 1.. in input order (``operand_order``).
+
+What follows from that description: the LLVM parameters (``llvm_operands``, used by
+``lower.elementwise_entry`` for the CPU and GPU kernels), the ctypes prototype (``prototype``),
+the Python callers (``caller``: ``go(inputs, out) -> out``, everything that does not change
+between calls decided once), the argument pattern of a kernel's native entry (``native_spec``,
+``compiler/entry.py``) and the GPU launch (``gpu.GpuRuntime``). ``Prepared`` and ``Native`` are
+what a site keeps per exact input layout and hands to a replay.
 """
 
 from __future__ import annotations
+
+import ctypes
+from typing import NamedTuple
 
 import numpy as np
 
 from . import entry
 from .buffers import ALIGN, aligned_empty
-from .build import Compiled, _parallel, kernel_cache
 from .entry import data_pointer
-from .planning import PARALLEL_MIN
 
-_ND = np.ndarray
+PARALLEL_MIN = 1 << 20          # elements: below this one thread is faster (MEASURED.md)
 RELEASE_MIN = 1 << 14           # elements from which a native entry lets other threads run (compiles)
 
+# ---------------------------------------------------------------- the convention
 
-class Callers:
-    """The calling half of a ``tiers.Site``."""
+HEAD = {"elementwise": ("i64", "i64", "i64", "i64", "ptr"), "row": ("i64", "i64", "i64", "ptr", "ptr", "ptr", "ptr"),
+        "matmul": ("ptr", "ptr", "ptr", "ptr")}
+OPERAND = {"t": ("ptr", "i64", "i64"), "s": ("double",)}
+_CTYPES = {"i64": ctypes.c_int64, "ptr": ctypes.c_void_p, "double": ctypes.c_double}
 
-    def run(self, compiled: Compiled, plan, inputs, out):
-        # a caller is made for a kernel and an output shape: shapes with the same element count
-        # can share a kernel (their shape key), never an output
-        key = (plan[1], plan[2])
-        c = self.callers.get(key)
-        if c is None or c[0] is not compiled:
-            if len(self.callers) > 64:        # a polymorphic L2 site: keep the table small
-                self.callers.clear()
-            c = self.callers[key] = (compiled, self.caller(compiled, plan))
-        return c[1](inputs, out)
 
-    def caller(self, compiled: Compiled, plan):
-        """``go(inputs, out) -> out``: this kernel at this plan's shapes, with everything that does
-        not change between calls (argument layout, strides, the BLAS pointer) decided here once."""
-        _cls, _key, out_shape, d, p = plan
-        k = compiled.kernel
-        fn, ptr, level = compiled.fn, self.ptr, compiled.level
-        cstrides = _contiguous_strides(out_shape, d.itemsize)
-        empty = np.empty
+def elementwise_order(kinds) -> list:
+    """The inputs of an elementwise kernel in argument order: tensors ("t"), then scalars ("s")."""
+    return [i for i, kind in enumerate(kinds) if kind == "t"] + [i for i, kind in enumerate(kinds) if kind != "t"]
 
-        if getattr(k, "stream", False):
-            def output(out):
-                if (out is None or out.shape != out_shape or out.strides != cstrides or out.dtype != d
-                        or data_pointer(out) % ALIGN):
-                    return aligned_empty(out_shape, d)
-                return out
+
+def operand_order(kernel) -> list:
+    """The inputs whose operands follow the kernel's head, in argument order."""
+    if kernel.kind == "elementwise":
+        return elementwise_order(kernel.kinds)
+    if kernel.kind == "matmul" and kernel.epilogue is not None:
+        return list(range(1, len(kernel.epilogue.kinds)))
+    return []
+
+
+def signature(kernel) -> tuple:
+    """The kernel's argument types ("i64" | "ptr" | "double"), in order."""
+    kinds = kernel.epilogue.kinds if kernel.kind == "matmul" and kernel.epilogue is not None else \
+        getattr(kernel, "kinds", ())
+    return HEAD[kernel.kind] + tuple(t for i in operand_order(kernel) for t in OPERAND[kinds[i]])
+
+
+def llvm_operands(kinds, t: str, noalias: str = "") -> list:
+    """The LLVM parameters of an elementwise kernel's operands: ``%in{i}, %s0_{i}, %s1_{i}`` per
+    tensor input i, ``%sc{i}`` per scalar (``t``: the element's LLVM type)."""
+    params = []
+    for i in elementwise_order(kinds):
+        if kinds[i] == "t":
+            params += [f"{t}* {noalias}%in{i}", f"i64 %s0_{i}", f"i64 %s1_{i}"]
         else:
-            def output(out):
-                if out is None or out.shape != out_shape or out.strides != cstrides or out.dtype != d:
-                    return empty(out_shape, d)
-                return out
-        if k.kind == "elementwise" and self.op == "FUSED_ELEMENTWISE":
-            return _elementwise_caller(compiled, p, output, ptr)
-        if k.kind == "elementwise":          # L2 matmul: BLAS product, then the epilogue in place
-            ta, tb, wt, transposed = self.args[0], p["tb"], p["wt"], self.transposed
-            # the epilogue's input 0 is the product, i.e. the output: its pointer is not kept
-            epi = _elementwise_caller(compiled, p["epi"][4], None,
-                                      lambda j, a: data_pointer(a) if j == 0 else ptr(j, a))
-            matmul, swap = np.matmul, np.swapaxes
+            params.append(f"double %sc{i}")
+    return params
 
-            def go(inputs, out):
-                out = output(out)
-                a, b = inputs[0], transposed(inputs[1]) if wt else inputs[1]
-                matmul(swap(a, -1, -2) if ta else a, swap(b, -1, -2) if tb else b, out=out)
-                return epi([out] + list(inputs[2:]), out)
-            return go
-        if k.kind == "matmul":
-            gemm = compiled.gemm
-            weight = self.transposed if p["wt"] else (lambda b: b)
-            extras = [(2 + j, kind, row_stride) for j, (kind, (_b, row_stride))
-                      in enumerate(zip(k.epilogue.kinds[1:], p["epi"][4]["block"]))] if k.epilogue else []
-            if not extras:
-                def go(inputs, out):
-                    out = output(out)
-                    fn(gemm, ptr(0, inputs[0]), ptr(1, weight(inputs[1])), data_pointer(out))
-                    return out
-                return go
 
-            def go(inputs, out):
-                out = output(out)
-                args = [gemm, ptr(0, inputs[0]), ptr(1, weight(inputs[1])), data_pointer(out)]
-                for j, kind, row_stride in extras:
-                    if kind == "t":
-                        args += [ptr(j, inputs[j]), row_stride, 0]
-                    else:
-                        args.append(float(inputs[j]))
-                fn(*args)
-                return out
-            return go
-        rows, n, layer_norm = p["rows"], p["n"], self.op == "LAYER_NORM"
-        split = level >= 3 and rows * n >= PARALLEL_MIN and rows >= 2
+def prototype(kernel, addr: int):
+    """The kernel at ``addr`` as a ctypes function."""
+    return ctypes.CFUNCTYPE(None, *[_CTYPES[t] for t in signature(kernel)])(addr)
 
-        def go(inputs, out):
-            out = output(out)
-            gp = bp = None
-            if layer_norm:
-                g, b = inputs[1], inputs[2]
-                gp = ptr(1, g) if g is not None else None
-                bp = ptr(2, b) if b is not None else None
-            op_, xp_ = data_pointer(out), ptr(0, inputs[0])
-            if split:
-                _parallel(lambda s, e: fn(s, e, n, op_, xp_, gp, bp), rows)
-            else:
-                fn(0, rows, n, op_, xp_, gp, bp)
-            return out
-        return go
 
-    # --- native entries (compiler/entry.py): what a replay calls instead of ``go``
-    def native_spec(self, compiled: Compiled, plan):
-        """(argument pattern, constants, nargs, release the GIL, allocator) of a native entry for
-        this L3 kernel at this plan: the arguments ``caller``'s ``go`` passes, where all of them are
-        array pointers or constants; None where they are not (a scalar operand, work split over
-        threads)."""
-        _cls, _key, _shape, _d, p = plan
-        k = compiled.kernel
-        nargs = len(self.in_types) + 1
-        o = nargs - 1
-        alloc = aligned_empty if getattr(k, "stream", False) else np.empty
-        if k.kind == "matmul":       # (a transposed weight is passed already transposed: ``native``)
-            pattern, consts = ["c", 0, 1, o], [compiled.gemm]
-            if k.epilogue is not None:
-                for j, (kind, (_b, row_stride)) in enumerate(zip(k.epilogue.kinds[1:], p["epi"][4]["block"])):
-                    if kind != "t":
-                        return None
-                    pattern += [2 + j, "c", "c"]
-                    consts += [row_stride, 0]
-            return pattern, consts, nargs, True, alloc
-        if k.kind == "elementwise" and self.op == "FUSED_ELEMENTWISE":
-            d0, d1, d2 = p["dims"]
-            if (d0 * d1 * d2 >= PARALLEL_MIN and d0 >= 2) or any(kind != "t" for kind in p["kinds"]):
-                return None
-            pattern, consts = ["c", "c", "c", "c", o], [0, d0, d1, d2]
-            for j, s in enumerate(p["strides"]):
-                pattern += [j, "c", "c"]
-                consts += [s[0], s[1]]
-            return pattern, consts, nargs, d0 * d1 * d2 >= RELEASE_MIN, alloc
-        if k.kind == "row":
-            rows, n = p["rows"], p["n"]
-            if rows * n >= PARALLEL_MIN and rows >= 2:
-                return None
-            pattern, consts = ["c", "c", "c", o, 0], [0, rows, n]
-            for j, present in ((1, p["gamma"]), (2, p["beta"])):
-                pattern.append(j if present else "c")
-                consts += [] if present else [0]
-            return pattern, consts, nargs, rows * n >= RELEASE_MIN, alloc
-        return None
+def launch_operands(kinds, strides, inputs, tensor, scalar) -> list:
+    """The operands of an elementwise launch in argument order: ``tensor(x, s0, s1)`` (a list of
+    arguments) per tensor input, ``scalar(x)`` per scalar (the GPU runtime's)."""
+    args = []
+    for j in elementwise_order(kinds):
+        if kinds[j] == "t":
+            args += tensor(inputs[j], strides[j][0], strides[j][1])
+        else:
+            args.append(scalar(inputs[j]))
+    return args
 
-    def prepare_native(self, compiled: Compiled, plan) -> None:
-        """Compile (or load) the trampoline this kernel's entry needs, on the compiling thread."""
-        spec = self.native_spec(compiled, plan)
-        if spec is not None:
-            entry.prepare(tuple(spec[0]), spec[2], spec[3], kernel_cache())
 
-    def native(self, compiled: Compiled, plan):
-        """[entry, allocator, out shape, dtype, weight, last buffer] for a replay: ``entry(*inputs,
-        allocator(shape, dtype))`` runs the kernel, where a transposed-weight site passes
-        ``weight(inputs[1])`` as the weight; the last slot is the replay's, for the output buffer it
-        allocated last (which it may keep). None where there is no entry (or its trampoline is not
-        ready)."""
-        spec = self.native_spec(compiled, plan)
-        if spec is None:
-            return None
-        pattern, consts, nargs, release, alloc = spec
-        e = entry.make(compiled.addr, tuple(pattern), consts, nargs, release)
-        weight = self.transposed if plan[4].get("wt") else _same
-        return None if e is None else [e, alloc, plan[2], plan[3], weight, None]
+# ---------------------------------------------------------------- what a site keeps
 
-    def frozen(self, w) -> bool:
-        """Whether w is a fixed weight (see ``_frozen``); the weight last transposed is known to be."""
-        e = self.wcache
-        return (e is not None and e[0] is w) or _frozen(w)
+class Prepared:
+    """A kernel's caller for one plan (``go(inputs, out) -> out``) and, for an L3 kernel at one
+    exact input layout, its native entry (None where it has none)."""
 
-    def transposed(self, w):
-        """The contiguous transpose of a read-only weight, made once per array."""
-        e = self.wcache
-        if e is not None and e[0] is w:
-            return e[1]
-        t = np.ascontiguousarray(w.T)
-        self.wcache = (w, t)
-        return t
+    __slots__ = ("compiled", "go", "native")
 
-    def ptr(self, i: int, a) -> int:
-        """a's data pointer; remembered for the last array seen at position i (weights and reused
-        output buffers repeat). The entry holds a reference, so the array cannot be freed and
-        its id reused while it is remembered."""
-        if i >= len(self.ptrs):          # (a fused program with many inputs)
-            return data_pointer(a)
-        e = self.ptrs[i]
-        if e is not None and e[0] is a:
-            return e[1]
-        p = data_pointer(a)
-        self.ptrs[i] = (a, p)
-        return p
+    def __init__(self, compiled, go, native=None):
+        self.compiled, self.go, self.native = compiled, go, native
+
+
+class NativeSpec(NamedTuple):
+    """A native entry's argument pattern (``entry.trampoline_ir``), its constants, how many
+    arguments it takes (the inputs and the output), whether it releases the GIL, and the
+    allocator of its output."""
+
+    pattern: tuple
+    consts: list
+    nargs: int
+    release: bool
+    alloc: object
+
+
+class Native:
+    """What a replay calls instead of ``go``: ``entry(*inputs, alloc(shape, dtype))`` runs the
+    kernel, where a transposed-weight site passes ``weight(inputs[1])`` as the weight; ``last`` is
+    the replay's, the output buffer it allocated last (which it may keep)."""
+
+    __slots__ = ("entry", "alloc", "shape", "dtype", "weight", "last")
+
+    def __init__(self, entry_, alloc, shape, dtype, weight):
+        self.entry, self.alloc, self.shape, self.dtype, self.weight = entry_, alloc, shape, dtype, weight
+        self.last = None
+
+
+# ---------------------------------------------------------------- callers
+
+def _threads():
+    global _pool
+    if _pool is None:
+        import os
+        from concurrent.futures import ThreadPoolExecutor
+
+        _pool = ThreadPoolExecutor(max(1, min(os.cpu_count() or 1, 8)), thread_name_prefix="msvm-kernel")
+    return _pool
+
+
+_pool = None
+
+
+def _parallel(call, n):
+    pool = _threads()
+    workers = pool._max_workers
+    step = (n + workers - 1) // workers
+    futs = [pool.submit(call, s, min(n, s + step)) for s in range(0, n, step)]
+    for f in futs:
+        f.result()
 
 
 def _same(x):
     return x
-
-
-def _frozen(x) -> bool:
-    """A 2-D array that owns its data and cannot be written (a Parameter's): its value is fixed
-    for as long as the array lives."""
-    return type(x) is _ND and x.ndim == 2 and not x.flags.writeable and x.flags.owndata
-
 
 
 def _contiguous_strides(shape, itemsize: int) -> tuple:
@@ -213,11 +166,88 @@ def _contiguous_strides(shape, itemsize: int) -> tuple:
     return tuple(reversed(out))
 
 
-def _elementwise_caller(compiled: Compiled, p: dict, output, ptr):
+def caller(site, compiled, plan):
+    """``go(inputs, out) -> out``: this kernel at this plan's shapes, with everything that does
+    not change between calls (argument layout, strides, the BLAS pointer) decided here once."""
+    out_shape, d, p = plan.out_shape, plan.dtype, plan.details
+    k = compiled.kernel
+    fn, ptr, level = compiled.fn, site.ptr, compiled.level
+    cstrides = _contiguous_strides(out_shape, d.itemsize)
+    empty = np.empty
+
+    if getattr(k, "stream", False):
+        def output(out):
+            if (out is None or out.shape != out_shape or out.strides != cstrides or out.dtype != d
+                    or data_pointer(out) % ALIGN):
+                return aligned_empty(out_shape, d)
+            return out
+    else:
+        def output(out):
+            if out is None or out.shape != out_shape or out.strides != cstrides or out.dtype != d:
+                return empty(out_shape, d)
+            return out
+    if k.kind == "elementwise" and site.op == "FUSED_ELEMENTWISE":
+        return elementwise_caller(compiled, p, output, ptr)
+    if k.kind == "elementwise":          # L2 matmul: BLAS product, then the epilogue in place
+        ta, tb, wt, transposed = site.args[0], p["tb"], p["wt"], site.transposed
+        # the epilogue's input 0 is the product, i.e. the output: its pointer is not kept
+        epi = elementwise_caller(compiled, p["epi"].details, None,
+                                 lambda j, a: data_pointer(a) if j == 0 else ptr(j, a))
+        matmul, swap = np.matmul, np.swapaxes
+
+        def go(inputs, out):
+            out = output(out)
+            a, b = inputs[0], transposed(inputs[1]) if wt else inputs[1]
+            matmul(swap(a, -1, -2) if ta else a, swap(b, -1, -2) if tb else b, out=out)
+            return epi([out] + list(inputs[2:]), out)
+        return go
+    if k.kind == "matmul":
+        gemm = compiled.gemm
+        weight = site.transposed if p["wt"] else _same
+        rows = p["epi"].details["block"]
+        extras = [(j, k.epilogue.kinds[j], rows[j - 1][1]) for j in operand_order(k)]
+        if not extras:
+            def go(inputs, out):
+                out = output(out)
+                fn(gemm, ptr(0, inputs[0]), ptr(1, weight(inputs[1])), data_pointer(out))
+                return out
+            return go
+
+        def go(inputs, out):
+            out = output(out)
+            args = [gemm, ptr(0, inputs[0]), ptr(1, weight(inputs[1])), data_pointer(out)]
+            for j, kind, row_stride in extras:     # (epilogue input j is the site's input j + 1)
+                if kind == "t":
+                    args += [ptr(j + 1, inputs[j + 1]), row_stride, 0]
+                else:
+                    args.append(float(inputs[j + 1]))
+            fn(*args)
+            return out
+        return go
+    rows, n, layer_norm = p["rows"], p["n"], site.op == "LAYER_NORM"
+    split = level >= 3 and rows * n >= PARALLEL_MIN and rows >= 2
+
+    def go(inputs, out):
+        out = output(out)
+        gp = bp = None
+        if layer_norm:
+            g, b = inputs[1], inputs[2]
+            gp = ptr(1, g) if g is not None else None
+            bp = ptr(2, b) if b is not None else None
+        op_, xp_ = data_pointer(out), ptr(0, inputs[0])
+        if split:
+            _parallel(lambda s, e: fn(s, e, n, op_, xp_, gp, bp), rows)
+        else:
+            fn(0, rows, n, op_, xp_, gp, bp)
+        return out
+    return go
+
+
+def elementwise_caller(compiled, p: dict, output, ptr):
     """``go(inputs, out)`` for an elementwise kernel; ``output`` (when given) picks or makes the
     output buffer, else the caller's ``out`` is written in place."""
     dims, kinds, strides = p["dims"], p["kinds"], p["strides"]
-    spec = list(enumerate(zip(kinds, strides)))
+    spec = [(j, kinds[j], strides[j]) for j in elementwise_order(kinds)]
     fn = compiled.fn
     d0, d1, d2 = dims
     split = compiled.level >= 3 and d0 * d1 * d2 >= PARALLEL_MIN and d0 >= 2
@@ -226,7 +256,7 @@ def _elementwise_caller(compiled: Compiled, p: dict, output, ptr):
         if output is not None:
             out = output(out)
         args = []
-        for j, (kind, s) in spec:
+        for j, kind, s in spec:
             if kind == "t":
                 args += [ptr(j, inputs[j]), s[0], s[1]]
             else:
@@ -240,3 +270,62 @@ def _elementwise_caller(compiled: Compiled, p: dict, output, ptr):
     return go
 
 
+# ---------------------------------------------------------------- native entries
+
+def native_spec(site, compiled, plan) -> NativeSpec | None:
+    """The native entry of this L3 kernel at this plan: the arguments ``caller``'s ``go`` passes,
+    where all of them are array pointers or constants; None where they are not (a scalar
+    operand, work split over threads)."""
+    p = plan.details
+    k = compiled.kernel
+    nargs = len(site.in_types) + 1
+    o = nargs - 1
+    alloc = aligned_empty if getattr(k, "stream", False) else np.empty
+    if k.kind == "matmul":       # (a transposed weight is passed already transposed: ``native``)
+        pattern, consts = ["c", 0, 1, o], [compiled.gemm]
+        if k.epilogue is not None:
+            rows = p["epi"].details["block"]
+            for j in operand_order(k):
+                if k.epilogue.kinds[j] != "t":
+                    return None
+                pattern += [j + 1, "c", "c"]
+                consts += [rows[j - 1][1], 0]
+        return NativeSpec(tuple(pattern), consts, nargs, True, alloc)
+    if k.kind == "elementwise" and site.op == "FUSED_ELEMENTWISE":
+        d0, d1, d2 = p["dims"]
+        if (d0 * d1 * d2 >= PARALLEL_MIN and d0 >= 2) or any(kind != "t" for kind in p["kinds"]):
+            return None
+        pattern, consts = ["c", "c", "c", "c", o], [0, d0, d1, d2]
+        for j in elementwise_order(p["kinds"]):
+            pattern += [j, "c", "c"]
+            consts += [p["strides"][j][0], p["strides"][j][1]]
+        return NativeSpec(tuple(pattern), consts, nargs, d0 * d1 * d2 >= RELEASE_MIN, alloc)
+    if k.kind == "row":
+        rows, n = p["rows"], p["n"]
+        if rows * n >= PARALLEL_MIN and rows >= 2:
+            return None
+        pattern, consts = ["c", "c", "c", o, 0], [0, rows, n]
+        for j, present in ((1, p["gamma"]), (2, p["beta"])):
+            pattern.append(j if present else "c")
+            consts += [] if present else [0]
+        return NativeSpec(tuple(pattern), consts, nargs, rows * n >= RELEASE_MIN, alloc)
+    return None
+
+
+def prepare_native(site, compiled, plan, cache) -> None:
+    """Compile (or load from ``cache``) the trampoline this kernel's entry needs, on the compiling
+    thread."""
+    spec = native_spec(site, compiled, plan)
+    if spec is not None:
+        entry.prepare(spec.pattern, spec.nargs, spec.release, cache)
+
+
+def native(site, compiled, plan) -> Native | None:
+    """The ``Native`` a replay calls for this L3 kernel at this plan; None where there is no entry
+    (or its trampoline is not ready)."""
+    spec = native_spec(site, compiled, plan)
+    if spec is None:
+        return None
+    e = entry.make(compiled.addr, spec.pattern, spec.consts, spec.nargs, spec.release)
+    weight = site.transposed if plan.details.get("wt") else _same
+    return None if e is None else Native(e, spec.alloc, plan.out_shape, plan.dtype, weight)

@@ -25,6 +25,7 @@ import time
 import numpy as np
 
 from .cache import KernelCache, make_key
+from .callconv import launch_operands
 from .kir import Elementwise, MatmulEpilogue, RowKernel, collapse, strides_for
 from .lower import Unsupported
 from .lower_gpu import TRIPLE, emit_ptx, lower_gpu
@@ -171,14 +172,13 @@ class GpuRuntime:
 
     def _run_elementwise(self, gk, dims, kinds, bcast, inputs, out):
         total = dims[0] * dims[1] * dims[2]
-        args = [np.int64(total), np.int64(dims[1]), np.int64(dims[2]), out]
-        for x, kind, b in zip(inputs, kinds, bcast):
-            if kind == "t":
-                s0, s1, _s2 = strides_for(dims, b)      # (axis 2: contiguous, or broadcast per bcast)
-                args += [self.cp.ascontiguousarray(x), np.int64(s0), np.int64(s1)]
-            else:
-                args.append(np.float64(float(x)))      # (a 0-d device array is read as a number)
-        self._launch(gk, total, tuple(args))
+        strides = [strides_for(dims, b) if kind == "t" else None for kind, b in zip(kinds, bcast)]
+        # the operands in the order callconv describes (tensors, then scalars); axis 2 is contiguous
+        # or broadcast per bcast; a 0-d device array is read as a number
+        ops = launch_operands(kinds, strides, inputs,
+                              lambda x, s0, s1: [self.cp.ascontiguousarray(x), np.int64(s0), np.int64(s1)],
+                              lambda x: np.float64(float(x)))
+        self._launch(gk, total, (np.int64(total), np.int64(dims[1]), np.int64(dims[2]), out, *ops))
 
     def rows(self, op: str, x, gamma=None, beta=None, eps: float = 1e-5, level: int = 2):
         """softmax over the last axis, or layer norm over it (with optional gamma/beta)."""

@@ -33,7 +33,7 @@ from ..bytecode.opcodes import JITABLE
 from . import tiers
 from .gpu import GpuRuntime, elementwise_ir, kernel_key, row_ir
 from .lower import Unsupported
-from .tiers import PLANNERS
+from .planning import KINDS
 
 _JIT = context._ctx["jit_config"]
 _FLOATS = ("float32", "float64")
@@ -145,7 +145,7 @@ class GpuSite:
         if ck in self.plans:
             return self.plans[ck]
         try:
-            p = getattr(self, PLANNERS[self.op])(inputs)       # (the CPU Site's planner names, per op)
+            p = getattr(self, "_plan_" + KINDS[self.op])(inputs)       # (a planner per kind, as the CPU's)
         except Unsupported as e:
             log.logger.debug("GPU site %s: L1 only for %s (%s)", self.name, ck, e)
             p = None

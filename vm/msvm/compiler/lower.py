@@ -301,16 +301,14 @@ def vec_width(features: str, t: str) -> int:
 
 def elementwise_entry(b: Builder, k: Elementwise, t: str, name: str, define: str, head: list, noalias: str):
     """The signature and entry block every elementwise kernel shares (CPU and GPU): after the
-    ``head`` parameters come n1, n2, out, {in, s0, s1} per tensor input and {double} per scalar.
+    ``head`` parameters come n1, n2, out and the operands as ``callconv`` lays them out.
     Returns (tensor inputs, scalar inputs, n1, n2, s0, s1, scalar values): constants in L3
     (``k.dims`` known), argument names in L2."""
+    from .callconv import llvm_operands
+
     tensors = [i for i, kind in enumerate(k.kinds) if kind == "t"]
     scalars = [i for i, kind in enumerate(k.kinds) if kind == "s"]
-    params = head + ["i64 %n1_arg", "i64 %n2_arg", f"{t}* {noalias}%out"]
-    for i in tensors:
-        params += [f"{t}* {noalias}%in{i}", f"i64 %s0_{i}", f"i64 %s1_{i}"]
-    for i in scalars:
-        params.append(f"double %sc{i}")
+    params = head + ["i64 %n1_arg", "i64 %n2_arg", f"{t}* {noalias}%out"] + llvm_operands(k.kinds, t, noalias)
     b.raw(f"{define} @{name}({', '.join(params)}) nounwind {{")
     b.raw("entry:")
     if k.dims is not None:

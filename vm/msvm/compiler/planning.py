@@ -1,12 +1,18 @@
-"""Planning: what kernel a jit-able instruction's inputs call for.
+"""Planning: which kernel a jit-able instruction's inputs call for.
 
-A plan is (shape class, concrete key, out shape, dtype, details): the shape class keys the
-shape-generic L2 kernel, the concrete key the specialized L3 one; ``kernel_ir`` turns a plan
-into kernel IR for a tier. A planner raises ``Unsupported`` (with the reason the site logs)
-where only the interpreter's kernel applies.
+A planner (``PLANNERS``, one function per jit-able opcode-table row, keyed by op) looks at a
+call's inputs (shapes, dtypes, layouts) and returns a ``Plan``: the shape class that keys the
+shape-generic L2 kernel, the concrete key of the specialized L3 one, the output's shape and
+dtype, and the details the kernel IR and its callers need. A planner raises ``Unsupported``,
+with the reason the site logs once, where only the interpreter's kernel applies (float16,
+mixed dtypes, more than 3 dims after collapsing, ...). ``kernel_ir`` turns a plan into the
+kernel IR of one tier. Planning reads the site (its op, operands, weight layout) and never
+changes it; the tier policy that calls it is ``tiers.Site``.
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import numpy as np
 
@@ -20,133 +26,145 @@ B_IN_CACHE = 1 << 20            # bytes of a matmul's B below which L3 works in 
 STREAM_MIN = 16 << 20           # output bytes from which L3 elementwise kernels use streaming stores
 
 
-class Planner:
-    """The planning half of a ``tiers.Site``."""
+class Plan(NamedTuple):
+    """What one call's inputs call for (a tuple: it is also a dict key's part)."""
 
-    def _float_dtype(self, arrays):
-        dts = {a.dtype for a in arrays}
-        if len(dts) != 1:
-            raise Unsupported("mixed dtypes")
-        d = dts.pop()
-        if d not in (np.float32, np.float64):
-            raise Unsupported(f"dtype {d}")
-        return d
+    cls: tuple           # the shape class: keys the L2 (shape-generic) kernel
+    key: tuple           # the concrete shapes: keys the L3 (specialized) kernel
+    out_shape: tuple
+    dtype: np.dtype
+    details: dict        # per kind: dims, strides, kinds, program (elementwise); m, k, n, epi (matmul); ...
 
-    def _plan_elementwise(self, inputs, program=None, out_shape=None):
-        program = program or self.args[0]
-        tensors = [x for x in inputs if _is_tensor(x)]
-        if not tensors:
-            raise Unsupported("no tensor inputs")
-        d = self._float_dtype(tensors)
-        for x in inputs:
-            if isinstance(x, np.ndarray) and x.ndim == 0 and x.dtype != d:
-                raise Unsupported("0-d input of another dtype")
-        if any(n[0] == "CAST" and getattr(n[1], "name", n[1]) != str(d) for n in program):
-            raise Unsupported("cast to another dtype")
-        shapes = [x.shape if _is_tensor(x) else None for x in inputs]
-        out_shape = out_shape or np.broadcast_shapes(*[s for s in shapes if s is not None])
-        col = collapse(tuple(out_shape), shapes)
-        if col is None:
-            raise Unsupported("more than 3 dims after collapsing")
-        dims, bcast = col
-        kinds = tuple("t" if s is not None else "s" for s in shapes)
-        total = dims[0] * dims[1] * dims[2]
-        if (dims[0] == 1 and dims[1] == 1 and total >= PARALLEL_MIN and total % ROW == 0
-                and all(not b or b == (True, True, False) for b in bcast)):
-            # one long contiguous vector: view it as rows so the work can be split over threads
-            dims = (total // ROW, 1, ROW)
-            bcast = [(False, True, False) if b else b for b in bcast]
-        cls = ("ew", kinds, tuple(bcast), str(d))
-        return (cls, (cls, dims), tuple(out_shape), d, {"dims": dims, "bcast": bcast, "kinds": kinds,
+
+def float_dtype(arrays):
+    dts = {a.dtype for a in arrays}
+    if len(dts) != 1:
+        raise Unsupported("mixed dtypes")
+    d = dts.pop()
+    if d not in (np.float32, np.float64):
+        raise Unsupported(f"dtype {d}")
+    return d
+
+
+def plan_elementwise(site, inputs, program=None, out_shape=None):
+    program = program or site.args[0]
+    tensors = [x for x in inputs if _is_tensor(x)]
+    if not tensors:
+        raise Unsupported("no tensor inputs")
+    d = float_dtype(tensors)
+    for x in inputs:
+        if isinstance(x, np.ndarray) and x.ndim == 0 and x.dtype != d:
+            raise Unsupported("0-d input of another dtype")
+    if any(n[0] == "CAST" and getattr(n[1], "name", n[1]) != str(d) for n in program):
+        raise Unsupported("cast to another dtype")
+    shapes = [x.shape if _is_tensor(x) else None for x in inputs]
+    out_shape = out_shape or np.broadcast_shapes(*[s for s in shapes if s is not None])
+    col = collapse(tuple(out_shape), shapes)
+    if col is None:
+        raise Unsupported("more than 3 dims after collapsing")
+    dims, bcast = col
+    kinds = tuple("t" if s is not None else "s" for s in shapes)
+    total = dims[0] * dims[1] * dims[2]
+    if (dims[0] == 1 and dims[1] == 1 and total >= PARALLEL_MIN and total % ROW == 0
+            and all(not b or b == (True, True, False) for b in bcast)):
+        # one long contiguous vector: view it as rows so the work can be split over threads
+        dims = (total // ROW, 1, ROW)
+        bcast = [(False, True, False) if b else b for b in bcast]
+    cls = ("ew", kinds, tuple(bcast), str(d))
+    return Plan(cls, (cls, dims), tuple(out_shape), d, {"dims": dims, "bcast": bcast, "kinds": kinds,
                                                        "program": program,
                                                        "strides": [strides_for(dims, b) if b else None for b in bcast]})
 
-    def _plan_matmul(self, inputs):
-        ta, tb, batched, program, n = self.args
-        a, b = inputs[0], inputs[1]
-        if not (isinstance(a, np.ndarray) and isinstance(b, np.ndarray)):
-            raise Unsupported("matmul of scalars")
-        d = self._float_dtype([a, b])
-        wt = self.weight_t and self.frozen(b)      # run on the weight's contiguous transpose: B = W.T, no flag
-        m, k = (a.shape[-1], a.shape[-2]) if ta else (a.shape[-2], a.shape[-1])
-        n_ = b.shape[-2] if tb else b.shape[-1]
-        batch_shape = np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) if batched else ()
-        out_shape = tuple(batch_shape) + (m, n_)
-        extras = list(inputs[2:])
-        epi = self._plan_elementwise([_Shape(out_shape, d)] + extras, program, out_shape)
-        block = []      # per epilogue input: broadcast along rows / along a row, and the row stride
-        for x in extras:
-            if _is_tensor(x):
-                xs = (1,) * (len(out_shape) - x.ndim) + tuple(x.shape)
-                rowb, colb = xs[-2] == 1 and m != 1, xs[-1] == 1 and n_ != 1
-                block.append(((rowb, True, colb), 0 if rowb else xs[-1]))
-            else:
-                block.append(((), 0))
-        epi[4]["block"] = block
-        same_batch = (not batched) or (a.shape[:-2] == b.shape[:-2] == tuple(batch_shape))
-        batch = int(np.prod(batch_shape)) if batched else 1
-        tb_run = bool(tb) and not wt
-        b_shape = b.shape[::-1] if wt else b.shape
-        cls = ("mm", bool(ta), tb_run, str(d), epi[0] if epi else None, bool(wt))
-        return (cls, (cls, a.shape, b_shape, tuple(x.shape if isinstance(x, np.ndarray) else None for x in extras)),
-                out_shape, d, {"m": m, "k": k, "n": n_, "batch": batch, "same_batch": same_batch, "epi": epi,
-                               "tb": tb_run, "wt": bool(wt)})
 
-    def _plan_row(self, inputs):
-        x = inputs[0]
-        if not isinstance(x, np.ndarray) or x.ndim == 0:
-            raise Unsupported("row kernel of a scalar")
-        if x.shape[-1] == 0:      # softmax of an empty row is numpy's error (no max): the interpreter's answer
-            raise Unsupported("rows of length 0")
-        d = self._float_dtype([x])
-        if self.op == "SOFTMAX":
-            if self.args[0] not in (-1, x.ndim - 1):
-                raise Unsupported("softmax not over the last axis")
-            extra = {"op": "softmax", "gamma": False, "beta": False, "eps": 0.0}
+def plan_matmul(site, inputs):
+    ta, tb, batched, program, n = site.args
+    a, b = inputs[0], inputs[1]
+    if not (isinstance(a, np.ndarray) and isinstance(b, np.ndarray)):
+        raise Unsupported("matmul of scalars")
+    d = float_dtype([a, b])
+    wt = site.weight_t and site.frozen(b)      # run on the weight's contiguous transpose: B = W.T, no flag
+    m, k = (a.shape[-1], a.shape[-2]) if ta else (a.shape[-2], a.shape[-1])
+    n_ = b.shape[-2] if tb else b.shape[-1]
+    batch_shape = np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) if batched else ()
+    out_shape = tuple(batch_shape) + (m, n_)
+    extras = list(inputs[2:])
+    epi = plan_elementwise(site, [_Shape(out_shape, d)] + extras, program, out_shape)
+    block = []      # per epilogue input: broadcast along rows / along a row, and the row stride
+    for x in extras:
+        if _is_tensor(x):
+            xs = (1,) * (len(out_shape) - x.ndim) + tuple(x.shape)
+            rowb, colb = xs[-2] == 1 and m != 1, xs[-1] == 1 and n_ != 1
+            block.append(((rowb, True, colb), 0 if rowb else xs[-1]))
         else:
-            bna, bpa, eps = self.args
-            if bna % x.ndim != x.ndim - 1 or bpa % x.ndim != x.ndim - 1:
-                raise Unsupported("layer norm over more than the last axis")
-            g, b = inputs[1], inputs[2]
-            for t in (g, b):
-                if t is not None and (not isinstance(t, np.ndarray) or t.dtype != d or t.shape != x.shape[-1:]):
-                    raise Unsupported("gamma/beta shape or dtype")
-            extra = {"op": "layer_norm", "gamma": g is not None, "beta": b is not None, "eps": float(eps)}
-        cls = ("row", extra["op"], str(d), extra["gamma"], extra["beta"], extra["eps"])
-        return (cls, (cls, x.shape), x.shape, d, dict(extra, n=x.shape[-1], rows=x.size // max(x.shape[-1], 1)))
+            block.append(((), 0))
+    epi.details["block"] = block
+    same_batch = (not batched) or (a.shape[:-2] == b.shape[:-2] == tuple(batch_shape))
+    batch = int(np.prod(batch_shape)) if batched else 1
+    tb_run = bool(tb) and not wt
+    b_shape = b.shape[::-1] if wt else b.shape
+    cls = ("mm", bool(ta), tb_run, str(d), epi.cls, bool(wt))
+    return Plan(cls, (cls, a.shape, b_shape, tuple(x.shape if isinstance(x, np.ndarray) else None for x in extras)),
+            out_shape, d, {"m": m, "k": k, "n": n_, "batch": batch, "same_batch": same_batch, "epi": epi,
+                           "tb": tb_run, "wt": bool(wt)})
 
-    def kernel_ir(self, level: int, plan):
-        cls, shape_key, out_shape, d, p = plan
-        dtype = str(d)
-        if self.op == "FUSED_ELEMENTWISE":
-            dims = p["dims"]
-            stream = False
-            if level == 3:
-                from .codegen import codegen
 
-                w = vec_width(codegen().features, TYPES[dtype])
-                stream = dims[0] * dims[1] * dims[2] * np.dtype(d).itemsize >= STREAM_MIN and dims[2] % w == 0
-            return Elementwise(p["program"], p["kinds"], tuple(p["bcast"]), dtype, dims if level == 3 else None,
-                               stream)
-        if self.op == "FUSED_MATMUL":
-            if level == 2:   # numpy/BLAS product, then the L2 epilogue kernel over it
-                ep = p["epi"][4]
-                return Elementwise(ep["program"], ep["kinds"], tuple(ep["bcast"]), dtype, None)
-            if not p["same_batch"]:
-                raise Unsupported("broadcast batch dims")
-            ep = p["epi"][4]
-            if p["batch"] > 1 and any(kind == "t" for kind in ep["kinds"][1:]):
-                raise Unsupported("a batched matmul epilogue with tensor inputs")
-            blk = (p["m"], 1, p["n"])
-            bc = ((False, True, False),) + tuple(b for b, _ in ep["block"])
-            epi = Elementwise(ep["program"], ep["kinds"], bc, dtype, blk)
-            # row blocks keep the epilogue in cache, but each block re-reads B: worth it only while B fits
-            # in cache; a big weight matrix (BERT's 768x3072) is read once, by one gemm over all rows
-            b_bytes = p["k"] * p["n"] * np.dtype(d).itemsize
-            block = 64 if b_bytes <= B_IN_CACHE else max(1, p["m"])
-            return MatmulEpilogue(bool(self.args[0]), p["tb"], epi, dtype, p["m"], p["k"], p["n"],
-                                  p["batch"], block=block, int_bits=blas()[0])
-        return RowKernel(p["op"], dtype, p["gamma"], p["beta"], p["eps"], p["n"] if level == 3 else None)
+def plan_row(site, inputs):
+    x = inputs[0]
+    if not isinstance(x, np.ndarray) or x.ndim == 0:
+        raise Unsupported("row kernel of a scalar")
+    if x.shape[-1] == 0:      # softmax of an empty row is numpy's error (no max): the interpreter's answer
+        raise Unsupported("rows of length 0")
+    d = float_dtype([x])
+    if site.op == "SOFTMAX":
+        if site.args[0] not in (-1, x.ndim - 1):
+            raise Unsupported("softmax not over the last axis")
+        extra = {"op": "softmax", "gamma": False, "beta": False, "eps": 0.0}
+    else:
+        bna, bpa, eps = site.args
+        if bna % x.ndim != x.ndim - 1 or bpa % x.ndim != x.ndim - 1:
+            raise Unsupported("layer norm over more than the last axis")
+        g, b = inputs[1], inputs[2]
+        for t in (g, b):
+            if t is not None and (not isinstance(t, np.ndarray) or t.dtype != d or t.shape != x.shape[-1:]):
+                raise Unsupported("gamma/beta shape or dtype")
+        extra = {"op": "layer_norm", "gamma": g is not None, "beta": b is not None, "eps": float(eps)}
+    cls = ("row", extra["op"], str(d), extra["gamma"], extra["beta"], extra["eps"])
+    return Plan(cls, (cls, x.shape), x.shape, d, dict(extra, n=x.shape[-1], rows=x.size // max(x.shape[-1], 1)))
+
+
+def kernel_ir(site, level: int, plan: Plan):
+    """The kernel IR of this plan at tier ``level`` (2: shape-generic, 3: specialized)."""
+    d, p = plan.dtype, plan.details
+    dtype = str(d)
+    if site.op == "FUSED_ELEMENTWISE":
+        dims = p["dims"]
+        stream = False
+        if level == 3:
+            from .codegen import codegen
+
+            w = vec_width(codegen().features, TYPES[dtype])
+            stream = dims[0] * dims[1] * dims[2] * np.dtype(d).itemsize >= STREAM_MIN and dims[2] % w == 0
+        return Elementwise(p["program"], p["kinds"], tuple(p["bcast"]), dtype, dims if level == 3 else None,
+                           stream)
+    if site.op == "FUSED_MATMUL":
+        if level == 2:   # numpy/BLAS product, then the L2 epilogue kernel over it
+            ep = p["epi"].details
+            return Elementwise(ep["program"], ep["kinds"], tuple(ep["bcast"]), dtype, None)
+        if not p["same_batch"]:
+            raise Unsupported("broadcast batch dims")
+        ep = p["epi"].details
+        if p["batch"] > 1 and any(kind == "t" for kind in ep["kinds"][1:]):
+            raise Unsupported("a batched matmul epilogue with tensor inputs")
+        blk = (p["m"], 1, p["n"])
+        bc = ((False, True, False),) + tuple(b for b, _ in ep["block"])
+        epi = Elementwise(ep["program"], ep["kinds"], bc, dtype, blk)
+        # row blocks keep the epilogue in cache, but each block re-reads B: worth it only while B fits
+        # in cache; a big weight matrix (BERT's 768x3072) is read once, by one gemm over all rows
+        b_bytes = p["k"] * p["n"] * np.dtype(d).itemsize
+        block = 64 if b_bytes <= B_IN_CACHE else max(1, p["m"])
+        return MatmulEpilogue(bool(site.args[0]), p["tb"], epi, dtype, p["m"], p["k"], p["n"],
+                              p["batch"], block=block, int_bits=blas()[0])
+    return RowKernel(p["op"], dtype, p["gamma"], p["beta"], p["eps"], p["n"] if level == 3 else None)
 
 
 class _Shape:
@@ -164,6 +182,8 @@ def _is_tensor(x) -> bool:
 
 
 
-# how a Site plans each jit-able row (opcodes.JITABLE: the rows whose ``compiled`` is "kernel")
-PLANNERS = {"FUSED_ELEMENTWISE": "_plan_elementwise", "FUSED_MATMUL": "_plan_matmul", "SOFTMAX": "_plan_row",
-            "LAYER_NORM": "_plan_row"}
+# the kind of kernel each jit-able row (opcodes.JITABLE: the rows whose ``compiled`` is "kernel")
+# runs, and its planner: ``planner(site, inputs) -> Plan`` (the GPU sites plan per kind too)
+KINDS = {"FUSED_ELEMENTWISE": "elementwise", "FUSED_MATMUL": "matmul", "SOFTMAX": "row", "LAYER_NORM": "row"}
+PLANNERS = {op: {"elementwise": plan_elementwise, "matmul": plan_matmul, "row": plan_row}[kind]
+            for op, kind in KINDS.items()}

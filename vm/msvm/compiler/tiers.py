@@ -13,9 +13,11 @@ compiles; "L2"/"L3" compile that tier synchronously and never change. A compile
 that fails or exceeds its budget is counted, logged, and the site stays on L1 for
 that shape class; results are the same in every tier.
 
-Each compile reports the article's seven steps (Parse, Shape Resolution, IR
-Generation, Fusion, Hardware Mapping, Code Generation, Kernel Cache) as a
-``compile`` event and, at DEBUG, as ``[MS]`` lines.
+This module is the policy. What a call's inputs call for is ``planning.py`` (a ``Plan`` per
+input layout), building a kernel (the background thread, ``compile_kernel``, the kernel cache,
+BLAS) is ``build.py``, and calling it (the kernel calling convention, the prepared callers, the
+native entries a replay calls) is ``callconv.py``. ``kernel_cache``, ``reset_cache``,
+``wait_for_compiles``, ``stats``, ``compile_kernel`` and ``Compiled`` are re-exported here.
 """
 
 from __future__ import annotations
@@ -27,12 +29,12 @@ import numpy as np
 from .. import context, events, log
 from ..bytecode.disasm import display_name
 from ..bytecode.opcodes import JITABLE
+from . import callconv, planning
 from .buffers import ALIGN  # noqa: F401 - (re-exported: tests)
 from .build import (  # noqa: F401 - (re-exported: tests, servers, bench)
     BUDGET_S,
     STEPS,
     Compiled,
-    _threads,
     compile_kernel,
     kernel_cache,
     reset_cache,
@@ -41,10 +43,10 @@ from .build import (  # noqa: F401 - (re-exported: tests, servers, bench)
     warm_up,
     worker,
 )
-from .callconv import Callers
+from .callconv import Prepared, _threads  # noqa: F401 - (_threads: bench)
 from .entry import data_pointer  # noqa: F401 - (re-exported: tests)
 from .lower import Unsupported
-from .planning import PLANNERS, STREAM_MIN, Planner  # noqa: F401 - (re-exported: tests)
+from .planning import PLANNERS, STREAM_MIN, Plan  # noqa: F401 - (re-exported: tests)
 
 _ND = np.ndarray
 _JIT = context._ctx["jit_config"]        # the live jit_config dict (set_context updates it in place)
@@ -53,7 +55,7 @@ L3_SHAPES = 2                   # a site specializes (L3) for at most this many 
 
 # ---------------------------------------------------------------- sites
 
-class Site(Planner, Callers):
+class Site:
     """One jit-able instruction of one Code: its kernels per shape class / shape."""
 
     def __init__(self, code, index: int, program=None):
@@ -70,8 +72,8 @@ class Site(Planner, Callers):
         self.tier_history: list = []
         self.plans: dict = {}
         self.l1_why: dict = {}   # why inputs of some layouts stay in the interpreter (the planner's reason)
-        self.callers: dict = {}  # (concrete key, output shape) -> (Compiled, go(inputs, out))
-        self.fast: dict = {}     # (shape, strides, dtype) per input -> go, for shapes whose L3 kernel is loaded
+        self.callers: dict = {}  # (concrete key, output shape) -> Prepared (its kernel and go(inputs, out))
+        self.fast: dict = {}     # (shape, strides, dtype) per input -> Prepared, for shapes whose L3 kernel is loaded
         # a matmul by a transposed weight (Dense: x @ W.T) runs on a contiguous copy of W.T, which BLAS
         # multiplies faster for few rows; a Parameter's array is read-only, so the copy stays valid
         # while the same array is in place (``transposed``)
@@ -96,20 +98,19 @@ class Site(Planner, Callers):
         if level == "L1":
             return reference(*inputs)
         exact = self.exact(inputs)
-        go = self.fast.get(exact)
-        if go is not None and level != "L2":     # the steady state: this exact layout has its L3 kernel
+        pr = self.fast.get(exact)
+        if pr is not None and level != "L2":     # the steady state: this exact layout has its L3 kernel
             self.stats["hits"] += 1
-            return go(inputs, out)
+            return pr.go(inputs, out)
         plan = self.plan(inputs)
         if plan is None:
             return reference(*inputs)
-        cls_key, shape_key = plan[0], plan[1]
+        cls_key, shape_key = plan.cls, plan.key
         k3 = self.l3.get(shape_key)
         if isinstance(k3, Compiled) and level != "L2":      # (jit_level "L2" keeps to L2 kernels)
             self.stats["hits"] += 1
             if len(self.fast) < 16:
-                go = self.fast[exact] = self.caller(k3, plan)
-                go.native = self.native(k3, plan)
+                self.fast[exact] = Prepared(k3, self.caller(k3, plan), self.native(k3, plan))
             return self.run(k3, plan, inputs, out)
         k2 = self.l2.get(cls_key)
         if level == "L3":
@@ -146,17 +147,17 @@ class Site(Planner, Callers):
             exact += (self.frozen(inputs[1]),)
         return exact
 
-    def fast_for(self, inputs):
+    def fast_for(self, inputs) -> Prepared | None:
         """The prepared L3 caller for exactly these inputs' layouts (the fast path of ``__call__``),
         or None: what a replay may call directly for inputs of these layouts."""
         return self.fast.get(self.exact(inputs))
 
     def compile(self, level: int, plan, sync: bool):
-        table, key = (self.l2, plan[0]) if level == 2 else (self.l3, plan[1])
+        table, key = (self.l2, plan.cls) if level == 2 else (self.l3, plan.key)
         if key in table:
             return
         table[key] = "pending"
-        shape, dtype = plan[2], plan[3]
+        shape, dtype = plan.out_shape, plan.dtype
         if not sync and self._from_cache(level, plan, table, key):
             return
 
@@ -189,7 +190,7 @@ class Site(Planner, Callers):
         earlier process left it on disk) is used by the call that asks: loading costs about what
         a small call does, and only compiles go to the background."""
         try:
-            found = compile_kernel(self.kernel_ir(level, plan), level, self.info(plan[2], plan[3]),
+            found = compile_kernel(self.kernel_ir(level, plan), level, self.info(plan.out_shape, plan.dtype),
                                    cached_only=True)
         except Exception:  # noqa: BLE001 - a kernel that cannot even be described is the compile's problem
             return False
@@ -198,14 +199,14 @@ class Site(Planner, Callers):
         if level == 3:
             self.prepare_native(found, plan)
         table[key] = found
-        self.tier_history.append({"time": time.time(), "level": level, "shape": list(plan[2])})
+        self.tier_history.append({"time": time.time(), "level": level, "shape": list(plan.out_shape)})
         events.emit({"type": "tier", "code": self.code.name, "offset": self.ins.offset, "op": self.name,
-                     "level": level, "shape": list(plan[2])})
+                     "level": level, "shape": list(plan.out_shape)})
         return True
 
-    # --- per kind: planning, kernel IR, running
-    def plan(self, inputs):
-        """(shape class, concrete key, out shape, dtype, details) or None when only L1 applies."""
+    # --- planning (planning.py)
+    def plan(self, inputs) -> Plan | None:
+        """The Plan for these inputs, or None when only L1 applies."""
         ck = tuple([(x.shape, x.dtype) if type(x) is _ND else None for x in inputs])
         if self.weight_t:
             ck += (self.frozen(inputs[1]),)
@@ -234,10 +235,70 @@ class Site(Planner, Callers):
 
     def _make_plan(self, inputs):
         try:
-            return getattr(self, PLANNERS[self.op])(inputs)
+            return PLANNERS[self.op](self, inputs)
         except Unsupported as e:      # said once per reason and site (float16, mixed dtypes, ...)
             self._l1(inputs, str(e))
             return None
+
+    def kernel_ir(self, level: int, plan: Plan):
+        return planning.kernel_ir(self, level, plan)
+
+    # --- calling (callconv.py)
+    def run(self, compiled: Compiled, plan: Plan, inputs, out):
+        # a caller is made for a kernel and an output shape: shapes with the same element count
+        # can share a kernel (their shape key), never an output
+        key = (plan.key, plan.out_shape)
+        c = self.callers.get(key)
+        if c is None or c.compiled is not compiled:
+            if len(self.callers) > 64:        # a polymorphic L2 site: keep the table small
+                self.callers.clear()
+            c = self.callers[key] = Prepared(compiled, self.caller(compiled, plan))
+        return c.go(inputs, out)
+
+    def caller(self, compiled: Compiled, plan: Plan):
+        """``go(inputs, out) -> out`` for this kernel at this plan (``callconv.caller``)."""
+        return callconv.caller(self, compiled, plan)
+
+    def prepare_native(self, compiled: Compiled, plan: Plan) -> None:
+        """Compile (or load) the trampoline this kernel's entry needs, on the compiling thread."""
+        callconv.prepare_native(self, compiled, plan, kernel_cache())
+
+    def native(self, compiled: Compiled, plan: Plan):
+        """The ``callconv.Native`` a replay calls for this L3 kernel at this plan, or None."""
+        return callconv.native(self, compiled, plan)
+
+    def frozen(self, w) -> bool:
+        """Whether w is a fixed weight (see ``_frozen``); the weight last transposed is known to be."""
+        e = self.wcache
+        return (e is not None and e[0] is w) or _frozen(w)
+
+    def transposed(self, w):
+        """The contiguous transpose of a read-only weight, made once per array."""
+        e = self.wcache
+        if e is not None and e[0] is w:
+            return e[1]
+        t = np.ascontiguousarray(w.T)
+        self.wcache = (w, t)
+        return t
+
+    def ptr(self, i: int, a) -> int:
+        """a's data pointer; remembered for the last array seen at position i (weights and reused
+        output buffers repeat). The entry holds a reference, so the array cannot be freed and
+        its id reused while it is remembered."""
+        if i >= len(self.ptrs):          # (a fused program with many inputs)
+            return data_pointer(a)
+        e = self.ptrs[i]
+        if e is not None and e[0] is a:
+            return e[1]
+        p = data_pointer(a)
+        self.ptrs[i] = (a, p)
+        return p
+
+
+def _frozen(x) -> bool:
+    """A 2-D array that owns its data and cannot be written (a Parameter's): its value is fixed
+    for as long as the array lives."""
+    return type(x) is _ND and x.ndim == 2 and not x.flags.writeable and x.flags.owndata
 
 
 

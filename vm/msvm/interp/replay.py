@@ -194,7 +194,7 @@ class _Writer:
         """The check each call starts with: at jit_level L2 no remembered (L3) caller is used or
         remembered; when the level moves they are dropped."""
         n = self.sites
-        self.ns.update(G=[None] * n, E=[None, None, False], J=self.bound.accelerator.config)
+        self.ns.update(G=[None] * n, S=[None] * n, E=[None, None, False], J=self.bound.accelerator.config)
         return ["    if J['jit_level'] is not E[1]:",
                 "        E[1] = J['jit_level']",
                 "        E[2] = E[1] != 'L2'         # jit_level L2 keeps to L2 kernels",
@@ -219,8 +219,9 @@ class _Writer:
         if spec.n == 0:          # FILL, ARANGE: no inputs
             self.emit(f"{v} = {kern}(*{self.const('o', ops)})")
         elif spec.site is not None:
-            # the site's prepared caller, remembered in G[j] with the input strides it was prepared
-            # for (shapes and dtypes are the signature's); other strides go through the site's checks
+            # the site's prepared caller (callconv.Prepared), remembered in G[j] with the input strides
+            # it was prepared for in S[j] (shapes and dtypes are the signature's); other strides go
+            # through the site's checks
             j, site = self.sites, self.const("site", spec.site)
             self.sites += 1
             out, put = (f"bufs[{i}]", f"bufs[{i}] = ") if spec.keep else ("None", "")
@@ -232,27 +233,28 @@ class _Writer:
                 strides += f"{site}.frozen({a[1]}), "
             strides += ")"
             self.emit(f"g = G[{j}]")
-            self.emit(f"if g is not None and {strides} == g[1]:")
+            self.emit(f"if g is not None and {strides} == S[{j}]:")
             self.emit("    ST['hits'] += 1")
-            # the kernel's native entry when it has one (Site.native): entry(*inputs, output), where a
-            # kept output is the buffer the entry's allocator made last, if this slot still holds it
-            self.emit("    n = g[2]")
-            nat = ", ".join(a[:1] + [f"n[4]({a[1]})"] + a[2:]) if getattr(spec.site, "weight_t", False) else args
+            # the kernel's native entry when it has one (callconv.Native): entry(*inputs, output), where
+            # a kept output is the buffer the entry's allocator made last, if this slot still holds it
+            self.emit("    n = g.native")
+            nat = ", ".join(a[:1] + [f"n.weight({a[1]})"] + a[2:]) if getattr(spec.site, "weight_t", False) else args
             if spec.keep:
                 self.emit("    if n is not None:")
                 self.emit(f"        o = {out}")
-                self.emit("        if o is None or o is not n[5]:")
-                self.emit("            o = n[5] = n[1](n[2], n[3])")
-                self.emit(f"        {v} = {put}n[0]({nat}, o)")
+                self.emit("        if o is None or o is not n.last:")
+                self.emit("            o = n.last = n.alloc(n.shape, n.dtype)")
+                self.emit(f"        {v} = {put}n.entry({nat}, o)")
                 self.emit("    else:")
-                self.emit(f"        {v} = {put}g[0]([{args}], {out})")
+                self.emit(f"        {v} = {put}g.go([{args}], {out})")
             else:
-                self.emit(f"    {v} = n[0]({nat}, n[1](n[2], n[3])) if n is not None else g[0]([{args}], None)")
+                self.emit(f"    {v} = n.entry({nat}, n.alloc(n.shape, n.dtype)) if n is not None else "
+                          f"g.go([{args}], None)")
             self.emit("else:")
             self.emit(f"    {v} = {put}{site}([{args}], {self.const('ref', spec.reference)}, {out})")
             self.emit("    if E[2]:")
-            self.emit(f"        g = {site}.fast_for([{args}])")
-            self.emit(f"        G[{j}] = None if g is None else (g, {strides}, getattr(g, 'native', None))")
+            self.emit(f"        G[{j}] = {site}.fast_for([{args}])")
+            self.emit(f"        S[{j}] = {strides}")
             self.ns["ST"] = spec.site.stats
         elif spec.reuse and spec.n in (1, 2) and not spec.dyn:   # as the interpreter keeps it
             self.bufs = True

@@ -65,8 +65,8 @@ def _site_calls(net) -> tuple:
     """(the ops of the sites the Cell's replays call, [native entry or None] per remembered caller)."""
     ops_, natives = set(), []
     for hit in net.__dict__["_runner"].memo.values():
-        if hit[3]:
-            for fn in _replays(hit[3]):
+        if hit.replay:
+            for fn in _replays(hit.replay):
                 ops_ |= {v.op for k, v in fn.__globals__.items() if k.startswith("site")}
                 natives += [g.native for g in fn.__globals__.get("G", []) if g is not None]
     return ops_, natives
@@ -243,7 +243,7 @@ def test_a_guard_runs_its_signature_and_refuses_every_other():
         assert type(o) is ms.Tensor and o.dtype == ms.float32 and o.shape == (6, 5)
         np.testing.assert_allclose(o.asnumpy(), np.maximum(x @ y, 0), rtol=1e-5, atol=1e-5)
     assert len({id(o) for o in outs}) == 3 and len({id(o.asnumpy()) for o in outs}) == 3
-    assert g[0](tx, ty, True) is not g[1]
+    assert g.fn(tx, ty, True) is not g.no
     x64 = rng.standard_normal((6, 8))
     others = [((ms.Tensor(x[:3]), ty), {"training": True}, np.maximum(x[:3] @ y, 0)),
               ((tx, ty), {"training": False}, x @ y),
@@ -256,11 +256,11 @@ def test_a_guard_runs_its_signature_and_refuses_every_other():
         got = net(*args, **kwargs)
         np.testing.assert_allclose(got.asnumpy(), want, rtol=1e-5, atol=1e-5)
     for bad in [(x, ty, True), (tx, ty), (tx, ty, True, True), (tx, ty, 1), (tx, tx, True)]:
-        assert g[0](*bad) is g[1]         # refused, natively, without running anything
+        assert g.fn(*bad) is g.no         # refused, natively, without running anything
     # by keyword: each value under its own parameter's name, in any order the Python way
-    assert net.__dict__["_fast"] is not None, "the Cell calls its guard itself"
-    assert type(g[0](tx, y=ty, training=True)) is ms.Tensor
-    assert g[0](tx, training=True, y=ty) is g[1] and g[0](tx, ty, trainin=True) is g[1]
+    assert net.__dict__["_guard"] is not None, "the Cell calls its guard itself"
+    assert type(g.fn(tx, y=ty, training=True)) is ms.Tensor
+    assert g.fn(tx, training=True, y=ty) is g.no and g.fn(tx, ty, trainin=True) is g.no
     want = np.maximum(x @ y, 0)
     for kwargs in ({"y": ty, "training": True}, {"training": True, "y": ty}, {"x": tx, "y": ty, "training": True}):
         got = net(**kwargs) if "x" in kwargs else net(tx, **kwargs)
@@ -314,13 +314,13 @@ def test_a_guard_is_dropped_when_a_parameter_changes_shape():
     net = Lin()
     x = rng.standard_normal((3, 6)).astype(np.float32)
     _guarded(net, ms.Tensor(x))
-    old = net.__dict__["_fast"]
+    old = net.__dict__["_guard"]
     w2 = rng.standard_normal((6, 9)).astype(np.float32)
     net.w.set_data(ms.Tensor(w2))
     out = net(ms.Tensor(x))            # the old guard is not asked: its Parameter shapes are stale
     assert out.shape == (3, 9)
     np.testing.assert_allclose(out.asnumpy(), np.maximum(x @ w2, 0), rtol=1e-5, atol=1e-5)
-    assert net.__dict__["_runner"].guard is None and net.__dict__["_fast"] is not old
+    assert net.__dict__["_runner"].guard is None and net.__dict__["_guard"] is not old
 
 
 def test_guarded_calls_count_references_right():
@@ -386,7 +386,7 @@ def test_random_call_sequences_through_guards_give_numpys_answers():
         flag = [True, False, None][rng.integers(3)]
         tx, tb = ms.Tensor(x), ms.Tensor(b)
         style = rng.integers(3)
-        f = net.__dict__["_fast"]
+        f = net.__dict__["_guard"]
         if flag is None:
             out = net(tx, tb) if style else net(x=tx, b=tb)
         elif style == 0:
@@ -395,7 +395,7 @@ def test_random_call_sequences_through_guards_give_numpys_answers():
             out = net(tx, tb, flag=flag)
         else:
             out = net(tx, b=tb, flag=flag)
-        guarded += f is not None and f[0](tx, tb, True if flag is None else flag) is not f[1]
+        guarded += f is not None and f.fn(tx, tb, True if flag is None else flag) is not f.no
         kept.append((x, b, True if flag is None else flag, out))
         if step % 10 == 9:
             tiers.wait_for_compiles()
@@ -419,8 +419,8 @@ def test_a_jit_function_calls_its_guard_itself():
     for _ in range(12):
         _scaled(tx, ty, flip=True)
         tiers.wait_for_compiles()
-    f = _scaled._fast
-    assert f is not None and type(f[0](tx, ty, flip=True)) is ms.Tensor
+    f = _scaled._guard
+    assert f is not None and type(f.fn(tx, ty, flip=True)) is ms.Tensor
     want = -np.maximum(x * 2 + y, 0)
     for got in (_scaled(tx, ty, flip=True), _scaled(tx, ty, True), _scaled(tx, y=ty, flip=True)):
         np.testing.assert_allclose(got.asnumpy(), want, rtol=1e-6, atol=1e-6)

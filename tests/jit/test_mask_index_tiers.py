@@ -50,4 +50,4 @@ def test_mask_index_at_every_tier(level, fusion, rng):
             tiers.wait_for_compiles(30)
     finally:
         ms.set_context(jit_config={"jit_level": "auto", "enable_fusion": True, "l3_after": 5})
-    assert net._runner.memo and all(not entry[3] for entry in net._runner.memo.values()), "a replay baked a count in"
+    assert net._runner.memo and all(not entry.replay for entry in net._runner.memo.values()), "a replay baked a count in"

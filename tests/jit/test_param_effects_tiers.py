@@ -68,8 +68,8 @@ def test_weight_updates_match_l1_and_numpy_over_calls(level, tier):
             # the Code has an effect: its calls are never replayed (a replay that raised would be run
             # again by the interpreter, updating twice), and no guard is aimed at it
             memo = net._runner.memo
-            assert memo and all(not hit[3] for hit in memo.values()), "a Code with an effect was replayed"
-            assert net._fast is None
+            assert memo and all(not hit.replay for hit in memo.values()), "a Code with an effect was replayed"
+            assert net._guard is None
     for (y1, z1, w1), (y2, z2, w2) in zip(results["L1"], results[tier]):
         np.testing.assert_allclose(y2, y1, rtol=1e-5, atol=1e-6)
         np.testing.assert_allclose(z2, z1, rtol=1e-5, atol=1e-5)

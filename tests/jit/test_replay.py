@@ -77,12 +77,12 @@ def test_repeated_signatures_replay_the_interpreters_answers(level, jit_level, r
     entries = _entries(net)
     assert len(entries) == 8
     for e in entries:
-        assert callable(e[3]), "a signature seen four times has a replay"
-        lines = [ln.strip() for ln in e[3].source.splitlines()]
+        assert callable(e.replay), "a signature seen four times has a replay"
+        lines = [ln.strip() for ln in e.replay.source.splitlines()]
         # sub-Cells run their own replays; no branch of the program is left, only the guard's
         # and the remembered callers' tests
         assert any(ln.startswith("v1 = cell") for ln in lines)
-        inner = [v for k, v in e[3].__globals__.items() if k.startswith("cell")][0]
+        inner = [v for k, v in e.replay.__globals__.items() if k.startswith("cell")][0]
         assert [r for c in inner.__closure__ if isinstance(c.cell_contents, dict)
                 for r in c.cell_contents.values() if callable(r)], "the sub-Cell replays too"
         ours = ("if J[", "if g is not None", "if E[2]", "if e is not None", "if n is not None", "if o is None")
@@ -98,8 +98,8 @@ def test_l1_runs_the_interpreter(level, rng):
         net(x, y)
     (e,) = _entries(net)
     ran = []
-    real = e[3]
-    e[3] = lambda *a: ran.append(1) or real(*a)
+    real = e.replay
+    e.replay = lambda *a: ran.append(1) or real(*a)
     net(x, y)
     assert ran == [1]
     level("L1")
@@ -115,14 +115,14 @@ def test_the_debugger_and_event_listeners_see_every_instruction(level, rng):
     x, y = (ms.Tensor(rng.standard_normal(s).astype(np.float32)) for s in ((4, 5), (5, 3)))
     for _ in range(3):
         net(x, y)
-    assert callable(_entries(net)[0][3])
+    assert callable(_entries(net)[0].replay)
     seen = []
     old = set_trace(lambda f, pc: seen.append(pc))
     try:
         net(x, y)
     finally:
         set_trace(old)
-    assert len(seen) == len(_entries(net)[0][1].code.instrs)
+    assert len(seen) == len(_entries(net)[0].bound.code.instrs)
     got = []
     unsub = events.subscribe(got.append, types=("exec",))
     try:
@@ -159,9 +159,9 @@ def test_an_error_inside_a_replay_names_its_instruction(level, rng, monkeypatch)
         for _ in range(3):
             net(x)
         (e,) = _entries(net)
-        assert callable(e[3])
+        assert callable(e.replay)
         if not replayed:
-            e[3] = False
+            e.replay = False
         broken.append(1)
         with pytest.raises(ms.ExecutionError) as err:
             net(x)
@@ -218,7 +218,7 @@ def test_remembered_callers_follow_layouts_and_kernels_coming_ready(level, rng, 
                 level("L2")
             if step == 20:
                 level("auto")
-        remembered = [e[3].__globals__["G"] for e in _entries(rows)]
+        remembered = [e.replay.__globals__["G"] for e in _entries(rows)]
         assert len(remembered) == 2 and any(g is not None for G in remembered for g in G)
     finally:
         ms.set_context(jit_config={"l3_after": 5})
@@ -252,7 +252,7 @@ def test_a_new_parameter_array_drops_the_remembered_callers(settled, rng):
     """set_data gives a Parameter a new array: the replay reads it and answers with it."""
     net, x = settled
     (e,) = _entries(net)
-    assert all(g is not None for g in e[3].__globals__["G"])
+    assert all(g is not None for g in e.replay.__globals__["G"])
     for _ in range(3):
         w = rng.standard_normal((5, 5)).astype(np.float32)
         net.w.set_data(ms.Tensor(w))

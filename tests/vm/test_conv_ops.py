@@ -48,7 +48,7 @@ def run_graph(cell, cfg, inputs):
             for a, b in zip(outs, again):
                 np.testing.assert_array_equal(a, b)
             tiers.wait_for_compiles(30)
-        assert all(entry[3] for entry in cell._runner.memo.values()), "a signature was never replayed"
+        assert all(entry.replay for entry in cell._runner.memo.values()), "a signature was never replayed"
     assert len(cell._runner.variants) == 1, "a new size recompiled the Cell"
     return outs
 

@@ -101,7 +101,7 @@ def test_l3_fused_matches_reference(model):
             for size in sizes:                 # size runs that size's straight-line replay (executor)
                 x, want = reference(name, p, cache, size)
                 check(net, x, want, f"{name} L3 {size} (call {rep + 2})")
-        assert all(entry[3] for entry in net._runner.memo.values()), "a size was never replayed"
+        assert all(entry.replay for entry in net._runner.memo.values()), "a size was never replayed"
         assert len(net._runner.variants) == 1, "a new image size recompiled the model"
         codes = next(iter(net._runner.variants.values())).code.all_codes()
         sites = [s for c in codes for s in c.__dict__.get("jit_sites", {}).values()]

@@ -15,8 +15,7 @@ import time
 
 import numpy as np
 
-from . import context, device, events, log
-from . import dtype as dt
+from . import callpath, context, device, events, log
 from .bytecode.disasm import display_name, dump, to_json
 from .bytecode.symbolic import Expr
 from .bytecode.types import TensorType
@@ -33,10 +32,8 @@ from .frontend.compiler import (
     source_of,
     vararg_index,
 )
-from .interp import replay
 from .interp.interpreter import BoundCode
-from .interp.replay import FALLBACK
-from .tensor import PARAMETER_SHAPES, Tensor, wrap
+from .tensor import PARAMETER_SHAPES, Tensor
 
 
 def _key_of(v):
@@ -62,13 +59,6 @@ def _key_of(v):
         return ("id", id(v))
 
 
-_new_tensor = object.__new__
-MEMO_SIZE = 64          # exact call signatures remembered per Cell (layouts, dtypes, int and bool values)
-REPLAY_AFTER = 2        # calls at one signature before its path is written as a straight-line replay
-_JIT = context._ctx["jit_config"]    # the live jit_config (set_context updates it in place)
-_DT = dt.from_numpy
-_SLOW = events.SLOW     # reasons calls go through the interpreter (event subscribers, a trace hook, L1)
-_BY_NP = dt._BY_NP
 
 
 def _key_declared(v):
@@ -225,14 +215,6 @@ def _announce(code, run, variant_count: int, t_ms: float, opts, flags: dict | No
                          code.result_type, t_ms, len(code.instrs), variant_count)
 
 
-def _observed_call(var, bound, rt, env):
-    """A call while someone listens to events: its time goes out as an ``exec`` event."""
-    t0 = time.perf_counter()
-    out = bound.call(rt, env=env)
-    events.emit({"type": "exec", "code": var.code.name, "ms": (time.perf_counter() - t0) * 1e3})
-    return out
-
-
 class _Runner:
     """What Cells and jit functions share: arguments to values, the call memo, the call.
     Subclasses set ``n``, ``names``, ``params``, ``label``, ``variants``, ``memo`` and define ``resolve``."""
@@ -281,174 +263,16 @@ class _Runner:
                              f"here: {e.message}; pass a Tensor (or a value this code accepts)",
                              e.filename, e.line, e.col, e.end_line, e.end_col)
 
+    # the call itself, its memo of exact signatures and its guard: callpath.py
+    __call__ = callpath.call
     shapes_seen = 0     # PARAMETER_SHAPES when the variants were compiled
-    guard = None        # (guard, its "no" answer, memo entry): the last signature that ran its replay
-
-    FALLBACK = FALLBACK     # what a guard returns when its replay raised: the interpreter runs the call
-
-    @staticmethod
-    def result(out):
-        """A replay's or interpreter's result as the caller gets it: an array becomes a Tensor."""
-        if type(out) is np.ndarray:
-            t = _new_tensor(Tensor)
-            t._data, t._pshape, t._dtype = out, None, _BY_NP.get(out.dtype) or _DT(out.dtype)
-            return t
-        return wrap(out)
-
-    def __call__(self, args, kwargs, guarded: bool = False):
-        """``guarded``: the caller (Cell.__call__) has had the guard run these values, whose replay
-        fell back; the guard is not asked again."""
-        if PARAMETER_SHAPES[0] != self.shapes_seen:     # a Parameter changed shape: verify again
-            self.variants.clear()
-            self.memo.clear()
-            self.guard = None
-            self.shapes_seen = PARAMETER_SHAPES[0]
-            self.aimed(None)
-        vals = args if (not kwargs and len(args) == self.n) else self.values(args, kwargs)
-        g = self.guard
-        if g is not None and not guarded and not _SLOW and _JIT["jit_level"] != "L1":
-            # the last replayed signature again? its guard checks the values natively and runs the replay
-            out = g[0](*vals)
-            if type(out) is Tensor:          # (the guard makes the Tensor of an array of the expected dtype)
-                return out
-            if out is not g[1] and out is not FALLBACK:
-                return self.result(out)
-        # the steady state: the same exact call signature as before -> its variant, program and bindings
-        sig, rt = [], []
-        for v in vals:
-            t = type(v)
-            if t is Tensor:
-                a = v._data
-                sig.append((a.shape, a.strides, a.dtype))
-                rt.append(a)
-            elif t is bool or t is int:
-                sig.append((t, v))
-                rt.append(v)
-            elif t is float:
-                sig.append(t)
-                rt.append(v)
-            elif v is None:         # an omitted optional argument (m=None): baked in, left out of rt below
-                sig.append(None)
-                rt.append(None)
-            else:
-                sig = None
-                break
-        hit = self.memo.get(tuple(sig)) if sig is not None else None
-        out = FALLBACK
-        if hit is not None:
-            var, bound, env, rp = hit[0], hit[1], hit[2], hit[3]
-            if var.partial:
-                rt = [rt[i] for i in var.runtime_idx]
-            if rp and not _SLOW and _JIT["jit_level"] != "L1":
-                out = rp(*rt)           # the straight-line replay of this signature's path
-                if out is not FALLBACK and (g is None or g[2] is not hit) and self.vararg is None:
-                    self.aim(hit, vals, out)     # (a guard takes a fixed count of values: none for *args)
-            elif rp is None:
-                hit[4] += 1
-                if hit[4] >= REPLAY_AFTER:
-                    hit[3] = replay.build(bound, env) or False
-            if out is FALLBACK:
-                out = _observed_call(var, bound, rt, env.copy()) if events._subs else bound.call(rt, env=env.copy())
-        else:
-            var, bound, rt = self.resolve(vals)
-            env = bound.fast_bind(rt)
-            if env is not None and sig is not None:
-                if len(self.memo) >= MEMO_SIZE:
-                    self.memo.clear()
-                self.memo[tuple(sig)] = [var, bound, env.copy(), None, 0, None]
-            out = _observed_call(var, bound, rt, env) if events._subs else bound.call(rt, env=env)
-        return self.result(out)
-
-    def aim(self, hit: list, vals, out) -> None:
-        """Point the guard at this memo entry's signature, whose replay just ran: its guard when
-        built; else its trampoline is asked of the background compiler (hit[5]: None not yet
-        asked, a pattern while building, False where these values take no guard)."""
-        state = hit[5]
-        if state is None:
-            state = hit[5] = _guard_pattern(hit[0], vals)
-            if state:
-                from .compiler import entry, tiers
-
-                tiers.worker().submit(lambda: entry.prepare_guard(state, tiers.kernel_cache()))
-            return
-        if type(state) is tuple:
-            from .compiler import entry
-
-            ready = entry.guard_ready(state)
-            if ready is None:
-                return
-            try:
-                hit[5] = state = _make_guard(state, hit[3], vals, out, self.names) if ready else False
-            except Exception as e:  # noqa: BLE001 - a guard only saves time; the Python way still runs
-                log.logger.debug("no call guard for %s: %s", type(self.cell).__name__, e)
-                hit[5] = state = False
-        if state:
-            self.guard = (state[0], state[1], hit)
-            self.aimed(self.guard)
-
-    def aimed(self, guard) -> None:
-        """The guard changed (None: dropped); a Cell's runner tells the Cell (``Cell.__call__``)."""
+    guard = None        # callpath.Guard: the last signature that ran its replay
+    owner = None        # the Cell or JitFunction that calls this runner (and holds the guard too)
 
 
 def _short(v) -> str:
     r = repr(v)
     return r if len(r) <= 40 else r[:37] + "..."
-
-
-def _tensor_slots():
-    """The offsets of a Tensor's ``_data``, ``_pshape`` and ``_dtype`` (__slots__ members) in the
-    object, found by looking for markers there; None unless found alike twice."""
-    import ctypes
-
-    found = set()
-    for _ in range(2):
-        t, marks = _new_tensor(Tensor), (object(), object(), object())
-        t._data, t._pshape, t._dtype = marks
-        found.add(tuple(next((off for off in range(16, Tensor.__basicsize__, 8)
-                              if ctypes.c_void_p.from_address(id(t) + off).value == id(m)), None) for m in marks))
-    slots = found.pop() if len(found) == 1 else None
-    return slots if slots is not None and None not in slots else None
-
-
-_SLOTS = _tensor_slots()
-
-
-def _guard_pattern(var, vals):
-    """The guard trampoline's pattern for these call values (compiler/entry.py ``guard_ir``), or
-    False where a value is neither an exact Tensor nor a bool."""
-    if _SLOTS is None:
-        return False
-    passed = set(var.runtime_idx) if var.partial else set(range(len(vals)))
-    pattern = []
-    for k, v in enumerate(vals):
-        if type(v) is Tensor and type(v._data) is np.ndarray:
-            pattern.append(("t", v._data.ndim, k in passed))
-        elif type(v) is bool:
-            pattern.append(("b", k in passed))
-        else:
-            return False
-    return tuple(pattern)
-
-
-def _make_guard(pattern, rp, vals, out, names):
-    """[guard, its "no" answer, what it needs alive] for the signature of ``vals`` (a list, where
-    the pattern that asked for it is a tuple)."""
-    from .compiler import entry
-
-    expected, keep = [], [rp, names]
-    for v in vals:
-        if type(v) is bool:
-            expected.append(id(v))
-        else:
-            a = v._data
-            keep.append(a.dtype)
-            expected += [id(a.dtype), *a.shape, *a.strides]
-    result = None
-    if type(out) is np.ndarray and _BY_NP.get(out.dtype) is not None:
-        result = (out.dtype, _BY_NP[out.dtype])
-        keep.append(result)
-    made = entry.make_guard(pattern, rp, Tensor, _SLOTS, result, names, expected)
-    return False if made is None else [made[0], made[1], keep]
 
 
 def exact_specs(specs, vals) -> list:
@@ -478,9 +302,9 @@ class CellRunner(_Runner):
     exact_shapes = False
 
     def __init__(self, cell):
-        self.cell = cell
+        self.cell = self.owner = cell
         self.variants: dict = {}
-        self.memo: dict = {}     # exact call signature -> (Variant, BoundCode, symbol bindings)
+        self.memo: dict = {}     # exact call signature -> callpath.Signature
         self.params = construct_params(cell)
         self.vararg = vararg_index(self.params)
         self.n = len(self.params) if self.vararg is None else -1
@@ -488,11 +312,6 @@ class CellRunner(_Runner):
         self.names = [n for n, _ in self.params]
         self.flag_idx = [k for k, (_, d) in enumerate(self.params) if type(d) is bool]
         self.label = f"{type(cell).__name__}.construct()"
-
-    def aimed(self, guard) -> None:
-        fast = None if guard is None else (guard[0], guard[1], self.shapes_seen)
-        if self.cell.__dict__.get("_runner") is self:
-            object.__setattr__(self.cell, "_fast", fast)
 
     def resolve(self, vals):
         """(Variant, BoundCode for the flag values, run-time arguments) for this call; compiles a new signature."""
@@ -553,7 +372,7 @@ class JitRunner(_Runner):
 
     def __init__(self, fn, jit_config=None, owner=None):
         self.fn = fn
-        self.owner = owner          # the JitFunction, whose __call__ calls the guard itself
+        self.owner = owner          # the JitFunction, whose __call__ calls the guard itself (callpath)
         self.opts = dict(jit_config or {})
         sig = inspect.signature(fn)
         self.params = signature_params(sig)
@@ -567,10 +386,6 @@ class JitRunner(_Runner):
         self.src = None
 
     cell = property(lambda self: self.fn)
-
-    def aimed(self, guard) -> None:
-        if self.owner is not None and self.owner._runner is self:
-            self.owner._fast = None if guard is None else (guard[0], guard[1], self.shapes_seen)
 
     exact_shapes = False
 

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import functools
 
-from .events import SLOW as _SLOW
-from .tensor import PARAMETER_SHAPES, Tensor
+from . import callpath
 
 
 def jit(function=None, *, capture_mode="ast", jit_level="O0", dynamic=0, fullgraph=False, backend="",
@@ -28,7 +27,7 @@ class JitFunction:
         self.__msvm_jit__ = fn
         self.config = config
         self._runner = None
-        self._fast = None       # (guard, its "no", PARAMETER_SHAPES): set by the runner (executor.aimed)
+        self._guard = None      # callpath.Guard: set by the call path (callpath.point)
         functools.update_wrapper(self, fn)
         from .executor import warm_up
 
@@ -41,18 +40,11 @@ class JitFunction:
             return functools.partial(self.fn, obj)   # Cell.__call__ compiles construct itself
         return functools.partial(self, obj)
 
-    def __call__(self, *args, **kwargs):
-        f = self._fast
-        tried = f is not None and not _SLOW and PARAMETER_SHAPES[0] == f[2]
-        if tried:
-            out = f[0](*args, **kwargs)          # the last replayed signature's guard (as Cell.__call__)
-            if type(out) is Tensor:
-                return out
-            tried = out is not f[1]          # the guard took the values: their replay's result, or a fall back
-            if tried and out is not self._runner.FALLBACK:
-                return self._runner.result(out)
-        if self._runner is None:
-            from .executor import JitRunner
+    # a call: its guard, then its runner's memo, replay and interpreter
+    __call__ = callpath.jit_call
 
-            self._runner = JitRunner(self.fn, self.config, owner=self)
-        return self._runner(args, kwargs, tried)
+    def _make_runner(self):
+        from .executor import JitRunner
+
+        self._runner = JitRunner(self.fn, self.config, owner=self)
+        return self._runner

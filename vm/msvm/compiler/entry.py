@@ -212,7 +212,7 @@ _new.restype, _new.argtypes = ctypes.py_object, [ctypes.c_void_p, ctypes.py_obje
 
 # ---------------------------------------------------------------- call guards
 #
-# A guard is the native front of one call signature of a Cell (executor._Runner): called with
+# A guard is the native front of one call signature of a Cell (callpath.Guard): called with
 # the call's values (by position, or by keyword under the parameter's own name), it checks
 # each is what the signature says — a Tensor whose array has the
 # signature's rank, dims, strides and dtype (the same dtype object), or the same bool — and

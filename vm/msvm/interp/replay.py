@@ -10,8 +10,9 @@ Cell's call should cost. Each site call remembers the site's prepared caller wit
 strides it was prepared for and calls it directly while they match: the kernel's native entry
 (compiler/entry.py, a builtin that takes the arrays themselves) where it has one.
 
-The executor's call memo runs the replay for a signature it has seen before, above jit_level L1
-(L1 is the interpreter itself), while no trace hook is installed and nobody listens to events.
+The call path (callpath.py: a runner's memo, and the guard in front of it) runs the replay for a
+signature it has seen before, above jit_level L1 (L1 is the interpreter itself), while no trace
+hook is installed and nobody listens to events.
 A replay computes exactly what the interpreter computes: the same reference kernels, the same
 compiled sites and the same kept output buffers, all taken from ``ComputeSpec``. If anything in
 it raises, it returns ``FALLBACK`` and the caller runs the interpreter, which raises the error at

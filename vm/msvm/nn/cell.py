@@ -10,11 +10,8 @@ from __future__ import annotations
 
 import inspect
 
-from .. import context, events
-from ..tensor import PARAMETER_SHAPES, Parameter, Tensor
-
-_CTX = context._ctx          # the live settings dict (set_context updates it in place)
-_SLOW = events.SLOW          # reasons calls go the interpreter's way (L1, a debugger, event listeners)
+from .. import callpath
+from ..tensor import Parameter, Tensor
 
 
 class Cell:
@@ -27,7 +24,7 @@ class Cell:
         object.__setattr__(self, "training", False)
         object.__setattr__(self, "_msvm_inputs", None)
         object.__setattr__(self, "_runner", None)
-        object.__setattr__(self, "_fast", None)     # (guard, its "no", PARAMETER_SHAPES): executor.aimed
+        object.__setattr__(self, "_guard", None)    # callpath.Guard: set by the call path (callpath.point)
         object.__setattr__(self, "_mixed_precision", None)     # to_float's dtype
         from ..executor import warm_up
 
@@ -59,44 +56,22 @@ class Cell:
 
     def _drop_runner(self):
         object.__setattr__(self, "_runner", None)
-        object.__setattr__(self, "_fast", None)
+        object.__setattr__(self, "_guard", None)
 
-    def __call__(self, *args, **kwargs):
-        f = self.__dict__["_fast"]
-        tried = f is not None and not _SLOW and PARAMETER_SHAPES[0] == f[2] and _CTX["mode"] != 1
-        if tried:
-            # the signature that last ran its replay, again? its guard answers natively (executor)
-            out = f[0](*args, **kwargs)
-            if type(out) is Tensor:
-                return out
-            tried = out is not f[1]          # the guard took the values: their replay's result, or a fall back
-            if tried and out is not self.__dict__["_runner"].FALLBACK:
-                return self.__dict__["_runner"].result(out)
-        if _CTX["mode"] == 1:      # PYNATIVE_MODE
-            mp = self.__dict__.get("_mixed_precision")
-            if mp is None:
-                return self.construct(*args, **kwargs)
-            from ..ops import functional
+    # a call: its guard, its runner's memo, replay and interpreter (or construct, in PYNATIVE_MODE)
+    __call__ = callpath.cell_call
 
-            with functional.mixed_precision(mp):
-                return self.construct(*args, **kwargs)
-        runner = self.__dict__["_runner"]
-        if runner is None:
-            from ..executor import CellRunner
+    def _make_runner(self):
+        from ..executor import CellRunner
 
-            runner = CellRunner(self)
-            object.__setattr__(self, "_runner", runner)
-        return runner(args, kwargs, tried)
+        runner = CellRunner(self)
+        object.__setattr__(self, "_runner", runner)
+        return runner
 
     # --- MindSpore API
     def compile(self, *args, **kwargs):
         """Compile construct for these arguments without running it (MindSpore's Cell.compile)."""
-        runner = self.__dict__["_runner"]
-        if runner is None:
-            from ..executor import CellRunner
-
-            runner = CellRunner(self)
-            object.__setattr__(self, "_runner", runner)
+        runner = self.__dict__["_runner"] or self._make_runner()
         vals = args if (not kwargs and len(args) == runner.n) else runner.values(args, kwargs)
         runner.resolve(vals)
 

@@ -40,6 +40,7 @@ RELEASE_MIN = 1 << 14           # elements from which a native entry lets other 
 
 HEAD = {"elementwise": ("i64", "i64", "i64", "i64", "ptr"), "row": ("i64", "i64", "i64", "ptr", "ptr", "ptr", "ptr"),
         "matmul": ("ptr", "ptr", "ptr", "ptr")}
+GPU_HEAD = {"elementwise": ("i64", "i64", "i64", "ptr")}       # (total, n1, n2, out)
 OPERAND = {"t": ("ptr", "i64", "i64"), "s": ("double",)}
 _CTYPES = {"i64": ctypes.c_int64, "ptr": ctypes.c_void_p, "double": ctypes.c_double}
 
@@ -58,11 +59,11 @@ def operand_order(kernel) -> list:
     return []
 
 
-def signature(kernel) -> tuple:
-    """The kernel's argument types ("i64" | "ptr" | "double"), in order."""
+def signature(kernel, gpu: bool = False) -> tuple:
+    """The kernel's argument types ("i64" | "ptr" | "double"), in order (``gpu``: the GPU kernel's)."""
     kinds = kernel.epilogue.kinds if kernel.kind == "matmul" and kernel.epilogue is not None else \
         getattr(kernel, "kinds", ())
-    return HEAD[kernel.kind] + tuple(t for i in operand_order(kernel) for t in OPERAND[kinds[i]])
+    return (GPU_HEAD if gpu else HEAD)[kernel.kind] + tuple(t for i in operand_order(kernel) for t in OPERAND[kinds[i]])
 
 
 def llvm_operands(kinds, t: str, noalias: str = "") -> list:

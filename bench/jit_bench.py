@@ -36,7 +36,7 @@ os.environ["MSVM_BENCH_CACHE"] = os.environ["MSVM_CACHE_DIR"]
 
 import msvm as ms  # noqa: E402
 from msvm import ops  # noqa: E402
-from msvm.compiler import tiers  # noqa: E402
+from msvm.compiler import callconv, tiers  # noqa: E402
 from msvm.compiler.kir import Elementwise  # noqa: E402
 from timing import interleaved  # noqa: E402
 
@@ -66,7 +66,7 @@ def bandwidth():
     a, b, c = (rng.standard_normal(n).astype(np.float32) for _ in range(3))
     ta, tb, tc = ms.Tensor(a), ms.Tensor(b), ms.Tensor(c)
     dst = np.empty_like(a)
-    pool = tiers._threads()
+    pool = callconv._threads()
     workers = pool._max_workers
     step = n // workers
 

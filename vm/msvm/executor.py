@@ -129,12 +129,12 @@ _warm = [False]
 
 def warm_up() -> None:
     """Once per process, in GRAPH_MODE: have the background compiler load LLVM now
-    (``tiers.warm_up``)."""
+    (``build.warm_up``)."""
     if not _warm[0] and context._ctx["mode"] == context.GRAPH_MODE:
         _warm[0] = True
-        from .compiler import tiers
+        from .compiler import build
 
-        tiers.warm_up()
+        build.warm_up()
 
 
 def accelerator():

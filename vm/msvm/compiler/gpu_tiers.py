@@ -30,7 +30,7 @@ import time
 from .. import context, events, log
 from ..bytecode.disasm import display_name
 from ..bytecode.opcodes import JITABLE
-from . import tiers
+from . import build, tiers
 from .gpu import GpuRuntime, elementwise_ir, kernel_key, row_ir
 from .lower import Unsupported
 from .planning import KINDS
@@ -257,7 +257,7 @@ class GpuSite:
             try:
                 with getattr(self.rt, "context", contextlib.nullcontext)():
                     _gk, steps = self.rt.kernel(d.kernel, d.level)
-                budget = tiers.BUDGET_S[d.level]
+                budget = build.BUDGET_S[d.level]
                 if time.perf_counter() - t0 > budget:
                     raise TimeoutError(f"compile took {time.perf_counter() - t0:.2f}s, budget {budget}s")
                 self.ready[d.key] = True
@@ -273,7 +273,7 @@ class GpuSite:
         if sync:
             task()
         else:
-            tiers.worker().submit(task)
+            build.worker().submit(task)
 
     def launch(self, d: Decision, inputs, out):
         rt = self.rt

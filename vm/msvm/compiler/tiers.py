@@ -43,8 +43,8 @@ from .build import (  # noqa: F401 - (re-exported: tests, servers, bench)
     warm_up,
     worker,
 )
-from .callconv import Prepared, _threads  # noqa: F401 - (_threads: bench)
-from .entry import data_pointer  # noqa: F401 - (re-exported: tests)
+from .callconv import Prepared
+from .entry import data_pointer
 from .lower import Unsupported
 from .planning import PLANNERS, STREAM_MIN, Plan  # noqa: F401 - (re-exported: tests)
 

@@ -59,8 +59,6 @@ def _key_of(v):
         return ("id", id(v))
 
 
-
-
 def _key_declared(v):
     a = v._data if isinstance(v, Tensor) and v._data is not None else np.asarray(v)
     return (a.dtype, a.ndim)

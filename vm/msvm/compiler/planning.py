@@ -17,17 +17,17 @@ from typing import NamedTuple
 import numpy as np
 
 from .build import blas
+from .callconv import PARALLEL_MIN
 from .kir import Elementwise, MatmulEpilogue, RowKernel, collapse, strides_for
 from .lower import TYPES, Unsupported, vec_width
 
-PARALLEL_MIN = 1 << 20          # elements: below this one thread is faster (MEASURED.md)
 ROW = 4096                      # row length when a long vector is viewed as rows
 B_IN_CACHE = 1 << 20            # bytes of a matmul's B below which L3 works in row blocks
 STREAM_MIN = 16 << 20           # output bytes from which L3 elementwise kernels use streaming stores
 
 
 class Plan(NamedTuple):
-    """What one call's inputs call for (a tuple: it is also a dict key's part)."""
+    """What one input layout calls for; made once per layout and kept (``Site.plans``)."""
 
     cls: tuple           # the shape class: keys the L2 (shape-generic) kernel
     key: tuple           # the concrete shapes: keys the L3 (specialized) kernel

@@ -14,7 +14,7 @@ from msvm.bytecode import CodeBuilder, verify
 from msvm.bytecode import symbolic as S
 from msvm.bytecode.types import ScalarType, TensorType
 from msvm.compiler import callconv, lower, lower_gpu, tiers
-from msvm.compiler.kir import Elementwise
+from msvm.compiler.kir import Elementwise, MatmulEpilogue
 from msvm.interp.kernels import run_program
 
 _LLVM = {"float": {"ptr": "float*", "i64": "i64", "double": "double"},
@@ -102,3 +102,16 @@ def test_the_gpu_launch_passes_what_the_ptx_declares(kinds, rng):
         got = rt.elementwise(prog, [eg._wrap(x) if isinstance(x, np.ndarray) else x for x in inputs],
                              "float32", level)
         np.testing.assert_allclose(got._a, want, rtol=1e-6, err_msg=f"L{level}")
+
+
+@pytest.mark.parametrize("kinds", [("t",), ("t", "s", "t"), ("t", "t", "s", "s")])
+def test_a_matmul_kernel_declares_what_the_convention_says(kinds):
+    """gemm, A, B, C, then the epilogue's inputs 1.. in input order (input 0 is the product)."""
+    bcast = ((False, True, False),) + tuple((False, True, False) if k == "t" else () for k in kinds[1:])
+    epi = Elementwise(_program(kinds), kinds, bcast, "float32", (4, 1, 8))
+    k = MatmulEpilogue(False, False, epi, "float32", 4, 6, 8)
+    m = re.search(r"define [^@]*@mm\((.*?)\) nounwind", lower.lower(k, "mm", ""))
+    tail = m.group(1).split("%gemm, ")[1].split(", ")         # (the gemm pointer's own type has commas)
+    assert ["ptr"] + [p.split()[0] for p in tail] == \
+        ["ptr"] + [_LLVM["float"][a] for a in callconv.signature(k)[1:]]
+    assert len(callconv.prototype(k, 0x1000).argtypes) == len(callconv.signature(k))

@@ -239,18 +239,26 @@ class _Writer:
             # the kernel's native entry when it has one (callconv.Native): entry(*inputs, output), where
             # a kept output is the buffer the entry's allocator made last, if this slot still holds it
             self.emit("    n = g.native")
-            nat = ", ".join(a[:1] + [f"n.weight({a[1]})"] + a[2:]) if getattr(spec.site, "weight_t", False) else args
+            wt = getattr(spec.site, "weight_t", False)
+            nat = ", ".join(a[:1] + [f"w({a[1]})"] + a[2:]) if wt else args
+            # (a record's callables are read into locals before the call: a call written as
+            # ``n.entry(...)`` looks the name up as a method, which costs more on a slot)
+            self.emit("    if n is not None:")
+            if wt:
+                self.emit("        w = n.weight")
             if spec.keep:
-                self.emit("    if n is not None:")
                 self.emit(f"        o = {out}")
                 self.emit("        if o is None or o is not n.last:")
-                self.emit("            o = n.last = n.alloc(n.shape, n.dtype)")
-                self.emit(f"        {v} = {put}n.entry({nat}, o)")
-                self.emit("    else:")
-                self.emit(f"        {v} = {put}g.go([{args}], {out})")
+                self.emit("            al = n.alloc")
+                self.emit("            o = n.last = al(n.shape, n.dtype)")
+                self.emit("        e = n.entry")
+                self.emit(f"        {v} = {put}e({nat}, o)")
             else:
-                self.emit(f"    {v} = n.entry({nat}, n.alloc(n.shape, n.dtype)) if n is not None else "
-                          f"g.go([{args}], None)")
+                self.emit("        e, al = n.entry, n.alloc")
+                self.emit(f"        {v} = e({nat}, al(n.shape, n.dtype))")
+            self.emit("    else:")
+            self.emit("        go = g.go")
+            self.emit(f"        {v} = {put}go([{args}], {out})")
             self.emit("else:")
             self.emit(f"    {v} = {put}{site}([{args}], {self.const('ref', spec.reference)}, {out})")
             self.emit("    if E[2]:")

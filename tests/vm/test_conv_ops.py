@@ -34,7 +34,7 @@ def run_graph(cell, cfg, inputs):
     """cell(*args) for each args in inputs, through one compiled bytecode. The compiled tiers
     call every input four more times once their background compiles are done: the second call
     at a signature runs the compiled kernels, the fourth its straight-line replay, the fifth
-    (for the last signature) the native call guard (executor.py)."""
+    (for the last signature) the native call guard (callpath.py)."""
     from msvm.compiler import tiers
 
     outs = [cell(*args).asnumpy() for args in inputs]

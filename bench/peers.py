@@ -1,418 +1,343 @@
 """msvm against onnxruntime (CPU) and numpy on the same weights, side by side in one run (not a test).
 
-For mindcv's resnet18, resnet50 and mobilenet_v2_100 (``mindcv.create_model`` under ``msvm.as_mindspore()``, eval
-mode, the weights of tests/refs/cv.py ``test_weights``), batch 1, one thread, at 224, 160 and 192:
+Models: mindcv's resnet50, mobilenet_v2_100 and resnet18 (``mindcv.create_model`` under
+``msvm.as_mindspore()``, eval mode, tests/refs/cv.py ``test_weights``) at 224, 160, 192 and 256;
+BERT-base (12 layers, embeddings and attention mask), GPT-2 small and examples/bert_layer.py's
+single BERT-base layer at S = 16, 37, 64, 128 (bench/peers_nlp.py). Every configuration of threads
+(1, 2) x batch (1, 8) runs in a child process pinned to that many cores (``sched_setaffinity``,
+``OPENBLAS_NUM_THREADS``; onnxruntime's ``intra_op_num_threads``), so each peer gets the same cores.
 
-- **msvm**: the Cell's steady time at jit_level 'auto' (compiles done, replays built) — and at
-  'auto' with fusion off, so the fused convolution's share shows;
-- **onnxruntime**: an ONNX graph translated from msvm's own bytecode (before fusion: every
-  CONV2D, batch-norm multiply/add, ReLU, pool, reshape and matmul, with the Parameters as
-  initializers), so both peers run exactly the same network and weights; dynamic H and W (one
-  session serves every size), ``intra_op_num_threads=1``, all graph optimizations on (onnxruntime
-  folds the batch norms into the convolutions itself);
-- **numpy**: tests/refs/cv.py's reference in float32 (tap-by-tap convolutions; a reference,
-  not a tuned peer);
-- **floor**: the network's FLOPs (from the ONNX graph's inferred shapes) at the single-core
-  sgemm peak measured in this run (numpy's BLAS, 1024^3 float32, best of a few).
+- **msvm**: the Cell's steady time at jit_level 'auto' (compiles done, replays built), and with
+  fusion off (``unfused``), so the fused convolution's share shows;
+- **ort**: onnxruntime running an ONNX graph translated from msvm's own unfused bytecode
+  (bench/onnx_graph.py: the same network and weights), all graph optimizations on (it folds the
+  batch norms into the convolutions itself); one dynamic-size session serves every image size;
+- **numpy**: tests/refs/cv.py's reference in float32 (tap-by-tap convolutions: a reference, not a tuned
+  peer; batch 1 on one thread only);
+- **floor**: the network's FLOPs (from the ONNX graph's inferred shapes) at the sgemm peak measured
+  in the same process (numpy's BLAS, 1024^3 float32, on the same cores), or its bytes at the copy
+  bandwidth, whichever is larger.
 
-Medians of interleaved runs (a shared machine's load hits all peers alike). A peer that is not
-installed (``pip install .[bench]``) is skipped with a line saying so.
+Then, per CNN, **a new size**: a fresh Cell and an empty kernel cache, warmed at the first size only,
+meets each other size once: the first call's time over that size's steady time, for msvm and for a
+fresh onnxruntime session warmed the same way, and the most compiles any one kernel needed over the
+whole stream. And **peak memory** of one forward (batch 1, first size, one thread), measured the same
+way for every peer (bench/timing.py ``peak_rss``: the resident set's rise while the call runs, the
+allocators set to return freed memory so that it is what the call held).
 
-Also examples/bert_layer.py's BERT-base layer at S=16 and 128 (``bert``; onnxruntime gets a static
-graph per length there, since the layer's reshapes carry two symbolic dims).
+Medians of interleaved runs (a shared machine's load hits all peers alike). A peer that is not installed
+(``pip install .[bench]``) is skipped with a line saying so.
 
-    python bench/peers.py [resnet18 resnet50 bert] [--sizes 224,160,192] [--lengths 16,128] [--runs 7]
+    python bench/peers.py [resnet50 mobilenet_v2_100 resnet18 bert gpt2 bert-layer]
+        [--sizes 224,160,192,256] [--lengths 16,37,64,128] [--threads 1,2] [--batches 1,8] [--runs 5]
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 import os
-
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-os.environ.setdefault("OMP_NUM_THREADS", "1")
-
-import argparse  # noqa: E402
-import statistics  # noqa: E402
-import sys  # noqa: E402
-import time  # noqa: E402
+import statistics
+import subprocess
+import sys
+import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "vm"))
-sys.path.insert(0, os.path.join(HERE, "..", "tests"))
+CV = ["resnet50", "mobilenet_v2_100", "resnet18"]
+NLP = ["bert", "gpt2", "bert-layer"]
+COLUMNS = (f"{'model':16} {'T':>1} {'N':>2} {'size':>4} {'msvm':>8} {'unfused':>8} {'ort':>8} {'numpy':>8} "
+           f"{'floor':>7} {'msvm/ort':>8} {'msvm%pk':>7} {'ort%pk':>7}")
 
-import msvm as ms  # noqa: E402
-import numpy as np  # noqa: E402
-from msvm.compiler import tiers  # noqa: E402
-from refs import cv  # noqa: E402
-from zoo_cv import build  # noqa: E402 - the same model with the same test weights as bench/zoo_cv.py
 
-try:
-    import onnx
+def row(name, threads, batch, size, m, u, o, n, floor):
+    """One printed line: ms per forward, the ratio to onnxruntime and each peer's share of the floor."""
+    def ms(v, w=8):
+        return f"{v:>{w}.2f}" if v is not None else f"{'-':>{w}}"
+    return " ".join([f"{name:16} {threads:>1} {batch:>2} {size:>4}", ms(m), ms(u), ms(o), ms(n), ms(floor, 7),
+                     f"{m / o:>8.2f}" if o else f"{'-':>8}", f"{floor / m * 100:>6.0f}%" if floor else f"{'-':>7}",
+                     f"{floor / o * 100:>6.0f}%" if floor and o else f"{'-':>7}"])
+
+
+# ---------------------------------------------------------------- one configuration, in a child
+
+def _setup(threads):
+    sys.path.insert(0, os.path.join(HERE, "..", "vm"))
+    sys.path.insert(0, os.path.join(HERE, "..", "tests"))
+    sys.path.insert(0, HERE)
+    try:
+        cpus = sorted(os.sched_getaffinity(0))
+        os.sched_setaffinity(0, cpus[:threads])
+    except (AttributeError, OSError):
+        pass
+
+
+def ort_session(model, threads):
     import onnxruntime as ort
-    from onnx import TensorProto, helper, numpy_helper
-except ImportError:          # the bench extra is not installed: that peer is skipped
-    onnx = ort = None
 
-MODELS = ["resnet18", "resnet50", "mobilenet_v2_100", "bert"]
-
-
-# ---------------------------------------------------------------- msvm bytecode -> ONNX
-
-class Untranslated(Exception):
-    pass
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads, opts.inter_op_num_threads = threads, 1
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    data = model if isinstance(model, bytes) else model.SerializeToString()
+    return ort.InferenceSession(data, opts, providers=["CPUExecutionProvider"])
 
 
-class _Graph:
-    def __init__(self):
-        self.nodes, self.inits, self.n = [], {}, 0
-
-    def name(self, hint):
-        self.n += 1
-        return f"{hint}_{self.n}"
-
-    def node(self, op, ins, hint=None, **attrs):
-        out = self.name(hint or op.lower())
-        self.nodes.append(helper.make_node(op, list(ins), [out], **attrs))
-        return out
-
-    def const(self, value, hint="c"):
-        arr = np.asarray(value)
-        if arr.dtype == np.float64:
-            arr = arr.astype(np.float32)
-        key = self.name(hint)
-        self.inits[key] = numpy_helper.from_array(arr, key)
-        return key
+def compiles_per_kernel(net) -> int:
+    """The most kernels any one jit site of the Cell's compiled variants holds (L2 + L3 entries)."""
+    most = 0
+    for var in net._runner.variants.values():
+        for code in var.code.all_codes():
+            for site in code.jit_sites.values():
+                n = sum(1 for table in (getattr(site, "l2", {}), getattr(site, "l3", {}))
+                        for v in table.values() if not isinstance(v, str))
+                most = max(most, n)
+    return most
 
 
-_BINARY = {"BROADCAST_ADD": "Add", "BROADCAST_SUB": "Sub", "BROADCAST_MUL": "Mul", "BROADCAST_DIV": "Div",
-           "BROADCAST_MAX": "Max", "BROADCAST_MIN": "Min"}
-_UNARY = {"RELU": "Relu", "SIGMOID": "Sigmoid", "TANH": "Tanh", "EXP": "Exp", "SQRT": "Sqrt", "NEG": "Neg"}
+def run_cnn(name, sizes, threads, batch, runs, floor_rate):
+    import mindcv
+    import msvm as ms
+    import numpy as np
+    from msvm.compiler import tiers
+    from onnx_graph import Untranslated, flops, onnx_model
+    from refs import cv
+    from zoo_cv import build
 
-
-def _symbol(d):
-    """The atom of a dim that is one plain symbol (x0), else None."""
-    terms = getattr(d, "terms", None)
-    if terms and len(terms) == 1:
-        mono, coeff = terms[0]
-        if coeff == 1 and len(mono) == 1 and mono[0][1] == 1:
-            atom = mono[0][0]
-            return atom.args[0] if getattr(atom, "args", None) else str(atom)
-    return None
-
-
-def _dims(shape, env=None):
-    out = []
-    for d in shape:
-        v = d if isinstance(d, int) else d.const_value() if hasattr(d, "const_value") else None
-        if v is None and env is not None:
-            v = d.evaluate(env)
-        out.append(-1 if v is None else int(v))
-    if out.count(-1) > 1:
-        raise Untranslated(f"RESHAPE to {shape}: more than one symbolic dim")
-    return out
-
-
-def _pads(pad, kh, kw):
-    if pad == ("same",):
-        return {"auto_pad": "SAME_UPPER"}          # MindSpore's 'same': the odd pixel after
-    t, b, l, r = pad
-    return {"pads": [t, l, b, r]}
-
-
-def _translate(g: _Graph, code, cell, args, prefix, shapes=None):
-    """Symbolically run one Code (straight-line) on ONNX value names; returns the returned value's name.
-    With ``shapes`` ({value name: concrete shape}, the graph input's given) symbolic dims are
-    evaluated at those shapes (a static graph: BERT's reshapes have two symbolic dims)."""
-    from msvm.executor import resolve_path
-    from msvm.frontend.compiler import cell_getattr
-
-    local = dict(enumerate(args))
-    stack = []
-    env = None
-    if shapes is not None:
-        env = {}
-        for (_, t), arg in zip(code.params, args):
-            for d, actual in zip(getattr(t, "shape", ()), shapes.get(arg, ())):
-                if _symbol(d) is not None:
-                    env[_symbol(d)] = actual
-    for idx, ins in enumerate(code.instrs):
-        op, a = ins.op.name, code.decode_args(ins)
-        if op == "LOAD_TENSOR":
-            stack.append(local[ins.args[0]])
-        elif op == "STORE_TENSOR":
-            local[ins.args[0]] = stack.pop()
-        elif op == "LOAD_PARAM":
-            attr = a[0]
-            key = f"{prefix}{attr}"
-            if key not in g.inits:
-                g.inits[key] = numpy_helper.from_array(np.asarray(cell_getattr(cell, attr).asnumpy()), key)
-            stack.append(key)
-        elif op == "LOAD_CONST":
-            if not isinstance(a[0], (int, float)) or isinstance(a[0], bool):
-                raise Untranslated(f"LOAD_CONST {a[0]!r}")
-            stack.append(g.const(np.float32(a[0])))
-        elif op == "CALL_CELL":
-            (path, sub), n = a
-            vals = stack[len(stack) - n:]
-            del stack[len(stack) - n:]
-            if env is not None:                  # the arguments' concrete shapes, from the verified types
-                for v, t in zip(vals, code.stack_types[idx][-n:]):
-                    shapes[v] = tuple(int(d) if isinstance(d, int) else d.evaluate(env) for d in t.shape)
-            stack.append(_translate(g, sub, resolve_path(cell, path), vals, f"{prefix}{path}.", shapes))
-        elif op == "RETURN":
-            return stack.pop()
-        elif op == "CONV2D":
-            stride, pad, dil, group = a
-            w = stack.pop()
-            x = stack.pop()
-            kh, kw = numpy_helper.to_array(g.inits[w]).shape[2:]
-            stack.append(g.node("Conv", [x, w], "conv", strides=list(stride), dilations=list(dil), group=int(group),
-                                kernel_shape=[int(kh), int(kw)], **_pads(pad, kh, kw)))
-        elif op == "MAX_POOL2D":
-            kernel, stride, pad = a
-            stack.append(g.node("MaxPool", [stack.pop()], kernel_shape=list(kernel), strides=list(stride),
-                                **_pads(pad, *kernel)))
-        elif op == "ADAPTIVE_AVG_POOL2D" and tuple(a[0]) == (1, 1):
-            stack.append(g.node("GlobalAveragePool", [stack.pop()]))
-        elif op == "REDUCE_MEAN":
-            axes, keep = a
-            stack.append(g.node("ReduceMean", [stack.pop(), g.const(np.array(axes, np.int64))], keepdims=int(keep)))
-        elif op == "RESHAPE":
-            stack.append(g.node("Reshape", [stack.pop(), g.const(np.array(_dims(a[0], env), np.int64))]))
-        elif op == "MATMUL":
-            ta, tb = a
-            b, x = stack.pop(), stack.pop()
-            if ta:
-                x = g.node("Transpose", [x], perm=[1, 0])
-            if tb:
-                b = g.node("Transpose", [b], perm=[1, 0])
-            stack.append(g.node("MatMul", [x, b]))
-        elif op in _BINARY:
-            b, x = stack.pop(), stack.pop()
-            stack.append(g.node(_BINARY[op], [x, b]))
-        elif op in _UNARY:
-            stack.append(g.node(_UNARY[op], [stack.pop()]))
-        elif op == "RSQRT":
-            stack.append(g.node("Reciprocal", [g.node("Sqrt", [stack.pop()])]))
-        elif op == "BATCH_MATMUL":
-            ta, tb = a
-            b, x = stack.pop(), stack.pop()
-            perm = [0, 1, 3, 2]                      # (rank 4: BERT's heads)
-            if ta:
-                x = g.node("Transpose", [x], perm=perm)
-            if tb:
-                b = g.node("Transpose", [b], perm=perm)
-            stack.append(g.node("MatMul", [x, b]))
-        elif op == "TRANSPOSE":
-            stack.append(g.node("Transpose", [stack.pop()], perm=list(a[0])))
-        elif op == "SOFTMAX":
-            stack.append(g.node("Softmax", [stack.pop()], axis=int(a[0])))
-        elif op == "LAYER_NORM" and a[0] == a[1] == -1:
-            beta, gamma = stack.pop(), stack.pop()
-            stack.append(g.node("LayerNormalization", [stack.pop(), gamma, beta], axis=-1, epsilon=float(a[2])))
-        elif op == "GELU":                              # x * (1 + erf(x / sqrt 2)) / 2
-            x = stack.pop()
-            e = g.node("Erf", [g.node("Mul", [x, g.const(np.float32(1 / np.sqrt(2)))])])
-            half = g.node("Mul", [x, g.const(np.float32(0.5))])
-            stack.append(g.node("Mul", [half, g.node("Add", [e, g.const(np.float32(1))])]))
-        elif op == "BATCH_NORM":
-            var, mean, beta, gamma = stack.pop(), stack.pop(), stack.pop(), stack.pop()
-            stack.append(g.node("BatchNormalization", [stack.pop(), gamma, beta, mean, var], "bn", epsilon=float(a[0])))
-        elif op == "RELU6":
-            stack.append(g.node("Clip", [stack.pop(), g.const(np.float32(0)), g.const(np.float32(6))]))
-        else:
-            raise Untranslated(f"{op} at {code.name} 0x{ins.offset:04x}")
-    raise Untranslated(f"{code.name}: no RETURN")
-
-
-def onnx_model(net, source_code, dims, name="image", static=False):
-    """An onnx ModelProto of the Cell's (unfused) bytecode with its Parameters as initializers; the
-    input's dims are ints or names (dynamic), or all ints with ``static`` (symbolic dims evaluated)."""
-    g = _Graph()
-    out = _translate(g, source_code, net, [name], "", {name: tuple(dims)} if static else None)
-    inp = helper.make_tensor_value_info(name, TensorProto.FLOAT, list(dims))
-    res = helper.make_tensor_value_info(out, TensorProto.FLOAT, None)
-    graph = helper.make_graph(g.nodes, "msvm", [inp], [res], list(g.inits.values()))
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
-
-
-def flops(model, shape) -> float:
-    """Multiply-adds x 2 of every Conv and MatMul, from shapes inferred at a static input shape."""
-    m = onnx.ModelProto()
-    m.CopyFrom(model)
-    dims = m.graph.input[0].type.tensor_type.shape.dim
-    for d, v in zip(dims, shape):
-        d.ClearField("dim_param")
-        d.dim_value = v
-    m = onnx.shape_inference.infer_shapes(m, data_prop=True)
-    shapes = {v.name: [d.dim_value for d in v.type.tensor_type.shape.dim] for v in m.graph.value_info}
-    shapes.update({v.name: list(v.dims) for v in m.graph.initializer})
-    total = 0.0
-    for n in m.graph.node:
-        if n.op_type == "Conv":
-            w = shapes[n.input[1]]
-            total += 2.0 * float(np.prod(shapes[n.output[0]])) * w[1] * w[2] * w[3]
-        elif n.op_type == "MatMul":
-            a, b = shapes[n.input[0]], shapes[n.input[1]]
-            total += 2.0 * float(np.prod(a)) * b[-1]
-    return total
-
-
-# ---------------------------------------------------------------- timing
-
-def sgemm_peak(n=1024, reps=5) -> float:
-    a = np.random.default_rng(0).standard_normal((n, n)).astype(np.float32)
-    b = a.T.copy()
-    a @ b
-    best = min(_timed(lambda: a @ b) for _ in range(reps))
-    return 2.0 * n ** 3 / best
-
-
-def _timed(fn) -> float:
-    t0 = time.perf_counter()
-    fn()
-    return time.perf_counter() - t0
-
-
-def run_model(mindcv, name, sizes, runs, peak):
     rng = np.random.default_rng(0)
-    xs = {s: rng.standard_normal((1, 3, s, s)).astype(np.float32) for s in sizes}
+    xs = {s: rng.standard_normal((batch, 3, s, s)).astype(np.float32) for s in sizes}
     fused, weights = build(mindcv, name)
     unfused, _ = build(mindcv, name, weights)
-    p32 = {k: v.astype(np.float32) for k, v in weights.items()}
-    nets = {"fused": (fused, True), "unfused": (unfused, False)}
+    nets = {"msvm": (fused, True), "unfused": (unfused, False)}
 
     def call(which, s):
         net, fusion = nets[which]
         ms.set_context(jit_config={"jit_level": "auto", "enable_fusion": fusion})
-        return net(ms.Tensor(xs[s]))
+        return net(ms.Tensor(xs[s])).asnumpy()
 
     for _ in range(8):                         # 'auto' moves sites to L3 after a few calls
         for s in sizes:
             for which in nets:
                 call(which, s)
         tiers.wait_for_compiles(120)
-    peers = {"msvm": lambda s: call("fused", s), "msvm unfused": lambda s: call("unfused", s),
-             "numpy f32": lambda s: cv.MODELS[name](p32, xs[s])}
-    sess, model, why = None, None, ""
-    if ort is None:
+    peers = {"msvm": lambda s: call("msvm", s), "unfused": lambda s: call("unfused", s)}
+    if batch == 1 and threads == 1:
+        p32 = {k: v.astype(np.float32) for k, v in weights.items()}
+        peers["numpy"] = lambda s: cv.MODELS[name](p32, xs[s])
+    model, why = None, ""
+    try:
+        var = next(iter(fused._runner.variants.values()))
+        model = onnx_model(fused, var.source, [("image", ["N", 3, "H", "W"], np.float32)])
+        sess = ort_session(model, threads)
+        peers["ort"] = lambda s: sess.run(None, {"image": xs[s]})[0]
+    except ImportError:
         why = "onnxruntime/onnx not installed (pip install .[bench])"
-    else:
-        try:
-            var = next(iter(fused._runner.variants.values()))
-            model = onnx_model(fused, var.source, ["N", 3, "H", "W"])
-            opts = ort.SessionOptions()
-            opts.intra_op_num_threads = opts.inter_op_num_threads = 1
-            opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-            sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
-            peers["onnxruntime"] = lambda s: sess.run(None, {"image": xs[s]})[0]
-        except Untranslated as e:
-            why = f"the bytecode has an op the ONNX translation lacks: {e}"
-    # the same answers first (the ONNX graph is built from the bytecode: it must agree)
-    for s in sizes:
-        ref = call("fused", s).asnumpy()
-        for k, fn in peers.items():
-            out = np.asarray(fn(s).asnumpy() if hasattr(fn(s), "asnumpy") else fn(s))
-            err = np.abs(out - ref).max() / np.abs(ref).max()
-            if err > 1e-3:
-                print(f"  ! {name} {s}: {k} differs from msvm by {err:.1e} (relative to the max logit)")
-    times = {k: {s: [] for s in sizes} for k in peers}
-    for _ in range(runs):
-        for s in sizes:
-            for k, fn in peers.items():
-                if k == "numpy f32" and len(times[k][s]) >= 3:
-                    continue                   # the tap-by-tap reference is slow: three runs do
-                times[k][s].append(_timed(lambda fn=fn, s=s: fn(s)) * 1e3)
-    med = {k: {s: statistics.median(v) for s, v in d.items()} for k, d in times.items()}
+    except Untranslated as e:
+        why = f"the bytecode has an op the ONNX translation lacks: {e}"
+    _agree(name, sizes, peers)
+    med = _medians(peers, sizes, runs, slow={"numpy"})
     if why:
         print(f"  onnxruntime skipped: {why}")
     for s in sizes:
-        f = flops(model, (1, 3, s, s)) if model is not None else None
-        floor = f / peak * 1e3 if f else None
-        o = med.get("onnxruntime", {}).get(s)
-        m, u, n = med["msvm"][s], med["msvm unfused"][s], med["numpy f32"][s]
-        cells = [f"{name:10} {s:>4}", f"{m:>8.1f}", f"{u:>9.1f}", f"{o:>8.1f}" if o else f"{'-':>8}",
-                 f"{n:>8.1f}", f"{floor:>7.1f}" if floor else f"{'-':>7}",
-                 f"{m / o:>8.2f}" if o else f"{'-':>8}", f"{m / n:>8.2f}",
-                 f"{floor / m * 100:>6.0f}%" if floor else f"{'-':>7}", f"{floor / o * 100:>6.0f}%" if o else ""]
-        print(" ".join(cells), flush=True)
+        floor = flops(model, [(batch, 3, s, s)]) / floor_rate * 1e3 if model is not None else None
+        print(row(name, threads, batch, s, med["msvm"][s], med["unfused"][s], med.get("ort", {}).get(s),
+                  med.get("numpy", {}).get(s), floor), flush=True)
+    if len(sizes) > 1:
+        _new_sizes(name, sizes, xs, weights, med, model, threads)
 
 
-def run_bert(lengths, runs, peak):
-    """examples/bert_layer.py's BERT-base layer (hidden 768, 12 heads, FFN 3072) at each length S."""
-    sys.path.insert(0, os.path.join(HERE, "..", "examples"))
-    import bert_layer
+def _agree(name, sizes, peers):
+    """The same answers first (the ONNX graph is built from the bytecode: it must agree)."""
+    import numpy as np
 
-    layer = bert_layer.layer
-    rng = np.random.default_rng(2)
-    xs = {s: rng.standard_normal((1, s, 768)).astype(np.float32) for s in lengths}
-    ms.set_context(jit_config={"jit_level": "auto", "enable_fusion": True})
-    for _ in range(8):
-        for s in lengths:
-            layer(ms.Tensor(xs[s]))
-        tiers.wait_for_compiles(120)
-    peers = {"msvm": lambda s: layer(ms.Tensor(xs[s])).asnumpy(),
-             "numpy f32": lambda s: bert_layer.numpy_reference(layer, xs[s])}
-    models, why = {}, ""
-    if ort is None:
-        why = "onnxruntime/onnx not installed (pip install .[bench])"
-    else:
-        var = next(iter(layer._runner.variants.values()))
-        opts = ort.SessionOptions()
-        opts.intra_op_num_threads = opts.inter_op_num_threads = 1
-        try:
-            sessions = {}
-            for s in lengths:      # (static per length: the layer's reshapes have two symbolic dims)
-                models[s] = onnx_model(layer, var.source, [1, s, 768], "hidden", static=True)
-                sessions[s] = ort.InferenceSession(models[s].SerializeToString(), opts,
-                                                   providers=["CPUExecutionProvider"])
-            peers["onnxruntime"] = lambda s: sessions[s].run(None, {"hidden": xs[s]})[0]
-        except Untranslated as e:
-            why = f"the bytecode has an op the ONNX translation lacks: {e}"
-    for s in lengths:
-        ref = peers["msvm"](s)
+    for s in sizes:
+        ref = np.asarray(peers["msvm"](s))
         for k, fn in peers.items():
             err = np.abs(np.asarray(fn(s)) - ref).max() / np.abs(ref).max()
             if err > 1e-3:
-                print(f"  ! BERT S={s}: {k} differs from msvm by {err:.1e}")
-    times = {k: {s: [] for s in lengths} for k in peers}
+                print(f"  ! {name} {s}: {k} differs from msvm by {err:.1e} (relative to the max output)")
+
+
+def _medians(peers, keys, runs, slow=()):
+    from timing import timed
+
+    times = {k: {s: [] for s in keys} for k in peers}
     for _ in range(runs):
-        for s in lengths:
+        for s in keys:
             for k, fn in peers.items():
-                times[k][s].append(_timed(lambda fn=fn, s=s: fn(s)) * 1e3)
-    med = {k: {s: statistics.median(v) for s, v in d.items()} for k, d in times.items()}
-    if why:
-        print(f"  onnxruntime skipped: {why}")
-    for s in lengths:
-        floor = flops(models[s], (1, s, 768)) / peak * 1e3 if s in models else None
-        o, m, n = med.get("onnxruntime", {}).get(s), med["msvm"][s], med["numpy f32"][s]
-        print(" ".join([f"{'bert-layer':10} {s:>4}", f"{m:>8.2f}", f"{'':>9}", f"{o:>8.2f}" if o else f"{'-':>8}",
-                        f"{n:>8.2f}", f"{floor:>7.2f}" if floor else f"{'-':>7}", f"{m / o:>8.2f}" if o else f"{'-':>8}",
-                        f"{m / n:>8.2f}", f"{floor / m * 100:>6.0f}%" if floor else f"{'-':>7}",
-                        f"{floor / o * 100:>6.0f}%" if o else ""]), flush=True)
+                if k in slow and len(times[k][s]) >= 3:
+                    continue                   # a slow reference: three runs do
+                times[k][s].append(timed(lambda fn=fn, s=s: fn(s)) * 1e3)
+    return {k: {s: statistics.median(v) for s, v in d.items()} for k, d in times.items()}
+
+
+def _new_sizes(name, sizes, xs, weights, med, model, threads):
+    """A fresh Cell and an empty kernel cache warmed at sizes[0] meet every other size once."""
+    import mindcv
+    import msvm as ms
+    from msvm.compiler import tiers
+    from timing import timed
+    from zoo_cv import build
+
+    with tempfile.TemporaryDirectory() as d:
+        tiers.reset_cache(d)
+        net, _ = build(mindcv, name, weights)
+        ms.set_context(jit_config={"jit_level": "auto", "enable_fusion": True})
+        for _ in range(8):
+            net(ms.Tensor(xs[sizes[0]]))
+            tiers.wait_for_compiles(120)
+        first = {s: timed(lambda s=s: net(ms.Tensor(xs[s])).asnumpy()) * 1e3 for s in sizes[1:]}
+        tiers.wait_for_compiles(120)
+        most = compiles_per_kernel(net)
+        tiers.reset_cache()
+    ort_first = {}
+    if model is not None:
+        sess = ort_session(model, threads)
+        for _ in range(3):
+            sess.run(None, {"image": xs[sizes[0]]})
+        ort_first = {s: timed(lambda s=s: sess.run(None, {"image": xs[s]})) * 1e3 for s in sizes[1:]}
+    for s in sizes[1:]:
+        o = f", ort {ort_first[s]:.1f} ms = {ort_first[s] / med['ort'][s]:.2f}x" if s in ort_first else ""
+        print(f"  new size {s}: msvm first call {first[s]:.1f} ms = {first[s] / med['msvm'][s]:.2f}x its steady"
+              f"{o}", flush=True)
+    print(f"  {name}: at most {most} compiles per kernel over {len(sizes)} sizes", flush=True)
+
+
+def peak_memory(name, size, which):
+    """Peak bytes of one steady forward for one peer (run in its own child: ``--memory``): see
+    ``measure_peaks``."""
+    import mindcv
+    import msvm as ms
+    import numpy as np
+    from onnx_graph import onnx_model
+    from zoo_cv import build
+
+    x = np.random.default_rng(0).standard_normal((1, 3, size, size)).astype(np.float32)
+    ms.set_context(jit_config={"jit_level": "auto", "enable_fusion": True})
+    if which == "msvm":
+        def load():
+            net, _ = build(mindcv, name)
+            return lambda: net(ms.Tensor(x)).asnumpy()
+        return measure_peaks(load)
+    net, _ = build(mindcv, name)
+    net(ms.Tensor(x))
+    var = next(iter(net._runner.variants.values()))
+    graph = onnx_model(net, var.source, [("image", ["N", 3, "H", "W"], np.float32)]).SerializeToString()
+    del net, var
+    return measure_peaks(lambda: _run_bytes(ort_session(graph, 1), {"image": x}))
+
+
+def _run_bytes(sess, feed):
+    return lambda: sess.run(None, feed)[0]
+
+
+def measure_peaks(load):
+    """(resident, transient) bytes of a serving process: ``load()`` builds the model (msvm: the Cell
+    with its weights; onnxruntime: its session from the serialized graph, made before) and returns its
+    forward, warmed here
+    (8 calls, compiles done); resident = the high-water mark of one steady forward above the
+    process's resident set before ``load`` (weights, prepared weights, arenas, code, the call's
+    buffers); transient = the same above the resident set just before that forward."""
+    import gc
+
+    from msvm.compiler import tiers
+    from timing import _status_kb, peak_rss
+
+    gc.collect()
+    base = _status_kb("VmRSS") * 1024
+    fn = load()
+    gc.collect()
+    for _ in range(8):
+        fn()
+        tiers.wait_for_compiles(120)
+    gc.collect()
+    before = _status_kb("VmRSS") * 1024
+    transient = peak_rss(fn)
+    return before + transient - base, transient
+
+
+def child(args):
+    _setup(args.threads)
+    import msvm as ms
+    from timing import copy_bandwidth, sgemm_peak
+
+    ms.as_mindspore()
+    if args.memory:
+        import mindcv  # noqa: F401 - both peers' children import the same modules before measuring
+        import onnxruntime  # noqa: F401
+        kind, name, size = args.memory.split(":")
+        if name in CV:
+            peak = peak_memory(name, int(size), kind)
+        else:
+            import peers_nlp
+            peak = peers_nlp.peak_memory(name, int(size), kind)
+        print(json.dumps({"peak": list(peak)}))
+        return
+    peak, bw = sgemm_peak(), copy_bandwidth()
+    print(f"[{args.threads} thread{'s' if args.threads > 1 else ''}, batch {args.batch}] sgemm peak "
+          f"{peak / 1e9:.1f} GFLOP/s, copy {bw / 1e9:.1f} GB/s (this process)", flush=True)
+    sizes = [int(s) for s in args.sizes.split(",")]
+    lengths = [int(s) for s in args.lengths.split(",")]
+    for name in args.models:
+        if name in CV:
+            run_cnn(name, sizes, args.threads, args.batch, args.runs, peak)
+        else:
+            import peers_nlp
+            peers_nlp.run(name, lengths, args.threads, args.batch, args.runs, peak, bw)
+
+
+# ---------------------------------------------------------------- the parent: every configuration
+
+def spawn(args, threads, batch, extra=()):
+    env = dict(os.environ, OPENBLAS_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads),
+               MALLOC_MMAP_THRESHOLD_="131072", MALLOC_TRIM_THRESHOLD_="131072", PYTHONUNBUFFERED="1")
+    cmd = [sys.executable, os.path.abspath(__file__), "--child", "--threads", str(threads), "--batch", str(batch),
+           "--sizes", args.sizes, "--lengths", args.lengths, "--runs", str(args.runs), *extra, *args.models]
+    return subprocess.run(cmd, env=env, stdout=subprocess.PIPE if extra else None, text=True, check=False)
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("models", nargs="*", default=MODELS)
-    ap.add_argument("--sizes", default="224,160,192")
-    ap.add_argument("--runs", type=int, default=7)
-    ap.add_argument("--lengths", default="16,128", help="BERT layer sequence lengths")
+    ap.add_argument("models", nargs="*", default=CV[:2] + NLP[:2])
+    ap.add_argument("--sizes", default="224,160,192,256")
+    ap.add_argument("--lengths", default="16,37,64,128")
+    ap.add_argument("--threads", default="1,2")
+    ap.add_argument("--batches", default="1,8")
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--no-memory", action="store_true", help="skip the peak-memory lines")
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--batch", type=int, default=1, help=argparse.SUPPRESS)
+    ap.add_argument("--memory", help=argparse.SUPPRESS)
     args = ap.parse_args()
-    sizes = [int(s) for s in args.sizes.split(",")]
-    ms.as_mindspore()
-    import mindcv
+    if args.child:
+        args.threads = int(args.threads)
+        return child(args)
+    try:
+        import onnxruntime
+        print(f"[peers] onnxruntime {onnxruntime.__version__}; ms per forward, medians of {args.runs}")
+    except ImportError:
+        print("[peers] onnxruntime not installed (pip install .[bench]): its column stays empty")
+    print(COLUMNS)
+    for threads in (int(t) for t in args.threads.split(",")):
+        for batch in (int(b) for b in args.batches.split(",")):
+            spawn(args, threads, batch)
+    if not args.no_memory:
+        size = {True: args.sizes.split(",")[0], False: args.lengths.split(",")[-1]}
+        print("[peak memory] batch 1, one thread, MB at the peak of a steady forward: resident (a serving process's "
+              "rise from before the model was loaded) / transient (the rise during that call)")
+        for name in args.models:
+            peaks = {}
+            for kind in ("msvm", "ort"):
+                out = spawn(argparse.Namespace(**{**vars(args), "models": []}), 1, 1,
+                            ("--memory", f"{kind}:{name}:{size[name in CV]}"))
+                lines = [ln for ln in (out.stdout or "").splitlines() if ln.startswith("{")]
+                peaks[kind] = json.loads(lines[-1])["peak"] if lines else (None, None)
+            (m1, m2), (o1, o2) = peaks["msvm"], peaks["ort"]
+            ratio = f"; msvm/ort {m1 / o1:.2f}" if m1 and o1 else ""
+            print(f"  {name:16} at {size[name in CV]}: msvm {_mb(m1)} / {_mb(m2)}, ort {_mb(o1)} / {_mb(o2)}"
+                  f"{ratio}", flush=True)
 
-    peak = sgemm_peak()
-    print(f"[peers] one thread, batch 1; sgemm peak {peak / 1e9:.1f} GFLOP/s (1024^3, this run); "
-          f"onnxruntime {ort.__version__ if ort else 'not installed'}; ms, medians")
-    print(f"{'model':10} {'size':>4} {'msvm':>8} {'unfused':>9} {'ort':>8} {'numpy':>8} {'floor':>7} "
-          f"{'msvm/ort':>8} {'msvm/np':>8} {'msvm%pk':>7} {'ort%pk':>7}")
-    for name in args.models:
-        if name == "bert":
-            run_bert([int(v) for v in args.lengths.split(",")], args.runs, peak)
-        else:
-            run_model(mindcv, name, sizes, args.runs, peak)
+
+def _mb(b):
+    return f"{b / 2**20:.1f} MB" if b is not None else "-"
 
 
 if __name__ == "__main__":

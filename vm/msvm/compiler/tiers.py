@@ -36,6 +36,7 @@ from . import entry
 from .buffers import ALIGN, aligned_empty
 from .cache import KernelCache, make_key
 from .entry import data_pointer
+from .gemm import use_packed
 from .kir import Elementwise, MatmulEpilogue, RowKernel, collapse, strides_for
 from .lower import TYPES, Unsupported, lower, vec_width
 
@@ -181,7 +182,7 @@ class Compiled:
         self.kernel, self.level, self.key = kernel, level, key
         self.addr = addrs[name]
         self.fn = _cfunc(kernel, self.addr)
-        self.gemm = _gemm_pointer(kernel.dtype) if kernel.kind == "matmul" else None
+        self.gemm = _gemm_pointer(kernel.dtype, kernel.packed) if kernel.kind == "matmul" else None
 
 
 def _cfunc(kernel, addr):
@@ -192,6 +193,8 @@ def _cfunc(kernel, addr):
             args += [ptr, i64, i64] if kind == "t" else [dbl]
     elif kernel.kind == "row":
         args = [i64, i64, i64, ptr, ptr, ptr, ptr]
+    elif kernel.kind == "gemm":          # (compiler/gemm.py: m, k, n, A, lda, packed B, C, ldc)
+        args = [i64, i64, i64, ptr, i64, ptr, ptr, i64]
     else:
         args = [ptr, ptr, ptr, ptr]
         if kernel.epilogue is not None:
@@ -238,7 +241,11 @@ def _scipy_blas():
     return {"bits": 32, "gemm": {d: get(c, name(c)) for d, c in caps.items()}}
 
 
-def _gemm_pointer(dtype: str) -> int:
+def _gemm_pointer(dtype: str, packed: bool = False) -> int:
+    if packed:                       # (issue 18: msvm's own product by a packed weight)
+        from .gemm import pointer
+
+        return pointer(dtype)
     return blas()[1][dtype]
 
 
@@ -336,6 +343,7 @@ class Site:
         # while the same array is in place (``transposed``)
         self.weight_t = self.op == "FUSED_MATMUL" and bool(self.args[1]) and not self.args[2]
         self.wcache = None       # (weight array, its contiguous transpose)
+        self.pcache = None       # (weight array, its packed panels): few rows by a fixed weight, compiler/gemm.py
         st = code.stack_types[index]
         n = ins.op.n_pops(self.args)
         self.in_types = st[len(st) - n:] if st else ()
@@ -559,13 +567,14 @@ class Site:
                 block.append(((), 0))
         epi[4]["block"] = block
         same_batch = (not batched) or (a.shape[:-2] == b.shape[:-2] == tuple(batch_shape))
+        packed = bool(wt) and not ta and use_packed(m, d)     # (issue 18: by the weight packed once)
         batch = int(np.prod(batch_shape)) if batched else 1
         tb_run = bool(tb) and not wt
         b_shape = b.shape[::-1] if wt else b.shape
         cls = ("mm", bool(ta), tb_run, str(d), epi[0] if epi else None, bool(wt))
         return (cls, (cls, a.shape, b_shape, tuple(x.shape if isinstance(x, np.ndarray) else None for x in extras)),
                 out_shape, d, {"m": m, "k": k, "n": n_, "batch": batch, "same_batch": same_batch, "epi": epi,
-                               "tb": tb_run, "wt": bool(wt)})
+                               "tb": tb_run, "wt": bool(wt), "packed": packed})
 
     def _plan_row(self, inputs):
         x = inputs[0]
@@ -620,7 +629,7 @@ class Site:
             b_bytes = p["k"] * p["n"] * np.dtype(d).itemsize
             block = 64 if b_bytes <= B_IN_CACHE else max(1, p["m"])
             return MatmulEpilogue(bool(self.args[0]), p["tb"], epi, dtype, p["m"], p["k"], p["n"],
-                                  p["batch"], block=block, int_bits=blas()[0])
+                                  p["batch"], block=block, int_bits=blas()[0], packed=p["packed"])
         return RowKernel(p["op"], dtype, p["gamma"], p["beta"], p["eps"], p["n"] if level == 3 else None)
 
     def run(self, compiled: Compiled, plan, inputs, out):
@@ -662,6 +671,8 @@ class Site:
             epi = _elementwise_caller(compiled, p["epi"][4], None,
                                       lambda j, a: data_pointer(a) if j == 0 else ptr(j, a))
             matmul, swap = np.matmul, np.swapaxes
+            if p["packed"]:          # (issue 18: the packed product, then the epilogue in place)
+                return _packed_caller(p, output, epi, self.packed, ptr, d)
 
             def go(inputs, out):
                 out = output(out)
@@ -671,7 +682,7 @@ class Site:
             return go
         if k.kind == "matmul":
             gemm = compiled.gemm
-            weight = self.transposed if p["wt"] else (lambda b: b)
+            weight = self.packed if p["packed"] else self.transposed if p["wt"] else (lambda b: b)
             extras = [(2 + j, kind, row_stride) for j, (kind, (_b, row_stride))
                       in enumerate(zip(k.epilogue.kinds[1:], p["epi"][4]["block"]))] if k.epilogue else []
             if not extras:
@@ -767,13 +778,13 @@ class Site:
             return None
         pattern, consts, nargs, release, alloc = spec
         e = entry.make(compiled.addr, tuple(pattern), consts, nargs, release)
-        weight = self.transposed if plan[4].get("wt") else _same
+        weight = self.packed if plan[4].get("packed") else self.transposed if plan[4].get("wt") else _same
         return None if e is None else [e, alloc, plan[2], plan[3], weight, None]
 
     def frozen(self, w) -> bool:
         """Whether w is a fixed weight (see ``_frozen``); the weight last transposed is known to be."""
-        e = self.wcache
-        return (e is not None and e[0] is w) or _frozen(w)
+        e, f = self.wcache, self.pcache
+        return (e is not None and e[0] is w) or (f is not None and f[0] is w) or _frozen(w)
 
     def transposed(self, w):
         """The contiguous transpose of a read-only weight, made once per array."""
@@ -783,6 +794,18 @@ class Site:
         t = np.ascontiguousarray(w.T)
         self.wcache = (w, t)
         return t
+
+    def packed(self, w):
+        """A read-only weight W [N, K] packed for x @ W.T (compiler/gemm.py), made once per array:
+        ``set_data`` and ASSIGN_PARAM put a new array in place, which is packed again."""
+        e = self.pcache
+        if e is not None and e[0] is w:
+            return e[1]
+        from .gemm import pack, panel_width
+
+        bp = pack(w, panel_width(w.dtype), transposed=True)
+        self.pcache = (w, bp)
+        return bp
 
     def ptr(self, i: int, a) -> int:
         """a's data pointer; remembered for the last array seen at position i (weights and reused
@@ -854,6 +877,21 @@ def _elementwise_caller(compiled: Compiled, p: dict, output, ptr):
         else:
             fn(0, d0, d1, d2, po, *args)
         return out
+    return go
+
+
+def _packed_caller(p: dict, output, epi, packed, ptr, d):
+    """``go(inputs, out)`` of an L2 matmul by a packed weight: compiler/gemm.py's product into the
+    output, then the epilogue kernel over it in place."""
+    from .gemm import function
+
+    gemm = function(str(d))
+    m, k, n = p["m"], p["k"], p["n"]
+
+    def go(inputs, out):
+        out = output(out)
+        gemm(m, k, n, ptr(0, inputs[0]), k, data_pointer(packed(inputs[1])), data_pointer(out), n)
+        return epi([out] + list(inputs[2:]), out)
     return go
 
 

@@ -99,7 +99,7 @@ def _numpy_ffn(net, x):
 
 def _packed_sites(net):
     return [s for v in net._runner.variants.values() for c in v.code.all_codes()
-            for s in c.jit_sites.values() if s.op == "FUSED_MATMUL" and s.pcache is not None]
+            for s in c.jit_sites.values() if s.op == "FUSED_MATMUL" and s.pcache]
 
 
 @pytest.mark.parametrize("fusion", [True, False])
@@ -141,13 +141,39 @@ def test_set_data_repacks_the_weight(level):
         for _ in range(4):
             net(ms.Tensor(x))
             tiers.wait_for_compiles(60)
-        before = [s.pcache[1] for s in _packed_sites(net)]
-        assert before
+        before = {k: e[1] for s in _packed_sites(net) for k, e in s.pcache.items()}
+        assert len(before) == 3      # one packed copy per weight (one Dense Code may serve several layers)
         net.up.weight.set_data(ms.Tensor(rng.standard_normal((80, 48)).astype(np.float32)))
         net.relu.weight.set_data(ms.Tensor(np.zeros((48, 48), np.float32)))
         got = net(ms.Tensor(x)).asnumpy()
         np.testing.assert_allclose(got, _numpy_ffn(net, x), rtol=1e-4, atol=1e-4, err_msg=tier)
         assert not got.any()          # relu(0 @ ... + 0): the new, zero weight is the one multiplied
-        after = [s.pcache[1] for s in _packed_sites(net)]
-        assert len(after) == len(before) == 3
-        assert sum(a is not b for a, b in zip(after, before)) == 2, tier     # up and relu repacked, down kept
+        after = {k: e[1] for s in _packed_sites(net) for k, e in s.pcache.items()}
+        assert len(after) == 5, tier           # up and relu packed again (the old arrays' entries age out)
+        assert all(after[k] is v for k, v in before.items())
+
+
+class Twin(nn.Cell):
+    """Two Dense layers of one shape, each with its own weight."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Dense(32, 32)
+        self.b = nn.Dense(32, 32)
+
+    def construct(self, x):
+        return self.b(self.a(x))
+
+
+def test_each_dense_multiplies_its_own_packed_weight(level):
+    rng = np.random.default_rng(8)
+    level("L3")
+    net = Twin()
+    x = rng.standard_normal((20, 32)).astype(np.float32)
+    for _ in range(3):
+        got = net(ms.Tensor(x)).asnumpy()
+    w = [net.a.weight.asnumpy(), net.b.weight.asnumpy()]
+    ref = (x @ w[0].T + net.a.bias.asnumpy()) @ w[1].T + net.b.bias.asnumpy()
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
+    packs = [e[1] for s in _packed_sites(net) for e in s.pcache.values()]
+    assert len(packs) == 2 and packs[0] is not packs[1]

@@ -61,7 +61,7 @@ def test_weight_updates_match_l1_and_numpy_over_calls(level, tier):
         if lv in ("L3", "auto"):     # the matmuls by W.T ran as compiled kernels on a kept transposed (or packed) copy
             sites = [s for v in net._runner.variants.values() for c in v.code.all_codes()
                      for s in c.jit_sites.values() if s.weight_t]
-            assert sites and all(s.wcache is not None or s.pcache is not None for s in sites), lv
+            assert sites and all(s.wcache or s.pcache for s in sites), lv
         assert net.w.version == len(xs) and net.b.version == len(xs)
         results[lv] = outs
         if lv != "L1":

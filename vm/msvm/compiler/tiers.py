@@ -342,8 +342,10 @@ class Site:
         # multiplies faster for few rows; a Parameter's array is read-only, so the copy stays valid
         # while the same array is in place (``transposed``)
         self.weight_t = self.op == "FUSED_MATMUL" and bool(self.args[1]) and not self.args[2]
-        self.wcache = None       # (weight array, its contiguous transpose)
-        self.pcache = None       # (weight array, its packed panels): few rows by a fixed weight, compiler/gemm.py
+        # id(weight array) -> (the array, its contiguous transpose | its packed panels, compiler/gemm.py):
+        # one Code serves every Dense of its shapes (BERT-base: 48 of 768x768), so one entry per weight
+        self.wcache: dict = {}
+        self.pcache: dict = {}
         st = code.stack_types[index]
         n = ins.op.n_pops(self.args)
         self.in_types = st[len(st) - n:] if st else ()
@@ -783,28 +785,28 @@ class Site:
 
     def frozen(self, w) -> bool:
         """Whether w is a fixed weight (see ``_frozen``); the weight last transposed is known to be."""
-        e, f = self.wcache, self.pcache
-        return (e is not None and e[0] is w) or (f is not None and f[0] is w) or _frozen(w)
+        e = self.wcache.get(id(w)) or self.pcache.get(id(w))
+        return (e is not None and e[0] is w) or _frozen(w)
 
     def transposed(self, w):
         """The contiguous transpose of a read-only weight, made once per array."""
-        e = self.wcache
+        e = self.wcache.get(id(w))
         if e is not None and e[0] is w:
             return e[1]
         t = np.ascontiguousarray(w.T)
-        self.wcache = (w, t)
+        _keep(self.wcache, w, t)
         return t
 
     def packed(self, w):
         """A read-only weight W [N, K] packed for x @ W.T (compiler/gemm.py), made once per array:
         ``set_data`` and ASSIGN_PARAM put a new array in place, which is packed again."""
-        e = self.pcache
+        e = self.pcache.get(id(w))
         if e is not None and e[0] is w:
             return e[1]
         from .gemm import pack, panel_width
 
         bp = pack(w, panel_width(w.dtype), transposed=True)
-        self.pcache = (w, bp)
+        _keep(self.pcache, w, bp)
         return bp
 
     def ptr(self, i: int, a) -> int:
@@ -823,6 +825,16 @@ class Site:
 
 def _same(x):
     return x
+
+
+WEIGHTS_KEPT = 256       # prepared weights a site keeps (oldest dropped first: arrays replaced by set_data)
+
+
+def _keep(cache: dict, w, prepared) -> None:
+    """cache[id(w)] = (w, prepared); the entry holds w, so its id is not reused while it is there."""
+    if len(cache) >= WEIGHTS_KEPT:
+        del cache[next(iter(cache))]
+    cache[id(w)] = (w, prepared)
 
 
 def _frozen(x) -> bool:

@@ -32,6 +32,7 @@ from .lower import TYPES, Unsupported, vec_width
 
 NAME = "msvm_gemm_packed"
 A_BLOCK_BYTES = 1 << 20     # rows of A per pass over the panels: about this many bytes (L2)
+KC = 256                    # k per block: a panel's k block (KC x NR) stays in L1 across the row tiles
 _lock = threading.Lock()
 _compiled: dict = {}        # dtype -> tiers.Compiled
 
@@ -60,24 +61,47 @@ def ir(features: str, dtype: str = "float32", name: str = NAME) -> str:
     w, nv, mr = shape(features, dtype)
     nr = w * nv
     vt = f"<{w} x {t}>"
-    lines = [f"declare {vt} @llvm.fma.v{w}f{32 if t == 'float' else 64}({vt}, {vt}, {vt})",
-             f"declare void @llvm.masked.store.v{w}f{32 if t == 'float' else 64}.p0v{w}f{32 if t == 'float' else 64}"
-             f"({vt}, {vt}*, i32, <{w} x i1>)"]
-    fma = f"@llvm.fma.v{w}f{32 if t == 'float' else 64}"
-    mstore = f"@llvm.masked.store.v{w}f{32 if t == 'float' else 64}.p0v{w}f{32 if t == 'float' else 64}"
+    sfx = f"v{w}f{32 if t == 'float' else 64}"
+    fma, mstore, mload = f"@llvm.fma.{sfx}", f"@llvm.masked.store.{sfx}.p0{sfx}", f"@llvm.masked.load.{sfx}.p0{sfx}"
+    lines = [f"declare {vt} {fma}({vt}, {vt}, {vt})",
+             f"declare void {mstore}({vt}, {vt}*, i32, <{w} x i1>)",
+             f"declare {vt} {mload}({vt}*, i32, <{w} x i1>, {vt})"]
     iota = "<" + ", ".join(f"i64 {i}" for i in range(w)) + ">"
+    L = lines.append
     for r in range(1, mr + 1):
-        L = lines.append
+        # C[r x cols] (+)= A[r x k] . Bpanel[k x NR]: from zero when ``first``, else onto C (a k block after the first)
         L(f"define internal void @{name}_tile{r}(i64 %k, {t}* noalias %a, i64 %lda, {t}* noalias %b, "
-          f"{t}* noalias %c, i64 %ldc, i64 %cols) nounwind alwaysinline {{")
+          f"{t}* noalias %c, i64 %ldc, i64 %cols, i1 %first) nounwind alwaysinline {{")
         L("entry:")
+        L(f"  %cb = insertelement <{w} x i64> undef, i64 %cols, i32 0")
+        L(f"  %cv = shufflevector <{w} x i64> %cb, <{w} x i64> undef, <{w} x i32> zeroinitializer")
+        for v in range(nv):
+            L(f"  %lane{v} = add <{w} x i64> {iota}, " + "<" + ", ".join([f"i64 {v * w}"] * w) + ">")
+            L(f"  %mask{v} = icmp slt <{w} x i64> %lane{v}, %cv")
+        for i in range(r):
+            L(f"  %co{i} = mul i64 %ldc, {i}")
+            for v in range(nv):
+                L(f"  %cp{i}_{v} = getelementptr {t}, {t}* %c, i64 {v * w}")
+                L(f"  %cq{i}_{v} = getelementptr {t}, {t}* %cp{i}_{v}, i64 %co{i}")
+                L(f"  %cr{i}_{v} = bitcast {t}* %cq{i}_{v} to {vt}*")
+        L("  br i1 %first, label %pre, label %onto")
+        L("onto:")
+        for i in range(r):
+            for v in range(nv):
+                L(f"  %old{i}_{v} = call {vt} {mload}({vt}* %cr{i}_{v}, i32 4, <{w} x i1> %mask{v}, "
+                  f"{vt} zeroinitializer)")
+        L("  br label %pre")
+        L("pre:")
+        for i in range(r):
+            for v in range(nv):
+                L(f"  %init{i}_{v} = phi {vt} [ zeroinitializer, %entry ], [ %old{i}_{v}, %onto ]")
         L("  %kz = icmp sle i64 %k, 0")
         L("  br i1 %kz, label %store, label %loop")
         L("loop:")
-        L("  %p = phi i64 [ 0, %entry ], [ %pn, %loop ]")
+        L("  %p = phi i64 [ 0, %pre ], [ %pn, %loop ]")
         for i in range(r):
             for v in range(nv):
-                L(f"  %acc{i}_{v} = phi {vt} [ zeroinitializer, %entry ], [ %nacc{i}_{v}, %loop ]")
+                L(f"  %acc{i}_{v} = phi {vt} [ %init{i}_{v}, %pre ], [ %nacc{i}_{v}, %loop ]")
         L(f"  %boff = mul i64 %p, {nr}")
         for v in range(nv):
             L(f"  %bo{v} = add i64 %boff, {v * w}")
@@ -85,11 +109,8 @@ def ir(features: str, dtype: str = "float32", name: str = NAME) -> str:
             L(f"  %bv{v}p = bitcast {t}* %bp{v} to {vt}*")
             L(f"  %bv{v} = load {vt}, {vt}* %bv{v}p, align 4")
         for i in range(r):
-            if i:
-                L(f"  %ar{i} = mul i64 %lda, {i}")
-                L(f"  %ao{i} = add i64 %ar{i}, %p")
-            else:
-                L("  %ao0 = add i64 %p, 0")
+            L(f"  %ar{i} = mul i64 %lda, {i}")
+            L(f"  %ao{i} = add i64 %ar{i}, %p")
             L(f"  %ap{i} = getelementptr {t}, {t}* %a, i64 %ao{i}")
             L(f"  %as{i} = load {t}, {t}* %ap{i}")
             L(f"  %ai{i} = insertelement {vt} undef, {t} %as{i}, i32 0")
@@ -102,37 +123,29 @@ def ir(features: str, dtype: str = "float32", name: str = NAME) -> str:
         L("store:")
         for i in range(r):
             for v in range(nv):
-                L(f"  %f{i}_{v} = phi {vt} [ zeroinitializer, %entry ], [ %nacc{i}_{v}, %loop ]")
+                L(f"  %f{i}_{v} = phi {vt} [ %init{i}_{v}, %pre ], [ %nacc{i}_{v}, %loop ]")
         L(f"  %full = icmp sge i64 %cols, {nr}")
         L("  br i1 %full, label %sfull, label %smask")
         for label, masked in (("sfull", False), ("smask", True)):
             L(f"{label}:")
-            if masked:
-                L(f"  %cb = insertelement <{w} x i64> undef, i64 %cols, i32 0")
-                L(f"  %cv = shufflevector <{w} x i64> %cb, <{w} x i64> undef, <{w} x i32> zeroinitializer")
-                for v in range(nv):
-                    L(f"  %lane{v} = add <{w} x i64> {iota}, " + "<" + ", ".join([f"i64 {v * w}"] * w) + ">")
-                    L(f"  %mask{v} = icmp slt <{w} x i64> %lane{v}, %cv")
             for i in range(r):
-                L(f"  %{label}co{i} = mul i64 %ldc, {i}")
                 for v in range(nv):
-                    L(f"  %{label}o{i}_{v} = add i64 %{label}co{i}, {v * w}")
-                    L(f"  %{label}p{i}_{v} = getelementptr {t}, {t}* %c, i64 %{label}o{i}_{v}")
-                    L(f"  %{label}q{i}_{v} = bitcast {t}* %{label}p{i}_{v} to {vt}*")
                     if masked:
-                        L(f"  call void {mstore}({vt} %f{i}_{v}, {vt}* %{label}q{i}_{v}, i32 4, <{w} x i1> %mask{v})")
+                        L(f"  call void {mstore}({vt} %f{i}_{v}, {vt}* %cr{i}_{v}, i32 4, <{w} x i1> %mask{v})")
                     else:
-                        L(f"  store {vt} %f{i}_{v}, {vt}* %{label}q{i}_{v}, align 4")
+                        L(f"  store {vt} %f{i}_{v}, {vt}* %cr{i}_{v}, align 4")
             L("  ret void")
         L("}")
-    L = lines.append
+    # the driver: A blocks of mc rows (L2) x k blocks of KC (a panel's k block, KC x NR, stays in L1
+    # while every row tile of the block multiplies it) x panels x row tiles
     a_block = A_BLOCK_BYTES // np.dtype(dtype).itemsize
     L(f"define void @{name}(i64 %m, i64 %k, i64 %n, {t}* noalias %A, i64 %lda, {t}* noalias %B, {t}* noalias %C, "
       f"i64 %ldc) nounwind {{")
     L("entry:")
-    # rows per pass over all panels: an A block of about A_BLOCK_BYTES stays in L2 while the panels stream
-    L("  %kpos = icmp sgt i64 %k, 0")
-    L("  %kk = select i1 %kpos, i64 %k, i64 1")
+    L(f"  %kbig = icmp sgt i64 %k, {KC}")
+    L(f"  %kcap = select i1 %kbig, i64 {KC}, i64 %k")
+    L("  %kpos = icmp sgt i64 %kcap, 0")
+    L("  %kk = select i1 %kpos, i64 %kcap, i64 1")
     L(f"  %mcq = udiv i64 {a_block}, %kk")
     L(f"  %mcr = udiv i64 %mcq, {mr}")
     L(f"  %mcm = mul i64 %mcr, {mr}")
@@ -140,23 +153,37 @@ def ir(features: str, dtype: str = "float32", name: str = NAME) -> str:
     L(f"  %mc = select i1 %mcs, i64 {mr}, i64 %mcm")
     L("  br label %iloop")
     L("iloop:")
-    L("  %i0 = phi i64 [ 0, %entry ], [ %i0n, %idone ]")
+    L("  %i0 = phi i64 [ 0, %entry ], [ %i0n, %kdone ]")
     L("  %ic = icmp slt i64 %i0, %m")
     L("  br i1 %ic, label %ibody, label %done")
     L("ibody:")
     L("  %iend0 = add i64 %i0, %mc")
     L("  %iover = icmp sgt i64 %iend0, %m")
     L("  %iend = select i1 %iover, i64 %m, i64 %iend0")
+    L("  br label %kloop")
+    L("kloop:")           # (runs once when k = 0: the tiles then store zeros)
+    L("  %k0 = phi i64 [ 0, %ibody ], [ %k0n, %pdone_k ]")
+    L("  %kin = icmp slt i64 %k0, %k")
+    L("  %first = icmp eq i64 %k0, 0")
+    L("  %kgo = or i1 %kin, %first")
+    L("  br i1 %kgo, label %kbody, label %kdone")
+    L("kbody:")
+    L("  %kleft = sub i64 %k, %k0")
+    L(f"  %kcs = icmp slt i64 %kleft, {KC}")
+    L(f"  %kc = select i1 %kcs, i64 %kleft, i64 {KC}")
+    L(f"  %ak = getelementptr {t}, {t}* %A, i64 %k0")
+    L(f"  %bk0 = mul i64 %k0, {nr}")
     L("  br label %ploop")
     L("ploop:")
-    L("  %j = phi i64 [ 0, %ibody ], [ %jn, %pdone ]")
+    L("  %j = phi i64 [ 0, %kbody ], [ %jn, %pdone ]")
     L("  %pc = icmp slt i64 %j, %n")
-    L("  br i1 %pc, label %pbody, label %idone")
+    L("  br i1 %pc, label %pbody, label %pdone_k")
     L("pbody:")
     L("  %left = sub i64 %n, %j")
     L(f"  %pidx = udiv i64 %j, {nr}")
     L("  %pstride = mul i64 %pidx, %k")
-    L(f"  %poff = mul i64 %pstride, {nr}")
+    L(f"  %poff0 = mul i64 %pstride, {nr}")
+    L("  %poff = add i64 %poff0, %bk0")
     L(f"  %panel = getelementptr {t}, {t}* %B, i64 %poff")
     L(f"  %cj = getelementptr {t}, {t}* %C, i64 %j")
     L("  br label %rloop")
@@ -169,14 +196,15 @@ def ir(features: str, dtype: str = "float32", name: str = NAME) -> str:
     L(f"  %few = icmp slt i64 %rem, {mr}")
     L(f"  %rows = select i1 %few, i64 %rem, i64 {mr}")
     L("  %aoff = mul i64 %i, %lda")
-    L(f"  %ai = getelementptr {t}, {t}* %A, i64 %aoff")
+    L(f"  %ai = getelementptr {t}, {t}* %ak, i64 %aoff")
     L("  %coff = mul i64 %i, %ldc")
     L(f"  %ci = getelementptr {t}, {t}* %cj, i64 %coff")
     cases = " ".join(f"i64 {r}, label %t{r}" for r in range(1, mr))
     L(f"  switch i64 %rows, label %t{mr} [ {cases} ]")
     for r in range(1, mr + 1):
         L(f"t{r}:")
-        L(f"  call void @{name}_tile{r}(i64 %k, {t}* %ai, i64 %lda, {t}* %panel, {t}* %ci, i64 %ldc, i64 %left)")
+        L(f"  call void @{name}_tile{r}(i64 %kc, {t}* %ai, i64 %lda, {t}* %panel, {t}* %ci, i64 %ldc, i64 %left, "
+          "i1 %first)")
         L("  br label %rnext")
     L("rnext:")
     L(f"  %in = add i64 %i, {mr}")
@@ -184,7 +212,10 @@ def ir(features: str, dtype: str = "float32", name: str = NAME) -> str:
     L("pdone:")
     L(f"  %jn = add i64 %j, {nr}")
     L("  br label %ploop")
-    L("idone:")
+    L("pdone_k:")
+    L(f"  %k0n = add i64 %k0, {KC}")
+    L("  br label %kloop")
+    L("kdone:")
     L("  %i0n = add i64 %i0, %mc")
     L("  br label %iloop")
     L("done:")
@@ -215,7 +246,7 @@ class PackedGemm:
     name = "gemm_packed"
 
     def text(self) -> str:
-        return f"gemm_packed dtype={self.dtype} a_block={A_BLOCK_BYTES}"
+        return f"gemm_packed dtype={self.dtype} a_block={A_BLOCK_BYTES} kc={KC}"
 
 
 def lower_gemm(k: PackedGemm, name: str, features: str) -> str:

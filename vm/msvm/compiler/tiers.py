@@ -809,6 +809,11 @@ class Site:
         _keep(self.pcache, w, bp)
         return bp
 
+    def _plan_attention(self, inputs):       # (issue 18: FUSED_ATTENTION's site is compiler/attention_site.py's)
+        from .attention_site import plan
+
+        return plan(self, inputs)
+
     def ptr(self, i: int, a) -> int:
         """a's data pointer; remembered for the last array seen at position i (weights and reused
         output buffers repeat). The entry holds a reference, so the array cannot be freed and
@@ -924,6 +929,15 @@ def stats() -> dict:
 # how a Site plans each jit-able row (opcodes.JITABLE: the rows whose ``compiled`` is "kernel")
 PLANNERS = {"FUSED_ELEMENTWISE": "_plan_elementwise", "FUSED_MATMUL": "_plan_matmul", "SOFTMAX": "_plan_row",
             "LAYER_NORM": "_plan_row"}
+PLANNERS["FUSED_ATTENTION"] = "_plan_attention"       # (issue 18: compiler/attention_site.py)
+
+
+def _site_class(op: str):
+    if op == "FUSED_ATTENTION":
+        from .attention_site import AttentionSite
+
+        return AttentionSite
+    return Site
 
 
 class Accelerator:
@@ -936,7 +950,7 @@ class Accelerator:
         sites = code.jit_sites
         s = sites.get(index)
         if s is None:
-            s = sites[index] = Site(code, index)
+            s = sites[index] = _site_class(code.instrs[index].op.name)(code, index)
         return s
 
 

@@ -14,8 +14,8 @@ import msvm as ms
 import numpy as np
 import pytest
 from bert_layer import BertLayer
-from cells import DynamicMatmulCell, SmallConvNet
-from msvm import device, executor
+from cells import DynamicMatmulCell, Fn, SmallConvNet
+from msvm import device, executor, ops
 from msvm.compiler import gpu_tiers, tiers
 from msvm.compiler.cache import make_key
 from msvm.compiler.gpu import kernel_key
@@ -79,6 +79,10 @@ def test_every_site_of_the_bert_layer_decides_a_gpu_kernel(bert_sites, tmp_path)
     for code, i, inputs in bert_sites:
         site = gpu_tiers.GpuSite(code, i, "sm_90", VERSION, rt)
         d2, d3 = site.decide(inputs, "L2"), site.decide(inputs, "L3")
+        if site.op == "FUSED_ATTENTION":      # (issue 18: no GPU planner yet: its L1 kernel, CuPy's ops)
+            assert d2 is None and d3 is None
+            kinds.add((site.op, "l1"))
+            continue
         assert d2 is not None, (site.name, [(x.shape, x.strides) for x in inputs])
         kinds.add((site.op, d2.kind))
         assert (d2.level, d3.level) == (2, 3)
@@ -93,7 +97,7 @@ def test_every_site_of_the_bert_layer_decides_a_gpu_kernel(bert_sites, tmp_path)
                 assert isinstance(d.kernel, RowKernel) and (d.kernel.n is None) == (d.level == 2)
                 assert d.kernel.n in (None, inputs[0].shape[-1])
             rt.kernel(d.kernel, d.level)
-    assert {("FUSED_MATMUL", "matmul"), ("LAYER_NORM", "rows"), ("SOFTMAX", "rows")} <= kinds, kinds
+    assert {("FUSED_MATMUL", "matmul"), ("LAYER_NORM", "rows"), ("FUSED_ATTENTION", "l1")} <= kinds, kinds
     assert len(rt.built) >= 8
 
 
@@ -133,8 +137,10 @@ def test_auto_runs_l1_then_l2_then_l3_and_a_polymorphic_site_stays_on_l2(tmp_pat
     assert sum(1 for _k, lv in rt.built if lv == 3) <= tiers.L3_SHAPES
 
 
-def test_what_stays_on_l1(bert_sites, tmp_path):
-    code, i, inputs = next((c, i, x) for c, i, x in bert_sites if c.instrs[i].op.name == "SOFTMAX")
+def test_what_stays_on_l1(tmp_path, rng):
+    # (the BERT layer's softmax is inside its FUSED_ATTENTION now: a softmax of its own)
+    sites = site_inputs(Fn(ops.softmax, -1), ms.Tensor(rng.standard_normal((2, 4, 9, 9)).astype(np.float32)))
+    code, i, inputs = next((c, i, x) for c, i, x in sites if c.instrs[i].op.name == "SOFTMAX")
     site = gpu_tiers.GpuSite(code, i, "sm_90", VERSION, PtxRuntime(tmp_path))
     x = inputs[0]
     assert site.decide([x.astype(np.int32)], "L2") is None                     # not a float dtype

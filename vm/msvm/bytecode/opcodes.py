@@ -23,6 +23,7 @@ from typing import Callable
 
 from . import shapes as S
 from . import shapes_more as SM
+from .shapes_attention import fused_attention as _fused_attention_rule
 
 ABI_VERSION = 1
 
@@ -402,6 +403,11 @@ _op("FUSED_CONV", 0x62, ["stride:const", "pad:const", "dilation:const", "group:c
     "pop n inputs (x, w, [gamma, beta, mean, var when bn is an epsilon], extras); push program(conv, extras...) "
     "where conv is CONV2D(x, w) with the batch norm folded into w and a bias (once per Parameter array)",
     compiled="l1")
+
+# --- issue 18: attention as one instruction (compiler/attention.py makes it) -----------------------
+_op("FUSED_ATTENTION", 0x6A, ["program:const", "layout:const", "n:count"], "n", 1, _fused_attention_rule, "fused",
+    "pop n inputs (q, k, extras, v); push softmax(program(q @ k^T, extras...)) @ v over the last axis (the "
+    "program scales and masks the scores), transposed by layout when it is a permutation (else ())", compiled="kernel")
 
 
 # ---------------------------------------------------------------- derived views

@@ -174,6 +174,8 @@ CONST_OPERANDS = {
     "parts": (lambda v: isinstance(v, tuple) and all(x is None or isinstance(x, str) for x in v),
               "a tuple of strings and None (a value's place)"),
 }
+CONST_OPERANDS["FUSED_ATTENTION.layout"] = (lambda v: isinstance(v, tuple) and (v == () or sorted(v) == list(range(len(v)))),
+                                            "() or a permutation of the context's axes")       # (issue 18)
 
 
 def _linalg_fns():

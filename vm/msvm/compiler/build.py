@@ -147,7 +147,7 @@ class Compiled:
         self.kernel, self.level, self.key = kernel, level, key
         self.addr = addrs[name]
         self.fn = prototype(kernel, self.addr)      # (callconv: the arguments it takes)
-        self.gemm = _gemm_pointer(kernel.dtype) if kernel.kind == "matmul" else None
+        self.gemm = _gemm_pointer(kernel.dtype, kernel.packed) if kernel.kind == "matmul" else None
 
 
 _blas: dict = {}
@@ -188,7 +188,11 @@ def _scipy_blas():
     return {"bits": 32, "gemm": {d: get(c, name(c)) for d, c in caps.items()}}
 
 
-def _gemm_pointer(dtype: str) -> int:
+def _gemm_pointer(dtype: str, packed: bool = False) -> int:
+    if packed:                       # (issue 18: msvm's own product by a packed weight, compiler/gemm.py)
+        from .gemm import pointer
+
+        return pointer(dtype)
     return blas()[1][dtype]
 
 

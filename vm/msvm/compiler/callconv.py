@@ -7,6 +7,7 @@ A compiled kernel is a C function returning void. Its arguments, by kind (T: flo
                    caller may split them over threads); on the GPU: i64 total (elements)
     row          i64 start, i64 end, i64 n, T* out, T* x, T* gamma, T* beta    (softmax, layer norm)
     matmul       gemm*, T* A, T* B, T* C, operands                              (gemm: the BLAS function)
+    gemm         i64 m, i64 k, i64 n, T* A, i64 lda, T* Bp, T* C, i64 ldc       (compiler/gemm.py: B packed)
 
 ``operands``: per tensor input ``T* data, i64 stride0, i64 stride1`` (in elements, along the
 collapsed dims 0 and 1; dim 2 is contiguous or broadcast, as the kernel IR's ``bcast`` says),
@@ -39,7 +40,8 @@ RELEASE_MIN = 1 << 14           # elements from which a native entry lets other 
 # ---------------------------------------------------------------- the convention
 
 HEAD = {"elementwise": ("i64", "i64", "i64", "i64", "ptr"), "row": ("i64", "i64", "i64", "ptr", "ptr", "ptr", "ptr"),
-        "matmul": ("ptr", "ptr", "ptr", "ptr")}
+        "matmul": ("ptr", "ptr", "ptr", "ptr"),
+        "gemm": ("i64", "i64", "i64", "ptr", "i64", "ptr", "ptr", "i64")}      # (issue 18: compiler/gemm.py)
 GPU_HEAD = {"elementwise": ("i64", "i64", "i64", "ptr")}       # (total, n1, n2, out)
 OPERAND = {"t": ("ptr", "i64", "i64"), "s": ("double",)}
 _CTYPES = {"i64": ctypes.c_int64, "ptr": ctypes.c_void_p, "double": ctypes.c_double}
@@ -195,6 +197,8 @@ def caller(site, compiled, plan):
         epi = elementwise_caller(compiled, p["epi"].details, None,
                                  lambda j, a: data_pointer(a) if j == 0 else ptr(j, a))
         matmul, swap = np.matmul, np.swapaxes
+        if p["packed"]:          # (issue 18: the packed product, then the epilogue in place)
+            return _packed_caller(p, output, epi, site.packed, ptr, d)
 
         def go(inputs, out):
             out = output(out)
@@ -204,7 +208,7 @@ def caller(site, compiled, plan):
         return go
     if k.kind == "matmul":
         gemm = compiled.gemm
-        weight = site.transposed if p["wt"] else _same
+        weight = _weight(site, p)
         rows = p["epi"].details["block"]
         extras = [(j, k.epilogue.kinds[j], rows[j - 1][1]) for j in operand_order(k)]
         if not extras:
@@ -328,5 +332,28 @@ def native(site, compiled, plan) -> Native | None:
     if spec is None:
         return None
     e = entry.make(compiled.addr, spec.pattern, spec.consts, spec.nargs, spec.release)
-    weight = site.transposed if plan.details.get("wt") else _same
+    weight = _weight(site, plan.details)
     return None if e is None else Native(e, spec.alloc, plan.out_shape, plan.dtype, weight)
+
+
+# ---------------------------------------------------------------- (issue 18) a weight packed once
+
+def _weight(site, p: dict):
+    """What a matmul kernel gets as B for the site's input 1: the weight packed (compiler/gemm.py),
+    its contiguous transpose, or the input itself (``Site.packed``, ``Site.transposed``)."""
+    return site.packed if p.get("packed") else site.transposed if p.get("wt") else _same
+
+
+def _packed_caller(p: dict, output, epi, packed, ptr, d):
+    """``go(inputs, out)`` of an L2 matmul by a packed weight: compiler/gemm.py's product into the
+    output, then the epilogue kernel over it in place."""
+    from .gemm import function
+
+    gemm = function(str(d))
+    m, k, n = p["m"], p["k"], p["n"]
+
+    def go(inputs, out):
+        out = output(out)
+        gemm(m, k, n, ptr(0, inputs[0]), k, data_pointer(packed(inputs[1])), data_pointer(out), n)
+        return epi([out] + list(inputs[2:]), out)
+    return go

@@ -22,6 +22,7 @@ from .. import dtype as dt
 from ..bytecode.code import Code, Instr
 from ..bytecode.opcodes import BY_NAME, COSTLY, FUSABLE, LEAVES, MATMULS
 from ..bytecode.verify import verify
+from .attention import fuse_attention
 from .inline import inline_leaf_calls
 
 FLOAT_DTYPES = (dt.float16, dt.float32, dt.float64)
@@ -38,6 +39,7 @@ def fuse(code: Code) -> Code:
     inline_leaf_calls(new, targets, _const, _replace_target, code.callees)   # (issue 18: conv, bn, relu in one Code)
     _forward_stores(new, targets, code)
     _fuse_runs(new, targets, code)
+    fuse_attention(new, targets, _const, _is_target)       # (issue 18: compiler/attention.py)
     _retarget(new, targets)
     new.relayout()
     verify(new)

@@ -217,6 +217,9 @@ class GpuSite:
             return epi, (() if trivial else program, bool(ta), bool(tb))
         return cls, (cls, tuple(a.shape), tuple(b.shape), shapes[1:]), "matmul", build
 
+    def _plan_attention(self, inputs):       # (issue 18: FUSED_ATTENTION runs its L1 kernel on the GPU)
+        raise Unsupported("attention on the GPU runs the L1 kernel (two products, the softmax)")
+
     def _plan_row(self, inputs):
         x = inputs[0]
         if not _is_tensor(x):

@@ -45,7 +45,8 @@ def worth_inlining(sub) -> bool:
         return False
     ops = [i.op for i in sub.instrs[:-1] if i.op.name not in _MOVES]
     return bool(ops) and (any(o.name in ("CONV2D", "BATCH_NORM") for o in ops)
-                          or all(o.compiled == "fused" for o in ops))
+                          or all(o.compiled == "fused" for o in ops)
+                          or [o.name for o in ops] == ["SOFTMAX"])       # (issue 18: nn.Softmax, for attention)
 
 
 def is_leaf(sub) -> bool:

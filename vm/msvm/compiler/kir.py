@@ -54,13 +54,15 @@ class MatmulEpilogue:
     batch: int = 1
     block: int = 64
     int_bits: int = 32             # the BLAS's Fortran integer: 32 (LP64) or 64 (ILP64)
+    packed: bool = False           # B is a weight packed once (compiler/gemm.py), multiplied by msvm's own kernel
 
     kind = "matmul"
 
     def text(self) -> str:
         epi = self.epilogue.text() if self.epilogue else "none"
         return (f"matmul dtype={self.dtype} ta={self.ta} tb={self.tb} m={self.m} k={self.k} n={self.n} "
-                f"batch={self.batch} block={self.block} blas_int=i{self.int_bits} epilogue=({epi})")
+                f"batch={self.batch} block={self.block} blas_int=i{self.int_bits} epilogue=({epi})"
+                + (" packed" if self.packed else ""))
 
     @property
     def name(self) -> str:

@@ -433,6 +433,10 @@ def _scalar_tail(b, k, t, tensors, scalars, base, scal, rowo, n2, intrinsics):
 
 def lower_matmul(k: MatmulEpilogue, name: str, features: str) -> str:
     """Row blocks: gemm(block) through the BLAS pointer, then the epilogue over the block."""
+    if k.packed:         # (issue 18: by a weight packed once, msvm's own product: compiler/gemm.py)
+        from .gemm import lower_matmul_packed
+
+        return lower_matmul_packed(k, name, features)
     t = TYPES.get(k.dtype)
     if t is None:
         raise Unsupported(f"matmul kernels in {k.dtype}")
@@ -646,6 +650,15 @@ def lower_row(k: RowKernel, name: str, features: str, width: int | None = None) 
 
 
 LOWER = {"elementwise": lower_elementwise, "matmul": lower_matmul, "row": lower_row}
+
+
+def _lower_gemm(k, name: str, features: str) -> str:      # (issue 18: compiler/gemm.py's packed product)
+    from .gemm import lower_gemm
+
+    return lower_gemm(k, name, features)
+
+
+LOWER["gemm"] = _lower_gemm
 
 
 def lower(kernel, name: str, features: str) -> str:

@@ -18,6 +18,7 @@ import numpy as np
 
 from .build import blas
 from .callconv import PARALLEL_MIN
+from .gemm import use_packed
 from .kir import Elementwise, MatmulEpilogue, RowKernel, collapse, strides_for
 from .lower import TYPES, Unsupported, vec_width
 
@@ -99,13 +100,14 @@ def plan_matmul(site, inputs):
             block.append(((), 0))
     epi.details["block"] = block
     same_batch = (not batched) or (a.shape[:-2] == b.shape[:-2] == tuple(batch_shape))
+    packed = bool(wt) and not ta and use_packed(m, d)     # (issue 18: by the weight packed once, compiler/gemm.py)
     batch = int(np.prod(batch_shape)) if batched else 1
     tb_run = bool(tb) and not wt
     b_shape = b.shape[::-1] if wt else b.shape
     cls = ("mm", bool(ta), tb_run, str(d), epi.cls, bool(wt))
     return Plan(cls, (cls, a.shape, b_shape, tuple(x.shape if isinstance(x, np.ndarray) else None for x in extras)),
             out_shape, d, {"m": m, "k": k, "n": n_, "batch": batch, "same_batch": same_batch, "epi": epi,
-                           "tb": tb_run, "wt": bool(wt)})
+                           "tb": tb_run, "wt": bool(wt), "packed": packed})
 
 
 def plan_row(site, inputs):
@@ -163,7 +165,7 @@ def kernel_ir(site, level: int, plan: Plan):
         b_bytes = p["k"] * p["n"] * np.dtype(d).itemsize
         block = 64 if b_bytes <= B_IN_CACHE else max(1, p["m"])
         return MatmulEpilogue(bool(site.args[0]), p["tb"], epi, dtype, p["m"], p["k"], p["n"],
-                              p["batch"], block=block, int_bits=blas()[0])
+                              p["batch"], block=block, int_bits=blas()[0], packed=p["packed"])
     return RowKernel(p["op"], dtype, p["gamma"], p["beta"], p["eps"], p["n"] if level == 3 else None)
 
 
@@ -187,3 +189,31 @@ def _is_tensor(x) -> bool:
 KINDS = {"FUSED_ELEMENTWISE": "elementwise", "FUSED_MATMUL": "matmul", "SOFTMAX": "row", "LAYER_NORM": "row"}
 PLANNERS = {op: {"elementwise": plan_elementwise, "matmul": plan_matmul, "row": plan_row}[kind]
             for op, kind in KINDS.items()}
+
+
+# (issue 18) FUSED_ATTENTION: q @ k^T, the scores' program (scale, mask), the softmax, @ v; its Site
+# (two kernels per tier) is compiler/attention_site.py's, which turns this plan into its kernels
+def plan_attention(site, inputs):
+    program, layout = site.args[0], site.args[1]
+    q, k, v, extras = inputs[0], inputs[1], inputs[-1], list(inputs[2:-1])
+    for x in (q, k, v):
+        if type(x) is not np.ndarray or x.ndim < 3:
+            raise Unsupported("attention on tensors of rank < 3")
+    d = float_dtype([q, k, v] + [x for x in extras if type(x) is np.ndarray and x.ndim > 0])
+    if not (q.shape[:-2] == k.shape[:-2] == v.shape[:-2]):
+        raise Unsupported("attention batch dims that broadcast")
+    if min(q.shape + k.shape + v.shape) == 0:
+        raise Unsupported("empty attention inputs")
+    scores = q.shape[:-1] + (k.shape[-2],)
+    epi = plan_elementwise(site, [_Shape(scores, d)] + extras, program, scores)
+    ctx = q.shape[:-1] + (v.shape[-1],)
+    out_shape = tuple(ctx[p] for p in layout) if layout else ctx
+    rows, n = int(np.prod(scores[:-1])), scores[-1]
+    cls = ("attn", str(d), epi.cls, tuple(layout))
+    key = (cls, tuple(x.shape if type(x) is np.ndarray else None for x in inputs))
+    return Plan(cls, key, out_shape, d, {"epi": epi, "scores": scores, "ctx": ctx, "rows": rows, "n": n,
+                                         "layout": tuple(layout)})
+
+
+KINDS["FUSED_ATTENTION"] = "attention"
+PLANNERS["FUSED_ATTENTION"] = plan_attention

@@ -17,7 +17,7 @@ from ..bytecode.disasm import display_name
 from ..bytecode.opcodes import JITABLE
 from ..bytecode.types import ScalarType, TensorType
 from .lower import Unsupported
-from .tiers import Site
+from .tiers import _site_class
 
 
 @dataclass
@@ -51,7 +51,7 @@ def kernels_of(code) -> list:
         for i, ins in enumerate(c.instrs):
             if ins.op.name not in JITABLE or not c.stack_types or c.stack_types[i] is None:
                 continue
-            site = Site(c, i)
+            site = _site_class(ins.op.name)(c, i)
             sizes: dict = {}
             inputs = [_placeholder(t, sizes) for t in site.in_types]
             name = display_name(ins)
@@ -59,7 +59,10 @@ def kernels_of(code) -> list:
                 plan = site._make_plan(inputs)
                 if plan is None:
                     raise Unsupported("no compiled form for these types (dtype or layout)")
-                out.append(StaticKernel(c.name, ins.offset, name, site.kernel_ir(2, plan)))
+                if hasattr(site, "kernels_ir"):      # (issue 18: FUSED_ATTENTION's two kernels)
+                    out += [StaticKernel(c.name, ins.offset, name, k) for k in site.kernels_ir(2, plan)]
+                else:
+                    out.append(StaticKernel(c.name, ins.offset, name, site.kernel_ir(2, plan)))
             except Unsupported as e:
                 out.append(StaticKernel(c.name, ins.offset, name, None, str(e)))
     return out

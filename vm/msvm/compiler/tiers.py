@@ -78,7 +78,10 @@ class Site:
         # multiplies faster for few rows; a Parameter's array is read-only, so the copy stays valid
         # while the same array is in place (``transposed``)
         self.weight_t = self.op == "FUSED_MATMUL" and bool(self.args[1]) and not self.args[2]
-        self.wcache = None       # (weight array, its contiguous transpose)
+        # id(weight array) -> (the array, its contiguous transpose | its packed panels, compiler/gemm.py):
+        # one Code serves every Dense of its shapes (BERT-base: 48 of 768x768), so one entry per weight
+        self.wcache: dict = {}
+        self.pcache: dict = {}
         st = code.stack_types[index]
         n = ins.op.n_pops(self.args)
         self.in_types = st[len(st) - n:] if st else ()
@@ -268,18 +271,30 @@ class Site:
         return callconv.native(self, compiled, plan)
 
     def frozen(self, w) -> bool:
-        """Whether w is a fixed weight (see ``_frozen``); the weight last transposed is known to be."""
-        e = self.wcache
+        """Whether w is a fixed weight (see ``_frozen``); a weight transposed or packed is known to be."""
+        e = self.wcache.get(id(w)) or self.pcache.get(id(w))
         return (e is not None and e[0] is w) or _frozen(w)
 
     def transposed(self, w):
         """The contiguous transpose of a read-only weight, made once per array."""
-        e = self.wcache
+        e = self.wcache.get(id(w))
         if e is not None and e[0] is w:
             return e[1]
         t = np.ascontiguousarray(w.T)
-        self.wcache = (w, t)
+        _keep(self.wcache, w, t)
         return t
+
+    def packed(self, w):
+        """A read-only weight W [N, K] packed for x @ W.T (compiler/gemm.py), made once per array:
+        ``set_data`` and ASSIGN_PARAM put a new array in place, which is packed again."""
+        e = self.pcache.get(id(w))
+        if e is not None and e[0] is w:
+            return e[1]
+        from .gemm import pack, panel_width
+
+        bp = pack(w, panel_width(w.dtype), transposed=True)
+        _keep(self.pcache, w, bp)
+        return bp
 
     def ptr(self, i: int, a) -> int:
         """a's data pointer; remembered for the last array seen at position i (weights and reused
@@ -295,11 +310,29 @@ class Site:
         return p
 
 
+WEIGHTS_KEPT = 256       # prepared weights a site keeps (oldest dropped first: arrays replaced by set_data)
+
+
+def _keep(cache: dict, w, prepared) -> None:
+    """cache[id(w)] = (w, prepared); the entry holds w, so its id is not reused while it is there."""
+    if len(cache) >= WEIGHTS_KEPT:
+        del cache[next(iter(cache))]
+    cache[id(w)] = (w, prepared)
+
+
 def _frozen(x) -> bool:
     """A 2-D array that owns its data and cannot be written (a Parameter's): its value is fixed
     for as long as the array lives."""
     return type(x) is _ND and x.ndim == 2 and not x.flags.writeable and x.flags.owndata
 
+
+def _site_class(op: str):
+    """The Site class of a jit-able op (issue 18: FUSED_ATTENTION's is compiler/attention_site.py's)."""
+    if op == "FUSED_ATTENTION":
+        from .attention_site import AttentionSite
+
+        return AttentionSite
+    return Site
 
 
 class Accelerator:
@@ -312,7 +345,7 @@ class Accelerator:
         sites = code.jit_sites
         s = sites.get(index)
         if s is None:
-            s = sites[index] = Site(code, index)
+            s = sites[index] = _site_class(code.instrs[index].op.name)(code, index)
         return s
 
 

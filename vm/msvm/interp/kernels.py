@@ -1077,6 +1077,22 @@ def max_pool2d_taps(x, kernel, stride, pad, out=None):
 KERNELS["MAX_POOL2D"] = max_pool2d_taps     # (the windowed reduction above is the same op, 10x slower)
 
 
+# ---------------------------------------------------------------- issue 18: FUSED_ATTENTION's reference
+# (compiler/attention.py fuses q @ k^T, its scale and mask, the softmax and the product by v into one
+# instruction; this is each part's own kernel in order, so fusion on and off agree at L1)
+
+def fused_attention(*args, out=None):
+    *inputs, program, layout = args
+    q, k, extras, v = inputs[0], inputs[1], list(inputs[2:-1]), inputs[-1]
+    scores = run_program(program, [batch_matmul(q, k, False, True)] + extras)
+    ctx = batch_matmul(softmax(scores, -1), v, False, False)
+    return transpose(ctx, tuple(layout)) if layout else ctx
+
+
+KERNELS["FUSED_ATTENTION"] = fused_attention
+
+
 COMPUTE = frozenset(r.name for r in TABLE if r.kind not in ("control", "memory") or r.name == "FILL")
 _missing = COMPUTE - set(KERNELS)
 assert not _missing, f"ops without a reference kernel: {sorted(_missing)}"
+

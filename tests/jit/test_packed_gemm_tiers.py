@@ -1,0 +1,179 @@
+"""msvm's own product by a weight packed once (compiler/gemm.py, issue 18): the kernel itself on
+random shapes against float64 numpy (empty, one row, tile and panel edges, NaN and inf), and
+nn.Dense layers whose L2 and L3 sites take it, against L1 and numpy with fusion on and off, with
+``set_data`` repacking the weight."""
+
+import math
+
+import msvm as ms
+import numpy as np
+import pytest
+from msvm import nn
+from msvm.compiler import gemm, tiers
+from msvm.compiler.codegen import codegen
+
+
+def _run(a, w):
+    """C = a @ w.T through the packed kernel (w: [N, K], the Dense weight)."""
+    fn = gemm.function(str(a.dtype))
+    bp = gemm.pack(w, gemm.panel_width(a.dtype), transposed=True)
+    m, k = a.shape
+    out = np.full((m, w.shape[0]), 7.0, a.dtype)      # (every element must be written)
+    fn(m, k, w.shape[0], a.ctypes.data, k, bp.ctypes.data, out.ctypes.data, w.shape[0])
+    return out
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_packed_kernel_matches_numpy_on_random_shapes(dtype):
+    rng = np.random.default_rng(3)
+    _w, nv, mr = gemm.shape(codegen().features, str(np.dtype(dtype)))
+    nr = _w * nv
+    ms_ = sorted({0, 1, 2, mr - 1, mr, mr + 1, 2 * mr + 3, 37, 130})
+    ns = sorted({1, 5, nr - 1, nr, nr + 1, 2 * nr + 3, 70})
+    for m in ms_:
+        for n in ns:
+            k = int(rng.integers(0, 90))
+            a = rng.standard_normal((m, k)).astype(dtype)
+            w = rng.standard_normal((n, k)).astype(dtype)
+            got = _run(a, w)
+            ref = a.astype(np.float64) @ w.T.astype(np.float64)
+            tol = 1e-5 if dtype == np.float32 else 1e-12
+            np.testing.assert_allclose(got, ref, rtol=tol, atol=tol * max(1.0, math.sqrt(k)),
+                                       err_msg=f"m={m} k={k} n={n}")
+
+
+def test_packed_kernel_propagates_nan_and_inf():
+    rng = np.random.default_rng(4)
+    a = rng.standard_normal((13, 40)).astype(np.float32)
+    w = rng.standard_normal((35, 40)).astype(np.float32)
+    a[2, 5] = np.nan
+    a[7, 1] = np.inf
+    w[30, 3] = -np.inf
+    got = _run(a, w)
+    with np.errstate(invalid="ignore"):
+        ref = a.astype(np.float64) @ w.T.astype(np.float64)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(ref))
+    np.testing.assert_array_equal(np.isinf(got), np.isinf(ref))
+    fin = np.isfinite(ref)
+    np.testing.assert_allclose(got[fin], ref[fin], rtol=1e-5, atol=1e-4)
+
+
+def test_packing_is_zero_padded_panels():
+    w = np.arange(3 * 5, dtype=np.float32).reshape(3, 5)       # N=3, K=5
+    bp = gemm.pack(w, 4, transposed=True)
+    assert bp.shape == (1, 5, 4) and bp.flags.c_contiguous
+    np.testing.assert_array_equal(bp[0, :, :3], w.T)
+    assert not bp[0, :, 3].any()
+
+
+def test_use_packed_by_rows():
+    assert not gemm.use_packed(0, np.float32) and not gemm.use_packed(1, np.float32)
+    assert gemm.use_packed(16, np.float32) and gemm.use_packed(128, np.float64)
+    assert not gemm.use_packed(4096, np.float32) and not gemm.use_packed(16, np.float16)
+
+
+class Ffn(nn.Cell):
+    """Two Dense layers (GELU in between) and a residual add: BERT's feed-forward."""
+
+    def __init__(self, d=48, h=80, dtype=ms.float32):
+        super().__init__()
+        self.up = nn.Dense(d, h, dtype=dtype)
+        self.act = nn.GELU(approximate=False)
+        self.down = nn.Dense(h, d, dtype=dtype)
+        self.relu = nn.Dense(d, d, activation="relu", dtype=dtype)
+
+    def construct(self, x):
+        return self.relu(self.down(self.act(self.up(x))) + x)
+
+
+def _numpy_ffn(net, x):
+    from scipy.special import erf
+
+    def dense(layer, t):
+        return t @ layer.weight.asnumpy().astype(np.float64).T + layer.bias.asnumpy().astype(np.float64)
+    t = x.astype(np.float64)
+    u = dense(net.up, t)
+    u = u * 0.5 * (1 + erf(u / math.sqrt(2)))
+    return np.maximum(dense(net.relu, dense(net.down, u) + t), 0)
+
+
+def _packed_sites(net):
+    return [s for v in net._runner.variants.values() for c in v.code.all_codes()
+            for s in c.jit_sites.values() if s.op == "FUSED_MATMUL" and s.pcache]
+
+
+@pytest.mark.parametrize("fusion", [True, False])
+@pytest.mark.parametrize("tier", ["L2", "L3", "auto"])
+@pytest.mark.parametrize("dtype", [ms.float32, ms.float64])
+def test_dense_layers_on_the_packed_product_match_l1_and_numpy(level, tier, fusion, dtype):
+    rng = np.random.default_rng(5)
+    npd = np.float32 if dtype == ms.float32 else np.float64
+    shapes = [(1, 16), (2, 7), (1, 1), (0, 5), (3, 37), (1, 16), (1, 16), (1, 16), (1, 300)]
+    xs = [rng.standard_normal((b, s, 48)).astype(npd) for b, s in shapes]
+    ms.set_context(jit_config={"enable_fusion": fusion})
+    net = Ffn(dtype=dtype)
+    net.set_inputs(ms.Tensor(shape=[None, None, 48], dtype=dtype))
+    outs = {}
+    for lv in ("L1", tier):          # (one net, so both tiers multiply the same weights)
+        level(lv)
+        res = []
+        for x in xs:
+            res.append(net(ms.Tensor(x)).asnumpy())
+            tiers.wait_for_compiles(60)
+        outs[lv] = res
+    tol = 1e-4 if npd is np.float32 else 1e-10
+    for x, a, b in zip(xs, outs["L1"], outs[tier]):
+        ref = _numpy_ffn(net, x)
+        assert b.shape == ref.shape and b.dtype == npd
+        np.testing.assert_allclose(b, ref, rtol=tol, atol=tol, err_msg=f"{tier} {x.shape}")
+        np.testing.assert_allclose(b, a, rtol=tol, atol=tol, err_msg=f"{tier} vs L1 {x.shape}")
+    # (with fusion off a MATMUL is no compiled site: the interpreter's numpy product at every tier)
+    assert bool(_packed_sites(net)) == fusion, "the Dense sites did not run the packed product"
+
+
+def test_set_data_repacks_the_weight(level):
+    rng = np.random.default_rng(6)
+    for tier in ("L2", "L3"):
+        level(tier)
+        net = Ffn()
+        net.set_inputs(ms.Tensor(shape=[None, None, 48], dtype=ms.float32))
+        x = rng.standard_normal((1, 9, 48)).astype(np.float32)
+        for _ in range(4):
+            net(ms.Tensor(x))
+            tiers.wait_for_compiles(60)
+        before = {k: e[1] for s in _packed_sites(net) for k, e in s.pcache.items()}
+        assert len(before) == 3      # one packed copy per weight (one Dense Code may serve several layers)
+        net.up.weight.set_data(ms.Tensor(rng.standard_normal((80, 48)).astype(np.float32)))
+        net.relu.weight.set_data(ms.Tensor(np.zeros((48, 48), np.float32)))
+        got = net(ms.Tensor(x)).asnumpy()
+        np.testing.assert_allclose(got, _numpy_ffn(net, x), rtol=1e-4, atol=1e-4, err_msg=tier)
+        assert not got.any()          # relu(0 @ ... + 0): the new, zero weight is the one multiplied
+        after = {k: e[1] for s in _packed_sites(net) for k, e in s.pcache.items()}
+        assert len(after) == 5, tier           # up and relu packed again (the old arrays' entries age out)
+        assert all(after[k] is v for k, v in before.items())
+
+
+class Twin(nn.Cell):
+    """Two Dense layers of one shape, each with its own weight."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Dense(32, 32)
+        self.b = nn.Dense(32, 32)
+
+    def construct(self, x):
+        return self.b(self.a(x))
+
+
+def test_each_dense_multiplies_its_own_packed_weight(level):
+    rng = np.random.default_rng(8)
+    level("L3")
+    net = Twin()
+    x = rng.standard_normal((20, 32)).astype(np.float32)
+    for _ in range(3):
+        got = net(ms.Tensor(x)).asnumpy()
+    w = [net.a.weight.asnumpy(), net.b.weight.asnumpy()]
+    ref = (x @ w[0].T + net.a.bias.asnumpy()) @ w[1].T + net.b.bias.asnumpy()
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
+    packs = [e[1] for s in _packed_sites(net) for e in s.pcache.values()]
+    assert len(packs) == 2 and packs[0] is not packs[1]

@@ -177,3 +177,29 @@ def test_each_dense_multiplies_its_own_packed_weight(level):
     np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
     packs = [e[1] for s in _packed_sites(net) for e in s.pcache.values()]
     assert len(packs) == 2 and packs[0] is not packs[1]
+
+
+def test_the_replay_calls_the_packed_kernel_through_its_native_entry(level):
+    """(the call path of base18) A repeated signature replays; its Dense sites' L3 callers are packed
+    kernels whose native entry (callconv.Native) is given the site's packed weight, and a weight
+    replaced by ``set_data`` is packed again on the replayed path (the fast key says it is fixed)."""
+    rng = np.random.default_rng(9)
+    level("L3")
+    net = Twin()
+    x = rng.standard_normal((20, 32)).astype(np.float32)
+
+    def ref():
+        a, b = net.a, net.b
+        return (x @ a.weight.asnumpy().T + a.bias.asnumpy()) @ b.weight.asnumpy().T + b.bias.asnumpy()
+    for _ in range(8):
+        np.testing.assert_allclose(net(ms.Tensor(x)).asnumpy(), ref(), rtol=1e-5, atol=1e-5)
+    assert all(callable(e.replay) for e in net.__dict__["_runner"].memo.values())
+    sites = _packed_sites(net)
+    prepared = [(s, k, pr) for s in sites for k, pr in s.fast.items()]
+    assert prepared and all(pr.compiled.kernel.packed and k[-1] is True for _s, k, pr in prepared)
+    assert all(pr.native is not None and pr.native.weight == s.packed for s, _k, pr in prepared)
+    packs = sum(len(s.pcache) for s in sites)
+    net.a.weight.set_data(ms.Tensor(rng.standard_normal((32, 32)).astype(np.float32)))
+    for _ in range(3):
+        np.testing.assert_allclose(net(ms.Tensor(x)).asnumpy(), ref(), rtol=1e-5, atol=1e-5)
+    assert sum(len(s.pcache) for s in sites) == packs + 1

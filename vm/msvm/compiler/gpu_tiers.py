@@ -27,7 +27,7 @@ import os
 import threading
 import time
 
-from .. import context, events, log
+from .. import context, events, log, reasons
 from ..bytecode.disasm import display_name
 from ..bytecode.opcodes import JITABLE
 from . import tiers
@@ -257,9 +257,7 @@ class GpuSite:
             try:
                 with getattr(self.rt, "context", contextlib.nullcontext)():
                     _gk, steps = self.rt.kernel(d.kernel, d.level)
-                budget = tiers.BUDGET_S[d.level]
-                if time.perf_counter() - t0 > budget:
-                    raise TimeoutError(f"compile took {time.perf_counter() - t0:.2f}s, budget {budget}s")
+                reasons.check_budget(d.level, time.perf_counter() - t0, tiers.BUDGET_S[d.level])
                 self.ready[d.key] = True
                 self.tier_history.append({"time": time.time(), "level": d.level, "key": d.key[:12]})
                 events.emit({"type": "tier", "code": self.code.name, "offset": self.ins.offset, "op": self.name,
@@ -267,9 +265,11 @@ class GpuSite:
             except Exception as e:  # noqa: BLE001 - any failure leaves this class on L1, counted and logged
                 self.ready[d.key] = "failed"
                 self.stats["failures"] = self.stats.get("failures", 0) + 1
+                why = reasons.failure(e, d.level)
                 events.emit({"type": "error", "what": "compile", "op": self.name, "level": d.level, "why": str(e),
-                             "code": self.code.name, "offset": self.ins.offset, "device": f"cuda:{self.arch}"})
-                log.logger.info("GPU L%d compile of %s failed, staying in L1: %s", d.level, self.name, e)
+                             "code": self.code.name, "offset": self.ins.offset, "device": f"cuda:{self.arch}",
+                             **why.fields()})
+                log.logger.info("GPU L%d compile of %s failed, staying in L1: %s", d.level, self.name, why.text)
         if sync:
             task()
         else:

@@ -29,7 +29,7 @@ import time
 
 import numpy as np
 
-from .. import context, events, log
+from .. import context, events, log, reasons
 from ..bytecode.disasm import display_name
 from ..bytecode.opcodes import JITABLE
 from . import entry
@@ -244,33 +244,38 @@ def _gemm_pointer(dtype: str) -> int:
 
 def compile_kernel(kernel, level: int, info: dict, cached_only: bool = False) -> Compiled | None:
     """Lower, compile (or load from the cache) and load one kernel; emits the compile event.
-    ``cached_only``: only what the cache (memory or disk) holds, else None."""
+    ``cached_only``: only what the cache (memory or disk) holds, else None. ``info`` may carry
+    ``parse_s``/``plan_s`` (the caller's Step1/Step2) and ``need`` (a reasons.Reason: why the
+    site asked for this kernel). What each step times: README, "The seven compile steps"."""
     from .codegen import codegen
 
     cache = kernel_cache()
     steps = dict.fromkeys(STEPS, 0.0)
+    steps["Step1 Parse"] = info.get("parse_s", 0.0)            # the kernel IR built from the instruction
+    steps["Step2 Shape Resolution"] = info.get("plan_s", 0.0)  # its shape class, collapsed dims, strides
     t_all = time.perf_counter()
     t0 = time.perf_counter()
     cg = codegen()
-    text = kernel.text()
-    steps["Step1 Parse"] = time.perf_counter() - t0
+    mapping = _mapping(kernel, level, cg)
+    steps["Step5 Hardware Mapping"] = time.perf_counter() - t0
     t0 = time.perf_counter()
+    text = kernel.text()
     key = make_key(text, level, "cpu", cg.version, cg.target_id)
     name = f"msvm_{kernel.name}_{key[:12]}"
-    steps["Step2 Shape Resolution"] = time.perf_counter() - t0
     with cache.lock:
         hit = cache.mem.get(key)
     if hit is not None:
-        cache.note_key(key, info, "memory")
+        cache.note_key(key, _record(info, level, "memory", cache, key), "memory")
         return hit
     if log.debug_enabled():
-        log.logger.debug("JIT compiling %s (shape=%s, dtype=%s) at L%d...", info.get("op"), info.get("shape"),
-                         info.get("dtype"), level)
+        need = info.get("need")
+        log.logger.debug("JIT compiling %s (shape=%s, dtype=%s) at L%d%s...", info.get("op"), info.get("shape"),
+                         info.get("dtype"), level, f" because {need.text}" if need is not None else "")
     names = [name] + ([f"{name}_epi"] if kernel.kind == "matmul" and kernel.epilogue else [])
-    t0 = time.perf_counter()
     disk = cache.load(key, lambda obj: cg.load(obj, names))     # an entry that does not link is discarded
-    if disk is None and cached_only:
+    if disk is None and cached_only:        # (a discarded entry stays in cache.discarded: the compile says so)
         return None
+    lookup = time.perf_counter() - t0
     if disk is not None:
         addrs, obj = disk
         source = "disk"
@@ -280,34 +285,59 @@ def compile_kernel(kernel, level: int, info: dict, cached_only: bool = False) ->
         ir = lower(kernel, name, cg.features)
         steps["Step3 IR Generation"] = time.perf_counter() - t0
         steps["Step4 Fusion"] = info.get("fusion_s", 0.0)
-        t0 = time.perf_counter()
         obj, times = cg.compile(ir, level)
-        steps["Step5 Hardware Mapping"] = times["parse"] + times["optimize"]
-        steps["Step6 Code Generation"] = times["codegen"]
+        steps["Step6 Code Generation"] = times["parse"] + times["optimize"] + times["codegen"]
         t0 = time.perf_counter()
         addrs = cg.load(obj, names)
+        lookup += time.perf_counter() - t0
+    t0 = time.perf_counter()
     compiled = Compiled(kernel, level, addrs, name, key)
     if source == "compiled":
         cache.write(key, obj, {"name": name, "level": level, "kernel": text, "created": time.time()})
     with cache.lock:
         cache.mem[key] = compiled
         cache.stats["compiles" if source == "compiled" else "disk_loads"] += 1
-    steps["Step7 Kernel Cache"] = time.perf_counter() - t0
-    total = time.perf_counter() - t_all
-    cache.note_key(key, info, source)
+    steps["Step7 Kernel Cache"] = lookup + time.perf_counter() - t0
+    total = time.perf_counter() - t_all + steps["Step1 Parse"] + steps["Step2 Shape Resolution"]
+    rec = _record(info, level, source, cache, key)
+    cache.note_key(key, rec, source)
     ms_steps = {k: round(v * 1e3, 4) for k, v in steps.items()}
     events.emit({"type": "compile", "op": info.get("op"), "code": info.get("code"), "offset": info.get("offset"),
                  "file": info.get("file"), "line": info.get("line"), "level": level, "key": key,
                  "shape": info.get("shape"), "dtype": info.get("dtype"), "source": source,
-                 "steps": ms_steps, "ms": round(total * 1e3, 4), "fused": info.get("fused", 1)})
+                 "steps": ms_steps, "ms": round(total * 1e3, 4), "fused": info.get("fused", 1), "mapping": mapping,
+                 "reason": rec["reason"], "reason_kind": rec["reason_kind"]})
     if log.debug_enabled():
         for step, v in ms_steps.items():
             extra = f", fused {info.get('fused')} ops" if step == "Step4 Fusion" else \
-                f", object size={len(obj) / 1024:.1f}KB" if step == "Step6 Code Generation" else ""
+                f", object size={len(obj) / 1024:.1f}KB" if step == "Step6 Code Generation" else \
+                f", {mapping}" if step == "Step5 Hardware Mapping" else ""
             log.logger.debug("%s: %.2fms%s", step, v, extra)
-        log.logger.debug("JIT %s in %.2fms (L%d), cache key=%s...", "loaded from disk" if source == "disk"
-                         else "compiled", total * 1e3, level, key[:12])
+        log.logger.debug("JIT %s in %.2fms (L%d), cache key=%s...: %s", "loaded from disk" if source == "disk"
+                         else "compiled", total * 1e3, level, key[:12], rec["reason"])
     return compiled
+
+
+def _mapping(kernel, level: int, cg) -> dict:
+    """Step5 Hardware Mapping: the target the kernel is compiled for and how it uses it (vector
+    lanes, threads, streaming stores, codegen level); recorded in the compile event."""
+    lanes = vec_width(cg.features, TYPES[kernel.dtype]) if kernel.dtype in TYPES else 1
+    dims = getattr(kernel, "dims", None) if kernel.kind == "elementwise" else None
+    threads = "per call"                  # a shape-generic kernel's split is decided per call (``caller``)
+    if kernel.kind == "matmul":
+        threads = "BLAS"
+    elif dims is not None:
+        threads = max(1, min(os.cpu_count() or 1, 8)) if dims[0] * dims[1] * dims[2] >= PARALLEL_MIN \
+            and dims[0] >= 2 else 1
+    return {"cpu": cg.cpu, "lanes": lanes, "threads": threads, "stream": bool(getattr(kernel, "stream", False)),
+            "opt": "O3" if level >= 3 else "O0"}
+
+
+def _record(info: dict, level: int, source: str, cache, key: str) -> dict:
+    """The compile's record for the recent keys and events: the site's info with why it came from there."""
+    why = reasons.kernel_source(info.get("need"), source, cache.discarded.pop(key, None), cache.refused)
+    return {k: v for k, v in info.items() if k not in ("need", "parse_s", "plan_s", "fusion_s")} | \
+        {"level": level, **why.fields()}
 
 
 # ---------------------------------------------------------------- sites
@@ -329,6 +359,7 @@ class Site:
         self.tier_history: list = []
         self.plans: dict = {}
         self.l1_why: dict = {}   # why inputs of some layouts stay in the interpreter (the planner's reason)
+        self.why: dict = {}      # (level, l2/l3 key) -> reasons.Reason its kernel was asked for, or failed
         self.callers: dict = {}  # (concrete key, output shape) -> (Compiled, go(inputs, out))
         self.fast: dict = {}     # (shape, strides, dtype) per input -> go, for shapes whose L3 kernel is loaded
         # a matmul by a transposed weight (Dense: x @ W.T) runs on a contiguous copy of W.T, which BLAS
@@ -344,10 +375,14 @@ class Site:
         n_fused = sum(1 for c in code.all_codes() for i in c.instrs if i.op.kind == "fused") or 1
         self.fusion_s = code.fusion_s / n_fused if ins.op.kind == "fused" else 0.0
 
-    def info(self, shape, dtype) -> dict:
+    def info(self, shape, dtype, **more) -> dict:
         return {"op": self.name, "code": self.code.name, "offset": self.ins.offset, "file": self.code.filename,
                 "line": self.ins.loc.line, "shape": list(shape), "dtype": str(dtype), "fused": self.fused,
-                "fusion_s": self.fusion_s}
+                "fusion_s": self.fusion_s, **more}
+
+    def where(self) -> str:
+        return f"{self.name} at {self.code.name}+0x{self.ins.offset:04x} ({os.path.basename(self.code.filename or '')}" \
+               f":{self.ins.loc.line})"
 
     # --- the hot path
     def __call__(self, inputs, reference, out=None):
@@ -378,7 +413,7 @@ class Site:
                 if isinstance(k3, Compiled):
                     self.stats["misses"] += 1
                     return self.run(k3, plan, inputs, out)
-            self.stats["misses"] += 1
+            self._miss(3, shape_key)
             return reference(*inputs)
         if k2 is None:
             self.compile(2, plan, sync=(level == "L2"))
@@ -394,8 +429,23 @@ class Site:
         if isinstance(k2, Compiled):
             self.stats["hits"] += 1
             return self.run(k2, plan, inputs, out)
-        self.stats["misses"] += 1
+        self._miss(2, cls_key)
         return reference(*inputs)
+
+    def _miss(self, level: int, key) -> None:
+        """A call that runs the L1 kernel while its kernel compiles or after it failed: counted, and
+        said (a ``miss`` event, the first one per kernel at DEBUG) with why."""
+        self.stats["misses"] += 1
+        if events._subs or log.debug_enabled():
+            why = self.why.get((level, key))
+            if (self.l2 if level == 2 else self.l3).get(key) == "pending":
+                why = reasons.pending(level) if why is None else why.then(reasons.pending(level).text, "pending")
+            if why is None:
+                return
+            events.emit({"type": "miss", "code": self.code.name, "offset": self.ins.offset, "op": self.name,
+                         "level": level, **why.fields()})
+            if log.debug_enabled() and self.why.setdefault(("logged", level, key, why.kind), why) is why:
+                log.logger.debug("JIT miss at %s: %s", self.where(), why.text)
 
     def exact(self, inputs) -> tuple:
         """The key of ``fast``: each input's shape, strides and dtype (and, for a matmul by a
@@ -414,18 +464,19 @@ class Site:
         table, key = (self.l2, plan[0]) if level == 2 else (self.l3, plan[1])
         if key in table:
             return
+        need = self.why[(level, key)] = self._need(level, plan)
         table[key] = "pending"
         shape, dtype = plan[2], plan[3]
-        if not sync and self._from_cache(level, plan, table, key):
+        if not sync and self._from_cache(level, plan, table, key, need):
             return
 
         def task():
             t0 = time.perf_counter()
             try:
                 kernel = self.kernel_ir(level, plan)
-                compiled = compile_kernel(kernel, level, self.info(shape, dtype))
-                if time.perf_counter() - t0 > BUDGET_S[level]:
-                    raise TimeoutError(f"compile took {time.perf_counter() - t0:.2f}s, budget {BUDGET_S[level]}s")
+                compiled = compile_kernel(kernel, level, self.info(shape, dtype, need=need, plan_s=plan[4].get(
+                    "plan_s", 0.0), parse_s=time.perf_counter() - t0))
+                reasons.check_budget(level, time.perf_counter() - t0, BUDGET_S[level])
                 if level == 3:
                     self.prepare_native(compiled, plan)
                 table[key] = compiled
@@ -434,22 +485,39 @@ class Site:
                              "level": level, "shape": list(shape)})
             except Exception as e:  # noqa: BLE001 - any failure falls back to L1, counted and logged
                 table[key] = "failed"
+                why = self.why[(level, key)] = reasons.failure(e, level).then(need.text)
                 kernel_cache().stats["failures"] += 1
+                kernel_cache().note_key("", self.info(shape, dtype, level=level, **why.fields()), "failed")
                 events.emit({"type": "error", "what": "compile", "op": self.name, "level": level, "why": str(e),
-                             "code": self.code.name, "offset": self.ins.offset})
-                log.logger.info("JIT L%d compile of %s failed, staying in L1: %s", level, self.name, e)
+                             "code": self.code.name, "offset": self.ins.offset, **why.fields()})
+                log.logger.info("JIT L%d compile of %s failed, staying in L1: %s", level, self.name, why.text)
         if sync:
             task()
         else:
             worker().submit(task)
 
-    def _from_cache(self, level: int, plan, table, key) -> bool:
+    def _need(self, level: int, plan):
+        """Why this site asks for an L``level`` kernel for this plan (reasons.kernel_needed): the
+        inputs of the kernels it has at that tier, from the plans they were made from."""
+        ck = next((c for c, p in self.plans.items() if p is plan), ())
+        if level == 2:
+            others = [c for c, p in self.plans.items() if p is not None and p[0] != plan[0] and p[0] in self.l2]
+            return reasons.kernel_needed(self.where(), 2, ck, others, variant=self.code.compile_reason)
+        others = [c for c, p in self.plans.items() if p is not None and p[1] != plan[1] and p[1] in self.l3]
+        hot = _JIT["jit_level"] == "auto"
+        return reasons.kernel_needed(self.where(), 3, ck, others, self.seen.get(plan[1]) if hot else None,
+                                     context.jit_option("l3_after") if hot else None)
+
+    def _from_cache(self, level: int, plan, table, key, need=None) -> bool:
         """A kernel the cache already holds (this process compiled it for another site, or an
         earlier process left it on disk) is used by the call that asks: loading costs about what
         a small call does, and only compiles go to the background."""
         try:
-            found = compile_kernel(self.kernel_ir(level, plan), level, self.info(plan[2], plan[3]),
-                                   cached_only=True)
+            t0 = time.perf_counter()
+            kernel = self.kernel_ir(level, plan)
+            info = self.info(plan[2], plan[3], need=need, parse_s=time.perf_counter() - t0,
+                             plan_s=plan[4].get("plan_s", 0.0))
+            found = compile_kernel(kernel, level, info, cached_only=True)
         except Exception:  # noqa: BLE001 - a kernel that cannot even be described is the compile's problem
             return False
         if found is None:
@@ -472,24 +540,33 @@ class Site:
         if p is None:
             if ck in self.plans:
                 return None
+            t0 = time.perf_counter()
             p = self.plans[ck] = self._make_plan(inputs)
             if p is None:
                 return None
+            p[4]["plan_s"] = time.perf_counter() - t0       # (Step2 Shape Resolution of its kernels)
         for x in inputs:
             if type(x) is _ND and not x.flags.c_contiguous:
-                self._l1(inputs, "a strided input (a view: the L1 kernel reads it in place)")
+                self._l1(inputs, "a strided input (a view: the L1 kernel reads it in place)", strided=True)
                 return None
         return p
 
-    def _l1(self, inputs, why: str) -> None:
-        """Say once per reason (and record per input layout, ``l1_why``) why these inputs run the L1 kernel."""
+    def _l1(self, inputs, why: str, strided: bool = False) -> None:
+        """Say once per reason (and record per input layout, ``l1_why``) why these inputs run the L1
+        kernel: in the log, a ``cache`` event and the recent keys (reasons.l1_only)."""
         key = tuple([(x.shape, str(x.dtype)) if type(x) is _ND else None for x in inputs])
         if key in self.l1_why:
             return
+        view = next(((j, x.strides, _contiguous_strides(x.shape, x.itemsize)) for j, x in enumerate(inputs)
+                     if type(x) is _ND and not x.flags.c_contiguous), None) if strided else None
+        r = reasons.l1_only(self.where(), key, why, view)
         if why not in self.l1_why.values():
             log.logger.info("JIT: %s at %s+0x%04x runs in L1 for these inputs: %s", self.name, self.code.name,
-                            self.ins.offset, why)
+                            self.ins.offset, r.text)
         self.l1_why[key] = why
+        x = next((x for x in inputs if type(x) is _ND), None)
+        kernel_cache().note_key("", self.info(x.shape if x is not None else (), x.dtype if x is not None else "",
+                                              level=1, **r.fields()), "l1")
 
     def _make_plan(self, inputs):
         try:

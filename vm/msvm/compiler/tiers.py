@@ -264,8 +264,9 @@ def compile_kernel(kernel, level: int, info: dict, cached_only: bool = False) ->
     name = f"msvm_{kernel.name}_{key[:12]}"
     with cache.lock:
         hit = cache.mem.get(key)
-    if hit is not None:
-        cache.note_key(key, _record(info, level, "memory", cache, key), "memory")
+    if hit is not None:            # (another site, or an earlier Code, compiled it in this process)
+        steps["Step7 Kernel Cache"] = time.perf_counter() - t0
+        _announce_kernel(info, level, key, "memory", steps, time.perf_counter() - t_all, mapping, cache)
         return hit
     if log.debug_enabled():
         need = info.get("need")
@@ -298,9 +299,17 @@ def compile_kernel(kernel, level: int, info: dict, cached_only: bool = False) ->
         cache.mem[key] = compiled
         cache.stats["compiles" if source == "compiled" else "disk_loads"] += 1
     steps["Step7 Kernel Cache"] = lookup + time.perf_counter() - t0
-    total = time.perf_counter() - t_all + steps["Step1 Parse"] + steps["Step2 Shape Resolution"]
+    _announce_kernel(info, level, key, source, steps, time.perf_counter() - t_all, mapping, cache, obj)
+    return compiled
+
+
+def _announce_kernel(info, level, key, source, steps, elapsed, mapping, cache, obj=b"") -> None:
+    """The recent key, the ``compile`` event and the ``[MS]`` lines of one kernel look-up (memory,
+    disk or compiled), each with why (reasons.kernel_source)."""
     rec = _record(info, level, source, cache, key)
     cache.note_key(key, rec, source)
+    # (Steps 1, 2 and 4 ran before compile_kernel: the site's kernel IR and plan, the Code's fusion share)
+    total = elapsed + steps["Step1 Parse"] + steps["Step2 Shape Resolution"] + steps["Step4 Fusion"]
     ms_steps = {k: round(v * 1e3, 4) for k, v in steps.items()}
     events.emit({"type": "compile", "op": info.get("op"), "code": info.get("code"), "offset": info.get("offset"),
                  "file": info.get("file"), "line": info.get("line"), "level": level, "key": key,
@@ -308,14 +317,15 @@ def compile_kernel(kernel, level: int, info: dict, cached_only: bool = False) ->
                  "steps": ms_steps, "ms": round(total * 1e3, 4), "fused": info.get("fused", 1), "mapping": mapping,
                  "reason": rec["reason"], "reason_kind": rec["reason_kind"]})
     if log.debug_enabled():
-        for step, v in ms_steps.items():
-            extra = f", fused {info.get('fused')} ops" if step == "Step4 Fusion" else \
-                f", object size={len(obj) / 1024:.1f}KB" if step == "Step6 Code Generation" else \
-                f", {mapping}" if step == "Step5 Hardware Mapping" else ""
-            log.logger.debug("%s: %.2fms%s", step, v, extra)
-        log.logger.debug("JIT %s in %.2fms (L%d), cache key=%s...: %s", "loaded from disk" if source == "disk"
-                         else "compiled", total * 1e3, level, key[:12], rec["reason"])
-    return compiled
+        if source != "memory":
+            for step, v in ms_steps.items():
+                extra = f", fused {info.get('fused')} ops" if step == "Step4 Fusion" else \
+                    f", object size={len(obj) / 1024:.1f}KB" if step == "Step6 Code Generation" else \
+                    f", {mapping}" if step == "Step5 Hardware Mapping" else ""
+                log.logger.debug("%s: %.2fms%s", step, v, extra)
+        how = {"disk": "loaded from disk", "memory": "found in memory"}.get(source, "compiled")
+        log.logger.debug("JIT %s %s in %.2fms (L%d), cache key=%s...: %s", info.get("op"), how, total * 1e3, level,
+                         key[:12], rec["reason"])
 
 
 def _mapping(kernel, level: int, cg) -> dict:

@@ -3,6 +3,7 @@ the reason is in the ``[MS]`` log, in the profile (``Profiler.report()``, what `
 writes) and in the kernel cache's recent keys (what the status bar's list shows), and it names
 the input, the dims or dtypes from what to what. The seven steps time what README says."""
 
+import html
 import logging
 import os
 
@@ -12,7 +13,7 @@ import pytest
 from msvm import log, nn, ops
 from msvm.compiler import tiers
 from msvm.compiler.codegen import codegen
-from msvm.profile import Profiler
+from msvm.profile import Profiler, render_html
 
 F32 = np.float32
 
@@ -98,6 +99,8 @@ def everywhere(seen, kind, *words):
     assert comp, (kind, words, [(c.get("reason_kind"), c.get("reason")) for c in seen.report["compiles"]])
     assert [r for r in seen.recent(kind) if all(w in r["reason"] for w in words)], seen.cache.snapshot()["recent"]
     assert seen.logged(*words), seen.records
+    page = render_html(seen.report)             # (what ``msvm profile --html`` writes)
+    assert all(html.escape(w) in page for w in words)
     return comp[0]
 
 
@@ -160,6 +163,7 @@ def test_new_layout_strided_input(level, tmp_path):
     (ins,) = [i for i in seen.report["codes"][0]["instructions"] if i["l1"]]
     assert ins["l1"][0]["reason_kind"] == "new_layout" and want in ins["l1"][0]["reason"]
     assert seen.logged("runs in L1", want)
+    assert html.escape(want) in render_html(seen.report)
 
 
 class ByTransposed(nn.Cell):

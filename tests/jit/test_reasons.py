@@ -306,3 +306,25 @@ def test_steps_time_what_they_say(level, tmp_path, monkeypatch):
     (d,) = seen.report["compiles"]
     assert d["source"] == "disk" and d["steps"]["Step3 IR Generation"] == d["steps"]["Step6 Code Generation"] == 0
     assert d["steps"]["Step7 Kernel Cache"] > 0 and "loaded from the kernel cache on disk" in d["reason"]
+
+
+def test_gpu_sites_say_why(tmp_path):
+    """The GPU tier manager (on the emulated GPU: real PTX, numpy launches) gives its kernels the
+    same reasons, in its tier events (the profile's tiers) and the log."""
+    import emulated_gpu
+
+    emulated_gpu.install()
+    ms.set_context(device_target="EMULATED", jit_config={"jit_level": "L2"})
+    try:
+        net = Chain()
+        net.set_inputs(ms.Tensor(shape=[None, None], dtype=ms.float32), ms.Tensor(shape=[None, None], dtype=ms.float32))
+        with Seen(tmp_path / "k") as seen:
+            net(t(4, 8), t(4, 8))
+            out = net(t(4, 8), t(1, 8))
+    finally:
+        ms.set_context(device_target="CPU", jit_config={"jit_level": "auto"})
+    assert np.array_equal(out.asnumpy(), np.full((4, 8), 2, F32))
+    kinds = [(x["level"], x["reason_kind"]) for x in seen.report["tiers"]]
+    assert kinds == [(2, "cold"), (2, "new_shape_class")], kinds
+    want = "input 1: shape (1, 8) vs cached (4, 8)"
+    assert want in seen.report["tiers"][1]["reason"] and seen.logged("GPU L2 kernel", want)

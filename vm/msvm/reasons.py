@@ -82,6 +82,11 @@ def failure(e: BaseException, level: int) -> Reason:
 
 # ---------------------------------------------------------------- inputs of a kernel site
 
+def where(name: str, code: str, offset: int, filename: str | None, line) -> str:
+    """A site as the sentences name it: ``FUSED_MUL_ADD at Net.construct+0x0006 (net.py:12)``."""
+    return f"{name} at {code}+0x{offset:04x} ({os.path.basename(filename or '')}:{line})"
+
+
 def _shape(s) -> str:
     return "(" + ", ".join(str(int(n)) for n in s) + ("," if len(s) == 1 else "") + ")"
 

@@ -391,8 +391,7 @@ class Site:
                 "fusion_s": self.fusion_s, **more}
 
     def where(self) -> str:
-        return f"{self.name} at {self.code.name}+0x{self.ins.offset:04x} ({os.path.basename(self.code.filename or '')}" \
-               f":{self.ins.loc.line})"
+        return reasons.where(self.name, self.code.name, self.ins.offset, self.code.filename, self.ins.loc.line)
 
     # --- the hot path
     def __call__(self, inputs, reference, out=None):

@@ -14,8 +14,9 @@ that fails or exceeds its budget is counted, logged, and the site stays on L1 fo
 that shape class; results are the same in every tier.
 
 Each compile reports the article's seven steps (Parse, Shape Resolution, IR
-Generation, Fusion, Hardware Mapping, Code Generation, Kernel Cache) as a
-``compile`` event and, at DEBUG, as ``[MS]`` lines.
+Generation, Fusion, Hardware Mapping, Code Generation, Kernel Cache: README says what
+each times) as a ``compile`` event and, at DEBUG, as ``[MS]`` lines; it, every miss and
+every L1 decision says why (``msvm.reasons``).
 """
 
 from __future__ import annotations

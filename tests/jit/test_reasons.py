@@ -328,3 +328,19 @@ def test_gpu_sites_say_why(tmp_path):
     assert kinds == [(2, "cold"), (2, "new_shape_class")], kinds
     want = "input 1: shape (1, 8) vs cached (4, 8)"
     assert want in seen.report["tiers"][1]["reason"] and seen.logged("GPU L2 kernel", want)
+
+
+def test_new_type_and_new_value_of_a_jit_function(tmp_path):
+    @ms.jit
+    def scaled(x, n, axes):
+        return ops.transpose(x, axes) * n
+
+    x = t(2, 3)
+    with Seen(tmp_path / "k") as seen:
+        scaled(x, 2, (1, 0))
+        scaled(x, 2.5, (1, 0))
+        scaled(x, 2.5, (0, 1))
+    assert [v["reason_kind"] for v in seen.report["codes"][0]["variants"]] == ["cold", "new_type", "new_value"]
+    assert "argument n: float vs cached int" in seen.variants("new_type")[0]["reason"]
+    assert "argument axes: (0, 1) vs cached (1, 0) (baked into the bytecode)" in seen.variants("new_value")[0]["reason"]
+    assert seen.logged("Compiled test_new_type", "new_value: ", "scaled(): argument axes: (0, 1) vs cached (1, 0)")

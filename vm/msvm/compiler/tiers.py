@@ -510,10 +510,14 @@ class Site:
         """Why this site asks for an L``level`` kernel for this plan (reasons.kernel_needed): the
         inputs of the kernels it has at that tier, from the plans they were made from."""
         ck = next((c for c, p in self.plans.items() if p is plan), ())
+        pos = 0 if level == 2 else 1              # (plans by shape class for L2, by concrete shapes for L3)
+        table, one = self.l2 if level == 2 else self.l3, {}
+        for c, p in self.plans.items():           # the inputs of one plan per kernel the site has
+            if p is not None and p[pos] != plan[pos] and p[pos] in table:
+                one.setdefault(p[pos], c)
+        others = list(one.values())
         if level == 2:
-            others = [c for c, p in self.plans.items() if p is not None and p[0] != plan[0] and p[0] in self.l2]
             return reasons.kernel_needed(self.where(), 2, ck, others, variant=self.code.compile_reason)
-        others = [c for c, p in self.plans.items() if p is not None and p[1] != plan[1] and p[1] in self.l3]
         hot = _JIT["jit_level"] == "auto"
         return reasons.kernel_needed(self.where(), 3, ck, others, self.seen.get(plan[1]) if hot else None,
                                      context.jit_option("l3_after") if hot else None)

@@ -53,11 +53,12 @@ class Seen:
     """The log records, the profile and the recent keys of what runs inside it."""
 
     def __init__(self, cache_dir):
-        self.cache = tiers.reset_cache(str(cache_dir))
+        self.cache_dir = str(cache_dir)
         self.records: list = []
-        self.prof = Profiler("test").start(exec_times=False)
 
     def __enter__(self):
+        self.cache = tiers.reset_cache(self.cache_dir)
+        self.prof = Profiler("test").start(exec_times=False)
         self.handler = logging.Handler(logging.DEBUG)
         self.handler.emit = lambda r: self.records.append(r.getMessage())
         self.level = log.logger.level
@@ -213,7 +214,7 @@ def test_new_shape_and_hot(level, tmp_path):
 
 def test_disk_entry_discarded(level, tmp_path):
     level("L2")
-    Seen(tmp_path / "k")
+    tiers.reset_cache(str(tmp_path / "k"))
     Chain()(t(4, 8), t(4, 8))
     cache = tiers.kernel_cache()
     (name,) = cache.disk_entries()

@@ -269,7 +269,7 @@ def compile_kernel(kernel, level: int, info: dict, cached_only: bool = False) ->
         steps["Step7 Kernel Cache"] = time.perf_counter() - t0
         _announce_kernel(info, level, key, "memory", steps, time.perf_counter() - t_all, mapping, cache)
         return hit
-    if log.debug_enabled():
+    if log.debug_enabled() and not cached_only:
         need = info.get("need")
         log.logger.debug("JIT compiling %s (shape=%s, dtype=%s) at L%d%s...", info.get("op"), info.get("shape"),
                          info.get("dtype"), level, f" because {need.text}" if need is not None else "")
@@ -455,7 +455,7 @@ class Site:
             events.emit({"type": "miss", "code": self.code.name, "offset": self.ins.offset, "op": self.name,
                          "level": level, **why.fields()})
             if log.debug_enabled() and self.why.setdefault(("logged", level, key, why.kind), why) is why:
-                log.logger.debug("JIT miss at %s: %s", self.where(), why.text)
+                log.logger.debug("JIT miss: %s", why.text)
 
     def exact(self, inputs) -> tuple:
         """The key of ``fast``: each input's shape, strides and dtype (and, for a matmul by a

@@ -243,6 +243,7 @@ def test_failed_compile(level, tmp_path, monkeypatch):
     e = [e for e in seen.report["errors"] if e.get("reason_kind") == "failed"][0]
     assert "no lowering for this test" in e["reason"] and "first kernel of this site" in e["reason"]
     assert seen.logged("compile of FUSED_MUL_ADD_RELU failed", "RuntimeError: no lowering for this test")
+    assert "failed: L2 compile failed (RuntimeError: no lowering for this test)" in render_html(seen.report)
     misses = [m for c in seen.report["codes"] for i in c["instructions"] for m in i["misses"]]
     assert misses and all(m["reason_kind"] == "failed" for m in misses)
 
@@ -256,6 +257,7 @@ def test_over_budget(level, tmp_path, monkeypatch):
     assert "over the L2 budget of 0.000s" in f["reason"] and "compile took" in f["reason"]
     assert [e for e in seen.report["errors"] if e.get("reason_kind") == "over_budget"]
     assert seen.logged("failed, staying in L1", "over the L2 budget")
+    assert "over_budget: L2 compile took" in render_html(seen.report)
     # the compile itself finished (it is in the cache): its record says it was compiled cold
     assert seen.compiles("cold")
 
@@ -269,6 +271,7 @@ def test_parameter_reshaped_discards_variants(tmp_path):
     (v,) = seen.variants("discarded")
     assert "1 compiled variant discarded: Parameter w changed shape (8, 4) -> (8, 6)" in v["reason"]
     assert seen.logged("Compiled Weighted.construct", "Parameter w changed shape (8, 4) -> (8, 6)")
+    assert "Parameter w changed shape (8, 4) -&gt; (8, 6)" in render_html(seen.report)
 
 
 def test_new_flags(tmp_path):

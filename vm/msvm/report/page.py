@@ -99,10 +99,16 @@ def _code(c: dict, st: _Styles) -> list:
     return out
 
 
+def _why_error(e: dict) -> str:
+    """An error's reason (kind: sentence, msvm.reasons) where it has one, else its ``why``."""
+    kind = e.get("reason_kind")
+    return f"{esc(kind)}: {esc(e.get('reason'))}" if kind else esc(e.get("why"))
+
+
 def _variants(variants: list) -> list:
     """Why each bytecode variant of a Code was compiled."""
     rows = [f"<li>variant {esc(v.get('variant'))} ({fixed(v.get('compile_ms'), 2)} ms) "
-            f"<b>{esc(v.get('reason_kind'))}</b>: {esc(v.get('reason'))}</li>" for v in map(_dict, variants)]
+            f"<code>{esc(v.get('reason_kind'))}</code>: {esc(v.get('reason'))}</li>" for v in map(_dict, variants)]
     return ["<ul class='muted'>" + "".join(rows) + "</ul>"] if rows else []
 
 
@@ -167,7 +173,8 @@ def render(report: dict) -> str:
     if errors:
         body.append("<h2>Errors</h2><ul>" + "".join(
             f"<li>{esc(e.get('op') or '')}{f' L{esc(lv)}' if (lv := e.get('level')) is not None else ''}: "
-            f"{esc(e.get('why'))}</li>" for e in errors) + "</ul>")
+            f"{_why_error(e)}</li>"
+            for e in errors) + "</ul>")
     css = files("msvm.report").joinpath("profile.css").read_text(encoding="utf-8") + st.css()
     digest = base64.b64encode(hashlib.sha256(css.encode()).digest()).decode()
     title = esc(f"msvm profile: {report.get('script', '')}")

@@ -30,8 +30,9 @@ Kernel reasons have two parts, joined in one sentence: why this site needed a ke
 (``kernel_needed``) and where the kernel came from (``from_cache``: memory, disk, or compiled
 because the cache held nothing — cold — or its disk entry was discarded).
 
-This module imports nothing of msvm: the tiers, the kernel cache and the executor call it with
-what they know (input shapes and dtypes, the keys they hold) and do the logging and events.
+This module imports nothing of msvm: the tier managers (CPU and GPU), the executor and
+``Parameter.set_data`` call it with what they know (input shapes and dtypes, the keys they
+hold); they do the logging and the events.
 """
 
 from __future__ import annotations

@@ -348,3 +348,35 @@ def test_new_type_and_new_value_of_a_jit_function(tmp_path):
     assert "argument n: float vs cached int" in seen.variants("new_type")[0]["reason"]
     assert "argument axes: (0, 1) vs cached (1, 0) (baked into the bytecode)" in seen.variants("new_value")[0]["reason"]
     assert seen.logged("Compiled test_new_type", "new_value: ", "scaled(): argument axes: (0, 1) vs cached (1, 0)")
+
+
+def test_kernel_needed_names_the_closest_cached_inputs():
+    """The pure part: of the site's cached inputs the closest is named, dtype before shape class
+    before plain dims (a site's dtypes are fixed by its bytecode, so this is where a GPU or a
+    future planner meets them)."""
+    from msvm import reasons
+
+    f32, f64 = np.dtype("float32"), np.dtype("float64")
+    cached = [(((4, 8), f32), ((4, 8), f32)), (((4, 8), f32), ((1, 8), f32))]
+    r = reasons.kernel_needed("OP at C+0x0000 (f.py:1)", 2, (((4, 8), f64), ((1, 8), f64)), cached)
+    assert r.kind == "new_dtype" and "input 0: dtype float64 vs cached float32; input 1: dtype float64" in r.text
+    assert "closest of 2 cached: [float32[4, 8], float32[1, 8]]" in r.text
+    r = reasons.kernel_needed("OP", 2, (((4, 8), f32), None), cached[:1])
+    assert r.kind == "new_shape_class" and "input 1: a scalar vs cached a tensor float32(4, 8)" in r.text
+    r = reasons.kernel_needed("OP", 2, (((2, 8), f32), ((4, 8), f32), False), [(((2, 8), f32), ((4, 8), f32), True)])
+    assert r.kind == "new_layout" and "input 1: a writable array vs cached a fixed weight" in r.text
+    r = reasons.kernel_needed("OP", 3, (((4, 9), f32),), [(((4, 8), f32),)])
+    assert r.kind == "new_shape" and "input 0: shape (4, 9) vs cached (4, 8)" in r.text
+
+
+def test_variant_needed_names_the_closest_variant():
+    from msvm import reasons
+
+    f32, f64 = np.dtype("float32"), np.dtype("float64")
+    x = t(4, 1, dtype=np.float64)
+    cached = [((f32, 2, 0),), ((f32, 2, (False, True)),)]       # (executor._key_of: dtype, rank, dims of size 1)
+    r = reasons.variant_needed("Net.construct()", ["x"], ((f64, 2, (False, True)),), [x], cached)
+    assert r.kind == "new_dtype" and r.text == ("Net.construct(): argument x: dtype float64 vs cached float32 "
+                                                "(shape (4, 1)) (closest of 2 compiled variants)")
+    r = reasons.variant_needed("Net.construct()", ["x"], ((f32, 3, 0),), [t(2, 3, 4)], cached[:1])
+    assert r.kind == "new_shape_class" and "argument x: rank 3 vs cached rank 2 (shape (2, 3, 4))" in r.text

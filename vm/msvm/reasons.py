@@ -104,7 +104,9 @@ def describe(ck) -> str:
 
 
 def _input_diffs(new, old) -> list:
-    """[(kind, text)] for the inputs whose description differs (most telling first)."""
+    """[(kind, text)] for the inputs whose description differs (most telling first): an input
+    whose dtype and shape both differ counts twice, so the closest cached inputs are the ones
+    that differ least."""
     out = []
     for i, (a, b) in enumerate(zip(new, old)):
         if a == b:
@@ -113,20 +115,25 @@ def _input_diffs(new, old) -> list:
             fixed = "a fixed weight (a read-only Parameter array, run on its contiguous transpose)"
             out.append(("new_layout", f"input 1: {fixed if a else 'a writable array'} vs cached "
                                       f"{fixed if b else 'a writable array'}"))
-        elif a is None or b is None:
+            continue
+        if a is None or b is None:
             what = (lambda x: "a scalar" if x is None else f"a tensor {x[1]}{_shape(x[0])}")
             out.append(("new_shape_class", f"input {i}: {what(a)} vs cached {what(b)}"))
-        elif str(a[1]) != str(b[1]):
+            continue
+        if str(a[1]) != str(b[1]):
             out.append(("new_dtype", f"input {i}: dtype {a[1]} vs cached {b[1]}"))
-        elif len(a[0]) != len(b[0]):
-            out.append(("new_shape_class", f"input {i}: rank {len(a[0])} {_shape(a[0])} vs cached rank {len(b[0])} "
-                                           f"{_shape(b[0])}"))
-        elif [n == 1 for n in a[0]] != [n == 1 for n in b[0]]:
-            ones = [d for d, (p, q) in enumerate(zip(a[0], b[0])) if (p == 1) != (q == 1)]
-            out.append(("new_shape_class", f"input {i}: shape {_shape(a[0])} vs cached {_shape(b[0])} (dim "
+        sa, sb = tuple(a[0]), tuple(b[0])
+        if sa == sb:
+            continue
+        if len(sa) != len(sb):
+            out.append(("new_shape_class", f"input {i}: rank {len(sa)} {_shape(sa)} vs cached rank {len(sb)} "
+                                           f"{_shape(sb)}"))
+        elif [n == 1 for n in sa] != [n == 1 for n in sb]:
+            ones = [d for d, (p, q) in enumerate(zip(sa, sb)) if (p == 1) != (q == 1)]
+            out.append(("new_shape_class", f"input {i}: shape {_shape(sa)} vs cached {_shape(sb)} (dim "
                                            f"{', '.join(map(str, ones))} of size 1 or not: another broadcast)"))
         else:
-            out.append(("new_shape", f"input {i}: shape {_shape(a[0])} vs cached {_shape(b[0])}"))
+            out.append(("new_shape", f"input {i}: shape {_shape(sa)} vs cached {_shape(sb)}"))
     out.sort(key=lambda d: _RANK.index(d[0]))
     return out
 
@@ -208,23 +215,27 @@ def kernel_source(need: Reason | None, source: str, discarded: str | None, refus
 
 # ---------------------------------------------------------------- bytecode variants (executor)
 
-def _arg_diff(name: str, new, old, v) -> tuple:
-    """(kind, text) for one argument's part of a variant key (executor._key_of) that differs."""
+def _arg_diff(name: str, new, old, v) -> list:
+    """[(kind, text)] for one argument's part of a variant key (executor._key_of) that differs
+    (a tensor whose dtype and dims of size 1 both differ gives two)."""
     if type(new) is tuple and type(old) is tuple and len(new) == 3 and len(old) == 3 and new[0] == "nd" == old[0]:
         new, old = (new[1], len(new[2]), new[2]), (old[1], len(old[2]), old[2])     # (a numpy array argument)
     if type(new) is tuple and type(old) is tuple and new and old and hasattr(new[0], "itemsize") \
             and hasattr(old[0], "itemsize"):
         shape = f"{_shape(v.shape)}" if hasattr(v, "shape") else ""
+        out = []
         if new[0] != old[0]:
-            return "new_dtype", f"argument {name}: dtype {new[0]} vs cached {old[0]} (shape {shape})"
+            out.append(("new_dtype", f"argument {name}: dtype {new[0]} vs cached {old[0]} (shape {shape})"))
         if new[1] != old[1]:
-            return "new_shape_class", f"argument {name}: rank {new[1]} vs cached rank {old[1]} (shape {shape})"
-        ones = lambda k: [d for d, one in enumerate(k[2] or ()) if one] if len(k) > 2 else []  # noqa: E731
-        return "new_shape_class", (f"argument {name}: shape {shape} has dims of size 1 at {ones(new) or 'none'} vs "
-                                   f"cached at {ones(old) or 'none'} (a dim of size 1 is compiled as the constant 1; "
-                                   "set_inputs with None keeps it a symbol)")
+            out.append(("new_shape_class", f"argument {name}: rank {new[1]} vs cached rank {old[1]} (shape {shape})"))
+        elif new[2:] != old[2:]:
+            ones = lambda k: [d for d, one in enumerate(k[2] or ()) if one] if len(k) > 2 else []  # noqa: E731
+            out.append(("new_shape_class", f"argument {name}: shape {shape} has dims of size 1 at "
+                                           f"{ones(new) or 'none'} vs cached at {ones(old) or 'none'} (a dim of size 1 "
+                                           "is compiled as the constant 1; set_inputs with None keeps it a symbol)"))
+        return out
     if type(new) is tuple and type(old) is tuple and new[:1] == ("c",) == old[:1] and new[1] is old[1]:
-        return "new_value", f"argument {name}: {new[2]!r} vs cached {old[2]!r} (baked into the bytecode)"
+        return [("new_value", f"argument {name}: {new[2]!r} vs cached {old[2]!r} (baked into the bytecode)")]
 
     def tname(k):
         if type(k) is type:
@@ -234,7 +245,7 @@ def _arg_diff(name: str, new, old, v) -> tuple:
         if type(k) is tuple and k[:1] == ("c",):
             return f"{k[1].__name__} {k[2]!r}"
         return "an object" if type(k) is tuple and k[:1] == ("id",) else str(k)
-    return "new_type", f"argument {name}: {tname(new)} vs cached {tname(old)}"
+    return [("new_type", f"argument {name}: {tname(new)} vs cached {tname(old)}")]
 
 
 def _split_exact(key):
@@ -263,7 +274,7 @@ def variant_needed(label: str, names, key: tuple, vals, cached, dropped: str | N
         for k, (p, q) in enumerate(zip(base, ob)):
             if p != q:
                 name = names[k] if k < len(names) else f"#{k}"
-                diffs.append(_arg_diff(name, p, q, vals[k] if k < len(vals) else None))
+                diffs += _arg_diff(name, p, q, vals[k] if k < len(vals) else None)
         if not diffs and exact is not None and oe is not None:
             for k, (p, q) in enumerate(zip(exact, oe)):
                 if p != q:

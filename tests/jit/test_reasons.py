@@ -11,7 +11,7 @@ import msvm as ms
 import numpy as np
 import pytest
 from msvm import log, nn, ops
-from msvm.compiler import tiers
+from msvm.compiler import build, tiers
 from msvm.compiler.codegen import codegen
 from msvm.profile import Profiler, render_html
 
@@ -233,7 +233,7 @@ def test_failed_compile(level, tmp_path, monkeypatch):
 
     def broken(kernel, name, features):
         raise RuntimeError("no lowering for this test")
-    monkeypatch.setattr(tiers, "lower", broken)
+    monkeypatch.setattr(build, "lower", broken)
     with Seen(tmp_path / "k") as seen:
         out = Chain()(t(4, 8), t(4, 8))
         Chain()(t(4, 8), t(4, 8))

@@ -30,9 +30,10 @@ Kernel reasons have two parts, joined in one sentence: why this site needed a ke
 (``kernel_needed``) and where the kernel came from (``from_cache``: memory, disk, or compiled
 because the cache held nothing — cold — or its disk entry was discarded).
 
-This module imports nothing of msvm: the tier managers (CPU and GPU), the executor and
-``Parameter.set_data`` call it with what they know (input shapes and dtypes, the keys they
-hold); they do the logging and the events.
+This module imports nothing of msvm: the tier managers (CPU: ``tiers.Site`` and
+``build.compile_kernel``; GPU), the executor, the call path (``callpath.call``: variants dropped
+after a Parameter changed shape) and ``Parameter.set_data`` call it with what they know (input
+shapes and dtypes, the keys they hold); they do the logging and the events.
 """
 
 from __future__ import annotations

@@ -47,6 +47,9 @@ const records = <T>(v: T[] | undefined | null): T[] => list(v).filter((x) => !!x
 const json = (v: unknown): string => JSON.stringify(v) ?? '';
 const where = (r: LspRange | undefined): string => `${oneBased(r?.start?.line)}:${oneBased(r?.start?.character)}`;
 const pct = (rate: unknown): string => (isNum(rate) ? (rate * 100).toFixed(1) : text(rate));
+/** "kind: sentence" of a record's reason (msvm/reasons.py), or nothing. */
+const why = (r: { reason_kind?: unknown; reason?: unknown }): string =>
+  (r.reason_kind || r.reason ? `${text(r.reason_kind)}: ${text(r.reason)}` : '');
 
 // ---------------------------------------------------------------- bytecode
 function renderBytecode(data: BytecodeResult, colors: unknown[]): void {
@@ -136,8 +139,11 @@ function renderHeatmap(p: Profile | null): void {
       const loc = Array.isArray(i.loc) ? i.loc : [];
       const compile = cell('num compile', i.compile_ms ? `${fixed(i.compile_ms, 2)} ms` : '');
       const exec = cell('num exec', i.exec_ns ? `${isNum(i.exec_ns) ? (i.exec_ns / 1e3).toFixed(1) : text(i.exec_ns)} µs` : '');
-      const tiers = records(i.tiers).map((tr) => `L${text(tr.level)}${tr.source === 'disk' ? ' (disk)' : ''} @${fixed(tr.t_ms, 0)} ms`);
-      const tr = h('tr', { class: 'hrow', tabindex: 0, data: { line: text(loc[0]) } },
+      const tiers = records(i.tiers).map((tr) => `L${text(tr.level)}${tr.source === 'disk' ? ' (disk)' : ''} @${fixed(tr.t_ms, 0)} ms` +
+        (tr.reason_kind ? ` ${text(tr.reason_kind)}` : ''));
+      const whys = [...records(i.tiers).map((x) => why(x)), ...records(i.misses).map((m) => `miss ×${text(m.count)} L${text(m.level)} ${why(m)}`),
+        ...records(i.l1).map((m) => `L1 ${why(m)}`)].filter(Boolean);
+      const tr = h('tr', { class: 'hrow', tabindex: 0, title: whys.join('\n'), data: { line: text(loc[0]) } },
         cell('addr', hex(i.offset)), cell('op', text(i.op)), cell('num', text(loc[0])), compile, exec,
         cell('tiers', tiers.join(', ')));
       // CSSOM, not style attributes: the page's CSP allows no inline styles
@@ -158,14 +164,23 @@ function renderHeatmap(p: Profile | null): void {
     st.append(h('div', { class: 'step' }, h('span', { class: 'label' }, k), bar, h('span', { class: 'num' }, `${fixed(v, 2)} ms`)));
   }
   app.append(st);
-  const tl = table('', ['t', 'region', 'tier', 'shape', 'from', 'ms']);
+  const tl = table('', ['t', 'region', 'tier', 'shape', 'from', 'ms', 'why']);
   const t0 = compiles.length && isNum(compiles[0].time) ? compiles[0].time : 0;
   for (const c of compiles) {
     tl.body.append(h('tr', {}, cell('num', isNum(c.time) ? `${((c.time - t0) * 1e3).toFixed(1)} ms` : text(c.time)),
       cell('', `${text(c.code)} ${hex(c.offset)} ${text(c.op)}`), cell('', `L${text(c.level)}`),
-      cell('', `${json(c.shape)} ${text(c.dtype)}`), cell('', text(c.source)), cell('num', fixed(c.ms, 2))));
+      cell('', `${json(c.shape)} ${text(c.dtype)}`), cell('', text(c.source)), cell('num', fixed(c.ms, 2)), cell('why', why(c))));
   }
   app.append(h('div', { class: 'timeline' }, h('h3', {}, 'Tier timeline'), tl.table));
+  const variants = records(p.codes).flatMap((c) => records(c.variants).map((v) => ({ ...v, code: c.name })));
+  if (variants.length) {
+    const vt = table('', ['code', 'variant', 'ms', 'why']);
+    for (const v of variants) {
+      vt.body.append(h('tr', {}, cell('', text(v.code)), cell('num', text(v.variant)), cell('num', fixed(v.compile_ms, 2)),
+        cell('why', why(v))));
+    }
+    app.append(h('div', { class: 'variants' }, h('h3', {}, 'Bytecode compiles'), vt.table));
+  }
 }
 
 // ---------------------------------------------------------------- cache
@@ -180,10 +195,10 @@ function renderCache(s: CacheStats | null): void {
   app.append(h('div', { class: 'header' }, h('h2', {}, `JIT cache: ${pct(rate)}% hit`), h('p', { class: 'muted' },
     `${text(s.hits)} hits · ${text(s.misses)} misses · ${text(s.compiles)} compiled · ${text(s.disk_loads)} loaded from disk` +
     (s.script ? ` · ${text(s.script)}` : ''))));
-  const t = table('cache', ['key', 'kernel', 'shape', 'dtype', 'tier', 'from']);
+  const t = table('cache', ['key', 'kernel', 'shape', 'dtype', 'tier', 'from', 'why']);
   for (const k of records(s.recent)) {
     t.body.append(h('tr', {}, cell('key', text(k.key)), cell('', text(k.op)), cell('', json(k.shape ?? '')),
-      cell('', text(k.dtype)), cell('', k.level ? `L${text(k.level)}` : ''), cell('', text(k.source))));
+      cell('', text(k.dtype)), cell('', k.level ? `L${text(k.level)}` : ''), cell('', text(k.source)), cell('why', why(k))));
   }
   app.append(t.table);
 }

@@ -76,10 +76,12 @@ export async function activate(ctx: vscode.ExtensionContext) {
     client.onNotification('msvm/profile', (p: { profile: Profile }) => onProfile(p.profile));
     client.onNotification('msvm/jitEvent', (e: Record<string, unknown>) => {
       if (e.type === 'compile') {
-        output.appendLine(`[MS] JIT ${e.source === 'disk' ? 'loaded' : 'compiled'} ${e.op} (shape=${JSON.stringify(e.shape)}, ` +
-          `dtype=${e.dtype}) at L${e.level} in ${Number(e.ms).toFixed(2)}ms, cache key=${String(e.key).slice(0, 12)}...`);
+        const how = e.source === 'disk' ? 'loaded' : e.source === 'memory' ? 'found in memory' : 'compiled';
+        output.appendLine(`[MS] JIT ${how} ${e.op} (shape=${JSON.stringify(e.shape)}, ` +
+          `dtype=${e.dtype}) at L${e.level} in ${Number(e.ms).toFixed(2)}ms, cache key=${String(e.key).slice(0, 12)}...` +
+          (e.reason ? ` (${e.reason_kind}: ${e.reason})` : ''));
       } else if (e.type === 'error') {
-        output.appendLine(`[MS] JIT L${e.level} compile of ${e.op} failed, staying in L1: ${e.why}`);
+        output.appendLine(`[MS] JIT L${e.level} compile of ${e.op} failed, staying in L1: ${e.reason ?? e.why}`);
       }
     });
     await client.start();

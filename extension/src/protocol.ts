@@ -38,22 +38,28 @@ export interface ProfileInstruction {
   compile_ms: number;
   compile_share: number;
   steps: Record<string, number>;
-  tiers: { level: number; shape: unknown; source: string; t_ms: number }[];
+  tiers: ({ level: number; shape: unknown; source: string; t_ms: number } & Why)[];
+  misses?: ({ level: number; count: number } & Why)[];
+  l1?: Why[];
 }
+
+/** Why a compile, a miss or an L1 decision happened (msvm/reasons.py): a kind and a sentence. */
+export interface Why { reason_kind?: string; reason?: string }
 
 export interface Profile {
   version: number;
   script: string;
   wall_ms: number;
-  codes: { name: string; file: string; line: number; calls: number; instructions: ProfileInstruction[] }[];
-  compiles: { code: string; offset: number; op: string; level: number; shape: unknown; dtype: string; ms: number;
-    source: string; time: number; steps: Record<string, number> }[];
+  codes: { name: string; file: string; line: number; calls: number; instructions: ProfileInstruction[];
+    variants?: ({ variant: number; compile_ms: number } & Why)[] }[];
+  compiles: ({ code: string; offset: number; op: string; level: number; shape: unknown; dtype: string; ms: number;
+    source: string; time: number; steps: Record<string, number> } & Why)[];
   steps_total: Record<string, number>;
   cache: CacheStats & { hit_rate?: number };
-  errors: { why?: string; op?: string }[];
+  errors: ({ why?: string; op?: string } & Why)[];
 }
 
-export interface CacheKey { key: string; op?: string; shape?: unknown; dtype?: string; source?: string; level?: number }
+export interface CacheKey extends Why { key: string; op?: string; shape?: unknown; dtype?: string; source?: string; level?: number }
 
 export interface CacheStats {
   hits: number;

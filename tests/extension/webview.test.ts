@@ -99,6 +99,8 @@ describe('panel pages in Chromium', function () {
     assert.match(cold, /, 0\)$|transparent/, 'an instruction that compiled nothing stays uncoloured');
     assert.strictEqual(await page.locator('.step').count(), 7);
     assert.match(await page.locator('.timeline').innerText(), /FUSED_MATMUL_BIAS/);
+    assert.match(await page.locator('.timeline').innerText(), /cold: the first kernel of this site at L2; compiled: cold cache/);
+    assert.match(await page.locator('.variants').innerText(), /new_shape_class: argument x: rank 3 vs cached rank 2/);
     await rows.nth(1).click();
     assert.deepStrictEqual(await posted(page), [{ type: 'reveal', file: '/w/examples/bert_layer.py',
       range: { start: { line: 75, character: 12 }, end: { line: 75, character: 39 } } }]);
@@ -112,6 +114,7 @@ describe('panel pages in Chromium', function () {
     assert.match(await page.locator('h2').innerText(), /92\.0% hit/);
     const cells = await page.locator('table.cache tbody tr td').allTextContents();
     assert.deepStrictEqual(cells.slice(0, 4), ['abc123def4567890', 'FUSED_MATMUL_RELU', '[32,1024]', 'float32']);
+    assert.strictEqual(cells[6], 'new_dtype: input 0: dtype float32 vs cached float64');
     await shot(page, 'panel-cache.png');
     assert.deepStrictEqual(errors, []);
   });
@@ -189,7 +192,8 @@ describe('panel pages in Chromium', function () {
       'codes[0].instructions[1].offset', 'codes[0].instructions[1].loc[0]', 'codes[0].instructions[1].compile_ms',
       'codes[0].instructions[1].exec_ns', 'codes[0].instructions[1].tiers[0].level', 'codes[0].instructions[1].tiers[0].t_ms',
       'steps_total.Step1 Parse', 'compiles[0].code', 'compiles[0].op', 'compiles[0].offset', 'compiles[0].level',
-      'compiles[0].dtype', 'compiles[0].source', 'compiles[0].ms'], ['compiles[0].shape']);
+      'compiles[0].dtype', 'compiles[0].source', 'compiles[0].ms', 'compiles[0].reason', 'compiles[0].reason_kind',
+      'codes[0].variants[0].reason', 'codes[0].variants[0].reason_kind'], ['compiles[0].shape']);
     // a step's name is a key, not a leaf: a hostile one is text too
     await send(page, { type: 'heatmap', profile: { ...PROFILE, steps_total: { [payload('step')]: 1 } } });
     const s = await inspect(page);
@@ -214,7 +218,8 @@ describe('panel pages in Chromium', function () {
     const r = await inspect(page);
     assertInert(r, errors);
     assertShown(r.text, stats, ['hits', 'misses', 'compiles', 'disk_loads', 'script', 'recent[0].key', 'recent[0].op',
-      'recent[0].dtype', 'recent[0].source', 'recent[0].level'], ['recent[0].shape']);
+      'recent[0].dtype', 'recent[0].source', 'recent[0].level', 'recent[0].reason', 'recent[0].reason_kind'],
+    ['recent[0].shape']);
     await send(page, { type: 'cache', stats: { hits: 1, recent: [null, 'k', { key: 3 }] } });
     assert.strictEqual(await page.locator('table.cache tbody tr').count(), 1);
     assert.deepStrictEqual(errors, []);

@@ -57,10 +57,17 @@ def test_profile_json_and_html(tmp_path):
     assert k["tiers"] and k["tiers"][0]["level"] == 2
     assert abs(sum(i["exec_share"] for i in code["instructions"]) - 1) < 1e-6
     assert rep["cache"]["compiles"] >= 1 and rep["cache"]["hits"] >= 1
+    # why: one bytecode variant (the first call) and the site's first kernel, from a cold cache
+    assert [v["reason_kind"] for v in code["variants"]] == ["cold"]
+    assert k["tiers"][0]["reason_kind"] == "cold" and "compiled: cold cache" in k["tiers"][0]["reason"]
+    (c,) = rep["compiles"]
+    assert c["reason_kind"] == "cold" and "at Block.construct+0x" in c["reason"] and "prog.py:" in c["reason"]
+    assert all(r["reason"] for r in rep["cache"]["recent"])
     page = (tmp_path / "p.html").read_text()
     assert "profile-data" in page and "Block.construct" in page
     assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", page), "the report loads nothing from the network"
     assert "Content-Security-Policy" in page
+    assert "compiled: cold cache (not in memory, not on disk)" in page and "first call with these argument kinds" in page
 
 
 def test_profile_of_a_failing_script_is_still_written(tmp_path):

@@ -255,6 +255,11 @@ async def test_statistics_from_a_real_program_reach_the_client(client, tmp_path)
     s = field(stats, "stats")
     assert field(s, "hits") >= 3 and field(s, "compiles") >= 1 and 0 < field(s, "rate") <= 1
     assert field(field(s, "recent")[0], "shape") and field(field(s, "recent")[0], "dtype") == "float32"
+    # each recent key says why it was compiled (msvm/reasons.py): here the site's first kernel, cold cache
+    recent = field(s, "recent")
+    assert all(field(r, "reason_kind") and "at Block.construct+0x" in field(r, "reason") for r in recent), recent
+    assert any(field(r, "reason_kind") == "cold" and "compiled: cold cache" in field(r, "reason") for r in recent)
+    assert field(field(report, "compiles")[0], "reason_kind") == "cold"
 
 
 async def test_run_profile_needs_trust(client, tmp_path):

@@ -18,21 +18,29 @@ from msvm.profile import render_html
 
 REPORT = {
     "version": 1, "script": "/w/prog.py", "argv": ["--n", "3"], "wall_ms": 812.5, "status": 0,
-    "codes": [{"name": "Block.construct", "file": "/w/prog.py", "line": 12, "calls": 5, "call_ms": 1.5, "instructions": [
+    "codes": [{"name": "Block.construct", "file": "/w/prog.py", "line": 12, "calls": 5, "call_ms": 1.5,
+               "variants": [{"variant": 1, "compile_ms": 2.5, "reason_kind": "cold", "reason": "first call"}],
+               "instructions": [
         {"offset": 0, "op": "LOAD_TENSOR", "argrepr": "x", "loc": [13, 8, 13, 40], "parts": [], "type": "Tensor",
          "exec_ns": 1000, "exec_share": 0.1, "compile_ms": 0, "compile_share": 0, "steps": {}, "tiers": []},
         {"offset": 3, "op": "FUSED_MATMUL_BIAS", "argrepr": "w", "loc": [13, 8, 13, 40], "type": "Tensor",
          "parts": [{"op": "MATMUL", "loc": [13, 15, 13, 30]}], "exec_ns": 9000, "exec_share": 0.9, "compile_ms": 12.5,
          "compile_share": 1.0, "steps": {"Step1 Parse": 1.0},
-         "tiers": [{"level": 2, "shape": [4, 8], "source": "compiled", "t_ms": 40.0}]},
+         "tiers": [{"level": 2, "shape": [4, 8], "source": "compiled", "t_ms": 40.0, "reason_kind": "cold",
+                    "reason": "the first kernel"}],
+         "misses": [{"level": 2, "reason_kind": "pending", "reason": "compiling", "count": 3}],
+         "l1": [{"reason_kind": "new_layout", "reason": "a strided view"}]},
     ]}],
     "compiles": [{"type": "compile", "code": "Block.construct", "offset": 3, "op": "FUSED_MATMUL_BIAS", "level": 2,
-                  "shape": [4, 8], "dtype": "float32", "ms": 12.5, "source": "compiled", "time": 1000.0, "key": "abc"}],
-    "tiers": [], "errors": [{"type": "error", "op": "RELU", "level": 3, "why": "no lowering"}],
+                  "shape": [4, 8], "dtype": "float32", "ms": 12.5, "source": "compiled", "time": 1000.0, "key": "abc",
+                  "reason_kind": "new_dtype", "reason": "input 0: dtype float64 vs cached float32"}],
+    "tiers": [], "errors": [{"type": "error", "op": "RELU", "level": 3, "why": "no lowering"},
+                            {"type": "error", "op": "RELU", "level": 2, "why": "x", "reason_kind": "over_budget",
+                             "reason": "compile took 1s"}],
     "steps_total": {"Step1 Parse": 1.0, "Step2 Shape Resolution": 0.5},
     "cache": {"hits": 4, "misses": 1, "hit_rate": 0.8, "compiles": 1, "disk_loads": 0,
               "recent": [{"key": "abc", "op": "FUSED_MATMUL_BIAS", "shape": [4, 8], "dtype": "float32",
-                          "source": "compiled"}]},
+                          "source": "compiled", "reason_kind": "cold", "reason": "cold cache"}]},
 }
 
 
@@ -62,7 +70,13 @@ SHOWN = ["script", "wall_ms", "codes[0].name", "codes[0].file", "codes[0].line",
          "step", "steps_total.Step1 Parse", "compiles[0].code", "compiles[0].offset", "compiles[0].op", "compiles[0].level",
          "compiles[0].dtype", "compiles[0].source", "compiles[0].ms", "cache.hits", "cache.misses", "cache.compiles",
          "cache.disk_loads", "cache.recent[0].key", "cache.recent[0].op", "cache.recent[0].dtype", "cache.recent[0].source",
-         "errors[0].op", "errors[0].level", "errors[0].why"]
+         "errors[0].op", "errors[0].level", "errors[0].why",
+         # why (msvm/reasons.py)
+         "codes[0].variants[0].variant", "codes[0].variants[0].reason_kind", "codes[0].variants[0].reason",
+         *(I1 + f for f in ("tiers[0].reason_kind", "tiers[0].reason", "misses[0].count", "misses[0].reason_kind",
+                            "misses[0].reason", "l1[0].reason_kind", "l1[0].reason")),
+         "compiles[0].reason_kind", "compiles[0].reason", "cache.recent[0].reason_kind", "cache.recent[0].reason",
+         "errors[1].reason_kind", "errors[1].reason"]
 TAGS = {"html", "head", "meta", "title", "style", "body", "h1", "h2", "div", "p", "span", "code", "table", "tr", "th", "td",
         "br", "ul", "li", "script", "tbody"}
 ATTRS = {"charset", "http-equiv", "content", "class", "id", "type", "lang"}

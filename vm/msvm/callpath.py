@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import context, events, log
+from . import context, events, log, reasons
 from . import dtype as dt
 from .interp import replay
 from .interp.replay import FALLBACK
@@ -136,6 +136,7 @@ def call(runner, args, kwargs, guarded: bool = False):
     """One call through ``runner`` (executor: a CellRunner or JitRunner). ``guarded``: the owner
     has had the guard run these values, whose replay fell back; the guard is not asked again."""
     if PARAMETER_SHAPES[0] != runner.shapes_seen:     # a Parameter changed shape: verify again
+        runner.dropped = reasons.variants_dropped(len(runner.variants))   # (the next compile says so)
         runner.variants.clear()
         runner.memo.clear()
         runner.shapes_seen = PARAMETER_SHAPES[0]

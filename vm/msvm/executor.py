@@ -15,7 +15,7 @@ import time
 
 import numpy as np
 
-from . import callpath, context, device, events, log
+from . import callpath, context, device, events, log, reasons
 from .bytecode.disasm import display_name, dump, to_json
 from .bytecode.symbolic import Expr
 from .bytecode.types import TensorType
@@ -105,6 +105,7 @@ class Variant:
 
             t0 = time.perf_counter()
             flags = {name: v for (_, name), v in zip(self.flags, key)}
+            why = reasons.flags_needed(self.source.name, flags, list(self.runs))
             try:
                 spec = specialize(self.source, flags)
             except MsvmError as e:      # the flag-generic code still runs; say why it was not specialized
@@ -117,7 +118,7 @@ class Variant:
                 run = optimize(spec)
                 b = self.link(run)
                 _announce(spec, run, len(self.runs) + 1, (time.perf_counter() - t0) * 1e3, {"dump_bytecode": False},
-                          flags=getattr(spec, "specialized_on", {}))
+                          flags=getattr(spec, "specialized_on", {}), reason=why)
             self.runs[key] = b
         return b
 
@@ -195,22 +196,29 @@ def resolve_path(root, path: str):
     return obj
 
 
-def _announce(code, run, variant_count: int, t_ms: float, opts, flags: dict | None = None):
-    """Log the compiled bytecode; the event carries what runs (after fusion), whose offsets later events use."""
+def _announce(code, run, variant_count: int, t_ms: float, opts, flags: dict | None = None, reason=None):
+    """Log the compiled bytecode and why it compiled (``reason``: msvm.reasons); the event carries
+    what runs (after fusion), whose offsets later events use."""
+    if reason is not None:                 # (a kernel site's first compile in this code says why it is new)
+        for c in run.all_codes():
+            if c.compile_reason is None:
+                c.compile_reason = reason
     if events._subs:
         events.emit({"type": "bytecode", "code": run.name, "file": run.filename, "line": run.firstlineno,
-                     "program": to_json(run), "compile_ms": t_ms})
+                     "program": to_json(run), "compile_ms": t_ms, "variant": variant_count,
+                     **(reason.fields() if reason is not None else {})})
     if context.jit_option("dump_bytecode", opts):
         log.emit_block(dump(code))
     if log.debug_enabled():
         if flags is not None:
             vals = ", ".join(f"{k}={v}" for k, v in flags.items())
-            log.logger.debug("Specialized %s for %s in %.2fms: %d instructions run", code.name, vals, t_ms,
-                             len(run.instrs))
+            log.logger.debug("Specialized %s for %s in %.2fms: %d instructions run%s", code.name, vals, t_ms,
+                             len(run.instrs), f" ({reason.kind}: {reason.text})" if reason is not None else "")
             return
         sig = ", ".join(f"{p}: {t}" for p, t in code.params)
-        log.logger.debug("Compiled %s (%s) -> %s in %.2fms: %d instructions, variant %d", code.name, sig,
-                         code.result_type, t_ms, len(code.instrs), variant_count)
+        log.logger.debug("Compiled %s (%s) -> %s in %.2fms: %d instructions, variant %d%s", code.name, sig,
+                         code.result_type, t_ms, len(code.instrs), variant_count,
+                         f" ({reason.kind}: {reason.text})" if reason is not None else "")
 
 
 class _Runner:
@@ -325,7 +333,8 @@ class CellRunner(_Runner):
         var = self.variants.get(key)
         if var is None:
             self.check_flags(vals)
-            var = self.compile(vals)
+            var = self.compile(vals, reasons.variant_needed(self.label, self.names, key, vals, list(self.variants),
+                                                            self.__dict__.pop("dropped", None)))
             if self.exact_shapes and not exact:     # (this compile found it needs exact shapes)
                 key += _exact_key(vals)
             self.variants[key] = var
@@ -342,7 +351,7 @@ class CellRunner(_Runner):
             specs.append(arg_spec(name, v, dec if isinstance(dec, Tensor) else None, k in self.flag_idx))
         return specs
 
-    def compile(self, vals):
+    def compile(self, vals, reason=None):
         t0 = time.perf_counter()
         specs = self.specs(vals)
         if self.exact_shapes:
@@ -359,7 +368,7 @@ class CellRunner(_Runner):
         except FrontendError as e:
             raise self.compile_error(e, specs, vals) from None
         run = optimize(code)
-        _announce(code, run, len(self.variants) + 1, (time.perf_counter() - t0) * 1e3, None)
+        _announce(code, run, len(self.variants) + 1, (time.perf_counter() - t0) * 1e3, None, reason=reason)
         bound = link_cell(run, self.cell, accelerator())
         return Variant(run, bound, [k for k, s in enumerate(specs) if s.kind != "const"], len(specs), code,
                        lambda c: link_cell(c, self.cell, accelerator()))
@@ -399,6 +408,8 @@ class JitRunner(_Runner):
             self.check_flags(vals)
         if var is None:
             t0 = time.perf_counter()
+            why = reasons.variant_needed(self.label, self.names, key, vals, list(self.variants),
+                                         self.__dict__.pop("dropped", None))
             specs = [arg_spec(name, v, None, k in self.flag_idx)
                      for k, ((name, _), v) in enumerate(zip(expand_params(self.params, len(vals)), vals))]
             if specs_exact:
@@ -416,7 +427,7 @@ class JitRunner(_Runner):
             except FrontendError as e:
                 raise self.compile_error(e, specs, vals) from None
             run = optimize(code)
-            _announce(code, run, len(self.variants) + 1, (time.perf_counter() - t0) * 1e3, self.opts)
+            _announce(code, run, len(self.variants) + 1, (time.perf_counter() - t0) * 1e3, self.opts, reason=why)
             bound = BoundCode(run, None, {}, None, accelerator())
             var = self.variants[key] = Variant(run, bound, [k for k, s in enumerate(specs) if s.kind != "const"], len(specs))
         return var, var.bound, [_runtime_value(vals[i]) for i in var.runtime_idx]

@@ -4,12 +4,18 @@ A ``Profiler`` subscribes to ``msvm.events`` and folds them into a report:
 
     {"version": 1, "script", "argv", "wall_ms",
      "codes": [{"name", "file", "line",
+                "variants": [{"variant", "compile_ms", "reason_kind", "reason"}],
                 "instructions": [{"offset", "op", "argrepr", "loc": [line, col, end_line, end_col],
                                   "parts": [{"op", "loc"}], "exec_ns", "exec_share",
                                   "compile_ms", "compile_share", "steps": {"Step1 Parse": ms, ...},
-                                  "tiers": [{"level", "shape", "t_ms"}]}]}],
+                                  "tiers": [{"level", "shape", "t_ms", "source", "reason_kind", "reason"}],
+                                  "misses": [{"level", "reason_kind", "reason", "count"}],
+                                  "l1": [{"reason_kind", "reason"}]}]}],
      "compiles": [compile events], "tiers": [tier events], "errors": [error events],
      "steps_total": {"Step1 Parse": ms, ...}, "cache": ms.cache_stats()}
+
+Every compile, bytecode variant, miss and L1 decision carries ``reason_kind`` and ``reason``
+(msvm.reasons): why it happened.
 
 ``msvm profile`` writes it as JSON and as a self-contained HTML page (``render_html``);
 the language server forwards it to the editor's heatmap. Loc lines are 1-based,
@@ -28,7 +34,7 @@ from . import events
 VERSION = 1
 STEPS = ("Step1 Parse", "Step2 Shape Resolution", "Step3 IR Generation", "Step4 Fusion",
          "Step5 Hardware Mapping", "Step6 Code Generation", "Step7 Kernel Cache")
-_TYPES = ("bytecode", "exec", "compile", "tier", "error", "cache")
+_TYPES = ("bytecode", "exec", "compile", "tier", "error", "cache", "miss")
 
 
 class Profiler:
@@ -43,6 +49,9 @@ class Profiler:
         self.compiles: list = []
         self.tiers: list = []
         self.errors: list = []
+        self.variants = collections.defaultdict(list)   # code -> [{variant, compile_ms, reason_kind, reason}]
+        self.misses = collections.Counter()             # (code, offset, level, kind, reason) -> calls
+        self.l1 = collections.defaultdict(dict)         # (code, offset) -> reason -> kind
         self.t0 = time.time()
         self.lock = threading.Lock()
         self._unsub = None
@@ -64,6 +73,11 @@ class Profiler:
             if kind == "bytecode":
                 for fn in (ev.get("program") or {}).get("functions", []):
                     self.programs[fn["name"]] = fn
+                if "reason" in ev:
+                    self.variants[ev.get("code")].append({"variant": ev.get("variant"),
+                                                          "compile_ms": round(ev.get("compile_ms", 0.0), 4),
+                                                          "reason_kind": ev.get("reason_kind"),
+                                                          "reason": ev.get("reason")})
             elif kind == "exec":
                 if "instr_ns" in ev:
                     c = self.exec_ns[ev["code"]]
@@ -80,6 +94,11 @@ class Profiler:
                 self.tiers.append(_plain(ev))
             elif kind == "error":
                 self.errors.append(_plain(ev))
+            elif kind == "miss":
+                self.misses[(ev.get("code"), ev.get("offset"), ev.get("level"), ev.get("reason_kind"),
+                             ev.get("reason"))] += 1
+            elif kind == "cache" and ev.get("event") == "l1":
+                self.l1[(ev.get("code"), ev.get("offset"))][ev.get("reason")] = ev.get("reason_kind")
 
     def report(self, cache: dict | None = None) -> dict:
         with self.lock:
@@ -89,6 +108,9 @@ class Profiler:
             tier_at = collections.defaultdict(list)
             for t in self.tiers:
                 tier_at[(t.get("code"), t.get("offset"))].append(t)
+            missed = collections.defaultdict(list)
+            for (code, off, level, kind_, why), n in self.misses.items():
+                missed[(code, off)].append({"level": level, "reason_kind": kind_, "reason": why, "count": n})
             total_exec = sum(sum(c.values()) for c in self.exec_ns.values()) or 1
             total_compile = sum(c.get("ms", 0.0) for c in self.compiles) or 1.0
             codes = []
@@ -110,11 +132,14 @@ class Profiler:
                         "compile_ms": round(cms, 4), "compile_share": cms / total_compile if comp else 0.0,
                         "steps": steps,
                         "tiers": [{"level": c.get("level"), "shape": c.get("shape"), "source": c.get("source"),
-                                   "t_ms": round((c.get("time", self.t0) - self.t0) * 1e3, 3)} for c in comp],
+                                   "t_ms": round((c.get("time", self.t0) - self.t0) * 1e3, 3),
+                                   "reason_kind": c.get("reason_kind"), "reason": c.get("reason")} for c in comp],
+                        "misses": missed.get((name, off), []),
+                        "l1": [{"reason_kind": k, "reason": r} for r, k in self.l1.get((name, off), {}).items()],
                     })
                 codes.append({"name": name, "file": fn.get("filename"), "line": fn.get("firstlineno"),
                               "calls": self.calls.get(name, 0), "call_ms": round(self.call_ms.get(name, 0.0), 4),
-                              "instructions": instrs})
+                              "variants": list(self.variants.get(name, [])), "instructions": instrs})
             steps_total = {s: round(sum(c.get("steps", {}).get(s, 0.0) for c in self.compiles), 4) for s in STEPS}
             return {
                 "version": VERSION, "script": self.script, "argv": self.argv,

@@ -427,6 +427,10 @@ class Parameter(Tensor):
         self._data = _frozen(dev.asarray(new, dtype=self._dtype.np))
         self.version += 1
         if old is None or old.shape != self._data.shape:
+            if old is not None:
+                from . import reasons
+
+                reasons.parameter_reshaped(self.name, old.shape, self._data.shape)
             PARAMETER_SHAPES[0] += 1
         return self
 

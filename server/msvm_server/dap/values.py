@@ -225,6 +225,10 @@ def jit_state(f, index: int) -> dict:
         best = [lv for lv, t in (("L3", site.l3), ("L2", site.l2)) if any(hasattr(v, "key") for v in t.values())]
         state["tier"] = f"{best[0]} (compiled)" if best else "L1 (interpreter; compiling or not compiled yet)"
         state["kernels"] = kernels or {"none": "no kernel for this shape yet"}
+        # why each kernel was asked for, or failed (msvm/reasons.py; the CPU tier manager's sites)
+        whys = [(k[0], r) for k, r in getattr(site, "why", {}).items() if k[0] in (2, 3)]
+        if whys:
+            state["why"] = {f"L{lv} {n}": f"{r.kind}: {r.text}" for n, (lv, r) in enumerate(whys)}
     tiers = sys.modules.get("msvm.compiler.tiers")
     if tiers is not None:
         s = tiers.stats()

@@ -2,8 +2,9 @@
 LLVM or load from the kernel cache, load) and the BLAS the matmul kernels call.
 
 Each compile reports the article's seven steps (Parse, Shape Resolution, IR Generation,
-Fusion, Hardware Mapping, Code Generation, Kernel Cache) as a ``compile`` event and, at
-DEBUG, as ``[MS]`` lines. The tier policy that decides what to compile is ``tiers.Site``.
+Fusion, Hardware Mapping, Code Generation, Kernel Cache: README says what each times) as a
+``compile`` event and, at DEBUG, as ``[MS]`` lines, each with why (``msvm.reasons``). The
+tier policy that decides what to compile is ``tiers.Site``.
 """
 
 from __future__ import annotations
@@ -17,10 +18,10 @@ import time
 
 import numpy as np
 
-from .. import context, events, log
+from .. import context, events, log, reasons
 from .cache import KernelCache, make_key
-from .callconv import prototype
-from .lower import lower
+from .callconv import PARALLEL_MIN, prototype
+from .lower import TYPES, lower, vec_width
 
 STEPS = ("Step1 Parse", "Step2 Shape Resolution", "Step3 IR Generation", "Step4 Fusion", "Step5 Hardware Mapping",
          "Step6 Code Generation", "Step7 Kernel Cache")
@@ -198,33 +199,39 @@ def _gemm_pointer(dtype: str, packed: bool = False) -> int:
 
 def compile_kernel(kernel, level: int, info: dict, cached_only: bool = False) -> Compiled | None:
     """Lower, compile (or load from the cache) and load one kernel; emits the compile event.
-    ``cached_only``: only what the cache (memory or disk) holds, else None."""
+    ``cached_only``: only what the cache (memory or disk) holds, else None. ``info`` may carry
+    ``parse_s``/``plan_s`` (the caller's Step1/Step2) and ``need`` (a reasons.Reason: why the
+    site asked for this kernel). What each step times: README, "The seven compile steps"."""
     from .codegen import codegen
 
     cache = kernel_cache()
     steps = dict.fromkeys(STEPS, 0.0)
+    steps["Step1 Parse"] = info.get("parse_s", 0.0)            # the kernel IR built from the instruction
+    steps["Step2 Shape Resolution"] = info.get("plan_s", 0.0)  # its shape class, collapsed dims, strides
     t_all = time.perf_counter()
     t0 = time.perf_counter()
     cg = codegen()
-    text = kernel.text()
-    steps["Step1 Parse"] = time.perf_counter() - t0
+    mapping = _mapping(kernel, level, cg)
+    steps["Step5 Hardware Mapping"] = time.perf_counter() - t0
     t0 = time.perf_counter()
+    text = kernel.text()
     key = make_key(text, level, "cpu", cg.version, cg.target_id)
     name = f"msvm_{kernel.name}_{key[:12]}"
-    steps["Step2 Shape Resolution"] = time.perf_counter() - t0
     with cache.lock:
         hit = cache.mem.get(key)
-    if hit is not None:
-        cache.note_key(key, info, "memory")
+    if hit is not None:            # (another site, or an earlier Code, compiled it in this process)
+        steps["Step7 Kernel Cache"] = time.perf_counter() - t0
+        _announce_kernel(info, level, key, "memory", steps, time.perf_counter() - t_all, mapping, cache)
         return hit
-    if log.debug_enabled():
-        log.logger.debug("JIT compiling %s (shape=%s, dtype=%s) at L%d...", info.get("op"), info.get("shape"),
-                         info.get("dtype"), level)
+    if log.debug_enabled() and not cached_only:
+        need = info.get("need")
+        log.logger.debug("JIT compiling %s (shape=%s, dtype=%s) at L%d%s...", info.get("op"), info.get("shape"),
+                         info.get("dtype"), level, f" because {need.text}" if need is not None else "")
     names = [name] + ([f"{name}_epi"] if kernel.kind == "matmul" and kernel.epilogue else [])
-    t0 = time.perf_counter()
     disk = cache.load(key, lambda obj: cg.load(obj, names))     # an entry that does not link is discarded
-    if disk is None and cached_only:
+    if disk is None and cached_only:        # (a discarded entry stays in cache.discarded: the compile says so)
         return None
+    lookup = time.perf_counter() - t0
     if disk is not None:
         addrs, obj = disk
         source = "disk"
@@ -234,35 +241,68 @@ def compile_kernel(kernel, level: int, info: dict, cached_only: bool = False) ->
         ir = lower(kernel, name, cg.features)
         steps["Step3 IR Generation"] = time.perf_counter() - t0
         steps["Step4 Fusion"] = info.get("fusion_s", 0.0)
-        t0 = time.perf_counter()
         obj, times = cg.compile(ir, level)
-        steps["Step5 Hardware Mapping"] = times["parse"] + times["optimize"]
-        steps["Step6 Code Generation"] = times["codegen"]
+        steps["Step6 Code Generation"] = times["parse"] + times["optimize"] + times["codegen"]
         t0 = time.perf_counter()
         addrs = cg.load(obj, names)
+        lookup += time.perf_counter() - t0
+    t0 = time.perf_counter()
     compiled = Compiled(kernel, level, addrs, name, key)
     if source == "compiled":
         cache.write(key, obj, {"name": name, "level": level, "kernel": text, "created": time.time()})
     with cache.lock:
         cache.mem[key] = compiled
         cache.stats["compiles" if source == "compiled" else "disk_loads"] += 1
-    steps["Step7 Kernel Cache"] = time.perf_counter() - t0
-    total = time.perf_counter() - t_all
-    cache.note_key(key, info, source)
+    steps["Step7 Kernel Cache"] = lookup + time.perf_counter() - t0
+    _announce_kernel(info, level, key, source, steps, time.perf_counter() - t_all, mapping, cache, obj)
+    return compiled
+
+
+def _announce_kernel(info, level, key, source, steps, elapsed, mapping, cache, obj=b"") -> None:
+    """The recent key, the ``compile`` event and the ``[MS]`` lines of one kernel look-up (memory,
+    disk or compiled), each with why (reasons.kernel_source)."""
+    rec = _record(info, level, source, cache, key)
+    cache.note_key(key, rec, source)
+    # (Steps 1, 2 and 4 ran before compile_kernel: the site's kernel IR and plan, the Code's fusion share)
+    total = elapsed + steps["Step1 Parse"] + steps["Step2 Shape Resolution"] + steps["Step4 Fusion"]
     ms_steps = {k: round(v * 1e3, 4) for k, v in steps.items()}
     events.emit({"type": "compile", "op": info.get("op"), "code": info.get("code"), "offset": info.get("offset"),
                  "file": info.get("file"), "line": info.get("line"), "level": level, "key": key,
                  "shape": info.get("shape"), "dtype": info.get("dtype"), "source": source,
-                 "steps": ms_steps, "ms": round(total * 1e3, 4), "fused": info.get("fused", 1)})
+                 "steps": ms_steps, "ms": round(total * 1e3, 4), "fused": info.get("fused", 1), "mapping": mapping,
+                 "reason": rec["reason"], "reason_kind": rec["reason_kind"]})
     if log.debug_enabled():
-        for step, v in ms_steps.items():
-            extra = f", fused {info.get('fused')} ops" if step == "Step4 Fusion" else \
-                f", object size={len(obj) / 1024:.1f}KB" if step == "Step6 Code Generation" else ""
-            log.logger.debug("%s: %.2fms%s", step, v, extra)
-        log.logger.debug("JIT %s in %.2fms (L%d), cache key=%s...", "loaded from disk" if source == "disk"
-                         else "compiled", total * 1e3, level, key[:12])
-    return compiled
+        if source != "memory":
+            for step, v in ms_steps.items():
+                extra = f", fused {info.get('fused')} ops" if step == "Step4 Fusion" else \
+                    f", object size={len(obj) / 1024:.1f}KB" if step == "Step6 Code Generation" else \
+                    f", {mapping}" if step == "Step5 Hardware Mapping" else ""
+                log.logger.debug("%s: %.2fms%s", step, v, extra)
+        how = {"disk": "loaded from disk", "memory": "found in memory"}.get(source, "compiled")
+        log.logger.debug("JIT %s %s in %.2fms (L%d), cache key=%s...: %s", info.get("op"), how, total * 1e3, level,
+                         key[:12], rec["reason"])
 
+
+def _mapping(kernel, level: int, cg) -> dict:
+    """Step5 Hardware Mapping: the target the kernel is compiled for and how it uses it (vector
+    lanes, threads, streaming stores, codegen level); recorded in the compile event."""
+    lanes = vec_width(cg.features, TYPES[kernel.dtype]) if kernel.dtype in TYPES else 1
+    dims = getattr(kernel, "dims", None) if kernel.kind == "elementwise" else None
+    threads = "per call"                  # a shape-generic kernel's split is decided per call (``callconv.caller``)
+    if kernel.kind == "matmul":
+        threads = "BLAS"
+    elif dims is not None:
+        threads = max(1, min(os.cpu_count() or 1, 8)) if dims[0] * dims[1] * dims[2] >= PARALLEL_MIN \
+            and dims[0] >= 2 else 1
+    return {"cpu": cg.cpu, "lanes": lanes, "threads": threads, "stream": bool(getattr(kernel, "stream", False)),
+            "opt": "O3" if level >= 3 else "O0"}
+
+
+def _record(info: dict, level: int, source: str, cache, key: str) -> dict:
+    """The compile's record for the recent keys and events: the site's info with why it came from there."""
+    why = reasons.kernel_source(info.get("need"), source, cache.discarded.pop(key, None), cache.refused)
+    return {k: v for k, v in info.items() if k not in ("need", "parse_s", "plan_s", "fusion_s")} | \
+        {"level": level, **why.fields()}
 
 
 def stats() -> dict:

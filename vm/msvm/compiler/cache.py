@@ -185,6 +185,7 @@ class KernelCache:
         self.lock = threading.Lock()
         self.stats = collections.Counter()
         self.recent: collections.deque = collections.deque(maxlen=10)
+        self.discarded: dict = {}            # key -> why its disk entry was discarded (until a compile reports it)
         self.refused: str | None = None      # why the disk is not used (memory only), once known
         self._disk_state = None              # _Disk, or False once refused
         self._disk_lock = threading.Lock()
@@ -406,12 +407,17 @@ class KernelCache:
             except OSError:
                 pass
         self.stats["corrupt"] += 1
+        if len(self.discarded) > 256:
+            self.discarded.clear()
+        self.discarded[key] = why
         log.logger.info("kernel cache: entry discarded: %s (%s)", why, key[:16])
         events.emit({"type": "cache", "event": "discarded", "key": key, "why": why})
 
     # --- bookkeeping
     def note_key(self, key: str, info: dict, source: str):
-        """A kernel was looked up for a new shape: found in memory, on disk, or compiled."""
+        """A kernel was looked up for a new shape: found in memory, on disk, or compiled; or it
+        failed to compile (``failed``), or inputs run the L1 kernel (``l1``, no key). ``info``
+        carries why (``reason``, ``reason_kind``: msvm.reasons)."""
         with self.lock:
             self.recent.appendleft(dict(info, key=key[:16], source=source))
         events.emit(dict(info, type="cache", event=source, key=key, stats=self.counts()))

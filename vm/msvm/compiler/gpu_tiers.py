@@ -27,7 +27,7 @@ import os
 import threading
 import time
 
-from .. import context, events, log
+from .. import context, events, log, reasons
 from ..bytecode.disasm import display_name
 from ..bytecode.opcodes import JITABLE
 from . import build, tiers
@@ -254,25 +254,29 @@ class GpuSite:
             if d.key in self.ready:
                 return
             self.ready[d.key] = "pending"
+        need = _need(self, d)
 
         def task():
             t0 = time.perf_counter()
             try:
                 with getattr(self.rt, "context", contextlib.nullcontext)():
                     _gk, steps = self.rt.kernel(d.kernel, d.level)
-                budget = build.BUDGET_S[d.level]
-                if time.perf_counter() - t0 > budget:
-                    raise TimeoutError(f"compile took {time.perf_counter() - t0:.2f}s, budget {budget}s")
+                reasons.check_budget(d.level, time.perf_counter() - t0, build.BUDGET_S[d.level])
                 self.ready[d.key] = True
                 self.tier_history.append({"time": time.time(), "level": d.level, "key": d.key[:12]})
                 events.emit({"type": "tier", "code": self.code.name, "offset": self.ins.offset, "op": self.name,
-                             "level": d.level, "device": f"cuda:{self.arch}", "steps": steps})
+                             "level": d.level, "device": f"cuda:{self.arch}", "steps": steps,
+                             **_got(self, d, need, steps).fields()})
+                if log.debug_enabled():
+                    log.logger.debug("GPU L%d kernel for %s: %s", d.level, self.name, _got(self, d, need, steps).text)
             except Exception as e:  # noqa: BLE001 - any failure leaves this class on L1, counted and logged
                 self.ready[d.key] = "failed"
                 self.stats["failures"] = self.stats.get("failures", 0) + 1
+                why = reasons.failure(e, d.level).then(need.text)
                 events.emit({"type": "error", "what": "compile", "op": self.name, "level": d.level, "why": str(e),
-                             "code": self.code.name, "offset": self.ins.offset, "device": f"cuda:{self.arch}"})
-                log.logger.info("GPU L%d compile of %s failed, staying in L1: %s", d.level, self.name, e)
+                             "code": self.code.name, "offset": self.ins.offset, "device": f"cuda:{self.arch}",
+                             **why.fields()})
+                log.logger.info("GPU L%d compile of %s failed, staying in L1: %s", d.level, self.name, why.text)
         if sync:
             task()
         else:
@@ -293,6 +297,32 @@ class GpuSite:
             return rt.rows("layer_norm", inputs[0], inputs[1], inputs[2], eps, d.level)
         program, ta, tb = d.args
         return rt.matmul(inputs[0], inputs[1], program, list(inputs[2:]), ta, tb, d.level)
+
+
+def _need(site: GpuSite, d: Decision):
+    """Why a GPU site asks for this kernel (reasons.kernel_needed), from the inputs it planned: at
+    L2 those of its other shape classes, at L3 those of its other specialized shapes."""
+    def plain(ck):            # (this module's plan keys, as reasons describes inputs: (shape, dtype) | None)
+        return tuple(None if isinstance(x, type) else ((), x[1]) if x[0] == "0d" else (x[0], x[1]) for x in ck)
+    plans = [(ck, p) for ck, p in list(site.plans.items()) if p is not None]
+    mine = next((ck for ck, p in plans if p[0] == d.class_key and p[1] == d.shape_key), ())
+    if d.level == 2:
+        others = [plain(ck) for ck, p in plans if p[0] != d.class_key]
+    else:
+        shapes = site.l3_shapes if _JIT["jit_level"] == "auto" else {p[1] for _, p in plans}
+        others = [plain(ck) for ck, p in plans if p[1] != d.shape_key and p[1] in shapes]
+    hot = d.level == 3 and _JIT["jit_level"] == "auto"
+    where = reasons.where(site.name, site.code.name, site.ins.offset, site.code.filename, site.ins.loc.line)
+    return reasons.kernel_needed(where, d.level, plain(mine), others, site.seen.get(d.shape_key) if hot else None,
+                                 context.jit_option("l3_after") if hot else None, variant=site.code.compile_reason)
+
+
+def _got(site: GpuSite, d: Decision, need, steps: dict):
+    """``need`` with where the kernel came from (its steps: memory, disk, or a compile)."""
+    source = "memory" if "memory" in steps else "disk" if "disk" in steps else "compiled"
+    cache = getattr(site.rt, "cache", None)
+    discarded = cache.discarded.get(d.key) if cache is not None and hasattr(cache, "discarded") else None
+    return reasons.kernel_source(need, source, discarded, getattr(cache, "refused", None))
 
 
 def _out_shape(inputs) -> tuple:

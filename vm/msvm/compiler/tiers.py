@@ -18,6 +18,9 @@ input layout), building a kernel (the background thread, ``compile_kernel``, the
 BLAS) is ``build.py``, and calling it (the kernel calling convention, the prepared callers, the
 native entries a replay calls) is ``callconv.py``. ``kernel_cache``, ``reset_cache``,
 ``wait_for_compiles``, ``stats``, ``compile_kernel`` and ``Compiled`` are re-exported here.
+
+Each compile reports the article's seven steps (``build.compile_kernel``; README says what each
+times); it, every miss and every L1 decision says why (``msvm.reasons``).
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ import time
 
 import numpy as np
 
-from .. import context, events, log
+from .. import context, events, log, reasons
 from ..bytecode.disasm import display_name
 from ..bytecode.opcodes import JITABLE
 from . import callconv, planning
@@ -72,6 +75,7 @@ class Site:
         self.tier_history: list = []
         self.plans: dict = {}
         self.l1_why: dict = {}   # why inputs of some layouts stay in the interpreter (the planner's reason)
+        self.why: dict = {}      # (level, l2/l3 key) -> reasons.Reason its kernel was asked for, or failed
         self.callers: dict = {}  # (concrete key, output shape) -> Prepared (its kernel and go(inputs, out))
         self.fast: dict = {}     # (shape, strides, dtype) per input -> Prepared, for shapes whose L3 kernel is loaded
         # a matmul by a transposed weight (Dense: x @ W.T) runs on a contiguous copy of W.T, which BLAS
@@ -90,10 +94,13 @@ class Site:
         n_fused = sum(1 for c in code.all_codes() for i in c.instrs if i.op.kind == "fused") or 1
         self.fusion_s = code.fusion_s / n_fused if ins.op.kind == "fused" else 0.0
 
-    def info(self, shape, dtype) -> dict:
+    def info(self, shape, dtype, **more) -> dict:
         return {"op": self.name, "code": self.code.name, "offset": self.ins.offset, "file": self.code.filename,
                 "line": self.ins.loc.line, "shape": list(shape), "dtype": str(dtype), "fused": self.fused,
-                "fusion_s": self.fusion_s}
+                "fusion_s": self.fusion_s, **more}
+
+    def where(self) -> str:
+        return reasons.where(self.name, self.code.name, self.ins.offset, self.code.filename, self.ins.loc.line)
 
     # --- the hot path
     def __call__(self, inputs, reference, out=None):
@@ -123,7 +130,7 @@ class Site:
                 if isinstance(k3, Compiled):
                     self.stats["misses"] += 1
                     return self.run(k3, plan, inputs, out)
-            self.stats["misses"] += 1
+            self._miss(3, shape_key)
             return reference(*inputs)
         if k2 is None:
             self.compile(2, plan, sync=(level == "L2"))
@@ -139,8 +146,23 @@ class Site:
         if isinstance(k2, Compiled):
             self.stats["hits"] += 1
             return self.run(k2, plan, inputs, out)
-        self.stats["misses"] += 1
+        self._miss(2, cls_key)
         return reference(*inputs)
+
+    def _miss(self, level: int, key) -> None:
+        """A call that runs the L1 kernel while its kernel compiles or after it failed: counted, and
+        said (a ``miss`` event, the first one per kernel at DEBUG) with why."""
+        self.stats["misses"] += 1
+        if events._subs or log.debug_enabled():
+            why = self.why.get((level, key))
+            if (self.l2 if level == 2 else self.l3).get(key) == "pending":
+                why = reasons.pending(level) if why is None else why.then(reasons.pending(level).text, "pending")
+            if why is None:
+                return
+            events.emit({"type": "miss", "code": self.code.name, "offset": self.ins.offset, "op": self.name,
+                         "level": level, **why.fields()})
+            if log.debug_enabled() and self.why.setdefault(("logged", level, key, why.kind), why) is why:
+                log.logger.debug("JIT miss: %s", why.text)
 
     def exact(self, inputs) -> tuple:
         """The key of ``fast``: each input's shape, strides and dtype (and, for a matmul by a
@@ -159,18 +181,19 @@ class Site:
         table, key = (self.l2, plan.cls) if level == 2 else (self.l3, plan.key)
         if key in table:
             return
+        need = self.why[(level, key)] = self._need(level, plan)
         table[key] = "pending"
         shape, dtype = plan.out_shape, plan.dtype
-        if not sync and self._from_cache(level, plan, table, key):
+        if not sync and self._from_cache(level, plan, table, key, need):
             return
 
         def task():
             t0 = time.perf_counter()
             try:
                 kernel = self.kernel_ir(level, plan)
-                compiled = compile_kernel(kernel, level, self.info(shape, dtype))
-                if time.perf_counter() - t0 > BUDGET_S[level]:
-                    raise TimeoutError(f"compile took {time.perf_counter() - t0:.2f}s, budget {BUDGET_S[level]}s")
+                compiled = compile_kernel(kernel, level, self.info(shape, dtype, need=need, plan_s=plan.details.get(
+                    "plan_s", 0.0), parse_s=time.perf_counter() - t0))
+                reasons.check_budget(level, time.perf_counter() - t0, BUDGET_S[level])
                 if level == 3:
                     self.prepare_native(compiled, plan)
                 table[key] = compiled
@@ -179,22 +202,44 @@ class Site:
                              "level": level, "shape": list(shape)})
             except Exception as e:  # noqa: BLE001 - any failure falls back to L1, counted and logged
                 table[key] = "failed"
+                why = self.why[(level, key)] = reasons.failure(e, level).then(need.text)
                 kernel_cache().stats["failures"] += 1
+                kernel_cache().note_key("", self.info(shape, dtype, level=level, **why.fields()), "failed")
                 events.emit({"type": "error", "what": "compile", "op": self.name, "level": level, "why": str(e),
-                             "code": self.code.name, "offset": self.ins.offset})
-                log.logger.info("JIT L%d compile of %s failed, staying in L1: %s", level, self.name, e)
+                             "code": self.code.name, "offset": self.ins.offset, **why.fields()})
+                log.logger.info("JIT L%d compile of %s failed, staying in L1: %s", level, self.name, why.text)
         if sync:
             task()
         else:
             worker().submit(task)
 
-    def _from_cache(self, level: int, plan, table, key) -> bool:
+    def _need(self, level: int, plan: Plan):
+        """Why this site asks for an L``level`` kernel for this plan (reasons.kernel_needed): the
+        inputs of the kernels it has at that tier, from the plans they were made from."""
+        ck = next((c for c, p in self.plans.items() if p is plan), ())
+        pos = "cls" if level == 2 else "key"      # (plans by shape class for L2, by concrete shapes for L3)
+        mine = getattr(plan, pos)
+        table, one = self.l2 if level == 2 else self.l3, {}
+        for c, p in self.plans.items():           # the inputs of one plan per kernel the site has
+            if p is not None and getattr(p, pos) != mine and getattr(p, pos) in table:
+                one.setdefault(getattr(p, pos), c)
+        others = list(one.values())
+        if level == 2:
+            return reasons.kernel_needed(self.where(), 2, ck, others, variant=self.code.compile_reason)
+        hot = _JIT["jit_level"] == "auto"
+        return reasons.kernel_needed(self.where(), 3, ck, others, self.seen.get(plan.key) if hot else None,
+                                     context.jit_option("l3_after") if hot else None)
+
+    def _from_cache(self, level: int, plan, table, key, need=None) -> bool:
         """A kernel the cache already holds (this process compiled it for another site, or an
         earlier process left it on disk) is used by the call that asks: loading costs about what
         a small call does, and only compiles go to the background."""
         try:
-            found = compile_kernel(self.kernel_ir(level, plan), level, self.info(plan.out_shape, plan.dtype),
-                                   cached_only=True)
+            t0 = time.perf_counter()
+            kernel = self.kernel_ir(level, plan)
+            info = self.info(plan.out_shape, plan.dtype, need=need, parse_s=time.perf_counter() - t0,
+                             plan_s=plan.details.get("plan_s", 0.0))
+            found = compile_kernel(kernel, level, info, cached_only=True)
         except Exception:  # noqa: BLE001 - a kernel that cannot even be described is the compile's problem
             return False
         if found is None:
@@ -217,24 +262,33 @@ class Site:
         if p is None:
             if ck in self.plans:
                 return None
+            t0 = time.perf_counter()
             p = self.plans[ck] = self._make_plan(inputs)
             if p is None:
                 return None
+            p.details["plan_s"] = time.perf_counter() - t0      # (Step2 Shape Resolution of its kernels)
         for x in inputs:
             if type(x) is _ND and not x.flags.c_contiguous:
-                self._l1(inputs, "a strided input (a view: the L1 kernel reads it in place)")
+                self._l1(inputs, "a strided input (a view: the L1 kernel reads it in place)", strided=True)
                 return None
         return p
 
-    def _l1(self, inputs, why: str) -> None:
-        """Say once per reason (and record per input layout, ``l1_why``) why these inputs run the L1 kernel."""
+    def _l1(self, inputs, why: str, strided: bool = False) -> None:
+        """Say once per reason (and record per input layout, ``l1_why``) why these inputs run the L1
+        kernel: in the log, a ``cache`` event and the recent keys (reasons.l1_only)."""
         key = tuple([(x.shape, str(x.dtype)) if type(x) is _ND else None for x in inputs])
         if key in self.l1_why:
             return
+        view = next(((j, x.strides, callconv._contiguous_strides(x.shape, x.itemsize)) for j, x in enumerate(inputs)
+                     if type(x) is _ND and not x.flags.c_contiguous), None) if strided else None
+        r = reasons.l1_only(self.where(), key, why, view)
         if why not in self.l1_why.values():
             log.logger.info("JIT: %s at %s+0x%04x runs in L1 for these inputs: %s", self.name, self.code.name,
-                            self.ins.offset, why)
+                            self.ins.offset, r.text)
         self.l1_why[key] = why
+        x = next((x for x in inputs if type(x) is _ND), None)
+        kernel_cache().note_key("", self.info(x.shape if x is not None else (), x.dtype if x is not None else "",
+                                              level=1, **r.fields()), "l1")
 
     def _make_plan(self, inputs):
         try:

@@ -72,13 +72,19 @@ class _Styles:
 def _code(c: dict, st: _Styles) -> list:
     out = [f"<h2><code>{esc(c.get('name'))}</code> <span class='muted'>{esc(c.get('file') or '')}:{esc(c.get('line'))}"
            f" · {esc(c.get('calls'))} calls</span></h2>",
+           *_variants(_list(c.get("variants"))),
            "<table><tr><th>offset</th><th>instruction</th><th>operands</th><th>line</th><th>compile</th><th>exec</th>"
-           "<th>tiers</th></tr>"]
+           "<th>tiers</th><th>why</th></tr>"]
     for i in map(_dict, _list(c.get("instructions"))):
         parts = ", ".join(f"{esc(p.get('op'))} @{esc(_first(p.get('loc')))}" for p in map(_dict, _list(i.get("parts"))))
         tiers = "<br>".join(f"L{esc(t.get('level'))}{'(disk)' if t.get('source') == 'disk' else ''}"
-                            f"@{fixed(t.get('t_ms'), 0)}ms {_json(t.get('shape'))}"
+                            f"@{fixed(t.get('t_ms'), 0)}ms {_json(t.get('shape'))} {esc(t.get('reason_kind'))}"
                             for t in map(_dict, _list(i.get("tiers"))))
+        why = "<br>".join([f"{esc(t.get('reason_kind'))}: {esc(t.get('reason'))}" for t in map(_dict, _list(i.get("tiers")))]
+                          + [f"miss ×{esc(m.get('count'))} L{esc(m.get('level'))} {esc(m.get('reason_kind'))}: "
+                             f"{esc(m.get('reason'))}" for m in map(_dict, _list(i.get("misses")))]
+                          + [f"L1 {esc(m.get('reason_kind'))}: {esc(m.get('reason'))}"
+                             for m in map(_dict, _list(i.get("l1")))])
         compile_ms, exec_ns = i.get("compile_ms"), i.get("exec_ns")
         exec_text = (f"{exec_ns / 1e3:.1f}" if _num(exec_ns) else esc(exec_ns)) + " µs" if exec_ns else ""
         out.append(
@@ -88,9 +94,22 @@ def _code(c: dict, st: _Styles) -> list:
             f"<td class='n {st.heat(i.get('compile_share'), COMPILE_RGB, 'hc')}'>"
             f"{fixed(compile_ms, 2) + ' ms' if compile_ms else ''}</td>"
             f"<td class='n {st.heat(i.get('exec_share'), EXEC_RGB, 'he')}'>{exec_text}</td>"
-            f"<td class='mono'>{tiers}</td></tr>")
+            f"<td class='mono'>{tiers}</td><td>{why}</td></tr>")
     out.append("</table>")
     return out
+
+
+def _why_error(e: dict) -> str:
+    """An error's reason (kind: sentence, msvm.reasons) where it has one, else its ``why``."""
+    kind = e.get("reason_kind")
+    return f"{esc(kind)}: {esc(e.get('reason'))}" if kind else esc(e.get("why"))
+
+
+def _variants(variants: list) -> list:
+    """Why each bytecode variant of a Code was compiled."""
+    rows = [f"<li>variant {esc(v.get('variant'))} ({fixed(v.get('compile_ms'), 2)} ms) "
+            f"<code>{esc(v.get('reason_kind'))}</code>: {esc(v.get('reason'))}</li>" for v in map(_dict, variants)]
+    return ["<ul class='muted'>" + "".join(rows) + "</ul>"] if rows else []
 
 
 def _steps(steps: dict, st: _Styles) -> list:
@@ -106,7 +125,7 @@ def _steps(steps: dict, st: _Styles) -> list:
 
 def _compiles(compiles: list) -> list:
     out = ["<h2>Tier history</h2><table>"
-           "<tr><th>t</th><th>region</th><th>tier</th><th>shape</th><th>how</th><th>ms</th></tr>"]
+           "<tr><th>t</th><th>region</th><th>tier</th><th>shape</th><th>how</th><th>ms</th><th>why</th></tr>"]
     t0 = compiles[0].get("time") if compiles else 0
     for c in compiles:
         t = c.get("time")
@@ -114,7 +133,8 @@ def _compiles(compiles: list) -> list:
         out.append(f"<tr><td class='n'>{when}</td><td class='mono'>{esc(c.get('code'))} @{esc(c.get('offset'))} "
                    f"{esc(c.get('op'))}</td><td>L{esc(c.get('level'))}</td><td class='mono'>{_json(c.get('shape'))} "
                    f"{esc(c.get('dtype'))}</td><td>{esc(c.get('source'))}</td>"
-                   f"<td class='n'>{fixed(c.get('ms'), 2)}</td></tr>")
+                   f"<td class='n'>{fixed(c.get('ms'), 2)}</td><td>{esc(c.get('reason_kind'))}: "
+                   f"{esc(c.get('reason'))}</td></tr>")
     out.append("</table>")
     return out
 
@@ -122,11 +142,11 @@ def _compiles(compiles: list) -> list:
 def _cache(cache: dict) -> list:
     out = [f"<h2>Kernel cache</h2><p>{esc(cache.get('hits'))} hits, {esc(cache.get('misses'))} misses, "
            f"{esc(cache.get('compiles'))} compiled, {esc(cache.get('disk_loads'))} loaded from disk</p>",
-           "<table><tr><th>key</th><th>kernel</th><th>shape</th><th>dtype</th><th>from</th></tr>"]
+           "<table><tr><th>key</th><th>kernel</th><th>shape</th><th>dtype</th><th>from</th><th>why</th></tr>"]
     for r in map(_dict, _list(cache.get("recent"))):
         out.append(f"<tr><td class='key'>{esc(r.get('key'))}</td><td class='mono'>{esc(r.get('op'))}</td>"
                    f"<td class='mono'>{_json(r.get('shape'))}</td><td>{esc(r.get('dtype'))}</td>"
-                   f"<td>{esc(r.get('source'))}</td></tr>")
+                   f"<td>{esc(r.get('source'))}</td><td>{esc(r.get('reason_kind'))}: {esc(r.get('reason'))}</td></tr>")
     out.append("</table>")
     return out
 
@@ -153,7 +173,8 @@ def render(report: dict) -> str:
     if errors:
         body.append("<h2>Errors</h2><ul>" + "".join(
             f"<li>{esc(e.get('op') or '')}{f' L{esc(lv)}' if (lv := e.get('level')) is not None else ''}: "
-            f"{esc(e.get('why'))}</li>" for e in errors) + "</ul>")
+            f"{_why_error(e)}</li>"
+            for e in errors) + "</ul>")
     css = files("msvm.report").joinpath("profile.css").read_text(encoding="utf-8") + st.css()
     digest = base64.b64encode(hashlib.sha256(css.encode()).digest()).decode()
     title = esc(f"msvm profile: {report.get('script', '')}")

@@ -401,7 +401,7 @@ _op("FUSED_CONV", 0x62, ["stride:const", "pad:const", "dilation:const", "group:c
                          "n:count"], "n", 1, S.fused_conv, "fused",
     "pop n inputs (x, w, [gamma, beta, mean, var when bn is an epsilon], extras); push program(conv, extras...) "
     "where conv is CONV2D(x, w) with the batch norm folded into w and a bias (once per Parameter array)",
-    compiled="l1")
+    compiled="kernel")
 
 
 # ---------------------------------------------------------------- derived views

@@ -32,7 +32,7 @@ import numpy as np
 from .. import context, events, log
 from ..bytecode.disasm import display_name
 from ..bytecode.opcodes import JITABLE
-from . import entry
+from . import conv, entry
 from .buffers import ALIGN, aligned_empty
 from .cache import KernelCache, make_key
 from .entry import data_pointer
@@ -186,6 +186,8 @@ class Compiled:
 
 def _cfunc(kernel, addr):
     i64, ptr, dbl = ctypes.c_int64, ctypes.c_void_p, ctypes.c_double
+    if hasattr(kernel, "cargs"):         # (issue 18: convolution kernels say their own, compiler/conv.py)
+        return ctypes.CFUNCTYPE(None, *kernel.cargs())(addr)
     if kernel.kind == "elementwise":
         args = [i64, i64, i64, i64, ptr]
         for kind in kernel.kinds:
@@ -590,7 +592,12 @@ class Site:
         cls = ("row", extra["op"], str(d), extra["gamma"], extra["beta"], extra["eps"])
         return (cls, (cls, x.shape), x.shape, d, dict(extra, n=x.shape[-1], rows=x.size // max(x.shape[-1], 1)))
 
+    def _plan_conv(self, inputs):            # (issue 18: compiler/conv.py)
+        return conv.plan(self, inputs)
+
     def kernel_ir(self, level: int, plan):
+        if self.op == "FUSED_CONV":          # (issue 18: compiler/conv.py)
+            return conv.kernel_ir(self, level, plan)
         cls, shape_key, out_shape, d, p = plan
         dtype = str(d)
         if self.op == "FUSED_ELEMENTWISE":
@@ -656,6 +663,8 @@ class Site:
                 return out
         if k.kind == "elementwise" and self.op == "FUSED_ELEMENTWISE":
             return _elementwise_caller(compiled, p, output, ptr)
+        if self.op == "FUSED_CONV":          # (issue 18: compiler/conv.py)
+            return conv.caller(self, compiled, plan, output)
         if k.kind == "elementwise":          # L2 matmul: BLAS product, then the epilogue in place
             ta, tb, wt, transposed = self.args[0], p["tb"], p["wt"], self.transposed
             # the epilogue's input 0 is the product, i.e. the output: its pointer is not kept
@@ -873,7 +882,7 @@ def stats() -> dict:
 
 # how a Site plans each jit-able row (opcodes.JITABLE: the rows whose ``compiled`` is "kernel")
 PLANNERS = {"FUSED_ELEMENTWISE": "_plan_elementwise", "FUSED_MATMUL": "_plan_matmul", "SOFTMAX": "_plan_row",
-            "LAYER_NORM": "_plan_row"}
+            "LAYER_NORM": "_plan_row", "FUSED_CONV": "_plan_conv"}
 
 
 class Accelerator:

@@ -1,0 +1,182 @@
+"""FUSED_CONV in the tiers (issue 18): which convolutions get a compiled kernel, and how it is called.
+
+A depthwise convolution (group == in channels == out channels, one input channel per filter) with
+its folded batch norm bias and its elementwise epilogue (ReLU6, a residual add, ...) is one LLVM
+kernel (``DepthwiseConv``, lowered in ``lower_conv.py``): per (image, channel) plane and output row,
+the taps are summed over a vector of output columns straight from the unpadded NCHW input
+(padded rows read a row of zeros, padded columns are masked to zero at the row ends), then the
+bias and the epilogue are applied while the vector is in registers, and it is stored once. The
+L1 kernel (interp/kernels.py ``_depthwise_taps``) made kh*kw passes over memory with a
+temporary each; this is one pass, and gives the same floats (the same products and sums in the
+same order, no FMA contraction).
+
+L2: dims, pads and the vector loop's column range are kernel arguments (one kernel per shape class:
+kernel size, stride, dilation, dtype, epilogue); L3: they are constants, the vector width is chosen
+for the row width.
+
+Dense and grouped convolutions stay on the L1 kernel, whose OpenBLAS GEMMs (with the weights
+folded and transposed once per Parameter array) are faster than a compiled direct convolution
+msvm could write here; the planner says so once per site (``Unsupported``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..interp import kernels as K
+from .entry import data_pointer
+from .lower import BINARY, UNARY, Unsupported
+from .lower_conv import DIMS
+
+
+@dataclass(frozen=True)
+class DepthwiseConv:
+    """A depthwise kh x kw convolution over NCHW planes with a per-channel bias and an epilogue
+    program (input 0 = the convolution, then the extras: "t" tensors of the output's shape, "s"
+    scalars)."""
+    dtype: str
+    kh: int
+    kw: int
+    stride: tuple
+    dilation: tuple
+    has_bias: bool
+    kinds: tuple                 # per extra input of the epilogue: "t" or "s"
+    program: tuple
+    width: int                   # vector lanes of the main loop (a 4-lane loop follows when wider)
+    dims: tuple | None = None    # L3: the DIMS values; L2: None (arguments)
+
+    kind = "depthwise"
+
+    def text(self) -> str:
+        return (f"depthwise dtype={self.dtype} k={self.kh}x{self.kw} stride={self.stride} dil={self.dilation} "
+                f"bias={self.has_bias} kinds={self.kinds} width={self.width} dims={self.dims} "
+                f"program={self.program!r}")
+
+    @property
+    def name(self) -> str:
+        ops = "_".join(n[0].replace("BROADCAST_", "").lower() for n in self.program if n[0] not in ("in", "c"))
+        return f"dw{self.kh}x{self.kw}s{self.stride[0]}" + (f"_{ops}"[:40] if ops else "")
+
+    def cargs(self) -> list:
+        """ctypes argument types: start, end, the DIMS, out, x, w, bias, zero row, the extras."""
+        import ctypes
+
+        i64, ptr = ctypes.c_int64, ctypes.c_void_p
+        return [i64, i64] + [i64] * len(DIMS) + [ptr] * 5 + [ptr if k == "t" else ctypes.c_double
+                                                                for k in self.kinds]
+
+
+def _split(args, inputs):
+    """(bn operand, eps, has conv bias, number of bn/bias inputs, extras) of a FUSED_CONV's inputs."""
+    bn = args[4]
+    has_bias = isinstance(bn, tuple)
+    eps = bn[1] if has_bias else bn
+    nbn = 0 if bn is None else 5 if has_bias else 4
+    return eps, nbn, list(inputs[2 + nbn:])
+
+
+def dims_of(x_shape, w_shape, stride, pad, dil, width_step=1):
+    """(Ho, Wo, pt, pl, lo, hi) for a depthwise conv: lo..hi is the range of output columns whose
+    taps all read inside the row (the vector loops run there: ow + lanes <= hi)."""
+    _, _, h, w = x_shape
+    _, _, kh, kw = w_shape
+    sh, sw = stride
+    dh, dw = dil
+    if pad == ("same",):
+        ph = K._same_pads(h, kh, sh, dh)
+        pw = K._same_pads(w, kw, sw, dw)
+    else:
+        ph, pw = (pad[0], pad[1]), (pad[2], pad[3])
+    span_h, span_w = dh * (kh - 1) + 1, dw * (kw - 1) + 1
+    if span_h > h + sum(ph) or span_w > w + sum(pw):
+        raise Unsupported("the window is larger than the padded input (the interpreter says so)")
+    ho = (h + sum(ph) - span_h) // sh + 1
+    wo = (w + sum(pw) - span_w) // sw + 1
+    pl = pw[0]
+    lo = min(-(-pl // sw), wo)
+    hi = max(lo, min((w + pl - (kw - 1) * dw) // sw, wo))
+    return ho, wo, ph[0], pl, lo, hi
+
+
+def plan(site, inputs):
+    """The Site plan of a FUSED_CONV: depthwise only (else Unsupported: the L1 kernel runs it)."""
+    stride, pad, dil, group, bn, program, _n = site.args
+    x, w = inputs[0], inputs[1]
+    if not (isinstance(x, np.ndarray) and isinstance(w, np.ndarray) and x.ndim == 4 and w.ndim == 4):
+        raise Unsupported("a convolution of non-4-d inputs")
+    o, cg, kh, kw = w.shape
+    c = x.shape[1]
+    if not (cg == 1 and group == c == o and group > 1):
+        raise Unsupported("a dense or grouped convolution: the L1 kernel's BLAS GEMMs on weights folded once")
+    eps, nbn, extras = _split(site.args, inputs)
+    bnp = list(inputs[2:2 + nbn])
+    if not all(isinstance(a, np.ndarray) and a.shape == (o,) for a in bnp):
+        raise Unsupported("batch norm parameters that are not [channels] tensors")
+    d = site._float_dtype([x, w] + bnp)
+    ho, wo, pt, pl, lo, hi = dims_of(x.shape, w.shape, stride, pad, dil)
+    out_shape = (x.shape[0], o, ho, wo)
+    kinds = []
+    for e in extras:
+        if isinstance(e, np.ndarray) and e.ndim > 0:
+            if e.shape != out_shape or e.dtype != d:
+                raise Unsupported("an epilogue tensor not of the output's shape and dtype")
+            kinds.append("t")
+        elif isinstance(e, (int, float, np.generic)) or (isinstance(e, np.ndarray) and e.dtype == d):
+            kinds.append("s")
+        else:
+            raise Unsupported("an epilogue scalar of another dtype")
+    for node in program:
+        tag = node[0]
+        if tag in ("in", "c"):
+            continue
+        if tag == "CAST":
+            if getattr(node[1], "name", node[1]) != str(d):
+                raise Unsupported("cast to another dtype")
+        elif tag not in UNARY and tag not in BINARY:
+            raise Unsupported(f"{tag} in a convolution's epilogue has no lowering")
+    cls = ("dw", str(d), kh, kw, tuple(stride), tuple(dil), nbn > 0, tuple(kinds), program)
+    dims = (c, x.shape[2], x.shape[3], ho, wo, pt, pl, lo, hi)
+    return (cls, (cls, dims), out_shape, d, {"dims": dims, "planes": x.shape[0] * c, "eps": eps, "nbn": nbn,
+                                              "kinds": tuple(kinds)})
+
+
+def kernel_ir(site, level: int, plan):
+    cls, _key, _shape, d, p = plan
+    _, dtype, kh, kw, stride, dil, has_bias, kinds, program = cls
+    from .codegen import codegen
+    from .lower import TYPES, vec_width
+
+    full = vec_width(codegen().features, TYPES[dtype])
+    if level >= 3:
+        lo, hi = p["dims"][7], p["dims"][8]
+        width = full if hi - lo >= full else max(4, full // 2) if hi - lo >= full // 2 else 4
+    else:
+        width = min(8, full)
+    return DepthwiseConv(dtype, kh, kw, stride, dil, has_bias, kinds, program, width,
+                         p["dims"] if level >= 3 else None)
+
+
+def caller(site, compiled, plan, output):
+    """``go(inputs, out)``: the folded weight and bias (once per Parameter array, as the L1 kernel
+    folds them), then one call over every plane."""
+    _cls, _key, _shape, d, p = plan
+    fn, ptr = compiled.fn, site.ptr
+    dims, planes, eps, nbn, kinds = p["dims"], p["planes"], p["eps"], p["nbn"], p["kinds"]
+    zrow = np.zeros(max(dims[2], 1) + 64, dtype=d)
+    zp = data_pointer(zrow)
+    first = 2 + nbn
+
+    def go(inputs, out):
+        out = output(out)
+        wm, bias = K.prepared_weight(inputs[1], list(inputs[2:first]), eps, d)
+        extras = []
+        for j, kind in enumerate(kinds):
+            e = inputs[first + j]
+            extras.append(ptr(first + j, e) if kind == "t" else float(e))
+        fn(0, planes, *dims, data_pointer(out), ptr(0, inputs[0]), data_pointer(wm),
+           data_pointer(bias) if bias is not None else None, zp, *extras)
+        return out
+    go.zero_row = zrow           # (kept alive with the caller: the kernel reads it through zp)
+    return go

@@ -77,6 +77,15 @@ def _split(args, inputs):
     return eps, nbn, list(inputs[2 + nbn:])
 
 
+def _dtype(x, w, bnp):
+    """The convolution's dtype as the L1 kernel computes it (the weights are folded into it): the
+    input's, which must be float32 or float64 and at least as wide as the weights'."""
+    d = np.result_type(x, w, *bnp)
+    if d not in (np.float32, np.float64) or x.dtype != d:
+        raise Unsupported(f"a convolution in {d} of a {x.dtype} input")
+    return d
+
+
 def dims_of(x_shape, w_shape, stride, pad, dil, width_step=1):
     """(Ho, Wo, pt, pl, lo, hi) for a depthwise conv: lo..hi is the range of output columns whose
     taps all read inside the row (the vector loops run there: ow + lanes <= hi)."""
@@ -109,12 +118,12 @@ def plan(site, inputs):
     o, cg, kh, kw = w.shape
     c = x.shape[1]
     if not (cg == 1 and group == c == o and group > 1):
-        raise Unsupported("a dense or grouped convolution: the L1 kernel's BLAS GEMMs on weights folded once")
+        return plan_gemm(site, inputs)
     eps, nbn, extras = _split(site.args, inputs)
     bnp = list(inputs[2:2 + nbn])
     if not all(isinstance(a, np.ndarray) and a.shape == (o,) for a in bnp):
         raise Unsupported("batch norm parameters that are not [channels] tensors")
-    d = site._float_dtype([x, w] + bnp)
+    d = _dtype(x, w, bnp)
     ho, wo, pt, pl, lo, hi = dims_of(x.shape, w.shape, stride, pad, dil)
     out_shape = (x.shape[0], o, ho, wo)
     kinds = []
@@ -142,8 +151,55 @@ def plan(site, inputs):
                                               "kinds": tuple(kinds)})
 
 
+def with_bias(program: tuple) -> tuple:
+    """The epilogue program with the folded bias (its input 1) added to the convolution first, as
+    the L1 kernel adds it before the epilogue; the extras move up by one."""
+    out: list = []
+    for node in program:
+        if node == ("in", 0):
+            out += [("in", 0), ("in", 1), ("BROADCAST_ADD",)]
+        elif node[0] == "in":
+            out.append(("in", node[1] + 1))
+        else:
+            out.append(node)
+    return tuple(out)
+
+
+def plan_gemm(site, inputs):
+    """A dense or grouped convolution: the L1 kernel's BLAS product (interp/kernels.py conv_gemm:
+    1x1 as a matmul, per-tap sgemms, im2col), then the bias and the epilogue in one compiled pass
+    over the product, in place (the L1 kernel makes one numpy pass per step)."""
+    from .tiers import _Shape
+
+    stride, pad, dil, group, bn, program, _n = site.args
+    x, w = inputs[0], inputs[1]
+    eps, nbn, extras = _split(site.args, inputs)
+    bnp = list(inputs[2:2 + nbn])
+    if not all(isinstance(a, np.ndarray) and a.shape == (w.shape[0],) for a in bnp):
+        raise Unsupported("batch norm parameters that are not [channels] tensors")
+    d = _dtype(x, w, bnp)
+    if x.shape[1] != w.shape[1] * group:
+        raise Unsupported("channels that do not match the weight (the interpreter says so)")
+    ho, wo = dims_of(x.shape, w.shape, stride, pad, dil)[:2]
+    out_shape = (x.shape[0], w.shape[0], ho, wo)
+    prog = with_bias(program) if nbn else program
+    if prog == (("in", 0),):
+        raise Unsupported("a convolution without an epilogue (the BLAS product is all of it)")
+    if x.shape[0] == 0:
+        raise Unsupported("an empty batch")
+    heads = [_Shape(out_shape, d)] + ([_Shape((1, w.shape[0], 1, 1), d)] if nbn else [])
+    epi = site._plan_elementwise(heads + extras, prog, out_shape)
+    cls = ("gemm", epi[0], prog)
+    return (cls, (cls, epi[1][1]), out_shape, d, {"epi": epi[4], "eps": eps, "nbn": nbn, "heads": len(heads)})
+
+
 def kernel_ir(site, level: int, plan):
     cls, _key, _shape, d, p = plan
+    if cls[0] == "gemm":
+        from .kir import Elementwise
+
+        ep = p["epi"]
+        return Elementwise(ep["program"], ep["kinds"], tuple(ep["bcast"]), str(d), ep["dims"] if level >= 3 else None)
     _, dtype, kh, kw, stride, dil, has_bias, kinds, program = cls
     from .codegen import codegen
     from .lower import TYPES, vec_width
@@ -162,6 +218,8 @@ def caller(site, compiled, plan, output):
     """``go(inputs, out)``: the folded weight and bias (once per Parameter array, as the L1 kernel
     folds them), then one call over every plane."""
     _cls, _key, _shape, d, p = plan
+    if _cls[0] == "gemm":
+        return _gemm_caller(site, compiled, plan)
     fn, ptr = compiled.fn, site.ptr
     dims, planes, eps, nbn, kinds = p["dims"], p["planes"], p["eps"], p["nbn"], p["kinds"]
     zrow = np.zeros(max(dims[2], 1) + 64, dtype=d)
@@ -179,4 +237,23 @@ def caller(site, compiled, plan, output):
            data_pointer(bias) if bias is not None else None, zp, *extras)
         return out
     go.zero_row = zrow           # (kept alive with the caller: the kernel reads it through zp)
+    return go
+
+
+def _gemm_caller(site, compiled, plan):
+    from .tiers import _elementwise_caller
+
+    _cls, _key, _shape, d, p = plan
+    stride, pad, dil, group = site.args[:4]
+    eps, nbn, heads, ptr = p["eps"], p["nbn"], p["heads"], site.ptr
+    first = 2 + nbn
+    # the epilogue's inputs: the product (written in place), [the bias,] the extras (at first + j)
+    epi = _elementwise_caller(compiled, p["epi"], None,
+                              lambda j, a: data_pointer(a) if j < heads else ptr(first + j - heads, a))
+
+    def go(inputs, out):
+        x, w = inputs[0], inputs[1]
+        wm, bias = K.prepared_weight(w, list(inputs[2:first]), eps, d)
+        res = K.conv_gemm(x, wm, w.shape, stride, pad, dil, group, d)
+        return epi([res] + ([bias] if nbn else []) + list(inputs[first:]), res)
     return go

@@ -190,7 +190,11 @@ def plan_gemm(site, inputs):
     heads = [_Shape(out_shape, d)] + ([_Shape((1, w.shape[0], 1, 1), d)] if nbn else [])
     epi = site._plan_elementwise(heads + extras, prog, out_shape)
     cls = ("gemm", epi[0], prog)
-    return (cls, (cls, epi[1][1]), out_shape, d, {"epi": epi[4], "eps": eps, "nbn": nbn, "heads": len(heads)})
+    kh, kw = w.shape[2:]
+    shifted = group == 1 and tuple(stride) == (1, 1) and kh * kw > 1 and wo >= K.SHIFTED_MIN_WIDTH
+    return (cls, (cls, epi[1][1], x.shape, w.shape), out_shape, d,
+            {"epi": epi[4], "eps": eps, "nbn": nbn, "heads": len(heads), "shifted": shifted,
+             "x_shape": x.shape, "w_shape": w.shape})
 
 
 def kernel_ir(site, level: int, plan):
@@ -251,9 +255,75 @@ def _gemm_caller(site, compiled, plan):
     epi = _elementwise_caller(compiled, p["epi"], None,
                               lambda j, a: data_pointer(a) if j < heads else ptr(first + j - heads, a))
 
+    shifted = None
+    if group == 1 and tuple(stride) == (1, 1) and p["shifted"]:
+        shifted = Shifted(p["x_shape"], p["w_shape"], pad, dil, d)
+
     def go(inputs, out):
         x, w = inputs[0], inputs[1]
         wm, bias = K.prepared_weight(w, list(inputs[2:first]), eps, d)
-        res = K.conv_gemm(x, wm, w.shape, stride, pad, dil, group, d)
+        if shifted is not None:
+            res = shifted(x, K._taps_weight(wm, w.shape))
+        else:
+            res = K.conv_gemm(x, wm, w.shape, stride, pad, dil, group, d)
         return epi([res] + ([bias] if nbn else []) + list(inputs[first:]), res)
     return go
+
+
+class Shifted:
+    """A stride-1 k x k convolution as kh*kw GEMMs over contiguous runs of the padded image (the
+    L1 kernel's "shifted" algorithm, kernels._conv_shifted), called through the BLAS pointer with
+    beta = 1 so each tap accumulates into the product in place: no temporary and no kh*kw - 1 add
+    passes over it. The padded image's buffer is kept (its borders stay zero; only the interior is
+    written per call)."""
+
+    def __init__(self, x_shape, w_shape, pad, dil, d):
+        import ctypes
+
+        from .tiers import blas
+
+        n, c, h, w = x_shape
+        o, _, kh, kw = w_shape
+        ho, wo, pt, pl = dims_of(x_shape, w_shape, (1, 1), pad, dil)[:4]
+        if pad == ("same",):
+            ph, pw = K._same_pads(h, kh, 1, dil[0]), K._same_pads(w, kw, 1, dil[1])
+        else:
+            ph, pw = (pad[0], pad[1]), (pad[2], pad[3])
+        self.hp, self.wp = h + sum(ph), w + sum(pw)
+        self.pt, self.pl, self.ho, self.wo, self.o, self.c, self.n = pt, pl, ho, wo, o, c, n
+        self.taps = [(i * dil[0] * self.wp + j * dil[1]) for i in range(kh) for j in range(kw)]
+        self.row = self.hp * self.wp + (kw - 1) * dil[1]       # a channel's run, with the last tap's overhang
+        self.d = d
+        bits, gemm = blas()
+        it = ctypes.c_int64 if bits == 64 else ctypes.c_int32
+        ft = ctypes.c_float if d == np.float32 else ctypes.c_double
+        self.gemm = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * 13))(gemm[str(np.dtype(d))])
+        ref = ctypes.byref
+        self.consts = [ref(ctypes.c_char(b"N")), ref(ctypes.c_char(b"N")), ref(it(ho * self.wp)), ref(it(o)),
+                       ref(it(c)), ref(ft(1.0))]
+        self.lda, self.ldb, self.ldc = ref(it(self.row)), ref(it(c)), ref(it(ho * self.wp))
+        self.beta = (ref(ft(0.0)), ref(ft(1.0)))
+        self._keep = (it, ft)
+        self.pool: list = []          # free (padded image, accumulator) pairs
+
+    def __call__(self, x, wt):
+        n = x.shape[0]
+        bufs = self.pool.pop() if self.pool else (np.zeros((self.c, self.row), self.d),
+                                                  np.empty((self.o, self.ho * self.wp), self.d))
+        flat, acc = bufs
+        inner = flat[:, :self.hp * self.wp].reshape(self.c, self.hp, self.wp)[
+            :, self.pt:self.pt + x.shape[2], self.pl:self.pl + x.shape[3]]
+        res = np.empty((n, self.o, self.ho, self.wo), self.d)
+        ta, tb, m, nn, k, alpha = self.consts
+        base, accp = data_pointer(flat), data_pointer(acc)
+        isz = flat.itemsize
+        try:
+            for b in range(n):
+                np.copyto(inner, x[b])
+                for t, off in enumerate(self.taps):
+                    self.gemm(ta, tb, m, nn, k, alpha, base + off * isz, self.lda, data_pointer(wt[t]), self.ldb,
+                              self.beta[t > 0], accp, self.ldc)
+                res[b] = acc.reshape(self.o, self.ho, self.wp)[:, :, :self.wo]
+        finally:
+            self.pool.append(bufs)
+        return res

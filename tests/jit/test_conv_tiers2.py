@@ -218,3 +218,52 @@ def test_static_dump_lowers_the_depthwise_kernel():
 
     ir = lower(ks[0].kernel, "k", codegen().features)
     assert "define void @k(" in ir and "%Wo_a" in ir
+
+
+class Pool(nn.Cell):
+    def __init__(self, k, stride, pad_mode, padding):
+        super().__init__()
+        self.pool = nn.MaxPool2d(k, stride, pad_mode=pad_mode, padding=padding) if pad_mode == "pad" else \
+            nn.MaxPool2d(k, stride, pad_mode=pad_mode)
+
+    def construct(self, x):
+        return self.pool(x)
+
+
+def max_pool_reference(x, k, s, pad):
+    """float64 numpy: the maximum over each window of x padded with -inf (NaN wins)."""
+    (pt, pb), (pl, pr) = pad
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (pt, pb), (pl, pr)), constant_values=-np.inf)
+    ho, wo = (xp.shape[2] - k) // s + 1, (xp.shape[3] - k) // s + 1
+    out = np.full(x.shape[:2] + (ho, wo), -np.inf)
+    for i in range(k):
+        for j in range(k):
+            out = np.maximum(out, xp[:, :, i:i + s * (ho - 1) + 1:s, j:j + s * (wo - 1) + 1:s])
+    return out
+
+
+def _same(d, k, s):
+    total = max((-(-d // s) - 1) * s + k - d, 0)
+    return total // 2, total - total // 2
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("level", ["L2", "L3"])
+def test_max_pool_kernel_matches_l1_and_numpy(seed, level):
+    rng = np.random.default_rng(300 + seed)
+    k, s = int(rng.choice([2, 3, 5])), int(rng.choice([1, 2, 3]))
+    pad_mode = str(rng.choice(["same", "valid", "pad"]))
+    padding = int(rng.integers(0, k // 2 + 1)) if pad_mode == "pad" else 0
+    xs = images(rng, 5, [(1, 23, 37), (2, 9, 10), (1, 15, 70)], special=True)
+    tiers.reset_cache()          # (a fresh in-memory cache: its recent keys are this test's)
+    got = forward(Pool(k, s, pad_mode, padding), level, True, xs)
+    # the kernel cache's recent keys: the pool's compiled (or loaded) kernel at this level
+    assert any(r["op"] == "MAX_POOL2D" and r["key"] for r in tiers.stats()["recent"]), tiers.stats()["recent"]
+    l1 = forward(Pool(k, s, pad_mode, padding), "L1", True, xs)
+    for g, r, x in zip(got, l1, xs):
+        np.testing.assert_array_equal(g, r)
+        if pad_mode == "same":
+            pad = (_same(x.shape[2], k, s), _same(x.shape[3], k, s))
+        else:
+            pad = ((padding, padding), (padding, padding))
+        close(g, max_pool_reference(x, k, s, pad))

@@ -30,6 +30,8 @@ from .entry import data_pointer
 from .lower import BINARY, UNARY, Unsupported
 from .lower_conv import DIMS
 
+OPS = ("FUSED_CONV", "MAX_POOL2D")          # the rows whose Site plans here
+
 
 @dataclass(frozen=True)
 class DepthwiseConv:
@@ -46,18 +48,20 @@ class DepthwiseConv:
     program: tuple
     width: int                   # vector lanes of the main loop (a 4-lane loop follows when wider)
     dims: tuple | None = None    # L3: the DIMS values; L2: None (arguments)
+    reduce: str = "conv"         # "conv": the weighted sum of the taps; "max": their maximum (MAX_POOL2D)
 
     kind = "depthwise"
 
     def text(self) -> str:
-        return (f"depthwise dtype={self.dtype} k={self.kh}x{self.kw} stride={self.stride} dil={self.dilation} "
+        return (f"depthwise reduce={self.reduce} dtype={self.dtype} k={self.kh}x{self.kw} stride={self.stride} dil={self.dilation} "
                 f"bias={self.has_bias} kinds={self.kinds} width={self.width} dims={self.dims} "
                 f"program={self.program!r}")
 
     @property
     def name(self) -> str:
         ops = "_".join(n[0].replace("BROADCAST_", "").lower() for n in self.program if n[0] not in ("in", "c"))
-        return f"dw{self.kh}x{self.kw}s{self.stride[0]}" + (f"_{ops}"[:40] if ops else "")
+        head = "dw" if self.reduce == "conv" else "maxpool"
+        return f"{head}{self.kh}x{self.kw}s{self.stride[0]}" + (f"_{ops}"[:40] if ops else "")
 
     def cargs(self) -> list:
         """ctypes argument types: start, end, the DIMS, out, x, w, bias, zero row, the extras."""
@@ -110,7 +114,10 @@ def dims_of(x_shape, w_shape, stride, pad, dil, width_step=1):
 
 
 def plan(site, inputs):
-    """The Site plan of a FUSED_CONV: depthwise only (else Unsupported: the L1 kernel runs it)."""
+    """The Site plan of a FUSED_CONV (a depthwise kernel, or the BLAS product with a compiled
+    epilogue) or a MAX_POOL2D."""
+    if site.op == "MAX_POOL2D":
+        return plan_pool(site, inputs)
     stride, pad, dil, group, bn, program, _n = site.args
     x, w = inputs[0], inputs[1]
     if not (isinstance(x, np.ndarray) and isinstance(w, np.ndarray) and x.ndim == 4 and w.ndim == 4):
@@ -197,6 +204,22 @@ def plan_gemm(site, inputs):
              "x_shape": x.shape, "w_shape": w.shape})
 
 
+def plan_pool(site, inputs):
+    """MAX_POOL2D as the depthwise kernel with a maximum over the taps instead of a weighted sum
+    (padding is -inf, NaN wins as in numpy's maximum): one pass instead of kh*kw."""
+    kernel, stride, pad = site.args
+    x = inputs[0]
+    if not (isinstance(x, np.ndarray) and x.ndim == 4):
+        raise Unsupported("a pool of a non-4-d input")
+    if x.dtype not in (np.float32, np.float64):
+        raise Unsupported(f"a max pool in {x.dtype}")
+    c = x.shape[1]
+    ho, wo, pt, pl, lo, hi = dims_of(x.shape, (c, 1) + tuple(kernel), stride, pad, (1, 1))
+    cls = ("maxpool", str(x.dtype), kernel[0], kernel[1], tuple(stride), (1, 1), False, (), (("in", 0),))
+    dims = (c, x.shape[2], x.shape[3], ho, wo, pt, pl, lo, hi)
+    return (cls, (cls, dims), (x.shape[0], c, ho, wo), x.dtype, {"dims": dims, "planes": x.shape[0] * c})
+
+
 def kernel_ir(site, level: int, plan):
     cls, _key, _shape, d, p = plan
     if cls[0] == "gemm":
@@ -215,7 +238,7 @@ def kernel_ir(site, level: int, plan):
     else:
         width = min(8, full)
     return DepthwiseConv(dtype, kh, kw, stride, dil, has_bias, kinds, program, width,
-                         p["dims"] if level >= 3 else None)
+                         p["dims"] if level >= 3 else None, "max" if cls[0] == "maxpool" else "conv")
 
 
 def caller(site, compiled, plan, output):
@@ -225,9 +248,19 @@ def caller(site, compiled, plan, output):
     if _cls[0] == "gemm":
         return _gemm_caller(site, compiled, plan)
     fn, ptr = compiled.fn, site.ptr
-    dims, planes, eps, nbn, kinds = p["dims"], p["planes"], p["eps"], p["nbn"], p["kinds"]
+    dims, planes = p["dims"], p["planes"]
     zrow = np.zeros(max(dims[2], 1) + 64, dtype=d)
     zp = data_pointer(zrow)
+    if _cls[0] == "maxpool":
+        zrow[:] = -np.inf
+
+        def pool(inputs, out):
+            out = output(out)
+            fn(0, planes, *dims, data_pointer(out), ptr(0, inputs[0]), None, None, zp)
+            return out
+        pool.zero_row = zrow
+        return pool
+    eps, nbn, kinds = p["eps"], p["nbn"], p["kinds"]
     first = 2 + nbn
 
     def go(inputs, out):

@@ -54,12 +54,14 @@ def lower_depthwise(k, name: str, features: str) -> str:
     obase = b.op(f"mul i64 %r, {b.op(f'mul i64 {Ho}, {Wo}')}")
     wbase = b.op(f"mul i64 {ch}, {taps}")
     ws = []
-    for q in range(taps):
+    pool = k.reduce == "max"
+    for q in range(taps if not pool else 0):
         wq = b.op(f"getelementptr {t}, {t}* %w, i64 {b.op(f'add i64 {wbase}, {q}')}")
         ws.append(b.op(f"load {t}, {t}* {wq}"))
     bias = b.op(f"load {t}, {t}* {b.op(f'getelementptr {t}, {t}* %bias, i64 {ch}')}") if k.has_bias else None
     widths = [k.width] + ([4] if k.width > 4 else [])
     splats = {}
+    pad = float("-inf") if pool else 0.0      # what a padded tap reads (the L1 kernels pad with it)
     for wd in widths:
         v = Vals(b, t, wd)
         splats[wd] = ([v.splat(x) for x in ws], v.splat(bias) if bias is not None else None,
@@ -123,6 +125,13 @@ def lower_depthwise(k, name: str, features: str) -> str:
         else:
             b.raw(f"  store {v.vt} {r}, {v.vt}* {b.op(f'bitcast {t}* {p} to {v.vt}*')}, align {es}")
 
+    def combine(v, acc, x, wt):
+        """The next tap into the running value: + x * w (conv) or numpy's maximum(acc, x) (max pool)."""
+        if wt is None:
+            return x if acc is None else v.maximum(acc, x)
+        prod = v.bin("fmul", x, wt)
+        return prod if acc is None else v.bin("fadd", acc, prod)
+
     def scalar_body(ow):
         v = Vals(b, t, 1)
         col0 = b.op(f"sub i64 {b.op(f'mul i64 {ow}, {sw}')}, {pl}")
@@ -133,9 +142,8 @@ def lower_depthwise(k, name: str, features: str) -> str:
                 inr = b.op(f"icmp ult i64 {col}, {W}")
                 colc = b.op(f"select i1 {inr}, i64 {col}, i64 0")
                 x = b.op(f"load {t}, {t}* {b.op(f'getelementptr {t}, {t}* {rows[i]}, i64 {colc}')}")
-                x = b.op(f"select i1 {inr}, {t} {x}, {t} {v.const(0.0)}")
-                prod = v.bin("fmul", x, ws[i * kw + j])
-                acc = prod if acc is None else v.bin("fadd", acc, prod)
+                x = b.op(f"select i1 {inr}, {t} {x}, {t} {v.const(pad)}")
+                acc = combine(v, acc, x, ws[i * kw + j] if not pool else None)
         finish(v, acc, ow, (bias, scal))
 
     def vector_body(wd):
@@ -155,8 +163,7 @@ def lower_depthwise(k, name: str, features: str) -> str:
                     else:
                         xw = b.op(f"load {wide}, {wide}* {b.op(f'bitcast {t}* {p} to {wide}*')}, align {es}")
                         x = b.op(f"shufflevector {wide} {xw}, {wide} undef, <{wd} x i32> <{mask}>")
-                    prod = v.bin("fmul", x, wv[i * kw + j])
-                    acc = prod if acc is None else v.bin("fadd", acc, prod)
+                    acc = combine(v, acc, x, wv[i * kw + j] if not pool else None)
             finish(v, acc, ow, (bv, sv))
         return body
 

@@ -596,7 +596,7 @@ class Site:
         return conv.plan(self, inputs)
 
     def kernel_ir(self, level: int, plan):
-        if self.op == "FUSED_CONV":          # (issue 18: compiler/conv.py)
+        if self.op in conv.OPS:              # (issue 18: compiler/conv.py)
             return conv.kernel_ir(self, level, plan)
         cls, shape_key, out_shape, d, p = plan
         dtype = str(d)
@@ -663,7 +663,7 @@ class Site:
                 return out
         if k.kind == "elementwise" and self.op == "FUSED_ELEMENTWISE":
             return _elementwise_caller(compiled, p, output, ptr)
-        if self.op == "FUSED_CONV":          # (issue 18: compiler/conv.py)
+        if self.op in conv.OPS:              # (issue 18: compiler/conv.py)
             return conv.caller(self, compiled, plan, output)
         if k.kind == "elementwise":          # L2 matmul: BLAS product, then the epilogue in place
             ta, tb, wt, transposed = self.args[0], p["tb"], p["wt"], self.transposed
@@ -882,7 +882,8 @@ def stats() -> dict:
 
 # how a Site plans each jit-able row (opcodes.JITABLE: the rows whose ``compiled`` is "kernel")
 PLANNERS = {"FUSED_ELEMENTWISE": "_plan_elementwise", "FUSED_MATMUL": "_plan_matmul", "SOFTMAX": "_plan_row",
-            "LAYER_NORM": "_plan_row", "FUSED_CONV": "_plan_conv"}
+            "LAYER_NORM": "_plan_row", "FUSED_CONV": "_plan_conv",
+            "MAX_POOL2D": "_plan_conv"}
 
 
 class Accelerator:

@@ -53,8 +53,8 @@ class DepthwiseConv:
     kind = "depthwise"
 
     def text(self) -> str:
-        return (f"depthwise reduce={self.reduce} dtype={self.dtype} k={self.kh}x{self.kw} stride={self.stride} dil={self.dilation} "
-                f"bias={self.has_bias} kinds={self.kinds} width={self.width} dims={self.dims} "
+        return (f"depthwise reduce={self.reduce} dtype={self.dtype} k={self.kh}x{self.kw} stride={self.stride} "
+                f"dil={self.dilation} bias={self.has_bias} kinds={self.kinds} width={self.width} dims={self.dims} "
                 f"program={self.program!r}")
 
     @property

@@ -1,22 +1,29 @@
-"""FUSED_CONV in the tiers (issue 18): which convolutions get a compiled kernel, and how it is called.
+"""FUSED_CONV and MAX_POOL2D in the tiers (issue 18): which convolutions get which compiled kernel,
+and how each is called. Algorithms chosen by measurement (one thread, this machine's OpenBLAS):
 
-A depthwise convolution (group == in channels == out channels, one input channel per filter) with
-its folded batch norm bias and its elementwise epilogue (ReLU6, a residual add, ...) is one LLVM
-kernel (``DepthwiseConv``, lowered in ``lower_conv.py``): per (image, channel) plane and output row,
-the taps are summed over a vector of output columns straight from the unpadded NCHW input
-(padded rows read a row of zeros, padded columns are masked to zero at the row ends), then the
-bias and the epilogue are applied while the vector is in registers, and it is stored once. The
-L1 kernel (interp/kernels.py ``_depthwise_taps``) made kh*kw passes over memory with a
-temporary each; this is one pass, and gives the same floats (the same products and sums in the
-same order, no FMA contraction).
+- **Depthwise** (group == in == out channels): one LLVM kernel (``DepthwiseConv``, lowered in
+  ``lower_conv.py``): per (image, channel) plane and output row, the taps are summed over a vector
+  of output columns straight from the unpadded NCHW input (padded rows read a row of zeros, padded
+  columns are masked at the row ends), then the folded batch norm bias and the epilogue (ReLU6, a
+  residual add, ...) run while the vector is in registers, and it is stored once. The L1 kernel
+  (interp/kernels.py ``_depthwise_taps``) made kh*kw passes over memory with a temporary each:
+  MobileNet v2's depthwise layers went from 27 to ~3.5 ms at 224. Same floats as L1 (the same
+  products and sums in the same order, no FMA contraction).
+- **Dense and grouped**: the BLAS product (a compiled direct convolution written here would not
+  beat OpenBLAS's sgemm, which runs these layers at 60-95% of its peak in isolation), then the
+  bias and the epilogue as one compiled elementwise pass over the product, in place (the L1
+  kernel makes one numpy pass per step). Stride-1 k x k convolutions at least
+  kernels.SHIFTED_MIN_WIDTH wide run the per-tap GEMMs through the BLAS pointer with beta = 1
+  (``Shifted``); 1x1 is one matmul on the input; the rest im2col, as in L1. Measured and not used:
+  row-blocked GEMM with the epilogue per block in cache (lower_matmul's MatmulEpilogue; 0.8-1.1x
+  the GEMM + one compiled pass on ResNet-50's 1x1 layers).
+- **MAX_POOL2D**: the depthwise kernel with a running maximum (numpy's: NaN wins) over -inf
+  padding: one pass instead of kh*kw.
 
-L2: dims, pads and the vector loop's column range are kernel arguments (one kernel per shape class:
-kernel size, stride, dilation, dtype, epilogue); L3: they are constants, the vector width is chosen
-for the row width.
-
-Dense and grouped convolutions stay on the L1 kernel, whose OpenBLAS GEMMs (with the weights
-folded and transposed once per Parameter array) are faster than a compiled direct convolution
-msvm could write here; the planner says so once per site (``Unsupported``).
+L2: dims, pads and the vector loops' column range are kernel arguments (one kernel per shape
+class: kernel size, stride, dilation, dtype, epilogue); L3: they are constants and the vector width
+fits the row. Weights are folded (and split per tap) once per Parameter array, as L1 does
+(kernels.prepared_weight: ``set_data`` gives a new array, so it refolds).
 """
 
 from __future__ import annotations

@@ -243,7 +243,7 @@ def kernel_ir(site, level: int, plan):
         lo, hi = p["dims"][7], p["dims"][8]
         width = full if hi - lo >= full else max(4, full // 2) if hi - lo >= full // 2 else 4
     else:
-        width = min(8, full)
+        width = full             # (the 4-lane loop after it takes narrow rows)
     return DepthwiseConv(dtype, kh, kw, stride, dil, has_bias, kinds, program, width,
                          p["dims"] if level >= 3 else None, "max" if cls[0] == "maxpool" else "conv")
 

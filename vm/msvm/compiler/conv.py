@@ -58,11 +58,13 @@ class DepthwiseConv:
     reduce: str = "conv"         # "conv": the weighted sum of the taps; "max": their maximum (MAX_POOL2D)
 
     kind = "depthwise"
+    opt_level = 3                # L2 too: the IR passes and O3 codegen (30-40 ms more; few shape classes),
+    #                              since L2 is the steady state of a site that sees many sizes (1.4x at O0)
 
     def text(self) -> str:
         return (f"depthwise reduce={self.reduce} dtype={self.dtype} k={self.kh}x{self.kw} stride={self.stride} "
                 f"dil={self.dilation} bias={self.has_bias} kinds={self.kinds} width={self.width} dims={self.dims} "
-                f"program={self.program!r}")
+                f"opt={self.opt_level} program={self.program!r}")
 
     @property
     def name(self) -> str:

@@ -10,7 +10,7 @@ import msvm as ms
 import numpy as np
 import pytest
 from msvm import nn
-from msvm.compiler import tiers
+from msvm.compiler import conv, tiers
 from msvm.compiler.lower import lower
 from msvm.compiler.static_kernels import kernels_of
 from refs import cv
@@ -137,9 +137,10 @@ def test_depthwise_kernel_matches_l1_and_numpy(seed, level):
 
 def dense_spec(rng):
     k = int(rng.choice([1, 3, 7]))
-    cin = int(rng.choice([4, 6, 8]))
+    cin = int(rng.choice([3, 4, 6, 8]))
     group = int(rng.choice([1, 1, 2]))
     cout = int(rng.choice([4, 8])) if not rng.random() < 0.5 else cin
+    group = group if cin % group == 0 and cout % group == 0 else 1
     pad_mode = str(rng.choice(["same", "pad", "valid"]))
     stride = int(rng.choice([1, 2]))
     return dict(cin=cin, cout=cout, k=k, stride=stride, pad_mode=pad_mode,
@@ -159,9 +160,28 @@ def test_dense_conv_compiled_epilogue_matches_l1_and_numpy(seed, level):
     l1 = forward(make(s, seed), "L1", False, xs)
     net = make(s, seed)
     got = forward(net, level, True, xs)
-    assert compiled_kinds(net, level) == {"elementwise"}
+    cg = s["cin"] // s["group"]           # few channels per group: the direct kernel (conv.DIRECT_MAX_*)
+    direct = cg <= conv.DIRECT_MAX_CHANNELS and cg * s["k"] ** 2 <= conv.DIRECT_MAX_TAPS
+    assert compiled_kinds(net, level) == {"depthwise" if direct else "elementwise"}, s
     for g, w, r in zip(got, wants, l1):
         close(g, w)
+        close(g, r, tol=1e-5)
+
+
+@pytest.mark.parametrize("level", ["L2", "L3"])
+@pytest.mark.parametrize("k, kind", [(3, "depthwise"), (7, "elementwise")])
+def test_rgb_stems_direct_or_blas(level, k, kind):
+    """MobileNet's 3x3 stride-2 stem on 3 channels runs the direct kernel; ResNet's 7x7 one BLAS."""
+    s = dict(cin=3, cout=16, k=k, stride=2, pad_mode="pad", padding=k // 2, dilation=1, group=1, bias=False,
+             act="relu6", residual=False)
+    rng = np.random.default_rng(k)
+    xs = images(rng, 3, [(1, 37, 45), (2, 16, 16)], special=True)
+    net = make(s, 5)
+    got = forward(net, level, True, xs)
+    assert compiled_kinds(net, level) == {kind}
+    l1 = forward(make(s, 5), "L1", False, xs)
+    for g, r, x in zip(got, l1, xs):
+        close(g, reference(net, s, x))
         close(g, r, tol=1e-5)
 
 

@@ -1,7 +1,9 @@
 """FUSED_CONV and MAX_POOL2D in the tiers (issue 18): which convolutions get which compiled kernel,
 and how each is called. Algorithms chosen by measurement (one thread, this machine's OpenBLAS):
 
-- **Depthwise** (group == in == out channels): one LLVM kernel (``DepthwiseConv``, lowered in
+- **Depthwise** (group == in channels), and dense or grouped convolutions of at most
+  DIRECT_MAX_CHANNELS input channels per group and DIRECT_MAX_TAPS weights per output (stems on
+  RGB): one LLVM kernel (``DepthwiseConv``, lowered in
   ``lower_conv.py``): per (image, channel) plane and output row, the taps are summed over a vector
   of output columns straight from the unpadded NCHW input (padded rows read a row of zeros, padded
   columns are masked at the row ends), then the folded batch norm bias and the epilogue (ReLU6, a
@@ -38,6 +40,11 @@ from .lower import BINARY, UNARY, Unsupported
 from .lower_conv import DIMS
 
 OPS = ("FUSED_CONV", "MAX_POOL2D")          # the rows whose Site plans here
+# a dense or grouped convolution of few input channels per group runs the direct kernel (the
+# depthwise one, summing over them): MobileNet's 3x3 stem on 3 channels 1.9x im2col + BLAS, 3x3 on
+# 4 channels 1.4x; ResNet's 7x7 stem on 3 (147 taps) 0.35x, 5x5 on 2 (50) 0.9x: BLAS from there
+DIRECT_MAX_CHANNELS = 4
+DIRECT_MAX_TAPS = 36
 
 
 @dataclass(frozen=True)
@@ -56,14 +63,16 @@ class DepthwiseConv:
     width: int                   # vector lanes of the main loop (a 4-lane loop follows when wider)
     dims: tuple | None = None    # L3: the DIMS values; L2: None (arguments)
     reduce: str = "conv"         # "conv": the weighted sum of the taps; "max": their maximum (MAX_POOL2D)
+    cg: int = 1                  # input channels per group, summed (a direct dense conv of few channels)
+    og: int = 1                  # output channels per group
 
     kind = "depthwise"
     opt_level = 3                # L2 too: the IR passes and O3 codegen (30-40 ms more; few shape classes),
     #                              since L2 is the steady state of a site that sees many sizes (1.4x at O0)
 
     def text(self) -> str:
-        return (f"depthwise reduce={self.reduce} dtype={self.dtype} k={self.kh}x{self.kw} stride={self.stride} "
-                f"dil={self.dilation} bias={self.has_bias} kinds={self.kinds} width={self.width} dims={self.dims} "
+        return (f"depthwise reduce={self.reduce} cg={self.cg} og={self.og} dtype={self.dtype} k={self.kh}x{self.kw} "
+                f"stride={self.stride} dil={self.dilation} bias={self.has_bias} kinds={self.kinds} width={self.width} dims={self.dims} "
                 f"opt={self.opt_level} program={self.program!r}")
 
     @property
@@ -133,7 +142,10 @@ def plan(site, inputs):
         raise Unsupported("a convolution of non-4-d inputs")
     o, cg, kh, kw = w.shape
     c = x.shape[1]
-    if not (cg == 1 and group == c == o and group > 1):
+    if c != cg * group or o % group:
+        raise Unsupported("channels that do not match the weight (the interpreter says so)")
+    depthwise = cg == 1 and group == c and group > 1
+    if not (depthwise or (cg <= DIRECT_MAX_CHANNELS and cg * kh * kw <= DIRECT_MAX_TAPS)):
         return plan_gemm(site, inputs)
     eps, nbn, extras = _split(site.args, inputs)
     bnp = list(inputs[2:2 + nbn])
@@ -161,9 +173,9 @@ def plan(site, inputs):
                 raise Unsupported("cast to another dtype")
         elif tag not in UNARY and tag not in BINARY:
             raise Unsupported(f"{tag} in a convolution's epilogue has no lowering")
-    cls = ("dw", str(d), kh, kw, tuple(stride), tuple(dil), nbn > 0, tuple(kinds), program)
-    dims = (c, x.shape[2], x.shape[3], ho, wo, pt, pl, lo, hi)
-    return (cls, (cls, dims), out_shape, d, {"dims": dims, "planes": x.shape[0] * c, "eps": eps, "nbn": nbn,
+    cls = ("dw", str(d), kh, kw, tuple(stride), tuple(dil), nbn > 0, tuple(kinds), program, cg, o // group)
+    dims = (o, x.shape[2], x.shape[3], ho, wo, pt, pl, lo, hi)
+    return (cls, (cls, dims), out_shape, d, {"dims": dims, "planes": x.shape[0] * o, "eps": eps, "nbn": nbn,
                                               "kinds": tuple(kinds)})
 
 
@@ -224,7 +236,7 @@ def plan_pool(site, inputs):
         raise Unsupported(f"a max pool in {x.dtype}")
     c = x.shape[1]
     ho, wo, pt, pl, lo, hi = dims_of(x.shape, (c, 1) + tuple(kernel), stride, pad, (1, 1))
-    cls = ("maxpool", str(x.dtype), kernel[0], kernel[1], tuple(stride), (1, 1), False, (), (("in", 0),))
+    cls = ("maxpool", str(x.dtype), kernel[0], kernel[1], tuple(stride), (1, 1), False, (), (("in", 0),), 1, 1)
     dims = (c, x.shape[2], x.shape[3], ho, wo, pt, pl, lo, hi)
     return (cls, (cls, dims), (x.shape[0], c, ho, wo), x.dtype, {"dims": dims, "planes": x.shape[0] * c})
 
@@ -236,7 +248,7 @@ def kernel_ir(site, level: int, plan):
 
         ep = p["epi"]
         return Elementwise(ep["program"], ep["kinds"], tuple(ep["bcast"]), str(d), ep["dims"] if level >= 3 else None)
-    _, dtype, kh, kw, stride, dil, has_bias, kinds, program = cls
+    _, dtype, kh, kw, stride, dil, has_bias, kinds, program, cg, og = cls
     from .codegen import codegen
     from .lower import TYPES, vec_width
 
@@ -247,7 +259,7 @@ def kernel_ir(site, level: int, plan):
     else:
         width = full             # (the 4-lane loop after it takes narrow rows)
     return DepthwiseConv(dtype, kh, kw, stride, dil, has_bias, kinds, program, width,
-                         p["dims"] if level >= 3 else None, "max" if cls[0] == "maxpool" else "conv")
+                         p["dims"] if level >= 3 else None, "max" if cls[0] == "maxpool" else "conv", cg, og)
 
 
 def caller(site, compiled, plan, output):

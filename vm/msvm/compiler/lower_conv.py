@@ -49,13 +49,22 @@ def lower_depthwise(k, name: str, features: str) -> str:
     b.raw("  %rc = icmp slt i64 %r, %end")
     b.raw("  br i1 %rc, label %plane_body, label %done")
     b.raw("plane_body:")
+    cg, og = k.cg, k.og                  # input channels summed per output channel; output channels per group
     ch = b.op(f"urem i64 %r, {C}")
-    xbase = b.op(f"mul i64 %r, {b.op(f'mul i64 {H}, {W}')}")
+    hw = b.op(f"mul i64 {H}, {W}")
+    if cg == og == 1:                    # depthwise (and pooling): the input plane is the output plane
+        xbases = [b.op(f"mul i64 %r, {hw}")]
+    else:                                # image r / C, input channels (ch / og) * cg + c
+        cin = b.op(f"mul i64 {b.op(f'udiv i64 {C}, {og}')}, {cg}")
+        image = b.op(f"udiv i64 %r, {C}")
+        group = b.op(f"udiv i64 {ch}, {og}")
+        first = b.op(f"add i64 {b.op(f'mul i64 {image}, {cin}')}, {b.op(f'mul i64 {group}, {cg}')}")
+        xbases = [b.op(f"mul i64 {b.op(f'add i64 {first}, {c}')}, {hw}") for c in range(cg)]
     obase = b.op(f"mul i64 %r, {b.op(f'mul i64 {Ho}, {Wo}')}")
-    wbase = b.op(f"mul i64 {ch}, {taps}")
+    wbase = b.op(f"mul i64 {ch}, {taps * cg}")
     ws = []
     pool = k.reduce == "max"
-    for q in range(taps if not pool else 0):
+    for q in range(taps * cg if not pool else 0):
         wq = b.op(f"getelementptr {t}, {t}* %w, i64 {b.op(f'add i64 {wbase}, {q}')}")
         ws.append(b.op(f"load {t}, {t}* {wq}"))
     bias = b.op(f"load {t}, {t}* {b.op(f'getelementptr {t}, {t}* %bias, i64 {ch}')}") if k.has_bias else None
@@ -75,13 +84,14 @@ def lower_depthwise(k, name: str, features: str) -> str:
     b.raw("  br i1 %ohc, label %row_body, label %row")
     b.raw("row_body:")
     ih0 = b.op(f"sub i64 {b.op(f'mul i64 %oh, {sh}')}, {pt}")
-    rows = []
-    for i in range(kh):
-        ih = b.op(f"add i64 {ih0}, {i * dh}")
-        valid = b.op(f"icmp ult i64 {ih}, {H}")
-        roff = b.op(f"add i64 {xbase}, {b.op(f'mul i64 {ih}, {W}')}")
-        p = b.op(f"getelementptr {t}, {t}* %x, i64 {roff}")
-        rows.append(b.op(f"select i1 {valid}, {t}* {p}, {t}* %zrow"))
+    rows = []                            # per (input channel, tap row): its row, or the zero row
+    for xbase in xbases:
+        for i in range(kh):
+            ih = b.op(f"add i64 {ih0}, {i * dh}")
+            valid = b.op(f"icmp ult i64 {ih}, {H}")
+            roff = b.op(f"add i64 {xbase}, {b.op(f'mul i64 {ih}, {W}')}")
+            p = b.op(f"getelementptr {t}, {t}* %x, i64 {roff}")
+            rows.append(b.op(f"select i1 {valid}, {t}* {p}, {t}* %zrow"))
     orow = b.op(f"add i64 {obase}, {b.op(f'mul i64 %oh, {Wo}')}")
     state = {"prev": "row_body"}
 
@@ -136,14 +146,14 @@ def lower_depthwise(k, name: str, features: str) -> str:
         v = Vals(b, t, 1)
         col0 = b.op(f"sub i64 {b.op(f'mul i64 {ow}, {sw}')}, {pl}")
         acc = None
-        for i in range(kh):
+        for q in range(cg * kh):
             for j in range(kw):
                 col = b.op(f"add i64 {col0}, {j * dw}")
                 inr = b.op(f"icmp ult i64 {col}, {W}")
                 colc = b.op(f"select i1 {inr}, i64 {col}, i64 0")
-                x = b.op(f"load {t}, {t}* {b.op(f'getelementptr {t}, {t}* {rows[i]}, i64 {colc}')}")
+                x = b.op(f"load {t}, {t}* {b.op(f'getelementptr {t}, {t}* {rows[q]}, i64 {colc}')}")
                 x = b.op(f"select i1 {inr}, {t} {x}, {t} {v.const(pad)}")
-                acc = combine(v, acc, x, ws[i * kw + j] if not pool else None)
+                acc = combine(v, acc, x, ws[q * kw + j] if not pool else None)
         finish(v, acc, ow, (bias, scal))
 
     def vector_body(wd):
@@ -154,16 +164,16 @@ def lower_depthwise(k, name: str, features: str) -> str:
             acc = None
             wide = f"<{wd * sw} x {t}>"
             mask = ", ".join(f"i32 {q * sw}" for q in range(wd))
-            for i in range(kh):
+            for q in range(cg * kh):
                 for j in range(kw):
                     col = b.op(f"add i64 {col0}, {j * dw}")
-                    p = b.op(f"getelementptr {t}, {t}* {rows[i]}, i64 {col}")
+                    p = b.op(f"getelementptr {t}, {t}* {rows[q]}, i64 {col}")
                     if sw == 1:
                         x = b.op(f"load {v.vt}, {v.vt}* {b.op(f'bitcast {t}* {p} to {v.vt}*')}, align {es}")
                     else:
                         xw = b.op(f"load {wide}, {wide}* {b.op(f'bitcast {t}* {p} to {wide}*')}, align {es}")
                         x = b.op(f"shufflevector {wide} {xw}, {wide} undef, <{wd} x i32> <{mask}>")
-                    acc = combine(v, acc, x, wv[i * kw + j] if not pool else None)
+                    acc = combine(v, acc, x, wv[q * kw + j] if not pool else None)
             finish(v, acc, ow, (bv, sv))
         return body
 

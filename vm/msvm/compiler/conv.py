@@ -72,8 +72,8 @@ class DepthwiseConv:
 
     def text(self) -> str:
         return (f"depthwise reduce={self.reduce} cg={self.cg} og={self.og} dtype={self.dtype} k={self.kh}x{self.kw} "
-                f"stride={self.stride} dil={self.dilation} bias={self.has_bias} kinds={self.kinds} width={self.width} dims={self.dims} "
-                f"opt={self.opt_level} program={self.program!r}")
+                f"stride={self.stride} dil={self.dilation} bias={self.has_bias} kinds={self.kinds} width={self.width} "
+                f"dims={self.dims} opt={self.opt_level} program={self.program!r}")
 
     @property
     def name(self) -> str:

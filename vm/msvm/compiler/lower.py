@@ -658,7 +658,6 @@ def lower(kernel, name: str, features: str) -> str:
     return fn(kernel, name, features)
 
 
-
 # ---------------------------------------------------------------- issue 18: convolution kernels (lower_conv.py)
 from .lower_conv import lower_depthwise  # noqa: E402  (it imports this module's Builder and Vals)
 

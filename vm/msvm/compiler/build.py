@@ -231,7 +231,9 @@ def compile_kernel(kernel, level: int, info: dict, cached_only: bool = False) ->
         steps["Step3 IR Generation"] = time.perf_counter() - t0
         steps["Step4 Fusion"] = info.get("fusion_s", 0.0)
         t0 = time.perf_counter()
-        obj, times = cg.compile(ir, level)
+        # (issue 18: a convolution's L2 kernel is shape-generic but compiled as L3 is, ``opt_level``:
+        # it is a polymorphic site's steady state, and there are few of them; its text says so: the key)
+        obj, times = cg.compile(ir, max(level, getattr(kernel, "opt_level", 0)))
         steps["Step5 Hardware Mapping"] = times["parse"] + times["optimize"]
         steps["Step6 Code Generation"] = times["codegen"]
         t0 = time.perf_counter()

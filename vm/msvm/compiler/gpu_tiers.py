@@ -217,6 +217,9 @@ class GpuSite:
             return epi, (() if trivial else program, bool(ta), bool(tb))
         return cls, (cls, tuple(a.shape), tuple(b.shape), shapes[1:]), "matmul", build
 
+    def _plan_conv(self, inputs):       # (issue 18: FUSED_CONV has CPU kernels only; the L1 kernel runs it)
+        raise Unsupported("no GPU convolution kernel")
+
     def _plan_row(self, inputs):
         x = inputs[0]
         if not _is_tensor(x):

@@ -655,3 +655,8 @@ def lower(kernel, name: str, features: str) -> str:
         raise Unsupported(f"no lowering for {kernel.kind} kernels")
     return fn(kernel, name, features)
 
+
+# ---------------------------------------------------------------- issue 18: convolution kernels (lower_conv.py)
+from .lower_conv import lower_depthwise  # noqa: E402  (it imports this module's Builder and Vals)
+
+LOWER["depthwise"] = lower_depthwise

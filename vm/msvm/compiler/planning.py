@@ -134,6 +134,8 @@ def plan_row(site, inputs):
 
 def kernel_ir(site, level: int, plan: Plan):
     """The kernel IR of this plan at tier ``level`` (2: shape-generic, 3: specialized)."""
+    if site.op in conv.OPS:              # (issue 18: compiler/conv.py)
+        return conv.kernel_ir(site, level, plan)
     d, p = plan.dtype, plan.details
     dtype = str(d)
     if site.op == "FUSED_ELEMENTWISE":
@@ -187,3 +189,10 @@ def _is_tensor(x) -> bool:
 KINDS = {"FUSED_ELEMENTWISE": "elementwise", "FUSED_MATMUL": "matmul", "SOFTMAX": "row", "LAYER_NORM": "row"}
 PLANNERS = {op: {"elementwise": plan_elementwise, "matmul": plan_matmul, "row": plan_row}[kind]
             for op, kind in KINDS.items()}
+
+
+# ---------------------------------------------------------------- issue 18: convolutions and max pools (conv.py)
+from . import conv  # noqa: E402  (it reads Plan, _Shape and plan_elementwise from here when it plans)
+
+KINDS.update(dict.fromkeys(conv.OPS, "conv"))
+PLANNERS.update(dict.fromkeys(conv.OPS, conv.plan))

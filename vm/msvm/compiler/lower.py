@@ -657,6 +657,10 @@ def lower(kernel, name: str, features: str) -> str:
 
 
 # ---------------------------------------------------------------- issue 18: convolution kernels (lower_conv.py)
-from .lower_conv import lower_depthwise  # noqa: E402  (it imports this module's Builder and Vals)
+def _lower_depthwise(kernel, name: str, features: str) -> str:
+    from .lower_conv import lower_depthwise  # (it imports this module's Builder and Vals)
 
-LOWER["depthwise"] = lower_depthwise
+    return lower_depthwise(kernel, name, features)
+
+
+LOWER["depthwise"] = _lower_depthwise

@@ -287,3 +287,26 @@ def test_max_pool_kernel_matches_l1_and_numpy(seed, level):
         else:
             pad = ((padding, padding), (padding, padding))
         close(g, max_pool_reference(x, k, s, pad))
+
+
+@pytest.mark.parametrize("kinds", [(), ("t",), ("s", "t"), ("t", "s", "s")])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_the_depthwise_kernel_declares_what_the_convention_says(kinds, dtype):
+    """callconv's "depthwise" arguments (start, end, CONV_DIMS, five pointers, then one pointer per
+    epilogue tensor and one double per scalar) are the lowered kernel's parameters and the prototype's."""
+    import re
+
+    from msvm.compiler import callconv
+
+    prog = [("in", 0)]
+    for i in range(1, len(kinds) + 1):
+        prog += [("in", i), ("BROADCAST_ADD",)]
+    llvm = {"i64": "i64", "double": "double", "ptr": "float*" if dtype == "float32" else "double*"}
+    for dims in (None, (4, 9, 9, 9, 9, 1, 1, 1, 8)):
+        k = conv.DepthwiseConv(dtype, 3, 3, (1, 1), (1, 1), True, kinds, tuple(prog), 8, dims)
+        m = re.search(r"define void @k\((.*?)\) nounwind", lower(k, "k", ""))
+        want = [llvm[a] for a in callconv.signature(k)]
+        assert [p.split()[0] for p in m.group(1).split(", ")] == want
+        fn = callconv.prototype(k, 0x1000)
+        assert [a.__name__ for a in fn.argtypes].count("c_double") == kinds.count("s")
+        assert len(fn.argtypes) == len(want) == 2 + len(callconv.CONV_DIMS) + 5 + len(kinds)

@@ -207,7 +207,7 @@ _op("SLICE", 0x47, ["index:const"], 1, 1, S.slice_, "layout", "pop x; push x[ind
 _op("CONV2D", 0x70, ["stride:const", "pad:const", "dilation:const", "group:const"], 2, 1, S.conv2d, "conv",
     "pop w [O, C/group, kh, kw], x [N, C, H, W]; push the cross-correlation [N, O, Ho, Wo]", compiled="l1")
 _op("MAX_POOL2D", 0x71, ["kernel:const", "stride:const", "pad:const"], 1, 1, partial(S.pool2d, name="MAX_POOL2D"),
-    "conv", "pop x [N, C, H, W]; push the max over each kernel window (padding never wins)", compiled="l1")
+    "conv", "pop x [N, C, H, W]; push the max over each kernel window (padding never wins)", compiled="kernel")
 _op("AVG_POOL2D", 0x72, ["kernel:const", "stride:const", "pad:const", "count_pad:const"], 1, 1,
     partial(S.pool2d, name="AVG_POOL2D"), "conv",
     "pop x [N, C, H, W]; push the mean over each kernel window (padding counted when count_pad)", compiled="l1")
@@ -402,7 +402,7 @@ _op("FUSED_CONV", 0x62, ["stride:const", "pad:const", "dilation:const", "group:c
                          "n:count"], "n", 1, S.fused_conv, "fused",
     "pop n inputs (x, w, [gamma, beta, mean, var when bn is an epsilon], extras); push program(conv, extras...) "
     "where conv is CONV2D(x, w) with the batch norm folded into w and a bias (once per Parameter array)",
-    compiled="l1")
+    compiled="kernel")
 
 # --- issue 18: attention as one instruction (compiler/attention.py makes it) -----------------------
 _op("FUSED_ATTENTION", 0x6A, ["program:const", "layout:const", "n:count"], "n", 1, _fused_attention_rule, "fused",

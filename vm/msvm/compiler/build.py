@@ -241,7 +241,9 @@ def compile_kernel(kernel, level: int, info: dict, cached_only: bool = False) ->
         ir = lower(kernel, name, cg.features)
         steps["Step3 IR Generation"] = time.perf_counter() - t0
         steps["Step4 Fusion"] = info.get("fusion_s", 0.0)
-        obj, times = cg.compile(ir, level)
+        # (issue 18: a convolution's L2 kernel is shape-generic but compiled as L3 is, ``opt_level``:
+        # it is a polymorphic site's steady state, and there are few of them; its text says so: the key)
+        obj, times = cg.compile(ir, max(level, getattr(kernel, "opt_level", 0)))
         steps["Step6 Code Generation"] = times["parse"] + times["optimize"] + times["codegen"]
         t0 = time.perf_counter()
         addrs = cg.load(obj, names)
@@ -295,7 +297,7 @@ def _mapping(kernel, level: int, cg) -> dict:
         threads = max(1, min(os.cpu_count() or 1, 8)) if dims[0] * dims[1] * dims[2] >= PARALLEL_MIN \
             and dims[0] >= 2 else 1
     return {"cpu": cg.cpu, "lanes": lanes, "threads": threads, "stream": bool(getattr(kernel, "stream", False)),
-            "opt": "O3" if level >= 3 else "O0"}
+            "opt": "O3" if max(level, getattr(kernel, "opt_level", 0)) >= 3 else "O0"}
 
 
 def _record(info: dict, level: int, source: str, cache, key: str) -> dict:

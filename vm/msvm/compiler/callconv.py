@@ -8,6 +8,9 @@ A compiled kernel is a C function returning void. Its arguments, by kind (T: flo
     row          i64 start, i64 end, i64 n, T* out, T* x, T* gamma, T* beta    (softmax, layer norm)
     matmul       gemm*, T* A, T* B, T* C, operands                              (gemm: the BLAS function)
     gemm         i64 m, i64 k, i64 n, T* A, i64 lda, T* Bp, T* C, i64 ldc       (compiler/gemm.py: B packed)
+    depthwise    i64 start, i64 end, i64 C, H, W, Ho, Wo, pt, pl, lo, hi, T* out, T* x, T* w, T* bias,
+                 T* zero row, per epilogue input T* (of the output's layout) or double
+                   (a convolution or max pool over the planes [start, end): ``conv.py``, ``CONV_DIMS``)
 
 ``operands``: per tensor input ``T* data, i64 stride0, i64 stride1`` (in elements, along the
 collapsed dims 0 and 1; dim 2 is contiguous or broadcast, as the kernel IR's ``bcast`` says),
@@ -58,6 +61,8 @@ def operand_order(kernel) -> list:
         return elementwise_order(kernel.kinds)
     if kernel.kind == "matmul" and kernel.epilogue is not None:
         return list(range(1, len(kernel.epilogue.kinds)))
+    if kernel.kind == "depthwise":
+        return list(range(len(kernel.kinds)))
     return []
 
 
@@ -65,7 +70,8 @@ def signature(kernel, gpu: bool = False) -> tuple:
     """The kernel's argument types ("i64" | "ptr" | "double"), in order (``gpu``: the GPU kernel's)."""
     kinds = kernel.epilogue.kinds if kernel.kind == "matmul" and kernel.epilogue is not None else \
         getattr(kernel, "kinds", ())
-    return (GPU_HEAD if gpu else HEAD)[kernel.kind] + tuple(t for i in operand_order(kernel) for t in OPERAND[kinds[i]])
+    operand = CONV_OPERAND if kernel.kind == "depthwise" else OPERAND
+    return (GPU_HEAD if gpu else HEAD)[kernel.kind] + tuple(t for i in operand_order(kernel) for t in operand[kinds[i]])
 
 
 def llvm_operands(kinds, t: str, noalias: str = "") -> list:
@@ -95,6 +101,12 @@ def launch_operands(kinds, strides, inputs, tensor, scalar) -> list:
         else:
             args.append(scalar(inputs[j]))
     return args
+
+
+# ---------------------------------------------------------------- issue 18: convolution kernels (conv.py, lower_conv.py)
+CONV_DIMS = ("C", "H", "W", "Ho", "Wo", "pt", "pl", "lo", "hi")   # a depthwise kernel's shape arguments, in order
+HEAD["depthwise"] = ("i64", "i64") + ("i64",) * len(CONV_DIMS) + ("ptr",) * 5
+CONV_OPERAND = {"t": ("ptr",), "s": ("double",)}                # an epilogue tensor is of the output's layout
 
 
 # ---------------------------------------------------------------- what a site keeps
@@ -191,6 +203,10 @@ def caller(site, compiled, plan):
             return out
     if k.kind == "elementwise" and site.op == "FUSED_ELEMENTWISE":
         return elementwise_caller(compiled, p, output, ptr)
+    from . import conv  # (issue 18: convolutions and max pools; conv imports this module)
+
+    if site.op in conv.OPS:
+        return conv.caller(site, compiled, plan, output)
     if k.kind == "elementwise":          # L2 matmul: BLAS product, then the epilogue in place
         ta, tb, wt, transposed = site.args[0], p["tb"], p["wt"], site.transposed
         # the epilogue's input 0 is the product, i.e. the output: its pointer is not kept

@@ -220,6 +220,9 @@ class GpuSite:
     def _plan_attention(self, inputs):       # (issue 18: FUSED_ATTENTION runs its L1 kernel on the GPU)
         raise Unsupported("attention on the GPU runs the L1 kernel (two products, the softmax)")
 
+    def _plan_conv(self, inputs):       # (issue 18: FUSED_CONV has CPU kernels only; the L1 kernel runs it)
+        raise Unsupported("no GPU convolution kernel")
+
     def _plan_row(self, inputs):
         x = inputs[0]
         if not _is_tensor(x):

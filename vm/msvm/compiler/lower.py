@@ -668,3 +668,12 @@ def lower(kernel, name: str, features: str) -> str:
         raise Unsupported(f"no lowering for {kernel.kind} kernels")
     return fn(kernel, name, features)
 
+
+# ---------------------------------------------------------------- issue 18: convolution kernels (lower_conv.py)
+def _lower_depthwise(kernel, name: str, features: str) -> str:
+    from .lower_conv import lower_depthwise  # (it imports this module's Builder and Vals)
+
+    return lower_depthwise(kernel, name, features)
+
+
+LOWER["depthwise"] = _lower_depthwise

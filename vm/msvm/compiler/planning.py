@@ -136,6 +136,8 @@ def plan_row(site, inputs):
 
 def kernel_ir(site, level: int, plan: Plan):
     """The kernel IR of this plan at tier ``level`` (2: shape-generic, 3: specialized)."""
+    if site.op in conv.OPS:              # (issue 18: compiler/conv.py)
+        return conv.kernel_ir(site, level, plan)
     d, p = plan.dtype, plan.details
     dtype = str(d)
     if site.op == "FUSED_ELEMENTWISE":
@@ -217,3 +219,8 @@ def plan_attention(site, inputs):
 
 KINDS["FUSED_ATTENTION"] = "attention"
 PLANNERS["FUSED_ATTENTION"] = plan_attention
+# ---------------------------------------------------------------- issue 18: convolutions and max pools (conv.py)
+from . import conv  # noqa: E402  (it reads Plan, _Shape and plan_elementwise from here when it plans)
+
+KINDS.update(dict.fromkeys(conv.OPS, "conv"))
+PLANNERS.update(dict.fromkeys(conv.OPS, conv.plan))

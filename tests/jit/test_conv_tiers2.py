@@ -1,0 +1,312 @@
+"""FUSED_CONV's compiled kernels (issue 18, compiler/conv.py): the depthwise LLVM kernel and the dense
+convolutions' compiled epilogue, at L2 (dims as arguments) and L3 (dims constant), against the L1
+interpreter (fusion off: CONV2D, BATCH_NORM and the elementwise ops one by one) and a float64 numpy
+reference (tests/refs/cv.py), on random shapes: kernel 1/3/5/7, stride 1-3, padding modes, dilation,
+groups, widths below and above the vector widths, NaN and inf, an empty batch, float64. Each test
+also checks that the kernel it means ran (the site holds a compiled kernel for the shape), so a
+planner that quietly refused would fail it."""
+
+import msvm as ms
+import numpy as np
+import pytest
+from msvm import nn
+from msvm.compiler import conv, tiers
+from msvm.compiler.lower import lower
+from msvm.compiler.static_kernels import kernels_of
+from refs import cv
+
+ACTS = {"relu": (nn.ReLU, cv.relu), "relu6": (nn.ReLU6, cv.relu6), "hswish": (nn.HSwish, cv.hswish),
+        "none": (None, lambda x: x)}
+
+
+class Block(nn.Cell):
+    def __init__(self, cin, cout, k, stride, pad_mode, padding, dilation, group, bias, act, residual):
+        super().__init__()
+        self.conv = nn.Conv2d(cin, cout, k, stride=stride, pad_mode=pad_mode, padding=padding, dilation=dilation,
+                              group=group, has_bias=bias)
+        self.bn = nn.BatchNorm2d(cout)
+        self.act = ACTS[act][0]() if ACTS[act][0] is not None else None
+        self.residual = residual
+
+    def construct(self, x):
+        out = self.bn(self.conv(x))
+        if self.residual:
+            out = out + x
+        if self.act is not None:
+            out = self.act(out)
+        return out
+
+
+def make(s, seed, dtype=np.float32):
+    rng = np.random.default_rng(seed)
+    net = Block(**s)
+    net.set_train(False)
+    for name, p in net.parameters_dict().items():
+        v = rng.standard_normal(p.shape)
+        if "variance" in name:
+            v = np.abs(v) + 0.5
+        p.set_data(ms.Tensor(v.astype(dtype)))
+    return net
+
+
+def reference(net, s, x):
+    p = {k: v.asnumpy().astype(np.float64) for k, v in net.parameters_dict().items()}
+    pad = "same" if s["pad_mode"] == "same" else s["padding"]
+    out = cv.conv2d(x.astype(np.float64), p["conv.weight"], p.get("conv.bias"), s["stride"], pad, s["dilation"],
+                    s["group"])
+    out = cv.batch_norm(out, p, "bn")
+    if s["residual"]:
+        out = out + x
+    return ACTS[s["act"]][1](out)
+
+
+def forward(net, level, fusion, xs):
+    ms.set_context(jit_config={"jit_level": level, "enable_fusion": fusion})
+    outs = [net(ms.Tensor(x)).asnumpy() for x in xs]
+    for _ in range(3):           # the compiled kernels, then the replay and the fast path: the same answers
+        tiers.wait_for_compiles(60)
+        again = [net(ms.Tensor(x)).asnumpy() for x in xs]
+        for a, b in zip(outs, again):
+            np.testing.assert_array_equal(a, b)
+    return outs
+
+
+def conv_sites(net):
+    code = next(iter(net._runner.variants.values())).code
+    return [s for c in code.all_codes() for s in c.jit_sites.values() if s.op == "FUSED_CONV"]
+
+
+def compiled_kinds(net, level):
+    """The kinds of the compiled kernels the FUSED_CONV sites hold at that level."""
+    kinds = set()
+    for s in conv_sites(net):
+        for k in (s.l2 if level == "L2" else s.l3).values():
+            if isinstance(k, tiers.Compiled):
+                kinds.add(k.kernel.kind)
+    return kinds
+
+
+def close(got, want, tol=2e-5):
+    assert got.shape == want.shape, (got.shape, want.shape)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    scale = max(1.0, float(np.nanmax(np.abs(np.where(np.isfinite(want), want, 0)), initial=0.0)))
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol * scale)
+
+
+def images(rng, cin, sizes, special, dtype=np.float32):
+    out = []
+    for n, h, w in sizes:
+        x = rng.standard_normal((n, cin, h, w)).astype(dtype)
+        if special and x.size:
+            x[0, 0, 1, 1], x[0, -1, 2, 3], x[-1, 0, -1, -1] = np.nan, np.inf, -np.inf
+        out.append(x)
+    return out
+
+
+def depthwise_spec(rng):
+    k = int(rng.choice([3, 3, 5, 7]))
+    c = int(rng.choice([3, 8, 16]))
+    pad_mode = str(rng.choice(["same", "pad", "valid"]))
+    stride = int(rng.choice([1, 2, 3]))
+    return dict(cin=c, cout=c, k=k, stride=stride, pad_mode=pad_mode,
+                padding=int(rng.integers(0, 4)) if pad_mode == "pad" else 0, dilation=int(rng.choice([1, 1, 2])),
+                group=c, bias=bool(rng.random() < 0.4), act=str(rng.choice(list(ACTS))),
+                residual=bool(stride == 1 and pad_mode == "same" and rng.random() < 0.5))
+
+
+SIZES = [(1, 23, 37), (2, 13, 14), (1, 15, 70), (1, 13, 13)]      # (windows up to 13 wide fit)
+
+
+@pytest.mark.parametrize("seed", range(10))
+@pytest.mark.parametrize("level", ["L2", "L3"])
+def test_depthwise_kernel_matches_l1_and_numpy(seed, level):
+    rng = np.random.default_rng(seed)
+    s = depthwise_spec(rng)
+    xs = images(rng, s["cin"], SIZES, special=seed % 2 == 0)
+    wants = [reference(make(s, seed), s, x) for x in xs]
+    l1 = forward(make(s, seed), "L1", False, xs)
+    net = make(s, seed)
+    got = forward(net, level, True, xs)
+    assert compiled_kinds(net, level) == {"depthwise"}
+    for g, w, r in zip(got, wants, l1):
+        close(g, w)
+        close(g, r, tol=1e-6)
+    if level == "L2":            # one shape-generic kernel for every size
+        assert sum(len(s_.l2) for s_ in conv_sites(net)) == 1
+
+
+def dense_spec(rng):
+    k = int(rng.choice([1, 3, 7]))
+    cin = int(rng.choice([3, 4, 6, 8]))
+    group = int(rng.choice([1, 1, 2]))
+    cout = int(rng.choice([4, 8])) if not rng.random() < 0.5 else cin
+    group = group if cin % group == 0 and cout % group == 0 else 1
+    pad_mode = str(rng.choice(["same", "pad", "valid"]))
+    stride = int(rng.choice([1, 2]))
+    return dict(cin=cin, cout=cout, k=k, stride=stride, pad_mode=pad_mode,
+                padding=int(rng.integers(0, 3)) if pad_mode == "pad" else 0,
+                dilation=int(rng.choice([1, 2])) if k > 1 else 1, group=group, bias=bool(rng.random() < 0.4),
+                act=str(rng.choice(["relu", "relu6", "hswish"])),
+                residual=bool(cout == cin and stride == 1 and pad_mode == "same" and rng.random() < 0.6))
+
+
+@pytest.mark.parametrize("seed", range(8))
+@pytest.mark.parametrize("level", ["L2", "L3"])
+def test_dense_conv_compiled_epilogue_matches_l1_and_numpy(seed, level):
+    rng = np.random.default_rng(50 + seed)
+    s = dense_spec(rng)
+    xs = images(rng, s["cin"], [(2, 16, 17), (1, 13, 14), (1, 30, 21)], special=seed % 3 == 0)
+    wants = [reference(make(s, seed), s, x) for x in xs]
+    l1 = forward(make(s, seed), "L1", False, xs)
+    net = make(s, seed)
+    got = forward(net, level, True, xs)
+    cg = s["cin"] // s["group"]           # few channels per group: the direct kernel (conv.DIRECT_MAX_*)
+    direct = cg <= conv.DIRECT_MAX_CHANNELS and cg * s["k"] ** 2 <= conv.DIRECT_MAX_TAPS
+    assert compiled_kinds(net, level) == {"depthwise" if direct else "elementwise"}, s
+    for g, w, r in zip(got, wants, l1):
+        close(g, w)
+        close(g, r, tol=1e-5)
+
+
+@pytest.mark.parametrize("level", ["L2", "L3"])
+@pytest.mark.parametrize("k, kind", [(3, "depthwise"), (7, "elementwise")])
+def test_rgb_stems_direct_or_blas(level, k, kind):
+    """MobileNet's 3x3 stride-2 stem on 3 channels runs the direct kernel; ResNet's 7x7 one BLAS."""
+    s = dict(cin=3, cout=16, k=k, stride=2, pad_mode="pad", padding=k // 2, dilation=1, group=1, bias=False,
+             act="relu6", residual=False)
+    rng = np.random.default_rng(k)
+    xs = images(rng, 3, [(1, 37, 45), (2, 16, 16)], special=True)
+    net = make(s, 5)
+    got = forward(net, level, True, xs)
+    assert compiled_kinds(net, level) == {kind}
+    l1 = forward(make(s, 5), "L1", False, xs)
+    for g, r, x in zip(got, l1, xs):
+        close(g, reference(net, s, x))
+        close(g, r, tol=1e-5)
+
+
+@pytest.mark.parametrize("kind", ["depthwise", "dense"])
+def test_fusion_on_and_off_agree_in_float64_and_on_an_empty_batch(kind):
+    s = dict(cin=8, cout=8, k=3, stride=1, pad_mode="same", padding=0, dilation=1, group=8 if kind == "depthwise" else 1,
+             bias=True, act="relu6", residual=True)
+    rng = np.random.default_rng(7)
+    xs = images(rng, 8, [(1, 20, 33), (0, 20, 33), (2, 6, 7)], special=True, dtype=np.float64)
+    net = make(s, 3, np.float64)
+    got = forward(net, "L3", True, xs)
+    off = forward(make(s, 3, np.float64), "L3", False, xs)
+    assert compiled_kinds(net, "L3") == {"depthwise" if kind == "depthwise" else "elementwise"}
+    for g, o, x in zip(got, off, xs):
+        assert g.dtype == np.float64
+        close(g, reference(net, s, x), tol=1e-10)     # (the weights are folded in float64)
+        close(g, o, tol=1e-6)                          # (unfused, the float32 Parameters' batch norm)
+    assert got[1].shape == (0, 8, 20, 33)
+
+
+def test_depthwise_refolds_after_set_data_at_l3():
+    s = dict(cin=16, cout=16, k=3, stride=2, pad_mode="pad", padding=1, dilation=1, group=16, bias=False,
+             act="relu6", residual=False)
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((1, 16, 40, 40)).astype(np.float32)
+    net = make(s, 1)
+    forward(net, "L3", True, [x])
+    assert compiled_kinds(net, "L3") == {"depthwise"}
+    net.bn.gamma.set_data(ms.Tensor(net.bn.gamma.asnumpy() * -3.0))
+    net.conv.weight.set_data(ms.Tensor(net.conv.weight.asnumpy() - 0.5))
+    close(net(ms.Tensor(x)).asnumpy(), reference(net, s, x))
+
+
+def test_window_larger_than_input_is_refused_with_the_interpreters_error():
+    s = dict(cin=4, cout=4, k=7, stride=1, pad_mode="valid", padding=0, dilation=1, group=4, bias=False,
+             act="relu", residual=False)
+    net = make(s, 2)
+    ms.set_context(jit_config={"jit_level": "L3", "enable_fusion": True})
+    with pytest.raises((ValueError, ms.MsvmError), match="window"):
+        net(ms.Tensor(np.zeros((1, 4, 5, 5), np.float32)))
+
+
+def test_static_dump_lowers_the_depthwise_kernel():
+    """``msvm dump --emit llvm``'s kernels: the depthwise FUSED_CONV has an L2 kernel that lowers."""
+    s = dict(cin=8, cout=8, k=3, stride=1, pad_mode="same", padding=0, dilation=1, group=8, bias=False,
+             act="relu6", residual=False)
+    net = make(s, 0)
+    ms.set_context(jit_config={"jit_level": "L1", "enable_fusion": True})
+    net(ms.Tensor(np.zeros((1, 8, 12, 12), np.float32)))
+    code = next(iter(net._runner.variants.values())).code
+    ks = [k for k in kernels_of(code) if k.op.startswith("FUSED_CONV")]
+    assert ks and ks[0].kernel is not None and ks[0].kernel.kind == "depthwise", ks
+    from msvm.compiler.codegen import codegen
+
+    ir = lower(ks[0].kernel, "k", codegen().features)
+    assert "define void @k(" in ir and "%Wo_a" in ir
+
+
+class Pool(nn.Cell):
+    def __init__(self, k, stride, pad_mode, padding):
+        super().__init__()
+        self.pool = nn.MaxPool2d(k, stride, pad_mode=pad_mode, padding=padding) if pad_mode == "pad" else \
+            nn.MaxPool2d(k, stride, pad_mode=pad_mode)
+
+    def construct(self, x):
+        return self.pool(x)
+
+
+def max_pool_reference(x, k, s, pad):
+    """float64 numpy: the maximum over each window of x padded with -inf (NaN wins)."""
+    (pt, pb), (pl, pr) = pad
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (pt, pb), (pl, pr)), constant_values=-np.inf)
+    ho, wo = (xp.shape[2] - k) // s + 1, (xp.shape[3] - k) // s + 1
+    out = np.full(x.shape[:2] + (ho, wo), -np.inf)
+    for i in range(k):
+        for j in range(k):
+            out = np.maximum(out, xp[:, :, i:i + s * (ho - 1) + 1:s, j:j + s * (wo - 1) + 1:s])
+    return out
+
+
+def _same(d, k, s):
+    total = max((-(-d // s) - 1) * s + k - d, 0)
+    return total // 2, total - total // 2
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("level", ["L2", "L3"])
+def test_max_pool_kernel_matches_l1_and_numpy(seed, level):
+    rng = np.random.default_rng(300 + seed)
+    k, s = int(rng.choice([2, 3, 5])), int(rng.choice([1, 2, 3]))
+    pad_mode = str(rng.choice(["same", "valid", "pad"]))
+    padding = int(rng.integers(0, k // 2 + 1)) if pad_mode == "pad" else 0
+    xs = images(rng, 5, [(1, 23, 37), (2, 9, 10), (1, 15, 70)], special=True)
+    tiers.reset_cache()          # (a fresh in-memory cache: its recent keys are this test's)
+    got = forward(Pool(k, s, pad_mode, padding), level, True, xs)
+    # the kernel cache's recent keys: the pool's compiled (or loaded) kernel at this level
+    assert any(r["op"] == "MAX_POOL2D" and r["key"] for r in tiers.stats()["recent"]), tiers.stats()["recent"]
+    l1 = forward(Pool(k, s, pad_mode, padding), "L1", True, xs)
+    for g, r, x in zip(got, l1, xs):
+        np.testing.assert_array_equal(g, r)
+        if pad_mode == "same":
+            pad = (_same(x.shape[2], k, s), _same(x.shape[3], k, s))
+        else:
+            pad = ((padding, padding), (padding, padding))
+        close(g, max_pool_reference(x, k, s, pad))
+
+
+@pytest.mark.parametrize("kinds", [(), ("t",), ("s", "t"), ("t", "s", "s")])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_the_depthwise_kernel_declares_what_the_convention_says(kinds, dtype):
+    """callconv's "depthwise" arguments (start, end, CONV_DIMS, five pointers, then one pointer per
+    epilogue tensor and one double per scalar) are the lowered kernel's parameters and the prototype's."""
+    import re
+
+    from msvm.compiler import callconv
+
+    prog = [("in", 0)]
+    for i in range(1, len(kinds) + 1):
+        prog += [("in", i), ("BROADCAST_ADD",)]
+    llvm = {"i64": "i64", "double": "double", "ptr": "float*" if dtype == "float32" else "double*"}
+    for dims in (None, (4, 9, 9, 9, 9, 1, 1, 1, 8)):
+        k = conv.DepthwiseConv(dtype, 3, 3, (1, 1), (1, 1), True, kinds, tuple(prog), 8, dims)
+        m = re.search(r"define void @k\((.*?)\) nounwind", lower(k, "k", ""))
+        want = [llvm[a] for a in callconv.signature(k)]
+        assert [p.split()[0] for p in m.group(1).split(", ")] == want
+        fn = callconv.prototype(k, 0x1000)
+        assert [a.__name__ for a in fn.argtypes].count("c_double") == kinds.count("s")
+        assert len(fn.argtypes) == len(want) == 2 + len(callconv.CONV_DIMS) + 5 + len(kinds)

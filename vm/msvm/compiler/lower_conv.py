@@ -1,0 +1,193 @@
+"""Lowering of convolution kernels (compiler/conv.py's kernel IR) to LLVM IR text.
+
+``DepthwiseConv``::
+
+    void @k(i64 start, i64 end, i64 C, i64 H, i64 W, i64 Ho, i64 Wo, i64 pt, i64 pl, i64 lo, i64 hi,
+            T* out, T* x, T* w, T* bias, T* zero_row, {T* extra | double scalar} per epilogue input)
+
+For each plane r in [start, end) (image n, channel r % C) and output row oh: the tap rows are
+pointers into x, or to the zero row where the row is padding; output columns [0, lo) and the
+columns past the vector loops are computed one at a time with padded columns masked to zero;
+[lo, hi) by a vector loop of ``width`` lanes and then one of 4 (a strided conv loads stride x
+lanes and keeps every stride-th). The sum runs over the taps in the L1 kernel's order (the first
+product, then adding each next one; no FMA contraction), then the bias, then the epilogue
+(lower.emit_program), with numpy's answers on NaN and inf. L3 passes the same arguments, but
+the kernel uses its own constants (``dims``).
+"""
+
+from __future__ import annotations
+
+from .callconv import CONV_DIMS as DIMS  # the kernel's shape arguments, in order
+from .lower import TYPES, Builder, Unsupported, Vals, emit_program
+
+
+def lower_depthwise(k, name: str, features: str) -> str:
+    t = TYPES.get(k.dtype)
+    if t is None:
+        raise Unsupported(f"depthwise kernels in {k.dtype}")
+    es = 4 if t == "float" else 8
+    b = Builder()
+    intrinsics: set = set()
+    params = ["i64 %start", "i64 %end"] + [f"i64 %{d}_a" for d in DIMS]
+    params += [f"{t}* noalias %out", f"{t}* noalias %x", f"{t}* noalias %w", f"{t}* noalias %bias",
+               f"{t}* noalias %zrow"]
+    for j, kind in enumerate(k.kinds):
+        params.append(f"{t}* noalias %e{j}" if kind == "t" else f"double %s{j}")
+    b.raw(f"define void @{name}({', '.join(params)}) nounwind {{")
+    b.raw("entry:")
+    dim = {d: (str(k.dims[q]) if k.dims is not None else f"%{d}_a") for q, d in enumerate(DIMS)}
+    C, H, W, Ho, Wo, pt, pl, lo, hi = (dim[d] for d in DIMS)
+    scal = {j: (b.op(f"fptrunc double %s{j} to float") if t == "float" else f"%s{j}")
+            for j, kind in enumerate(k.kinds) if kind == "s"}
+    kh, kw = k.kh, k.kw
+    (sh, sw), (dh, dw) = k.stride, k.dilation
+    taps = kh * kw
+    b.raw("  br label %plane")
+    b.raw("plane:")
+    b.raw("  %r = phi i64 [ %start, %entry ], [ %rn, %row ]")
+    b.raw("  %rc = icmp slt i64 %r, %end")
+    b.raw("  br i1 %rc, label %plane_body, label %done")
+    b.raw("plane_body:")
+    cg, og = k.cg, k.og                  # input channels summed per output channel; output channels per group
+    ch = b.op(f"urem i64 %r, {C}")
+    hw = b.op(f"mul i64 {H}, {W}")
+    if cg == og == 1:                    # depthwise (and pooling): the input plane is the output plane
+        xbases = [b.op(f"mul i64 %r, {hw}")]
+    else:                                # image r / C, input channels (ch / og) * cg + c
+        cin = b.op(f"mul i64 {b.op(f'udiv i64 {C}, {og}')}, {cg}")
+        image = b.op(f"udiv i64 %r, {C}")
+        group = b.op(f"udiv i64 {ch}, {og}")
+        first = b.op(f"add i64 {b.op(f'mul i64 {image}, {cin}')}, {b.op(f'mul i64 {group}, {cg}')}")
+        xbases = [b.op(f"mul i64 {b.op(f'add i64 {first}, {c}')}, {hw}") for c in range(cg)]
+    obase = b.op(f"mul i64 %r, {b.op(f'mul i64 {Ho}, {Wo}')}")
+    wbase = b.op(f"mul i64 {ch}, {taps * cg}")
+    ws = []
+    pool = k.reduce == "max"
+    for q in range(taps * cg if not pool else 0):
+        wq = b.op(f"getelementptr {t}, {t}* %w, i64 {b.op(f'add i64 {wbase}, {q}')}")
+        ws.append(b.op(f"load {t}, {t}* {wq}"))
+    bias = b.op(f"load {t}, {t}* {b.op(f'getelementptr {t}, {t}* %bias, i64 {ch}')}") if k.has_bias else None
+    widths = [k.width] + ([4] if k.width > 4 else [])
+    splats = {}
+    pad = float("-inf") if pool else 0.0      # what a padded tap reads (the L1 kernels pad with it)
+    for wd in widths:
+        v = Vals(b, t, wd)
+        splats[wd] = ([v.splat(x) for x in ws], v.splat(bias) if bias is not None else None,
+                      {j: v.splat(s) for j, s in scal.items()})
+    b.raw("  br label %row_pre")
+    b.raw("row_pre:")
+    b.raw("  br label %rowh")
+    b.raw("rowh:")
+    b.raw("  %oh = phi i64 [ 0, %row_pre ], [ %ohn, %s1_x ]")
+    b.raw(f"  %ohc = icmp slt i64 %oh, {Ho}")
+    b.raw("  br i1 %ohc, label %row_body, label %row")
+    b.raw("row_body:")
+    ih0 = b.op(f"sub i64 {b.op(f'mul i64 %oh, {sh}')}, {pt}")
+    rows = []                            # per (input channel, tap row): its row, or the zero row
+    for xbase in xbases:
+        for i in range(kh):
+            ih = b.op(f"add i64 {ih0}, {i * dh}")
+            valid = b.op(f"icmp ult i64 {ih}, {H}")
+            roff = b.op(f"add i64 {xbase}, {b.op(f'mul i64 {ih}, {W}')}")
+            p = b.op(f"getelementptr {t}, {t}* %x, i64 {roff}")
+            rows.append(b.op(f"select i1 {valid}, {t}* {p}, {t}* %zrow"))
+    orow = b.op(f"add i64 {obase}, {b.op(f'mul i64 %oh, {Wo}')}")
+    state = {"prev": "row_body"}
+
+    def loop(label, start, cond, step, body):
+        """A loop over ow from ``start`` while ``cond(ow)``; returns the exit value of ow."""
+        b.raw(f"  br label %{label}_p")
+        b.raw(f"{label}_p:")
+        b.raw(f"  br label %{label}")
+        b.raw(f"{label}:")
+        b.raw(f"  %ow_{label} = phi i64 [ {start}, %{label}_p ], [ %own_{label}, %{label}_b ]")
+        c = cond(f"%ow_{label}")
+        b.raw(f"  br i1 {c}, label %{label}_b, label %{label}_x")
+        b.raw(f"{label}_b:")
+        body(f"%ow_{label}")
+        b.raw(f"  %own_{label} = add i64 %ow_{label}, {step}")
+        b.raw(f"  br label %{label}")
+        b.raw(f"{label}_x:")
+        state["prev"] = f"{label}_x"
+        return f"%ow_{label}"
+
+    def finish(v, acc, ow, extras_vec):
+        nonlocal intrinsics
+        if bias is not None:
+            acc = v.bin("fadd", acc, extras_vec[0])
+        ins = [acc]
+        off = b.op(f"add i64 {orow}, {ow}")
+        for j, kind in enumerate(k.kinds):
+            if kind == "t":
+                p = b.op(f"getelementptr {t}, {t}* %e{j}, i64 {off}")
+                if v.w == 1:
+                    ins.append(b.op(f"load {t}, {t}* {p}"))
+                else:
+                    ins.append(b.op(f"load {v.vt}, {v.vt}* {b.op(f'bitcast {t}* {p} to {v.vt}*')}, align {es}"))
+            else:
+                ins.append(extras_vec[1][j])
+        r = emit_program(v, k.program, ins)
+        intrinsics |= v.intrinsics
+        p = b.op(f"getelementptr {t}, {t}* %out, i64 {off}")
+        if v.w == 1:
+            b.raw(f"  store {t} {r}, {t}* {p}")
+        else:
+            b.raw(f"  store {v.vt} {r}, {v.vt}* {b.op(f'bitcast {t}* {p} to {v.vt}*')}, align {es}")
+
+    def combine(v, acc, x, wt):
+        """The next tap into the running value: + x * w (conv) or numpy's maximum(acc, x) (max pool)."""
+        if wt is None:
+            return x if acc is None else v.maximum(acc, x)
+        prod = v.bin("fmul", x, wt)
+        return prod if acc is None else v.bin("fadd", acc, prod)
+
+    def scalar_body(ow):
+        v = Vals(b, t, 1)
+        col0 = b.op(f"sub i64 {b.op(f'mul i64 {ow}, {sw}')}, {pl}")
+        acc = None
+        for q in range(cg * kh):
+            for j in range(kw):
+                col = b.op(f"add i64 {col0}, {j * dw}")
+                inr = b.op(f"icmp ult i64 {col}, {W}")
+                colc = b.op(f"select i1 {inr}, i64 {col}, i64 0")
+                x = b.op(f"load {t}, {t}* {b.op(f'getelementptr {t}, {t}* {rows[q]}, i64 {colc}')}")
+                x = b.op(f"select i1 {inr}, {t} {x}, {t} {v.const(pad)}")
+                acc = combine(v, acc, x, ws[q * kw + j] if not pool else None)
+        finish(v, acc, ow, (bias, scal))
+
+    def vector_body(wd):
+        def body(ow):
+            v = Vals(b, t, wd)
+            wv, bv, sv = splats[wd]
+            col0 = b.op(f"sub i64 {b.op(f'mul i64 {ow}, {sw}')}, {pl}")
+            acc = None
+            wide = f"<{wd * sw} x {t}>"
+            mask = ", ".join(f"i32 {q * sw}" for q in range(wd))
+            for q in range(cg * kh):
+                for j in range(kw):
+                    col = b.op(f"add i64 {col0}, {j * dw}")
+                    p = b.op(f"getelementptr {t}, {t}* {rows[q]}, i64 {col}")
+                    if sw == 1:
+                        x = b.op(f"load {v.vt}, {v.vt}* {b.op(f'bitcast {t}* {p} to {v.vt}*')}, align {es}")
+                    else:
+                        xw = b.op(f"load {wide}, {wide}* {b.op(f'bitcast {t}* {p} to {wide}*')}, align {es}")
+                        x = b.op(f"shufflevector {wide} {xw}, {wide} undef, <{wd} x i32> <{mask}>")
+                    acc = combine(v, acc, x, wv[q * kw + j] if not pool else None)
+            finish(v, acc, ow, (bv, sv))
+        return body
+
+    loop("s0", "0", lambda ow: b.op(f"icmp slt i64 {ow}, {lo}"), 1, scalar_body)
+    ow = lo
+    for q, wd in enumerate(widths):
+        ow = loop(f"v{q}", ow, lambda o, wd=wd: b.op(f"icmp sle i64 {b.op(f'add i64 {o}, {wd}')}, {hi}"),
+                  wd, vector_body(wd))
+    loop("s1", ow, lambda o: b.op(f"icmp slt i64 {o}, {Wo}"), 1, scalar_body)
+    b.raw("  %ohn = add i64 %oh, 1")
+    b.raw("  br label %rowh")
+    b.raw("row:")
+    b.raw("  %rn = add i64 %r, 1")
+    b.raw("  br label %plane")
+    b.raw("done:")
+    b.raw("  ret void")
+    b.raw("}")
+    return "\n".join(sorted(intrinsics)) + "\n\n" + "\n".join(b.lines) + "\n"

@@ -203,3 +203,52 @@ def test_the_replay_calls_the_packed_kernel_through_its_native_entry(level):
     for _ in range(3):
         np.testing.assert_allclose(net(ms.Tensor(x)).asnumpy(), ref(), rtol=1e-5, atol=1e-5)
     assert sum(len(s.pcache) for s in sites) == packs + 1
+
+
+class _AddMM(nn.Cell):
+    """GPT-2's Conv1D: x @ W + b with W stored [K, N] (read as is, not transposed)."""
+
+    def __init__(self, k, n):
+        super().__init__()
+        rng = np.random.default_rng(k * 7 + n)
+        self.weight = ms.Parameter(ms.Tensor(rng.standard_normal((k, n)).astype(np.float32)), "weight")
+        self.bias = ms.Parameter(ms.Tensor(rng.standard_normal(n).astype(np.float32)), "bias")
+
+    def construct(self, x):
+        return ms.ops.addmm(self.bias, x, self.weight)
+
+
+@pytest.mark.parametrize("level", ["L2", "L3", "auto"])
+def test_a_weight_read_as_is_runs_packed_and_follows_set_data(level):
+    """x @ B by a fixed B [K, N] (GPT-2's Conv1D) takes the packed product at every compiled tier, also
+    through the replay (auto, repeated calls); a new array from set_data is packed again; a writable B
+    given as an argument to the same product never runs packed."""
+    net = _AddMM(48, 70)
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((9, 48)).astype(np.float32)
+    ms.set_context(jit_config={"jit_level": level})
+    for _ in range(12):
+        out = net(ms.Tensor(x)).asnumpy()
+        tiers.wait_for_compiles(60)
+    w, b = net.weight.asnumpy(), net.bias.asnumpy()
+    np.testing.assert_allclose(out, x @ w + b, rtol=1e-5, atol=1e-5)
+    var = next(iter(net._runner.variants.values()))
+    sites = [s for c in var.code.all_codes() for s in c.jit_sites.values() if s.op == "FUSED_MATMUL"]
+    assert sites and all(s.pcache for s in sites)
+    w2 = rng.standard_normal((48, 70)).astype(np.float32)
+    net.weight.set_data(ms.Tensor(w2))
+    for _ in range(3):
+        out = net(ms.Tensor(x)).asnumpy()
+    np.testing.assert_allclose(out, x @ w2 + b, rtol=1e-5, atol=1e-5)
+
+    @ms.jit
+    def f(x, w, b):
+        return ms.ops.addmm(b, x, w)
+
+    for i in range(8):
+        wi = rng.standard_normal((48, 70)).astype(np.float32)
+        if i % 2:
+            wi.flags.writeable = False
+        got = f(ms.Tensor(x), ms.Tensor(wi), ms.Tensor(b)).asnumpy()
+        np.testing.assert_allclose(got, x @ wi + b, rtol=1e-5, atol=1e-5)
+    ms.set_context(jit_config={"jit_level": "auto"})

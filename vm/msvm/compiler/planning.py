@@ -100,11 +100,12 @@ def plan_matmul(site, inputs):
             block.append(((), 0))
     epi.details["block"] = block
     same_batch = (not batched) or (a.shape[:-2] == b.shape[:-2] == tuple(batch_shape))
-    packed = bool(wt) and not ta and use_packed(m, d)     # (issue 18: by the weight packed once, compiler/gemm.py)
+    # (issue 18) by a fixed weight packed once (compiler/gemm.py): a Dense's W (x @ W.T) or a B read as is
+    packed = (bool(wt) or (not tb and not batched and b.ndim == 2 and site.frozen(b))) and not ta and use_packed(m, d)
     batch = int(np.prod(batch_shape)) if batched else 1
     tb_run = bool(tb) and not wt
     b_shape = b.shape[::-1] if wt else b.shape
-    cls = ("mm", bool(ta), tb_run, str(d), epi.cls, bool(wt))
+    cls = ("mm", bool(ta), tb_run, str(d), epi.cls, bool(wt), packed)
     return Plan(cls, (cls, a.shape, b_shape, tuple(x.shape if isinstance(x, np.ndarray) else None for x in extras)),
             out_shape, d, {"m": m, "k": k, "n": n_, "batch": batch, "same_batch": same_batch, "epi": epi,
                            "tb": tb_run, "wt": bool(wt), "packed": packed})

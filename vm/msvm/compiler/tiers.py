@@ -82,6 +82,9 @@ class Site:
         # multiplies faster for few rows; a Parameter's array is read-only, so the copy stays valid
         # while the same array is in place (``transposed``)
         self.weight_t = self.op == "FUSED_MATMUL" and bool(self.args[1]) and not self.args[2]
+        # a product whose B may be a fixed weight run prepared (transposed or packed once: compiler/gemm.py):
+        # the fast paths' keys say whether it is fixed, and they pass it through the prepared weight
+        self.weight_prep = self.op == "FUSED_MATMUL" and not self.args[2] and (bool(self.args[1]) or not self.args[0])
         # id(weight array) -> (the array, its contiguous transpose | its packed panels, compiler/gemm.py):
         # one Code serves every Dense of its shapes (BERT-base: 48 of 768x768), so one entry per weight
         self.wcache: dict = {}
@@ -168,7 +171,7 @@ class Site:
         """The key of ``fast``: each input's shape, strides and dtype (and, for a matmul by a
         transposed weight, whether the weight is fixed)."""
         exact = tuple([(x.shape, x.strides, x.dtype) if type(x) is _ND else None for x in inputs])
-        if self.weight_t:
+        if self.weight_prep:
             exact += (self.frozen(inputs[1]),)
         return exact
 
@@ -256,7 +259,7 @@ class Site:
     def plan(self, inputs) -> Plan | None:
         """The Plan for these inputs, or None when only L1 applies."""
         ck = tuple([(x.shape, x.dtype) if type(x) is _ND else None for x in inputs])
-        if self.weight_t:
+        if self.weight_prep:
             ck += (self.frozen(inputs[1]),)
         p = self.plans.get(ck)
         if p is None:
@@ -339,14 +342,15 @@ class Site:
         return t
 
     def packed(self, w):
-        """A read-only weight W [N, K] packed for x @ W.T (compiler/gemm.py), made once per array:
-        ``set_data`` and ASSIGN_PARAM put a new array in place, which is packed again."""
+        """A read-only weight packed (compiler/gemm.py), made once per array: W [N, K] for x @ W.T (a
+        Dense), B [K, N] for x @ B (GPT-2's Conv1D); ``set_data`` and ASSIGN_PARAM put a new array in
+        place, which is packed again."""
         e = self.pcache.get(id(w))
         if e is not None and e[0] is w:
             return e[1]
         from .gemm import pack, panel_width
 
-        bp = pack(w, panel_width(w.dtype), transposed=True)
+        bp = pack(w, panel_width(w.dtype), transposed=bool(self.args[1]))
         _keep(self.pcache, w, bp)
         return bp
 

@@ -230,7 +230,7 @@ class _Writer:
             st = self.code.stack_types[i]
             tensors = [x for x, t in zip(a, st[len(st) - spec.n:]) if isinstance(t, TensorType)]
             strides = "(" + "".join(f"{x}.strides, " for x in tensors)
-            if getattr(spec.site, "weight_t", False):      # (its key also says whether the weight is fixed)
+            if getattr(spec.site, "weight_prep", False):   # (its key also says whether the weight is fixed)
                 strides += f"{site}.frozen({a[1]}), "
             strides += ")"
             self.emit(f"g = G[{j}]")
@@ -239,7 +239,7 @@ class _Writer:
             # the kernel's native entry when it has one (callconv.Native): entry(*inputs, output), where
             # a kept output is the buffer the entry's allocator made last, if this slot still holds it
             self.emit("    n = g.native")
-            wt = getattr(spec.site, "weight_t", False)
+            wt = getattr(spec.site, "weight_prep", False)
             nat = ", ".join(a[:1] + [f"w({a[1]})"] + a[2:]) if wt else args
             # (a record's callables are read into locals before the call: a call written as
             # ``n.entry(...)`` looks the name up as a method, which costs more on a slot)

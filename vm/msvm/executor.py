@@ -164,7 +164,20 @@ def accelerator():
 
 
 def optimize(code):
-    """Fusion on bytecode when enabled (jit_config enable_fusion); returns the Code to run."""
+    """Fusion on bytecode when enabled (jit_config enable_fusion), then the memory plan (jit_config
+    memory_plan, ``compiler/memplan.py``); returns the Code to run."""
+    return _plan_memory(_fuse(code))
+
+
+def _plan_memory(code):
+    if not context.jit_option("memory_plan") or device.current() is not device.CPU:
+        return code
+    from .compiler import memplan
+
+    return memplan.apply(code)
+
+
+def _fuse(code):
     if not context.jit_option("enable_fusion"):
         return code
     from .compiler.fuse import fuse

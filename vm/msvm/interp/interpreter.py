@@ -470,10 +470,15 @@ def _h_planned(spec, i):
         a = s[len(s) - n:]
         del s[len(s) - n:]
         ar = f.arena
+        if ar is not None:
+            try:
+                shape = shape_of(f.symbols)
+            except KeyError:             # (a data-dependent dim the run did not bind as a symbol)
+                ar = None
         if ar is None:
             s.append(site(a, reference, None) if site is not None else kern(*a, *operands))
             return i + 1
-        out = ar.view(i, k, shape_of(f.symbols), dtype)
+        out = ar.view(i, k, shape, dtype)
         r = site(a, reference, out) if site is not None else kern(*a, *operands, out=out)
         s.append(r if r is out else ar.settle(r, out))
         return i + 1

@@ -229,7 +229,7 @@ class _Writer:
         args = ", ".join(a)
         if spec.n == 0:          # FILL, ARANGE: no inputs
             self.emit(f"{v} = {kern}(*{self.const('o', ops)})")
-        elif spec.planned is not None:
+        elif spec.planned is not None and self.plannable(spec):
             self.planned(i, spec, a, v, kern, tail)
         elif spec.site is not None:
             # the site's prepared caller, remembered in G[j] with the input strides it was prepared
@@ -279,6 +279,14 @@ class _Writer:
         else:
             self.emit(f"{v} = {kern}({args}{tail})")
         return v
+
+    def plannable(self, spec: ComputeSpec) -> bool:
+        """Whether the path's symbols give this planned value's shape (a data-dependent dim may not be one)."""
+        try:
+            spec.planned[1](self.env)
+        except KeyError:
+            return False
+        return True
 
     def planned(self, i: int, spec: ComputeSpec, a: list, v: str, kern: str, tail: str) -> None:
         """An instruction with a buffer in the memory plan: its view V[j] of the arena is ``out=``."""

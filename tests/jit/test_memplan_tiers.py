@@ -91,7 +91,7 @@ def test_a_conv_net_writes_fused_conv_into_the_arena(jit_level):
     base = SmallConvNet()
     nets = _two_nets(lambda: SmallConvNet())
     for net in nets.values():
-        for (name, p), (_, q) in zip(net.parameters_and_names(), base.parameters_and_names()):
+        for (_n, p), (_, q) in zip(net.parameters_and_names(), base.parameters_and_names()):
             p.set_data(ms.Tensor(q.asnumpy()))
     rng = np.random.default_rng(7)
     xs = [ms.Tensor(rng.standard_normal((b, 3, s, s)).astype(np.float32)) for b, s in ((2, 16), (1, 12), (3, 16))]

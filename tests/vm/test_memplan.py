@@ -446,3 +446,20 @@ def test_peak_bytes_of_a_forward():
         net(x)
     peak = memory.peak_bytes(net, x)
     assert 64 * 8 * 4 <= peak < 64 * 8 * 4 * 16       # the result at least; the arena is already there
+
+
+def test_cells_compiled_under_a_debugger_are_not_planned():
+    """A Cell compiled while a debugger's hook is installed runs the Code the debugger would show
+    without the plan (no ALLOC/FREE of an arena; each value its own memory)."""
+    old = set_trace(lambda frame, pc: None)
+    try:
+        net = Block()
+        net(ms.Tensor(np.ones((3, 8), np.float32)))
+    finally:
+        set_trace(old)
+    codes = [c for v in net._runner.variants.values() for c in v.code.all_codes()]
+    assert all(c.memplan is None for c in codes)
+    assert not any(i.op.name == "ALLOC_DEVICE_MEM" for c in codes for i in c.instrs)
+    later = Block()
+    later(ms.Tensor(np.ones((3, 8), np.float32)))
+    assert all(c.memplan is not None for v in later._runner.variants.values() for c in v.code.all_codes())

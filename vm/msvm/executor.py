@@ -34,7 +34,7 @@ from .frontend.compiler import (
     vararg_index,
 )
 from .interp import replay
-from .interp.interpreter import BoundCode
+from .interp.interpreter import BoundCode, get_trace
 from .interp.replay import FALLBACK
 from .tensor import PARAMETER_SHAPES, Tensor, wrap
 
@@ -170,7 +170,11 @@ def optimize(code):
 
 
 def _plan_memory(code):
-    if not context.jit_option("memory_plan") or device.current() is not device.CPU:
+    """The memory plan, on the CPU; not while a debugger's trace hook is installed (the Code it shows
+    stays the one it would show without the plan, and no value it shows is ever overwritten)."""
+    trace = get_trace()
+    if not context.jit_option("memory_plan") or device.current() is not device.CPU or (
+            trace is not None and not getattr(trace, "keeps_plan", False)):
         return code
     from .compiler import memplan
 

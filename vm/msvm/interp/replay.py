@@ -327,5 +327,5 @@ class _Writer:
             self.emit(f"        g = {site}.fast_for([{args}])")
             self.emit(f"        G[{g}] = None if g is None else (g, {strides}, getattr(g, 'native', None))")
             self.ns["ST"] = spec.site.stats
-        self.emit(f"if {v} is not o:")
+        self.emit(f"if o is not {v}:")            # (a kernel that did not write into o: arena memory it returned is moved)
         self.emit(f"    {v} = ar.settle({v}, o)")

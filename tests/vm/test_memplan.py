@@ -463,3 +463,37 @@ def test_cells_compiled_under_a_debugger_are_not_planned():
     later = Block()
     later(ms.Tensor(np.ones((3, 8), np.float32)))
     assert all(c.memplan is not None for v in later._runner.variants.values() for c in v.code.all_codes())
+
+
+def test_msvm_dump_plan_prints_the_code_as_it_runs(capsys):
+    from msvm import cli
+
+    assert cli.main(["dump", "examples/bert_layer.py", "--plan", "--cell", "BertLayer"]) == 0
+    out = capsys.readouterr().out
+    assert "ALLOC_DEVICE_MEM" in out and "FREE_DEVICE_MEM" in out
+    # the residual adds and the GELU: one buffer (the sub-Cells' results are their own), the largest size
+    assert ("; memory plan: 1 buffer for 3 values, peak hidden_states0*hidden_states1*12288 bytes (one buffer per "
+            "value: hidden_states0*hidden_states1*18432)") in out
+    assert "buf0: hidden_states0*hidden_states1*12288 bytes <- 0x" in out
+
+
+class Twice(nn.Cell):
+    """One sub-Cell instance called twice in a row: each call site's linked Code takes its arena and gives it back."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = Block()
+
+    def construct(self, x):
+        return self.a(self.a(x) * 0.5) - x
+
+
+def test_one_sub_cell_called_twice_reuses_its_arena():
+    net = Twice()
+    x = np.random.default_rng(6).standard_normal((5, 8)).astype(np.float32)
+    w = net.a.w.asnumpy()
+    want = np_block(w, np_block(w, x) * np.float32(0.5)) - x
+    for _ in range(3):
+        np.testing.assert_allclose(net(ms.Tensor(x)).asnumpy(), want, rtol=1e-5, atol=1e-6)
+    sub = [b for v in net._runner.variants.values() for b in v.bound.callees.values()]
+    assert sub and all(len(b.arenas) == 1 for b in sub)

@@ -71,9 +71,21 @@ class MemPlan:
     excluded: dict = field(default_factory=dict)      # index -> why a would-be value is not planned
 
     def slot_bytes(self, k: int) -> Expr:
-        size = None
+        """The slot's capacity: the largest of its values' sizes (``c*m`` and ``d*m`` for one product m of
+        symbols give ``max(c, d)*m``; other sizes stay a ``max``)."""
+        top: dict = {}            # product of symbols -> (largest coefficient, its expression)
+        rest: list = []
         for i in self.slots[k]:
-            size = self.values[i].nbytes if size is None else smax(size, self.values[i].nbytes)
+            e = self.values[i].nbytes
+            if len(e.terms) == 1 and e.terms[0][1] > 0:
+                mono, c = e.terms[0]
+                if mono not in top or c > top[mono][0]:
+                    top[mono] = (c, e)
+            elif all(e != r for r in rest):
+                rest.append(e)
+        size = None
+        for e in [e for _, e in top.values()] + rest:
+            size = e if size is None else smax(size, e)
         return Expr.const(0) if size is None else size
 
     @property
@@ -118,7 +130,8 @@ class MemPlan:
 
     def lines(self, code: Code) -> list:
         """The dump's lines: one per slot, then the peak."""
-        out = [f"  ; memory plan: {len(self.slots)} buffers for {len(self.values)} values, peak {self.peak} bytes "
+        nb, nv = len(self.slots), len(self.values)
+        out = [f"  ; memory plan: {nb} buffer{'s' * (nb != 1)} for {nv} value{'s' * (nv != 1)}, peak {self.peak} bytes "
                f"(one buffer per value: {self.unplanned})"]
         for k, members in enumerate(self.slots):
             at = ", ".join(f"0x{code.instrs[i].offset:04x}" + ("*" if self.values[i].in_place_of is not None else "")

@@ -4,9 +4,9 @@ For each mindcv model (bench/zoo_cv.py's build, eval mode, batch 1) at each size
 same weights, one compiled with jit_config memory_plan on and one with it off, warmed up at every
 size (compiles done, replays built), then:
 
-- the bytes the intermediates take after the calls (``msvm.memory.report``): with the plan, the
-  arenas of all of the model's Codes; without, one kept buffer per value (what the arenas' values
-  would take each on its own, measured in the same calls);
+- the bytes the intermediates take after the calls (``msvm.memory.report``): held, the arena regions
+  (Codes at one position of the call chain share one); the arenas' layouts summed over the model's
+  Codes; one buffer per planned value (what they would take each on its own, in the same calls);
 - the peak of one forward above its start as tracemalloc sees it (``msvm.memory.peak_bytes``);
 - the steady time per forward (medians, interleaved calls) and whether both give the same logits,
   bit for bit.
@@ -48,8 +48,8 @@ def main():
     ms.as_mindspore()
     import mindcv
 
-    print(f"{'model':12} {'size':>4} {'arena MB':>8} {'unplanned MB':>12} {'peak MB on':>10} {'peak MB off':>11} "
-          f"{'ms on':>7} {'ms off':>7}  same")
+    print(f"{'model':12} {'size':>4} {'held MB':>8} {'arenas MB':>9} {'unplanned MB':>12} {'peak MB on':>10} "
+          f"{'peak MB off':>11} {'ms on':>7} {'ms off':>7}  same")
     for name in args.models:
         nets = {}
         weights = None
@@ -76,8 +76,9 @@ def main():
             same = np.array_equal(nets[True](t).asnumpy(), nets[False](t).asnumpy())
             peak = {plan: memory.peak_bytes(net, t) for plan, net in nets.items()}
             on, off = (statistics.median(times[p][s]) for p in (True, False))
-            print(f"{name:12} {s:>4} {mb(rep['arena_bytes'])} {mb(rep['unplanned_bytes']):>12} {mb(peak[True]):>10} "
-                  f"{mb(peak[False]):>11} {on:>7.1f} {off:>7.1f}  {same}", flush=True)
+            print(f"{name:12} {s:>4} {mb(rep['region_bytes'])} {mb(rep['arena_bytes']):>9} "
+                  f"{mb(rep['unplanned_bytes']):>12} {mb(peak[True]):>10} {mb(peak[False]):>11} {on:>7.1f} {off:>7.1f}"
+                  f"  {same}", flush=True)
     ms.set_context(jit_config={"memory_plan": True})
 
 

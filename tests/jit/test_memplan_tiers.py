@@ -217,4 +217,5 @@ def test_resnet18_agrees_with_the_plan_on_and_off():
     for x in xs:
         assert bits(nets[True](x).asnumpy()) == bits(nets[False](x).asnumpy())
     rep = memory.report(nets[True])
-    assert rep["codes"] and 0 < rep["arena_bytes"] <= rep["unplanned_bytes"]
+    slack = 64 * sum(c["buffers"] for c in rep["codes"])
+    assert rep["codes"] and 0 < rep["arena_bytes"] <= rep["unplanned_bytes"] + slack

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import tracemalloc
 
+from .interp.arena import region_bytes
+
 
 def _bounds(fn) -> list:
     runner = getattr(fn, "__dict__", {}).get("_runner") or getattr(fn, "_runner", None)
@@ -23,10 +25,12 @@ def _bounds(fn) -> list:
 
 
 def report(fn) -> dict:
-    """{"codes": [...], "arena_bytes", "unplanned_bytes"} over every linked Code of ``fn`` (a Cell or an
-    ``ms.jit`` function) and its sub-Cells: per Code its plan (buffers, values, the peak as an
-    expression), the bytes its largest arena holds (planned, what the calls so far needed) and
-    the bytes one buffer per planned value would hold (unplanned, the same calls)."""
+    """{"codes": [...], "arena_bytes", "unplanned_bytes", "region_bytes"} over every linked Code of ``fn``
+    (a Cell or an ``ms.jit`` function) and its sub-Cells: per Code its plan (buffers, values, the peak
+    as an expression), the bytes its arena lays out (planned, what the calls so far needed) and the
+    bytes one buffer per planned value would take (unplanned, the same calls). Codes at one position
+    of a call chain share memory (interp/arena.py): ``region_bytes`` is what the process's arenas
+    actually hold, every thread's and every model's."""
     seen, codes = set(), []
     todo = _bounds(fn)
     while todo:
@@ -44,7 +48,7 @@ def report(fn) -> dict:
                       "unplanned_bytes": max((sum(a.asked.values()) for a in arenas), default=0),
                       "arenas": len(arenas)})
     return {"codes": codes, "arena_bytes": sum(c["arena_bytes"] for c in codes),
-            "unplanned_bytes": sum(c["unplanned_bytes"] for c in codes)}
+            "unplanned_bytes": sum(c["unplanned_bytes"] for c in codes), "region_bytes": region_bytes()}
 
 
 def peak_bytes(fn, *args, **kwargs) -> int:

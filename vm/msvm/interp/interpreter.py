@@ -272,7 +272,9 @@ def h_alloc(ctx, i, args):
 
         def h(f, s):
             if _trace is None or getattr(_trace, "keeps_plan", False):
-                f.arena = arenas.pop() if arenas else Arena(nslots)
+                ar = arenas.pop() if arenas else Arena(nslots)
+                ar.open()
+                f.arena = ar
             return i + 1
         return h
     ctx.allocates = True
@@ -295,6 +297,7 @@ def h_free(ctx, i, args):
             ar = f.arena
             if ar is not None:
                 f.arena = None
+                ar.close()
                 arenas.append(ar)
             return i + 1
         return h
@@ -921,7 +924,9 @@ def run(f: Frame):
             i = _run_slow(f, prog, s, trace)
     except Exception as e:  # noqa: BLE001 - re-raised with the instruction's location
         f.bufs = None
-        f.arena = None                # (dropped: what it holds may still be seen through the error)
+        if f.arena is not None:       # closed and dropped: what it holds may still be seen through the error
+            f.arena.close()
+            f.arena = None
         if bound.allocates:           # workspaces this frame left open go back
             bound.device.release(f)
         if isinstance(e, (ExecutionError, ShapeMismatch)):

@@ -188,12 +188,14 @@ class _Writer:
             head.append("    ar = AP.pop() if AP else Arena(AN)")
             head.append("    V = ar.bind(KEY, LAY)")
         head.append("    try:")
-        tail = ["    except Exception:      # the interpreter runs it again and names the instruction",
-                "        return FALLBACK"]
+        tail = ["    except Exception:      # the interpreter runs it again and names the instruction"]
+        if self.layout:
+            tail.append("        ar.close()")
+        tail.append("        return FALLBACK")
         if self.bufs:
             tail.append("    pool.append(bufs)")
         if self.layout:
-            tail.append("    AP.append(ar)")
+            tail += ["    ar.close()", "    AP.append(ar)"]
         tail.append(f"    return {result}")
         src = "\n".join(head + (self.lines or ["        pass"]) + tail) + "\n"
         exec(compile(src, f"<msvm replay of {code.name}>", "exec"), self.ns)

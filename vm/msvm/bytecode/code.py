@@ -67,6 +67,7 @@ class Code:
     hover: list = field(default_factory=list, compare=False, repr=False)      # frontend: [(loc, name, type)]
     fusion_s: float = field(default=0.0, compare=False, repr=False)          # executor: seconds the fusion took
     jit_sites: dict = field(default_factory=dict, compare=False, repr=False)  # tier manager: index -> Site
+    memplan: object = field(default=None, compare=False, repr=False)        # memory planner: a MemPlan or None
 
     def __post_init__(self):
         self.relayout()

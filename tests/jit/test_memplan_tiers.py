@@ -142,8 +142,8 @@ def test_replayed_calls_keep_results_and_threads_never_share_an_arena():
         _warm(net, xs)
     net = nets[True]
     assert {"FUSED_MATMUL", "SOFTMAX"} <= _planned_ops(net) or "FUSED_ELEMENTWISE" in _planned_ops(net)
-    hit = next(h for h in net._runner.memo.values() if h[3])
-    assert "ar.bind(KEY, LAY)" in hit[3].source          # the replay runs on the arena
+    hit = next(h for h in net._runner.memo.values() if h.replay)
+    assert "ar.bind(KEY, LAY)" in hit.replay.source          # the replay runs on the arena
     firsts = [net(x) for x in xs]
     snaps = [f.asnumpy().copy() for f in firsts]
     for x in xs * 3:

@@ -324,21 +324,26 @@ class _Writer:
             if wt:
                 strides += f"{site}.frozen({a[1]}), "
             strides += ")"
-            nat = ", ".join(a[:1] + [f"n[4]({a[1]})"] + a[2:]) if wt else args
+            nat = ", ".join(a[:1] + [f"w({a[1]})"] + a[2:]) if wt else args
             want = self.const("shape", (shape, d))
+            # as a site call above (callconv.Prepared in G[g], its strides in S[g]), with the view as the output
             self.emit(f"g = G[{g}]")
-            self.emit(f"if g is not None and {strides} == g[1]:")
+            self.emit(f"if g is not None and {strides} == S[{g}]:")
             self.emit("    ST['hits'] += 1")
-            self.emit("    n = g[2]")
+            self.emit("    n = g.native")
             self.emit("    if n is not None:")        # a native entry writes where it is told: the shape must be its own
-            self.emit(f"        {v} = n[0]({nat}, o if (n[2], n[3]) == {want} else n[1](n[2], n[3]))")
+            if wt:
+                self.emit("        w = n.weight")
+            self.emit("        e, al = n.entry, n.alloc")
+            self.emit(f"        {v} = e({nat}, o if (n.shape, n.dtype) == {want} else al(n.shape, n.dtype))")
             self.emit("    else:")
-            self.emit(f"        {v} = g[0]([{args}], o)")
+            self.emit("        go = g.go")
+            self.emit(f"        {v} = go([{args}], o)")
             self.emit("else:")
             self.emit(f"    {v} = {site}([{args}], {self.const('ref', spec.reference)}, o)")
             self.emit("    if E[2]:")
-            self.emit(f"        g = {site}.fast_for([{args}])")
-            self.emit(f"        G[{g}] = None if g is None else (g, {strides}, getattr(g, 'native', None))")
+            self.emit(f"        G[{g}] = {site}.fast_for([{args}])")
+            self.emit(f"        S[{g}] = {strides}")
             self.ns["ST"] = spec.site.stats
         self.emit(f"if o is not {v}:")            # (a kernel that did not write into o: arena memory it returned is moved)
         self.emit(f"    {v} = ar.settle({v}, o)")

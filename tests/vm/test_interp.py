@@ -112,7 +112,7 @@ def test_reused_buffers_never_leak_into_results(rng):
     np.testing.assert_allclose(c.asnumpy(), a_copy, rtol=1e-6)
     assert not np.shares_memory(a.asnumpy(), b.asnumpy())
     bound = next(iter(net._runner.variants.values())).bound
-    assert bound.reusable        # some intermediates are reused
+    assert bound.reusable or bound.memplan.values     # some intermediates are reused (kept, or the memory plan's)
 
 
 class Divider(nn.Cell):

@@ -39,6 +39,8 @@ def _parser():
     d.add_argument("--json", action="store_true", help="print the instruction records as JSON")
     d.add_argument("--out", help="write the (one) Cell's bytecode to this .msbc file")
     d.add_argument("--callees", action="store_true", help="also print the code of the sub-Cells each one calls")
+    d.add_argument("--plan", action="store_true",
+                   help="print what runs: the code after fusion and the memory plan (buffers, sizes, peak bytes)")
     d.add_argument("--emit", choices=["llvm", "ptx"], help="print the Cell's kernels: LLVM IR for the CPU, or PTX")
     d.add_argument("--arch", default="sm_90", help="GPU architecture for --emit ptx (sm_80, sm_90)")
     d.add_argument("--flag", action="append", default=[], metavar="NAME=0|1",
@@ -216,10 +218,19 @@ def cmd_dump(args) -> int:
             for n in e.notes:
                 print(f"; note: {args.script}:{n.line}: {e.name}: {n.message}")
             if e.code is not None:
-                print(dump(e.code, with_callees=args.callees))
+                print(dump(planned(e.code) if getattr(args, "plan", False) else e.code, with_callees=args.callees))
     for e in failed:
         print(f"msvm: {e.error}", file=sys.stderr)
     return 1 if failed else 0
+
+
+def planned(code):
+    """The Code as it runs: fused (when fusion is on) and memory-planned (compiler/memplan.py)."""
+    from . import context
+    from .compiler.fuse import fuse
+    from .compiler.memplan import apply
+
+    return apply(fuse(code) if context.jit_option("enable_fusion") else code)
 
 
 def emit_kernels(code, what: str, arch: str = "sm_90", flags=()) -> str:

@@ -13,6 +13,7 @@ JIT_DEFAULTS = {
     "dump_bytecode": os.environ.get("MSVM_DUMP_BYTECODE", "") == "1",
     "jit_level": os.environ.get("MSVM_JIT_LEVEL", "auto"),
     "enable_fusion": os.environ.get("MSVM_ENABLE_FUSION", "1") != "0",
+    "memory_plan": os.environ.get("MSVM_MEMORY_PLAN", "1") != "0",    # compiler/memplan.py (issue 18)
     "l3_after": int(os.environ.get("MSVM_L3_AFTER", "5")),
     "jit_log_level": os.environ.get("MSVM_LOG", "WARNING"),
 }

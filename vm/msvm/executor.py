@@ -32,7 +32,7 @@ from .frontend.compiler import (
     source_of,
     vararg_index,
 )
-from .interp.interpreter import BoundCode
+from .interp.interpreter import BoundCode, get_trace
 from .tensor import PARAMETER_SHAPES, Tensor
 
 
@@ -153,7 +153,24 @@ def accelerator():
 
 
 def optimize(code):
-    """Fusion on bytecode when enabled (jit_config enable_fusion); returns the Code to run."""
+    """Fusion on bytecode when enabled (jit_config enable_fusion), then the memory plan (jit_config
+    memory_plan, ``compiler/memplan.py``); returns the Code to run."""
+    return _plan_memory(_fuse(code))
+
+
+def _plan_memory(code):
+    """The memory plan, on the CPU; not while a debugger's trace hook is installed (the Code it shows
+    stays the one it would show without the plan, and no value it shows is ever overwritten)."""
+    trace = get_trace()
+    if not context.jit_option("memory_plan") or device.current() is not device.CPU or (
+            trace is not None and not getattr(trace, "keeps_plan", False)):
+        return code
+    from .compiler import memplan
+
+    return memplan.apply(code)
+
+
+def _fuse(code):
     if not context.jit_option("enable_fusion"):
         return code
     from .compiler.fuse import fuse

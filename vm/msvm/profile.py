@@ -52,6 +52,7 @@ class Profiler:
         self.variants = collections.defaultdict(list)   # code -> [{variant, compile_ms, reason_kind, reason}]
         self.misses = collections.Counter()             # (code, offset, level, kind, reason) -> calls
         self.l1 = collections.defaultdict(dict)         # (code, offset) -> reason -> kind
+        self.memory: dict = {}                       # code -> the most bytes its arena held, and unplanned
         self.t0 = time.time()
         self.lock = threading.Lock()
         self._unsub = None
@@ -79,6 +80,10 @@ class Profiler:
                                                           "reason_kind": ev.get("reason_kind"),
                                                           "reason": ev.get("reason")})
             elif kind == "exec":
+                if "arena_bytes" in ev:             # (the memory plan's arena after a call)
+                    m = self.memory.setdefault(ev["code"], {"arena_bytes": 0, "unplanned_bytes": 0})
+                    m["arena_bytes"] = max(m["arena_bytes"], ev["arena_bytes"])
+                    m["unplanned_bytes"] = max(m["unplanned_bytes"], ev.get("unplanned_bytes", 0))
                 if "instr_ns" in ev:
                     c = self.exec_ns[ev["code"]]
                     for off, ns in ev["instr_ns"].items():
@@ -139,7 +144,8 @@ class Profiler:
                     })
                 codes.append({"name": name, "file": fn.get("filename"), "line": fn.get("firstlineno"),
                               "calls": self.calls.get(name, 0), "call_ms": round(self.call_ms.get(name, 0.0), 4),
-                              "variants": list(self.variants.get(name, [])), "instructions": instrs})
+                              "variants": list(self.variants.get(name, [])), "instructions": instrs,
+                              "memory_plan": _memory(fn.get("memoryPlan"), self.memory.get(name))})
             steps_total = {s: round(sum(c.get("steps", {}).get(s, 0.0) for c in self.compiles), 4) for s in STEPS}
             return {
                 "version": VERSION, "script": self.script, "argv": self.argv,
@@ -148,6 +154,18 @@ class Profiler:
                 "errors": list(self.errors), "steps_total": steps_total,
                 "cache": cache if cache is not None else _cache_stats(),
             }
+
+
+def _memory(plan, seen) -> dict | None:
+    """A Code's memory plan for the report: buffers, the peak as an expression over its symbols, and the
+    bytes its arena held (planned) against one buffer per value (unplanned), as measured in calls."""
+    if not plan:
+        return None
+    out = {"buffers": plan.get("buffers"), "values": plan.get("values"), "peak": plan.get("peak"),
+           "unplanned": plan.get("unplanned"), "slots": plan.get("slots", [])}
+    if seen:
+        out.update(seen)
+    return out
 
 
 def _cache_stats() -> dict:

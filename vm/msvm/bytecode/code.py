@@ -68,6 +68,7 @@ class Code:
     fusion_s: float = field(default=0.0, compare=False, repr=False)          # executor: seconds the fusion took
     jit_sites: dict = field(default_factory=dict, compare=False, repr=False)  # tier manager: index -> Site
     compile_reason: object = field(default=None, compare=False, repr=False)  # executor: msvm.reasons.Reason
+    memplan: object = field(default=None, compare=False, repr=False)        # memory planner: a MemPlan or None
 
     def __post_init__(self):
         self.relayout()

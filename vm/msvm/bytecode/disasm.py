@@ -144,6 +144,8 @@ def dump(code: Code, with_callees: bool = True, show_types: bool = True) -> str:
             out.append(line.rstrip())
             for pname, ploc in r.parts:
                 out.append(f"          | {pname:<18} {base}:{ploc}")
+        if c.memplan is not None:            # (compiler/memplan.py: buffers, sizes as expressions, peak)
+            out.extend(c.memplan.lines(c))
     return "\n".join(out)
 
 
@@ -214,6 +216,8 @@ def to_json(code: Code) -> dict:
         } for r, ins in zip(records(c), c.instrs)]
         d["result"] = str(c.result_type) if c.result_type is not None else None
         d["assumptions"] = [f"{a} == {b}" for a, b, _ in c.assumptions]
+        if c.memplan is not None:
+            d["memoryPlan"] = c.memplan.summary()
         funcs.append(d)
     return {"abi": code.abi, "functions": funcs}
 

@@ -35,6 +35,7 @@ from ..bytecode.symbolic import fmt_shape
 from ..bytecode.types import ScalarType, TensorType
 from ..errors import ExecutionError, ShapeMismatch, execution_error_like
 from . import kernels as K
+from .arena import Arena
 from .symeval import compile_sym
 
 _trace = None
@@ -59,7 +60,7 @@ def get_trace():
 class Frame:
     """One activation of a Code: operand stack, locals, symbol bindings."""
 
-    __slots__ = ("bound", "code", "stack", "locals", "symbols", "index", "bufs", "parent", "depth", "result")
+    __slots__ = ("bound", "code", "stack", "locals", "symbols", "index", "bufs", "parent", "depth", "result", "arena")
 
     def __init__(self, bound, parent=None, symbols=None):
         self.bound = bound
@@ -68,6 +69,7 @@ class Frame:
         self.locals = [None] * bound.nlocals
         self.symbols = symbols
         self.index = 0
+        self.arena = None          # the memory plan's buffers, between ALLOC_DEVICE_MEM and FREE_DEVICE_MEM
         self.parent = parent
         self.depth = 0 if parent is None else parent.depth + 1
 
@@ -259,9 +261,22 @@ def _device_operand(ctx, i, dev_arg):
 
 def h_alloc(ctx, i, args):
     """ALLOC_DEVICE_MEM device, stream: the frame's workspace on that stream of the frame's device;
-    the stream becomes current, so the kernels that follow launch on it."""
+    the stream becomes current, so the kernels that follow launch on it. In a planned Code on the
+    CPU's stream 0 (``compiler/memplan.py``) it takes the frame's arena from the Code's pool, unless a
+    trace hook (the debugger) is installed: then every value gets memory of its own, so nothing it
+    shows is overwritten."""
     _device_operand(ctx, i, args[0])
     dev, stream = ctx.device, int(args[1])
+    if ctx.memplan is not None and stream == 0:
+        arenas, nslots = ctx.arenas, len(ctx.memplan.slots)
+
+        def h(f, s):
+            if _trace is None or getattr(_trace, "keeps_plan", False):
+                ar = arenas.pop() if arenas else Arena(nslots)
+                ar.open()
+                f.arena = ar
+            return i + 1
+        return h
     ctx.allocates = True
 
     def h(f, s):
@@ -275,6 +290,17 @@ def h_free(ctx, i, args):
     return to the device's memory pool on that stream) and the previous stream is current again."""
     _device_operand(ctx, i, args[0])
     dev, stream = ctx.device, int(args[1])
+    if ctx.memplan is not None and stream == 0:
+        arenas = ctx.arenas
+
+        def h(f, s):
+            ar = f.arena
+            if ar is not None:
+                f.arena = None
+                ar.close()
+                arenas.append(ar)
+            return i + 1
+        return h
 
     def h(f, s):
         dev.free(f, stream)
@@ -316,7 +342,7 @@ class ComputeSpec:
     """What running one computing instruction takes, decided at link time; the handler
     (``h_compute``) and the straight-line replay (``replay.py``) are both built from it."""
 
-    __slots__ = ("name", "kern", "n", "operands", "dyn", "reuse", "site", "reference", "keep")
+    __slots__ = ("name", "kern", "n", "operands", "dyn", "reuse", "site", "reference", "keep", "planned")
 
     def __init__(self, ctx, i, args):
         ins = ctx.code.instrs[i]
@@ -349,6 +375,9 @@ class ComputeSpec:
             self.site = acc.site(code, i)
             self.reference = lambda *a: kern(*a, *operands)
             self.keep = i in ctx.reusable and out_tensor
+        # the memory plan's buffer for the result: (slot, shape function of the symbols, dtype, shape exprs)
+        v = ctx.memplan.values.get(i) if ctx.memplan is not None and not self.dyn else None
+        self.planned = None if v is None else (v.slot, compile_sym_shape(v.shape), v.dtype, v.shape)
 
     def operands_at(self, symbols) -> tuple:
         return tuple(o(symbols) if callable(o) else o for o in self.operands)
@@ -371,6 +400,8 @@ def h_compute(ctx, i, args):
             s.append(kern(*a, *ops))
             return i + 1
         return h
+    if spec.planned is not None:
+        return _h_planned(spec, i)
     if spec.site is not None:
         site, reference, keep = spec.site, spec.reference, spec.keep
 
@@ -422,6 +453,37 @@ def h_compute(ctx, i, args):
         a = s[len(s) - n:]
         del s[len(s) - n:]
         s.append(kern(*a, *operands))
+        return i + 1
+    return h
+
+
+def compile_sym_shape(shape):
+    """``f(env) -> tuple`` of a shape's dims."""
+    fns = [compile_sym(d) for d in shape]
+    return lambda env: tuple([fn(env) for fn in fns])
+
+
+def _h_planned(spec, i):
+    """A planned instruction: its result goes into its view of the frame's arena (``out=``); without
+    an arena (a trace hook is installed, or none was opened) it allocates as unplanned code does."""
+    n, kern, operands, site, reference = spec.n, spec.kern, spec.operands, spec.site, spec.reference
+    k, shape_of, dtype, _ = spec.planned
+
+    def h(f, s):
+        a = s[len(s) - n:]
+        del s[len(s) - n:]
+        ar = f.arena
+        if ar is not None:
+            try:
+                shape = shape_of(f.symbols)
+            except KeyError:             # (a data-dependent dim the run did not bind as a symbol)
+                ar = None
+        if ar is None:
+            s.append(site(a, reference, None) if site is not None else kern(*a, *operands))
+            return i + 1
+        out = ar.view(i, k, shape, dtype)
+        r = site(a, reference, out) if site is not None else kern(*a, *operands, out=out)
+        s.append(r if r is out else ar.settle(r, out))
         return i + 1
     return h
 
@@ -621,7 +683,10 @@ class BoundCode:
                 raise _device.DeviceMismatch(f"{code.name}: attribute {name} is a tensor on {_device.name_of(a)}, "
                                              f"but the code runs on {device.name} (the current device_target); "
                                              "make the Cell after set_context(device_target=...)")
-        self.reusable = reusable_outputs(code)
+        # the memory plan (compiler/memplan.py) on the CPU; without one, per-instruction kept buffers
+        self.memplan = getattr(code, "memplan", None) if device is _device.CPU else None
+        self.arenas: list = []
+        self.reusable = reusable_outputs(code) if self.memplan is None else set()
         self.prog = [HANDLERS[ins.op.code](self, i, code.decode_args(ins)) for i, ins in enumerate(code.instrs)]
         self.callees = {}
         for i, ins in enumerate(code.instrs):
@@ -859,6 +924,9 @@ def run(f: Frame):
             i = _run_slow(f, prog, s, trace)
     except Exception as e:  # noqa: BLE001 - re-raised with the instruction's location
         f.bufs = None
+        if f.arena is not None:       # closed and dropped: what it holds may still be seen through the error
+            f.arena.close()
+            f.arena = None
         if bound.allocates:           # workspaces this frame left open go back
             bound.device.release(f)
         if isinstance(e, (ExecutionError, ShapeMismatch)):
@@ -896,7 +964,11 @@ def _run_slow(f, prog, s, trace):
             times[instrs[i].offset] = times.get(instrs[i].offset, 0) + time.perf_counter_ns() - t0
             i = j
     if times is not None:
-        events.emit({"type": "exec", "code": f.code.name, "file": f.code.filename, "instr_ns": times})
+        ev = {"type": "exec", "code": f.code.name, "file": f.code.filename, "instr_ns": times}
+        if f.bound.arenas:               # the memory plan's arena this call gave back (FREE_DEVICE_MEM)
+            ar = f.bound.arenas[-1]
+            ev["arena_bytes"], ev["unplanned_bytes"] = ar.nbytes, sum(ar.asked.values())
+        events.emit(ev)
     return i
 
 

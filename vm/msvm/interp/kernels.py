@@ -892,8 +892,9 @@ def prepared_weight(w, bn, eps, dtype):
     return wm, bias
 
 
-def conv_gemm(x, wm, wshape, stride, pad, dil, group, dtype):
-    """CONV2D(x, w) with w given as [O, K]: one sgemm per image and group into an [N, O, Ho, Wo] result."""
+def conv_gemm(x, wm, wshape, stride, pad, dil, group, dtype, out=None):
+    """CONV2D(x, w) with w given as [O, K]: one sgemm per image and group into an [N, O, Ho, Wo] result
+    (``out``, when it is a C-contiguous array of that shape and dtype: the memory plan's buffer)."""
     o, cg, kh, kw = wshape
     n, c = x.shape[:2]
     if c != cg * group:
@@ -906,9 +907,11 @@ def conv_gemm(x, wm, wshape, stride, pad, dil, group, dtype):
     else:
         win = _windows(xp, (kh, kw), stride, dil)                 # N, C, Ho, Wo, kh, kw (a view)
         ho, wo = win.shape[2:4]
+    if out is not None and not (out.shape == (n, o, ho, wo) and out.dtype == dtype and out.flags.c_contiguous):
+        out = None
     if not direct and group == 1 and wo >= SHIFTED_MIN_WIDTH and tuple(stride) == (1, 1) and n and ho > 0:
-        return _conv_shifted(xp, wm, wshape, dil, ho, wo, dtype)
-    res = np.empty((n, o, ho * wo), dtype=dtype)
+        return _conv_shifted(xp, wm, wshape, dil, ho, wo, dtype, out)
+    res = np.empty((n, o, ho * wo), dtype=dtype) if out is None else out.reshape(n, o, ho * wo)
     if res.size == 0:
         return res.reshape(n, o, ho, wo)
     if cg == 1 and o == group and group > 1:     # depthwise: a multiply-add per tap over strided views
@@ -948,7 +951,7 @@ def _taps_weight(wm, wshape):
 _TAPS: dict = {}
 
 
-def _conv_shifted(xp, wm, wshape, dil, ho, wo, dtype):
+def _conv_shifted(xp, wm, wshape, dil, ho, wo, dtype, out=None):
     """A stride-1 convolution without im2col: over the padded image flattened to [C, Hp*Wp], tap (i, j)
     reads the contiguous run starting at i*dh*Wp + j*dw, so the output on the padded width [O, Ho*Wp] is
     the sum of kh*kw sgemms W[i, j] @ run (the Wp - Wo extra columns are dropped at the end)."""
@@ -961,7 +964,7 @@ def _conv_shifted(xp, wm, wshape, dil, ho, wo, dtype):
     flat[:, :, hp * wp:] = 0
     acc = np.empty((o, ho * wp), dtype=dtype)
     tmp = np.empty_like(acc)
-    res = np.empty((n, o, ho, wo), dtype=dtype)
+    res = np.empty((n, o, ho, wo), dtype=dtype) if out is None else out
     for b in range(n):
         for i in range(kh):
             for j in range(kw):
@@ -1043,7 +1046,7 @@ def fused_conv(*args, out=None):
             res = batch_norm(res, *bnp[-4:], eps)
         return run_program(program, [res] + extras)
     wm, bias = prepared_weight(w, bnp, eps, dtype)
-    res = conv_gemm(x.astype(dtype, copy=False), wm, w.shape, stride, pad, dil, group, dtype)
+    res = conv_gemm(x.astype(dtype, copy=False), wm, w.shape, stride, pad, dil, group, dtype, out)
     if bias is not None and res.size:
         np.add(res, bias.reshape(1, -1, 1, 1), out=res)
     return epilogue(program, res, extras)

@@ -24,6 +24,7 @@ replayed).
 from __future__ import annotations
 
 from ..bytecode.types import TensorType
+from .arena import Arena
 from .interpreter import BoundCode, ComputeSpec
 from .symeval import compile_sym
 
@@ -81,6 +82,7 @@ class _Writer:
         self.n = 0
         self.bufs = False             # whether any instruction keeps an output buffer
         self.sites = 0                # site calls on the path, each with a slot in G
+        self.layout: list = []        # the memory plan's views on the path: (instruction, slot, shape, dtype, bytes)
 
     def const(self, prefix: str, value) -> str:
         name = f"{prefix}{len(self.ns)}"
@@ -110,8 +112,10 @@ class _Writer:
             name, args = ins.op.name, code.decode_args(ins)
             nxt = i + 1
             if name in ("ALLOC_DEVICE_MEM", "FREE_DEVICE_MEM"):
-                raise NotReplayable("device workspaces are the interpreter's (streams, FREE's buffers)")
-            if name == "NOP":
+                if bound.memplan is None or args[1] != 0:
+                    raise NotReplayable("device workspaces are the interpreter's (streams, FREE's buffers)")
+                # (the memory plan's arena: taken at the head, given back at the tail)
+            elif name == "NOP":
                 pass
             elif name == "LOAD_TENSOR":
                 if args[0] not in loc:
@@ -179,11 +183,20 @@ class _Writer:
         if self.bufs:
             self.ns["pool"], self.ns["N"] = [], len(code.instrs)
             head.append("    bufs = pool.pop() if pool else [None] * N")
+        if self.layout:
+            self.ns.update(AP=bound.arenas, AN=len(bound.memplan.slots), Arena=Arena, LAY=tuple(self.layout),
+                           KEY=object())
+            head.append("    ar = AP.pop() if AP else Arena(AN)")
+            head.append("    V = ar.bind(KEY, LAY)")
         head.append("    try:")
-        tail = ["    except Exception:      # the interpreter runs it again and names the instruction",
-                "        return FALLBACK"]
+        tail = ["    except Exception:      # the interpreter runs it again and names the instruction"]
+        if self.layout:
+            tail.append("        ar.close()")
+        tail.append("        return FALLBACK")
         if self.bufs:
             tail.append("    pool.append(bufs)")
+        if self.layout:
+            tail += ["    ar.close()", "    AP.append(ar)"]
         tail.append(f"    return {result}")
         src = "\n".join(head + (self.lines or ["        pass"]) + tail) + "\n"
         exec(compile(src, f"<msvm replay of {code.name}>", "exec"), self.ns)
@@ -219,6 +232,8 @@ class _Writer:
         args = ", ".join(a)
         if spec.n == 0:          # FILL, ARANGE: no inputs
             self.emit(f"{v} = {kern}(*{self.const('o', ops)})")
+        elif spec.planned is not None and self.plannable(spec):
+            self.planned(i, spec, a, v, kern, tail)
         elif spec.site is not None:
             # the site's prepared caller (callconv.Prepared), remembered in G[j] with the input strides
             # it was prepared for in S[j] (shapes and dtypes are the signature's); other strides go
@@ -277,3 +292,58 @@ class _Writer:
         else:
             self.emit(f"{v} = {kern}({args}{tail})")
         return v
+
+    def plannable(self, spec: ComputeSpec) -> bool:
+        """Whether the path's symbols give this planned value's shape (a data-dependent dim may not be one)."""
+        try:
+            spec.planned[1](self.env)
+        except KeyError:
+            return False
+        return True
+
+    def planned(self, i: int, spec: ComputeSpec, a: list, v: str, kern: str, tail: str) -> None:
+        """An instruction with a buffer in the memory plan: its view V[j] of the arena is ``out=``."""
+        k, shape_of, d, _ = spec.planned
+        shape = shape_of(self.env)
+        j = len(self.layout)
+        nbytes = d.itemsize
+        for x in shape:
+            nbytes *= x
+        self.layout.append((i, k, shape, d, nbytes))
+        args = ", ".join(a)
+        self.emit(f"o = V[{j}]")
+        if spec.site is None:
+            self.emit(f"{v} = {kern}({args}{tail}, out=o)")
+        else:
+            g, site = self.sites, self.const("site", spec.site)
+            self.sites += 1
+            st = self.code.stack_types[i]
+            tensors = [x for x, t in zip(a, st[len(st) - spec.n:]) if isinstance(t, TensorType)]
+            strides = "(" + "".join(f"{x}.strides, " for x in tensors)
+            wt = getattr(spec.site, "weight_t", False)
+            if wt:
+                strides += f"{site}.frozen({a[1]}), "
+            strides += ")"
+            nat = ", ".join(a[:1] + [f"w({a[1]})"] + a[2:]) if wt else args
+            want = self.const("shape", (shape, d))
+            # as a site call above (callconv.Prepared in G[g], its strides in S[g]), with the view as the output
+            self.emit(f"g = G[{g}]")
+            self.emit(f"if g is not None and {strides} == S[{g}]:")
+            self.emit("    ST['hits'] += 1")
+            self.emit("    n = g.native")
+            self.emit("    if n is not None:")        # a native entry writes where it is told: the shape must be its own
+            if wt:
+                self.emit("        w = n.weight")
+            self.emit("        e, al = n.entry, n.alloc")
+            self.emit(f"        {v} = e({nat}, o if (n.shape, n.dtype) == {want} else al(n.shape, n.dtype))")
+            self.emit("    else:")
+            self.emit("        go = g.go")
+            self.emit(f"        {v} = go([{args}], o)")
+            self.emit("else:")
+            self.emit(f"    {v} = {site}([{args}], {self.const('ref', spec.reference)}, o)")
+            self.emit("    if E[2]:")
+            self.emit(f"        G[{g}] = {site}.fast_for([{args}])")
+            self.emit(f"        S[{g}] = {strides}")
+            self.ns["ST"] = spec.site.stats
+        self.emit(f"if o is not {v}:")            # (a kernel that did not write into o: arena memory it returned is moved)
+        self.emit(f"    {v} = ar.settle({v}, o)")

@@ -75,6 +75,13 @@ def _code(c: dict, st: _Styles) -> list:
            *_variants(_list(c.get("variants"))),
            "<table><tr><th>offset</th><th>instruction</th><th>operands</th><th>line</th><th>compile</th><th>exec</th>"
            "<th>tiers</th><th>why</th></tr>"]
+    mp = c.get("memory_plan")
+    if isinstance(mp, dict):        # (compiler/memplan.py)
+        held = (f"; its arena held {esc(mp.get('arena_bytes'))} bytes, one buffer per value "
+                f"{esc(mp.get('unplanned_bytes'))}" if "arena_bytes" in mp else "")
+        slots = ", ".join(f"buf{esc(s.get('slot'))} {esc(s.get('bytes'))}" for s in map(_dict, _list(mp.get("slots"))))
+        out.insert(1, f"<p class='muted'>Memory plan: {esc(mp.get('buffers'))} buffers for {esc(mp.get('values'))} "
+                      f"values, peak <code>{esc(mp.get('peak'))}</code> bytes{held}<br><code>{slots}</code></p>")
     for i in map(_dict, _list(c.get("instructions"))):
         parts = ", ".join(f"{esc(p.get('op'))} @{esc(_first(p.get('loc')))}" for p in map(_dict, _list(i.get("parts"))))
         tiers = "<br>".join(f"L{esc(t.get('level'))}{'(disk)' if t.get('source') == 'disk' else ''}"

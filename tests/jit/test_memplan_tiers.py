@@ -1,0 +1,221 @@
+"""The memory plan (issue 18) with the compiled tiers: the sites (FUSED_ELEMENTWISE, FUSED_MATMUL,
+SOFTMAX, LAYER_NORM) and FUSED_CONV write into the arena through ``out=``, at L2, L3 and auto, in
+the interpreter and in the replays the executor runs (with the native entries of L3 kernels); the
+plan on and off agree bit for bit on random programs, a conv net, the BERT layer and ResNet-18;
+results stay intact over later calls; two threads calling one Cell through its replay never share
+an arena. (tests/vm/test_memplan.py: the plan itself, its checks and the interpreter.)"""
+
+import threading
+
+import msvm as ms
+import numpy as np
+import pytest
+from cells import SmallConvNet
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from msvm import memory, nn, ops
+from msvm.bytecode import verify
+from msvm.compiler import memplan, tiers
+from msvm.compiler.fuse import fuse
+from msvm.interp import replay
+from msvm.interp.interpreter import BoundCode
+from random_programs import build, inputs, ref, trees
+from special_values import assert_numpy_equal
+
+ARGS = ("x", "v", "c", "s")
+
+
+def bits(a):
+    a = np.asarray(a)
+    return a.shape, a.dtype, a.tobytes()
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(tree=trees(), B=st.sampled_from([0, 2, 3, 5]), N=st.integers(6, 9), seed=st.integers(0, 2 ** 16),
+       share=st.sampled_from([0.0, 0.15]), strided=st.booleans(), jit_level=st.sampled_from(["L2", "L3"]))
+def test_random_programs_in_the_tiers_agree_with_the_plan_on_and_off(tree, B, N, seed, share, strided, jit_level):
+    env = inputs(B, N, seed, share, strided)
+    code = build(tree, N).finish()
+    try:
+        verify(code)
+        with np.errstate(all="ignore"):
+            want = np.asarray(ref(tree, env))
+    except (ms.VerifyError, ValueError):
+        return
+    off = fuse(code)
+    on = memplan.apply(off)
+    assert memplan.check(on, on.memplan) == [] if on.memplan is not None else True
+    ms.set_context(jit_config={"jit_level": jit_level})
+    W = ms.Tensor(env["W"])
+    args = [env[k] for k in ARGS]
+    b_off = BoundCode(off, None, {"W": W}, None, accelerator=tiers.ACCELERATOR)
+    b_on = BoundCode(on, None, {"W": W}, None, accelerator=tiers.ACCELERATOR)
+    with np.errstate(all="ignore"):
+        try:
+            r_off = np.array(b_off.call(args))
+        except ms.ShapeMismatch:
+            return
+        got = [np.array(b_on.call(args)) for _ in range(2)]
+        rp = replay.build(b_on, b_on.fast_bind(args))
+        assert rp is not None
+        got += [np.array(rp(*args)) for _ in range(3)]
+    for g in got:
+        assert bits(g) == bits(r_off), (tree, jit_level)
+    assert_numpy_equal(got[-1], want.astype(np.float32) if want.shape else want, rtol=2e-4, atol=1e-5, msg=str(tree))
+
+
+def _warm(net, xs, calls=8):
+    for _ in range(calls):
+        for x in xs:
+            net(x)
+        tiers.wait_for_compiles(60)
+
+
+def _two_nets(make):
+    nets = {}
+    for plan in (True, False):
+        ms.set_context(jit_config={"memory_plan": plan})
+        nets[plan] = make()
+    ms.set_context(jit_config={"memory_plan": True})
+    return nets
+
+
+def _planned_ops(net) -> set:
+    return {code.instrs[i].op.name for v in net._runner.variants.values() for code in v.code.all_codes()
+            if code.memplan is not None for i in code.memplan.values}
+
+
+@pytest.mark.parametrize("jit_level", ["L2", "L3", "auto"])
+def test_a_conv_net_writes_fused_conv_into_the_arena(jit_level):
+    ms.set_context(jit_config={"jit_level": jit_level})
+    base = SmallConvNet()
+    nets = _two_nets(lambda: SmallConvNet())
+    for net in nets.values():
+        for (_n, p), (_, q) in zip(net.parameters_and_names(), base.parameters_and_names()):
+            p.set_data(ms.Tensor(q.asnumpy()))
+    rng = np.random.default_rng(7)
+    xs = [ms.Tensor(rng.standard_normal((b, 3, s, s)).astype(np.float32)) for b, s in ((2, 16), (1, 12), (3, 16))]
+    for net in nets.values():
+        _warm(net, xs, 3 if jit_level != "auto" else 8)
+    first = nets[True](xs[0])
+    snapshot = first.asnumpy().copy()
+    for x in xs:
+        assert bits(nets[True](x).asnumpy()) == bits(nets[False](x).asnumpy())
+    np.testing.assert_array_equal(first.asnumpy(), snapshot)
+    assert "FUSED_CONV" in _planned_ops(nets[True])
+    assert memory.report(nets[True])["arena_bytes"] > 0
+
+
+class Mlp(nn.Cell):
+    def __init__(self):
+        super().__init__()
+        rng = np.random.default_rng(8)
+        self.w1 = ms.Parameter(ms.Tensor((rng.standard_normal((32, 64)) / 6).astype(np.float32)))
+        self.w2 = ms.Parameter(ms.Tensor((rng.standard_normal((64, 32)) / 8).astype(np.float32)))
+        self.norm = nn.LayerNorm((32,))
+
+    def construct(self, x):
+        h = ops.gelu(ops.matmul(x, self.w1) + 0.1)
+        y = ops.matmul(h, self.w2) + x
+        return ops.softmax(self.norm(y) * 2.0, -1) + y
+
+
+def np_mlp(net, x):
+    from scipy import special
+
+    w1, w2 = net.w1.asnumpy().astype(np.float64), net.w2.asnumpy().astype(np.float64)
+    t = x.astype(np.float64) @ w1 + 0.1
+    h = 0.5 * t * (1 + special.erf(t / np.sqrt(2)))
+    y = h @ w2 + x
+    m, v = y.mean(-1, keepdims=True), y.var(-1, keepdims=True)
+    z = (y - m) / np.sqrt(v + 1e-7) * 2.0
+    e = np.exp(z - z.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True) + y
+
+
+def test_replayed_calls_keep_results_and_threads_never_share_an_arena():
+    nets = _two_nets(Mlp)
+    rng = np.random.default_rng(9)
+    shapes = [(4, 32), (7, 32), (4, 32)]
+    xs = [ms.Tensor(rng.standard_normal(s).astype(np.float32)) for s in shapes]
+    for net in nets.values():
+        _warm(net, xs)
+    net = nets[True]
+    assert {"FUSED_MATMUL", "SOFTMAX"} <= _planned_ops(net) or "FUSED_ELEMENTWISE" in _planned_ops(net)
+    hit = next(h for h in net._runner.memo.values() if h.replay)
+    assert "ar.bind(KEY, LAY)" in hit.replay.source          # the replay runs on the arena
+    firsts = [net(x) for x in xs]
+    snaps = [f.asnumpy().copy() for f in firsts]
+    for x in xs * 3:
+        net(x)
+    for f, s in zip(firsts, snaps):
+        np.testing.assert_array_equal(f.asnumpy(), s)      # no later call wrote over an earlier result
+    for x in xs:
+        assert bits(net(x).asnumpy()) == bits(nets[False](x).asnumpy())
+        np.testing.assert_allclose(net(x).asnumpy(), np_mlp(net, x.asnumpy()), rtol=2e-4, atol=2e-4)
+    # two threads, each its own inputs and shapes, through the replays and native entries
+    want = {id(x): nets[False](x).asnumpy() for x in xs}
+    bad = []
+    start = threading.Barrier(2)
+
+    def work(order):
+        start.wait()
+        for _ in range(30):
+            for x in order:
+                if bits(net(x).asnumpy()) != bits(want[id(x)]):
+                    bad.append(x.shape)
+    threads = [threading.Thread(target=work, args=(o,)) for o in (xs, xs[::-1])]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert bad == []
+
+
+def test_the_bert_layer_agrees_with_the_plan_on_and_off():
+    import bert_layer
+
+    x = ms.Tensor(np.random.default_rng(10).standard_normal((2, 9, 768)).astype(np.float32))
+    outs = {}
+    try:
+        for plan in (True, False):
+            ms.set_context(jit_config={"memory_plan": plan})
+            bert_layer.layer.set_inputs(ms.Tensor(shape=[None, None, 768], dtype=ms.float32))   # recompile
+            for _ in range(7):
+                outs[plan] = bert_layer.layer(x).asnumpy()
+                tiers.wait_for_compiles(60)
+            if plan:
+                assert _planned_ops(bert_layer.layer)
+    finally:
+        ms.set_context(jit_config={"memory_plan": True})
+    assert bits(outs[True]) == bits(outs[False])
+    np.testing.assert_allclose(outs[True], bert_layer.numpy_reference(bert_layer.layer, x.asnumpy()),
+                               rtol=1e-5, atol=2e-5)
+
+
+def test_resnet18_agrees_with_the_plan_on_and_off():
+    ms.as_mindspore()
+    import mindcv
+    from refs import cv
+
+    nets = {}
+    weights = None
+    for plan in (True, False):
+        ms.set_context(jit_config={"memory_plan": plan})
+        net = mindcv.create_model("resnet18")
+        net.set_train(False)
+        params = net.parameters_dict()
+        weights = weights or cv.test_weights([(k, p.shape) for k, p in params.items()])
+        for k, v in weights.items():
+            params[k].set_data(ms.Tensor(v))
+        nets[plan] = net
+    ms.set_context(jit_config={"memory_plan": True})
+    rng = np.random.default_rng(11)
+    xs = [ms.Tensor(rng.standard_normal((1, 3, s, s)).astype(np.float32)) for s in (64, 48)]
+    for net in nets.values():
+        _warm(net, xs, 6)
+    for x in xs:
+        assert bits(nets[True](x).asnumpy()) == bits(nets[False](x).asnumpy())
+    rep = memory.report(nets[True])
+    slack = 64 * sum(c["buffers"] for c in rep["codes"])
+    assert rep["codes"] and 0 < rep["arena_bytes"] <= rep["unplanned_bytes"] + slack

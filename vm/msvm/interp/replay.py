@@ -242,20 +242,13 @@ class _Writer:
             self.sites += 1
             out, put = (f"bufs[{i}]", f"bufs[{i}] = ") if spec.keep else ("None", "")
             self.bufs = self.bufs or spec.keep
-            st = self.code.stack_types[i]
-            tensors = [x for x, t in zip(a, st[len(st) - spec.n:]) if isinstance(t, TensorType)]
-            strides = "(" + "".join(f"{x}.strides, " for x in tensors)
-            if getattr(spec.site, "weight_prep", False):   # (its key also says whether the weight is fixed)
-                strides += f"{site}.frozen({a[1]}), "
-            strides += ")"
+            strides, wt, nat = self.site_args(i, spec, a, site)
             self.emit(f"g = G[{j}]")
             self.emit(f"if g is not None and {strides} == S[{j}]:")
             self.emit("    ST['hits'] += 1")
             # the kernel's native entry when it has one (callconv.Native): entry(*inputs, output), where
             # a kept output is the buffer the entry's allocator made last, if this slot still holds it
             self.emit("    n = g.native")
-            wt = getattr(spec.site, "weight_prep", False)
-            nat = ", ".join(a[:1] + [f"w({a[1]})"] + a[2:]) if wt else args
             # (a record's callables are read into locals before the call: a call written as
             # ``n.entry(...)`` looks the name up as a method, which costs more on a slot)
             self.emit("    if n is not None:")
@@ -301,6 +294,17 @@ class _Writer:
             return False
         return True
 
+    def site_args(self, i: int, spec: ComputeSpec, a: list, site: str) -> tuple:
+        """(the strides key, whether the weight goes through the prepared weight, the native entry's
+        arguments) of a site call: the key also says whether a weight the site may prepare (transpose
+        or pack: Site.weight_prep) is fixed, and the entry gets that weight prepared (``w``)."""
+        st = self.code.stack_types[i]
+        tensors = [x for x, t in zip(a, st[len(st) - spec.n:]) if isinstance(t, TensorType)]
+        wt = getattr(spec.site, "weight_prep", False)
+        strides = "(" + "".join(f"{x}.strides, " for x in tensors) + (f"{site}.frozen({a[1]}), " if wt else "") + ")"
+        nat = ", ".join(a[:1] + [f"w({a[1]})"] + a[2:]) if wt else ", ".join(a)
+        return strides, wt, nat
+
     def planned(self, i: int, spec: ComputeSpec, a: list, v: str, kern: str, tail: str) -> None:
         """An instruction with a buffer in the memory plan: its view V[j] of the arena is ``out=``."""
         k, shape_of, d, _ = spec.planned
@@ -317,14 +321,7 @@ class _Writer:
         else:
             g, site = self.sites, self.const("site", spec.site)
             self.sites += 1
-            st = self.code.stack_types[i]
-            tensors = [x for x, t in zip(a, st[len(st) - spec.n:]) if isinstance(t, TensorType)]
-            strides = "(" + "".join(f"{x}.strides, " for x in tensors)
-            wt = getattr(spec.site, "weight_t", False)
-            if wt:
-                strides += f"{site}.frozen({a[1]}), "
-            strides += ")"
-            nat = ", ".join(a[:1] + [f"w({a[1]})"] + a[2:]) if wt else args
+            strides, wt, nat = self.site_args(i, spec, a, site)
             want = self.const("shape", (shape, d))
             # as a site call above (callconv.Prepared in G[g], its strides in S[g]), with the view as the output
             self.emit(f"g = G[{g}]")

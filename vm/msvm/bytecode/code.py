@@ -82,6 +82,17 @@ class Code:
             off += ins.op.size
         self.size = off
 
+    def loop_body(self) -> set:
+        """Indexes of the instructions inside a loop (between a backward jump's target and the jump)."""
+        out = set()
+        for i, ins in enumerate(self.instrs):
+            li = ins.op.label_operand
+            if li is not None:
+                t = self.index_at(ins.args[li])
+                if t <= i:
+                    out.update(range(t, i + 1))
+        return out
+
     def index_at(self, offset: int) -> int:
         return self.offset_index[offset]
 

@@ -291,7 +291,7 @@ def panel_width(dtype) -> int:
 def lower_matmul_packed(k, name: str, features: str) -> str:
     """A FUSED_MATMUL by a packed weight (kir.MatmulEpilogue with ``packed``): row blocks of the
     packed product through its pointer, then the epilogue over the block while it is in cache."""
-    from .lower import Builder, lower_elementwise
+    from .lower import Builder, block_epilogue, lower_elementwise
 
     t = TYPES.get(k.dtype)
     if t is None or k.ta or k.tb or k.batch != 1:
@@ -322,15 +322,7 @@ def lower_matmul_packed(k, name: str, features: str) -> str:
     c_blk = b.op(f"getelementptr {t}, {t}* %C, i64 {b.op(f'mul i64 %r0, {n}')}")
     b.raw(f"  call void %gemm(i64 {rows}, i64 {kk}, i64 {n}, {t}* {a_blk}, i64 {kk}, {t}* %B, {t}* {c_blk}, i64 {n})")
     if k.epilogue is not None:
-        args = ["i64 0", f"i64 {rows}", "i64 1", f"i64 {n}", f"{t}* {c_blk}", f"{t}* {c_blk}", f"i64 {n}", "i64 0"]
-        for i in extra:
-            if k.epilogue.kinds[i] == "t":
-                s0 = f"%xs0_{i}"
-                px = b.op(f"getelementptr {t}, {t}* %x{i}, i64 {b.op(f'mul i64 %r0, {s0}')}")
-                args += [f"{t}* {px}", f"i64 {s0}", f"i64 %xs1_{i}"]
-            else:
-                args.append(f"double %xc{i}")
-        b.raw(f"  call void @{epi_name}({', '.join(args)})")
+        block_epilogue(b, k, extra, epi_name, t, rows, n, c_blk)
     b.raw(f"  %r0n = add i64 %r0, {bs}")
     b.raw("  br label %rloop")
     b.raw("done:")

@@ -431,6 +431,20 @@ def _scalar_tail(b, k, t, tensors, scalars, base, scal, rowo, n2, intrinsics):
     b.raw("  br label %sloop")
 
 
+def block_epilogue(b, k, extra: list, epi_name: str, t: str, rows: str, n: int, c_blk: str) -> None:
+    """The call of a matmul kernel's epilogue over its block of ``rows`` x n (from row %r0, in place
+    in C): extra tensor inputs are indexed from the block's first row, scalars passed as they are."""
+    args = ["i64 0", f"i64 {rows}", "i64 1", f"i64 {n}", f"{t}* {c_blk}", f"{t}* {c_blk}", f"i64 {n}", "i64 0"]
+    for i in extra:
+        if k.epilogue.kinds[i] == "t":
+            s0 = f"%xs0_{i}"
+            px = b.op(f"getelementptr {t}, {t}* %x{i}, i64 {b.op(f'mul i64 %r0, {s0}')}")
+            args += [f"{t}* {px}", f"i64 {s0}", f"i64 %xs1_{i}"]
+        else:
+            args.append(f"double %xc{i}")
+    b.raw(f"  call void @{epi_name}({', '.join(args)})")
+
+
 def lower_matmul(k: MatmulEpilogue, name: str, features: str) -> str:
     """Row blocks: gemm(block) through the BLAS pointer, then the epilogue over the block."""
     if k.packed:         # (issue 18: by a weight packed once, msvm's own product: compiler/gemm.py)
@@ -497,17 +511,7 @@ def lower_matmul(k: MatmulEpilogue, name: str, features: str) -> str:
     b.raw(f"  call void %gemm(i8* %ta, i8* %tb, {it}* %mm, {it}* %nb, {it}* %kk, {t}* %alpha, {t}* {b_b}, {it}* %lda, "
           f"{t}* {a_blk}, {it}* %ldb, {t}* %beta, {t}* {c_blk}, {it}* %ldc)")
     if k.epilogue is not None:
-        args = ["i64 0", f"i64 {rows}", "i64 1", f"i64 {n}", f"{t}* {c_blk}", f"{t}* {c_blk}", f"i64 {n}", "i64 0"]
-        # epilogue over a block of `rows` x n: extras are indexed from the block's first row
-        for i in extra:
-            if k.epilogue.kinds[i] == "t":
-                s0 = f"%xs0_{i}"
-                off = b.op(f"mul i64 %r0, {s0}")
-                px = b.op(f"getelementptr {t}, {t}* %x{i}, i64 {off}")
-                args += [f"{t}* {px}", f"i64 {s0}", f"i64 %xs1_{i}"]
-            else:
-                args.append(f"double %xc{i}")
-        b.raw(f"  call void @{epi_name}({', '.join(args)})")
+        block_epilogue(b, k, extra, epi_name, t, rows, n, c_blk)
     b.raw(f"  %r0n = add i64 %r0, {bs}")
     b.raw("  br label %rloop")
     b.raw("bdone:")

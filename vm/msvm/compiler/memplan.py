@@ -225,17 +225,6 @@ def _intern(consts: list, v: int):
 
 # ---------------------------------------------------------------- the analysis
 
-def _loops(code: Code) -> set:
-    out = set()
-    for i, ins in enumerate(code.instrs):
-        li = ins.op.label_operand
-        if li is not None:
-            t = code.index_at(ins.args[li])
-            if t <= i:
-                out.update(range(t, i + 1))
-    return out
-
-
 def _successors(code: Code, i: int) -> list:
     ins = code.instrs[i]
     out = [] if ins.op.terminator else [i + 1]
@@ -321,7 +310,7 @@ def plan(code: Code, memo: dict | None = None) -> MemPlan | None:
     n = len(code.instrs)
     if not n or len(code.stack_types) < n:
         return None
-    loops = _loops(code)
+    loops = code.loop_body()
     cand, excluded = {}, {}
     for i in range(n):
         c = _candidate(code, i, loops)

@@ -606,13 +606,7 @@ assert all(HANDLERS[r.code] is not None for r in TABLE)
 def reusable_outputs(code: Code) -> set:
     """Instruction indexes whose result never leaves the frame and that are not in a loop."""
     n = len(code.instrs)
-    in_loop = set()
-    for i, ins in enumerate(code.instrs):
-        li = ins.op.label_operand
-        if li is not None:
-            t = code.index_at(ins.args[li])
-            if t <= i:
-                in_loop.update(range(t, i + 1))
+    in_loop = code.loop_body()
     states = [None] * n
     states[0] = ((), {})
     work = [0]

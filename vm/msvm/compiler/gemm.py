@@ -291,7 +291,7 @@ def panel_width(dtype) -> int:
 def lower_matmul_packed(k, name: str, features: str) -> str:
     """A FUSED_MATMUL by a packed weight (kir.MatmulEpilogue with ``packed``): row blocks of the
     packed product through its pointer, then the epilogue over the block while it is in cache."""
-    from .lower import Builder, block_epilogue, lower_elementwise
+    from .lower import Builder, block_epilogue, epilogue_params, lower_elementwise
 
     t = TYPES.get(k.dtype)
     if t is None or k.ta or k.tb or k.batch != 1:
@@ -300,11 +300,7 @@ def lower_matmul_packed(k, name: str, features: str) -> str:
     epi_ir = lower_elementwise(k.epilogue, epi_name, features) if k.epilogue is not None else ""
     extra = [i for i, kind in enumerate(k.epilogue.kinds) if i > 0] if k.epilogue is not None else []
     params = [f"void (i64, i64, i64, {t}*, i64, {t}*, {t}*, i64)* %gemm", f"{t}* %A", f"{t}* %B", f"{t}* %C"]
-    for i in extra:
-        if k.epilogue.kinds[i] == "t":
-            params += [f"{t}* %x{i}", f"i64 %xs0_{i}", f"i64 %xs1_{i}"]
-        else:
-            params.append(f"double %xc{i}")
+    params += epilogue_params(k, extra, t)
     m, kk, n, bs = k.m, k.k, k.n, k.block
     b = Builder()
     b.raw(f"define void @{name}({', '.join(params)}) nounwind {{")

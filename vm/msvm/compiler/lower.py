@@ -431,6 +431,18 @@ def _scalar_tail(b, k, t, tensors, scalars, base, scal, rowo, n2, intrinsics):
     b.raw("  br label %sloop")
 
 
+def epilogue_params(k, extra: list, t: str) -> list:
+    """A matmul kernel's parameters for its epilogue's inputs 1..: ``T* x, i64 s0, i64 s1`` per tensor,
+    ``double`` per scalar (block_epilogue passes them on per row block)."""
+    params = []
+    for i in extra:
+        if k.epilogue.kinds[i] == "t":
+            params += [f"{t}* %x{i}", f"i64 %xs0_{i}", f"i64 %xs1_{i}"]
+        else:
+            params.append(f"double %xc{i}")
+    return params
+
+
 def block_epilogue(b, k, extra: list, epi_name: str, t: str, rows: str, n: int, c_blk: str) -> None:
     """The call of a matmul kernel's epilogue over its block of ``rows`` x n (from row %r0, in place
     in C): extra tensor inputs are indexed from the block's first row, scalars passed as they are."""
@@ -463,12 +475,7 @@ def lower_matmul(k: MatmulEpilogue, name: str, features: str) -> str:
     # signature: (gemm*, A*, B*, C*, extras: {T* in, i64 s0, i64 s1} | double)
     it = f"i{k.int_bits}"          # the BLAS's integer (LP64: i32, ILP64: i64)
     params = [f"void (i8*, i8*, {it}*, {it}*, {it}*, {t}*, {t}*, {it}*, {t}*, {it}*, {t}*, {t}*, {it}*)* %gemm",
-              f"{t}* %A", f"{t}* %B", f"{t}* %C"]
-    for i in extra:
-        if k.epilogue.kinds[i] == "t":
-            params += [f"{t}* %x{i}", f"i64 %xs0_{i}", f"i64 %xs1_{i}"]
-        else:
-            params.append(f"double %xc{i}")
+              f"{t}* %A", f"{t}* %B", f"{t}* %C"] + epilogue_params(k, extra, t)
     m, kk, n, bs = k.m, k.k, k.n, k.block
     b = Builder()
     b.raw(f"define void @{name}({', '.join(params)}) nounwind {{")

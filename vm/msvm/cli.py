@@ -225,12 +225,11 @@ def cmd_dump(args) -> int:
 
 
 def planned(code):
-    """The Code as it runs: fused (when fusion is on) and memory-planned (compiler/memplan.py)."""
-    from . import context
-    from .compiler.fuse import fuse
-    from .compiler.memplan import apply
+    """The Code as it runs: what the executor makes of it (``executor.optimize``: fused when fusion is
+    on, memory-planned when the plan is on and the device is the CPU)."""
+    from .executor import optimize
 
-    return apply(fuse(code) if context.jit_option("enable_fusion") else code)
+    return optimize(code)
 
 
 def emit_kernels(code, what: str, arch: str = "sm_90", flags=()) -> str:

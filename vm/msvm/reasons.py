@@ -113,7 +113,7 @@ def _input_diffs(new, old) -> list:
         if a == b:
             continue
         if isinstance(a, bool) or isinstance(b, bool):
-            fixed = "a fixed weight (a read-only Parameter array, run on its contiguous transpose)"
+            fixed = "a fixed weight (a read-only Parameter array, run transposed or packed once)"
             out.append(("new_layout", f"input 1: {fixed if a else 'a writable array'} vs cached "
                                       f"{fixed if b else 'a writable array'}"))
             continue

@@ -313,10 +313,11 @@ def _gemm_caller(site, compiled, plan):
     def go(inputs, out):
         x, w = inputs[0], inputs[1]
         wm, bias = K.prepared_weight(w, list(inputs[2:first]), eps, d)
+        # (``out``: the memory plan's buffer, taken where it is C-contiguous of the result's shape and dtype)
         if shifted is not None:
-            res = shifted(x, K._taps_weight(wm, w.shape))
+            res = shifted(x, K._taps_weight(wm, w.shape), out)
         else:
-            res = K.conv_gemm(x, wm, w.shape, stride, pad, dil, group, d)
+            res = K.conv_gemm(x, wm, w.shape, stride, pad, dil, group, d, out)
         return epi([res] + ([bias] if nbn else []) + list(inputs[first:]), res)
     return go
 
@@ -360,14 +361,16 @@ class Shifted:
         self._keep = (it, ft)
         self.pool: list = []          # free (padded image, accumulator) pairs
 
-    def __call__(self, x, wt):
+    def __call__(self, x, wt, out=None):
         n = x.shape[0]
         bufs = self.pool.pop() if self.pool else (np.zeros((self.c, self.row), self.d),
                                                   np.empty((self.o, self.ho * self.wp), self.d))
         flat, acc = bufs
         inner = flat[:, :self.hp * self.wp].reshape(self.c, self.hp, self.wp)[
             :, self.pt:self.pt + x.shape[2], self.pl:self.pl + x.shape[3]]
-        res = np.empty((n, self.o, self.ho, self.wo), self.d)
+        shape = (n, self.o, self.ho, self.wo)
+        ok = out is not None and out.shape == shape and out.dtype == self.d and out.flags.c_contiguous
+        res = out if ok else np.empty(shape, self.d)
         ta, tb, m, nn, k, alpha = self.consts
         base, accp = data_pointer(flat), data_pointer(acc)
         isz = flat.itemsize

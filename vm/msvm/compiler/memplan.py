@@ -43,7 +43,9 @@ from ..bytecode.verify import verify
 
 SAMPLE = 64          # the value given to every symbol when slot sizes are compared while colouring
 IN_PLACE = (ELEMENTWISE & OUT_CAPABLE) | {"FUSED_ELEMENTWISE"}
-WRITES_INTO = {"FUSED_CONV"} | set(JITABLE)       # besides OUT_CAPABLE rows: they take ``out=`` too
+# besides OUT_CAPABLE rows, the jit-able ones take ``out=`` too (their L1 kernels and compiled callers);
+# FUSED_ATTENTION's do not (its site keeps two buffers of its own per shape), so it is not planned
+WRITES_INTO = set(JITABLE) - {"FUSED_ATTENTION"}
 # rows whose L1 kernels and compiled sites always return a new array, never an input or a view of one
 FRESH = frozenset({"CONV2D", "MAX_POOL2D", "AVG_POOL2D", "ADAPTIVE_AVG_POOL2D", "RESIZE", "REDUCE_SUM", "REDUCE_MEAN",
                    "REDUCE_MAX", "REDUCE_MIN", "ARGMAX", "ARGMIN", "GATHER", "SOFTMAX", "LOG_SOFTMAX", "LAYER_NORM",

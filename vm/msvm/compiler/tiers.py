@@ -168,8 +168,9 @@ class Site:
                 log.logger.debug("JIT miss: %s", why.text)
 
     def exact(self, inputs) -> tuple:
-        """The key of ``fast``: each input's shape, strides and dtype (and, for a matmul by a
-        transposed weight, whether the weight is fixed)."""
+        """The key of ``fast``: each input's shape, strides and dtype (and, for a matmul that may
+        prepare its weight, ``weight_prep``: transposed or packed, whether the weight is fixed; the
+        replay's key, ``replay.site_args``, is built the same way)."""
         exact = tuple([(x.shape, x.strides, x.dtype) if type(x) is _ND else None for x in inputs])
         if self.weight_prep:
             exact += (self.frozen(inputs[1]),)

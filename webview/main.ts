@@ -133,7 +133,9 @@ function renderHeatmap(p: Profile | null): void {
   app.append(h('div', { class: 'header' }, h('h2', {}, 'JIT heatmap'), h('p', { class: 'muted' },
     `${text(p.script)} · ${fixed(p.wall_ms, 1)} ms · ${compiles.length} compiles · cache ${pct(p.cache?.hit_rate ?? p.cache?.rate ?? 0)}% hit`)));
   for (const c of records(p.codes)) {
-    app.append(h('h3', {}, text(c.name), c.calls ? ' ' : null, c.calls ? h('span', { class: 'muted' }, `${text(c.calls)} calls`) : null));
+    // (one entry per Code that was announced: variants and sub-Cells of one name differ by label)
+    const info = [c.label ? text(c.label) : '', c.calls ? `${text(c.calls)} calls` : ''].filter(Boolean).join(' · ');
+    app.append(h('h3', {}, text(c.name), info ? ' ' : null, info ? h('span', { class: 'muted' }, info) : null));
     const t = table('heat', ['address', 'instruction', 'line', 'compile', 'execution', 'tiers']);
     records(c.instructions).forEach((i: ProfileInstruction) => {
       const loc = Array.isArray(i.loc) ? i.loc : [];

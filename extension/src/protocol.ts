@@ -50,8 +50,12 @@ export interface Profile {
   version: number;
   script: string;
   wall_ms: number;
-  codes: { name: string; file: string; line: number; calls: number; instructions: ProfileInstruction[];
-    variants?: ({ variant: number; compile_ms: number } & Why)[] }[];
+  // one entry per Code object announced (id: Code.uid); variants, flag specializations and sub-Cells
+  // of one name are separate entries, told apart by label (msvm/profile.py)
+  codes: { id?: number | string; name: string; label?: string; program?: number | string; file: string; line: number;
+    calls: number; instructions: ProfileInstruction[];
+    variants?: ({ variant: number; compile_ms: number; flags?: Record<string, unknown> } & Why)[] }[];
+  unlisted_exec_ns?: number;
   compiles: ({ code: string; offset: number; op: string; level: number; shape: unknown; dtype: string; ms: number;
     source: string; time: number; steps: Record<string, number> } & Why)[];
   steps_total: Record<string, number>;

@@ -23,7 +23,7 @@ export const STATS: CacheStats = { hits: 46, misses: 4, rate: 0.92, compiles: 3,
 
 export const PROFILE: Profile = {
   version: 1, script: '/w/examples/bert_layer.py', wall_ms: 812.5,
-  codes: [{ name: 'Dense.construct', file: '/w/examples/bert_layer.py', line: 70, calls: 4, instructions: [
+  codes: [{ id: 3, name: 'Dense.construct', label: 'variant 2', program: 3, file: '/w/examples/bert_layer.py', line: 70, calls: 4, instructions: [
     { offset: 0, op: 'LOAD_TENSOR', argrepr: 'x', loc: [76, 12, 76, 39], parts: [], exec_ns: 1000, exec_share: 0.01,
       compile_ms: 0, compile_share: 0, steps: {}, tiers: [] },
     { offset: 12, op: 'FUSED_MATMUL_BIAS', argrepr: '', loc: [76, 12, 76, 39], parts: [], exec_ns: 90000, exec_share: 0.9,

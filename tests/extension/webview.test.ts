@@ -188,7 +188,7 @@ describe('panel pages in Chromium', function () {
     await send(page, { type: 'heatmap', profile });
     const r = await inspect(page);
     assertInert(r, errors);
-    assertShown(r.text, profile, ['script', 'wall_ms', 'codes[0].name', 'codes[0].calls', 'codes[0].instructions[1].op',
+    assertShown(r.text, profile, ['script', 'wall_ms', 'codes[0].name', 'codes[0].label', 'codes[0].calls', 'codes[0].instructions[1].op',
       'codes[0].instructions[1].offset', 'codes[0].instructions[1].loc[0]', 'codes[0].instructions[1].compile_ms',
       'codes[0].instructions[1].exec_ns', 'codes[0].instructions[1].tiers[0].level', 'codes[0].instructions[1].tiers[0].t_ms',
       'steps_total.Step1 Parse', 'compiles[0].code', 'compiles[0].op', 'compiles[0].offset', 'compiles[0].level',

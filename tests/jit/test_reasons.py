@@ -344,7 +344,9 @@ def test_new_type_and_new_value_of_a_jit_function(tmp_path):
         scaled(x, 2, (1, 0))
         scaled(x, 2.5, (1, 0))
         scaled(x, 2.5, (0, 1))
-    assert [v["reason_kind"] for v in seen.report["codes"][0]["variants"]] == ["cold", "new_type", "new_value"]
+    # (one profile entry per variant's Code, each with the compile that made it)
+    assert [v["reason_kind"] for c in seen.report["codes"] for v in c["variants"]] == ["cold", "new_type", "new_value"]
+    assert len(seen.report["codes"]) == 3 and all(len(c["variants"]) == 1 for c in seen.report["codes"])
     assert "argument n: float vs cached int" in seen.variants("new_type")[0]["reason"]
     assert "argument axes: (0, 1) vs cached (1, 0) (baked into the bytecode)" in seen.variants("new_value")[0]["reason"]
     assert seen.logged("Compiled test_new_type", "new_value: ", "scaled(): argument axes: (0, 1) vs cached (1, 0)")

@@ -18,7 +18,8 @@ from msvm.profile import render_html
 
 REPORT = {
     "version": 1, "script": "/w/prog.py", "argv": ["--n", "3"], "wall_ms": 812.5, "status": 0,
-    "codes": [{"name": "Block.construct", "file": "/w/prog.py", "line": 12, "calls": 5, "call_ms": 1.5,
+    "codes": [{"id": 7, "name": "Block.construct", "label": "variant 1 (training=False)", "program": 7,
+               "file": "/w/prog.py", "line": 12, "calls": 5, "call_ms": 1.5,
                "variants": [{"variant": 1, "compile_ms": 2.5, "reason_kind": "cold", "reason": "first call"}],
                "instructions": [
         {"offset": 0, "op": "LOAD_TENSOR", "argrepr": "x", "loc": [13, 8, 13, 40], "parts": [], "type": "Tensor",
@@ -64,7 +65,7 @@ def poison(v, path=""):
 
 
 I1 = "codes[0].instructions[1]."
-SHOWN = ["script", "wall_ms", "codes[0].name", "codes[0].file", "codes[0].line", "codes[0].calls",
+SHOWN = ["script", "wall_ms", "codes[0].name", "codes[0].label", "codes[0].file", "codes[0].line", "codes[0].calls",
          *(I1 + f for f in ("offset", "op", "argrepr", "loc[0]", "parts[0].op", "parts[0].loc[0]", "compile_ms", "exec_ns",
                             "tiers[0].level", "tiers[0].t_ms")),
          "step", "steps_total.Step1 Parse", "compiles[0].code", "compiles[0].offset", "compiles[0].op", "compiles[0].level",

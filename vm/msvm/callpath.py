@@ -206,7 +206,8 @@ def _observed(var, bound, rt, env):
 
     t0 = time.perf_counter()
     out = bound.call(rt, env=env)
-    events.emit({"type": "exec", "code": var.code.name, "ms": (time.perf_counter() - t0) * 1e3})
+    events.emit({"type": "exec", "code": bound.code.name, "code_id": bound.code.uid,
+                 "ms": (time.perf_counter() - t0) * 1e3})
     return out
 
 

@@ -223,6 +223,8 @@ def _announce(code, run, variant_count: int, t_ms: float, opts, flags: dict | No
     if events._subs:
         events.emit({"type": "bytecode", "code": run.name, "file": run.filename, "line": run.firstlineno,
                      "program": to_json(run), "compile_ms": t_ms, "variant": variant_count,
+                     # (which Code object each of the program's functions is: the ids exec events carry)
+                     "code_ids": [c.uid for c in run.all_codes()], "flags": dict(flags or {}),
                      **(reason.fields() if reason is not None else {})})
     if context.jit_option("dump_bytecode", opts):
         log.emit_block(dump(code))

@@ -12,6 +12,7 @@ offsets when the code is finished.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -69,6 +70,9 @@ class Code:
     jit_sites: dict = field(default_factory=dict, compare=False, repr=False)  # tier manager: index -> Site
     compile_reason: object = field(default=None, compare=False, repr=False)  # executor: msvm.reasons.Reason
     memplan: object = field(default=None, compare=False, repr=False)        # memory planner: a MemPlan or None
+    # this Code object's identity for the profile (issue 18): variants, flag specializations and fused
+    # or planned copies of one function share its name and differ in offsets, so events say which ran
+    uid: int = field(default_factory=itertools.count(1).__next__, compare=False, repr=False)
 
     def __post_init__(self):
         self.relayout()

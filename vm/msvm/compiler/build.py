@@ -268,7 +268,8 @@ def _announce_kernel(info, level, key, source, steps, elapsed, mapping, cache, o
     # (Steps 1, 2 and 4 ran before compile_kernel: the site's kernel IR and plan, the Code's fusion share)
     total = elapsed + steps["Step1 Parse"] + steps["Step2 Shape Resolution"] + steps["Step4 Fusion"]
     ms_steps = {k: round(v * 1e3, 4) for k, v in steps.items()}
-    events.emit({"type": "compile", "op": info.get("op"), "code": info.get("code"), "offset": info.get("offset"),
+    events.emit({"type": "compile", "op": info.get("op"), "code": info.get("code"), "code_id": info.get("code_id"),
+                 "offset": info.get("offset"),
                  "file": info.get("file"), "line": info.get("line"), "level": level, "key": key,
                  "shape": info.get("shape"), "dtype": info.get("dtype"), "source": source,
                  "steps": ms_steps, "ms": round(total * 1e3, 4), "fused": info.get("fused", 1), "mapping": mapping,

@@ -267,7 +267,8 @@ class GpuSite:
                 reasons.check_budget(d.level, time.perf_counter() - t0, build.BUDGET_S[d.level])
                 self.ready[d.key] = True
                 self.tier_history.append({"time": time.time(), "level": d.level, "key": d.key[:12]})
-                events.emit({"type": "tier", "code": self.code.name, "offset": self.ins.offset, "op": self.name,
+                events.emit({"type": "tier", "code": self.code.name,
+                             "code_id": self.code.uid, "offset": self.ins.offset, "op": self.name,
                              "level": d.level, "device": f"cuda:{self.arch}", "steps": steps,
                              **_got(self, d, need, steps).fields()})
                 if log.debug_enabled():
@@ -277,7 +278,8 @@ class GpuSite:
                 self.stats["failures"] = self.stats.get("failures", 0) + 1
                 why = reasons.failure(e, d.level).then(need.text)
                 events.emit({"type": "error", "what": "compile", "op": self.name, "level": d.level, "why": str(e),
-                             "code": self.code.name, "offset": self.ins.offset, "device": f"cuda:{self.arch}",
+                             "code": self.code.name, "code_id": self.code.uid, "offset": self.ins.offset,
+                             "device": f"cuda:{self.arch}",
                              **why.fields()})
                 log.logger.info("GPU L%d compile of %s failed, staying in L1: %s", d.level, self.name, why.text)
         if sync:

@@ -98,7 +98,8 @@ class Site:
         self.fusion_s = code.fusion_s / n_fused if ins.op.kind == "fused" else 0.0
 
     def info(self, shape, dtype, **more) -> dict:
-        return {"op": self.name, "code": self.code.name, "offset": self.ins.offset, "file": self.code.filename,
+        return {"op": self.name, "code": self.code.name,
+                "code_id": self.code.uid, "offset": self.ins.offset, "file": self.code.filename,
                 "line": self.ins.loc.line, "shape": list(shape), "dtype": str(dtype), "fused": self.fused,
                 "fusion_s": self.fusion_s, **more}
 
@@ -162,7 +163,8 @@ class Site:
                 why = reasons.pending(level) if why is None else why.then(reasons.pending(level).text, "pending")
             if why is None:
                 return
-            events.emit({"type": "miss", "code": self.code.name, "offset": self.ins.offset, "op": self.name,
+            events.emit({"type": "miss", "code": self.code.name,
+                         "code_id": self.code.uid, "offset": self.ins.offset, "op": self.name,
                          "level": level, **why.fields()})
             if log.debug_enabled() and self.why.setdefault(("logged", level, key, why.kind), why) is why:
                 log.logger.debug("JIT miss: %s", why.text)
@@ -202,7 +204,8 @@ class Site:
                     self.prepare_native(compiled, plan)
                 table[key] = compiled
                 self.tier_history.append({"time": time.time(), "level": level, "shape": list(shape)})
-                events.emit({"type": "tier", "code": self.code.name, "offset": self.ins.offset, "op": self.name,
+                events.emit({"type": "tier", "code": self.code.name,
+                             "code_id": self.code.uid, "offset": self.ins.offset, "op": self.name,
                              "level": level, "shape": list(shape)})
             except Exception as e:  # noqa: BLE001 - any failure falls back to L1, counted and logged
                 table[key] = "failed"
@@ -210,7 +213,7 @@ class Site:
                 kernel_cache().stats["failures"] += 1
                 kernel_cache().note_key("", self.info(shape, dtype, level=level, **why.fields()), "failed")
                 events.emit({"type": "error", "what": "compile", "op": self.name, "level": level, "why": str(e),
-                             "code": self.code.name, "offset": self.ins.offset, **why.fields()})
+                             "code": self.code.name, "code_id": self.code.uid, "offset": self.ins.offset, **why.fields()})
                 log.logger.info("JIT L%d compile of %s failed, staying in L1: %s", level, self.name, why.text)
         if sync:
             task()
@@ -252,7 +255,8 @@ class Site:
             self.prepare_native(found, plan)
         table[key] = found
         self.tier_history.append({"time": time.time(), "level": level, "shape": list(plan.out_shape)})
-        events.emit({"type": "tier", "code": self.code.name, "offset": self.ins.offset, "op": self.name,
+        events.emit({"type": "tier", "code": self.code.name,
+                     "code_id": self.code.uid, "offset": self.ins.offset, "op": self.name,
                      "level": level, "shape": list(plan.out_shape)})
         return True
 

@@ -958,7 +958,7 @@ def _run_slow(f, prog, s, trace):
             times[instrs[i].offset] = times.get(instrs[i].offset, 0) + time.perf_counter_ns() - t0
             i = j
     if times is not None:
-        ev = {"type": "exec", "code": f.code.name, "file": f.code.filename, "instr_ns": times}
+        ev = {"type": "exec", "code": f.code.name, "code_id": f.code.uid, "file": f.code.filename, "instr_ns": times}
         if f.bound.arenas:               # the memory plan's arena this call gave back (FREE_DEVICE_MEM)
             ar = f.bound.arenas[-1]
             ev["arena_bytes"], ev["unplanned_bytes"] = ar.nbytes, sum(ar.asked.values())

@@ -70,8 +70,9 @@ class _Styles:
 
 
 def _code(c: dict, st: _Styles) -> list:
+    label = f" · {esc(c.get('label'))}" if c.get("label") else ""     # (which Code of that name: profile.py)
     out = [f"<h2><code>{esc(c.get('name'))}</code> <span class='muted'>{esc(c.get('file') or '')}:{esc(c.get('line'))}"
-           f" · {esc(c.get('calls'))} calls</span></h2>",
+           f"{label} · {esc(c.get('calls'))} calls</span></h2>",
            *_variants(_list(c.get("variants"))),
            "<table><tr><th>offset</th><th>instruction</th><th>operands</th><th>line</th><th>compile</th><th>exec</th>"
            "<th>tiers</th><th>why</th></tr>"]

@@ -25,13 +25,13 @@ def _bounds(fn) -> list:
 
 
 def report(fn) -> dict:
-    """{"codes": [...], "arena_bytes", "unplanned_bytes", "region_bytes"} over every linked Code of ``fn``
+    """{"codes": [...], "arena_bytes", "unplanned_bytes", "region_bytes", "refused"} over every linked Code of ``fn``
     (a Cell or an ``ms.jit`` function) and its sub-Cells: per Code its plan (buffers, values, the peak
     as an expression), the bytes its arena lays out (planned, what the calls so far needed) and the
     bytes one buffer per planned value would take (unplanned, the same calls). Codes at one position
     of a call chain share memory (interp/arena.py): ``region_bytes`` is what the process's arenas
     actually hold, every thread's and every model's."""
-    seen, codes = set(), []
+    seen, codes, refused = set(), [], []
     todo = _bounds(fn)
     while todo:
         b = todo.pop()
@@ -41,6 +41,9 @@ def report(fn) -> dict:
         todo.extend(b.callees.values())
         mp = b.memplan
         if mp is None:
+            why = getattr(b.code, "memplan_refused", None)
+            if why:                       # (compiler/memplan.py refused it: it runs with a buffer per value)
+                refused.append({"code": b.code.name, "reason": why})
             continue
         arenas = list(b.arenas)
         codes.append({"code": b.code.name, "buffers": len(mp.slots), "values": len(mp.values), "peak": str(mp.peak),
@@ -48,7 +51,8 @@ def report(fn) -> dict:
                       "unplanned_bytes": max((sum(a.asked.values()) for a in arenas), default=0),
                       "arenas": len(arenas)})
     return {"codes": codes, "arena_bytes": sum(c["arena_bytes"] for c in codes),
-            "unplanned_bytes": sum(c["unplanned_bytes"] for c in codes), "region_bytes": region_bytes()}
+            "unplanned_bytes": sum(c["unplanned_bytes"] for c in codes), "region_bytes": region_bytes(),
+            "refused": refused}
 
 
 def peak_bytes(fn, *args, **kwargs) -> int:

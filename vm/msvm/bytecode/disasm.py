@@ -146,6 +146,8 @@ def dump(code: Code, with_callees: bool = True, show_types: bool = True) -> str:
                 out.append(f"          | {pname:<18} {base}:{ploc}")
         if c.memplan is not None:            # (compiler/memplan.py: buffers, sizes as expressions, peak)
             out.extend(c.memplan.lines(c))
+        elif getattr(c, "memplan_refused", None):
+            out.append(f"  ; memory plan refused: {c.memplan_refused}")
     return "\n".join(out)
 
 

@@ -27,6 +27,13 @@ The analysis, over the Code's control-flow graph to a fixpoint (branches merge c
 Sizes are expressions over the Code's symbols (``itemsize * N*C*H*W``); a slot's capacity is the
 largest of its values' (``max(...)``), so at run time the slot grows to the largest size seen and
 later calls, at that shape or smaller ones, allocate nothing.
+
+A Code the pass cannot plan soundly is refused, never planned by guesswork: no static types (not
+verified), stack depths that disagree where paths meet, a size that cannot be evaluated at the
+sample points the colouring compares sizes at. ``apply`` then returns it without a plan (it runs
+with one buffer per value, as with the plan off), says why in the ``[MS]`` log (WARNING) and in an
+``error`` event (``what: "memory plan"``, the profile's errors), and keeps the reason on the Code
+(``memplan_refused``: ``msvm dump`` and ``msvm.memory.report`` show it).
 """
 
 from __future__ import annotations
@@ -35,13 +42,19 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .. import events, log
 from ..bytecode.code import Code, Instr
 from ..bytecode.opcodes import BY_NAME, ELEMENTWISE, JITABLE, OUT_CAPABLE
-from ..bytecode.symbolic import Expr, product, smax
+from ..bytecode.symbolic import Expr, SymbolicError, product, smax
 from ..bytecode.types import ScalarType, TensorType
 from ..bytecode.verify import verify
 
 SAMPLE = 64          # the value given to every symbol when slot sizes are compared while colouring
+SAMPLES = (SAMPLE, 2 * SAMPLE + 1)   # (the next, where a size divides by 0 at the first: ``x // (n - 64)``)
+
+
+class PlanRefused(Exception):
+    """This Code cannot be planned soundly; the message says why (``apply`` runs it unplanned)."""
 IN_PLACE = (ELEMENTWISE & OUT_CAPABLE) | {"FUSED_ELEMENTWISE"}
 # besides OUT_CAPABLE rows, the jit-able ones take ``out=`` too (their L1 kernels and compiled callers);
 # FUSED_ATTENTION's do not (its site keeps two buffers of its own per shape), so it is not planned
@@ -109,9 +122,11 @@ class MemPlan:
     def figures(self, env: dict) -> dict:
         """Bytes at these symbol bindings: the arena (planned), one buffer per value (unplanned) and
         the liveness bound (the most bytes live at one point: no plan can use less)."""
-        sizes = {i: _eval(v.nbytes, env) for i, v in self.values.items()}
-        if any(s is None for s in sizes.values()):
-            return {}
+        missing = sorted(set().union(*(v.nbytes.symbols() for v in self.values.values())) - set(env))
+        if missing:
+            raise ValueError(f"memory plan figures: symbol{'s' * (len(missing) > 1)} {', '.join(missing)} not bound "
+                             f"(given: {', '.join(sorted(env)) or 'none'})")
+        sizes = {i: int(v.nbytes.evaluate(env)) for i, v in self.values.items()}
         planned = sum(max((sizes[i] for i in members), default=0) for members in self.slots)
         bound = 0
         for live, out in zip(self.live, self.outputs):
@@ -142,11 +157,18 @@ class MemPlan:
         return out
 
 
-def _eval(e: Expr, env: dict):
-    try:
-        return int(e.evaluate(env))
-    except Exception:  # noqa: BLE001 - a symbol not bound here
-        return None
+def _sample_size(code: Code, i: int, nbytes: Expr) -> int:
+    """Instruction i's value's bytes at the first sample point where they evaluate (every symbol the
+    same value: only for comparing sizes), else PlanRefused naming the value and the expression."""
+    err = None
+    for v in SAMPLES:
+        try:
+            return int(nbytes.evaluate({s: v for s in nbytes.symbols()}))
+        except SymbolicError as e:
+            err = e
+    ins = code.instrs[i]
+    raise PlanRefused(f"the size of {ins.op.name}'s result at 0x{ins.offset:04x} ({nbytes} bytes) cannot be "
+                      f"evaluated with every symbol {' or '.join(map(str, SAMPLES))}: {err}")
 
 
 # ---------------------------------------------------------------- the pass
@@ -162,7 +184,10 @@ def apply(code: Code, device_id: int = 0, memo: dict | None = None) -> Code:
             memo[key] = (sub, apply(sub, device_id, memo))
         callees.append((path, memo[key][1]))
     changed = any(a is not b for (_, a), (_, b) in zip(callees, code.callees))
-    probe = plan(code, memo)
+    try:
+        probe = plan(code, memo)
+    except PlanRefused as e:
+        return _refused(code, callees, changed, str(e))
     if probe is None or not probe.values:
         if not changed:
             return code
@@ -201,7 +226,26 @@ def apply(code: Code, device_id: int = 0, memo: dict | None = None) -> Code:
             args[li] = (land.get(id(t)) or copies[id(t)]).offset
             c.args = tuple(args)
     verify(new)
-    new.memplan = plan(new, memo)
+    try:
+        new.memplan = plan(new, memo)
+    except PlanRefused as e:               # (the rewritten Code's analysis must agree with the probe's)
+        return _refused(code, callees, changed, f"after ALLOC/FREE were added: {e}")
+    return new
+
+
+def _refused(code: Code, callees: list, changed: bool, why: str) -> Code:
+    """``code`` without a plan of its own (its callees keep theirs), and why, said once: the ``[MS]``
+    log, an ``error`` event and ``memplan_refused`` on the Code returned."""
+    new = code
+    if changed:
+        new = _copy(code, list(code.instrs), callees)
+        verify(new)
+    new.memplan_refused = why
+    where = f"{code.name} ({code.filename}:{code.firstlineno})"
+    log.logger.warning("memory plan refused for %s: %s; it runs with one buffer per value", where, why)
+    events.emit({"type": "error", "what": "memory plan", "op": "ALLOC_DEVICE_MEM", "code": code.name,
+                 "code_id": new.uid, "file": code.filename, "line": code.firstlineno, "why": why,
+                 "reason_kind": "refused", "reason": f"memory plan refused for {where}: {why}"})
     return new
 
 
@@ -307,11 +351,14 @@ def returned_params(code: Code, memo: dict) -> frozenset:
 
 
 def plan(code: Code, memo: dict | None = None) -> MemPlan | None:
-    """The plan of a verified Code (None when it has no static types)."""
+    """The plan of a verified Code (None when it has no instructions); PlanRefused when it cannot be
+    planned soundly (not verified, stacks that disagree where paths meet, a size that does not evaluate)."""
     memo = {} if memo is None else memo
     n = len(code.instrs)
-    if not n or len(code.stack_types) < n:
+    if not n:
         return None
+    if len(code.stack_types) < n:
+        raise PlanRefused("no static types (the Code was not verified)")
     loops = code.loop_body()
     cand, excluded = {}, {}
     for i in range(n):
@@ -320,17 +367,14 @@ def plan(code: Code, memo: dict | None = None) -> MemPlan | None:
             cand[i] = c
         elif isinstance(c, str):
             excluded[i] = c
-    flow = _flow(code, cand, memo)
-    if flow is None:
-        return None
-    states, escaping = flow
+    states, escaping = _flow(code, cand, memo)
     return _colour(code, cand, excluded, states, escaping)
 
 
 def _flow(code: Code, cand: dict, memo: dict):
     """Forward to a fixpoint: which values each stack entry and local may hold before each
     instruction, an entry being (ids, the id it is exactly, or None); parameter k is id -k-1.
-    Returns (states, the ids that may be returned or stored), or None on a stack mismatch."""
+    Returns (states, the ids that may be returned or stored); PlanRefused on a stack mismatch."""
     n = len(code.instrs)
     states: list = [None] * n
     slots = {name: k for k, name in enumerate(code.varnames)}
@@ -373,8 +417,9 @@ def _flow(code: Code, cand: dict, memo: dict):
                 states[j] = new
                 work.append(j)
                 continue
-            if len(old[0]) != len(new[0]):
-                return None              # (the verifier rejects this; never plan what it did not check)
+            if len(old[0]) != len(new[0]):   # (the verifier rejects this; never plan what it did not check)
+                raise PlanRefused(f"stack depths {len(old[0])} and {len(new[0])} meet at "
+                                  f"0x{code.instrs[j].offset:04x} (from 0x{ins.offset:04x})")
             merged = (tuple(_merge(a, b) for a, b in zip(old[0], new[0])),
                       {k: _merge(old[1].get(k, EMPTY), new[1].get(k, EMPTY)) for k in set(old[1]) | set(new[1])})
             if merged != old:
@@ -434,7 +479,7 @@ def _colour(code: Code, cand: dict, excluded: dict, states: list, escaping: set)
     for i in sorted(cand):
         shape, dtype = cand[i]
         nbytes = Expr.const(dtype.itemsize) * product(shape)
-        size = _eval(nbytes, _sample_env(nbytes))
+        size = _sample_size(code, i, nbytes)
         taken = {slot_of[j] for j in adj[i] if j in slot_of}
         k = None
         p = partner.get(i)
@@ -448,7 +493,7 @@ def _colour(code: Code, cand: dict, excluded: dict, states: list, escaping: set)
             k = len(mp.slots)
             mp.slots.append([])
             samples.append(size)
-        elif size is not None and samples[k] is not None:
+        else:
             samples[k] = max(samples[k], size)
         mp.slots[k].append(i)
         slot_of[i] = k
@@ -456,15 +501,9 @@ def _colour(code: Code, cand: dict, excluded: dict, states: list, escaping: set)
     return mp
 
 
-def _sample_env(e: Expr) -> dict:
-    return {s: SAMPLE for s in e.symbols()}
-
-
-def _fit(have, want):
+def _fit(have: int, want: int):
     """How well a slot of ``have`` bytes takes a value of ``want`` (smaller is better): the same size
     first, then the smallest slot that already holds it, then the largest that must grow."""
-    if have is None or want is None:
-        return (3, 0)
     if have == want:
         return (0, 0)
     if have > want:

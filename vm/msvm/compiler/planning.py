@@ -83,8 +83,11 @@ def plan_matmul(site, inputs):
     if not (isinstance(a, np.ndarray) and isinstance(b, np.ndarray)):
         raise Unsupported("matmul of scalars")
     d = float_dtype([a, b])
-    wt = site.weight_t and site.frozen(b)      # run on the weight's contiguous transpose: B = W.T, no flag
     m, k = (a.shape[-1], a.shape[-2]) if ta else (a.shape[-2], a.shape[-1])
+    # run on the weight's contiguous transpose (B = W.T, no flag), except for one row: BLAS reads W.T's
+    # view as fast there (a gemv), and the copy would double the weight's memory for nothing (issue 18:
+    # a classifier at batch 1, ResNet-50's 8 MB fc)
+    wt = site.weight_t and site.frozen(b) and m * int(np.prod(a.shape[:-2])) > 1
     n_ = b.shape[-2] if tb else b.shape[-1]
     batch_shape = np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) if batched else ()
     out_shape = tuple(batch_shape) + (m, n_)

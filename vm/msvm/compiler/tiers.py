@@ -32,6 +32,7 @@ import numpy as np
 from .. import context, events, log, reasons
 from ..bytecode.disasm import display_name
 from ..bytecode.opcodes import JITABLE
+from ..interp.arena import Arena
 from . import callconv, planning
 from .buffers import ALIGN  # noqa: F401 - (re-exported: tests)
 from .build import (  # noqa: F401 - (re-exported: tests, servers, bench)
@@ -71,7 +72,7 @@ class Site:
         self.l3: dict = {}       # concrete shapes -> Compiled | "pending" | "failed"
         self.seen: dict = {}     # concrete shapes -> calls
         self.polymorphic = False  # more than L3_SHAPES shapes seen: no more L3 compiles
-        self.ptrs = [None] * 7   # per input position: (last array, its data pointer); outputs are not kept
+        self.ptrs = [None] * 7   # per input position: (last weight or arena view, its data pointer) (``ptr``)
         self.tier_history: list = []
         self.plans: dict = {}
         self.l1_why: dict = {}   # why inputs of some layouts stay in the interpreter (the planner's reason)
@@ -343,6 +344,7 @@ class Site:
         if e is not None and e[0] is w:
             return e[1]
         t = np.ascontiguousarray(w.T)
+        t.flags.writeable = False        # (fixed like its weight; ``ptr`` remembers read-only arrays)
         _keep(self.wcache, w, t)
         return t
 
@@ -360,16 +362,20 @@ class Site:
         return bp
 
     def ptr(self, i: int, a) -> int:
-        """a's data pointer; remembered for the last array seen at position i (weights and reused
-        output buffers repeat). The entry holds a reference, so the array cannot be freed and
-        its id reused while it is remembered."""
+        """a's data pointer; remembered for the last array seen at position i when it is one that
+        repeats and whose memory is held anyway: a read-only array (a Parameter's) or a view of the
+        memory plan's arena. The entry holds a reference, so the array cannot be freed and its id
+        reused while it is remembered; an activation (a new array every call) is not remembered, or
+        every site would keep its last input alive between calls (issue 18: 28 MB of ResNet-50's
+        resident memory at 224)."""
         if i >= len(self.ptrs):          # (a fused program with many inputs)
             return data_pointer(a)
         e = self.ptrs[i]
         if e is not None and e[0] is a:
             return e[1]
         p = data_pointer(a)
-        self.ptrs[i] = (a, p)
+        if not a.flags.writeable or Arena.owns(a):
+            self.ptrs[i] = (a, p)
         return p
 
 

@@ -208,18 +208,19 @@ def plan_gemm(site, inputs):
     ho, wo = dims_of(x.shape, w.shape, stride, pad, dil)[:2]
     out_shape = (x.shape[0], w.shape[0], ho, wo)
     prog = with_bias(program) if nbn else program
-    if prog == (("in", 0),):
+    how = route(x.shape, w.shape, stride, pad, dil, group, d)
+    if prog == (("in", 0),) and how == "blas":
         raise Unsupported("a convolution without an epilogue (the BLAS product is all of it)")
     if x.shape[0] == 0:
         raise Unsupported("an empty batch")
     heads = [_Shape(out_shape, d)] + ([_Shape((1, w.shape[0], 1, 1), d)] if nbn else [])
-    epi = plan_elementwise(site, heads + extras, prog, out_shape)
-    cls = ("gemm", epi.cls, prog)
+    epi = plan_elementwise(site, heads + extras, prog, out_shape) if prog != (("in", 0),) else None
+    cls = ("gemm", epi.cls if epi is not None else None, prog, how)
     kh, kw = w.shape[2:]
     shifted = group == 1 and tuple(stride) == (1, 1) and kh * kw > 1 and wo >= K.SHIFTED_MIN_WIDTH
-    return Plan(cls, (cls, epi.key[1], x.shape, w.shape), out_shape, d,
+    return Plan(cls, (cls, epi.key[1] if epi is not None else None, x.shape, w.shape), out_shape, d,
                 {"epi": epi, "eps": eps, "nbn": nbn, "heads": len(heads), "shifted": shifted,
-                 "x_shape": x.shape, "w_shape": w.shape})
+                 "x_shape": x.shape, "w_shape": w.shape, "route": how})
 
 
 def plan_pool(site, inputs):
@@ -245,6 +246,10 @@ def kernel_ir(site, level: int, plan):
     if cls[0] == "gemm":
         from .kir import Elementwise
 
+        if p["epi"] is None:           # (the taps product alone: its kernel is gemm.TapsGemm's)
+            from .gemm import TapsGemm
+
+            return TapsGemm(str(d))
         ep = p["epi"].details
         return Elementwise(ep["program"], ep["kinds"], tuple(ep["bcast"]), str(d), ep["dims"] if level >= 3 else None)
     _, dtype, kh, kw, stride, dil, has_bias, kinds, program, cg, og = cls
@@ -303,14 +308,17 @@ def _gemm_caller(site, compiled, plan):
     eps, nbn, heads, ptr = p["eps"], p["nbn"], p["heads"], site.ptr
     first = 2 + nbn
     # the epilogue's inputs: the product (written in place), [the bias,] the extras (at first + j)
-    epi = elementwise_caller(compiled, p["epi"].details, None,
-                             lambda j, a: data_pointer(a) if j < heads else ptr(first + j - heads, a))
+    epi = None if p["epi"] is None else elementwise_caller(
+        compiled, p["epi"].details, None, lambda j, a: data_pointer(a) if j < heads else ptr(first + j - heads, a))
+    taps = _taps_caller(site, plan, epi) if p["route"] == "taps" else None
 
     shifted = None
     if group == 1 and tuple(stride) == (1, 1) and p["shifted"]:
         shifted = Shifted(p["x_shape"], p["w_shape"], pad, dil, d)
 
     def go(inputs, out):
+        if taps is not None and AB[0] is None:
+            return taps(inputs, out)
         x, w = inputs[0], inputs[1]
         wm, bias = K.prepared_weight(w, list(inputs[2:first]), eps, d)
         # (``out``: the memory plan's buffer, taken where it is C-contiguous of the result's shape and dtype)
@@ -318,8 +326,68 @@ def _gemm_caller(site, compiled, plan):
             res = shifted(x, K._taps_weight(wm, w.shape), out)
         else:
             res = K.conv_gemm(x, wm, w.shape, stride, pad, dil, group, d, out)
-        return epi([res] + ([bias] if nbn else []) + list(inputs[first:]), res)
+        return res if epi is None else epi([res] + ([bias] if nbn else []) + list(inputs[first:]), res)
+    go.taps = taps
     return go
+
+
+AB = [None]      # bench/conv_routes.py: "blas" runs the BLAS route where the taps one was chosen (side by side)
+
+
+def _taps_caller(site, plan, epi):
+    """``go(inputs, out)`` of a dense or grouped convolution on msvm's GEMM (``TapsConv``), then
+    the bias and epilogue pass in place, as the BLAS route does."""
+    d, p = plan.dtype, plan.details
+    stride, pad, dil, group = site.args[:4]
+    eps, nbn = p["eps"], p["nbn"]
+    first = 2 + nbn
+    w_shape = p["w_shape"]
+    tc = TapsConv(p["x_shape"], w_shape, tuple(stride), pad, tuple(dil), group, d)
+    o, cg, kh, kw = w_shape
+    n, _, ho, wo = plan.out_shape
+    split = threads_for(2.0 * o * cg * kh * kw * ho * wo)       # per image
+
+    def go(inputs, out):
+        wm, bias = K.prepared_weight(inputs[1], list(inputs[2:first]), eps, d)
+        res = tc(inputs[0], _tap_major(wm, w_shape, tc.mode, group), out, split)
+        if epi is None:
+            return res
+        return epi([res] + ([bias] if nbn else []) + list(inputs[first:]), res)
+    go.conv = tc
+    return go
+
+
+ROUTE_ENV = "MSVM_CONV_GEMM"     # "taps" | "blas": every dense convolution takes that route (bench, tests)
+SPLIT_MIN_FLOPS = 40e6           # per image: from here two threads share a product (a hand-off is ~65 us)
+
+
+def route(x_shape, w_shape, stride, pad, dil, group, d) -> str:
+    """Which product a dense or grouped convolution runs: "taps" (msvm's GEMM, ``TapsConv``) or
+    "blas" (OpenBLAS: ``Shifted``, or the L1 kernel's conv_gemm). By measurement: the module doc."""
+    import os
+
+    forced = os.environ.get(ROUTE_ENV, "")
+    if forced in ("taps", "blas"):
+        return forced
+    if np.dtype(d) not in (np.float32, np.float64):
+        return "blas"
+    return "taps"
+
+
+def threads_for(flops: float) -> int:
+    """How many threads share one image's product: 2 (or what MSVM_THREADS says, at most the
+    cores this process may run on and the kernel pool's size) from SPLIT_MIN_FLOPS, else 1."""
+    import os
+
+    if flops < SPLIT_MIN_FLOPS:
+        return 1
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    want = os.environ.get("MSVM_THREADS", "")
+    n = min(cores, int(want)) if want.isdigit() and int(want) > 0 else cores
+    return min(n, 2)
 
 
 class Shifted:
@@ -384,3 +452,217 @@ class Shifted:
         finally:
             self.pool.append(bufs)
         return res
+
+
+# ---------------------------------------------------------------- dense convolutions on msvm's own GEMM
+
+_TAPW: dict = {}             # id(prepared weight) -> (weakref, mode, tap-major copy)
+
+
+def _tap_major(wm, wshape, mode, group=1):
+    """The prepared weight [O, Cg*kh*kw] as the taps product's A (once per prepared weight): per
+    group, its rows tap-major ([Og, kh*kw*Cg]) for the phase mode, as they are for im2col and 1x1,
+    packed in blocks of MR rows (gemm.pack_rows), the groups one after the other."""
+    import weakref
+
+    from .gemm import pack_rows, tile_rows
+
+    hit = _TAPW.get(id(wm))
+    if hit is not None and hit[0]() is wm and hit[1] == (mode, group):
+        return hit[2]
+    o, cg, kh, kw = wshape
+    a = wm.reshape(o, cg * kh * kw)
+    if mode == "phase":
+        a = a.reshape(o, cg, kh * kw).transpose(0, 2, 1).reshape(o, kh * kw * cg)
+    og, mr = o // group, tile_rows(wm.dtype)
+    a = np.concatenate([pack_rows(a[g * og:(g + 1) * og], mr).reshape(-1) for g in range(group)])
+    _TAPW[id(wm)] = (weakref.ref(wm, lambda _r, k=id(wm): _TAPW.pop(k, None)), (mode, group), a)
+    return a
+
+
+def _odd_lines(n: int, itemsize: int) -> int:
+    """n rounded up so that a row of n elements spans an odd number of cache lines (rows read at
+    that stride then fall in every L1 set, not a fraction of them)."""
+    per = 64 // itemsize
+    n = -(-n // per) * per
+    return n if (n // per) % 2 else n + per
+
+
+class TapsConv:
+    """A dense or grouped NCHW convolution as msvm's own GEMM (gemm.ir_taps) per image and group,
+    out[Co, P] = W[Co, K] @ B[K, P], with B read where it lies rather than packed:
+
+    - ``direct`` (1x1, stride 1, no padding): B is the image's planes themselves, C the result's;
+    - ``sub`` (1x1, strided, no padding): the subsampled planes copied once (P x Cin), C the result;
+    - ``phase`` (k x k): the padded image split into stride x stride phase images side by side,
+      each tap a shift in one of them (stride 1: the padded image, the shifted GEMMs of
+      ``Shifted``), over a grid as wide as a phase row; the grid's extra columns are cropped;
+    - ``im2col`` (few input channels per tap, the RGB stem): the windows copied as a [K, P] matrix.
+
+    One kernel call per image and group (``split``: the output columns in two halves on the
+    kernel pool, a thread each)."""
+
+    def __init__(self, x_shape, w_shape, stride, pad, dil, group, d, mode=None):
+        n, c, h, w = x_shape
+        o, cg, kh, kw = w_shape
+        sh, sw = stride
+        ho, wo, pt, pl = dims_of(x_shape, w_shape, stride, pad, dil)[:4]
+        if pad == ("same",):
+            ph, pw = K._same_pads(h, kh, sh, dil[0]), K._same_pads(w, kw, sw, dil[1])
+        else:
+            ph, pw = (pad[0], pad[1]), (pad[2], pad[3])
+        unpadded = sum(ph) + sum(pw) == 0
+        if mode is None:
+            mode = taps_mode(x_shape, w_shape, stride, pad, dil, group)
+        self.mode, self.d, self.group, self.og, self.cg = mode, np.dtype(d), group, o // group, cg
+        self.n, self.o, self.ho, self.wo, self.c = n, o, ho, wo, c
+        self.shape = (n, o, ho, wo)
+        isz = self.d.itemsize
+        if mode in ("direct", "sub"):
+            assert kh == kw == 1 and unpadded
+            self.q, self.ci, self.taps = ho * wo, cg, np.zeros(1, np.int64)
+            self.row = h * w if mode == "direct" else _odd_lines(ho * wo, isz)
+            self.grid = None
+            self.src = None if mode == "direct" else (c, self.row)
+            self.sub = (slice(None), slice(0, (ho - 1) * sh + 1, sh), slice(0, (wo - 1) * sw + 1, sw))
+        elif mode == "phase":
+            hp, wp = h + sum(ph), w + sum(pw)
+            hq, wq = -(-hp // sh), -(-wp // sw)
+            over = (kw - 1) * dil[1] // sw
+            self.row = _odd_lines(hq * wq + over, isz)
+            nph = sh * sw
+            self.src = (nph * c, self.row)              # [phase][channel][row]; borders stay zero
+            # per phase (a, b): the input rows/columns that land in it, and where
+            self.copies = []
+            for a in range(sh):
+                for b in range(sw):
+                    # padded row r = a + sh * i holds input row r - pt: i from ceil((pt - a) / sh)
+                    i0 = max(0, -(-(ph[0] - a) // sh))
+                    j0 = max(0, -(-(pw[0] - b) // sw))
+                    r0, c0 = a + sh * i0 - ph[0], b + sw * j0 - pw[0]
+                    if r0 >= h or c0 >= w:
+                        continue
+                    ni, nj = -(-(h - r0) // sh), -(-(w - c0) // sw)
+                    ph_ = a * sw + b
+                    dst = (slice(ph_ * c, (ph_ + 1) * c), slice(i0, i0 + ni), slice(j0, j0 + nj))
+                    self.copies.append((dst, (slice(None), slice(r0, r0 + (ni - 1) * sh + 1, sh),
+                                              slice(c0, c0 + (nj - 1) * sw + 1, sw))))
+            self.hq = hq
+            taps = []
+            for i in range(kh):
+                for j in range(kw):
+                    di, dj = i * dil[0], j * dil[1]
+                    phase = (di % sh) * sw + dj % sw
+                    taps.append(phase * c * self.row + (di // sh) * wq + dj // sw)
+            self.taps = np.array(taps, np.int64)
+            self.q, self.ci, self.wq = ho * wq, cg, wq
+            self.grid = None if wq == wo else (o, ho, wq)
+        else:   # im2col
+            self.q, self.ci, self.taps = ho * wo, cg * kh * kw, np.zeros(1, np.int64)
+            self.row = _odd_lines(ho * wo, isz)
+            self.grid = None
+            self.src = (c * kh * kw, self.row)
+            self.win = (kh, kw, stride, dil, pad)
+        self.fn = gemm_taps(str(self.d))
+        self.nr = _panel(self.d)
+        self.acc = (o, ho * self.wq) if self.grid is not None else None
+        self.free: list = []          # free (src, acc) buffer pairs (zeroed once: borders stay zero)
+        self.lda = len(self.taps) * self.ci if mode == "phase" else self.ci
+        mr = _rows(self.d)
+        self.gstride = -(-self.og // mr) * mr * self.lda        # A elements per group (packed row blocks)
+
+    def __call__(self, x, a, out=None, split=1):
+        """The convolution of x (any strides) by ``a`` (``_tap_major``) into ``out`` where it is
+        C-contiguous of the result's shape and dtype (the memory plan's buffer), else a new array."""
+        n = x.shape[0]
+        ok = out is not None and out.shape == self.shape and out.dtype == self.d and out.flags.c_contiguous
+        res = out if ok else np.empty(self.shape, self.d)
+        if n == 0 or res.size == 0:
+            return res
+        bufs = self.free.pop() if self.free else (None if self.src is None else np.zeros(self.src, self.d),
+                                                  None if self.acc is None else np.empty(self.acc, self.d))
+        try:
+            self._run(x, a, res, bufs[0], bufs[1], split)
+        finally:
+            self.free.append(bufs)
+        return res
+
+    def _run(self, x, a, res, sbuf, acc, split):
+        ap, tp = data_pointer(a), data_pointer(self.taps)
+        isz = self.d.itemsize
+        fn, og, q, row, ntaps, c = self.fn, self.og, self.q, self.row, len(self.taps), self.c
+        for b in range(x.shape[0]):
+            xb = x[b]
+            if self.mode == "direct":
+                src = xb if xb.flags.c_contiguous else np.ascontiguousarray(xb)
+            elif self.mode == "sub":
+                np.copyto(sbuf[:, :q].reshape(c, self.ho, self.wo), xb[self.sub])
+                src = sbuf
+            elif self.mode == "phase":
+                grid = sbuf[:, :self.hq * self.wq].reshape(-1, self.hq, self.wq)
+                for dst, sl in self.copies:
+                    np.copyto(grid[dst], xb[sl])
+                src = sbuf
+            else:
+                kh, kw, stride, dil, pad = self.win
+                xp, _, _ = K._padded(x[b:b + 1], (kh, kw), stride, dil, pad, 0)
+                win = K._windows(xp, (kh, kw), stride, dil)[0]          # C, Ho, Wo, kh, kw
+                np.copyto(sbuf[:, :q].reshape(c, kh, kw, self.ho, self.wo), win.transpose(0, 3, 4, 1, 2))
+                src = sbuf
+            cbuf = acc if acc is not None else res[b].reshape(self.o, self.ho * self.wo)
+            ldc = cbuf.shape[1]
+            sp, cp = data_pointer(src), data_pointer(cbuf)
+            # (per group: its og rows of A and C, its channel rows of src)
+            calls = [(og, self.ci, ntaps, tp, q, ap + g * self.gstride * isz, self.lda, sp + g * self.ci * row * isz,
+                      row, cp + g * og * ldc * isz, ldc) for g in range(self.group)]
+            if split > 1 and q > self.nr:
+                half = -(-(-(-q // self.nr)) // 2) * self.nr
+                fut = _kernel_pool().submit(_run_calls, fn, calls, half, q)
+                try:
+                    _run_calls(fn, calls, 0, half)
+                finally:
+                    fut.result()
+            else:
+                _run_calls(fn, calls, 0, q)
+            if acc is not None:
+                res[b] = acc.reshape(self.grid)[:, :, :self.wo]
+
+
+def _run_calls(fn, calls, j0, j1):
+    for c in calls:
+        fn(*c, j0, j1)
+
+
+def _kernel_pool():
+    from .callconv import _threads
+
+    return _threads()
+
+
+def _rows(d) -> int:
+    from .gemm import tile_rows
+
+    return tile_rows(d)
+
+
+def _panel(d) -> int:
+    from .gemm import panel_width
+
+    return panel_width(d)
+
+
+def gemm_taps(dtype: str):
+    from .gemm import taps_function
+
+    return taps_function(dtype)
+
+
+def taps_mode(x_shape, w_shape, stride, pad, dil, group) -> str:
+    """Which layout of B the taps product reads for this convolution (``TapsConv``)."""
+    o, cg, kh, kw = w_shape
+    unpadded = pad != ("same",) and not any(pad) or (pad == ("same",) and kh == kw == 1)
+    if kh == kw == 1 and unpadded:
+        return "direct" if tuple(stride) == (1, 1) else "sub"
+    if cg * 1 < 16:
+        return "im2col"
+    return "phase"

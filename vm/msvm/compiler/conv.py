@@ -276,12 +276,25 @@ def caller(site, compiled, plan, output):
     dims, planes = p["dims"], p["planes"]
     zrow = np.zeros(max(dims[2], 1) + 64, dtype=d)
     zp = data_pointer(zrow)
+    # two threads take half the planes each where the work is large enough (``threads_for``)
+    split = threads_for(PLANE_FLOPS * planes * dims[3] * dims[4] * cls[2] * cls[3] * cls[9]) if planes >= 2 else 1
+
+    def run(*rest):
+        if split > 1:
+            half = planes // 2
+            fut = _kernel_pool().submit(fn, half, planes, *rest)
+            try:
+                fn(0, half, *rest)
+            finally:
+                fut.result()
+        else:
+            fn(0, planes, *rest)
     if cls[0] == "maxpool":
         zrow[:] = -np.inf
 
         def pool(inputs, out):
             out = output(out)
-            fn(0, planes, *dims, data_pointer(out), ptr(0, inputs[0]), None, None, zp)
+            run(*dims, data_pointer(out), ptr(0, inputs[0]), None, None, zp)
             return out
         pool.zero_row = zrow
         return pool
@@ -295,8 +308,8 @@ def caller(site, compiled, plan, output):
         for j, kind in enumerate(kinds):
             e = inputs[first + j]
             extras.append(ptr(first + j, e) if kind == "t" else float(e))
-        fn(0, planes, *dims, data_pointer(out), ptr(0, inputs[0]), data_pointer(wm),
-           data_pointer(bias) if bias is not None else None, zp, *extras)
+        run(*dims, data_pointer(out), ptr(0, inputs[0]), data_pointer(wm),
+            data_pointer(bias) if bias is not None else None, zp, *extras)
         return out
     go.zero_row = zrow           # (kept alive with the caller: the kernel reads it through zp)
     return go
@@ -335,8 +348,10 @@ AB = [None]      # bench/conv_routes.py: "blas" runs the BLAS route where the ta
 
 
 def _taps_caller(site, plan, epi):
-    """``go(inputs, out)`` of a dense or grouped convolution on msvm's GEMM (``TapsConv``), then
-    the bias and epilogue pass in place, as the BLAS route does."""
+    """``go(inputs, out)`` of a dense or grouped convolution on msvm's GEMM (``TapsConv``): the
+    epilogue in the kernel's registers where it is one ``fused_epilogue`` knows (a bias, a residual
+    add, ReLU, ReLU6: every one of ResNet's and MobileNet's), else a compiled pass over the result
+    in place, as the BLAS route does."""
     d, p = plan.dtype, plan.details
     stride, pad, dil, group = site.args[:4]
     eps, nbn = p["eps"], p["nbn"]
@@ -346,19 +361,61 @@ def _taps_caller(site, plan, epi):
     o, cg, kh, kw = w_shape
     n, _, ho, wo = plan.out_shape
     split = threads_for(2.0 * o * cg * kh * kw * ho * wo)       # per image
+    prog = with_bias(site.args[5]) if nbn else site.args[5]
+    fused = fused_epilogue(prog, nbn > 0)
+    if fused is not None and fused[1] is not None and tc.grid is not None:
+        fused = None                 # (a residual of the result's layout, not the wider grid's)
 
     def go(inputs, out):
         wm, bias = K.prepared_weight(inputs[1], list(inputs[2:first]), eps, d)
-        res = tc(inputs[0], _tap_major(wm, w_shape, tc.mode, group), out, split)
+        a = _tap_major(wm, w_shape, tc.mode, group)
+        if fused is not None:
+            has_bias, add, lo, hi = fused
+            r = inputs[first + add - (2 if nbn else 1)] if add is not None else None
+            # (a residual read where the result is written: the partial sums would overwrite it first)
+            if r is None or (isinstance(r, np.ndarray) and r.shape == tc.shape and r.dtype == d and
+                             r.flags.c_contiguous and not (out is not None and np.may_share_memory(r, out))):
+                return tc(inputs[0], a, out, split, bias if has_bias else None, r, lo, hi)
+        res = tc(inputs[0], a, out, split)
         if epi is None:
             return res
         return epi([res] + ([bias] if nbn else []) + list(inputs[first:]), res)
     go.conv = tc
+    go.fused = fused
     return go
+
+
+def fused_epilogue(prog: tuple, has_bias: bool):
+    """(bias, residual, lo, hi) where the epilogue program (the bias added first: ``with_bias``)
+    is ``min(max(conv [+ bias] [+ residual], lo), hi)`` as the taps kernel computes it in
+    registers: the bias its input 1, the residual its input ``residual`` (a tensor of the result's
+    shape), lo = 0 for ReLU, hi = 6 for ReLU6 (as ReLU then a minimum with 6); else None."""
+    nodes = list(prog)
+    if nodes[:1] != [("in", 0)]:
+        return None
+    nodes = nodes[1:]
+    bias = has_bias and nodes[:2] == [("in", 1), ("BROADCAST_ADD",)]
+    if has_bias and not bias:
+        return None
+    if bias:
+        nodes = nodes[2:]
+    add = None
+    if len(nodes) >= 2 and nodes[0][0] == "in" and nodes[0][1] > (1 if has_bias else 0) and \
+            nodes[1] in (("BROADCAST_ADD",), ("ADD",)):
+        add, nodes = nodes[0][1], nodes[2:]
+    lo, hi = -np.inf, np.inf
+    if nodes[:1] == [("RELU",)]:
+        lo, nodes = 0.0, nodes[1:]
+        if nodes[:2] in ([("c", 6), ("BROADCAST_MIN",)], [("c", 6.0), ("BROADCAST_MIN",)]):
+            hi, nodes = 6.0, nodes[2:]
+    if nodes:
+        return None
+    return bias, add, lo, hi
 
 
 ROUTE_ENV = "MSVM_CONV_GEMM"     # "taps" | "blas": every dense convolution takes that route (bench, tests)
 SPLIT_MIN_FLOPS = 40e6           # per image: from here two threads share a product (a hand-off is ~65 us)
+PLANE_FLOPS = 8                  # a depthwise / pool tap costs about what 8 flops of the GEMM do (measured)
 
 
 def route(x_shape, w_shape, stride, pad, dil, group, d) -> str:
@@ -366,12 +423,24 @@ def route(x_shape, w_shape, stride, pad, dil, group, d) -> str:
     "blas" (OpenBLAS: ``Shifted``, or the L1 kernel's conv_gemm). By measurement: the module doc."""
     import os
 
+    if np.dtype(d) not in (np.float32, np.float64):
+        return "blas"
     forced = os.environ.get(ROUTE_ENV, "")
     if forced in ("taps", "blas"):
         return forced
-    if np.dtype(d) not in (np.float32, np.float64):
+    n, c, h, w = x_shape
+    o, cg, kh, kw = w_shape
+    ho, wo = dims_of(x_shape, w_shape, stride, pad, dil)[:2]
+    mode = taps_mode(x_shape, w_shape, stride, pad, dil, group)
+    if mode == "im2col":                 # (the RGB stem: 1.0x)
         return "blas"
-    return "taps"
+    if mode in ("sub", "phase") and tuple(stride) != (1, 1):
+        return "taps"                    # no im2col copy: 1.0-1.26x
+    if mode == "phase":
+        return "taps" if wo <= 14 else "blas"
+    # 1x1 stride 1: few pixels, or few output channels of many inputs (1.1-1.3x); else BLAS (0.9-1.0x)
+    few_out = (o // group <= 32 and cg >= 64) or (o // group <= 128 and ho * wo >= 3136 and cg >= 2 * (o // group))
+    return "taps" if ho * wo <= 49 or few_out else "blas"
 
 
 def threads_for(flops: float) -> int:
@@ -571,23 +640,26 @@ class TapsConv:
         mr = _rows(self.d)
         self.gstride = -(-self.og // mr) * mr * self.lda        # A elements per group (packed row blocks)
 
-    def __call__(self, x, a, out=None, split=1):
+    def __call__(self, x, a, out=None, split=1, bias=None, add=None, lo=-np.inf, hi=np.inf):
         """The convolution of x (any strides) by ``a`` (``_tap_major``) into ``out`` where it is
-        C-contiguous of the result's shape and dtype (the memory plan's buffer), else a new array."""
+        C-contiguous of the result's shape and dtype (the memory plan's buffer), else a new array;
+        then, in the kernel's registers, + ``bias`` [O], + ``add`` (C-contiguous, of the result's
+        shape; not where the result is cropped from a wider grid), max(., lo), min(., hi)."""
         n = x.shape[0]
         ok = out is not None and out.shape == self.shape and out.dtype == self.d and out.flags.c_contiguous
         res = out if ok else np.empty(self.shape, self.d)
         if n == 0 or res.size == 0:
             return res
+        assert add is None or (self.grid is None and add.shape == self.shape and add.flags.c_contiguous)
         bufs = self.free.pop() if self.free else (None if self.src is None else np.zeros(self.src, self.d),
                                                   None if self.acc is None else np.empty(self.acc, self.d))
         try:
-            self._run(x, a, res, bufs[0], bufs[1], split)
+            self._run(x, a, res, bufs[0], bufs[1], split, bias, add, lo, hi)
         finally:
             self.free.append(bufs)
         return res
 
-    def _run(self, x, a, res, sbuf, acc, split):
+    def _run(self, x, a, res, sbuf, acc, split, bias, add, lo, hi):
         ap, tp = data_pointer(a), data_pointer(self.taps)
         isz = self.d.itemsize
         fn, og, q, row, ntaps, c = self.fn, self.og, self.q, self.row, len(self.taps), self.c
@@ -613,10 +685,15 @@ class TapsConv:
             ldc = cbuf.shape[1]
             sp, cp = data_pointer(src), data_pointer(cbuf)
             # (per group: its og rows of A and C, its channel rows of src)
-            calls = [(og, self.ci, ntaps, tp, q, ap + g * self.gstride * isz, self.lda, sp + g * self.ci * row * isz,
-                      row, cp + g * og * ldc * isz, ldc) for g in range(self.group)]
+            bp = data_pointer(bias) if bias is not None else 0
+            rp = data_pointer(add[b]) if add is not None else 0
+            calls = [((og, self.ci, ntaps, tp, q, ap + g * self.gstride * isz, self.lda, sp + g * self.ci * row * isz,
+                       row, cp + g * og * ldc * isz, ldc),
+                      (bias is not None, bp and bp + g * og * isz, rp and rp + g * og * ldc * isz, ldc, lo, hi))
+                     for g in range(self.group)]
             if split > 1 and q > self.nr:
-                half = -(-(-(-q // self.nr)) // 2) * self.nr
+                panels = -(-q // self.nr)
+                half = -(-panels // 2) * self.nr              # (the first thread's columns: whole panels)
                 fut = _kernel_pool().submit(_run_calls, fn, calls, half, q)
                 try:
                     _run_calls(fn, calls, 0, half)
@@ -629,8 +706,9 @@ class TapsConv:
 
 
 def _run_calls(fn, calls, j0, j1):
-    for c in calls:
-        fn(*c, j0, j1)
+    """The taps kernel over the columns [j0, j1) of each group's call."""
+    for head, (hasb, bp, rp, ldr, lo, hi) in calls:
+        fn(*head, j0, j1, hasb, bp or None, rp or None, ldr, lo, hi)
 
 
 def _kernel_pool():

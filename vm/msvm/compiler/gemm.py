@@ -74,7 +74,7 @@ def ir(features: str, dtype: str = "float32", name: str = NAME) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _tiles(L, name, t, w, nv, mr, vt, fma, mstore, mload, iota, strided):
+def _tiles(L, name, t, w, nv, mr, vt, fma, mstore, mload, iota, strided, prefetch="same"):
     """The register tiles @{name}_tile{r}, r = 1..MR. ``strided``: the panel's rows are %ldb
     apart (a row-major B or an image's channel rows, read in place) and its columns past %cols are
     not read (masked loads), and A is packed in row blocks, A[p * MR + i] (``pack_rows``); else
@@ -83,8 +83,9 @@ def _tiles(L, name, t, w, nv, mr, vt, fma, mstore, mload, iota, strided):
     for r in range(1, mr + 1):
         # C[r x cols] (+)= A[r x k] . Bpanel[k x NR]: from zero when ``first``, else onto C (a k block after the first)
         ldb = " i64 %ldb," if strided else ""
+        epi = f", i1 %last, i1 %hasb, {t}* %bias, i1 %hasr, {t}* %res, i64 %ldr, {t} %lo, {t} %hi" if strided else ""
         L(f"define internal void @{name}_tile{r}(i64 %k, {t}* noalias %a, i64 %lda, {t}* noalias %b,{ldb} "
-          f"{t}* noalias %c, i64 %ldc, i64 %cols, i1 %first) nounwind alwaysinline {{")
+          f"{t}* noalias %c, i64 %ldc, i64 %cols, i1 %first{epi}) nounwind alwaysinline {{")
         L("entry:")
         L(f"  %cb = insertelement <{w} x i64> undef, i64 %cols, i32 0")
         L(f"  %cv = shufflevector <{w} x i64> %cb, <{w} x i64> undef, <{w} x i32> zeroinitializer")
@@ -131,11 +132,17 @@ def _tiles(L, name, t, w, nv, mr, vt, fma, mstore, mload, iota, strided):
             L("  %pfo = add i64 %pfr, 0")
         else:
             L(f"  %pfo = add i64 %boff, {PREFETCH_ROWS * nr}")
-        for v in range(0, nv):
-            L(f"  %pfo{v} = add i64 %pfo, {v * w}")
-            L(f"  %pfp{v} = getelementptr {t}, {t}* %b, i64 %pfo{v}")
-            L(f"  %pfc{v} = bitcast {t}* %pfp{v} to i8*")
-            L(f"  call void @llvm.prefetch.p0i8(i8* %pfc{v}, i32 0, i32 3, i32 1)")
+        pf = [("pfo", 3)] if not strided or "same" in prefetch else []
+        if strided and "next" in prefetch:     # the next panel's row: into L2 while this panel runs
+            L(f"  %pfn = add i64 %boff, {nr}")
+            pf.append(("pfn", 2))
+        for base, hint in pf:
+            for v in range(0, nv):
+                sfx = "" if base == "pfo" else "n"
+                L(f"  %{base}{v} = add i64 %{base}, {v * w}")
+                L(f"  %pfp{sfx}{v} = getelementptr {t}, {t}* %b, i64 %{base}{v}")
+                L(f"  %pfc{sfx}{v} = bitcast {t}* %pfp{sfx}{v} to i8*")
+                L(f"  call void @llvm.prefetch.p0i8(i8* %pfc{sfx}{v}, i32 0, i32 {hint}, i32 1)")
         if strided:           # (A packed too: [k][MR] per row block, a weight prepared once)
             L(f"  %pm = mul i64 %p, {mr}")
         for i in range(r):
@@ -157,18 +164,75 @@ def _tiles(L, name, t, w, nv, mr, vt, fma, mstore, mload, iota, strided):
         for i in range(r):
             for v in range(nv):
                 L(f"  %f{i}_{v} = phi {vt} [ %init{i}_{v}, %pre ], [ %nacc{i}_{v}, %loop ]")
+        if strided:
+            _tile_epilogue(L, t, w, nv, r, vt, mload)
         L(f"  %full = icmp sge i64 %cols, {nr}")
         L("  br i1 %full, label %sfull, label %smask")
+        val = "e" if strided else "f"
         for label, masked in (("sfull", False), ("smask", True)):
             L(f"{label}:")
             for i in range(r):
                 for v in range(nv):
                     if masked:
-                        L(f"  call void {mstore}({vt} %f{i}_{v}, {vt}* %cr{i}_{v}, i32 4, <{w} x i1> %mask{v})")
+                        L(f"  call void {mstore}({vt} %{val}{i}_{v}, {vt}* %cr{i}_{v}, i32 4, <{w} x i1> %mask{v})")
                     else:
-                        L(f"  store {vt} %f{i}_{v}, {vt}* %cr{i}_{v}, align 4")
+                        L(f"  store {vt} %{val}{i}_{v}, {vt}* %cr{i}_{v}, align 4")
             L("  ret void")
         L("}")
+
+
+def _tile_epilogue(L, t, w, nv, r, vt, mload):
+    """After the last k block (``%last``), the convolution's epilogue on the tile in registers, in
+    the L1 kernel's order: + bias[row] (``%hasb``), + res (``%hasr``: a tensor of C's layout,
+    rows %ldr apart), then max(., lo) and min(., hi) as numpy's maximum / minimum (NaN stays;
+    lo = -inf, hi = +inf leave every value as it is): ReLU is lo = 0, ReLU6 lo = 0, hi = 6.
+    The tile's %f values become the epilogue's results (renamed in place: %f -> %e)."""
+    L("  br i1 %last, label %epi, label %noepi")
+    L("epi:")
+    L(f"  %lob = insertelement {vt} undef, {t} %lo, i32 0")
+    L(f"  %lov = shufflevector {vt} %lob, {vt} undef, <{w} x i32> zeroinitializer")
+    L(f"  %hib = insertelement {vt} undef, {t} %hi, i32 0")
+    L(f"  %hiv = shufflevector {vt} %hib, {vt} undef, <{w} x i32> zeroinitializer")
+    L("  br i1 %hasb, label %eb, label %ebx")
+    L("eb:")
+    for i in range(r):
+        L(f"  %bp{i}_ = getelementptr {t}, {t}* %bias, i64 {i}")
+        L(f"  %bs{i}_ = load {t}, {t}* %bp{i}_")
+        L(f"  %bi{i}_ = insertelement {vt} undef, {t} %bs{i}_, i32 0")
+        L(f"  %bb{i}_ = shufflevector {vt} %bi{i}_, {vt} undef, <{w} x i32> zeroinitializer")
+        for v in range(nv):
+            L(f"  %fb{i}_{v} = fadd {vt} %f{i}_{v}, %bb{i}_")
+    L("  br label %ebx")
+    L("ebx:")
+    for i in range(r):
+        for v in range(nv):
+            L(f"  %g{i}_{v} = phi {vt} [ %f{i}_{v}, %epi ], [ %fb{i}_{v}, %eb ]")
+    L("  br i1 %hasr, label %er, label %erx")
+    L("er:")
+    for i in range(r):
+        L(f"  %ro{i} = mul i64 %ldr, {i}")
+        for v in range(nv):
+            L(f"  %rq{i}_{v} = getelementptr {t}, {t}* %res, i64 {v * w}")
+            L(f"  %rr{i}_{v} = getelementptr {t}, {t}* %rq{i}_{v}, i64 %ro{i}")
+            L(f"  %rv{i}_{v}p = bitcast {t}* %rr{i}_{v} to {vt}*")
+            L(f"  %rv{i}_{v} = call {vt} {mload}({vt}* %rv{i}_{v}p, i32 4, <{w} x i1> %mask{v}, {vt} zeroinitializer)")
+            L(f"  %gr{i}_{v} = fadd {vt} %g{i}_{v}, %rv{i}_{v}")
+    L("  br label %erx")
+    L("erx:")
+    for i in range(r):
+        for v in range(nv):
+            L(f"  %h{i}_{v} = phi {vt} [ %g{i}_{v}, %ebx ], [ %gr{i}_{v}, %er ]")
+    for i in range(r):
+        for v in range(nv):
+            L(f"  %hl{i}_{v} = fcmp ugt {vt} %h{i}_{v}, %lov")          # (NaN: unordered, kept)
+            L(f"  %hm{i}_{v} = select <{w} x i1> %hl{i}_{v}, {vt} %h{i}_{v}, {vt} %lov")
+            L(f"  %hh{i}_{v} = fcmp ult {vt} %hm{i}_{v}, %hiv")
+            L(f"  %hn{i}_{v} = select <{w} x i1> %hh{i}_{v}, {vt} %hm{i}_{v}, {vt} %hiv")
+    L("  br label %noepi")
+    L("noepi:")
+    for i in range(r):
+        for v in range(nv):
+            L(f"  %e{i}_{v} = phi {vt} [ %f{i}_{v}, %store ], [ %hn{i}_{v}, %erx ]")
 
 
 def _packed_driver(L, name, t, mr, nr, dtype):
@@ -284,7 +348,7 @@ class PackedGemm:
 
 def lower_gemm(k, name: str, features: str) -> str:
     if isinstance(k, TapsGemm):
-        return ir_taps(features, k.dtype, name, k.kc)
+        return ir_taps(features, k.dtype, name, k.kc, k.prefetch)
     return ir(features, k.dtype, name)
 
 
@@ -360,14 +424,16 @@ def lower_matmul_packed(k, name: str, features: str) -> str:
 
 TAPS_NAME = "msvm_gemm_taps"
 TAPS_KC = 256               # k (channels of one tap) per block
-TAPS_VERSION = 2            # (in the kernel text, so the cache key: bump it when ir_taps changes)
+TAPS_VERSION = 3            # (in the kernel text, so the cache key: bump it when ir_taps changes)
 
 
-def ir_taps(features: str, dtype: str = "float32", name: str = TAPS_NAME, kc: int = TAPS_KC) -> str:
+def ir_taps(features: str, dtype: str = "float32", name: str = TAPS_NAME, kc: int = TAPS_KC,
+            prefetch: str = "same") -> str:
     """The LLVM IR of ``name``, a convolution's product with B read where it lies (no packing):
 
-        taps(m, ci, ntaps, taps*, q, A*, lda, src*, row, C*, ldc, j0, j1)
-        C[i, j] = sum_t sum_c A[i, t * ci + c] * src[c * row + taps[t] + j]     (i < m, j0 <= j < j1)
+        taps(m, ci, ntaps, taps*, q, A*, lda, src*, row, C*, ldc, j0, j1, hasb, bias*, res*, ldr, lo, hi)
+        C[i, j] = epi(sum_t sum_c A[i, t * ci + c] * src[c * row + taps[t] + j])  (i < m, j0 <= j < j1)
+        epi(v) = min(max(v [+ bias[i]] [+ res[i * ldr + j]], lo), hi)     (``_tile_epilogue``; res: null = none)
 
     A is the weight [m, ntaps * ci] (tap-major, folded once), packed in blocks of MR rows
     (``pack_rows``: [ceil(m / MR)][ntaps * ci][MR], lda = ntaps * ci); src holds ci rows, ``row`` apart, of
@@ -389,11 +455,15 @@ def ir_taps(features: str, dtype: str = "float32", name: str = TAPS_NAME, kc: in
              "declare void @llvm.prefetch.p0i8(i8*, i32, i32, i32)"]
     iota = "<" + ", ".join(f"i64 {i}" for i in range(w)) + ">"
     L = lines.append
-    _tiles(L, name, t, w, nv, mr, vt, fma, mstore, mload, iota, strided=True)
+    _tiles(L, name, t, w, nv, mr, vt, fma, mstore, mload, iota, strided=True, prefetch=prefetch)
     a_block = A_BLOCK_BYTES // np.dtype(dtype).itemsize
     L(f"define void @{name}(i64 %m, i64 %ci, i64 %ntaps, i64* noalias %taps, i64 %q, {t}* noalias %A, i64 %lda, "
-      f"{t}* noalias %S, i64 %row, {t}* noalias %C, i64 %ldc, i64 %j0, i64 %j1) nounwind {{")
+      f"{t}* noalias %S, i64 %row, {t}* noalias %C, i64 %ldc, i64 %j0, i64 %j1, i64 %hasb0, {t}* %bias, "
+      f"{t}* %res, i64 %ldr, {t} %lo, {t} %hi) nounwind {{")
     L("entry:")
+    L("  %hasb = icmp ne i64 %hasb0, 0")
+    L(f"  %hasr = icmp ne {t}* %res, null")
+    L("  %tlast = sub i64 %ntaps, 1")
     L("  %kpos = icmp sgt i64 %lda, 0")
     L("  %kk = select i1 %kpos, i64 %lda, i64 1")
     L(f"  %mcq = udiv i64 {a_block}, %kk")
@@ -419,6 +489,7 @@ def ir_taps(features: str, dtype: str = "float32", name: str = TAPS_NAME, kc: in
     L("  %left = sub i64 %q, %j")
     L(f"  %cj = getelementptr {t}, {t}* %C, i64 %j")
     L(f"  %sj = getelementptr {t}, {t}* %S, i64 %j")
+    L(f"  %rj = getelementptr {t}, {t}* %res, i64 %j")
     L("  br label %tloop")
     L("tloop:")
     L("  %tp = phi i64 [ 0, %pbody ], [ %tn, %kdone ]")
@@ -432,6 +503,7 @@ def ir_taps(features: str, dtype: str = "float32", name: str = TAPS_NAME, kc: in
     L("  %at1 = mul i64 %at0, %ci")
     L(f"  %at = getelementptr {t}, {t}* %A, i64 %at1")
     L("  %t0 = icmp eq i64 %tp, 0")
+    L("  %tl = icmp eq i64 %tp, %tlast")
     L("  br label %kloop")
     L("kloop:")
     L("  %k0 = phi i64 [ 0, %tbody ], [ %k0n, %rdone ]")
@@ -443,6 +515,9 @@ def ir_taps(features: str, dtype: str = "float32", name: str = TAPS_NAME, kc: in
     L("  %kleft = sub i64 %ci, %k0")
     L(f"  %kcs = icmp slt i64 %kleft, {kc}")
     L(f"  %kc = select i1 %kcs, i64 %kleft, i64 {kc}")
+    L("  %kend = add i64 %k0, %kc")
+    L("  %kl = icmp sge i64 %kend, %ci")
+    L("  %last = and i1 %kl, %tl")
     L(f"  %ak0 = mul i64 %k0, {mr}")
     L(f"  %ak = getelementptr {t}, {t}* %at, i64 %ak0")
     L("  %bk0 = mul i64 %k0, %row")
@@ -460,12 +535,15 @@ def ir_taps(features: str, dtype: str = "float32", name: str = TAPS_NAME, kc: in
     L(f"  %ai = getelementptr {t}, {t}* %ak, i64 %aoff")
     L("  %coff = mul i64 %i, %ldc")
     L(f"  %ci_ = getelementptr {t}, {t}* %cj, i64 %coff")
+    L(f"  %bi_ = getelementptr {t}, {t}* %bias, i64 %i")
+    L("  %roff = mul i64 %i, %ldr")
+    L(f"  %ri_ = getelementptr {t}, {t}* %rj, i64 %roff")
     cases = " ".join(f"i64 {r}, label %t{r}" for r in range(1, mr))
     L(f"  switch i64 %rows, label %t{mr} [ {cases} ]")
     for r in range(1, mr + 1):
         L(f"t{r}:")
         L(f"  call void @{name}_tile{r}(i64 %kc, {t}* %ai, i64 %lda, {t}* %bk, i64 %row, {t}* %ci_, i64 %ldc, "
-          "i64 %left, i1 %first)")
+          f"i64 %left, i1 %first, i1 %last, i1 %hasb, {t}* %bi_, i1 %hasr, {t}* %ri_, i64 %ldr, {t} %lo, {t} %hi)")
         L("  br label %rnext")
     L("rnext:")
     L(f"  %in = add i64 %i, {mr}")
@@ -493,6 +571,7 @@ class TapsGemm:
     """The kernel-cache entry of the convolutions' product (``ir_taps``; one per dtype and target)."""
     dtype: str
     kc: int = TAPS_KC
+    prefetch: str = "same"
 
     kind = "gemm"
     name = "gemm_taps"
@@ -500,30 +579,34 @@ class TapsGemm:
 
     def text(self) -> str:
         return (f"gemm_taps v{TAPS_VERSION} dtype={self.dtype} a_block={A_BLOCK_BYTES} kc={self.kc} "
-                f"prefetch={PREFETCH_ROWS}")
+                f"prefetch={PREFETCH_ROWS} {self.prefetch}")
 
 
-TAPS_ARGS = ("i64", "i64", "i64", "ptr", "i64", "ptr", "i64", "ptr", "i64", "ptr", "i64", "i64", "i64")
+TAPS_ARGS = ("i64", "i64", "i64", "ptr", "i64", "ptr", "i64", "ptr", "i64", "ptr", "i64", "i64", "i64",
+             "i64", "ptr", "ptr", "i64", "T", "T")
 _taps: dict = {}            # (dtype, kc) -> ctypes function
 
 
-def taps_function(dtype: str, kc: int = TAPS_KC):
-    """ctypes ``taps(m, ci, ntaps, taps, q, A, lda, src, row, C, ldc, j0, j1)`` (``ir_taps``),
-    compiled (or loaded from the kernel cache) once per process."""
+def taps_function(dtype: str, kc: int = TAPS_KC, prefetch: str = "same"):
+    """ctypes ``taps(m, ci, ntaps, taps, q, A, lda, src, row, C, ldc, j0, j1, hasb, bias, res, ldr,
+    lo, hi)`` (``ir_taps``), compiled (or loaded from the kernel cache) once per process.
+    ``prefetch`` (bench/conv_routes.py compares them): "same", the tile prefetches its panel's rows
+    PREFETCH_ROWS ahead; "next", the next panel's rows into L2; "same+next", both."""
     import ctypes
 
-    hit = _taps.get((dtype, kc))
+    hit = _taps.get((dtype, kc, prefetch))
     if hit is None:
         from .build import compile_kernel
 
         with _lock:
-            hit = _taps.get((dtype, kc))
+            hit = _taps.get((dtype, kc, prefetch))
             if hit is None:
-                c = compile_kernel(TapsGemm(dtype, kc), 3, {"op": "GEMM_TAPS", "shape": [], "dtype": dtype})
-                types = {"i64": ctypes.c_int64, "ptr": ctypes.c_void_p}
+                c = compile_kernel(TapsGemm(dtype, kc, prefetch), 3, {"op": "GEMM_TAPS", "shape": [], "dtype": dtype})
+                types = {"i64": ctypes.c_int64, "ptr": ctypes.c_void_p,
+                         "T": ctypes.c_float if dtype == "float32" else ctypes.c_double}
                 hit = ctypes.CFUNCTYPE(None, *[types[a] for a in TAPS_ARGS])(c.addr)
                 hit.compiled = c
-                _taps[(dtype, kc)] = hit
+                _taps[(dtype, kc, prefetch)] = hit
     return hit
 
 

@@ -11,7 +11,7 @@ and how each is called. Algorithms chosen by measurement (one thread, this machi
   (interp/kernels.py ``_depthwise_taps``) made kh*kw passes over memory with a temporary each:
   MobileNet v2's depthwise layers went from 27 to ~3.5 ms at 224. Same floats as L1 (the same
   products and sums in the same order, no FMA contraction).
-- **Dense and grouped**: the BLAS product (a compiled direct convolution written here would not
+- **Dense and grouped, BLAS route**: the BLAS product (a compiled direct convolution written here would not
   beat OpenBLAS's sgemm, which runs these layers at 60-95% of its peak in isolation), then the
   bias and the epilogue as one compiled elementwise pass over the product, in place (the L1
   kernel makes one numpy pass per step). Stride-1 k x k convolutions at least
@@ -21,6 +21,46 @@ and how each is called. Algorithms chosen by measurement (one thread, this machi
   the GEMM + one compiled pass on ResNet-50's 1x1 layers); an LLVM 1x1 kernel register-blocked
   4 channels x 2 vectors with FMAs and the epilogue in registers (1.1-1.2x on MobileNet's two
   largest expand layers, K = 16 and 24; 0.4-0.95x on every other 1x1 layer of both models).
+- **Dense and grouped on msvm's own GEMM** (``TapsConv``, compiler/gemm.py ``ir_taps``): per image
+  and group out[Co, P] = W[Co, K] @ B[K, P], the 12x32 register tiles of the packed Dense product,
+  A = the folded weight packed once in blocks of 12 rows, B read where it lies rather than packed
+  per call: the image's planes (1x1 stride 1: no copy at all), its subsampled planes (1x1 strided:
+  one copy of P x Cin), its padded stride phases side by side (k x k: each tap a shift in one
+  phase, so a strided 3x3 needs no im2col), or an im2col matrix (few channels per tap: the RGB
+  stem). Panels of 32 output columns stay in L1 while every row tile of a 1 MB block of A runs
+  over them. The epilogue (bias, a residual add, ReLU, ReLU6: ``fused_epilogue``; every one of
+  ResNet's and MobileNet's) is applied to the tile in registers before its only store, with
+  numpy's NaN rules; other epilogues, and a residual where the result is cropped from a wider
+  grid, run the compiled pass after. ``route`` picks it or BLAS per shape (``MSVM_CONV_GEMM=taps``
+  / ``blas`` forces one). Measured (one pinned core, the thread's CPU time, interleaved, medians;
+  the product alone, then the whole layer in the model with bench/conv_routes.py):
+
+  ====================================  ======  ==========  ===========================
+  ResNet-50 / MobileNet v2 at 224       mode    taps/BLAS   rule
+  ====================================  ======  ==========  ===========================
+  3x3 stride 2 (56, 28, 14 wide)        phase   1.12-1.26x  taps
+  1x1 stride 2 downsample               sub     1.01-1.24x  taps
+  3x3 stride 1, 7 and 14 wide           phase   1.02-1.32x  taps
+  3x3 stride 1, 28 and 56 wide          phase   0.99x       BLAS (Shifted)
+  1x1, 7x7 maps (49 pixels)             direct  1.04-1.15x  taps
+  1x1, <= 32 out of >= 64 channels      direct  1.21-1.27x  taps
+  1x1 256 -> 64/128 at 56               direct  1.14-1.32x  taps
+  1x1 others (14-56 wide)               direct  0.89-1.03x  BLAS
+  1x1 16 -> 96, 32 -> 16 at 112         direct  0.72-0.77x  BLAS (K = 16, 32: bound by stores)
+  7x7 stride 2 stem on RGB              im2col  1.01x       BLAS
+  ====================================  ======  ==========  ===========================
+
+  In the models (whole layers, epilogue included): ResNet-50 3x3 stride 2 1.15-1.18x, 3x3 stride
+  1 (taps where the rule says) 1.05-1.07x, 1x1 0.97-1.01x, stem 0.97x: the forward 1.02-1.03x the
+  all-BLAS one; MobileNet v2's 1x1 layers 1.02x. The kernel reaches 165-188 GFLOP/s on blocks that
+  stay in L2 (OpenBLAS 164-166) but 115-150 where B streams from memory (P >= 3136 pixels), about
+  what OpenBLAS gets. Measured and not kept: prefetching the next panel into L2 instead of (or
+  besides) the rows ahead (0.9-1.05x), the tiles inlined into the driver (no call: 0.9-1.05x);
+  k blocks of 64-512 changed nothing measurable (a loaded machine, wall clock).
+- **Threads**: where the cores allow two (``threads_for``: the process's affinity, MSVM_THREADS),
+  a product of at least SPLIT_MIN_FLOPS per image gives the second half of its output columns
+  (whole panels) to the kernel pool's thread, and the depthwise and max-pool kernels half their
+  planes; the results are the same bit for bit (each column / plane is computed by one thread).
 - **MAX_POOL2D**: the depthwise kernel with a running maximum (numpy's: NaN wins) over -inf
   padding: one pass instead of kh*kw.
 
@@ -415,7 +455,8 @@ def fused_epilogue(prog: tuple, has_bias: bool):
 
 ROUTE_ENV = "MSVM_CONV_GEMM"     # "taps" | "blas": every dense convolution takes that route (bench, tests)
 SPLIT_MIN_FLOPS = 40e6           # per image: from here two threads share a product (a hand-off is ~65 us)
-PLANE_FLOPS = 8                  # a depthwise / pool tap costs about what 8 flops of the GEMM do (measured)
+PLANE_FLOPS = 16                 # a depthwise / pool tap costs about what 16 GEMM flops do (MobileNet v2's
+#                                  depthwise layers: 41 MFLOP in ~2.8 ms, ~15 GFLOP/s, against ~130)
 
 
 def route(x_shape, w_shape, stride, pad, dil, group, d) -> str:

@@ -183,8 +183,12 @@ def test_depthwise_and_pool_planes_split_over_two_threads_agree(monkeypatch):
 
 
 def test_route_by_shape(monkeypatch):
-    """Without MSVM_CONV_GEMM the measured rule (conv.py's docstring) picks per shape."""
+    """Without MSVM_CONV_GEMM the measured rule (conv.py's docstring) picks per shape: on one
+    thread by shape, on two the taps route for all but the RGB stem."""
+    import os
+
     monkeypatch.delenv(conv.ROUTE_ENV, raising=False)
+    monkeypatch.setenv("MSVM_THREADS", "1")
     r = conv.route
     f = np.float32
     assert r((1, 128, 56, 56), (128, 128, 3, 3), (2, 2), (1, 1, 1, 1), (1, 1), 1, f) == "taps"
@@ -195,8 +199,38 @@ def test_route_by_shape(monkeypatch):
     assert r((1, 16, 112, 112), (96, 16, 1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1, f) == "blas"
     assert r((1, 256, 56, 56), (64, 256, 1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1, f) == "taps"
     assert r((1, 64, 8, 8), (64, 64, 1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1, np.float16) == "blas"
+    if len(os.sched_getaffinity(0)) >= 2:
+        monkeypatch.setenv("MSVM_THREADS", "2")
+        assert r((1, 64, 56, 56), (64, 64, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1, f) == "taps"
+        assert r((1, 16, 112, 112), (96, 16, 1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1, f) == "taps"
+        assert r((1, 3, 224, 224), (64, 3, 7, 7), (2, 2), (3, 3, 3, 3), (1, 1), 1, f) == "blas"
     monkeypatch.setenv(conv.ROUTE_ENV, "blas")
     assert r((1, 128, 56, 56), (128, 128, 3, 3), (2, 2), (1, 1, 1, 1), (1, 1), 1, f) == "blas"
+
+
+@pytest.mark.parametrize("name", ["1x1_residual_relu", "3x3", "3x3_s2", "3x3_dilation2_groups2"])
+def test_the_blas_route_still_matches(monkeypatch, name):
+    """MSVM_CONV_GEMM=blas: the BLAS products (Shifted, the L1 kernel's conv_gemm) and the compiled
+    epilogue pass, no taps call."""
+    from msvm.interp import kernels as K
+
+    monkeypatch.setenv(conv.ROUTE_ENV, "blas")
+    ran = []
+    gemm_, shifted, taps = K.conv_gemm, conv.Shifted.__call__, conv.TapsConv.__call__
+    monkeypatch.setattr(K, "conv_gemm", lambda *a, **k: ran.append("gemm") or gemm_(*a, **k))
+    monkeypatch.setattr(conv.Shifted, "__call__", lambda self, *a: ran.append("shifted") or shifted(self, *a))
+    monkeypatch.setattr(conv.TapsConv, "__call__", lambda self, *a, **k: ran.append("taps") or taps(self, *a, **k))
+    s, _, _ = BLOCKS[name]
+    rng = np.random.default_rng(31)
+    xs = images(rng, s["cin"], SIZES, special=True)
+    l1 = forward(make(s, 6), "L1", False, xs)
+    ran.clear()
+    net = make(s, 6)
+    got = forward(net, "L3", True, xs)
+    assert ran and "taps" not in ran, ran
+    for g, r, x in zip(got, l1, xs):
+        close(g, reference(net, s, x))
+        close(g, r, tol=1e-5)
 
 
 # ---------------------------------------------------------------- the kernel itself

@@ -61,6 +61,11 @@ and how each is called. Algorithms chosen by measurement (one thread, this machi
   a product of at least SPLIT_MIN_FLOPS per image gives the second half of its output columns
   (whole panels) to the kernel pool's thread, and the depthwise and max-pool kernels half their
   planes; the results are the same bit for bit (each column / plane is computed by one thread).
+  With two cores every dense convolution but the RGB stem takes the taps route: on this (shared,
+  loaded) machine, two cores pinned, OPENBLAS_NUM_THREADS=2, ResNet-50's forward took 138 ms on
+  the taps route against 451 ms on OpenBLAS's own two threads (bench/conv_routes.py, wall clock:
+  3x3 stride 1 4.9x, 1x1 2.3-2.7x; the stem 0.45x, so it stays on BLAS). A quiet machine was not
+  available to check how much of that is OpenBLAS's threads spinning against other processes.
 - **MAX_POOL2D**: the depthwise kernel with a running maximum (numpy's: NaN wins) over -inf
   padding: one pass instead of kh*kw.
 
@@ -255,7 +260,7 @@ def plan_gemm(site, inputs):
         raise Unsupported("an empty batch")
     heads = [_Shape(out_shape, d)] + ([_Shape((1, w.shape[0], 1, 1), d)] if nbn else [])
     epi = plan_elementwise(site, heads + extras, prog, out_shape) if prog != (("in", 0),) else None
-    cls = ("gemm", epi.cls if epi is not None else None, prog, how)
+    cls = ("gemm", epi.cls if epi is not None else None, prog)      # (the route follows from the shapes: key)
     kh, kw = w.shape[2:]
     shifted = group == 1 and tuple(stride) == (1, 1) and kh * kw > 1 and wo >= K.SHIFTED_MIN_WIDTH
     return Plan(cls, (cls, epi.key[1] if epi is not None else None, x.shape, w.shape), out_shape, d,
@@ -477,6 +482,8 @@ def route(x_shape, w_shape, stride, pad, dil, group, d) -> str:
         return "blas"
     if mode in ("sub", "phase") and tuple(stride) != (1, 1):
         return "taps"                    # no im2col copy: 1.0-1.26x
+    if threads_for(SPLIT_MIN_FLOPS) > 1:
+        return "taps"                    # two cores: the kernel pool's split, not OpenBLAS's threads (3.3x)
     if mode == "phase":
         return "taps" if wo <= 14 else "blas"
     # 1x1 stride 1: few pixels, or few output channels of many inputs (1.1-1.3x); else BLAS (0.9-1.0x)

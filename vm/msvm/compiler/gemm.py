@@ -18,6 +18,13 @@ per process (and cached on disk like any kernel).
 
 The products are summed in k order with FMA (as BLAS does): results agree with numpy's to
 rounding, not bit for bit.
+
+Convolutions (``ir_taps``, compiler/conv.py ``TapsConv``) run the same register tiles the other
+way round: A is the folded weight, packed once in blocks of MR rows, and B is read where it lies
+(an image's channel rows at a row stride, one shifted window per tap: no per-call packing, masked
+loads past the last column), the taps and k blocks accumulating onto the tile; the convolution's
+epilogue (bias, residual add, ReLU / ReLU6) is applied in registers before the tile's only store.
+A column range [j0, j1) per call lets two threads share a product.
 """
 
 from __future__ import annotations

@@ -31,28 +31,32 @@ and how each is called. Algorithms chosen by measurement (one thread, this machi
   over them. The epilogue (bias, a residual add, ReLU, ReLU6: ``fused_epilogue``; every one of
   ResNet's and MobileNet's) is applied to the tile in registers before its only store, with
   numpy's NaN rules; other epilogues, and a residual where the result is cropped from a wider
-  grid, run the compiled pass after. ``route`` picks it or BLAS per shape (``MSVM_CONV_GEMM=taps``
-  / ``blas`` forces one). Measured (one pinned core, the thread's CPU time, interleaved, medians;
-  the product alone, then the whole layer in the model with bench/conv_routes.py):
+  grid, run the compiled pass after. ``route`` picks it (``MSVM_CONV_GEMM=blas`` keeps the BLAS
+  route). Measured (one pinned core, the thread's CPU time, interleaved, medians), the product
+  alone:
 
-  ====================================  ======  ==========  ===========================
-  ResNet-50 / MobileNet v2 at 224       mode    taps/BLAS   rule
-  ====================================  ======  ==========  ===========================
-  3x3 stride 2 (56, 28, 14 wide)        phase   1.12-1.26x  taps
-  1x1 stride 2 downsample               sub     1.01-1.24x  taps
-  3x3 stride 1, 7 and 14 wide           phase   1.02-1.32x  taps
-  3x3 stride 1, 28 and 56 wide          phase   0.99x       BLAS (Shifted)
-  1x1, 7x7 maps (49 pixels)             direct  1.04-1.15x  taps
-  1x1, <= 32 out of >= 64 channels      direct  1.21-1.27x  taps
-  1x1 256 -> 64/128 at 56               direct  1.14-1.32x  taps
-  1x1 others (14-56 wide)               direct  0.89-1.03x  BLAS
-  1x1 16 -> 96, 32 -> 16 at 112         direct  0.72-0.77x  BLAS (K = 16, 32: bound by stores)
-  7x7 stride 2 stem on RGB              im2col  1.01x       BLAS
-  ====================================  ======  ==========  ===========================
+  ====================================  ======  ==================
+  ResNet-50 / MobileNet v2 at 224       mode    taps / BLAS
+  ====================================  ======  ==================
+  3x3 stride 2 (56, 28, 14 wide)        phase   1.12-1.26x
+  1x1 stride 2 downsample               sub     1.01-1.24x
+  3x3 stride 1, 7 and 14 wide           phase   1.02-1.32x
+  3x3 stride 1, 28 and 56 wide          phase   0.99x
+  1x1, 7x7 maps (49 pixels)             direct  1.04-1.15x
+  1x1, <= 32 out of >= 64 channels      direct  1.21-1.27x
+  1x1 256 -> 64/128 at 56               direct  1.14-1.32x
+  1x1 others (14-56 wide)               direct  0.89-1.03x
+  1x1 16 -> 96, 32 -> 16 at 112         direct  0.72-0.77x (K = 16, 32: bound by stores)
+  7x7 stride 2 stem on RGB              im2col  1.01x
+  ====================================  ======  ==================
 
-  In the models (whole layers, epilogue included): ResNet-50 3x3 stride 2 1.15-1.18x, 3x3 stride
-  1 (taps where the rule says) 1.05-1.07x, 1x1 0.97-1.01x, stem 0.97x: the forward 1.02-1.03x the
-  all-BLAS one; MobileNet v2's 1x1 layers 1.02x. The kernel reaches 165-188 GFLOP/s on blocks that
+  In the models, one forward (bench/conv_routes.py: both routes on one net, alternating):
+  every dense convolution on the taps route against every one on BLAS, ResNet-50 1.03x at 224 and
+  1.07x at 160 (per layer kind: 3x3 stride 2 1.18-1.45x, 1x1 stride 2 0.95-1.18x, 3x3 stride 1
+  1.01-1.06x, 1x1 0.93-0.99x, stem 1.05-1.08x), MobileNet v2 1.20-1.24x (its 1x1 layers 1.07-1.15x;
+  the rest of the forward gains too, not explained). The per-shape choice of the table (taps where
+  it is ahead) measured 1.02x / 1.06x on ResNet-50 and 0.99x on MobileNet v2, so ``route`` takes
+  the taps route for every shape. The kernel reaches 165-188 GFLOP/s on blocks that
   stay in L2 (OpenBLAS 164-166) but 115-150 where B streams from memory (P >= 3136 pixels), about
   what OpenBLAS gets. Measured and not kept: prefetching the next panel into L2 instead of (or
   besides) the rows ahead (0.9-1.05x), the tiles inlined into the driver (no call: 0.9-1.05x);
@@ -61,11 +65,10 @@ and how each is called. Algorithms chosen by measurement (one thread, this machi
   a product of at least SPLIT_MIN_FLOPS per image gives the second half of its output columns
   (whole panels) to the kernel pool's thread, and the depthwise and max-pool kernels half their
   planes; the results are the same bit for bit (each column / plane is computed by one thread).
-  With two cores every dense convolution but the RGB stem takes the taps route: on this (shared,
-  loaded) machine, two cores pinned, OPENBLAS_NUM_THREADS=2, ResNet-50's forward took 138 ms on
-  the taps route against 451 ms on OpenBLAS's own two threads (bench/conv_routes.py, wall clock:
-  3x3 stride 1 4.9x, 1x1 2.3-2.7x; the stem 0.45x, so it stays on BLAS). A quiet machine was not
-  available to check how much of that is OpenBLAS's threads spinning against other processes.
+  On this (shared, loaded) machine, two cores pinned, OPENBLAS_NUM_THREADS=2, ResNet-50's forward
+  took 138 ms on the taps route against 451 ms on OpenBLAS's own two threads (bench/conv_routes.py,
+  wall clock: 3x3 stride 1 4.9x, 1x1 2.3-2.7x; the stem 0.45x). A quiet machine was not available
+  to check how much of that is OpenBLAS's threads spinning against other processes.
 - **MAX_POOL2D**: the depthwise kernel with a running maximum (numpy's: NaN wins) over -inf
   padding: one pass instead of kh*kw.
 
@@ -466,7 +469,9 @@ PLANE_FLOPS = 16                 # a depthwise / pool tap costs about what 16 GE
 
 def route(x_shape, w_shape, stride, pad, dil, group, d) -> str:
     """Which product a dense or grouped convolution runs: "taps" (msvm's GEMM, ``TapsConv``) or
-    "blas" (OpenBLAS: ``Shifted``, or the L1 kernel's conv_gemm). By measurement: the module doc."""
+    "blas" (OpenBLAS: ``Shifted``, or the L1 kernel's conv_gemm). By measurement (the module doc):
+    taps for float32 and float64 whatever the shape (a per-shape choice measured no faster on the
+    whole forward), BLAS for other dtypes; ``MSVM_CONV_GEMM`` forces either."""
     import os
 
     if np.dtype(d) not in (np.float32, np.float64):
@@ -474,21 +479,8 @@ def route(x_shape, w_shape, stride, pad, dil, group, d) -> str:
     forced = os.environ.get(ROUTE_ENV, "")
     if forced in ("taps", "blas"):
         return forced
-    n, c, h, w = x_shape
-    o, cg, kh, kw = w_shape
-    ho, wo = dims_of(x_shape, w_shape, stride, pad, dil)[:2]
-    mode = taps_mode(x_shape, w_shape, stride, pad, dil, group)
-    if mode == "im2col":                 # (the RGB stem: 1.0x)
-        return "blas"
-    if mode in ("sub", "phase") and tuple(stride) != (1, 1):
-        return "taps"                    # no im2col copy: 1.0-1.26x
-    if threads_for(SPLIT_MIN_FLOPS) > 1:
-        return "taps"                    # two cores: the kernel pool's split, not OpenBLAS's threads (3.3x)
-    if mode == "phase":
-        return "taps" if wo <= 14 else "blas"
-    # 1x1 stride 1: few pixels, or few output channels of many inputs (1.1-1.3x); else BLAS (0.9-1.0x)
-    few_out = (o // group <= 32 and cg >= 64) or (o // group <= 128 and ho * wo >= 3136 and cg >= 2 * (o // group))
-    return "taps" if ho * wo <= 49 or few_out else "blas"
+    # every shape: the whole forward measured at least as fast as with a per-shape choice (module doc)
+    return "taps"
 
 
 def threads_for(flops: float) -> int:

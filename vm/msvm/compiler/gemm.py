@@ -330,14 +330,19 @@ def _packed_driver(L, name, t, mr, nr, dtype):
 
 # ---------------------------------------------------------------- when, and the kernels around it
 
-ROWS = (2, 256)     # rows of A for which the packed product beats OpenBLAS (measured; see ``use_packed``)
+ROWS = (1, 256)     # rows of A for which the packed product beats OpenBLAS (measured; see ``use_packed``)
 
 
 def use_packed(m: int, dtype) -> bool:
     """Whether a product of m rows by a packed weight runs here rather than in BLAS. Measured on
     BERT's weights (768x768, 768x3072, 3072x768; one thread, bench in the module doc's numbers):
     1.5-3.9x faster than OpenBLAS from 5 to 37 rows, 1.1-1.25x at 128, even at 512 and 10% slower
-    at 2048 (OpenBLAS packs A too and blocks for L3); at one row OpenBLAS's gemv is as fast."""
+    at 2048 (OpenBLAS packs A too and blocks for L3). At one row (a classifier's x @ W.T) both
+    are bound by reading the weight (1x1280 @ 1280x1000: 189 us here, 180 us OpenBLAS's gemv;
+    1x2048 @ 2048x1000 305 / 298 us), but OpenBLAS's call wakes its worker threads, which then
+    spin on the cores msvm's kernel pool splits work over: MobileNet v2 at 224 on two cores with
+    OPENBLAS_NUM_THREADS=2 took 64-68 ms per forward with its classifier in OpenBLAS, 14-15 ms with
+    it here (16-17 ms with OPENBLAS_NUM_THREADS=1). So one row runs here too."""
     return ROWS[0] <= m <= ROWS[1] and str(np.dtype(dtype)) in TYPES
 
 

@@ -111,11 +111,11 @@ def test_a_conv_net_writes_fused_conv_into_the_arena(jit_level, monkeypatch):
     from msvm.compiler import conv
     from msvm.interp import kernels as K
 
-    # every dense convolution's product (the BLAS route and the shifted GEMMs) handed a planned buffer
-    # records whether it wrote into it: all must have (an L2/L3 caller that ignored ``out`` left the
-    # arena's slot unused and allocated anyway)
+    # every dense convolution's product (the BLAS route, the shifted GEMMs, msvm's own GEMM) handed a
+    # planned buffer records whether it wrote into it: all must have (an L2/L3 caller that ignored
+    # ``out`` left the arena's slot unused and allocated anyway)
     wrote = []
-    gemm, shifted = K.conv_gemm, conv.Shifted.__call__
+    gemm, shifted, taps = K.conv_gemm, conv.Shifted.__call__, conv.TapsConv.__call__
 
     def spy_gemm(*a, **k):
         res = gemm(*a, **k)
@@ -129,8 +129,14 @@ def test_a_conv_net_writes_fused_conv_into_the_arena(jit_level, monkeypatch):
         if out is not None:
             wrote.append(np.shares_memory(res, out))
         return res
+    def spy_taps(self, x, a, out=None, *rest):
+        res = taps(self, x, a, out, *rest)
+        if out is not None:
+            wrote.append(np.shares_memory(res, out))
+        return res
     monkeypatch.setattr(K, "conv_gemm", spy_gemm)
     monkeypatch.setattr(conv.Shifted, "__call__", spy_shifted)
+    monkeypatch.setattr(conv.TapsConv, "__call__", spy_taps)
     ms.set_context(jit_config={"jit_level": jit_level})
     base = DenseConvNet()
     nets = _two_nets(lambda: DenseConvNet())

@@ -67,7 +67,7 @@ def test_packing_is_zero_padded_panels():
 
 
 def test_use_packed_by_rows():
-    assert not gemm.use_packed(0, np.float32) and not gemm.use_packed(1, np.float32)
+    assert not gemm.use_packed(0, np.float32) and gemm.use_packed(1, np.float32)      # (one row: gemm.py)
     assert gemm.use_packed(16, np.float32) and gemm.use_packed(128, np.float64)
     assert not gemm.use_packed(4096, np.float32) and not gemm.use_packed(16, np.float16)
 

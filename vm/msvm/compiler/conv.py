@@ -11,7 +11,7 @@ and how each is called. Algorithms chosen by measurement (one thread, this machi
   (interp/kernels.py ``_depthwise_taps``) made kh*kw passes over memory with a temporary each:
   MobileNet v2's depthwise layers went from 27 to ~3.5 ms at 224. Same floats as L1 (the same
   products and sums in the same order, no FMA contraction).
-- **Dense and grouped**: the BLAS product (a compiled direct convolution written here would not
+- **Dense and grouped, BLAS route**: the BLAS product (a compiled direct convolution written here would not
   beat OpenBLAS's sgemm, which runs these layers at 60-95% of its peak in isolation), then the
   bias and the epilogue as one compiled elementwise pass over the product, in place (the L1
   kernel makes one numpy pass per step). Stride-1 k x k convolutions at least
@@ -21,6 +21,54 @@ and how each is called. Algorithms chosen by measurement (one thread, this machi
   the GEMM + one compiled pass on ResNet-50's 1x1 layers); an LLVM 1x1 kernel register-blocked
   4 channels x 2 vectors with FMAs and the epilogue in registers (1.1-1.2x on MobileNet's two
   largest expand layers, K = 16 and 24; 0.4-0.95x on every other 1x1 layer of both models).
+- **Dense and grouped on msvm's own GEMM** (``TapsConv``, compiler/gemm.py ``ir_taps``): per image
+  and group out[Co, P] = W[Co, K] @ B[K, P], the 12x32 register tiles of the packed Dense product,
+  A = the folded weight packed once in blocks of 12 rows, B read where it lies rather than packed
+  per call: the image's planes (1x1 stride 1: no copy at all), its subsampled planes (1x1 strided:
+  one copy of P x Cin), its padded stride phases side by side (k x k: each tap a shift in one
+  phase, so a strided 3x3 needs no im2col), or an im2col matrix (few channels per tap: the RGB
+  stem). Panels of 32 output columns stay in L1 while every row tile of a 1 MB block of A runs
+  over them. The epilogue (bias, a residual add, ReLU, ReLU6: ``fused_epilogue``; every one of
+  ResNet's and MobileNet's) is applied to the tile in registers before its only store, with
+  numpy's NaN rules; other epilogues, and a residual where the result is cropped from a wider
+  grid, run the compiled pass after. ``route`` picks it (``MSVM_CONV_GEMM=blas`` keeps the BLAS
+  route). Measured (one pinned core, the thread's CPU time, interleaved, medians), the product
+  alone:
+
+  ====================================  ======  ==================
+  ResNet-50 / MobileNet v2 at 224       mode    taps / BLAS
+  ====================================  ======  ==================
+  3x3 stride 2 (56, 28, 14 wide)        phase   1.12-1.26x
+  1x1 stride 2 downsample               sub     1.01-1.24x
+  3x3 stride 1, 7 and 14 wide           phase   1.02-1.32x
+  3x3 stride 1, 28 and 56 wide          phase   0.99x
+  1x1, 7x7 maps (49 pixels)             direct  1.04-1.15x
+  1x1, <= 32 out of >= 64 channels      direct  1.21-1.27x
+  1x1 256 -> 64/128 at 56               direct  1.14-1.32x
+  1x1 others (14-56 wide)               direct  0.89-1.03x
+  1x1 16 -> 96, 32 -> 16 at 112         direct  0.72-0.77x (K = 16, 32: bound by stores)
+  7x7 stride 2 stem on RGB              im2col  1.01x
+  ====================================  ======  ==================
+
+  In the models, one forward (bench/conv_routes.py: both routes on one net, alternating):
+  every dense convolution on the taps route against every one on BLAS, ResNet-50 1.03x at 224 and
+  1.07x at 160 (per layer kind: 3x3 stride 2 1.18-1.45x, 1x1 stride 2 0.95-1.18x, 3x3 stride 1
+  1.01-1.06x, 1x1 0.93-0.99x, stem 1.05-1.08x), MobileNet v2 1.20-1.24x (its 1x1 layers 1.07-1.15x;
+  the rest of the forward gains too, not explained). The per-shape choice of the table (taps where
+  it is ahead) measured 1.02x / 1.06x on ResNet-50 and 0.99x on MobileNet v2, so ``route`` takes
+  the taps route for every shape. The kernel reaches 165-188 GFLOP/s on blocks that
+  stay in L2 (OpenBLAS 164-166) but 115-150 where B streams from memory (P >= 3136 pixels), about
+  what OpenBLAS gets. Measured and not kept: prefetching the next panel into L2 instead of (or
+  besides) the rows ahead (0.9-1.05x), the tiles inlined into the driver (no call: 0.9-1.05x);
+  k blocks of 64-512 changed nothing measurable (a loaded machine, wall clock).
+- **Threads**: where the cores allow two (``threads_for``: the process's affinity, MSVM_THREADS),
+  a product of at least SPLIT_MIN_FLOPS per image gives the second half of its output columns
+  (whole panels) to the kernel pool's thread, and the depthwise and max-pool kernels half their
+  planes; the results are the same bit for bit (each column / plane is computed by one thread).
+  On this (shared, loaded) machine, two cores pinned, OPENBLAS_NUM_THREADS=2, ResNet-50's forward
+  took 138 ms on the taps route against 451 ms on OpenBLAS's own two threads (bench/conv_routes.py,
+  wall clock: 3x3 stride 1 4.9x, 1x1 2.3-2.7x; the stem 0.45x). A quiet machine was not available
+  to check how much of that is OpenBLAS's threads spinning against other processes.
 - **MAX_POOL2D**: the depthwise kernel with a running maximum (numpy's: NaN wins) over -inf
   padding: one pass instead of kh*kw.
 
@@ -208,18 +256,19 @@ def plan_gemm(site, inputs):
     ho, wo = dims_of(x.shape, w.shape, stride, pad, dil)[:2]
     out_shape = (x.shape[0], w.shape[0], ho, wo)
     prog = with_bias(program) if nbn else program
-    if prog == (("in", 0),):
+    how = route(x.shape, w.shape, stride, pad, dil, group, d)
+    if prog == (("in", 0),) and how == "blas":
         raise Unsupported("a convolution without an epilogue (the BLAS product is all of it)")
     if x.shape[0] == 0:
         raise Unsupported("an empty batch")
     heads = [_Shape(out_shape, d)] + ([_Shape((1, w.shape[0], 1, 1), d)] if nbn else [])
-    epi = plan_elementwise(site, heads + extras, prog, out_shape)
-    cls = ("gemm", epi.cls, prog)
+    epi = plan_elementwise(site, heads + extras, prog, out_shape) if prog != (("in", 0),) else None
+    cls = ("gemm", epi.cls if epi is not None else None, prog)      # (the route follows from the shapes: key)
     kh, kw = w.shape[2:]
     shifted = group == 1 and tuple(stride) == (1, 1) and kh * kw > 1 and wo >= K.SHIFTED_MIN_WIDTH
-    return Plan(cls, (cls, epi.key[1], x.shape, w.shape), out_shape, d,
+    return Plan(cls, (cls, epi.key[1] if epi is not None else None, x.shape, w.shape), out_shape, d,
                 {"epi": epi, "eps": eps, "nbn": nbn, "heads": len(heads), "shifted": shifted,
-                 "x_shape": x.shape, "w_shape": w.shape})
+                 "x_shape": x.shape, "w_shape": w.shape, "route": how})
 
 
 def plan_pool(site, inputs):
@@ -245,6 +294,10 @@ def kernel_ir(site, level: int, plan):
     if cls[0] == "gemm":
         from .kir import Elementwise
 
+        if p["epi"] is None:           # (the taps product alone: its kernel is gemm.TapsGemm's)
+            from .gemm import TapsGemm
+
+            return TapsGemm(str(d))
         ep = p["epi"].details
         return Elementwise(ep["program"], ep["kinds"], tuple(ep["bcast"]), str(d), ep["dims"] if level >= 3 else None)
     _, dtype, kh, kw, stride, dil, has_bias, kinds, program, cg, og = cls
@@ -271,12 +324,25 @@ def caller(site, compiled, plan, output):
     dims, planes = p["dims"], p["planes"]
     zrow = np.zeros(max(dims[2], 1) + 64, dtype=d)
     zp = data_pointer(zrow)
+    # two threads take half the planes each where the work is large enough (``threads_for``)
+    split = threads_for(PLANE_FLOPS * planes * dims[3] * dims[4] * cls[2] * cls[3] * cls[9]) if planes >= 2 else 1
+
+    def run(*rest):
+        if split > 1:
+            half = planes // 2
+            fut = _kernel_pool().submit(fn, half, planes, *rest)
+            try:
+                fn(0, half, *rest)
+            finally:
+                fut.result()
+        else:
+            fn(0, planes, *rest)
     if cls[0] == "maxpool":
         zrow[:] = -np.inf
 
         def pool(inputs, out):
             out = output(out)
-            fn(0, planes, *dims, data_pointer(out), ptr(0, inputs[0]), None, None, zp)
+            run(*dims, data_pointer(out), ptr(0, inputs[0]), None, None, zp)
             return out
         pool.zero_row = zrow
         return pool
@@ -290,8 +356,8 @@ def caller(site, compiled, plan, output):
         for j, kind in enumerate(kinds):
             e = inputs[first + j]
             extras.append(ptr(first + j, e) if kind == "t" else float(e))
-        fn(0, planes, *dims, data_pointer(out), ptr(0, inputs[0]), data_pointer(wm),
-           data_pointer(bias) if bias is not None else None, zp, *extras)
+        run(*dims, data_pointer(out), ptr(0, inputs[0]), data_pointer(wm),
+            data_pointer(bias) if bias is not None else None, zp, *extras)
         return out
     go.zero_row = zrow           # (kept alive with the caller: the kernel reads it through zp)
     return go
@@ -303,14 +369,17 @@ def _gemm_caller(site, compiled, plan):
     eps, nbn, heads, ptr = p["eps"], p["nbn"], p["heads"], site.ptr
     first = 2 + nbn
     # the epilogue's inputs: the product (written in place), [the bias,] the extras (at first + j)
-    epi = elementwise_caller(compiled, p["epi"].details, None,
-                             lambda j, a: data_pointer(a) if j < heads else ptr(first + j - heads, a))
+    epi = None if p["epi"] is None else elementwise_caller(
+        compiled, p["epi"].details, None, lambda j, a: data_pointer(a) if j < heads else ptr(first + j - heads, a))
+    taps = _taps_caller(site, plan, epi) if p["route"] == "taps" else None
 
     shifted = None
     if group == 1 and tuple(stride) == (1, 1) and p["shifted"]:
         shifted = Shifted(p["x_shape"], p["w_shape"], pad, dil, d)
 
     def go(inputs, out):
+        if taps is not None and AB[0] is None:
+            return taps(inputs, out)
         x, w = inputs[0], inputs[1]
         wm, bias = K.prepared_weight(w, list(inputs[2:first]), eps, d)
         # (``out``: the memory plan's buffer, taken where it is C-contiguous of the result's shape and dtype)
@@ -318,8 +387,116 @@ def _gemm_caller(site, compiled, plan):
             res = shifted(x, K._taps_weight(wm, w.shape), out)
         else:
             res = K.conv_gemm(x, wm, w.shape, stride, pad, dil, group, d, out)
-        return epi([res] + ([bias] if nbn else []) + list(inputs[first:]), res)
+        return res if epi is None else epi([res] + ([bias] if nbn else []) + list(inputs[first:]), res)
+    go.taps = taps
     return go
+
+
+AB = [None]      # bench/conv_routes.py: "blas" runs the BLAS route where the taps one was chosen (side by side)
+
+
+def _taps_caller(site, plan, epi):
+    """``go(inputs, out)`` of a dense or grouped convolution on msvm's GEMM (``TapsConv``): the
+    epilogue in the kernel's registers where it is one ``fused_epilogue`` knows (a bias, a residual
+    add, ReLU, ReLU6: every one of ResNet's and MobileNet's), else a compiled pass over the result
+    in place, as the BLAS route does."""
+    d, p = plan.dtype, plan.details
+    stride, pad, dil, group = site.args[:4]
+    eps, nbn = p["eps"], p["nbn"]
+    first = 2 + nbn
+    w_shape = p["w_shape"]
+    tc = TapsConv(p["x_shape"], w_shape, tuple(stride), pad, tuple(dil), group, d)
+    o, cg, kh, kw = w_shape
+    n, _, ho, wo = plan.out_shape
+    split = threads_for(2.0 * o * cg * kh * kw * ho * wo)       # per image
+    prog = with_bias(site.args[5]) if nbn else site.args[5]
+    fused = fused_epilogue(prog, nbn > 0)
+    if fused is not None and fused[1] is not None and tc.grid is not None:
+        fused = None                 # (a residual of the result's layout, not the wider grid's)
+
+    def go(inputs, out):
+        wm, bias = K.prepared_weight(inputs[1], list(inputs[2:first]), eps, d)
+        a = _tap_major(wm, w_shape, tc.mode, group)
+        if fused is not None:
+            has_bias, add, lo, hi = fused
+            r = inputs[first + add - (2 if nbn else 1)] if add is not None else None
+            # (a residual read where the result is written: the partial sums would overwrite it first)
+            if r is None or (isinstance(r, np.ndarray) and r.shape == tc.shape and r.dtype == d and
+                             r.flags.c_contiguous and not (out is not None and np.may_share_memory(r, out))):
+                return tc(inputs[0], a, out, split, bias if has_bias else None, r, lo, hi)
+        res = tc(inputs[0], a, out, split)
+        if epi is None:
+            return res
+        return epi([res] + ([bias] if nbn else []) + list(inputs[first:]), res)
+    go.conv = tc
+    go.fused = fused
+    return go
+
+
+def fused_epilogue(prog: tuple, has_bias: bool):
+    """(bias, residual, lo, hi) where the epilogue program (the bias added first: ``with_bias``)
+    is ``min(max(conv [+ bias] [+ residual], lo), hi)`` as the taps kernel computes it in
+    registers: the bias its input 1, the residual its input ``residual`` (a tensor of the result's
+    shape), lo = 0 for ReLU, hi = 6 for ReLU6 (as ReLU then a minimum with 6); else None."""
+    nodes = list(prog)
+    if nodes[:1] != [("in", 0)]:
+        return None
+    nodes = nodes[1:]
+    bias = has_bias and nodes[:2] == [("in", 1), ("BROADCAST_ADD",)]
+    if has_bias and not bias:
+        return None
+    if bias:
+        nodes = nodes[2:]
+    add = None
+    if len(nodes) >= 2 and nodes[0][0] == "in" and nodes[0][1] > (1 if has_bias else 0) and \
+            nodes[1] in (("BROADCAST_ADD",), ("ADD",)):
+        add, nodes = nodes[0][1], nodes[2:]
+    lo, hi = -np.inf, np.inf
+    if nodes[:1] == [("RELU",)]:
+        lo, nodes = 0.0, nodes[1:]
+        if nodes[:2] in ([("c", 6), ("BROADCAST_MIN",)], [("c", 6.0), ("BROADCAST_MIN",)]):
+            hi, nodes = 6.0, nodes[2:]
+    if nodes:
+        return None
+    return bias, add, lo, hi
+
+
+ROUTE_ENV = "MSVM_CONV_GEMM"     # "taps" | "blas": every dense convolution takes that route (bench, tests)
+SPLIT_MIN_FLOPS = 40e6           # per image: from here two threads share a product (a hand-off is ~65 us)
+PLANE_FLOPS = 16                 # a depthwise / pool tap costs about what 16 GEMM flops do (MobileNet v2's
+#                                  depthwise layers: 41 MFLOP in ~2.8 ms, ~15 GFLOP/s, against ~130)
+
+
+def route(x_shape, w_shape, stride, pad, dil, group, d) -> str:
+    """Which product a dense or grouped convolution runs: "taps" (msvm's GEMM, ``TapsConv``) or
+    "blas" (OpenBLAS: ``Shifted``, or the L1 kernel's conv_gemm). By measurement (the module doc):
+    taps for float32 and float64 whatever the shape (a per-shape choice measured no faster on the
+    whole forward), BLAS for other dtypes; ``MSVM_CONV_GEMM`` forces either."""
+    import os
+
+    if np.dtype(d) not in (np.float32, np.float64):
+        return "blas"
+    forced = os.environ.get(ROUTE_ENV, "")
+    if forced in ("taps", "blas"):
+        return forced
+    # every shape: the whole forward measured at least as fast as with a per-shape choice (module doc)
+    return "taps"
+
+
+def threads_for(flops: float) -> int:
+    """How many threads share one image's product: 2 (or what MSVM_THREADS says, at most the
+    cores this process may run on and the kernel pool's size) from SPLIT_MIN_FLOPS, else 1."""
+    import os
+
+    if flops < SPLIT_MIN_FLOPS:
+        return 1
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    want = os.environ.get("MSVM_THREADS", "")
+    n = min(cores, int(want)) if want.isdigit() and int(want) > 0 else cores
+    return min(n, 2)
 
 
 class Shifted:
@@ -384,3 +561,226 @@ class Shifted:
         finally:
             self.pool.append(bufs)
         return res
+
+
+# ---------------------------------------------------------------- dense convolutions on msvm's own GEMM
+
+_TAPW: dict = {}             # id(prepared weight) -> (weakref, mode, tap-major copy)
+
+
+def _tap_major(wm, wshape, mode, group=1):
+    """The prepared weight [O, Cg*kh*kw] as the taps product's A (once per prepared weight): per
+    group, its rows tap-major ([Og, kh*kw*Cg]) for the phase mode, as they are for im2col and 1x1,
+    packed in blocks of MR rows (gemm.pack_rows), the groups one after the other."""
+    import weakref
+
+    from .gemm import pack_rows, tile_rows
+
+    hit = _TAPW.get(id(wm))
+    if hit is not None and hit[0]() is wm and hit[1] == (mode, group):
+        return hit[2]
+    o, cg, kh, kw = wshape
+    a = wm.reshape(o, cg * kh * kw)
+    if mode == "phase":
+        a = a.reshape(o, cg, kh * kw).transpose(0, 2, 1).reshape(o, kh * kw * cg)
+    og, mr = o // group, tile_rows(wm.dtype)
+    a = np.concatenate([pack_rows(a[g * og:(g + 1) * og], mr).reshape(-1) for g in range(group)])
+    _TAPW[id(wm)] = (weakref.ref(wm, lambda _r, k=id(wm): _TAPW.pop(k, None)), (mode, group), a)
+    return a
+
+
+def _odd_lines(n: int, itemsize: int) -> int:
+    """n rounded up so that a row of n elements spans an odd number of cache lines (rows read at
+    that stride then fall in every L1 set, not a fraction of them)."""
+    per = 64 // itemsize
+    n = -(-n // per) * per
+    return n if (n // per) % 2 else n + per
+
+
+class TapsConv:
+    """A dense or grouped NCHW convolution as msvm's own GEMM (gemm.ir_taps) per image and group,
+    out[Co, P] = W[Co, K] @ B[K, P], with B read where it lies rather than packed:
+
+    - ``direct`` (1x1, stride 1, no padding): B is the image's planes themselves, C the result's;
+    - ``sub`` (1x1, strided, no padding): the subsampled planes copied once (P x Cin), C the result;
+    - ``phase`` (k x k): the padded image split into stride x stride phase images side by side,
+      each tap a shift in one of them (stride 1: the padded image, the shifted GEMMs of
+      ``Shifted``), over a grid as wide as a phase row; the grid's extra columns are cropped;
+    - ``im2col`` (few input channels per tap, the RGB stem): the windows copied as a [K, P] matrix.
+
+    One kernel call per image and group (``split``: the output columns in two halves on the
+    kernel pool, a thread each)."""
+
+    def __init__(self, x_shape, w_shape, stride, pad, dil, group, d, mode=None):
+        n, c, h, w = x_shape
+        o, cg, kh, kw = w_shape
+        sh, sw = stride
+        ho, wo, pt, pl = dims_of(x_shape, w_shape, stride, pad, dil)[:4]
+        if pad == ("same",):
+            ph, pw = K._same_pads(h, kh, sh, dil[0]), K._same_pads(w, kw, sw, dil[1])
+        else:
+            ph, pw = (pad[0], pad[1]), (pad[2], pad[3])
+        unpadded = sum(ph) + sum(pw) == 0
+        if mode is None:
+            mode = taps_mode(x_shape, w_shape, stride, pad, dil, group)
+        self.mode, self.d, self.group, self.og, self.cg = mode, np.dtype(d), group, o // group, cg
+        self.n, self.o, self.ho, self.wo, self.c = n, o, ho, wo, c
+        self.shape = (n, o, ho, wo)
+        isz = self.d.itemsize
+        if mode in ("direct", "sub"):
+            assert kh == kw == 1 and unpadded
+            self.q, self.ci, self.taps = ho * wo, cg, np.zeros(1, np.int64)
+            self.row = h * w if mode == "direct" else _odd_lines(ho * wo, isz)
+            self.grid = None
+            self.src = None if mode == "direct" else (c, self.row)
+            self.sub = (slice(None), slice(0, (ho - 1) * sh + 1, sh), slice(0, (wo - 1) * sw + 1, sw))
+        elif mode == "phase":
+            hp, wp = h + sum(ph), w + sum(pw)
+            hq, wq = -(-hp // sh), -(-wp // sw)
+            over = (kw - 1) * dil[1] // sw
+            self.row = _odd_lines(hq * wq + over, isz)
+            nph = sh * sw
+            self.src = (nph * c, self.row)              # [phase][channel][row]; borders stay zero
+            # per phase (a, b): the input rows/columns that land in it, and where
+            self.copies = []
+            for a in range(sh):
+                for b in range(sw):
+                    # padded row r = a + sh * i holds input row r - pt: i from ceil((pt - a) / sh)
+                    i0 = max(0, -(-(ph[0] - a) // sh))
+                    j0 = max(0, -(-(pw[0] - b) // sw))
+                    r0, c0 = a + sh * i0 - ph[0], b + sw * j0 - pw[0]
+                    if r0 >= h or c0 >= w:
+                        continue
+                    ni, nj = -(-(h - r0) // sh), -(-(w - c0) // sw)
+                    ph_ = a * sw + b
+                    dst = (slice(ph_ * c, (ph_ + 1) * c), slice(i0, i0 + ni), slice(j0, j0 + nj))
+                    self.copies.append((dst, (slice(None), slice(r0, r0 + (ni - 1) * sh + 1, sh),
+                                              slice(c0, c0 + (nj - 1) * sw + 1, sw))))
+            self.hq = hq
+            taps = []
+            for i in range(kh):
+                for j in range(kw):
+                    di, dj = i * dil[0], j * dil[1]
+                    phase = (di % sh) * sw + dj % sw
+                    taps.append(phase * c * self.row + (di // sh) * wq + dj // sw)
+            self.taps = np.array(taps, np.int64)
+            self.q, self.ci, self.wq = ho * wq, cg, wq
+            self.grid = None if wq == wo else (o, ho, wq)
+        else:   # im2col
+            self.q, self.ci, self.taps = ho * wo, cg * kh * kw, np.zeros(1, np.int64)
+            self.row = _odd_lines(ho * wo, isz)
+            self.grid = None
+            self.src = (c * kh * kw, self.row)
+            self.win = (kh, kw, stride, dil, pad)
+        self.fn = gemm_taps(str(self.d))
+        self.nr = _panel(self.d)
+        self.acc = (o, ho * self.wq) if self.grid is not None else None
+        self.free: list = []          # free (src, acc) buffer pairs (zeroed once: borders stay zero)
+        self.lda = len(self.taps) * self.ci if mode == "phase" else self.ci
+        mr = _rows(self.d)
+        self.gstride = -(-self.og // mr) * mr * self.lda        # A elements per group (packed row blocks)
+
+    def __call__(self, x, a, out=None, split=1, bias=None, add=None, lo=-np.inf, hi=np.inf):
+        """The convolution of x (any strides) by ``a`` (``_tap_major``) into ``out`` where it is
+        C-contiguous of the result's shape and dtype (the memory plan's buffer), else a new array;
+        then, in the kernel's registers, + ``bias`` [O], + ``add`` (C-contiguous, of the result's
+        shape; not where the result is cropped from a wider grid), max(., lo), min(., hi)."""
+        n = x.shape[0]
+        ok = out is not None and out.shape == self.shape and out.dtype == self.d and out.flags.c_contiguous
+        res = out if ok else np.empty(self.shape, self.d)
+        if n == 0 or res.size == 0:
+            return res
+        assert add is None or (self.grid is None and add.shape == self.shape and add.flags.c_contiguous)
+        bufs = self.free.pop() if self.free else (None if self.src is None else np.zeros(self.src, self.d),
+                                                  None if self.acc is None else np.empty(self.acc, self.d))
+        try:
+            self._run(x, a, res, bufs[0], bufs[1], split, bias, add, lo, hi)
+        finally:
+            self.free.append(bufs)
+        return res
+
+    def _run(self, x, a, res, sbuf, acc, split, bias, add, lo, hi):
+        ap, tp = data_pointer(a), data_pointer(self.taps)
+        isz = self.d.itemsize
+        fn, og, q, row, ntaps, c = self.fn, self.og, self.q, self.row, len(self.taps), self.c
+        for b in range(x.shape[0]):
+            xb = x[b]
+            if self.mode == "direct":
+                src = xb if xb.flags.c_contiguous else np.ascontiguousarray(xb)
+            elif self.mode == "sub":
+                np.copyto(sbuf[:, :q].reshape(c, self.ho, self.wo), xb[self.sub])
+                src = sbuf
+            elif self.mode == "phase":
+                grid = sbuf[:, :self.hq * self.wq].reshape(-1, self.hq, self.wq)
+                for dst, sl in self.copies:
+                    np.copyto(grid[dst], xb[sl])
+                src = sbuf
+            else:
+                kh, kw, stride, dil, pad = self.win
+                xp, _, _ = K._padded(x[b:b + 1], (kh, kw), stride, dil, pad, 0)
+                win = K._windows(xp, (kh, kw), stride, dil)[0]          # C, Ho, Wo, kh, kw
+                np.copyto(sbuf[:, :q].reshape(c, kh, kw, self.ho, self.wo), win.transpose(0, 3, 4, 1, 2))
+                src = sbuf
+            cbuf = acc if acc is not None else res[b].reshape(self.o, self.ho * self.wo)
+            ldc = cbuf.shape[1]
+            sp, cp = data_pointer(src), data_pointer(cbuf)
+            # (per group: its og rows of A and C, its channel rows of src)
+            bp = data_pointer(bias) if bias is not None else 0
+            rp = data_pointer(add[b]) if add is not None else 0
+            calls = [((og, self.ci, ntaps, tp, q, ap + g * self.gstride * isz, self.lda, sp + g * self.ci * row * isz,
+                       row, cp + g * og * ldc * isz, ldc),
+                      (bias is not None, bp and bp + g * og * isz, rp and rp + g * og * ldc * isz, ldc, lo, hi))
+                     for g in range(self.group)]
+            if split > 1 and q > self.nr:
+                panels = -(-q // self.nr)
+                half = -(-panels // 2) * self.nr              # (the first thread's columns: whole panels)
+                fut = _kernel_pool().submit(_run_calls, fn, calls, half, q)
+                try:
+                    _run_calls(fn, calls, 0, half)
+                finally:
+                    fut.result()
+            else:
+                _run_calls(fn, calls, 0, q)
+            if acc is not None:
+                res[b] = acc.reshape(self.grid)[:, :, :self.wo]
+
+
+def _run_calls(fn, calls, j0, j1):
+    """The taps kernel over the columns [j0, j1) of each group's call."""
+    for head, (hasb, bp, rp, ldr, lo, hi) in calls:
+        fn(*head, j0, j1, hasb, bp or None, rp or None, ldr, lo, hi)
+
+
+def _kernel_pool():
+    from .callconv import _threads
+
+    return _threads()
+
+
+def _rows(d) -> int:
+    from .gemm import tile_rows
+
+    return tile_rows(d)
+
+
+def _panel(d) -> int:
+    from .gemm import panel_width
+
+    return panel_width(d)
+
+
+def gemm_taps(dtype: str):
+    from .gemm import taps_function
+
+    return taps_function(dtype)
+
+
+def taps_mode(x_shape, w_shape, stride, pad, dil, group) -> str:
+    """Which layout of B the taps product reads for this convolution (``TapsConv``)."""
+    o, cg, kh, kw = w_shape
+    unpadded = pad != ("same",) and not any(pad) or (pad == ("same",) and kh == kw == 1)
+    if kh == kw == 1 and unpadded:
+        return "direct" if tuple(stride) == (1, 1) else "sub"
+    if cg * 1 < 16:
+        return "im2col"
+    return "phase"

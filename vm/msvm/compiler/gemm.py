@@ -18,6 +18,13 @@ per process (and cached on disk like any kernel).
 
 The products are summed in k order with FMA (as BLAS does): results agree with numpy's to
 rounding, not bit for bit.
+
+Convolutions (``ir_taps``, compiler/conv.py ``TapsConv``) run the same register tiles the other
+way round: A is the folded weight, packed once in blocks of MR rows, and B is read where it lies
+(an image's channel rows at a row stride, one shifted window per tap: no per-call packing, masked
+loads past the last column), the taps and k blocks accumulating onto the tile; the convolution's
+epilogue (bias, residual add, ReLU / ReLU6) is applied in registers before the tile's only store.
+A column range [j0, j1) per call lets two threads share a product.
 """
 
 from __future__ import annotations
@@ -69,10 +76,23 @@ def ir(features: str, dtype: str = "float32", name: str = NAME) -> str:
              "declare void @llvm.prefetch.p0i8(i8*, i32, i32, i32)"]
     iota = "<" + ", ".join(f"i64 {i}" for i in range(w)) + ">"
     L = lines.append
+    _tiles(L, name, t, w, nv, mr, vt, fma, mstore, mload, iota, strided=False)
+    _packed_driver(L, name, t, mr, nr, dtype)
+    return "\n".join(lines) + "\n"
+
+
+def _tiles(L, name, t, w, nv, mr, vt, fma, mstore, mload, iota, strided, prefetch="same"):
+    """The register tiles @{name}_tile{r}, r = 1..MR. ``strided``: the panel's rows are %ldb
+    apart (a row-major B or an image's channel rows, read in place) and its columns past %cols are
+    not read (masked loads), and A is packed in row blocks, A[p * MR + i] (``pack_rows``); else
+    the panel is packed (rows NR apart, zero-padded) and A is row-major (%lda apart)."""
+    nr = w * nv
     for r in range(1, mr + 1):
         # C[r x cols] (+)= A[r x k] . Bpanel[k x NR]: from zero when ``first``, else onto C (a k block after the first)
-        L(f"define internal void @{name}_tile{r}(i64 %k, {t}* noalias %a, i64 %lda, {t}* noalias %b, "
-          f"{t}* noalias %c, i64 %ldc, i64 %cols, i1 %first) nounwind alwaysinline {{")
+        ldb = " i64 %ldb," if strided else ""
+        epi = f", i1 %last, i1 %hasb, {t}* %bias, i1 %hasr, {t}* %res, i64 %ldr, {t} %lo, {t} %hi" if strided else ""
+        L(f"define internal void @{name}_tile{r}(i64 %k, {t}* noalias %a, i64 %lda, {t}* noalias %b,{ldb} "
+          f"{t}* noalias %c, i64 %ldc, i64 %cols, i1 %first{epi}) nounwind alwaysinline {{")
         L("entry:")
         L(f"  %cb = insertelement <{w} x i64> undef, i64 %cols, i32 0")
         L(f"  %cv = shufflevector <{w} x i64> %cb, <{w} x i64> undef, <{w} x i32> zeroinitializer")
@@ -103,22 +123,41 @@ def ir(features: str, dtype: str = "float32", name: str = NAME) -> str:
         for i in range(r):
             for v in range(nv):
                 L(f"  %acc{i}_{v} = phi {vt} [ %init{i}_{v}, %pre ], [ %nacc{i}_{v}, %loop ]")
-        L(f"  %boff = mul i64 %p, {nr}")
+        L(f"  %boff = mul i64 %p, {'%ldb' if strided else nr}")
         for v in range(nv):
             L(f"  %bo{v} = add i64 %boff, {v * w}")
             L(f"  %bp{v} = getelementptr {t}, {t}* %b, i64 %bo{v}")
             L(f"  %bv{v}p = bitcast {t}* %bp{v} to {vt}*")
-            L(f"  %bv{v} = load {vt}, {vt}* %bv{v}p, align 4")
+            if strided:
+                L(f"  %bv{v} = call {vt} {mload}({vt}* %bv{v}p, i32 4, <{w} x i1> %mask{v}, {vt} zeroinitializer)")
+            else:
+                L(f"  %bv{v} = load {vt}, {vt}* %bv{v}p, align 4")
         # the panel streams from memory: ask for its rows PREFETCH_ROWS ahead (one cache line per vector)
-        L(f"  %pfo = add i64 %boff, {PREFETCH_ROWS * nr}")
-        for v in range(0, nv):
-            L(f"  %pfo{v} = add i64 %pfo, {v * w}")
-            L(f"  %pfp{v} = getelementptr {t}, {t}* %b, i64 %pfo{v}")
-            L(f"  %pfc{v} = bitcast {t}* %pfp{v} to i8*")
-            L(f"  call void @llvm.prefetch.p0i8(i8* %pfc{v}, i32 0, i32 3, i32 1)")
+        if strided:
+            L(f"  %pfq = add i64 %p, {PREFETCH_ROWS}")
+            L("  %pfr = mul i64 %pfq, %ldb")
+            L("  %pfo = add i64 %pfr, 0")
+        else:
+            L(f"  %pfo = add i64 %boff, {PREFETCH_ROWS * nr}")
+        pf = [("pfo", 3)] if not strided or "same" in prefetch else []
+        if strided and "next" in prefetch:     # the next panel's row: into L2 while this panel runs
+            L(f"  %pfn = add i64 %boff, {nr}")
+            pf.append(("pfn", 2))
+        for base, hint in pf:
+            for v in range(0, nv):
+                sfx = "" if base == "pfo" else "n"
+                L(f"  %{base}{v} = add i64 %{base}, {v * w}")
+                L(f"  %pfp{sfx}{v} = getelementptr {t}, {t}* %b, i64 %{base}{v}")
+                L(f"  %pfc{sfx}{v} = bitcast {t}* %pfp{sfx}{v} to i8*")
+                L(f"  call void @llvm.prefetch.p0i8(i8* %pfc{sfx}{v}, i32 0, i32 {hint}, i32 1)")
+        if strided:           # (A packed too: [k][MR] per row block, a weight prepared once)
+            L(f"  %pm = mul i64 %p, {mr}")
         for i in range(r):
-            L(f"  %ar{i} = mul i64 %lda, {i}")
-            L(f"  %ao{i} = add i64 %ar{i}, %p")
+            if strided:
+                L(f"  %ao{i} = add i64 %pm, {i}")
+            else:
+                L(f"  %ar{i} = mul i64 %lda, {i}")
+                L(f"  %ao{i} = add i64 %ar{i}, %p")
             L(f"  %ap{i} = getelementptr {t}, {t}* %a, i64 %ao{i}")
             L(f"  %as{i} = load {t}, {t}* %ap{i}")
             L(f"  %ai{i} = insertelement {vt} undef, {t} %as{i}, i32 0")
@@ -132,18 +171,78 @@ def ir(features: str, dtype: str = "float32", name: str = NAME) -> str:
         for i in range(r):
             for v in range(nv):
                 L(f"  %f{i}_{v} = phi {vt} [ %init{i}_{v}, %pre ], [ %nacc{i}_{v}, %loop ]")
+        if strided:
+            _tile_epilogue(L, t, w, nv, r, vt, mload)
         L(f"  %full = icmp sge i64 %cols, {nr}")
         L("  br i1 %full, label %sfull, label %smask")
+        val = "e" if strided else "f"
         for label, masked in (("sfull", False), ("smask", True)):
             L(f"{label}:")
             for i in range(r):
                 for v in range(nv):
                     if masked:
-                        L(f"  call void {mstore}({vt} %f{i}_{v}, {vt}* %cr{i}_{v}, i32 4, <{w} x i1> %mask{v})")
+                        L(f"  call void {mstore}({vt} %{val}{i}_{v}, {vt}* %cr{i}_{v}, i32 4, <{w} x i1> %mask{v})")
                     else:
-                        L(f"  store {vt} %f{i}_{v}, {vt}* %cr{i}_{v}, align 4")
+                        L(f"  store {vt} %{val}{i}_{v}, {vt}* %cr{i}_{v}, align 4")
             L("  ret void")
         L("}")
+
+
+def _tile_epilogue(L, t, w, nv, r, vt, mload):
+    """After the last k block (``%last``), the convolution's epilogue on the tile in registers, in
+    the L1 kernel's order: + bias[row] (``%hasb``), + res (``%hasr``: a tensor of C's layout,
+    rows %ldr apart), then max(., lo) and min(., hi) as numpy's maximum / minimum (NaN stays;
+    lo = -inf, hi = +inf leave every value as it is): ReLU is lo = 0, ReLU6 lo = 0, hi = 6.
+    The tile's %f values become the epilogue's results (renamed in place: %f -> %e)."""
+    L("  br i1 %last, label %epi, label %noepi")
+    L("epi:")
+    L(f"  %lob = insertelement {vt} undef, {t} %lo, i32 0")
+    L(f"  %lov = shufflevector {vt} %lob, {vt} undef, <{w} x i32> zeroinitializer")
+    L(f"  %hib = insertelement {vt} undef, {t} %hi, i32 0")
+    L(f"  %hiv = shufflevector {vt} %hib, {vt} undef, <{w} x i32> zeroinitializer")
+    L("  br i1 %hasb, label %eb, label %ebx")
+    L("eb:")
+    for i in range(r):
+        L(f"  %bp{i}_ = getelementptr {t}, {t}* %bias, i64 {i}")
+        L(f"  %bs{i}_ = load {t}, {t}* %bp{i}_")
+        L(f"  %bi{i}_ = insertelement {vt} undef, {t} %bs{i}_, i32 0")
+        L(f"  %bb{i}_ = shufflevector {vt} %bi{i}_, {vt} undef, <{w} x i32> zeroinitializer")
+        for v in range(nv):
+            L(f"  %fb{i}_{v} = fadd {vt} %f{i}_{v}, %bb{i}_")
+    L("  br label %ebx")
+    L("ebx:")
+    for i in range(r):
+        for v in range(nv):
+            L(f"  %g{i}_{v} = phi {vt} [ %f{i}_{v}, %epi ], [ %fb{i}_{v}, %eb ]")
+    L("  br i1 %hasr, label %er, label %erx")
+    L("er:")
+    for i in range(r):
+        L(f"  %ro{i} = mul i64 %ldr, {i}")
+        for v in range(nv):
+            L(f"  %rq{i}_{v} = getelementptr {t}, {t}* %res, i64 {v * w}")
+            L(f"  %rr{i}_{v} = getelementptr {t}, {t}* %rq{i}_{v}, i64 %ro{i}")
+            L(f"  %rv{i}_{v}p = bitcast {t}* %rr{i}_{v} to {vt}*")
+            L(f"  %rv{i}_{v} = call {vt} {mload}({vt}* %rv{i}_{v}p, i32 4, <{w} x i1> %mask{v}, {vt} zeroinitializer)")
+            L(f"  %gr{i}_{v} = fadd {vt} %g{i}_{v}, %rv{i}_{v}")
+    L("  br label %erx")
+    L("erx:")
+    for i in range(r):
+        for v in range(nv):
+            L(f"  %h{i}_{v} = phi {vt} [ %g{i}_{v}, %ebx ], [ %gr{i}_{v}, %er ]")
+    for i in range(r):
+        for v in range(nv):
+            L(f"  %hl{i}_{v} = fcmp ugt {vt} %h{i}_{v}, %lov")          # (NaN: unordered, kept)
+            L(f"  %hm{i}_{v} = select <{w} x i1> %hl{i}_{v}, {vt} %h{i}_{v}, {vt} %lov")
+            L(f"  %hh{i}_{v} = fcmp ult {vt} %hm{i}_{v}, %hiv")
+            L(f"  %hn{i}_{v} = select <{w} x i1> %hh{i}_{v}, {vt} %hm{i}_{v}, {vt} %hiv")
+    L("  br label %noepi")
+    L("noepi:")
+    for i in range(r):
+        for v in range(nv):
+            L(f"  %e{i}_{v} = phi {vt} [ %f{i}_{v}, %store ], [ %hn{i}_{v}, %erx ]")
+
+
+def _packed_driver(L, name, t, mr, nr, dtype):
     # the driver: A blocks of mc rows (L2) x panels (each read once from memory, front to back) x k blocks
     # of KC (the panel's k block, KC x NR, stays in L1 while every row tile of the A block multiplies it)
     a_block = A_BLOCK_BYTES // np.dtype(dtype).itemsize
@@ -227,19 +326,23 @@ def ir(features: str, dtype: str = "float32", name: str = NAME) -> str:
     L("done:")
     L("  ret void")
     L("}")
-    return "\n".join(lines) + "\n"
 
 
 # ---------------------------------------------------------------- when, and the kernels around it
 
-ROWS = (2, 256)     # rows of A for which the packed product beats OpenBLAS (measured; see ``use_packed``)
+ROWS = (1, 256)     # rows of A for which the packed product beats OpenBLAS (measured; see ``use_packed``)
 
 
 def use_packed(m: int, dtype) -> bool:
     """Whether a product of m rows by a packed weight runs here rather than in BLAS. Measured on
     BERT's weights (768x768, 768x3072, 3072x768; one thread, bench in the module doc's numbers):
     1.5-3.9x faster than OpenBLAS from 5 to 37 rows, 1.1-1.25x at 128, even at 512 and 10% slower
-    at 2048 (OpenBLAS packs A too and blocks for L3); at one row OpenBLAS's gemv is as fast."""
+    at 2048 (OpenBLAS packs A too and blocks for L3). At one row (a classifier's x @ W.T) both
+    are bound by reading the weight (1x1280 @ 1280x1000: 189 us here, 180 us OpenBLAS's gemv;
+    1x2048 @ 2048x1000 305 / 298 us), but OpenBLAS's call wakes its worker threads, which then
+    spin on the cores msvm's kernel pool splits work over: MobileNet v2 at 224 on two cores with
+    OPENBLAS_NUM_THREADS=2 took 64-68 ms per forward with its classifier in OpenBLAS, 14-15 ms with
+    it here (16-17 ms with OPENBLAS_NUM_THREADS=1). So one row runs here too."""
     return ROWS[0] <= m <= ROWS[1] and str(np.dtype(dtype)) in TYPES
 
 
@@ -255,7 +358,9 @@ class PackedGemm:
         return f"gemm_packed dtype={self.dtype} a_block={A_BLOCK_BYTES} kc={KC} prefetch={PREFETCH_ROWS}"
 
 
-def lower_gemm(k: PackedGemm, name: str, features: str) -> str:
+def lower_gemm(k, name: str, features: str) -> str:
+    if isinstance(k, TapsGemm):
+        return ir_taps(features, k.dtype, name, k.kc, k.prefetch)
     return ir(features, k.dtype, name)
 
 
@@ -325,3 +430,208 @@ def lower_matmul_packed(k, name: str, features: str) -> str:
     b.raw("  ret void")
     b.raw("}")
     return epi_ir + "\n" + "\n".join(b.lines) + "\n"
+
+
+# ---------------------------------------------------------------- convolutions: B read in place, over taps
+
+TAPS_NAME = "msvm_gemm_taps"
+TAPS_KC = 256               # k (channels of one tap) per block
+TAPS_VERSION = 3            # (in the kernel text, so the cache key: bump it when ir_taps changes)
+
+
+def ir_taps(features: str, dtype: str = "float32", name: str = TAPS_NAME, kc: int = TAPS_KC,
+            prefetch: str = "same") -> str:
+    """The LLVM IR of ``name``, a convolution's product with B read where it lies (no packing):
+
+        taps(m, ci, ntaps, taps*, q, A*, lda, src*, row, C*, ldc, j0, j1, hasb, bias*, res*, ldr, lo, hi)
+        C[i, j] = epi(sum_t sum_c A[i, t * ci + c] * src[c * row + taps[t] + j])  (i < m, j0 <= j < j1)
+        epi(v) = min(max(v [+ bias[i]] [+ res[i * ldr + j]], lo), hi)     (``_tile_epilogue``; res: null = none)
+
+    A is the weight [m, ntaps * ci] (tap-major, folded once), packed in blocks of MR rows
+    (``pack_rows``: [ceil(m / MR)][ntaps * ci][MR], lda = ntaps * ci); src holds ci rows, ``row`` apart, of
+    an image (an NCHW plane for a 1x1 convolution, the padded image's rows for a k x k one, its
+    stride phases side by side for a strided one) and ``taps[t]`` is where tap t's window starts
+    in them, so B[(t, c), j] is src[c * row + taps[t] + j]: a row-major B with row stride ``row``
+    per tap. The same register tiles as the packed product run over panels of NR output columns
+    (j0 a multiple of NR; columns past q are neither read nor written), the taps and k blocks of
+    ``kc`` channels accumulating onto the tile's C (``first`` starts it from zero)."""
+    t = TYPES[dtype]
+    w, nv, mr = shape(features, dtype)
+    nr = w * nv
+    vt = f"<{w} x {t}>"
+    sfx = f"v{w}f{32 if t == 'float' else 64}"
+    fma, mstore, mload = f"@llvm.fma.{sfx}", f"@llvm.masked.store.{sfx}.p0{sfx}", f"@llvm.masked.load.{sfx}.p0{sfx}"
+    lines = [f"declare {vt} {fma}({vt}, {vt}, {vt})",
+             f"declare void {mstore}({vt}, {vt}*, i32, <{w} x i1>)",
+             f"declare {vt} {mload}({vt}*, i32, <{w} x i1>, {vt})",
+             "declare void @llvm.prefetch.p0i8(i8*, i32, i32, i32)"]
+    iota = "<" + ", ".join(f"i64 {i}" for i in range(w)) + ">"
+    L = lines.append
+    _tiles(L, name, t, w, nv, mr, vt, fma, mstore, mload, iota, strided=True, prefetch=prefetch)
+    a_block = A_BLOCK_BYTES // np.dtype(dtype).itemsize
+    L(f"define void @{name}(i64 %m, i64 %ci, i64 %ntaps, i64* noalias %taps, i64 %q, {t}* noalias %A, i64 %lda, "
+      f"{t}* noalias %S, i64 %row, {t}* noalias %C, i64 %ldc, i64 %j0, i64 %j1, i64 %hasb0, {t}* %bias, "
+      f"{t}* %res, i64 %ldr, {t} %lo, {t} %hi) nounwind {{")
+    L("entry:")
+    L("  %hasb = icmp ne i64 %hasb0, 0")
+    L(f"  %hasr = icmp ne {t}* %res, null")
+    L("  %tlast = sub i64 %ntaps, 1")
+    L("  %kpos = icmp sgt i64 %lda, 0")
+    L("  %kk = select i1 %kpos, i64 %lda, i64 1")
+    L(f"  %mcq = udiv i64 {a_block}, %kk")
+    L(f"  %mcr = udiv i64 %mcq, {mr}")
+    L(f"  %mcm = mul i64 %mcr, {mr}")
+    L(f"  %mcs = icmp slt i64 %mcm, {mr}")
+    L(f"  %mc = select i1 %mcs, i64 {mr}, i64 %mcm")
+    L("  br label %iloop")
+    L("iloop:")
+    L("  %i0 = phi i64 [ 0, %entry ], [ %i0n, %pdone ]")
+    L("  %ic = icmp slt i64 %i0, %m")
+    L("  br i1 %ic, label %ibody, label %done")
+    L("ibody:")
+    L("  %iend0 = add i64 %i0, %mc")
+    L("  %iover = icmp sgt i64 %iend0, %m")
+    L("  %iend = select i1 %iover, i64 %m, i64 %iend0")
+    L("  br label %ploop")
+    L("ploop:")
+    L("  %j = phi i64 [ %j0, %ibody ], [ %jn, %tdone ]")
+    L("  %pc = icmp slt i64 %j, %j1")
+    L("  br i1 %pc, label %pbody, label %pdone")
+    L("pbody:")
+    L("  %left = sub i64 %q, %j")
+    L(f"  %cj = getelementptr {t}, {t}* %C, i64 %j")
+    L(f"  %sj = getelementptr {t}, {t}* %S, i64 %j")
+    L(f"  %rj = getelementptr {t}, {t}* %res, i64 %j")
+    L("  br label %tloop")
+    L("tloop:")
+    L("  %tp = phi i64 [ 0, %pbody ], [ %tn, %kdone ]")
+    L("  %tc = icmp slt i64 %tp, %ntaps")
+    L("  br i1 %tc, label %tbody, label %tdone")
+    L("tbody:")
+    L("  %offp = getelementptr i64, i64* %taps, i64 %tp")
+    L("  %off = load i64, i64* %offp")
+    L(f"  %st = getelementptr {t}, {t}* %sj, i64 %off")
+    L(f"  %at0 = mul i64 %tp, {mr}")
+    L("  %at1 = mul i64 %at0, %ci")
+    L(f"  %at = getelementptr {t}, {t}* %A, i64 %at1")
+    L("  %t0 = icmp eq i64 %tp, 0")
+    L("  %tl = icmp eq i64 %tp, %tlast")
+    L("  br label %kloop")
+    L("kloop:")
+    L("  %k0 = phi i64 [ 0, %tbody ], [ %k0n, %rdone ]")
+    L("  %kin = icmp slt i64 %k0, %ci")
+    L("  br i1 %kin, label %kbody, label %kdone")
+    L("kbody:")
+    L("  %kz = icmp eq i64 %k0, 0")
+    L("  %first = and i1 %kz, %t0")
+    L("  %kleft = sub i64 %ci, %k0")
+    L(f"  %kcs = icmp slt i64 %kleft, {kc}")
+    L(f"  %kc = select i1 %kcs, i64 %kleft, i64 {kc}")
+    L("  %kend = add i64 %k0, %kc")
+    L("  %kl = icmp sge i64 %kend, %ci")
+    L("  %last = and i1 %kl, %tl")
+    L(f"  %ak0 = mul i64 %k0, {mr}")
+    L(f"  %ak = getelementptr {t}, {t}* %at, i64 %ak0")
+    L("  %bk0 = mul i64 %k0, %row")
+    L(f"  %bk = getelementptr {t}, {t}* %st, i64 %bk0")
+    L("  br label %rloop")
+    L("rloop:")
+    L("  %i = phi i64 [ %i0, %kbody ], [ %in, %rnext ]")
+    L("  %rc = icmp slt i64 %i, %iend")
+    L("  br i1 %rc, label %rbody, label %rdone")
+    L("rbody:")
+    L("  %rem = sub i64 %iend, %i")
+    L(f"  %few = icmp slt i64 %rem, {mr}")
+    L(f"  %rows = select i1 %few, i64 %rem, i64 {mr}")
+    L("  %aoff = mul i64 %i, %lda")          # (row block i / MR starts at i * lda: MR rows of lda)
+    L(f"  %ai = getelementptr {t}, {t}* %ak, i64 %aoff")
+    L("  %coff = mul i64 %i, %ldc")
+    L(f"  %ci_ = getelementptr {t}, {t}* %cj, i64 %coff")
+    L(f"  %bi_ = getelementptr {t}, {t}* %bias, i64 %i")
+    L("  %roff = mul i64 %i, %ldr")
+    L(f"  %ri_ = getelementptr {t}, {t}* %rj, i64 %roff")
+    cases = " ".join(f"i64 {r}, label %t{r}" for r in range(1, mr))
+    L(f"  switch i64 %rows, label %t{mr} [ {cases} ]")
+    for r in range(1, mr + 1):
+        L(f"t{r}:")
+        L(f"  call void @{name}_tile{r}(i64 %kc, {t}* %ai, i64 %lda, {t}* %bk, i64 %row, {t}* %ci_, i64 %ldc, "
+          f"i64 %left, i1 %first, i1 %last, i1 %hasb, {t}* %bi_, i1 %hasr, {t}* %ri_, i64 %ldr, {t} %lo, {t} %hi)")
+        L("  br label %rnext")
+    L("rnext:")
+    L(f"  %in = add i64 %i, {mr}")
+    L("  br label %rloop")
+    L("rdone:")
+    L(f"  %k0n = add i64 %k0, {kc}")
+    L("  br label %kloop")
+    L("kdone:")
+    L("  %tn = add i64 %tp, 1")
+    L("  br label %tloop")
+    L("tdone:")
+    L(f"  %jn = add i64 %j, {nr}")
+    L("  br label %ploop")
+    L("pdone:")
+    L("  %i0n = add i64 %i0, %mc")
+    L("  br label %iloop")
+    L("done:")
+    L("  ret void")
+    L("}")
+    return "\n".join(lines) + "\n"
+
+
+@dataclass(frozen=True)
+class TapsGemm:
+    """The kernel-cache entry of the convolutions' product (``ir_taps``; one per dtype and target)."""
+    dtype: str
+    kc: int = TAPS_KC
+    prefetch: str = "same"
+
+    kind = "gemm"
+    name = "gemm_taps"
+    opt_level = 3             # (also when a site asks at L2: it is the one shape-generic product)
+
+    def text(self) -> str:
+        return (f"gemm_taps v{TAPS_VERSION} dtype={self.dtype} a_block={A_BLOCK_BYTES} kc={self.kc} "
+                f"prefetch={PREFETCH_ROWS} {self.prefetch}")
+
+
+TAPS_ARGS = ("i64", "i64", "i64", "ptr", "i64", "ptr", "i64", "ptr", "i64", "ptr", "i64", "i64", "i64",
+             "i64", "ptr", "ptr", "i64", "T", "T")
+_taps: dict = {}            # (dtype, kc) -> ctypes function
+
+
+def taps_function(dtype: str, kc: int = TAPS_KC, prefetch: str = "same"):
+    """ctypes ``taps(m, ci, ntaps, taps, q, A, lda, src, row, C, ldc, j0, j1, hasb, bias, res, ldr,
+    lo, hi)`` (``ir_taps``), compiled (or loaded from the kernel cache) once per process.
+    ``prefetch`` (bench/conv_routes.py compares them): "same", the tile prefetches its panel's rows
+    PREFETCH_ROWS ahead; "next", the next panel's rows into L2; "same+next", both."""
+    import ctypes
+
+    hit = _taps.get((dtype, kc, prefetch))
+    if hit is None:
+        from .build import compile_kernel
+
+        with _lock:
+            hit = _taps.get((dtype, kc, prefetch))
+            if hit is None:
+                c = compile_kernel(TapsGemm(dtype, kc, prefetch), 3, {"op": "GEMM_TAPS", "shape": [], "dtype": dtype})
+                types = {"i64": ctypes.c_int64, "ptr": ctypes.c_void_p,
+                         "T": ctypes.c_float if dtype == "float32" else ctypes.c_double}
+                hit = ctypes.CFUNCTYPE(None, *[types[a] for a in TAPS_ARGS])(c.addr)
+                hit.compiled = c
+                _taps[(dtype, kc, prefetch)] = hit
+    return hit
+
+
+def pack_rows(a: np.ndarray, mr: int) -> np.ndarray:
+    """A [M, K] as ``ir_taps`` reads it: blocks of mr rows, [ceil(M/mr)][K][mr], zero-padded."""
+    m, k = a.shape
+    blocks = -(-m // mr)
+    out = np.zeros((blocks * mr, k), dtype=a.dtype)
+    out[:m] = a
+    return np.ascontiguousarray(out.reshape(blocks, mr, k).transpose(0, 2, 1))
+
+
+def tile_rows(dtype) -> int:
+    from .codegen import codegen
+
+    return shape(codegen().features, str(np.dtype(dtype)))[2]

@@ -1,0 +1,282 @@
+"""Dense and grouped convolutions on msvm's own GEMM (issue 18: compiler/conv.py ``TapsConv``,
+compiler/gemm.py ``ir_taps``): B read where it lies (the image's planes, its subsampled planes,
+its padded stride phases, or an im2col matrix), A the folded weight packed once, the epilogue
+(bias, residual add, ReLU, ReLU6) in the kernel's registers, two threads splitting the output
+columns. Random blocks (1x1 stride 1/2, 3x3 stride 1/2, the 7x7 stride-2 stem, dilation 2,
+groups 2, every padding mode, residual + ReLU / ReLU6 / HSwish epilogues) at L2, L3 and auto against
+the L1 interpreter unfused and a float64 numpy reference; NaN and inf; an empty batch; float64;
+refolding after ``set_data``; one and two threads agreeing bit for bit. Each test spies on the
+kernel that ran (``TapsConv.__call__``: its mode, whether the epilogue was fused, the threads),
+so a route that quietly fell back to BLAS or to L1 fails it."""
+
+import msvm as ms
+import numpy as np
+import pytest
+from msvm.compiler import conv, gemm
+from msvm.compiler.entry import data_pointer
+from test_conv_tiers2 import close, compiled_kinds, forward, images, make, reference
+
+
+@pytest.fixture
+def calls(monkeypatch):
+    """Every TapsConv call as (mode, fused: bias/residual/clamp passed to the kernel, threads)."""
+    seen = []
+    orig = conv.TapsConv.__call__
+
+    def spy(self, x, a, out=None, split=1, bias=None, add=None, lo=-np.inf, hi=np.inf):
+        fused = bias is not None or add is not None or lo != -np.inf or hi != np.inf
+        seen.append((self.mode, fused, split, add is not None))
+        return orig(self, x, a, out, split, bias, add, lo, hi)
+    monkeypatch.setattr(conv.TapsConv, "__call__", spy)
+    monkeypatch.setenv(conv.ROUTE_ENV, "taps")
+    return seen
+
+
+def spec(cin, cout, k, stride=1, pad_mode="same", padding=0, dilation=1, group=1, bias=False, act="relu",
+         residual=False):
+    return dict(cin=cin, cout=cout, k=k, stride=stride, pad_mode=pad_mode, padding=padding, dilation=dilation,
+                group=group, bias=bias, act=act, residual=residual)
+
+
+# (spec, the mode it takes, whether its epilogue is fused into the kernel: HSwish stays an op of its own)
+BLOCKS = {
+    "1x1": (spec(24, 40, 1, pad_mode="valid"), "direct", True),
+    "1x1_residual_relu": (spec(32, 32, 1, pad_mode="valid", bias=True, residual=True), "direct", True),
+    "1x1_s2": (spec(24, 48, 1, stride=2, pad_mode="valid", act="none"), "sub", True),
+    "3x3": (spec(16, 24, 3, act="relu6"), "phase", True),
+    "3x3_pad_residual": (spec(16, 16, 3, pad_mode="pad", padding=1, residual=True), "phase", False),
+    "3x3_s2": (spec(32, 20, 3, stride=2, pad_mode="pad", padding=1), "phase", True),
+    "3x3_dilation2_groups2": (spec(32, 24, 3, pad_mode="same", dilation=2, group=2, act="relu6"), "phase", True),
+    "5x5_s3_valid": (spec(16, 12, 5, stride=3, pad_mode="valid", act="hswish"), "phase", True),
+    "7x7_s2_stem": (spec(3, 16, 7, stride=2, pad_mode="pad", padding=3), "im2col", True),
+    "1x1_groups2_hswish": (spec(16, 8, 1, pad_mode="valid", group=2, act="hswish"), "direct", True),
+}
+SIZES = [(2, 16, 17), (1, 13, 14), (1, 30, 21)]
+
+
+@pytest.mark.parametrize("name", list(BLOCKS))
+@pytest.mark.parametrize("level", ["L2", "L3", "auto"])
+def test_blocks_match_l1_and_numpy(calls, name, level):
+    s, mode, fused = BLOCKS[name]
+    seed = sorted(BLOCKS).index(name)
+    rng = np.random.default_rng(100 + seed)
+    xs = images(rng, s["cin"], SIZES, special=seed % 2 == 0)
+    wants = [reference(make(s, seed), s, x) for x in xs]
+    l1 = forward(make(s, seed), "L1", False, xs)
+    calls.clear()
+    net = make(s, seed)
+    got = forward(net, level, True, xs)
+    assert calls and {c[0] for c in calls} == {mode}, calls
+    # (a residual block whose result is cropped from a wider grid runs the epilogue as a pass)
+    assert {c[1] for c in calls} == {fused}, calls
+    if s["residual"] and fused:
+        assert all(c[3] for c in calls)
+    if level != "auto":
+        assert compiled_kinds(net, level) == {"elementwise"}         # (the epilogue's kernel, planned)
+    for g, w, r in zip(got, wants, l1):
+        close(g, w)
+        close(g, r, tol=1e-5)
+
+
+def test_float64_an_empty_batch_and_the_interpreter_agree(calls):
+    s = spec(16, 16, 3, bias=True, act="relu6", residual=True)
+    rng = np.random.default_rng(7)
+    xs = images(rng, 16, [(1, 20, 33), (0, 20, 33), (2, 6, 7)], special=True, dtype=np.float64)
+    net = make(s, 3, np.float64)
+    got = forward(net, "L3", True, xs)
+    l1 = forward(make(s, 3, np.float64), "L1", False, xs)
+    assert {c[0] for c in calls} == {"phase"}
+    for g, r, x in zip(got, l1, xs):
+        assert g.dtype == np.float64
+        close(g, reference(net, s, x), tol=1e-10)     # (the weights are folded in float64)
+        close(g, r, tol=1e-6)                          # (L1 unfused: its batch norm's own rounding)
+    assert got[1].shape == (0, 16, 20, 33)
+
+
+@pytest.mark.parametrize("level", ["L2", "L3"])
+def test_refolds_after_set_data(calls, level):
+    s = spec(24, 32, 1, pad_mode="valid", bias=True)
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((1, 24, 20, 20)).astype(np.float32)
+    net = make(s, 1)
+    forward(net, level, True, [x])
+    assert calls
+    net.bn.gamma.set_data(ms.Tensor(net.bn.gamma.asnumpy() * -3.0))
+    net.conv.weight.set_data(ms.Tensor(net.conv.weight.asnumpy() - 0.5))
+    close(net(ms.Tensor(x)).asnumpy(), reference(net, s, x))
+
+
+def test_strided_input_views(calls):
+    """A transposed / sliced NCHW input (odd strides) gives what its contiguous copy gives."""
+    s = spec(16, 24, 1, pad_mode="valid")
+    rng = np.random.default_rng(3)
+    base = rng.standard_normal((1, 16, 15, 22)).astype(np.float32)
+    view = base.transpose(0, 1, 3, 2)[:, :, ::2, :]         # (1, 16, 11, 15), not contiguous
+    net = make(s, 2)
+    ms.set_context(jit_config={"jit_level": "L3", "enable_fusion": True})
+    for _ in range(3):
+        got = net(ms.Tensor(view)).asnumpy()
+    close(got, reference(net, s, np.ascontiguousarray(view)))
+    assert calls
+
+
+@pytest.mark.parametrize("name", ["1x1", "3x3_s2", "3x3_dilation2_groups2"])
+def test_one_and_two_threads_agree_bit_for_bit(calls, monkeypatch, name):
+    import os
+
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("one core: nothing to split")
+    s, _, _ = BLOCKS[name]
+    rng = np.random.default_rng(21)
+    xs = images(rng, s["cin"], [(2, 40, 37), (1, 33, 70)], special=True)
+    outs = {}
+    for threads in ("1", "2"):
+        monkeypatch.setenv("MSVM_THREADS", threads)
+        monkeypatch.setattr(conv, "SPLIT_MIN_FLOPS", 0.0)     # (these small layers split too)
+        calls.clear()
+        outs[threads] = forward(make(s, 4), "L3", True, xs)
+        assert {c[2] for c in calls} == {int(threads)}, calls
+    for a, b in zip(outs["1"], outs["2"]):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_depthwise_and_pool_planes_split_over_two_threads_agree(monkeypatch):
+    import os
+
+    from msvm import nn
+
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("one core: nothing to split")
+
+    class Net(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.dw = nn.Conv2d(8, 8, 3, stride=1, pad_mode="same", group=8)
+            self.bn = nn.BatchNorm2d(8)
+            self.pool = nn.MaxPool2d(3, 2, pad_mode="same")
+            self.act = nn.ReLU6()
+
+        def construct(self, x):
+            return self.pool(self.act(self.bn(self.dw(x))))
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((3, 8, 31, 29)).astype(np.float32)
+    x[0, 1, 2, 3] = np.nan
+    outs = {}
+    ran = []
+    pool = conv._kernel_pool
+
+    def counted():
+        ran.append(1)
+        return pool()
+    monkeypatch.setattr(conv, "_kernel_pool", counted)
+    for threads in ("1", "2"):
+        monkeypatch.setenv("MSVM_THREADS", threads)
+        monkeypatch.setattr(conv, "SPLIT_MIN_FLOPS", 0.0)
+        ran.clear()
+        net = Net()
+        net.set_train(False)
+        for p in net.get_parameters():
+            p.set_data(ms.Tensor(np.random.default_rng(1).standard_normal(p.shape).astype(np.float32)))
+        outs[threads] = forward(net, "L3", True, [x])[0]
+        assert bool(ran) == (threads == "2")
+    np.testing.assert_array_equal(outs["1"], outs["2"])
+
+
+def test_route(monkeypatch):
+    """Without MSVM_CONV_GEMM the taps route for float32 and float64 whatever the shape (conv.py's
+    docstring has the figures), BLAS for other dtypes; MSVM_CONV_GEMM=blas keeps BLAS."""
+    monkeypatch.delenv(conv.ROUTE_ENV, raising=False)
+    r = conv.route
+    shapes = [((1, 128, 56, 56), (128, 128, 3, 3), (2, 2), (1, 1, 1, 1)),
+              ((1, 64, 56, 56), (64, 64, 3, 3), (1, 1), (1, 1, 1, 1)),
+              ((1, 3, 224, 224), (64, 3, 7, 7), (2, 2), (3, 3, 3, 3)),
+              ((1, 16, 112, 112), (96, 16, 1, 1), (1, 1), (0, 0, 0, 0))]
+    for x, w, st, pad in shapes:
+        assert r(x, w, st, pad, (1, 1), 1, np.float32) == "taps"
+        assert r(x, w, st, pad, (1, 1), 1, np.float64) == "taps"
+        assert r(x, w, st, pad, (1, 1), 1, np.float16) == "blas"
+    monkeypatch.setenv(conv.ROUTE_ENV, "blas")
+    assert r(*shapes[0], (1, 1), 1, np.float32) == "blas"
+
+
+@pytest.mark.parametrize("name", ["1x1_residual_relu", "3x3", "3x3_s2", "3x3_dilation2_groups2"])
+def test_the_blas_route_still_matches(monkeypatch, name):
+    """MSVM_CONV_GEMM=blas: the BLAS products (Shifted, the L1 kernel's conv_gemm) and the compiled
+    epilogue pass, no taps call."""
+    from msvm.interp import kernels as K
+
+    monkeypatch.setenv(conv.ROUTE_ENV, "blas")
+    ran = []
+    gemm_, shifted, taps = K.conv_gemm, conv.Shifted.__call__, conv.TapsConv.__call__
+    monkeypatch.setattr(K, "conv_gemm", lambda *a, **k: ran.append("gemm") or gemm_(*a, **k))
+    monkeypatch.setattr(conv.Shifted, "__call__", lambda self, *a: ran.append("shifted") or shifted(self, *a))
+    monkeypatch.setattr(conv.TapsConv, "__call__", lambda self, *a, **k: ran.append("taps") or taps(self, *a, **k))
+    s, _, _ = BLOCKS[name]
+    rng = np.random.default_rng(31)
+    xs = images(rng, s["cin"], SIZES, special=True)
+    l1 = forward(make(s, 6), "L1", False, xs)
+    ran.clear()
+    net = make(s, 6)
+    got = forward(net, "L3", True, xs)
+    assert ran and "taps" not in ran, ran
+    for g, r, x in zip(got, l1, xs):
+        close(g, reference(net, s, x))
+        close(g, r, tol=1e-5)
+
+
+# ---------------------------------------------------------------- the kernel itself
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("seed", range(6))
+def test_taps_kernel_against_float64_numpy(dtype, seed):
+    """gemm.ir_taps on random m, channels, taps, columns (not multiples of the tile or panel),
+    column ranges, row strides and epilogues, with NaN / inf, against numpy in float64."""
+    rng = np.random.default_rng(seed)
+    d = np.dtype(dtype)
+    fn = gemm.taps_function(dtype)
+    mr, nr = gemm.tile_rows(d), gemm.panel_width(d)
+    m = int(rng.integers(1, 40))
+    ci = int(rng.choice([1, 3, 17, 300]))           # (300: two k blocks per tap)
+    ntaps = int(rng.integers(1, 5))
+    q = int(rng.integers(1, 150))
+    row = q + int(rng.integers(0, 40)) + ntaps * 7
+    taps = np.sort(rng.integers(0, row - q + 1, ntaps)).astype(np.int64)
+    a = rng.standard_normal((m, ntaps * ci)).astype(d)
+    src = rng.standard_normal((ci, row)).astype(d)
+    if seed % 2:
+        src[0, taps[0] + q // 2] = np.nan
+        src[-1, taps[-1]] = np.inf
+    bias = rng.standard_normal(m).astype(d) if seed % 3 else None
+    res = rng.standard_normal((m, q)).astype(d) if seed % 2 == 0 else None
+    lo, hi = [(-np.inf, np.inf), (0.0, np.inf), (0.0, 6.0)][seed % 3]
+    want = sum(a[:, t * ci:(t + 1) * ci].astype(np.float64) @ src[:, off:off + q].astype(np.float64)
+               for t, off in enumerate(taps))
+    want = want + (bias[:, None] if bias is not None else 0) + (res if res is not None else 0)
+    with np.errstate(invalid="ignore"):
+        want = np.where(want < lo, lo, want)
+        want = np.where(want > hi, hi, want)
+    ap = gemm.pack_rows(a, mr)
+    j0 = nr * int(rng.integers(0, -(-q // nr)))       # a column range that starts on a panel
+    c = np.full((m, q), -7.0, d)
+    fn(m, ci, ntaps, data_pointer(taps), q, data_pointer(ap), ntaps * ci, data_pointer(src), row, data_pointer(c), q,
+       j0, q, bias is not None, data_pointer(bias) if bias is not None else None,
+       data_pointer(res) if res is not None else None, q, lo, hi)
+    assert (c[:, :j0] == -7.0).all()                 # (columns outside [j0, j1) untouched)
+    got = c[:, j0:]
+    exp = want[:, j0:]
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(exp))
+    tol = 1e-4 if d == np.float32 else 1e-11
+    np.testing.assert_allclose(got, exp, rtol=tol, atol=tol * max(1.0, float(np.nanmax(np.abs(
+        np.where(np.isfinite(exp), exp, 0)), initial=0.0))))
+
+
+def test_fused_epilogue_programs():
+    f = conv.fused_epilogue
+    relu = (("in", 0), ("in", 1), ("BROADCAST_ADD",), ("RELU",))
+    assert f(relu, True) == (True, None, 0.0, np.inf)
+    assert f((("in", 0), ("in", 1), ("BROADCAST_ADD",), ("in", 2), ("BROADCAST_ADD",), ("RELU",)), True) == \
+        (True, 2, 0.0, np.inf)
+    assert f(relu + (("c", 6), ("BROADCAST_MIN",)), True) == (True, None, 0.0, 6.0)
+    assert f((("in", 0), ("in", 1), ("BROADCAST_ADD",)), False) == (False, 1, -np.inf, np.inf)
+    assert f((("in", 0), ("in", 1), ("BROADCAST_MUL",)), True) is None
+    assert f((("in", 0), ("HSWISH",)), False) is None

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from attention_cells import Attention, _fused, _inputs, numpy_attention
 from msvm.compiler import tiers
+from msvm.compiler.attention_site import Kernels
 
 CASES = {      # (b, sq, sk, h, d, mask shape or None: [b, 1, 1, sk])
     "bert16": (1, 16, 16, 4, 16, None),
@@ -33,7 +34,7 @@ def _run(net, level, args, calls=3):
 def _compiled(net) -> bool:
     sites = [s for v in net._runner.variants.values() for c in v.code.all_codes() for s in c.jit_sites.values()
              if s.op == "FUSED_ATTENTION"]
-    return bool(sites) and any(isinstance(k, tuple) for s in sites for k in list(s.l2.values()) + list(s.l3.values()))
+    return bool(sites) and any(isinstance(k, Kernels) for s in sites for k in list(s.l2.values()) + list(s.l3.values()))
 
 
 @pytest.mark.parametrize("merge", [True, False])

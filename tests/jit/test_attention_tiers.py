@@ -273,8 +273,10 @@ def test_compiles_have_reasons_keys_and_events_in_the_profile(level, tmp_path):
         report = prof.report()
         (site,) = _sites(net)
         mine = [c for c in report["compiles"] if c.get("op") == site.name]
-        # two stages (the division, the mask's add: the WHERE between is a copy) and the softmax's row kernel
-        assert len(mine) >= 3, [(c.get("op"), c.get("reason_kind")) for c in report["compiles"]]
+        # one stage (the division and the mask's add: the WHERE moves past the add, a masked copy
+        # after it) and the softmax's row kernel
+        assert site.split[1][0][0] == "ew" and [st[0] for st in site.split[1]] == ["ew", "where"]
+        assert len(mine) >= 2, [(c.get("op"), c.get("reason_kind")) for c in report["compiles"]]
         assert all(c["reason"] and c["key"] and c["source"] in ("compiled", "disk", "memory") for c in mine)
         assert mine[0]["reason_kind"] == "cold" and site.name in mine[0]["reason"]
         recent = [r for r in cache.snapshot()["recent"] if r.get("op") == site.name]
@@ -315,3 +317,29 @@ def test_a_compile_over_its_budget_stays_on_l1(level, monkeypatch):
     assert list(site.l2.values()) == ["failed"]
     assert [r.kind for (lv, _k), r in site.why.items() if lv == 2] == ["over_budget"]
     np.testing.assert_allclose(got, numpy_style("llama", *args, 8), rtol=1e-5, atol=1e-6)
+
+
+def test_a_where_moves_past_the_arithmetic_after_it_exactly():
+    """split(): where(c, s, y) * 2 + m runs as one stage s * 2 + m, then a masked copy of
+    (as_scores(y) * 2 + m): the same floats as the reference kernels in order."""
+    from msvm.compiler import attention_plan
+    from msvm.interp import kernels
+
+    program = (("in", 1), ("in", 0), ("in", 2), ("WHERE",), ("c", 2), ("BROADCAST_MUL",), ("in", 3),
+               ("BROADCAST_ADD",))
+    pre, stages = attention_plan.split(program)
+    assert [st[0] for st in stages] == ["ew", "where"]
+    assert stages[0][1] == (("in", 0), ("c", 2), ("BROADCAST_MUL",), ("in", 1), ("BROADCAST_ADD",))
+    rng = np.random.default_rng(34)
+    s = rng.standard_normal((2, 3, 4, 4)).astype(np.float32)
+    c = rng.random((1, 1, 4, 4)) < 0.5
+    m = rng.standard_normal((2, 1, 1, 4)).astype(np.float32)
+    for y in (np.float32(-3.1), 0.1, float("-inf")):
+        extras = [c, np.asarray(y, np.float32) if isinstance(y, np.float32) else y, m]
+        want = kernels.run_program(program, [s] + extras)
+        got = kernels.run_program(stages[0][1], [s, m])
+        vals = attention_plan.values(pre, extras, np.float32)
+        _, cond, other, is_a = stages[1]
+        np.copyto(got, attention_plan.operand(other, extras, vals), where=~attention_plan.operand(cond, extras, vals)
+                  if is_a else attention_plan.operand(cond, extras, vals))
+        np.testing.assert_array_equal(got, want)

@@ -6,10 +6,12 @@ scores ``in 0`` and the extra inputs ``in 1..``) is split once per site (``split
 - every subtree that does not read the scores (``(1 - cast(mask)) * -10000``, a mask sliced and
   compared, a FILL) is a *pre* program: run once per call at its own, small shape by the
   reference kernels (so ints, bools and casts behave exactly as in L1);
-- the chain of nodes from the scores up to the program's result is cut into *stages*: runs of
-  float arithmetic become one compiled elementwise kernel each, over the scores in place
-  (operands: inputs, pre values, constants); a WHERE whose value operand is the scores is done in
-  place by ``np.copyto`` with the condition (numpy's ``where``, NaN and all).
+- the chain of nodes from the scores up to the program's result becomes *stages*: its float
+  arithmetic one compiled elementwise kernel over the scores in place (operands: inputs, pre
+  values, constants), then each WHERE whose value operand is the scores, in place by
+  ``np.copyto`` with the condition (numpy's ``where``, NaN and all). A WHERE moves past the
+  arithmetic after it exactly: ``f(where(c, s, y), z) == where(c, f(s, z), f(y, z))`` for an
+  elementwise f, and ``f(y, z)`` does not read the scores (a pre program at the masks' shape).
 
 ``plan`` checks a call's inputs (float32/float64 q, k and v of one dtype and batch dims, nothing
 empty, every stage operand of the scores' dtype or a Python number, masks that broadcast to the
@@ -23,6 +25,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..bytecode.opcodes import BY_NAME
+from ..bytecode.program import evaluate
 from ..interp import kernels as K
 from .lower import Unsupported
 from .planning import Plan, _Shape, float_dtype, plan_elementwise
@@ -77,21 +80,22 @@ def split(program):
         pre.append(tuple(_post(k)))
         return ("pre", len(pre) - 1)
 
-    stages: list = []
-    ew = None
+    ew = ["ew", [("in", 0)], []]
+    wheres: list = []         # [cond subtree, other subtree, scores_is_a], innermost first
     for node, kids, d in chain:
-        refs = [None if j == d else ref(k) for j, k in enumerate(kids)]
         if node[0] == "WHERE":
             if d == 0:
                 raise Unsupported("a WHERE whose condition is computed from the scores")
-            ew = None
-            stages.append(("where", refs[0], refs[2] if d == 1 else refs[1], d == 1))
+            # (its other value as WHERE makes it: of the scores' dtype, ``AS_SCORES``, before any f)
+            wheres.append([kids[0], (("AS_SCORES",), [kids[2] if d == 1 else kids[1]]), d == 1])
             continue
-        if ew is None:
-            ew = ["ew", [("in", 0)], []]
-            stages.append(ew)
+        # f(where(c, s, y), z) == where(c, f(s, z), f(y, z)): every WHERE moves past f (exactly: f is
+        # elementwise), its other value becomes f of it (score-free: a pre program)
+        for w in wheres:
+            w[1] = (node, [w[1] if j == d else k for j, k in enumerate(kids)])
         pieces = []
-        for j, r in enumerate(refs):
+        for j, k in enumerate(kids):
+            r = None if j == d else ref(k)
             if j == d:
                 pieces.append(ew[1])
             elif r[0] == "c":
@@ -100,13 +104,45 @@ def split(program):
                 ew[2].append(r)
                 pieces.append([("in", len(ew[2]))])
         ew[1] = [x for p in pieces for x in p] + [node]
+    stages = ([ew] if len(ew[1]) > 1 else []) + [("where", ref(c), ref(o), a) for c, o, a in wheres]
     return tuple(pre), tuple((s[0], tuple(s[1]), tuple(s[2])) if s[0] == "ew" else s for s in stages)
 
 
-def values(pre, extras) -> list:
-    """The pre programs' values for this call's extra inputs (the reference kernels)."""
-    ins = [None] + list(extras)
-    return [K.run_program(p, ins) for p in pre]
+def values(pre, extras, dtype) -> list:
+    """The pre programs' values for this call's extra inputs: the reference kernels, as
+    ``kernels.run_program`` runs them, and ``AS_SCORES`` (to the scores' dtype, as WHERE converts)."""
+    out = []
+    for program in pre:
+        stack: list = []
+        for node in program:
+            tag = node[0]
+            if tag == "in":
+                stack.append(extras[node[1] - 1])
+            elif tag == "c":
+                stack.append(node[1])
+            elif tag == "AS_SCORES":
+                stack.append(np.asarray(stack.pop(), dtype=dtype))
+            else:
+                n = BY_NAME[tag].pops
+                args = stack[len(stack) - n:]
+                del stack[len(stack) - n:]
+                stack.append(K.KERNELS[tag](*args, *node[1:]))
+        out.append(stack[0])
+    return out
+
+
+def chain_dtypes(program, extras) -> set:
+    """The dtypes of the program's values that read the scores (run on one element of each input)."""
+    seen: set = set()
+
+    def op(row, args, operands):
+        v = K.KERNELS[row.name](*[a for a, _ in args], *operands)
+        dep = any(d for _, d in args)
+        if dep:
+            seen.add(np.asarray(v).dtype)
+        return v, dep
+
+    return seen, evaluate(program, lambda k: extras[k], lambda c: (c, False), op)[0]
 
 
 def operand(ref, extras, pre_vals):
@@ -137,11 +173,13 @@ def plan(site, inputs) -> Plan:
         raise Unsupported("empty attention inputs")
     pre, stages = site.split
     scores = q.shape[:-1] + (k.shape[-2],)
-    # the program's result is of the scores' dtype (the reference kernels' promotion, on one element)
-    out = K.run_program(program, [np.zeros((1,), d)] + [_tiny(x) for x in extras])
-    if np.asarray(out).dtype != d:
-        raise Unsupported(f"a score program whose result is {np.asarray(out).dtype}, not {d}")
-    pre_vals = values(pre, extras)
+    # every value that reads the scores is of their dtype (the reference kernels' promotion, on one
+    # element): the compiled stages compute in it
+    seen, _ = chain_dtypes(program, [(np.zeros((1,), d), True)] + [(_tiny(x), False) for x in extras])
+    if seen - {np.dtype(d)}:
+        raise Unsupported(f"a score program whose result is {sorted(map(str, seen - {np.dtype(d)}))[0]}, "
+                          f"not {d}")
+    pre_vals = values(pre, extras, d)
     epis = []
     for st in stages:
         ops = [operand(r, extras, pre_vals) for r in (st[2] if st[0] == "ew" else st[1:3])]

@@ -220,7 +220,7 @@ class AttentionSite(Site):
         q, k, v = inputs[0], inputs[1], inputs[-1]
         extras = inputs[2:-1]
         pre, stages = self.split
-        pre_vals = attention_plan.values(pre, extras) if pre else ()
+        pre_vals = attention_plan.values(pre, extras, d) if pre else ()
         bkey = (det["scores"], d)
         bufs = self.buffers.pop(bkey, None)
         if bufs is None:

@@ -52,7 +52,6 @@ from __future__ import annotations
 from ..bytecode.code import Instr
 from ..bytecode.opcodes import BY_NAME, FUSABLE
 
-_LOADS = ("LOAD_TENSOR", "LOAD_PARAM", "LOAD_CONST")
 SCORE_OPS = FUSABLE | {"WHERE"}         # (WHERE is L1-compiled on its own; in a score program the site runs it)
 
 
@@ -150,9 +149,10 @@ class _Flow:
         self.escapes = {v for v, _ in stack}
         end = live[hi - 1] if hi - 1 < len(live) else set()
         self.escapes |= {v for s, v in local.items() if s in end}
-        self.end_slots = local
 
-    def producer(self, v):
+    @staticmethod
+    def producer(v):
+        """The instruction that made v, or None for a value from before the block."""
         return v[0] if isinstance(v[0], int) else None
 
 
@@ -223,7 +223,7 @@ def _match(code, flow, s, targets, is_target):
     # the score program, down from the softmax's input to the product q @ k^T
     found: dict = {}
 
-    def depends(v, seen=None) -> bool:
+    def depends(v) -> bool:
         i = flow.producer(v)
         if i is None or i < flow.lo:
             return False
@@ -301,7 +301,9 @@ def _match(code, flow, s, targets, is_target):
         raise _No
     m.final, m.layout, m.program = final, layout, program
     inputs = [("q", q_in), ("k", k_in)] + [(f"mask{j}", e) for j, e in enumerate(m.extras)] + [("v", v_in)]
-    effects = any(instrs[i].op.effect for i in range(first, final) if i not in m.internal)
+    # (a Parameter is loaded again only when nothing between may assign it: an effect, or a call)
+    effects = any(instrs[i].op.effect or instrs[i].op.name.startswith("CALL") for i in range(first, final)
+                  if i not in m.internal)
     m.inputs = []
     for role, (v, pusher) in inputs:       # how each input is pushed again before the fused instruction
         ins = instrs[pusher] if pusher is not None else None
@@ -374,11 +376,7 @@ def _product_expr(code, flow, m, i, extra):
     ins = code.instrs[i]
     m.parts[i] = list(ins.parts) if ins.parts else [(ins.op.name, ins.loc)]
     m.q = flow.ins_in[i][0]
-    if ins.op.name == "BATCH_MATMUL":
-        tb = code.decode_args(ins)[1]
-    else:
-        tb = code.decode_args(ins)[1]
-    if tb:
+    if code.decode_args(ins)[1]:          # (transpose_b, of BATCH_MATMUL and FUSED_MATMUL alike)
         m.k = flow.ins_in[i][1]
     else:
         j = _k_transpose(code, flow, i)

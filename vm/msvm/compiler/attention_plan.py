@@ -175,11 +175,13 @@ def plan(site, inputs) -> Plan:
     scores = q.shape[:-1] + (k.shape[-2],)
     # every value that reads the scores is of their dtype (the reference kernels' promotion, on one
     # element): the compiled stages compute in it
-    seen, _ = chain_dtypes(program, [(np.zeros((1,), d), True)] + [(_tiny(x), False) for x in extras])
+    with np.errstate(all="ignore"):         # (zeros: only the dtypes matter)
+        seen, _ = chain_dtypes(program, [(np.zeros((1,), d), True)] + [(_tiny(x), False) for x in extras])
     if seen - {np.dtype(d)}:
         raise Unsupported(f"a score program whose result is {sorted(map(str, seen - {np.dtype(d)}))[0]}, "
                           f"not {d}")
-    pre_vals = values(pre, extras, d)
+    with np.errstate(all="ignore"):         # (their shapes and dtypes; a placeholder's zeros may divide)
+        pre_vals = values(pre, extras, d)
     epis = []
     for st in stages:
         ops = [operand(r, extras, pre_vals) for r in (st[2] if st[0] == "ew" else st[1:3])]

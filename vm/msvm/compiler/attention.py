@@ -69,7 +69,7 @@ def fuse_attention(code, targets, const, is_target) -> None:
     from .fuse import _live_after, _retarget
 
     tried: set = set()
-    while True:
+    while any(i.op.name == "SOFTMAX" and id(i) not in tried for i in code.instrs):
         try:
             _retarget(code, targets)
             verify(code)             # (the stack types of the code as fusion left it: casts, ranks)
@@ -94,6 +94,7 @@ def fuse_attention(code, targets, const, is_target) -> None:
             break
         else:
             return
+    # (then fuse() retargets and verifies the result: a code whose softmaxes were all tried is not verified here)
 
 
 # ---------------------------------------------------------------- the data flow of a basic block

@@ -318,3 +318,37 @@ def test_a_cell_after_the_softmax_that_is_not_the_identity_is_not_fused():
     s = q @ k.swapaxes(-1, -2)
     e = np.exp(s - s.max(-1, keepdims=True))
     np.testing.assert_allclose(got, 2 * e / e.sum(-1, keepdims=True) @ v, rtol=1e-5, atol=1e-6)
+
+
+class _Inline(nn.Cell):
+    """Inputs made inline, consumed where they are made: the mask's reshape by the add, v's
+    transpose by the product (each kept in a fresh local until the fused instruction)."""
+
+    def __init__(self):
+        super().__init__()
+        self.scores = ops.BatchMatMul(transpose_b=True)
+
+    def construct(self, q, k, v, mask):
+        q = ops.transpose(q, (0, 2, 1, 3))
+        k = ops.transpose(k, (0, 2, 1, 3))
+        p = ops.softmax(self.scores(q, k) * 0.5 + ops.reshape(mask, (mask.shape[0], 1, 1, mask.shape[1])), axis=-1)
+        return ops.matmul(p, ops.transpose(v, (0, 2, 1, 3)))
+
+
+def test_inputs_made_inline_are_kept_in_fresh_locals():
+    rng = np.random.default_rng(16)
+    q, k, v, _ = _inputs(rng, 2, 5, 5, 3, 4)
+    mask = (rng.standard_normal((2, 5)) * 3).astype(np.float32)
+    outs = {}
+    for fusion in (True, False):
+        ms.set_context(jit_config={"enable_fusion": fusion})
+        net = _Inline()
+        outs[fusion] = net(*map(ms.Tensor, (q, k, v, mask))).asnumpy()
+        assert bool(_fused(net)) == fusion
+        if fusion:
+            code = next(c for v_ in net._runner.variants.values() for c in v_.code.all_codes()
+                        if any(i.op.name == "FUSED_ATTENTION" for i in c.instrs))
+            assert {"attn0.mask0", "attn0.v"} <= set(code.varnames), code.varnames
+    np.testing.assert_array_equal(outs[True], outs[False])
+    want = numpy_attention(q, k, v, mask[:, None, None, :], 4, merge=False)        # (scale 1 / sqrt(4))
+    np.testing.assert_allclose(outs[True], want, rtol=1e-5, atol=1e-6)

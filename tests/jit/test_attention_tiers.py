@@ -343,3 +343,18 @@ def test_a_where_moves_past_the_arithmetic_after_it_exactly():
         np.copyto(got, attention_plan.operand(other, extras, vals), where=~attention_plan.operand(cond, extras, vals)
                   if is_a else attention_plan.operand(cond, extras, vals))
         np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("tier", ["L2", "L3"])
+def test_masks_that_broadcast_every_way_go_in_at_the_scores_shape(tier, tmp_path):
+    """A padding mask [B, 1, 1, S] and a causal one [1, 1, S, S] in one stage: more than 3 dims after
+    collapsing, so the stage takes them broadcast to the scores' shape, and still runs compiled."""
+    lines = ["s = s * 0.5 + m_add", "s = s + (1.0 - m_int.astype(s.dtype)) * -10000.0"]
+    net = score_program_module(tmp_path / f"two_masks_{tier}.py", lines)()
+    args = score_program_inputs(np.random.default_rng(35), 2, 6, 3, 4, "11ss")
+    ref1 = _run(net, "L1", args, 1)
+    got = _run(net, tier, args)
+    (site,) = _sites(net)
+    assert _compiled(net), site.l1_why
+    assert any(p is not None and p.details["expand"] == [True] for p in site.plans.values())
+    np.testing.assert_allclose(got, ref1, rtol=1e-5, atol=1e-6)

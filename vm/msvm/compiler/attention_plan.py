@@ -15,7 +15,8 @@ scores ``in 0`` and the extra inputs ``in 1..``) is split once per site (``split
 
 ``plan`` checks a call's inputs (float32/float64 q, k and v of one dtype and batch dims, nothing
 empty, every stage operand of the scores' dtype or a Python number, masks that broadcast to the
-scores and no further, the program's result of the scores' dtype) and returns the Plan whose
+scores and no further, every value that reads the scores of their dtype; a stage whose masks
+broadcast in ways the elementwise kernels' 3 dims cannot hold takes them at the scores' shape) and returns the Plan whose
 details the site (compiler/attention_site.py) runs; anything else raises ``Unsupported`` and the
 site says why and runs the L1 kernel.
 """
@@ -182,7 +183,7 @@ def plan(site, inputs) -> Plan:
                           f"not {d}")
     with np.errstate(all="ignore"):         # (their shapes and dtypes; a placeholder's zeros may divide)
         pre_vals = values(pre, extras, d)
-    epis = []
+    epis, expand = [], []
     for st in stages:
         ops = [operand(r, extras, pre_vals) for r in (st[2] if st[0] == "ew" else st[1:3])]
         for x in ops:
@@ -193,18 +194,25 @@ def plan(site, inputs) -> Plan:
             if isinstance(other, np.ndarray) and other.dtype != d or not isinstance(other, (np.ndarray, int, float)):
                 raise Unsupported("a WHERE whose other value is not of the scores' dtype")
             epis.append(None)
+            expand.append(False)
             continue
         for x in ops:
             if isinstance(x, np.ndarray) and x.dtype != d or isinstance(x, (bool, np.bool_)):
                 raise Unsupported(f"a score operand of dtype {getattr(x, 'dtype', type(x).__name__)}, not {d}")
         shaped = [_Shape(x.shape, x.dtype) if isinstance(x, np.ndarray) and x.ndim else
                   (np.zeros((), d) if isinstance(x, np.ndarray) else x) for x in ops]
-        epis.append(plan_elementwise(site, [_Shape(scores, d)] + shaped, st[1], scores))
+        try:
+            epis.append(plan_elementwise(site, [_Shape(scores, d)] + shaped, st[1], scores))
+            expand.append(False)
+        except Unsupported:   # (masks broadcast in ways 3 dims cannot hold: they go in at the scores' shape)
+            full = [_Shape(scores, d) if isinstance(x, _Shape) else x for x in shaped]
+            epis.append(plan_elementwise(site, [_Shape(scores, d)] + full, st[1], scores))
+            expand.append(True)
     ctx = q.shape[:-1] + (v.shape[-1],)
     out_shape = tuple(ctx[p] for p in layout) if layout else ctx
     rows, n = int(np.prod(scores[:-1])), scores[-1]
     cls = ("attn", str(d), tuple(e.cls if e is not None else "where" for e in epis), layout)
     key = (cls, tuple(x.shape if type(x) is np.ndarray else None for x in inputs),
            tuple(x.shape for x in pre_vals if isinstance(x, np.ndarray)))
-    return Plan(cls, key, out_shape, d, {"epis": epis, "scores": scores, "ctx": ctx, "rows": rows, "n": n,
-                                         "layout": layout})
+    return Plan(cls, key, out_shape, d, {"epis": epis, "expand": expand, "scores": scores, "ctx": ctx,
+                                         "rows": rows, "n": n, "layout": layout})

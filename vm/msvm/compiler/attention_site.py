@@ -232,8 +232,12 @@ class AttentionSite(Site):
         for j, (st, c) in enumerate(zip(stages, kernels.stages)):
             if st[0] == "ew":
                 ops = [attention_plan.operand(r, extras, pre_vals) for r in st[2]]
-                ops = [np.ascontiguousarray(x) if type(x) is _ND and x.ndim and not x.flags.c_contiguous else x
-                       for x in ops]
+                if det["expand"][j]:
+                    ops = [np.ascontiguousarray(np.broadcast_to(x, det["scores"])) if type(x) is _ND and x.ndim
+                           else x for x in ops]
+                else:
+                    ops = [np.ascontiguousarray(x) if type(x) is _ND and x.ndim and not x.flags.c_contiguous else x
+                           for x in ops]
                 self._caller(p, j, c)([scores] + ops, scores)
             else:
                 cond = np.asarray(attention_plan.operand(st[1], extras, pre_vals), dtype=bool)

@@ -1,26 +1,34 @@
-"""FUSED_ATTENTION's compiled tiers (issue 18; the fusion is compiler/attention.py).
+"""FUSED_ATTENTION's compiled tiers (issue 18; the fusion is compiler/attention.py, the plan
+compiler/attention_plan.py).
 
 Per call: ``scores = q @ k^T`` (BLAS, on q and k as they are: the heads' transposed views need no
-copy) into a buffer the site keeps per shape; the program (scale, mask) over the scores in place
-by an elementwise kernel; the softmax of each row by a row kernel into a second kept buffer; then
-``probs @ v`` (BLAS) written straight into the output, in the layout the fused TRANSPOSE asked for
-(so the heads are never copied back). Neither buffer escapes the call: nothing else reads them.
+copy) into a buffer the site keeps per shape; the score program over the scores in place: its
+parts that do not read the scores once at their own shape (reference kernels), each run of float
+arithmetic by a compiled elementwise kernel, each WHERE by ``np.copyto``; the softmax of each row
+by a compiled row kernel into a second kept buffer; then ``probs @ v`` (BLAS) written straight
+into the output, in the layout the fused TRANSPOSE asked for (so the heads are never copied back).
+Neither buffer escapes the call: nothing else reads them.
 
-Tiers as every Site: L1 is the reference kernel (each part's own kernel in order); L2 compiles the
-two kernels shape-generic (dims are arguments); L3 compiles them for the concrete shapes after
-``l3_after`` calls there (for at most ``tiers.L3_SHAPES`` shapes); a compile that fails leaves the
-site on L1 for that shape class. The plan is ``planning.plan_attention``. Not compiled (L1, said
-once per reason): float16 and ints, batch dims that broadcast, empty inputs, extras that are not
-contiguous.
+A Site like the others (compiler/tiers.py): L1 is the reference kernel (each part's own kernel in
+order); L2 compiles the kernels shape-generic (dims are arguments); L3 compiles them for the
+concrete shapes after ``l3_after`` calls there (for at most ``tiers.L3_SHAPES`` shapes); a compile
+that fails or runs over its budget (``reasons.check_budget``) leaves the site on L1 for that
+shape class. Every compile says why (``reasons.kernel_needed``), every kernel goes through the
+kernel cache (memory and disk: ``compile_kernel``, so each has its key and its compile event in
+the profile), a call that waits for a kernel is a ``miss`` with its reason, and inputs the plan
+does not take are said once (``reasons.l1_only``). The tables hold a ``Kernels`` per shape class /
+shape: the stages' kernels and the row kernel, with one combined ``key``.
 """
 
 from __future__ import annotations
 
+import hashlib
 import time
 
 import numpy as np
 
-from .. import context, events, log
+from .. import context, events, log, reasons
+from . import attention_plan
 from .build import BUDGET_S, compile_kernel, kernel_cache, worker
 from .callconv import elementwise_caller
 from .entry import data_pointer
@@ -32,30 +40,53 @@ _ND = np.ndarray
 KEEP_BUFFERS = 4         # score shapes whose two buffers a site keeps between calls
 
 
+class Kernels:
+    """The compiled kernels of one plan at one tier: one per elementwise stage (None for a WHERE
+    stage), then the softmax's row kernel; ``key``: one key for them all (the debugger shows it)."""
+
+    def __init__(self, level: int, stages: tuple, row):
+        self.level, self.stages, self.row = level, stages, row
+        keys = "/".join(k.key for k in list(stages) + [row] if k is not None)
+        self.key = hashlib.sha256(keys.encode()).hexdigest()
+
+    @property
+    def compiled(self) -> list:
+        return [k for k in list(self.stages) + [self.row] if k is not None]
+
+
 class AttentionSite(Site):
-    """The Site of one FUSED_ATTENTION instruction: two kernels per tier and shape class."""
+    """The Site of one FUSED_ATTENTION instruction: a ``Kernels`` per tier and shape class."""
 
     def __init__(self, code, index: int):
         super().__init__(code, index)
         self.buffers: dict = {}        # (scores shape, dtype) -> [scores, probs] (taken while a call runs)
+        try:
+            self.split = attention_plan.split(self.args[0])
+        except Exception as e:  # noqa: BLE001 - a program the tiers cannot split runs the L1 kernel
+            self.split = e
 
     def fast_for(self, inputs):        # (a replay calls the site itself: no prepared caller, no native entry)
         return None
 
+    def _make_plan(self, inputs):
+        if isinstance(self.split, Exception):
+            self._l1(inputs, str(self.split))
+            return None
+        return super()._make_plan(inputs)
+
     def plan(self, inputs) -> Plan | None:
-        """The Plan (planning.plan_attention) for these inputs, or None when only L1 applies."""
+        """The Plan (attention_plan.plan) for these inputs, or None when only L1 applies. (q, k and v
+        go to BLAS as they are, strided or not; masks are made contiguous per call.)"""
         ck = tuple([(x.shape, x.dtype) if type(x) is _ND else None for x in inputs])
         p = self.plans.get(ck)
         if p is None:
             if ck in self.plans:
                 return None
+            t0 = time.perf_counter()
             p = self.plans[ck] = self._make_plan(inputs)
             if p is None:
                 return None
-        for x in inputs[2:-1]:       # (q, k and v go to BLAS as they are; the program's extras must be dense)
-            if type(x) is _ND and x.ndim > 0 and not x.flags.c_contiguous:
-                self._l1(inputs, "a strided mask or extra input of the scores' program")
-                return None
+            p.details["plan_s"] = time.perf_counter() - t0
         return p
 
     def __call__(self, inputs, reference, out=None):
@@ -67,15 +98,18 @@ class AttentionSite(Site):
             return reference(*inputs)
         cls, key = p.cls, p.key
         k3 = self.l3.get(key)
-        if isinstance(k3, tuple) and level != "L2":
+        if isinstance(k3, Kernels) and level != "L2":
             self.stats["hits"] += 1
             return self.go(k3, p, inputs)
         if level == "L3":
             if k3 is None:
                 self.compile(3, p, sync=True)
                 k3 = self.l3.get(key)
-            self.stats["misses"] += 1
-            return self.go(k3, p, inputs) if isinstance(k3, tuple) else reference(*inputs)
+                if isinstance(k3, Kernels):
+                    self.stats["misses"] += 1
+                    return self.go(k3, p, inputs)
+            self._miss(3, key)
+            return reference(*inputs)
         k2 = self.l2.get(cls)
         if k2 is None:
             self.compile(2, p, sync=(level == "L2"))
@@ -88,57 +122,105 @@ class AttentionSite(Site):
                 self.seen.clear()
             elif n >= context.jit_option("l3_after"):
                 self.compile(3, p, sync=False)
-        if isinstance(k2, tuple):
+        if isinstance(k2, Kernels):
             self.stats["hits"] += 1
             return self.go(k2, p, inputs)
-        self.stats["misses"] += 1
+        self._miss(2, cls)
         return reference(*inputs)
 
-    def kernels_ir(self, level: int, p: Plan):
-        ep = p.details["epi"].details
+    def kernels_ir(self, level: int, p: Plan) -> list:
+        """The kernels' IR (compiler/static_kernels.py lists them): the stages' and the row kernel."""
+        return [k for k in self._irs(level, p) if k is not None]
+
+    kernel_ir = kernels_ir             # (Site's single-kernel hook: here there are several)
+
+    def _irs(self, level: int, p: Plan) -> list:
+        """The kernel IR of each stage (None for a WHERE) and of the row kernel, in order."""
         dtype = str(p.dtype)
-        epi = Elementwise(ep["program"], ep["kinds"], tuple(ep["bcast"]), dtype, ep["dims"] if level == 3 else None)
-        row = RowKernel("softmax", dtype, False, False, 0.0, p.details["n"] if level == 3 else None)
-        return epi, row
+        out = []
+        for e in p.details["epis"]:
+            if e is None:
+                out.append(None)
+                continue
+            ep = e.details
+            out.append(Elementwise(ep["program"], ep["kinds"], tuple(ep["bcast"]), dtype,
+                                   ep["dims"] if level == 3 else None))
+        out.append(RowKernel("softmax", dtype, False, False, 0.0, p.details["n"] if level == 3 else None))
+        return out
+
+    def _build(self, level: int, p: Plan, need, t0: float, cached_only: bool = False):
+        irs = self._irs(level, p)
+        parse_s = time.perf_counter() - t0
+        made = []
+        for k in irs:
+            if k is None:
+                made.append(None)
+                continue
+            info = self.info(p.details["scores"], p.dtype, need=need, plan_s=p.details.get("plan_s", 0.0),
+                             parse_s=parse_s, kernel=k.kind)
+            c = compile_kernel(k, level, info, cached_only=cached_only)
+            if c is None:
+                return None
+            made.append(c)
+        return Kernels(level, tuple(made[:-1]), made[-1])
 
     def compile(self, level: int, p, sync: bool):
         table, key = (self.l2, p.cls) if level == 2 else (self.l3, p.key)
         if key in table:
             return
+        need = self.why[(level, key)] = self._need(level, p)
         table[key] = "pending"
+        shape, dtype = p.details["scores"], p.dtype
+        if not sync:                  # (kernels the cache holds are loaded by the call that asks)
+            try:
+                found = self._build(level, p, need, time.perf_counter(), cached_only=True)
+            except Exception:  # noqa: BLE001 - a kernel that cannot even be described is the compile's problem
+                found = None
+            if found is not None:
+                self._installed(level, table, key, found, shape)
+                return
 
         def task():
             t0 = time.perf_counter()
             try:
-                info = self.info(p.details["scores"], p.dtype)
-                made = tuple(compile_kernel(k, level, info) for k in self.kernels_ir(level, p))
-                if time.perf_counter() - t0 > BUDGET_S[level]:
-                    raise TimeoutError(f"compile took {time.perf_counter() - t0:.2f}s, budget {BUDGET_S[level]}s")
-                table[key] = made
-                self.tier_history.append({"time": time.time(), "level": level, "shape": list(p.details["scores"])})
-                events.emit({"type": "tier", "code": self.code.name, "offset": self.ins.offset, "op": self.name,
-                             "level": level, "shape": list(p.details["scores"])})
+                made = self._build(level, p, need, t0)
+                reasons.check_budget(level, time.perf_counter() - t0, BUDGET_S[level])
+                self._installed(level, table, key, made, shape)
             except Exception as e:  # noqa: BLE001 - any failure falls back to L1, counted and logged
                 table[key] = "failed"
+                why = self.why[(level, key)] = reasons.failure(e, level).then(need.text)
                 kernel_cache().stats["failures"] += 1
+                kernel_cache().note_key("", self.info(shape, dtype, level=level, **why.fields()), "failed")
                 events.emit({"type": "error", "what": "compile", "op": self.name, "level": level, "why": str(e),
-                             "code": self.code.name, "offset": self.ins.offset})
-                log.logger.info("JIT L%d compile of %s failed, staying in L1: %s", level, self.name, e)
+                             "code": self.code.name, "offset": self.ins.offset, **why.fields()})
+                log.logger.info("JIT L%d compile of %s failed, staying in L1: %s", level, self.name, why.text)
         if sync:
             task()
         else:
             worker().submit(task)
 
-    def go(self, kernels, p, inputs):
-        epi_c, row_c = kernels
-        d, det = p.dtype, p.details
-        ck = (p.key, epi_c.key)          # the epilogue's caller: its dims and strides are this shape's
-        epi = self.callers.get(ck)
-        if epi is None:
+    def _installed(self, level, table, key, made, shape):
+        table[key] = made
+        self.tier_history.append({"time": time.time(), "level": level, "shape": list(shape)})
+        events.emit({"type": "tier", "code": self.code.name, "offset": self.ins.offset, "op": self.name,
+                     "level": level, "shape": list(shape)})
+
+    def _caller(self, p, j, c):
+        ck = (p.key, j, c.key)           # (a stage's caller: its dims and strides are this shape's)
+        f = self.callers.get(ck)
+        if f is None:
             if len(self.callers) > 64:
                 self.callers.clear()
-            epi = self.callers[ck] = elementwise_caller(epi_c, det["epi"].details, None, lambda j, a: data_pointer(a))
+            f = self.callers[ck] = elementwise_caller(c, p.details["epis"][j].details, None,
+                                                      lambda _j, a: data_pointer(a))
+        return f
+
+    def go(self, kernels: Kernels, p, inputs):
+        d, det = p.dtype, p.details
         q, k, v = inputs[0], inputs[1], inputs[-1]
+        extras = inputs[2:-1]
+        pre, stages = self.split
+        pre_vals = attention_plan.values(pre, extras, d) if pre else ()
         bkey = (det["scores"], d)
         bufs = self.buffers.pop(bkey, None)
         if bufs is None:
@@ -147,8 +229,21 @@ class AttentionSite(Site):
             bufs = [np.empty(det["scores"], d), np.empty(det["scores"], d)]
         scores, probs = bufs
         np.matmul(q, np.swapaxes(k, -1, -2), out=scores)
-        epi([scores] + list(inputs[2:-1]), scores)
-        row_c.fn(0, det["rows"], det["n"], data_pointer(probs), data_pointer(scores), None, None)
+        for j, (st, c) in enumerate(zip(stages, kernels.stages)):
+            if st[0] == "ew":
+                ops = [attention_plan.operand(r, extras, pre_vals) for r in st[2]]
+                if det["expand"][j]:
+                    ops = [np.ascontiguousarray(np.broadcast_to(x, det["scores"])) if type(x) is _ND and x.ndim
+                           else x for x in ops]
+                else:
+                    ops = [np.ascontiguousarray(x) if type(x) is _ND and x.ndim and not x.flags.c_contiguous else x
+                           for x in ops]
+                self._caller(p, j, c)([scores] + ops, scores)
+            else:
+                cond = np.asarray(attention_plan.operand(st[1], extras, pre_vals), dtype=bool)
+                other = attention_plan.operand(st[2], extras, pre_vals)
+                np.copyto(scores, other, where=~cond if st[3] else cond)
+        kernels.row.fn(0, det["rows"], det["n"], data_pointer(probs), data_pointer(scores), None, None)
         layout = det["layout"]
         if layout:
             res = np.empty(p.out_shape, d)

@@ -197,32 +197,12 @@ PLANNERS = {op: {"elementwise": plan_elementwise, "matmul": plan_matmul, "row": 
             for op, kind in KINDS.items()}
 
 
-# (issue 18) FUSED_ATTENTION: q @ k^T, the scores' program (scale, mask), the softmax, @ v; its Site
-# (two kernels per tier) is compiler/attention_site.py's, which turns this plan into its kernels
-def plan_attention(site, inputs):
-    program, layout = site.args[0], site.args[1]
-    q, k, v, extras = inputs[0], inputs[1], inputs[-1], list(inputs[2:-1])
-    for x in (q, k, v):
-        if type(x) is not np.ndarray or x.ndim < 3:
-            raise Unsupported("attention on tensors of rank < 3")
-    d = float_dtype([q, k, v] + [x for x in extras if type(x) is np.ndarray and x.ndim > 0])
-    if not (q.shape[:-2] == k.shape[:-2] == v.shape[:-2]):
-        raise Unsupported("attention batch dims that broadcast")
-    if min(q.shape + k.shape + v.shape) == 0:
-        raise Unsupported("empty attention inputs")
-    scores = q.shape[:-1] + (k.shape[-2],)
-    epi = plan_elementwise(site, [_Shape(scores, d)] + extras, program, scores)
-    ctx = q.shape[:-1] + (v.shape[-1],)
-    out_shape = tuple(ctx[p] for p in layout) if layout else ctx
-    rows, n = int(np.prod(scores[:-1])), scores[-1]
-    cls = ("attn", str(d), epi.cls, tuple(layout))
-    key = (cls, tuple(x.shape if type(x) is np.ndarray else None for x in inputs))
-    return Plan(cls, key, out_shape, d, {"epi": epi, "scores": scores, "ctx": ctx, "rows": rows, "n": n,
-                                         "layout": tuple(layout)})
-
+# (issue 18) FUSED_ATTENTION: q @ k^T, the score program (scale, masks, WHERE), the softmax, @ v; its
+# planner is compiler/attention_plan.py's, its Site (a Kernels per tier) compiler/attention_site.py's
+from . import attention_plan  # noqa: E402  (it reads Plan, _Shape and plan_elementwise from here)
 
 KINDS["FUSED_ATTENTION"] = "attention"
-PLANNERS["FUSED_ATTENTION"] = plan_attention
+PLANNERS["FUSED_ATTENTION"] = attention_plan.plan
 # ---------------------------------------------------------------- issue 18: convolutions and max pools (conv.py)
 from . import conv  # noqa: E402  (it reads Plan, _Shape and plan_elementwise from here when it plans)
 

@@ -192,7 +192,7 @@ class AttentionSite(Site):
                 kernel_cache().stats["failures"] += 1
                 kernel_cache().note_key("", self.info(shape, dtype, level=level, **why.fields()), "failed")
                 events.emit({"type": "error", "what": "compile", "op": self.name, "level": level, "why": str(e),
-                             "code": self.code.name, "offset": self.ins.offset, **why.fields()})
+                             "code": self.code.name, "code_id": self.code.uid, "offset": self.ins.offset, **why.fields()})
                 log.logger.info("JIT L%d compile of %s failed, staying in L1: %s", level, self.name, why.text)
         if sync:
             task()
@@ -202,8 +202,8 @@ class AttentionSite(Site):
     def _installed(self, level, table, key, made, shape):
         table[key] = made
         self.tier_history.append({"time": time.time(), "level": level, "shape": list(shape)})
-        events.emit({"type": "tier", "code": self.code.name, "offset": self.ins.offset, "op": self.name,
-                     "level": level, "shape": list(shape)})
+        events.emit({"type": "tier", "code": self.code.name, "code_id": self.code.uid, "offset": self.ins.offset,
+                     "op": self.name, "level": level, "shape": list(shape)})
 
     def _caller(self, p, j, c):
         ck = (p.key, j, c.key)           # (a stage's caller: its dims and strides are this shape's)

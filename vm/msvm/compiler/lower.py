@@ -272,8 +272,21 @@ BINARY = {
     "BROADCAST_DIV": lambda v, a, b: v.bin("fdiv", a, b),
     "BROADCAST_MAX": lambda v, a, b: v.maximum(a, b),
     "BROADCAST_MIN": lambda v, a, b: v.minimum(a, b),
-    "BROADCAST_POW": lambda v, a, b: v.call("pow", a, b),
+    "BROADCAST_POW": lambda v, a, b: _pow(v, a, b),
 }
+
+
+def _scalar(x):         # (issue 18: a scalar argument's value, marked for BROADCAST_POW: lower_pow.Scalar)
+    from .lower_pow import Scalar
+
+    return Scalar(x)
+
+
+def _pow(v, a, b):      # (issue 18: multiplies for constant exponents, a vector pow: compiler/lower_pow.py)
+    from .lower_pow import lower_pow
+
+    return lower_pow(v, a, b)
+
 
 
 def emit_program(v: Vals, program: tuple, inputs: list) -> str:
@@ -290,7 +303,9 @@ def emit_program(v: Vals, program: tuple, inputs: list) -> str:
             return BINARY[tag](v, args[0], args[1])
         raise Unsupported(f"{tag} has no lowering for {v.t}")
 
-    return evaluate(program, inputs.__getitem__, lambda c: v.const(float(c)), op)
+    from .lower_pow import Const  # (constants carry their value: BROADCAST_POW's exponent)
+
+    return evaluate(program, inputs.__getitem__, lambda c: Const(v.const(float(c)), float(c)), op)
 
 
 def vec_width(features: str, t: str) -> int:
@@ -378,7 +393,7 @@ def lower_elementwise(k: Elementwise, name: str, features: str) -> str:
             loaded[i] = b.op(f"load {vt}, {vt}* {pv}, align {4 if t == 'float' else 8}")
     for i in scalars:
         ins_ = b.op(f"insertelement {vt} undef, {t} {scal[i]}, i32 0")
-        loaded[i] = b.op(f"shufflevector {vt} {ins_}, {vt} undef, <{vw} x i32> zeroinitializer")
+        loaded[i] = _scalar(b.op(f"shufflevector {vt} {ins_}, {vt} undef, <{vw} x i32> zeroinitializer"))
     r = emit_program(v, k.program, [loaded.get(i) for i in range(len(k.kinds))])
     intrinsics |= v.intrinsics
     po = b.op(f"getelementptr {t}, {t}* %out, i64 {b.op(f'add i64 {rowo}, %j')}")
@@ -422,7 +437,7 @@ def _scalar_tail(b, k, t, tensors, scalars, base, scal, rowo, n2, intrinsics):
         p = b.op(f"getelementptr {t}, {t}* %in{i}, i64 {off}")
         loaded[i] = b.op(f"load {t}, {t}* {p}")
     for i in scalars:
-        loaded[i] = scal[i]
+        loaded[i] = _scalar(scal[i])
     r = emit_program(sv, k.program, [loaded.get(i) for i in range(len(k.kinds))])
     intrinsics |= sv.intrinsics      # (a set shared with the caller)
     po = b.op(f"getelementptr {t}, {t}* %out, i64 {b.op(f'add i64 {rowo}, %js')}")

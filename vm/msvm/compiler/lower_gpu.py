@@ -23,6 +23,7 @@ import threading
 
 from .kir import Elementwise, MatmulEpilogue, RowKernel
 from .lower import TYPES, Builder, Unsupported, Vals, elementwise_entry, emit_program, lower_row
+from .lower_pow import Scalar
 
 TRIPLE = "nvptx64-nvidia-cuda"
 ARCHS = ("sm_80", "sm_90")
@@ -91,7 +92,7 @@ def lower_elementwise_gpu(k: Elementwise, name: str) -> str:
             off = b.op(f"add i64 {off}, {i2}")
         loaded[i] = b.op(f"load {t}, {t}* {b.op(f'getelementptr {t}, {t}* %in{i}, i64 {off}')}")
     for i in scalars:
-        loaded[i] = scal[i]
+        loaded[i] = Scalar(scal[i])       # (marked for BROADCAST_POW: lower_pow.Scalar)
     res = emit_program(v, k.program, [loaded.get(i) for i in range(len(k.kinds))])
     b.raw(f"  store {t} {res}, {t}* {b.op(f'getelementptr {t}, {t}* %out, i64 %i')}")
     b.raw(f"  %inext = add i64 %i, {stride}")

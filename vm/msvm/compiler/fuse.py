@@ -24,13 +24,16 @@ from ..bytecode.opcodes import BY_NAME, COSTLY, FUSABLE, LEAVES, MATMULS
 from ..bytecode.verify import verify
 from .attention import fuse_attention
 from .inline import inline_leaf_calls
+from .norm import fuse_add_norm
 
 FLOAT_DTYPES = (dt.float16, dt.float32, dt.float64)
 
 
-def fuse(code: Code) -> Code:
-    """A new, verified Code with fused instructions (callees fused too). ``code`` is unchanged."""
-    callees = [(path, fuse(sub)) for path, sub in code.callees]
+def fuse(code: Code, cpu: bool = True) -> Code:
+    """A new, verified Code with fused instructions (callees fused too). ``code`` is unchanged.
+    ``cpu``: the Code runs on the CPU (FUSED_ADD_LAYER_NORM has CPU kernels only; on a GPU the
+    layer norm keeps its own GPU row kernel)."""
+    callees = [(path, fuse(sub, cpu)) for path, sub in code.callees]
     instrs = [Instr(i.op, i.args, i.loc, i.parts) for i in code.instrs]
     new = Code(code.name, code.filename, code.firstlineno, instrs, list(code.consts), list(code.names),
                list(code.varnames), list(code.params), dict(code.attr_types), callees, may_be_one=code.may_be_one)
@@ -38,6 +41,8 @@ def fuse(code: Code) -> Code:
     targets = _targets_as_indexes(new)
     inline_leaf_calls(new, targets, _const, _replace_target, code.callees)   # (issue 18: conv, bn, relu in one Code)
     _forward_stores(new, targets, code)
+    if cpu:
+        fuse_add_norm(new, targets, _is_target, _replace_target)     # (issue 18: compiler/norm.py)
     _fuse_runs(new, targets, code)
     fuse_attention(new, targets, _const, _is_target)       # (issue 18: compiler/attention.py)
     _retarget(new, targets)

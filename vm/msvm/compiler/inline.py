@@ -46,7 +46,7 @@ def worth_inlining(sub) -> bool:
     ops = [i.op for i in sub.instrs[:-1] if i.op.name not in _MOVES]
     return bool(ops) and (any(o.name in ("CONV2D", "BATCH_NORM") for o in ops)
                           or all(o.compiled == "fused" for o in ops)
-                          or [o.name for o in ops] == ["SOFTMAX"])       # (issue 18: nn.Softmax, for attention)
+                          or [o.name for o in ops] in (["SOFTMAX"], ["LAYER_NORM"]))  # (issue 18: attention, norm.py)
 
 
 def is_leaf(sub) -> bool:

@@ -559,8 +559,9 @@ def lower_row(k: RowKernel, name: str, features: str, width: int | None = None) 
     b = Builder()
     sv, vv = Vals(b, t, 1), Vals(b, t, w)
     align = 4 if t == "float" else 8
+    res = f", {t}* noalias %y" if k.residual else ""      # (issue 18: FUSED_ADD_LAYER_NORM's second addend)
     b.raw(f"define void @{name}(i64 %start, i64 %end, i64 %n_arg, {t}* noalias %out, {t}* noalias %x, "
-          f"{t}* %g, {t}* %bb) nounwind {{")
+          f"{t}* %g, {t}* %bb{res}) nounwind {{")
     b.raw("entry:")
     nv = b.op(f"and i64 {n}, {-w}") if w > 1 else "0"      # the part of a row that fills whole vectors
     b.raw("  br label %rows")
@@ -642,7 +643,17 @@ def lower_row(k: RowKernel, name: str, features: str, width: int | None = None) 
             return a
         row_pass("sc", scale, 0.0, "fadd")
     elif k.op == "layer_norm":
-        s_ = row_pass("mean", lambda v, j, a: [v.bin("fadd", a[0], ld(v, xr, j))], 0.0, "fadd")
+        if k.residual:      # (issue 18) the first pass writes x + y into the output row; the others read it
+            yr = b.op(f"getelementptr {t}, {t}* %y, i64 {base}")
+
+            def add_store(v, j, a):
+                s_ = v.bin("fadd", ld(v, xr, j), ld(v, yr, j))
+                st(v, orow, j, s_)
+                return [v.bin("fadd", a[0], s_)]
+            s_ = row_pass("mean", add_store, 0.0, "fadd")
+            xr = orow
+        else:
+            s_ = row_pass("mean", lambda v, j, a: [v.bin("fadd", a[0], ld(v, xr, j))], 0.0, "fadd")
         mean = b.op(f"fdiv {t} {s_}, {nf}")
         vx[mean] = splat(mean)
 

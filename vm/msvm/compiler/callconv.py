@@ -248,7 +248,7 @@ def caller(site, compiled, plan):
             fn(*args)
             return out
         return go
-    rows, n, layer_norm = p["rows"], p["n"], site.op == "LAYER_NORM"
+    rows, n, layer_norm = p["rows"], p["n"], site.op in ("LAYER_NORM", "FUSED_RMS_NORM")   # (RMS: x, w)
     split = level >= 3 and rows * n >= PARALLEL_MIN and rows >= 2
     if getattr(k, "residual", False):       # (issue 18: FUSED_ADD_LAYER_NORM(a, b, gamma, beta); y = b last)
         def go(inputs, out):
@@ -268,7 +268,7 @@ def caller(site, compiled, plan):
         out = output(out)
         gp = bp = None
         if layer_norm:
-            g, b = inputs[1], inputs[2]
+            g, b = inputs[1], inputs[2] if len(inputs) > 2 else None
             gp = ptr(1, g) if g is not None else None
             bp = ptr(2, b) if b is not None else None
         op_, xp_ = data_pointer(out), ptr(0, inputs[0])

@@ -24,7 +24,7 @@ from ..bytecode.opcodes import BY_NAME, COSTLY, FUSABLE, LEAVES, MATMULS
 from ..bytecode.verify import verify
 from .attention import fuse_attention
 from .inline import inline_leaf_calls
-from .norm import fuse_add_norm
+from .norm import fuse_add_norm, fuse_rms_norm
 
 FLOAT_DTYPES = (dt.float16, dt.float32, dt.float64)
 
@@ -44,6 +44,8 @@ def fuse(code: Code, cpu: bool = True) -> Code:
     if cpu:
         fuse_add_norm(new, targets, _is_target, _replace_target)     # (issue 18: compiler/norm.py)
     _fuse_runs(new, targets, code)
+    if cpu:
+        fuse_rms_norm(new, targets, _is_target, _live_after)     # (issue 18: compiler/norm.py)
     fuse_attention(new, targets, _const, _is_target)       # (issue 18: compiler/attention.py)
     _retarget(new, targets)
     new.relayout()

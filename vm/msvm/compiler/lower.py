@@ -674,6 +674,17 @@ def lower_row(k: RowKernel, name: str, features: str, width: int | None = None) 
             st(v, orow, j, y)
             return a
         row_pass("wr", norm, 0.0, "fadd")
+    elif k.op == "rms_norm":       # (issue 18: FUSED_RMS_NORM, compiler/norm.py) mean of prologue(x) per row,
+        prologue, scale, program = k.programs      # r = scale(mean), out = program(x, r, w)
+        s_ = row_pass("ms", lambda v, j, a: [v.bin("fadd", a[0], emit_program(v, prologue, [ld(v, xr, j)]))],
+                      0.0, "fadd")
+        r = emit_program(sv, scale, [b.op(f"fdiv {t} {s_}, {nf}")])
+        vx[r] = splat(r)
+
+        def scaled(v, j, a):
+            st(v, orow, j, emit_program(v, program, [ld(v, xr, j), bc(v, r), ld(v, "%g", j)]))
+            return a
+        row_pass("wr", scaled, 0.0, "fadd")
     else:
         raise Unsupported(f"row kernel {k.op}")
     b.raw("  br label %rowdone")

@@ -109,6 +109,8 @@ def lower_row_gpu(k: RowKernel, name: str) -> str:
     t = TYPES.get(k.dtype)
     if t is None:
         raise Unsupported(f"GPU row kernels in {k.dtype}")
+    if k.residual or k.op == "rms_norm":        # (issue 18: FUSED_ADD_LAYER_NORM, FUSED_RMS_NORM: CPU kernels only)
+        raise Unsupported(f"{k.op} of FUSED_ADD_LAYER_NORM / FUSED_RMS_NORM on the GPU")
     row_ir = lower_row(k, f"{name}_rows", "", width=1)
     if "@llvm.log" in row_ir or "@llvm.exp.f64" in row_ir or "@llvm.pow" in row_ir:
         raise Unsupported(f"{k.op} in {k.dtype} on the GPU (needs libdevice)")

@@ -1105,6 +1105,14 @@ def fused_add_layer_norm(a, b, gamma, beta, begin_norm_axis, begin_params_axis, 
 KERNELS["FUSED_ADD_LAYER_NORM"] = fused_add_layer_norm
 
 
+def fused_rms_norm(x, w, prologue, scale, program, out=None):     # (issue 18: each part in order)
+    m = KERNELS["REDUCE_MEAN"](run_program(prologue, [x]), (-1,), True)
+    return run_program(program, [x, run_program(scale, [m]), w])
+
+
+KERNELS["FUSED_RMS_NORM"] = fused_rms_norm
+
+
 COMPUTE = frozenset(r.name for r in TABLE if r.kind not in ("control", "memory") or r.name == "FILL")
 _missing = COMPUTE - set(KERNELS)
 assert not _missing, f"ops without a reference kernel: {sorted(_missing)}"

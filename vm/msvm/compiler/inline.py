@@ -80,8 +80,8 @@ def inline_leaf_calls(code, targets, const, replace_target, source_callees=None)
             out.append(ins)
             continue
         (path, sub), n = code.decode_args(ins)
-        if source_callees is not None:
-            path, sub = source_callees[ins.args[0]]
+        if source_callees is not None and ins.args[0] < len(source_callees):   # (epilogue.py's merged
+            path, sub = source_callees[ins.args[0]]                             # callees come after)
         if not is_leaf(sub) or n != len(sub.params):
             out.append(ins)
             continue

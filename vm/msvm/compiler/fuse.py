@@ -176,7 +176,7 @@ def _try_fuse_at(code: Code, start: int, targets):
         if conv[3]:
             parts.append(("BIAS", conv[3][2].loc))
         parts.append(("BATCH_NORM", conv[2].loc))
-        best = (pos, [("in", 0)], [], list(parts), below)
+        best = (pos, [("in", 0)], [], list(parts), below, None)
     k = pos
     below_inputs = ["mm"] if matmul else []
     ext = _PastReshape(code, targets) if matmul and conv is None else None

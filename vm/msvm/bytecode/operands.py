@@ -202,4 +202,4 @@ def _short(v) -> str:
     return r if len(r) <= 60 else r[:57] + "..."
 
 # (issue 18) FUSED_RMS_NORM's other two programs
-CONST_OPERANDS["prologue"] = CONST_OPERANDS["scale"] = CONST_OPERANDS["program"]
+CONST_OPERANDS["FUSED_RMS_NORM.prologue"] = CONST_OPERANDS["FUSED_RMS_NORM.scale"] = CONST_OPERANDS["program"]

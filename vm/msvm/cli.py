@@ -246,7 +246,7 @@ def emit_kernels(code, what: str, arch: str = "sm_90", flags=()) -> str:
     fl = flag_params(code)
     if fl:
         code = specialize(code, {n: values.get(n, True) for _, n in fl})
-    run = fuse(code)
+    run = fuse(code, cpu=what != "ptx")       # (the Code a GPU runs keeps its own rows: compiler/norm.py)
     out, seen = [], set()
     for k in kernels_of(run):
         ident = (k.code, k.offset, k.kernel.text() if k.kernel is not None else k.why)

@@ -176,7 +176,7 @@ def _fuse(code):
     from .compiler.fuse import fuse
 
     t0 = time.perf_counter()
-    fused = fuse(code)
+    fused = fuse(code, cpu=device.current() is device.CPU)
     fused.fusion_s = time.perf_counter() - t0
     for c in fused.all_codes():            # each Code's share, for the Step4 figure of its kernels
         c.fusion_s = fused.fusion_s

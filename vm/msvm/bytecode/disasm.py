@@ -64,7 +64,7 @@ def argrepr(code: Code, ins: Instr) -> str:
             parts.append(str(raw))
         elif kind == "name":
             parts.append(str(val))
-        elif oname == "program":
+        elif oname in ("program", "prologue", "scale"):      # (issue 18: FUSED_RMS_NORM has three)
             parts.append(program_repr(val))
         elif oname == "batched":
             continue

@@ -24,6 +24,8 @@ from typing import Callable
 from . import shapes as S
 from . import shapes_more as SM
 from .shapes_attention import fused_attention as _fused_attention_rule
+from .shapes_norm import fused_add_layer_norm as _fused_add_layer_norm_rule
+from .shapes_norm import fused_rms_norm as _fused_rms_norm_rule
 
 ABI_VERSION = 1
 
@@ -408,6 +410,14 @@ _op("FUSED_CONV", 0x62, ["stride:const", "pad:const", "dilation:const", "group:c
 _op("FUSED_ATTENTION", 0x6A, ["program:const", "layout:const", "n:count"], "n", 1, _fused_attention_rule, "fused",
     "pop n inputs (q, k, extras, v); push softmax(program(q @ k^T, extras...)) @ v over the last axis (the "
     "program scales and masks the scores), transposed by layout when it is a permutation (else ())", compiled="kernel")
+
+# --- issue 18: the residual add and the layer norm after it as one row kernel (compiler/norm.py makes it) --
+_op("FUSED_ADD_LAYER_NORM", 0x6C, ["begin_norm_axis:const", "begin_params_axis:const", "epsilon:const"], 4, 1,
+    _fused_add_layer_norm_rule, "fused", "pop beta, gamma, b, a; push LAYER_NORM(a + b, gamma, beta) (one pass "
+    "writes a + b into the output row, the others normalize it there)", compiled="kernel")
+_op("FUSED_RMS_NORM", 0x6D, ["prologue:const", "scale:const", "program:const"], 2, 1, _fused_rms_norm_rule, "fused",
+    "pop w, x; push program(x, r, w) where r = scale(mean(prologue(x)) over the last axis, kept): RMSNorm's "
+    "x * rsqrt(mean(x^2) + eps) * w as one row kernel", compiled="kernel")
 
 
 # ---------------------------------------------------------------- derived views

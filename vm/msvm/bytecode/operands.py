@@ -200,3 +200,6 @@ def const_problem(opname: str, oname: str, v) -> str | None:
 def _short(v) -> str:
     r = repr(v)
     return r if len(r) <= 60 else r[:57] + "..."
+
+# (issue 18) FUSED_RMS_NORM's other two programs
+CONST_OPERANDS["FUSED_RMS_NORM.prologue"] = CONST_OPERANDS["FUSED_RMS_NORM.scale"] = CONST_OPERANDS["program"]

@@ -62,7 +62,7 @@ def _compiler_fingerprint() -> str:
     code, so a changed lowering never loads objects an older one wrote (no version to forget)."""
     h = hashlib.sha256()
     here = os.path.dirname(os.path.abspath(__file__))
-    for name in ("lower.py", "lower_gpu.py", "codegen.py", "kir.py"):
+    for name in ("lower.py", "lower_gpu.py", "codegen.py", "kir.py", "lower_pow.py"):
         try:
             with open(os.path.join(here, name), "rb") as f:
                 h.update(f.read())

@@ -6,6 +6,7 @@ A compiled kernel is a C function returning void. Its arguments, by kind (T: flo
                    head on the CPU: i64 start, i64 end (the rows [start, end) of dim 0, so a
                    caller may split them over threads); on the GPU: i64 total (elements)
     row          i64 start, i64 end, i64 n, T* out, T* x, T* gamma, T* beta    (softmax, layer norm)
+                 [, T* y]    (issue 18: FUSED_ADD_LAYER_NORM, the norm of x + y)
     matmul       gemm*, T* A, T* B, T* C, operands                              (gemm: the BLAS function)
     gemm         i64 m, i64 k, i64 n, T* A, i64 lda, T* Bp, T* C, i64 ldc       (compiler/gemm.py: B packed)
     depthwise    i64 start, i64 end, i64 C, H, W, Ho, Wo, pt, pl, lo, hi, T* out, T* x, T* w, T* bias,
@@ -71,7 +72,9 @@ def signature(kernel, gpu: bool = False) -> tuple:
     kinds = kernel.epilogue.kinds if kernel.kind == "matmul" and kernel.epilogue is not None else \
         getattr(kernel, "kinds", ())
     operand = CONV_OPERAND if kernel.kind == "depthwise" else OPERAND
-    return (GPU_HEAD if gpu else HEAD)[kernel.kind] + tuple(t for i in operand_order(kernel) for t in operand[kinds[i]])
+    residual = ("ptr",) if getattr(kernel, "residual", False) else ()     # (issue 18: FUSED_ADD_LAYER_NORM's y)
+    return (GPU_HEAD if gpu else HEAD)[kernel.kind] + tuple(t for i in operand_order(kernel) for t in operand[kinds[i]]) \
+        + residual
 
 
 def llvm_operands(kinds, t: str, noalias: str = "") -> list:
@@ -245,14 +248,27 @@ def caller(site, compiled, plan):
             fn(*args)
             return out
         return go
-    rows, n, layer_norm = p["rows"], p["n"], site.op == "LAYER_NORM"
+    rows, n, layer_norm = p["rows"], p["n"], site.op in ("LAYER_NORM", "FUSED_RMS_NORM")   # (RMS: x, w)
     split = level >= 3 and rows * n >= PARALLEL_MIN and rows >= 2
+    if getattr(k, "residual", False):       # (issue 18: FUSED_ADD_LAYER_NORM(a, b, gamma, beta); y = b last)
+        def go(inputs, out):
+            out = output(out)
+            g, b = inputs[2], inputs[3]
+            gp = ptr(2, g) if g is not None else None
+            bp = ptr(3, b) if b is not None else None
+            op_, xp_, yp_ = data_pointer(out), ptr(0, inputs[0]), ptr(1, inputs[1])
+            if split:
+                _parallel(lambda s, e: fn(s, e, n, op_, xp_, gp, bp, yp_), rows)
+            else:
+                fn(0, rows, n, op_, xp_, gp, bp, yp_)
+            return out
+        return go
 
     def go(inputs, out):
         out = output(out)
         gp = bp = None
         if layer_norm:
-            g, b = inputs[1], inputs[2]
+            g, b = inputs[1], inputs[2] if len(inputs) > 2 else None
             gp = ptr(1, g) if g is not None else None
             bp = ptr(2, b) if b is not None else None
         op_, xp_ = data_pointer(out), ptr(0, inputs[0])
@@ -326,9 +342,12 @@ def native_spec(site, compiled, plan) -> NativeSpec | None:
         if rows * n >= PARALLEL_MIN and rows >= 2:
             return None
         pattern, consts = ["c", "c", "c", o, 0], [0, rows, n]
-        for j, present in ((1, p["gamma"]), (2, p["beta"])):
+        res = getattr(k, "residual", False)          # (issue 18: FUSED_ADD_LAYER_NORM(a, b, gamma, beta))
+        for j, present in ((1 + res, p["gamma"]), (2 + res, p["beta"])):
             pattern.append(j if present else "c")
             consts += [] if present else [0]
+        if res:
+            pattern.append(1)
         return NativeSpec(tuple(pattern), consts, nargs, rows * n >= RELEASE_MIN, alloc)
     return None
 

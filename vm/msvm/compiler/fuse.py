@@ -23,22 +23,32 @@ from ..bytecode.code import Code, Instr
 from ..bytecode.opcodes import BY_NAME, COSTLY, FUSABLE, LEAVES, MATMULS
 from ..bytecode.verify import verify
 from .attention import fuse_attention
+from .epilogue import append_activations
 from .inline import inline_leaf_calls
+from .norm import fuse_add_norm, fuse_rms_norm
 
 FLOAT_DTYPES = (dt.float16, dt.float32, dt.float64)
 
 
-def fuse(code: Code) -> Code:
-    """A new, verified Code with fused instructions (callees fused too). ``code`` is unchanged."""
-    callees = [(path, fuse(sub)) for path, sub in code.callees]
+def fuse(code: Code, cpu: bool = True) -> Code:
+    """A new, verified Code with fused instructions (callees fused too). ``code`` is unchanged.
+    ``cpu``: the Code runs on the CPU (FUSED_ADD_LAYER_NORM has CPU kernels only; on a GPU the
+    layer norm keeps its own GPU row kernel)."""
+    callees = [(path, fuse(sub, cpu)) for path, sub in code.callees]
     instrs = [Instr(i.op, i.args, i.loc, i.parts) for i in code.instrs]
     new = Code(code.name, code.filename, code.firstlineno, instrs, list(code.consts), list(code.names),
                list(code.varnames), list(code.params), dict(code.attr_types), callees, may_be_one=code.may_be_one)
     new.hover = code.hover
     targets = _targets_as_indexes(new)
+    append_activations(new, code, targets, _const, _is_target, _replace_target, _live_after,   # (issue 18:
+                       lambda m: fuse(m, cpu))                                                   # epilogue.py)
     inline_leaf_calls(new, targets, _const, _replace_target, code.callees)   # (issue 18: conv, bn, relu in one Code)
     _forward_stores(new, targets, code)
+    if cpu:
+        fuse_add_norm(new, targets, _is_target, _replace_target)     # (issue 18: compiler/norm.py)
     _fuse_runs(new, targets, code)
+    if cpu:
+        fuse_rms_norm(new, targets, _is_target, _live_after)     # (issue 18: compiler/norm.py)
     fuse_attention(new, targets, _const, _is_target)       # (issue 18: compiler/attention.py)
     _retarget(new, targets)
     new.relayout()
@@ -166,9 +176,10 @@ def _try_fuse_at(code: Code, start: int, targets):
         if conv[3]:
             parts.append(("BIAS", conv[3][2].loc))
         parts.append(("BATCH_NORM", conv[2].loc))
-        best = (pos, [("in", 0)], [], list(parts), below)
+        best = (pos, [("in", 0)], [], list(parts), below, None)
     k = pos
     below_inputs = ["mm"] if matmul else []
+    ext = _PastReshape(code, targets) if matmul and conv is None else None
     while k < len(instrs):
         ins = instrs[k]
         if k > start and _is_target(code, targets, ins):
@@ -179,6 +190,15 @@ def _try_fuse_at(code: Code, start: int, targets):
             leaves[-1] = (leaves[-1] if isinstance(leaves[-1], list) else [leaves[-1]]) + [ins]   # (a bias [1,O,1,1])
             k += 1
             continue
+        if ext is not None:             # (issue 18: the epilogue past the product's reshape and local)
+            step = ext.step(ins, local, n_ops)
+            if step == "break":
+                break
+            if step == "took":
+                k += 1
+                if ext.valid(k, n_ops, local):
+                    best = (k, list(local[0]), list(leaves), list(parts), below, ext.reshape)
+                continue
         if name in LEAVES:
             if name == "LOAD_CONST":
                 v = code.consts[ins.args[0]]
@@ -209,11 +229,12 @@ def _try_fuse_at(code: Code, start: int, targets):
         else:
             break
         k += 1
-        if len(local) == 1 and (n_ops >= 2 or (matmul and n_ops >= 1) or (n_ops == 1 and parts[0][0] in COSTLY)):
-            best = (k, list(local[0]), list(leaves), list(parts), below)
+        if len(local) == 1 and (n_ops >= 2 or (matmul and n_ops >= 1) or (n_ops == 1 and parts[0][0] in COSTLY)) \
+                and (ext is None or ext.valid(k, n_ops, local)):
+            best = (k, list(local[0]), list(leaves), list(parts), below, ext.reshape if ext else None)
     if best is None:
         return start, None
-    end, prog, used_leaves, used_parts, n_below = best
+    end, prog, used_leaves, used_parts, n_below, reshape_after = best
     # inputs: values from below (deepest first), then the runtime leaves in load order
     n_leaves = len(used_leaves)
     mapping_below = {}
@@ -241,6 +262,9 @@ def _try_fuse_at(code: Code, start: int, targets):
                                                  _const(code, first.op.name == "BATCH_MATMUL"),
                                                  _const(code, program), 2 + n_leaves),
                       first.loc, tuple(used_parts))
+        if reshape_after is not None:      # (issue 18: the product's reshape, now of the fused result)
+            repl.append(fused)
+            fused = Instr(reshape_after.op, reshape_after.args, reshape_after.loc, reshape_after.parts)
     else:
         fused = Instr(BY_NAME["FUSED_ELEMENTWISE"], (_const(code, program), n_below + n_leaves),
                       used_parts[-1][1], tuple(used_parts))
@@ -307,3 +331,64 @@ def _conv_replacement(code: Code, first, conv, leaves, program, n_leaves, parts)
                                          _const(code, a[3]), _const(code, eps), _const(code, program), n),
                   first.loc, tuple(parts))
     return repl + [fused]
+
+
+# ---------------------------------------------------------------- issue 18: a matmul's epilogue past a reshape
+
+MAX_READS = 4          # LOAD v reads of the stored product an epilogue may take
+
+
+class _PastReshape:
+    """Lets a matmul's epilogue run continue past ``RESHAPE`` of the product and past ``STORE v``
+    of it with ``LOAD v`` reads after (GPT-2's Conv1D ends ``x.view(size_out)`` and its GELU reads
+    its input three times): the reshape moves after the fused instruction, which is exact because
+    only numeric constants and the product itself may follow it (elementwise ops of those commute
+    with any reshape); each ``LOAD v`` reads the product's fragment, and v must be dead once the run
+    ends (at most MAX_READS reads, of a fragment with no costly op: each read recomputes it). A run
+    that takes either is kept only where it fuses at least one op more past them."""
+
+    def __init__(self, code, targets):
+        self.code, self.targets = code, targets
+        self.reshape = None
+        self.alias = None            # (slot, the product's program fragment)
+        self.ops_before = None       # n_ops when the first of them was taken
+        self.live = None
+        self.reads = 0
+
+    def step(self, ins, local, n_ops: int) -> str:
+        """"took" (the instruction is part of the run), "break" or "" (fuse's own handling)."""
+        name = ins.op.name
+        first = self.reshape is None and self.alias is None
+        if name == "RESHAPE" and first and len(local) == 1:
+            self.reshape = ins
+        elif name == "STORE_TENSOR" and self.alias is None and len(local) == 1 and \
+                not any(node[0] in COSTLY for node in local[0]):       # (each read recomputes the fragment)
+            self.alias = (ins.args[0], local.pop())
+        elif name == "LOAD_TENSOR" and self.alias is not None and ins.args[0] == self.alias[0]:
+            self.reads += 1
+            if self.reads > MAX_READS:
+                return "break"
+            local.append(list(self.alias[1]))
+            return "took"
+        elif name in LEAVES and name != "LOAD_CONST" and self.reshape is not None:
+            return "break"             # (a tensor would broadcast against the reshaped product)
+        elif name in ("STORE_TENSOR", "RESHAPE") and not first:
+            return "break"
+        else:
+            return ""
+        if self.ops_before is None:
+            self.ops_before = n_ops
+        return "took"
+
+    def valid(self, end: int, n_ops: int, local) -> bool:
+        """Whether a run ending before instruction ``end`` may be kept."""
+        if self.ops_before is None:
+            return True
+        if n_ops <= self.ops_before or len(local) != 1:
+            return False
+        if self.alias is not None:
+            if self.live is None:
+                self.live = _live_after(self.code, self.targets)
+            if self.alias[0] in self.live[end - 1]:
+                return False
+        return True

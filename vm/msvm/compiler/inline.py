@@ -46,7 +46,7 @@ def worth_inlining(sub) -> bool:
     ops = [i.op for i in sub.instrs[:-1] if i.op.name not in _MOVES]
     return bool(ops) and (any(o.name in ("CONV2D", "BATCH_NORM") for o in ops)
                           or all(o.compiled == "fused" for o in ops)
-                          or [o.name for o in ops] == ["SOFTMAX"])       # (issue 18: nn.Softmax, for attention)
+                          or [o.name for o in ops] in (["SOFTMAX"], ["LAYER_NORM"]))  # (issue 18: attention, norm.py)
 
 
 def is_leaf(sub) -> bool:
@@ -80,8 +80,8 @@ def inline_leaf_calls(code, targets, const, replace_target, source_callees=None)
             out.append(ins)
             continue
         (path, sub), n = code.decode_args(ins)
-        if source_callees is not None:
-            path, sub = source_callees[ins.args[0]]
+        if source_callees is not None and ins.args[0] < len(source_callees):   # (epilogue.py's merged
+            path, sub = source_callees[ins.args[0]]                             # callees come after)
         if not is_leaf(sub) or n != len(sub.params):
             out.append(ins)
             continue

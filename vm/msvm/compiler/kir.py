@@ -77,12 +77,15 @@ class RowKernel:
     has_beta: bool = False
     eps: float = 0.0
     n: int | None = None    # row length: constant in L3, argument in L2
+    residual: bool = False  # (issue 18) layer norm of x + y: FUSED_ADD_LAYER_NORM, y the last parameter
+    programs: tuple = ()    # (issue 18) "rms_norm": (prologue, scale, program) of FUSED_RMS_NORM
 
     kind = "row"
 
     def text(self) -> str:
         return f"row op={self.op} dtype={self.dtype} gamma={self.has_gamma} beta={self.has_beta} " \
-               f"eps={self.eps!r} n={self.n}"
+               f"eps={self.eps!r} n={self.n}" + (" residual" if self.residual else "") \
+               + (f" programs={self.programs!r}" if self.programs else "")
 
     @property
     def name(self) -> str:

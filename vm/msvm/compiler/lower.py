@@ -272,8 +272,21 @@ BINARY = {
     "BROADCAST_DIV": lambda v, a, b: v.bin("fdiv", a, b),
     "BROADCAST_MAX": lambda v, a, b: v.maximum(a, b),
     "BROADCAST_MIN": lambda v, a, b: v.minimum(a, b),
-    "BROADCAST_POW": lambda v, a, b: v.call("pow", a, b),
+    "BROADCAST_POW": lambda v, a, b: _pow(v, a, b),
 }
+
+
+def _scalar(x):         # (issue 18: a scalar argument's value, marked for BROADCAST_POW: lower_pow.Scalar)
+    from .lower_pow import Scalar
+
+    return Scalar(x)
+
+
+def _pow(v, a, b):      # (issue 18: multiplies for constant exponents, a vector pow: compiler/lower_pow.py)
+    from .lower_pow import lower_pow
+
+    return lower_pow(v, a, b)
+
 
 
 def emit_program(v: Vals, program: tuple, inputs: list) -> str:
@@ -290,7 +303,9 @@ def emit_program(v: Vals, program: tuple, inputs: list) -> str:
             return BINARY[tag](v, args[0], args[1])
         raise Unsupported(f"{tag} has no lowering for {v.t}")
 
-    return evaluate(program, inputs.__getitem__, lambda c: v.const(float(c)), op)
+    from .lower_pow import Const  # (constants carry their value: BROADCAST_POW's exponent)
+
+    return evaluate(program, inputs.__getitem__, lambda c: Const(v.const(float(c)), float(c)), op)
 
 
 def vec_width(features: str, t: str) -> int:
@@ -378,7 +393,7 @@ def lower_elementwise(k: Elementwise, name: str, features: str) -> str:
             loaded[i] = b.op(f"load {vt}, {vt}* {pv}, align {4 if t == 'float' else 8}")
     for i in scalars:
         ins_ = b.op(f"insertelement {vt} undef, {t} {scal[i]}, i32 0")
-        loaded[i] = b.op(f"shufflevector {vt} {ins_}, {vt} undef, <{vw} x i32> zeroinitializer")
+        loaded[i] = _scalar(b.op(f"shufflevector {vt} {ins_}, {vt} undef, <{vw} x i32> zeroinitializer"))
     r = emit_program(v, k.program, [loaded.get(i) for i in range(len(k.kinds))])
     intrinsics |= v.intrinsics
     po = b.op(f"getelementptr {t}, {t}* %out, i64 {b.op(f'add i64 {rowo}, %j')}")
@@ -422,7 +437,7 @@ def _scalar_tail(b, k, t, tensors, scalars, base, scal, rowo, n2, intrinsics):
         p = b.op(f"getelementptr {t}, {t}* %in{i}, i64 {off}")
         loaded[i] = b.op(f"load {t}, {t}* {p}")
     for i in scalars:
-        loaded[i] = scal[i]
+        loaded[i] = _scalar(scal[i])
     r = emit_program(sv, k.program, [loaded.get(i) for i in range(len(k.kinds))])
     intrinsics |= sv.intrinsics      # (a set shared with the caller)
     po = b.op(f"getelementptr {t}, {t}* %out, i64 {b.op(f'add i64 {rowo}, %js')}")
@@ -544,8 +559,9 @@ def lower_row(k: RowKernel, name: str, features: str, width: int | None = None) 
     b = Builder()
     sv, vv = Vals(b, t, 1), Vals(b, t, w)
     align = 4 if t == "float" else 8
+    res = f", {t}* noalias %y" if k.residual else ""      # (issue 18: FUSED_ADD_LAYER_NORM's second addend)
     b.raw(f"define void @{name}(i64 %start, i64 %end, i64 %n_arg, {t}* noalias %out, {t}* noalias %x, "
-          f"{t}* %g, {t}* %bb) nounwind {{")
+          f"{t}* %g, {t}* %bb{res}) nounwind {{")
     b.raw("entry:")
     nv = b.op(f"and i64 {n}, {-w}") if w > 1 else "0"      # the part of a row that fills whole vectors
     b.raw("  br label %rows")
@@ -627,7 +643,17 @@ def lower_row(k: RowKernel, name: str, features: str, width: int | None = None) 
             return a
         row_pass("sc", scale, 0.0, "fadd")
     elif k.op == "layer_norm":
-        s_ = row_pass("mean", lambda v, j, a: [v.bin("fadd", a[0], ld(v, xr, j))], 0.0, "fadd")
+        if k.residual:      # (issue 18) the first pass writes x + y into the output row; the others read it
+            yr = b.op(f"getelementptr {t}, {t}* %y, i64 {base}")
+
+            def add_store(v, j, a):
+                s_ = v.bin("fadd", ld(v, xr, j), ld(v, yr, j))
+                st(v, orow, j, s_)
+                return [v.bin("fadd", a[0], s_)]
+            s_ = row_pass("mean", add_store, 0.0, "fadd")
+            xr = orow
+        else:
+            s_ = row_pass("mean", lambda v, j, a: [v.bin("fadd", a[0], ld(v, xr, j))], 0.0, "fadd")
         mean = b.op(f"fdiv {t} {s_}, {nf}")
         vx[mean] = splat(mean)
 
@@ -648,6 +674,17 @@ def lower_row(k: RowKernel, name: str, features: str, width: int | None = None) 
             st(v, orow, j, y)
             return a
         row_pass("wr", norm, 0.0, "fadd")
+    elif k.op == "rms_norm":       # (issue 18: FUSED_RMS_NORM, compiler/norm.py) mean of prologue(x) per row,
+        prologue, scale, program = k.programs      # r = scale(mean), out = program(x, r, w)
+        s_ = row_pass("ms", lambda v, j, a: [v.bin("fadd", a[0], emit_program(v, prologue, [ld(v, xr, j)]))],
+                      0.0, "fadd")
+        r = emit_program(sv, scale, [b.op(f"fdiv {t} {s_}, {nf}")])
+        vx[r] = splat(r)
+
+        def scaled(v, j, a):
+            st(v, orow, j, emit_program(v, program, [ld(v, xr, j), bc(v, r), ld(v, "%g", j)]))
+            return a
+        row_pass("wr", scaled, 0.0, "fadd")
     else:
         raise Unsupported(f"row kernel {k.op}")
     b.raw("  br label %rowdone")

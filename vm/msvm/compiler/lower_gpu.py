@@ -23,6 +23,7 @@ import threading
 
 from .kir import Elementwise, MatmulEpilogue, RowKernel
 from .lower import TYPES, Builder, Unsupported, Vals, elementwise_entry, emit_program, lower_row
+from .lower_pow import Scalar
 
 TRIPLE = "nvptx64-nvidia-cuda"
 ARCHS = ("sm_80", "sm_90")
@@ -91,7 +92,7 @@ def lower_elementwise_gpu(k: Elementwise, name: str) -> str:
             off = b.op(f"add i64 {off}, {i2}")
         loaded[i] = b.op(f"load {t}, {t}* {b.op(f'getelementptr {t}, {t}* %in{i}, i64 {off}')}")
     for i in scalars:
-        loaded[i] = scal[i]
+        loaded[i] = Scalar(scal[i])       # (marked for BROADCAST_POW: lower_pow.Scalar)
     res = emit_program(v, k.program, [loaded.get(i) for i in range(len(k.kinds))])
     b.raw(f"  store {t} {res}, {t}* {b.op(f'getelementptr {t}, {t}* %out, i64 %i')}")
     b.raw(f"  %inext = add i64 %i, {stride}")
@@ -108,6 +109,8 @@ def lower_row_gpu(k: RowKernel, name: str) -> str:
     t = TYPES.get(k.dtype)
     if t is None:
         raise Unsupported(f"GPU row kernels in {k.dtype}")
+    if k.residual or k.op == "rms_norm":        # (issue 18: FUSED_ADD_LAYER_NORM, FUSED_RMS_NORM: CPU kernels only)
+        raise Unsupported(f"{k.op} of FUSED_ADD_LAYER_NORM / FUSED_RMS_NORM on the GPU")
     row_ir = lower_row(k, f"{name}_rows", "", width=1)
     if "@llvm.log" in row_ir or "@llvm.exp.f64" in row_ir or "@llvm.pow" in row_ir:
         raise Unsupported(f"{k.op} in {k.dtype} on the GPU (needs libdevice)")

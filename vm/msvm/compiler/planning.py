@@ -172,7 +172,9 @@ def kernel_ir(site, level: int, plan: Plan):
         block = 64 if b_bytes <= B_IN_CACHE else max(1, p["m"])
         return MatmulEpilogue(bool(site.args[0]), p["tb"], epi, dtype, p["m"], p["k"], p["n"],
                               p["batch"], block=block, int_bits=blas()[0], packed=p["packed"])
-    return RowKernel(p["op"], dtype, p["gamma"], p["beta"], p["eps"], p["n"] if level == 3 else None)
+    return RowKernel(p["op"], dtype, p["gamma"], p["beta"], p["eps"], p["n"] if level == 3 else None,
+                     residual=p.get("residual", False),       # (issue 18: FUSED_ADD_LAYER_NORM, compiler/norm.py)
+                     programs=p.get("programs", ()))          # (issue 18: FUSED_RMS_NORM, compiler/norm.py)
 
 
 class _Shape:
@@ -208,3 +210,24 @@ from . import conv  # noqa: E402  (it reads Plan, _Shape and plan_elementwise fr
 
 KINDS.update(dict.fromkeys(conv.OPS, "conv"))
 PLANNERS.update(dict.fromkeys(conv.OPS, conv.plan))
+
+
+# (issue 18) FUSED_ADD_LAYER_NORM: the layer norm's row kernel, reading the residual beside x (compiler/norm.py)
+def _plan_add_norm(site, inputs):
+    from .norm import plan_add_norm
+
+    return plan_add_norm(site, inputs)
+
+
+KINDS["FUSED_ADD_LAYER_NORM"] = "row"
+PLANNERS["FUSED_ADD_LAYER_NORM"] = _plan_add_norm
+
+
+def _plan_rms_norm(site, inputs):       # (issue 18) FUSED_RMS_NORM: a row kernel of its three programs
+    from .norm import plan_rms_norm
+
+    return plan_rms_norm(site, inputs)
+
+
+KINDS["FUSED_RMS_NORM"] = "row"
+PLANNERS["FUSED_RMS_NORM"] = _plan_rms_norm

@@ -1095,6 +1095,24 @@ def fused_attention(*args, out=None):
 KERNELS["FUSED_ATTENTION"] = fused_attention
 
 
+# ---------------------------------------------------------------- issue 18: FUSED_ADD_LAYER_NORM's reference
+# (compiler/norm.py fuses a residual add into the layer norm that reads it; each part's own kernel, in order)
+
+def fused_add_layer_norm(a, b, gamma, beta, begin_norm_axis, begin_params_axis, eps, out=None):
+    return layer_norm(KERNELS["BROADCAST_ADD"](a, b), gamma, beta, begin_norm_axis, begin_params_axis, eps)
+
+
+KERNELS["FUSED_ADD_LAYER_NORM"] = fused_add_layer_norm
+
+
+def fused_rms_norm(x, w, prologue, scale, program, out=None):     # (issue 18: each part in order)
+    m = KERNELS["REDUCE_MEAN"](run_program(prologue, [x]), (-1,), True)
+    return run_program(program, [x, run_program(scale, [m]), w])
+
+
+KERNELS["FUSED_RMS_NORM"] = fused_rms_norm
+
+
 COMPUTE = frozenset(r.name for r in TABLE if r.kind not in ("control", "memory") or r.name == "FILL")
 _missing = COMPUTE - set(KERNELS)
 assert not _missing, f"ops without a reference kernel: {sorted(_missing)}"

@@ -234,6 +234,28 @@ def test_cache_key_changes_with_what_matters():
         assert make_key(e.text(), 2, "cpu", "llvm-22", "x86_64|znver3|+avx2") != base
 
 
+def test_every_module_that_writes_llvm_ir_is_in_the_compiler_fingerprint():
+    """A kernel whose text is a descriptor (the GEMMs', the convolutions') is lowered by its module's
+    code: an edit there must change every key, or the disk would hand back an older object (one with
+    another signature). So each compiler module that writes IR from a kernel is fingerprinted."""
+    import os
+    import re
+
+    from msvm.compiler import cache
+
+    here = os.path.dirname(cache.__file__)
+    writes_ir = re.compile(r"getelementptr|\bfmul\b|\bfadd\b|define (void|float|double|i\d+) @")
+    keyed_on_ir = {"entry.py", "build.py"}     # (native entries key on their IR text; the warm-up is not cached)
+    found = set()
+    for name in os.listdir(here):
+        if name.endswith(".py") and name not in keyed_on_ir:
+            with open(os.path.join(here, name)) as f:
+                if writes_ir.search(f.read()):
+                    found.add(name)
+    assert {"lower.py", "gemm.py", "lower_conv.py"} <= found      # (the probe sees the known writers)
+    assert found <= set(cache.LOWERING_SOURCES), sorted(found - set(cache.LOWERING_SOURCES))
+
+
 def _compile_one(tmp_path):
     cache = tiers.reset_cache(str(tmp_path))
     e = Elementwise((("in", 0), ("c", 2.0), ("BROADCAST_MUL",), ("RELU",)), ("t",), ((True, True, False),),

@@ -57,12 +57,18 @@ _CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC
 _SAFE_OS = bool(_NOFOLLOW) and os.open in os.supports_dir_fd and os.listdir in os.supports_fd
 
 
+# every module that writes LLVM IR from a kernel's text (the elementwise and row lowering, pow, the
+# GPU's, the convolutions' and the GEMMs': their kernel texts are descriptors, not the IR itself);
+# entry.py's native entries are keyed on their IR text and build.py's warm-up is never cached
+LOWERING_SOURCES = ("lower.py", "lower_gpu.py", "codegen.py", "kir.py", "lower_pow.py", "lower_conv.py", "gemm.py")
+
+
 def _compiler_fingerprint() -> str:
     """The code generator's own version: a hash of the sources that turn kernel IR into machine
     code, so a changed lowering never loads objects an older one wrote (no version to forget)."""
     h = hashlib.sha256()
     here = os.path.dirname(os.path.abspath(__file__))
-    for name in ("lower.py", "lower_gpu.py", "codegen.py", "kir.py", "lower_pow.py"):
+    for name in LOWERING_SOURCES:
         try:
             with open(os.path.join(here, name), "rb") as f:
                 h.update(f.read())

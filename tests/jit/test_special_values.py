@@ -119,6 +119,24 @@ def test_approximations_keep_relative_accuracy_near_zero(op, dtype, tier):
 
 
 @pytest.mark.parametrize("tier", TIERS)
+def test_float32_exp_through_its_underflow(tier):
+    """exp over the band where float32 results go subnormal, then 0 (-87.34 .. -103.97), and far below
+    it (a softmax row under a -1e4 or -inf mask): numpy's answers to 2 ulp, exactly 0 below the band
+    (those lanes compute on 0 and are zeroed, never through an underflowing product), NaN kept."""
+    x = np.linspace(-106, -86, 4099, dtype=np.float32)
+    lo = np.float32(-104.0)
+    x = np.concatenate([x, [lo, np.nextafter(lo, np.float32(0)), np.nextafter(lo, np.float32(-1e9)), -1e4,
+                            np.float32(np.finfo(np.float32).min), -np.inf, np.nan, -103.97, -103.98]]).astype(np.float32)
+    x = np.stack([x, x[::-1]])
+    got = run_fused([("in", 0), ("EXP",)], [x], tier, np.float32)
+    want = np.exp(x)
+    assert np.all(got[x < -104] == 0) and np.all(np.isnan(got[np.isnan(x)]))
+    ok = np.isfinite(x)
+    ulps = np.abs(got[ok].view(np.int32).astype(np.int64) - want[ok].view(np.int32).astype(np.int64))
+    assert ulps.max() <= 2, x[ok][ulps.argmax()]
+
+
+@pytest.mark.parametrize("tier", TIERS)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("op", sorted(NUMPY_BINARY))
 def test_binary_ops_on_every_pair_of_edge_values(op, dtype, tier):

@@ -251,7 +251,9 @@ def test_taps_kernel_against_float64_numpy(dtype, seed):
     lo, hi = [(-np.inf, np.inf), (0.0, np.inf), (0.0, 6.0)][seed % 3]
     want = sum(a[:, t * ci:(t + 1) * ci].astype(np.float64) @ src[:, off:off + q].astype(np.float64)
                for t, off in enumerate(taps))
-    want = want + (bias[:, None] if bias is not None else 0) + (res if res is not None else 0)
+    scale = rng.standard_normal(m).astype(d) if bias is not None else None
+    want = want * (scale[:, None] if scale is not None else 1) + (bias[:, None] if bias is not None else 0) + \
+        (res if res is not None else 0)
     with np.errstate(invalid="ignore"):
         want = np.where(want < lo, lo, want)
         want = np.where(want > hi, hi, want)
@@ -259,7 +261,8 @@ def test_taps_kernel_against_float64_numpy(dtype, seed):
     j0 = nr * int(rng.integers(0, -(-q // nr)))       # a column range that starts on a panel
     c = np.full((m, q), -7.0, d)
     fn(m, ci, ntaps, data_pointer(taps), q, data_pointer(ap), ntaps * ci, data_pointer(src), row, data_pointer(c), q,
-       j0, q, bias is not None, data_pointer(bias) if bias is not None else None,
+       j0, q, bias is not None, data_pointer(scale) if scale is not None else None,
+       data_pointer(bias) if bias is not None else None,
        data_pointer(res) if res is not None else None, q, lo, hi)
     assert (c[:, :j0] == -7.0).all()                 # (columns outside [j0, j1) untouched)
     got = c[:, j0:]
@@ -272,11 +275,15 @@ def test_taps_kernel_against_float64_numpy(dtype, seed):
 
 def test_fused_epilogue_programs():
     f = conv.fused_epilogue
-    relu = (("in", 0), ("in", 1), ("BROADCAST_ADD",), ("RELU",))
+    bn = (("in", 0), ("in", 1), ("BROADCAST_MUL",), ("in", 2), ("BROADCAST_ADD",))
+    relu = bn + (("RELU",),)
+    assert conv.with_affine((("in", 0), ("in", 1), ("BROADCAST_ADD",), ("RELU",))) == \
+        bn + (("in", 3), ("BROADCAST_ADD",), ("RELU",))
     assert f(relu, True) == (True, None, 0.0, np.inf)
-    assert f((("in", 0), ("in", 1), ("BROADCAST_ADD",), ("in", 2), ("BROADCAST_ADD",), ("RELU",)), True) == \
-        (True, 2, 0.0, np.inf)
+    assert f(bn + (("in", 3), ("BROADCAST_ADD",), ("RELU",)), True) == (True, 3, 0.0, np.inf)
+    assert f(bn + (("in", 2), ("BROADCAST_ADD",)), True) is None       # (the shift is no residual)
     assert f(relu + (("c", 6), ("BROADCAST_MIN",)), True) == (True, None, 0.0, 6.0)
     assert f((("in", 0), ("in", 1), ("BROADCAST_ADD",)), False) == (False, 1, -np.inf, np.inf)
+    assert f((("in", 0), ("in", 1), ("BROADCAST_ADD",)), True) is None   # (a bias alone: not the bn form)
     assert f((("in", 0), ("in", 1), ("BROADCAST_MUL",)), True) is None
     assert f((("in", 0), ("HSWISH",)), False) is None

@@ -90,7 +90,8 @@ def _tiles(L, name, t, w, nv, mr, vt, fma, mstore, mload, iota, strided, prefetc
     for r in range(1, mr + 1):
         # C[r x cols] (+)= A[r x k] . Bpanel[k x NR]: from zero when ``first``, else onto C (a k block after the first)
         ldb = " i64 %ldb," if strided else ""
-        epi = f", i1 %last, i1 %hasb, {t}* %bias, i1 %hasr, {t}* %res, i64 %ldr, {t} %lo, {t} %hi" if strided else ""
+        epi = (f", i1 %last, i1 %hasb, {t}* %scale, {t}* %bias, i1 %hasr, {t}* %res, i64 %ldr, {t} %lo, {t} %hi"
+               if strided else "")
         L(f"define internal void @{name}_tile{r}(i64 %k, {t}* noalias %a, i64 %lda, {t}* noalias %b,{ldb} "
           f"{t}* noalias %c, i64 %ldc, i64 %cols, i1 %first{epi}) nounwind alwaysinline {{")
         L("entry:")
@@ -190,9 +191,9 @@ def _tiles(L, name, t, w, nv, mr, vt, fma, mstore, mload, iota, strided, prefetc
 
 def _tile_epilogue(L, t, w, nv, r, vt, mload):
     """After the last k block (``%last``), the convolution's epilogue on the tile in registers, in
-    the L1 kernel's order: + bias[row] (``%hasb``), + res (``%hasr``: a tensor of C's layout,
-    rows %ldr apart), then max(., lo) and min(., hi) as numpy's maximum / minimum (NaN stays;
-    lo = -inf, hi = +inf leave every value as it is): ReLU is lo = 0, ReLU6 lo = 0, hi = 6.
+    the L1 kernel's order: the batch norm, * scale[row] then + bias[row] (``%hasb``), + res
+    (``%hasr``: a tensor of C's layout, rows %ldr apart), then max(., lo) and min(., hi) as numpy's
+    maximum / minimum (NaN stays; lo = -inf, hi = +inf leave every value as it is): ReLU is lo = 0, ReLU6 lo = 0, hi = 6.
     The tile's %f values become the epilogue's results (renamed in place: %f -> %e)."""
     L("  br i1 %last, label %epi, label %noepi")
     L("epi:")
@@ -203,12 +204,17 @@ def _tile_epilogue(L, t, w, nv, r, vt, mload):
     L("  br i1 %hasb, label %eb, label %ebx")
     L("eb:")
     for i in range(r):
+        L(f"  %sp{i}_ = getelementptr {t}, {t}* %scale, i64 {i}")
+        L(f"  %ss{i}_ = load {t}, {t}* %sp{i}_")
+        L(f"  %si{i}_ = insertelement {vt} undef, {t} %ss{i}_, i32 0")
+        L(f"  %sb{i}_ = shufflevector {vt} %si{i}_, {vt} undef, <{w} x i32> zeroinitializer")
         L(f"  %bp{i}_ = getelementptr {t}, {t}* %bias, i64 {i}")
         L(f"  %bs{i}_ = load {t}, {t}* %bp{i}_")
         L(f"  %bi{i}_ = insertelement {vt} undef, {t} %bs{i}_, i32 0")
         L(f"  %bb{i}_ = shufflevector {vt} %bi{i}_, {vt} undef, <{w} x i32> zeroinitializer")
-        for v in range(nv):
-            L(f"  %fb{i}_{v} = fadd {vt} %f{i}_{v}, %bb{i}_")
+        for v in range(nv):          # (a multiply, then an add: two roundings, as the L1 kernel's two passes)
+            L(f"  %fs{i}_{v} = fmul {vt} %f{i}_{v}, %sb{i}_")
+            L(f"  %fb{i}_{v} = fadd {vt} %fs{i}_{v}, %bb{i}_")
     L("  br label %ebx")
     L("ebx:")
     for i in range(r):
@@ -436,18 +442,19 @@ def lower_matmul_packed(k, name: str, features: str) -> str:
 
 TAPS_NAME = "msvm_gemm_taps"
 TAPS_KC = 256               # k (channels of one tap) per block
-TAPS_VERSION = 3            # (in the kernel text, so the cache key: bump it when ir_taps changes)
+TAPS_VERSION = 4            # (in the kernel text, so the cache key: bump it when ir_taps changes)
 
 
 def ir_taps(features: str, dtype: str = "float32", name: str = TAPS_NAME, kc: int = TAPS_KC,
             prefetch: str = "same") -> str:
     """The LLVM IR of ``name``, a convolution's product with B read where it lies (no packing):
 
-        taps(m, ci, ntaps, taps*, q, A*, lda, src*, row, C*, ldc, j0, j1, hasb, bias*, res*, ldr, lo, hi)
+        taps(m, ci, ntaps, taps*, q, A*, lda, src*, row, C*, ldc, j0, j1, hasb, scale*, bias*, res*, ldr, lo, hi)
         C[i, j] = epi(sum_t sum_c A[i, t * ci + c] * src[c * row + taps[t] + j])  (i < m, j0 <= j < j1)
-        epi(v) = min(max(v [+ bias[i]] [+ res[i * ldr + j]], lo), hi)     (``_tile_epilogue``; res: null = none)
+        epi(v) = min(max(v [* scale[i] + bias[i]] [+ res[i * ldr + j]], lo), hi)  (``_tile_epilogue``; res: null = none)
 
-    A is the weight [m, ntaps * ci] (tap-major, folded once), packed in blocks of MR rows
+    A is the weight [m, ntaps * ci] (tap-major, the Parameter's values: the batch norm is the
+    epilogue's scale and bias, not folded into a copy), packed in blocks of MR rows
     (``pack_rows``: [ceil(m / MR)][ntaps * ci][MR], lda = ntaps * ci); src holds ci rows, ``row`` apart, of
     an image (an NCHW plane for a 1x1 convolution, the padded image's rows for a k x k one, its
     stride phases side by side for a strided one) and ``taps[t]`` is where tap t's window starts
@@ -470,7 +477,7 @@ def ir_taps(features: str, dtype: str = "float32", name: str = TAPS_NAME, kc: in
     _tiles(L, name, t, w, nv, mr, vt, fma, mstore, mload, iota, strided=True, prefetch=prefetch)
     a_block = A_BLOCK_BYTES // np.dtype(dtype).itemsize
     L(f"define void @{name}(i64 %m, i64 %ci, i64 %ntaps, i64* noalias %taps, i64 %q, {t}* noalias %A, i64 %lda, "
-      f"{t}* noalias %S, i64 %row, {t}* noalias %C, i64 %ldc, i64 %j0, i64 %j1, i64 %hasb0, {t}* %bias, "
+      f"{t}* noalias %S, i64 %row, {t}* noalias %C, i64 %ldc, i64 %j0, i64 %j1, i64 %hasb0, {t}* %scale, {t}* %bias, "
       f"{t}* %res, i64 %ldr, {t} %lo, {t} %hi) nounwind {{")
     L("entry:")
     L("  %hasb = icmp ne i64 %hasb0, 0")
@@ -548,6 +555,7 @@ def ir_taps(features: str, dtype: str = "float32", name: str = TAPS_NAME, kc: in
     L("  %coff = mul i64 %i, %ldc")
     L(f"  %ci_ = getelementptr {t}, {t}* %cj, i64 %coff")
     L(f"  %bi_ = getelementptr {t}, {t}* %bias, i64 %i")
+    L(f"  %sc_ = getelementptr {t}, {t}* %scale, i64 %i")
     L("  %roff = mul i64 %i, %ldr")
     L(f"  %ri_ = getelementptr {t}, {t}* %rj, i64 %roff")
     cases = " ".join(f"i64 {r}, label %t{r}" for r in range(1, mr))
@@ -555,7 +563,8 @@ def ir_taps(features: str, dtype: str = "float32", name: str = TAPS_NAME, kc: in
     for r in range(1, mr + 1):
         L(f"t{r}:")
         L(f"  call void @{name}_tile{r}(i64 %kc, {t}* %ai, i64 %lda, {t}* %bk, i64 %row, {t}* %ci_, i64 %ldc, "
-          f"i64 %left, i1 %first, i1 %last, i1 %hasb, {t}* %bi_, i1 %hasr, {t}* %ri_, i64 %ldr, {t} %lo, {t} %hi)")
+          f"i64 %left, i1 %first, i1 %last, i1 %hasb, {t}* %sc_, {t}* %bi_, i1 %hasr, {t}* %ri_, i64 %ldr, "
+          f"{t} %lo, {t} %hi)")
         L("  br label %rnext")
     L("rnext:")
     L(f"  %in = add i64 %i, {mr}")
@@ -595,12 +604,12 @@ class TapsGemm:
 
 
 TAPS_ARGS = ("i64", "i64", "i64", "ptr", "i64", "ptr", "i64", "ptr", "i64", "ptr", "i64", "i64", "i64",
-             "i64", "ptr", "ptr", "i64", "T", "T")
+             "i64", "ptr", "ptr", "ptr", "i64", "T", "T")
 _taps: dict = {}            # (dtype, kc) -> ctypes function
 
 
 def taps_function(dtype: str, kc: int = TAPS_KC, prefetch: str = "same"):
-    """ctypes ``taps(m, ci, ntaps, taps, q, A, lda, src, row, C, ldc, j0, j1, hasb, bias, res, ldr,
+    """ctypes ``taps(m, ci, ntaps, taps, q, A, lda, src, row, C, ldc, j0, j1, hasb, scale, bias, res, ldr,
     lo, hi)`` (``ir_taps``), compiled (or loaded from the kernel cache) once per process.
     ``prefetch`` (bench/conv_routes.py compares them): "same", the tile prefetches its panel's rows
     PREFETCH_ROWS ahead; "next", the next panel's rows into L2; "same+next", both."""

@@ -412,7 +412,7 @@ def _taps_caller(site, plan, epi):
     eps, nbn = p["eps"], p["nbn"]
     first = 2 + nbn
     w_shape = p["w_shape"]
-    tc = TapsConv(p["x_shape"], w_shape, tuple(stride), pad, tuple(dil), group, d)
+    tc = TapsConv(p["x_shape"], w_shape, tuple(stride), pad, tuple(dil), group, d, inplace=a_in_place())
     o, cg, kh, kw = w_shape
     n, _, ho, wo = plan.out_shape
     split = threads_for(2.0 * o * cg * kh * kw * ho * wo)       # per image
@@ -422,7 +422,7 @@ def _taps_caller(site, plan, epi):
         fused = None                 # (a residual of the result's layout, not the wider grid's)
 
     def go(inputs, out):
-        a = _tap_major(inputs[1], tc.mode, group, d)
+        a = _tap_major(inputs[1], tc.mode, group, d, tc.inplace)
         if fused is not None:
             has_bn, add, lo, hi = fused
             r = inputs[first + add - (3 if nbn else 1)] if add is not None else None
@@ -608,28 +608,40 @@ def workspace_bytes() -> int:
 _TAPW: dict = {}             # (id(weight Parameter array), mode, group, dtype) -> (weakref, packed copy)
 
 
-def _tap_major(w, mode, group, d):
+A_IN_PLACE = False          # the taps product reads the weight where it lies (see ``a_in_place``)
+A_ENV = "MSVM_CONV_A"       # "packed" | "inplace": overrides A_IN_PLACE (bench/conv_routes.py, tests)
+
+
+def a_in_place() -> bool:
+    """Whether the taps product reads A from the Parameter itself (no copy at all) rather than from
+    its packed copy (``_tap_major``)."""
+    import os
+
+    forced = os.environ.get(A_ENV, "")
+    return forced == "inplace" if forced in ("packed", "inplace") else A_IN_PLACE
+
+
+def _tap_major(w, mode, group, d, inplace=False):
     """The 4-d weight [O, Cg, kh, kw] (a Parameter's array, not folded: the batch norm is the
     kernel's epilogue) as the taps product's A, its one prepared copy: per group, its rows tap-major
     ([Og, kh*kw*Cg]) for the phase mode, as they are for im2col and 1x1, packed in blocks of MR rows
     (gemm.pack_rows), the groups one after the other, in dtype d. Made once per read-only array
-    (``set_data`` gives a new one; the entry goes with the array), per call for a writable one."""
+    (``set_data`` gives a new one; the entry goes with the array), per call for a writable one.
+    ``inplace`` (``a_in_place``): the Parameter itself where it is contiguous in dtype d, else one
+    converted copy, cached the same way."""
     import weakref
 
-    from .gemm import pack_rows, tile_rows
-
     w = np.asarray(w)
+    if inplace:
+        a = np.ascontiguousarray(w, dtype=d)
+        if a is w or a.base is w:
+            return a                 # (the Parameter itself: [O, (ci, kh, kw)] rows, no copy)
+        mode = "inplace"
     key = (id(w), mode, group, np.dtype(d).str)
     hit = _TAPW.get(key)
     if hit is not None and hit[0]() is w:
         return hit[1]
-    o, cg, kh, kw = w.shape
-    a = w.reshape(o, cg * kh * kw)
-    if mode == "phase":
-        a = a.reshape(o, cg, kh * kw).transpose(0, 2, 1).reshape(o, kh * kw * cg)
-    og, mr = o // group, tile_rows(d)
-    a = np.concatenate([pack_rows(a[g * og:(g + 1) * og].astype(d, copy=False), mr).reshape(-1)
-                        for g in range(group)])
+    a = np.ascontiguousarray(w, dtype=d) if mode == "inplace" else _packed(w, mode, group, d)
     if K._frozen(w):
         for k in [k for k, v in _TAPW.items() if k[0] == id(w) and v[0]() is not w]:
             del _TAPW[k]             # (a stale entry of a recycled id)
@@ -638,6 +650,19 @@ def _tap_major(w, mode, group, d):
         except TypeError:            # (an array type without weak references: not cached)
             pass
     return a
+
+
+def _packed(w, mode, group, d):
+    """``_tap_major``'s packed A (a new array)."""
+    from .gemm import pack_rows, tile_rows
+
+    o, cg, kh, kw = w.shape
+    a = w.reshape(o, cg * kh * kw)
+    if mode == "phase":
+        a = a.reshape(o, cg, kh * kw).transpose(0, 2, 1).reshape(o, kh * kw * cg)
+    og, mr = o // group, tile_rows(d)
+    return np.concatenate([pack_rows(a[g * og:(g + 1) * og].astype(d, copy=False), mr).reshape(-1)
+                           for g in range(group)])
 
 
 def prepared_bytes() -> dict:
@@ -672,7 +697,7 @@ class TapsConv:
     One kernel call per image and group (``split``: the output columns in two halves on the
     kernel pool, a thread each)."""
 
-    def __init__(self, x_shape, w_shape, stride, pad, dil, group, d, mode=None):
+    def __init__(self, x_shape, w_shape, stride, pad, dil, group, d, mode=None, inplace=False):
         n, c, h, w = x_shape
         o, cg, kh, kw = w_shape
         sh, sw = stride
@@ -746,12 +771,14 @@ class TapsConv:
             self.grid = None
             self.src = (c * kh * kw, self.row)
             self.win = (kh, kw, stride, dil, pad)
-        self.fn = gemm_taps(str(self.d))
+        self.inplace = inplace
+        self.fn = gemm_taps(str(self.d), inplace)
         self.nr = _panel(self.d)
         self.acc = (o, ho * self.wq) if self.grid is not None else None
         self.lda = len(self.taps) * self.ci if mode == "phase" else self.ci
         mr = _rows(self.d)
-        self.gstride = -(-self.og // mr) * mr * self.lda        # A elements per group (packed row blocks)
+        # A elements per group: packed row blocks, or the weight's own rows
+        self.gstride = (self.og if inplace else -(-self.og // mr) * mr) * self.lda
 
     def __call__(self, x, a, out=None, split=1, bn=None, add=None, lo=-np.inf, hi=np.inf):
         """The convolution of x (any strides) by ``a`` (``_tap_major``) into ``out`` where it is
@@ -848,10 +875,10 @@ def _panel(d) -> int:
     return panel_width(d)
 
 
-def gemm_taps(dtype: str):
+def gemm_taps(dtype: str, inplace: bool = False):
     from .gemm import taps_function
 
-    return taps_function(dtype)
+    return taps_function(dtype, a_inplace=inplace)
 
 
 def taps_mode(x_shape, w_shape, stride, pad, dil, group) -> str:

@@ -23,7 +23,8 @@ and how each is called. Algorithms chosen by measurement (one thread, this machi
   largest expand layers, K = 16 and 24; 0.4-0.95x on every other 1x1 layer of both models).
 - **Dense and grouped on msvm's own GEMM** (``TapsConv``, compiler/gemm.py ``ir_taps``): per image
   and group out[Co, P] = W[Co, K] @ B[K, P], the 12x32 register tiles of the packed Dense product,
-  A = the folded weight packed once in blocks of 12 rows, B read where it lies rather than packed
+  A = the Parameter's weight packed once in blocks of 12 rows (its one prepared copy: the batch
+  norm is not folded into it but applied in the epilogue, x scale + shift), B read where it lies rather than packed
   per call: the image's planes (1x1 stride 1: no copy at all), its subsampled planes (1x1 strided:
   one copy of P x Cin), its padded stride phases side by side (k x k: each tap a shift in one
   phase, so a strided 3x3 needs no im2col), or an im2col matrix (few channels per tap: the RGB
@@ -74,8 +75,14 @@ and how each is called. Algorithms chosen by measurement (one thread, this machi
 
 L2: dims, pads and the vector loops' column range are kernel arguments (one kernel per shape
 class: kernel size, stride, dilation, dtype, epilogue); L3: they are constants and the vector width
-fits the row. Weights are folded (and split per tap) once per Parameter array, as L1 does
-(kernels.prepared_weight: ``set_data`` gives a new array, so it refolds).
+fits the row. Weights are prepared once per Parameter array (``set_data`` gives a new array, so it
+prepares again): depthwise and few-channel weights (``K.folds``) folded with their batch norm, as L1
+does (kernels.prepared_weight: a few KB each); every other weight packed for the taps product
+(``_tap_major``), unfolded, the batch norm being the kernel's epilogue (out * scale + shift, as L1
+computes it after its product of the Parameter itself): at most one copy of a weight is held
+(ResNet-50: the folded copy alone was 90 MB next to 98 MB of Parameters). Reading A where it lies
+(``A_ENV=inplace``, no copy at all) is kept as an option; see ``A_IN_PLACE`` for its measurement.
+The staging buffers are one workspace per thread (``workspace``).
 """
 
 from __future__ import annotations
@@ -412,7 +419,8 @@ def _taps_caller(site, plan, epi):
     eps, nbn = p["eps"], p["nbn"]
     first = 2 + nbn
     w_shape = p["w_shape"]
-    tc = TapsConv(p["x_shape"], w_shape, tuple(stride), pad, tuple(dil), group, d, inplace=a_in_place())
+    mode = taps_mode(p["x_shape"], w_shape, stride, pad, dil, group)
+    tc = TapsConv(p["x_shape"], w_shape, tuple(stride), pad, tuple(dil), group, d, mode, a_in_place(mode))
     o, cg, kh, kw = w_shape
     n, _, ho, wo = plan.out_shape
     split = threads_for(2.0 * o * cg * kh * kw * ho * wo)       # per image
@@ -608,17 +616,18 @@ def workspace_bytes() -> int:
 _TAPW: dict = {}             # (id(weight Parameter array), mode, group, dtype) -> (weakref, packed copy)
 
 
-A_IN_PLACE = False          # the taps product reads the weight where it lies (see ``a_in_place``)
-A_ENV = "MSVM_CONV_A"       # "packed" | "inplace": overrides A_IN_PLACE (bench/conv_routes.py, tests)
+A_IN_PLACE = frozenset()    # the TapsConv modes whose product reads the weight where it lies (``a_in_place``)
+A_ENV = "MSVM_CONV_A"       # "packed" | "inplace" | "inplace1x1" (every mode but phase): overrides A_IN_PLACE
+A_MODES = {"packed": frozenset(), "inplace": frozenset({"direct", "sub", "phase", "im2col"}),
+           "inplace1x1": frozenset({"direct", "sub", "im2col"})}
 
 
-def a_in_place() -> bool:
-    """Whether the taps product reads A from the Parameter itself (no copy at all) rather than from
-    its packed copy (``_tap_major``)."""
+def a_in_place(mode: str) -> bool:
+    """Whether the taps product of a convolution of this ``TapsConv`` mode reads A from the
+    Parameter itself (no copy at all) rather than from its packed copy (``_tap_major``)."""
     import os
 
-    forced = os.environ.get(A_ENV, "")
-    return forced == "inplace" if forced in ("packed", "inplace") else A_IN_PLACE
+    return mode in A_MODES.get(os.environ.get(A_ENV, ""), A_IN_PLACE)
 
 
 def _tap_major(w, mode, group, d, inplace=False):

@@ -850,7 +850,7 @@ def batch_norm(x, gamma, beta, mean, var, eps, out=None):
     return np.add(r, shift.reshape(shape), out=r)
 
 
-_PREPARED: dict = {}      # (id of each array, eps, dtype) -> (weakrefs, folded weight [O, K], bias [O] | None)
+_PREPARED: dict = {}      # (id of each array, eps, dtype) -> (weakrefs, (folded weight [O, K], bias [O] | None))
 PREPARED_LIMIT = 4096
 
 

@@ -75,8 +75,10 @@ def _packed_bytes(shape, group):
     return group * -(-(o // group) // mr) * mr * cg * kh * kw * 4
 
 
+@pytest.mark.parametrize("layout", ["packed", "inplace"])
 @pytest.mark.parametrize("level", ["L1", "L2", "L3"])
-def test_one_prepared_copy_per_weight(fresh, level):
+def test_one_prepared_copy_per_weight(fresh, monkeypatch, level, layout):
+    monkeypatch.setenv(conv.A_ENV, layout)
     net = chain()
     rng = np.random.default_rng(1)
     xs = [rng.standard_normal((1, 16, 13, 15)).astype(np.float32), rng.standard_normal((2, 16, 9, 8)).astype(np.float32)]
@@ -86,8 +88,8 @@ def test_one_prepared_copy_per_weight(fresh, level):
     assert held["folded"] == 0                    # (no W * scale copy anywhere: L1 nor the tiers)
     assert held["affine"] <= sum(2 * 4 * s["cout"] for s in SPECS)
     weights = [net.parameters_dict()[f"blocks.{i}.conv.weight"] for i in range(len(SPECS))]
-    if level == "L1":
-        assert held["taps"] == 0                  # (the interpreter reads W in place)
+    if level == "L1" or layout == "inplace":
+        assert held["taps"] == 0                  # (the interpreter, and the in-place product, read W itself)
         return
     live = [v for v in conv._TAPW.values() if v[0]() is not None]
     assert len(live) == len(SPECS)                # one packed A per weight, whatever the sizes seen

@@ -78,6 +78,26 @@ def test_blocks_match_l1_and_numpy(calls, name, level):
         close(g, r, tol=1e-5)
 
 
+@pytest.mark.parametrize("name", list(BLOCKS))
+def test_blocks_with_the_weight_read_in_place(calls, monkeypatch, name):
+    """conv.A_ENV=inplace: the product reads A from the Parameter (no copy); same answers."""
+    monkeypatch.setenv(conv.A_ENV, "inplace")
+    monkeypatch.setattr(conv, "_TAPW", {})
+    s, mode, fused = BLOCKS[name]
+    seed = sorted(BLOCKS).index(name)
+    rng = np.random.default_rng(100 + seed)
+    xs = images(rng, s["cin"], SIZES, special=seed % 2 == 0)
+    wants = [reference(make(s, seed), s, x) for x in xs]
+    l1 = forward(make(s, seed), "L1", False, xs)
+    calls.clear()
+    got = forward(make(s, seed), "L3", True, xs)
+    assert calls and {c[0] for c in calls} == {mode}, calls
+    assert conv._TAPW == {}                 # (no packed copy made)
+    for g, w, r in zip(got, wants, l1):
+        close(g, w)
+        close(g, r, tol=1e-5)
+
+
 def test_float64_an_empty_batch_and_the_interpreter_agree(calls):
     s = spec(16, 16, 3, bias=True, act="relu6", residual=True)
     rng = np.random.default_rng(7)
@@ -226,14 +246,15 @@ def test_the_blas_route_still_matches(monkeypatch, name):
 
 # ---------------------------------------------------------------- the kernel itself
 
+@pytest.mark.parametrize("a_layout", ["packed", "inplace"])
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("seed", range(6))
-def test_taps_kernel_against_float64_numpy(dtype, seed):
+def test_taps_kernel_against_float64_numpy(dtype, seed, a_layout):
     """gemm.ir_taps on random m, channels, taps, columns (not multiples of the tile or panel),
     column ranges, row strides and epilogues, with NaN / inf, against numpy in float64."""
     rng = np.random.default_rng(seed)
     d = np.dtype(dtype)
-    fn = gemm.taps_function(dtype)
+    fn = gemm.taps_function(dtype, a_inplace=a_layout == "inplace")
     mr, nr = gemm.tile_rows(d), gemm.panel_width(d)
     m = int(rng.integers(1, 40))
     ci = int(rng.choice([1, 3, 17, 300]))           # (300: two k blocks per tap)
@@ -251,15 +272,20 @@ def test_taps_kernel_against_float64_numpy(dtype, seed):
     lo, hi = [(-np.inf, np.inf), (0.0, np.inf), (0.0, 6.0)][seed % 3]
     want = sum(a[:, t * ci:(t + 1) * ci].astype(np.float64) @ src[:, off:off + q].astype(np.float64)
                for t, off in enumerate(taps))
-    want = want + (bias[:, None] if bias is not None else 0) + (res if res is not None else 0)
+    scale = rng.standard_normal(m).astype(d) if bias is not None else None
+    want = want * (scale[:, None] if scale is not None else 1) + (bias[:, None] if bias is not None else 0) + \
+        (res if res is not None else 0)
     with np.errstate(invalid="ignore"):
         want = np.where(want < lo, lo, want)
         want = np.where(want > hi, hi, want)
-    ap = gemm.pack_rows(a, mr)
+    # (in place: the weight's own (ci, tap) order, row-major; else tap-major, packed in row blocks)
+    ap = gemm.pack_rows(a, mr) if a_layout == "packed" else \
+        np.ascontiguousarray(a.reshape(m, ntaps, ci).transpose(0, 2, 1))
     j0 = nr * int(rng.integers(0, -(-q // nr)))       # a column range that starts on a panel
     c = np.full((m, q), -7.0, d)
     fn(m, ci, ntaps, data_pointer(taps), q, data_pointer(ap), ntaps * ci, data_pointer(src), row, data_pointer(c), q,
-       j0, q, bias is not None, data_pointer(bias) if bias is not None else None,
+       j0, q, bias is not None, data_pointer(scale) if scale is not None else None,
+       data_pointer(bias) if bias is not None else None,
        data_pointer(res) if res is not None else None, q, lo, hi)
     assert (c[:, :j0] == -7.0).all()                 # (columns outside [j0, j1) untouched)
     got = c[:, j0:]
@@ -272,11 +298,15 @@ def test_taps_kernel_against_float64_numpy(dtype, seed):
 
 def test_fused_epilogue_programs():
     f = conv.fused_epilogue
-    relu = (("in", 0), ("in", 1), ("BROADCAST_ADD",), ("RELU",))
+    bn = (("in", 0), ("in", 1), ("BROADCAST_MUL",), ("in", 2), ("BROADCAST_ADD",))
+    relu = bn + (("RELU",),)
+    assert conv.with_affine((("in", 0), ("in", 1), ("BROADCAST_ADD",), ("RELU",))) == \
+        bn + (("in", 3), ("BROADCAST_ADD",), ("RELU",))
     assert f(relu, True) == (True, None, 0.0, np.inf)
-    assert f((("in", 0), ("in", 1), ("BROADCAST_ADD",), ("in", 2), ("BROADCAST_ADD",), ("RELU",)), True) == \
-        (True, 2, 0.0, np.inf)
+    assert f(bn + (("in", 3), ("BROADCAST_ADD",), ("RELU",)), True) == (True, 3, 0.0, np.inf)
+    assert f(bn + (("in", 2), ("BROADCAST_ADD",)), True) is None       # (the shift is no residual)
     assert f(relu + (("c", 6), ("BROADCAST_MIN",)), True) == (True, None, 0.0, 6.0)
     assert f((("in", 0), ("in", 1), ("BROADCAST_ADD",)), False) == (False, 1, -np.inf, np.inf)
+    assert f((("in", 0), ("in", 1), ("BROADCAST_ADD",)), True) is None   # (a bias alone: not the bn form)
     assert f((("in", 0), ("in", 1), ("BROADCAST_MUL",)), True) is None
     assert f((("in", 0), ("HSWISH",)), False) is None

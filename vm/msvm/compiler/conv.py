@@ -23,7 +23,8 @@ and how each is called. Algorithms chosen by measurement (one thread, this machi
   largest expand layers, K = 16 and 24; 0.4-0.95x on every other 1x1 layer of both models).
 - **Dense and grouped on msvm's own GEMM** (``TapsConv``, compiler/gemm.py ``ir_taps``): per image
   and group out[Co, P] = W[Co, K] @ B[K, P], the 12x32 register tiles of the packed Dense product,
-  A = the folded weight packed once in blocks of 12 rows, B read where it lies rather than packed
+  A = the Parameter's weight packed once in blocks of 12 rows (its one prepared copy: the batch
+  norm is not folded into it but applied in the epilogue, x scale + shift), B read where it lies rather than packed
   per call: the image's planes (1x1 stride 1: no copy at all), its subsampled planes (1x1 strided:
   one copy of P x Cin), its padded stride phases side by side (k x k: each tap a shift in one
   phase, so a strided 3x3 needs no im2col), or an im2col matrix (few channels per tap: the RGB
@@ -74,8 +75,14 @@ and how each is called. Algorithms chosen by measurement (one thread, this machi
 
 L2: dims, pads and the vector loops' column range are kernel arguments (one kernel per shape
 class: kernel size, stride, dilation, dtype, epilogue); L3: they are constants and the vector width
-fits the row. Weights are folded (and split per tap) once per Parameter array, as L1 does
-(kernels.prepared_weight: ``set_data`` gives a new array, so it refolds).
+fits the row. Weights are prepared once per Parameter array (``set_data`` gives a new array, so it
+prepares again): depthwise and few-channel weights (``K.folds``) folded with their batch norm, as L1
+does (kernels.prepared_weight: a few KB each); every other weight packed for the taps product
+(``_tap_major``), unfolded, the batch norm being the kernel's epilogue (out * scale + shift, as L1
+computes it after its product of the Parameter itself): at most one copy of a weight is held
+(ResNet-50: the folded copy alone was 90 MB next to 98 MB of Parameters). Reading A where it lies
+(``A_ENV=inplace``, no copy at all) is kept as an option; see ``A_IN_PLACE`` for its measurement.
+The staging buffers are one workspace per thread (``workspace``).
 """
 
 from __future__ import annotations
@@ -94,8 +101,8 @@ OPS = ("FUSED_CONV", "MAX_POOL2D")          # the rows whose Site plans here
 # a dense or grouped convolution of few input channels per group runs the direct kernel (the
 # depthwise one, summing over them): MobileNet's 3x3 stem on 3 channels 1.9x im2col + BLAS, 3x3 on
 # 4 channels 1.4x; ResNet's 7x7 stem on 3 (147 taps) 0.35x, 5x5 on 2 (50) 0.9x: BLAS from there
-DIRECT_MAX_CHANNELS = 4
-DIRECT_MAX_TAPS = 36
+DIRECT_MAX_CHANNELS = K.DIRECT_MAX_CHANNELS     # (K.folds: the L1 kernel folds the batch norm for the same ones)
+DIRECT_MAX_TAPS = K.DIRECT_MAX_TAPS
 
 
 @dataclass(frozen=True)
@@ -189,8 +196,7 @@ def plan(site, inputs):
     c = x.shape[1]
     if c != cg * group or o % group:
         raise Unsupported("channels that do not match the weight (the interpreter says so)")
-    depthwise = cg == 1 and group == c and group > 1
-    if not (depthwise or (cg <= DIRECT_MAX_CHANNELS and cg * kh * kw <= DIRECT_MAX_TAPS)):
+    if not K.folds(w.shape, group):
         return plan_gemm(site, inputs)
     eps, nbn, extras = _split(site.args, inputs)
     bnp = list(inputs[2:2 + nbn])
@@ -224,15 +230,16 @@ def plan(site, inputs):
                                                   "kinds": tuple(kinds)})
 
 
-def with_bias(program: tuple) -> tuple:
-    """The epilogue program with the folded bias (its input 1) added to the convolution first, as
-    the L1 kernel adds it before the epilogue; the extras move up by one."""
+def with_affine(program: tuple) -> tuple:
+    """The epilogue program with the batch norm (inputs 1 and 2: scale and shift, [1, O, 1, 1])
+    applied to the convolution first, ``conv * scale + shift``, as the L1 kernel applies it after
+    the product of the unfolded weight; the extras move up by two."""
     out: list = []
     for node in program:
         if node == ("in", 0):
-            out += [("in", 0), ("in", 1), ("BROADCAST_ADD",)]
+            out += [("in", 0), ("in", 1), ("BROADCAST_MUL",), ("in", 2), ("BROADCAST_ADD",)]
         elif node[0] == "in":
-            out.append(("in", node[1] + 1))
+            out.append(("in", node[1] + 2))
         else:
             out.append(node)
     return tuple(out)
@@ -255,13 +262,13 @@ def plan_gemm(site, inputs):
         raise Unsupported("channels that do not match the weight (the interpreter says so)")
     ho, wo = dims_of(x.shape, w.shape, stride, pad, dil)[:2]
     out_shape = (x.shape[0], w.shape[0], ho, wo)
-    prog = with_bias(program) if nbn else program
+    prog = with_affine(program) if nbn else program
     how = route(x.shape, w.shape, stride, pad, dil, group, d)
     if prog == (("in", 0),) and how == "blas":
         raise Unsupported("a convolution without an epilogue (the BLAS product is all of it)")
     if x.shape[0] == 0:
         raise Unsupported("an empty batch")
-    heads = [_Shape(out_shape, d)] + ([_Shape((1, w.shape[0], 1, 1), d)] if nbn else [])
+    heads = [_Shape(out_shape, d)] + ([_Shape((1, w.shape[0], 1, 1), d)] * 2 if nbn else [])
     epi = plan_elementwise(site, heads + extras, prog, out_shape) if prog != (("in", 0),) else None
     cls = ("gemm", epi.cls if epi is not None else None, prog)      # (the route follows from the shapes: key)
     kh, kw = w.shape[2:]
@@ -381,15 +388,22 @@ def _gemm_caller(site, compiled, plan):
         if taps is not None and AB[0] is None:
             return taps(inputs, out)
         x, w = inputs[0], inputs[1]
-        wm, bias = K.prepared_weight(w, list(inputs[2:first]), eps, d)
         # (``out``: the memory plan's buffer, taken where it is C-contiguous of the result's shape and dtype)
         if shifted is not None:
-            res = shifted(x, K._taps_weight(wm, w.shape), out)
+            res = shifted(x, w, out)
         else:
-            res = K.conv_gemm(x, wm, w.shape, stride, pad, dil, group, d, out)
-        return res if epi is None else epi([res] + ([bias] if nbn else []) + list(inputs[first:]), res)
+            res = K.conv_gemm(x, K.weight_view(w), w.shape, stride, pad, dil, group, d, out)
+        return res if epi is None else epi([res] + _affine_heads(inputs[2:first], eps, d) + list(inputs[first:]), res)
     go.taps = taps
     return go
+
+
+def _affine_heads(bnp, eps, d) -> list:
+    """[scale, shift] as [1, O, 1, 1] (the epilogue's inputs 1 and 2, ``with_affine``), or []."""
+    if not bnp:
+        return []
+    scale, shift = K.conv_affine(list(bnp), eps, d)
+    return [scale.reshape(1, -1, 1, 1), shift.reshape(1, -1, 1, 1)]
 
 
 AB = [None]      # bench/conv_routes.py: "blas" runs the BLAS route where the taps one was chosen (side by side)
@@ -405,50 +419,51 @@ def _taps_caller(site, plan, epi):
     eps, nbn = p["eps"], p["nbn"]
     first = 2 + nbn
     w_shape = p["w_shape"]
-    tc = TapsConv(p["x_shape"], w_shape, tuple(stride), pad, tuple(dil), group, d)
+    mode = taps_mode(p["x_shape"], w_shape, stride, pad, dil, group)
+    tc = TapsConv(p["x_shape"], w_shape, tuple(stride), pad, tuple(dil), group, d, mode, a_in_place(mode))
     o, cg, kh, kw = w_shape
     n, _, ho, wo = plan.out_shape
     split = threads_for(2.0 * o * cg * kh * kw * ho * wo)       # per image
-    prog = with_bias(site.args[5]) if nbn else site.args[5]
+    prog = with_affine(site.args[5]) if nbn else site.args[5]
     fused = fused_epilogue(prog, nbn > 0)
     if fused is not None and fused[1] is not None and tc.grid is not None:
         fused = None                 # (a residual of the result's layout, not the wider grid's)
 
     def go(inputs, out):
-        wm, bias = K.prepared_weight(inputs[1], list(inputs[2:first]), eps, d)
-        a = _tap_major(wm, w_shape, tc.mode, group)
+        a = _tap_major(inputs[1], tc.mode, group, d, tc.inplace)
         if fused is not None:
-            has_bias, add, lo, hi = fused
-            r = inputs[first + add - (2 if nbn else 1)] if add is not None else None
+            has_bn, add, lo, hi = fused
+            r = inputs[first + add - (3 if nbn else 1)] if add is not None else None
             # (a residual read where the result is written: the partial sums would overwrite it first)
             if r is None or (isinstance(r, np.ndarray) and r.shape == tc.shape and r.dtype == d and
                              r.flags.c_contiguous and not (out is not None and np.may_share_memory(r, out))):
-                return tc(inputs[0], a, out, split, bias if has_bias else None, r, lo, hi)
+                bn = K.conv_affine(list(inputs[2:first]), eps, d) if has_bn else None
+                return tc(inputs[0], a, out, split, bn, r, lo, hi)
         res = tc(inputs[0], a, out, split)
         if epi is None:
             return res
-        return epi([res] + ([bias] if nbn else []) + list(inputs[first:]), res)
+        return epi([res] + _affine_heads(inputs[2:first], eps, d) + list(inputs[first:]), res)
     go.conv = tc
     go.fused = fused
     return go
 
 
-def fused_epilogue(prog: tuple, has_bias: bool):
-    """(bias, residual, lo, hi) where the epilogue program (the bias added first: ``with_bias``)
-    is ``min(max(conv [+ bias] [+ residual], lo), hi)`` as the taps kernel computes it in
-    registers: the bias its input 1, the residual its input ``residual`` (a tensor of the result's
-    shape), lo = 0 for ReLU, hi = 6 for ReLU6 (as ReLU then a minimum with 6); else None."""
+def fused_epilogue(prog: tuple, has_bn: bool):
+    """(bn, residual, lo, hi) where the epilogue program (the batch norm applied first: ``with_affine``)
+    is ``min(max(conv [* scale + shift] [+ residual], lo), hi)`` as the taps kernel computes it in
+    registers: scale and shift its inputs 1 and 2, the residual its input ``residual`` (a tensor of
+    the result's shape), lo = 0 for ReLU, hi = 6 for ReLU6 (as ReLU then a minimum with 6); else None."""
     nodes = list(prog)
     if nodes[:1] != [("in", 0)]:
         return None
     nodes = nodes[1:]
-    bias = has_bias and nodes[:2] == [("in", 1), ("BROADCAST_ADD",)]
-    if has_bias and not bias:
+    bn = has_bn and nodes[:4] == [("in", 1), ("BROADCAST_MUL",), ("in", 2), ("BROADCAST_ADD",)]
+    if has_bn and not bn:
         return None
-    if bias:
-        nodes = nodes[2:]
+    if bn:
+        nodes = nodes[4:]
     add = None
-    if len(nodes) >= 2 and nodes[0][0] == "in" and nodes[0][1] > (1 if has_bias else 0) and \
+    if len(nodes) >= 2 and nodes[0][0] == "in" and nodes[0][1] > (2 if has_bn else 0) and \
             nodes[1] in (("BROADCAST_ADD",), ("ADD",)):
         add, nodes = nodes[0][1], nodes[2:]
     lo, hi = -np.inf, np.inf
@@ -458,7 +473,7 @@ def fused_epilogue(prog: tuple, has_bias: bool):
             hi, nodes = 6.0, nodes[2:]
     if nodes:
         return None
-    return bias, add, lo, hi
+    return bn, add, lo, hi
 
 
 ROUTE_ENV = "MSVM_CONV_GEMM"     # "taps" | "blas": every dense convolution takes that route (bench, tests)
@@ -536,13 +551,15 @@ class Shifted:
         self.lda, self.ldb, self.ldc = ref(it(self.row)), ref(it(c)), ref(it(ho * self.wp))
         self.beta = (ref(ft(0.0)), ref(ft(1.0)))
         self._keep = (it, ft)
-        self.pool: list = []          # free (padded image, accumulator) pairs
 
-    def __call__(self, x, wt, out=None):
+    def __call__(self, x, w, out=None):
+        """x by the 4-d weight ``w`` (its taps made contiguous per call: a transient copy, none kept)."""
         n = x.shape[0]
-        bufs = self.pool.pop() if self.pool else (np.zeros((self.c, self.row), self.d),
-                                                  np.empty((self.o, self.ho * self.wp), self.d))
-        flat, acc = bufs
+        o, c, kh, kw = w.shape
+        wt = np.ascontiguousarray(np.asarray(w, self.d).transpose(2, 3, 0, 1)).reshape(kh * kw, o, c)
+        flat = workspace(0, self.c * self.row, self.d).reshape(self.c, self.row)
+        acc = workspace(1, self.o * self.ho * self.wp, self.d).reshape(self.o, self.ho * self.wp)
+        flat.fill(0)                  # (the thread's buffer: another layer's values may be in the borders)
         inner = flat[:, :self.hp * self.wp].reshape(self.c, self.hp, self.wp)[
             :, self.pt:self.pt + x.shape[2], self.pl:self.pl + x.shape[3]]
         shape = (n, self.o, self.ho, self.wo)
@@ -551,42 +568,126 @@ class Shifted:
         ta, tb, m, nn, k, alpha = self.consts
         base, accp = data_pointer(flat), data_pointer(acc)
         isz = flat.itemsize
-        try:
-            for b in range(n):
-                np.copyto(inner, x[b])
-                for t, off in enumerate(self.taps):
-                    self.gemm(ta, tb, m, nn, k, alpha, base + off * isz, self.lda, data_pointer(wt[t]), self.ldb,
-                              self.beta[t > 0], accp, self.ldc)
-                res[b] = acc.reshape(self.o, self.ho, self.wp)[:, :, :self.wo]
-        finally:
-            self.pool.append(bufs)
+        for b in range(n):
+            np.copyto(inner, x[b])
+            for t, off in enumerate(self.taps):
+                self.gemm(ta, tb, m, nn, k, alpha, base + off * isz, self.lda, data_pointer(wt[t]), self.ldb,
+                          self.beta[t > 0], accp, self.ldc)
+            res[b] = acc.reshape(self.o, self.ho, self.wp)[:, :, :self.wo]
         return res
+
+
+# ---------------------------------------------------------------- one workspace per thread
+# The convolutions' padded images, phase images, im2col matrices and cropped accumulators live in one
+# buffer per thread and slot, grown to the largest layer's need (not one per layer and caller: ResNet-50
+# kept ~19 MB of them); a layer zeroes the borders it reads before each use (``TapsConv.zero``).
+_WS = None
+
+
+def workspace(slot: int, n: int, d) -> np.ndarray:
+    """A flat buffer of at least n elements of dtype d: the calling thread's for ``slot``, grown
+    (never shrunk) to the largest request; its contents are whatever the last user left."""
+    import threading
+
+    global _WS
+    if _WS is None:
+        _WS = threading.local()
+    bufs = getattr(_WS, "bufs", None)
+    if bufs is None:
+        bufs = _WS.bufs = {}
+    d = np.dtype(d)
+    nbytes = max(n, 1) * d.itemsize
+    buf = bufs.get(slot)
+    if buf is None or buf.nbytes < nbytes:
+        # (64-byte aligned, as np.empty's large buffers are; the old buffer is freed once no view holds it)
+        buf = bufs[slot] = np.empty(nbytes + 64, np.uint8)
+    off = (-buf.ctypes.data) % 64
+    return buf[off:off + nbytes].view(d)
+
+
+def workspace_bytes() -> int:
+    """The calling thread's conv workspaces, in bytes (tests, the memory report)."""
+    bufs = getattr(_WS, "bufs", None) if _WS is not None else None
+    return sum(b.nbytes for b in (bufs or {}).values())
 
 
 # ---------------------------------------------------------------- dense convolutions on msvm's own GEMM
 
-_TAPW: dict = {}             # id(prepared weight) -> (weakref, mode, tap-major copy)
+_TAPW: dict = {}             # (id(weight Parameter array), mode, group, dtype) -> (weakref, packed copy)
 
 
-def _tap_major(wm, wshape, mode, group=1):
-    """The prepared weight [O, Cg*kh*kw] as the taps product's A (once per prepared weight): per
-    group, its rows tap-major ([Og, kh*kw*Cg]) for the phase mode, as they are for im2col and 1x1,
-    packed in blocks of MR rows (gemm.pack_rows), the groups one after the other."""
+# The TapsConv modes whose product reads the weight where it lies (``a_in_place``): none by default.
+# Measured (one pinned core, thread CPU time, interleaved, medians of 15; ResNet-50's layer shapes at 224),
+# in place / packed: 3x3 (phase) 1.12-1.19x; 1x1 with K = 1024-2048 at 14 and 7 wide 1.08-1.14x (A's
+# rows lda apart fall in few L1 sets); 1x1 with K = 64-256 at 56 wide 0.95-0.98x; all of them 1.12x.
+# Memory at a steady forward (bench/peers.py --memory, 224): ResNet-50 221 MB packed, 175 MB in place
+# for 1x1 only, 131 MB in place everywhere (onnxruntime 128 MB); MobileNet v2 39 / 31 / 31 MB (ort 47).
+A_IN_PLACE = frozenset()
+A_ENV = "MSVM_CONV_A"       # "packed" | "inplace" | "inplace1x1" (every mode but phase): overrides A_IN_PLACE
+A_MODES = {"packed": frozenset(), "inplace": frozenset({"direct", "sub", "phase", "im2col"}),
+           "inplace1x1": frozenset({"direct", "sub", "im2col"})}
+
+
+def a_in_place(mode: str) -> bool:
+    """Whether the taps product of a convolution of this ``TapsConv`` mode reads A from the
+    Parameter itself (no copy at all) rather than from its packed copy (``_tap_major``)."""
+    import os
+
+    return mode in A_MODES.get(os.environ.get(A_ENV, ""), A_IN_PLACE)
+
+
+def _tap_major(w, mode, group, d, inplace=False):
+    """The 4-d weight [O, Cg, kh, kw] (a Parameter's array, not folded: the batch norm is the
+    kernel's epilogue) as the taps product's A, its one prepared copy: per group, its rows tap-major
+    ([Og, kh*kw*Cg]) for the phase mode, as they are for im2col and 1x1, packed in blocks of MR rows
+    (gemm.pack_rows), the groups one after the other, in dtype d. Made once per read-only array
+    (``set_data`` gives a new one; the entry goes with the array), per call for a writable one.
+    ``inplace`` (``a_in_place``): the Parameter itself where it is contiguous in dtype d, else one
+    converted copy, cached the same way."""
     import weakref
 
+    w = np.asarray(w)
+    if inplace:
+        a = np.ascontiguousarray(w, dtype=d)
+        if a is w or a.base is w:
+            return a                 # (the Parameter itself: [O, (ci, kh, kw)] rows, no copy)
+        mode = "inplace"
+    key = (id(w), mode, group, np.dtype(d).str)
+    hit = _TAPW.get(key)
+    if hit is not None and hit[0]() is w:
+        return hit[1]
+    a = np.ascontiguousarray(w, dtype=d) if mode == "inplace" else _packed(w, mode, group, d)
+    if K._frozen(w):
+        for k in [k for k, v in _TAPW.items() if k[0] == id(w) and v[0]() is not w]:
+            del _TAPW[k]             # (a stale entry of a recycled id)
+        try:
+            _TAPW[key] = (weakref.ref(w, lambda _r, k=key: _TAPW.pop(k, None)), a)
+        except TypeError:            # (an array type without weak references: not cached)
+            pass
+    return a
+
+
+def _packed(w, mode, group, d):
+    """``_tap_major``'s packed A (a new array)."""
     from .gemm import pack_rows, tile_rows
 
-    hit = _TAPW.get(id(wm))
-    if hit is not None and hit[0]() is wm and hit[1] == (mode, group):
-        return hit[2]
-    o, cg, kh, kw = wshape
-    a = wm.reshape(o, cg * kh * kw)
+    o, cg, kh, kw = w.shape
+    a = w.reshape(o, cg * kh * kw)
     if mode == "phase":
         a = a.reshape(o, cg, kh * kw).transpose(0, 2, 1).reshape(o, kh * kw * cg)
-    og, mr = o // group, tile_rows(wm.dtype)
-    a = np.concatenate([pack_rows(a[g * og:(g + 1) * og], mr).reshape(-1) for g in range(group)])
-    _TAPW[id(wm)] = (weakref.ref(wm, lambda _r, k=id(wm): _TAPW.pop(k, None)), (mode, group), a)
-    return a
+    og, mr = o // group, tile_rows(d)
+    return np.concatenate([pack_rows(a[g * og:(g + 1) * og].astype(d, copy=False), mr).reshape(-1)
+                           for g in range(group)])
+
+
+def prepared_bytes() -> dict:
+    """Bytes held by the convolutions' prepared-weight caches, per cache (tests: at most one copy per
+    weight): the taps product's packed weights, L1's folded small weights, the batch norms' scale/shift."""
+    def nbytes(v):
+        return sum(nbytes(x) for x in v) if isinstance(v, tuple) else getattr(v, "nbytes", 0)
+    return {"taps": sum(v[1].nbytes for v in _TAPW.values() if v[0]() is not None),
+            "folded": sum(nbytes(v[1]) for v in K._PREPARED.values()),
+            "affine": sum(nbytes(v[1]) for v in K._AFFINE.values())}
 
 
 def _odd_lines(n: int, itemsize: int) -> int:
@@ -611,7 +712,7 @@ class TapsConv:
     One kernel call per image and group (``split``: the output columns in two halves on the
     kernel pool, a thread each)."""
 
-    def __init__(self, x_shape, w_shape, stride, pad, dil, group, d, mode=None):
+    def __init__(self, x_shape, w_shape, stride, pad, dil, group, d, mode=None, inplace=False):
         n, c, h, w = x_shape
         o, cg, kh, kw = w_shape
         sh, sw = stride
@@ -657,6 +758,19 @@ class TapsConv:
                     self.copies.append((dst, (slice(None), slice(r0, r0 + (ni - 1) * sh + 1, sh),
                                               slice(c0, c0 + (nj - 1) * sw + 1, sw))))
             self.hq = hq
+            # what the copies do not write (zeroed before each use: the workspace is shared): per phase,
+            # the rows and columns around its copy (or all of it), and every row's tail past the grid
+            written = {dst[0].start // c: dst for dst, _ in self.copies}
+            self.zero = []
+            for ph_ in range(nph):
+                chans = slice(ph_ * c, (ph_ + 1) * c)
+                dst = written.get(ph_)
+                if dst is None:
+                    self.zero.append((chans,))
+                    continue
+                (ri, cj) = dst[1:]
+                self.zero += [(chans, slice(0, ri.start)), (chans, slice(ri.stop, hq)),
+                              (chans, ri, slice(0, cj.start)), (chans, ri, slice(cj.stop, wq))]
             taps = []
             for i in range(kh):
                 for j in range(kw):
@@ -672,34 +786,38 @@ class TapsConv:
             self.grid = None
             self.src = (c * kh * kw, self.row)
             self.win = (kh, kw, stride, dil, pad)
-        self.fn = gemm_taps(str(self.d))
+        self.inplace = inplace
+        self.fn = gemm_taps(str(self.d), inplace)
         self.nr = _panel(self.d)
         self.acc = (o, ho * self.wq) if self.grid is not None else None
-        self.free: list = []          # free (src, acc) buffer pairs (zeroed once: borders stay zero)
         self.lda = len(self.taps) * self.ci if mode == "phase" else self.ci
         mr = _rows(self.d)
-        self.gstride = -(-self.og // mr) * mr * self.lda        # A elements per group (packed row blocks)
+        # A elements per group: packed row blocks, or the weight's own rows
+        self.gstride = (self.og if inplace else -(-self.og // mr) * mr) * self.lda
 
-    def __call__(self, x, a, out=None, split=1, bias=None, add=None, lo=-np.inf, hi=np.inf):
+    def __call__(self, x, a, out=None, split=1, bn=None, add=None, lo=-np.inf, hi=np.inf):
         """The convolution of x (any strides) by ``a`` (``_tap_major``) into ``out`` where it is
         C-contiguous of the result's shape and dtype (the memory plan's buffer), else a new array;
-        then, in the kernel's registers, + ``bias`` [O], + ``add`` (C-contiguous, of the result's
-        shape; not where the result is cropped from a wider grid), max(., lo), min(., hi)."""
+        then, in the kernel's registers, * scale + shift (``bn`` = (scale [O], shift [O])), + ``add``
+        (C-contiguous, of the result's shape; not where the result is cropped from a wider grid),
+        max(., lo), min(., hi). The staging buffers are the thread's ``workspace``."""
         n = x.shape[0]
         ok = out is not None and out.shape == self.shape and out.dtype == self.d and out.flags.c_contiguous
         res = out if ok else np.empty(self.shape, self.d)
         if n == 0 or res.size == 0:
             return res
         assert add is None or (self.grid is None and add.shape == self.shape and add.flags.c_contiguous)
-        bufs = self.free.pop() if self.free else (None if self.src is None else np.zeros(self.src, self.d),
-                                                  None if self.acc is None else np.empty(self.acc, self.d))
-        try:
-            self._run(x, a, res, bufs[0], bufs[1], split, bias, add, lo, hi)
-        finally:
-            self.free.append(bufs)
+        sbuf = None if self.src is None else workspace(0, self.src[0] * self.src[1], self.d).reshape(self.src)
+        acc = None if self.acc is None else workspace(1, self.acc[0] * self.acc[1], self.d).reshape(self.acc)
+        if self.mode == "phase":
+            grid = sbuf[:, :self.hq * self.wq].reshape(-1, self.hq, self.wq)
+            for z in self.zero:
+                grid[z] = 0
+            sbuf[:, self.hq * self.wq:] = 0
+        self._run(x, a, res, sbuf, acc, split, bn, add, lo, hi)
         return res
 
-    def _run(self, x, a, res, sbuf, acc, split, bias, add, lo, hi):
+    def _run(self, x, a, res, sbuf, acc, split, bn, add, lo, hi):
         ap, tp = data_pointer(a), data_pointer(self.taps)
         isz = self.d.itemsize
         fn, og, q, row, ntaps, c = self.fn, self.og, self.q, self.row, len(self.taps), self.c
@@ -725,11 +843,14 @@ class TapsConv:
             ldc = cbuf.shape[1]
             sp, cp = data_pointer(src), data_pointer(cbuf)
             # (per group: its og rows of A and C, its channel rows of src)
+            bias, scale = (bn[1], bn[0]) if bn is not None else (None, None)
             bp = data_pointer(bias) if bias is not None else 0
+            scp = data_pointer(scale) if scale is not None else 0
             rp = data_pointer(add[b]) if add is not None else 0
             calls = [((og, self.ci, ntaps, tp, q, ap + g * self.gstride * isz, self.lda, sp + g * self.ci * row * isz,
                        row, cp + g * og * ldc * isz, ldc),
-                      (bias is not None, bp and bp + g * og * isz, rp and rp + g * og * ldc * isz, ldc, lo, hi))
+                      (bias is not None, scp and scp + g * og * isz, bp and bp + g * og * isz,
+                       rp and rp + g * og * ldc * isz, ldc, lo, hi))
                      for g in range(self.group)]
             if split > 1 and q > self.nr:
                 panels = -(-q // self.nr)
@@ -747,8 +868,8 @@ class TapsConv:
 
 def _run_calls(fn, calls, j0, j1):
     """The taps kernel over the columns [j0, j1) of each group's call."""
-    for head, (hasb, bp, rp, ldr, lo, hi) in calls:
-        fn(*head, j0, j1, hasb, bp or None, rp or None, ldr, lo, hi)
+    for head, (hasb, sp, bp, rp, ldr, lo, hi) in calls:
+        fn(*head, j0, j1, hasb, sp or None, bp or None, rp or None, ldr, lo, hi)
 
 
 def _kernel_pool():
@@ -769,10 +890,10 @@ def _panel(d) -> int:
     return panel_width(d)
 
 
-def gemm_taps(dtype: str):
+def gemm_taps(dtype: str, inplace: bool = False):
     from .gemm import taps_function
 
-    return taps_function(dtype)
+    return taps_function(dtype, a_inplace=inplace)
 
 
 def taps_mode(x_shape, w_shape, stride, pad, dil, group) -> str:

@@ -81,16 +81,19 @@ def ir(features: str, dtype: str = "float32", name: str = NAME) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _tiles(L, name, t, w, nv, mr, vt, fma, mstore, mload, iota, strided, prefetch="same"):
+def _tiles(L, name, t, w, nv, mr, vt, fma, mstore, mload, iota, strided, prefetch="same", a_inplace=False):
     """The register tiles @{name}_tile{r}, r = 1..MR. ``strided``: the panel's rows are %ldb
     apart (a row-major B or an image's channel rows, read in place) and its columns past %cols are
     not read (masked loads), and A is packed in row blocks, A[p * MR + i] (``pack_rows``); else
-    the panel is packed (rows NR apart, zero-padded) and A is row-major (%lda apart)."""
+    the panel is packed (rows NR apart, zero-padded) and A is row-major (%lda apart). ``a_inplace``
+    (strided only): A is not packed but read where it lies, A[i * lda + p * ks] (a convolution's
+    weight in its own (ci, kh, kw) order: ks = the taps)."""
     nr = w * nv
     for r in range(1, mr + 1):
         # C[r x cols] (+)= A[r x k] . Bpanel[k x NR]: from zero when ``first``, else onto C (a k block after the first)
         ldb = " i64 %ldb," if strided else ""
-        epi = f", i1 %last, i1 %hasb, {t}* %bias, i1 %hasr, {t}* %res, i64 %ldr, {t} %lo, {t} %hi" if strided else ""
+        epi = (f", i1 %last, i1 %hasb, {t}* %scale, {t}* %bias, i1 %hasr, {t}* %res, i64 %ldr, {t} %lo, {t} %hi"
+               if strided else "") + (", i64 %ks" if a_inplace else "")
         L(f"define internal void @{name}_tile{r}(i64 %k, {t}* noalias %a, i64 %lda, {t}* noalias %b,{ldb} "
           f"{t}* noalias %c, i64 %ldc, i64 %cols, i1 %first{epi}) nounwind alwaysinline {{")
         L("entry:")
@@ -150,10 +153,15 @@ def _tiles(L, name, t, w, nv, mr, vt, fma, mstore, mload, iota, strided, prefetc
                 L(f"  %pfp{sfx}{v} = getelementptr {t}, {t}* %b, i64 %{base}{v}")
                 L(f"  %pfc{sfx}{v} = bitcast {t}* %pfp{sfx}{v} to i8*")
                 L(f"  call void @llvm.prefetch.p0i8(i8* %pfc{sfx}{v}, i32 0, i32 {hint}, i32 1)")
-        if strided:           # (A packed too: [k][MR] per row block, a weight prepared once)
+        if a_inplace:
+            L("  %pm = mul i64 %p, %ks")
+        elif strided:         # (A packed too: [k][MR] per row block, a weight prepared once)
             L(f"  %pm = mul i64 %p, {mr}")
         for i in range(r):
-            if strided:
+            if a_inplace:
+                L(f"  %ar{i} = mul i64 %lda, {i}")
+                L(f"  %ao{i} = add i64 %ar{i}, %pm")
+            elif strided:
                 L(f"  %ao{i} = add i64 %pm, {i}")
             else:
                 L(f"  %ar{i} = mul i64 %lda, {i}")
@@ -190,9 +198,9 @@ def _tiles(L, name, t, w, nv, mr, vt, fma, mstore, mload, iota, strided, prefetc
 
 def _tile_epilogue(L, t, w, nv, r, vt, mload):
     """After the last k block (``%last``), the convolution's epilogue on the tile in registers, in
-    the L1 kernel's order: + bias[row] (``%hasb``), + res (``%hasr``: a tensor of C's layout,
-    rows %ldr apart), then max(., lo) and min(., hi) as numpy's maximum / minimum (NaN stays;
-    lo = -inf, hi = +inf leave every value as it is): ReLU is lo = 0, ReLU6 lo = 0, hi = 6.
+    the L1 kernel's order: the batch norm, * scale[row] then + bias[row] (``%hasb``), + res
+    (``%hasr``: a tensor of C's layout, rows %ldr apart), then max(., lo) and min(., hi) as numpy's
+    maximum / minimum (NaN stays; lo = -inf, hi = +inf leave every value as it is): ReLU is lo = 0, ReLU6 lo = 0, hi = 6.
     The tile's %f values become the epilogue's results (renamed in place: %f -> %e)."""
     L("  br i1 %last, label %epi, label %noepi")
     L("epi:")
@@ -203,12 +211,17 @@ def _tile_epilogue(L, t, w, nv, r, vt, mload):
     L("  br i1 %hasb, label %eb, label %ebx")
     L("eb:")
     for i in range(r):
+        L(f"  %sp{i}_ = getelementptr {t}, {t}* %scale, i64 {i}")
+        L(f"  %ss{i}_ = load {t}, {t}* %sp{i}_")
+        L(f"  %si{i}_ = insertelement {vt} undef, {t} %ss{i}_, i32 0")
+        L(f"  %sb{i}_ = shufflevector {vt} %si{i}_, {vt} undef, <{w} x i32> zeroinitializer")
         L(f"  %bp{i}_ = getelementptr {t}, {t}* %bias, i64 {i}")
         L(f"  %bs{i}_ = load {t}, {t}* %bp{i}_")
         L(f"  %bi{i}_ = insertelement {vt} undef, {t} %bs{i}_, i32 0")
         L(f"  %bb{i}_ = shufflevector {vt} %bi{i}_, {vt} undef, <{w} x i32> zeroinitializer")
-        for v in range(nv):
-            L(f"  %fb{i}_{v} = fadd {vt} %f{i}_{v}, %bb{i}_")
+        for v in range(nv):          # (a multiply, then an add: two roundings, as the L1 kernel's two passes)
+            L(f"  %fs{i}_{v} = fmul {vt} %f{i}_{v}, %sb{i}_")
+            L(f"  %fb{i}_{v} = fadd {vt} %fs{i}_{v}, %bb{i}_")
     L("  br label %ebx")
     L("ebx:")
     for i in range(r):
@@ -360,7 +373,7 @@ class PackedGemm:
 
 def lower_gemm(k, name: str, features: str) -> str:
     if isinstance(k, TapsGemm):
-        return ir_taps(features, k.dtype, name, k.kc, k.prefetch)
+        return ir_taps(features, k.dtype, name, k.kc, k.prefetch, k.a_inplace)
     return ir(features, k.dtype, name)
 
 
@@ -436,25 +449,29 @@ def lower_matmul_packed(k, name: str, features: str) -> str:
 
 TAPS_NAME = "msvm_gemm_taps"
 TAPS_KC = 256               # k (channels of one tap) per block
-TAPS_VERSION = 3            # (in the kernel text, so the cache key: bump it when ir_taps changes)
+TAPS_VERSION = 4            # (in the kernel text, so the cache key: bump it when ir_taps changes)
 
 
 def ir_taps(features: str, dtype: str = "float32", name: str = TAPS_NAME, kc: int = TAPS_KC,
-            prefetch: str = "same") -> str:
+            prefetch: str = "same", a_inplace: bool = False) -> str:
     """The LLVM IR of ``name``, a convolution's product with B read where it lies (no packing):
 
-        taps(m, ci, ntaps, taps*, q, A*, lda, src*, row, C*, ldc, j0, j1, hasb, bias*, res*, ldr, lo, hi)
+        taps(m, ci, ntaps, taps*, q, A*, lda, src*, row, C*, ldc, j0, j1, hasb, scale*, bias*, res*, ldr, lo, hi)
         C[i, j] = epi(sum_t sum_c A[i, t * ci + c] * src[c * row + taps[t] + j])  (i < m, j0 <= j < j1)
-        epi(v) = min(max(v [+ bias[i]] [+ res[i * ldr + j]], lo), hi)     (``_tile_epilogue``; res: null = none)
+        epi(v) = min(max(v [* scale[i] + bias[i]] [+ res[i * ldr + j]], lo), hi)  (``_tile_epilogue``; res: null = none)
 
-    A is the weight [m, ntaps * ci] (tap-major, folded once), packed in blocks of MR rows
+    A is the weight [m, ntaps * ci] (tap-major, the Parameter's values: the batch norm is the
+    epilogue's scale and bias, not folded into a copy), packed in blocks of MR rows
     (``pack_rows``: [ceil(m / MR)][ntaps * ci][MR], lda = ntaps * ci); src holds ci rows, ``row`` apart, of
     an image (an NCHW plane for a 1x1 convolution, the padded image's rows for a k x k one, its
     stride phases side by side for a strided one) and ``taps[t]`` is where tap t's window starts
     in them, so B[(t, c), j] is src[c * row + taps[t] + j]: a row-major B with row stride ``row``
     per tap. The same register tiles as the packed product run over panels of NR output columns
     (j0 a multiple of NR; columns past q are neither read nor written), the taps and k blocks of
-    ``kc`` channels accumulating onto the tile's C (``first`` starts it from zero)."""
+    ``kc`` channels accumulating onto the tile's C (``first`` starts it from zero).
+
+    ``a_inplace``: A is the weight as it lies, row-major [m, lda] in its own (ci, kh, kw) order, so
+    A[i, (t, c)] is A[i * lda + c * ntaps + t] (no packed copy; see conv.A_IN_PLACE)."""
     t = TYPES[dtype]
     w, nv, mr = shape(features, dtype)
     nr = w * nv
@@ -467,10 +484,10 @@ def ir_taps(features: str, dtype: str = "float32", name: str = TAPS_NAME, kc: in
              "declare void @llvm.prefetch.p0i8(i8*, i32, i32, i32)"]
     iota = "<" + ", ".join(f"i64 {i}" for i in range(w)) + ">"
     L = lines.append
-    _tiles(L, name, t, w, nv, mr, vt, fma, mstore, mload, iota, strided=True, prefetch=prefetch)
+    _tiles(L, name, t, w, nv, mr, vt, fma, mstore, mload, iota, strided=True, prefetch=prefetch, a_inplace=a_inplace)
     a_block = A_BLOCK_BYTES // np.dtype(dtype).itemsize
     L(f"define void @{name}(i64 %m, i64 %ci, i64 %ntaps, i64* noalias %taps, i64 %q, {t}* noalias %A, i64 %lda, "
-      f"{t}* noalias %S, i64 %row, {t}* noalias %C, i64 %ldc, i64 %j0, i64 %j1, i64 %hasb0, {t}* %bias, "
+      f"{t}* noalias %S, i64 %row, {t}* noalias %C, i64 %ldc, i64 %j0, i64 %j1, i64 %hasb0, {t}* %scale, {t}* %bias, "
       f"{t}* %res, i64 %ldr, {t} %lo, {t} %hi) nounwind {{")
     L("entry:")
     L("  %hasb = icmp ne i64 %hasb0, 0")
@@ -511,8 +528,11 @@ def ir_taps(features: str, dtype: str = "float32", name: str = TAPS_NAME, kc: in
     L("  %offp = getelementptr i64, i64* %taps, i64 %tp")
     L("  %off = load i64, i64* %offp")
     L(f"  %st = getelementptr {t}, {t}* %sj, i64 %off")
-    L(f"  %at0 = mul i64 %tp, {mr}")
-    L("  %at1 = mul i64 %at0, %ci")
+    if a_inplace:
+        L("  %at1 = add i64 %tp, 0")
+    else:
+        L(f"  %at0 = mul i64 %tp, {mr}")
+        L("  %at1 = mul i64 %at0, %ci")
     L(f"  %at = getelementptr {t}, {t}* %A, i64 %at1")
     L("  %t0 = icmp eq i64 %tp, 0")
     L("  %tl = icmp eq i64 %tp, %tlast")
@@ -530,7 +550,7 @@ def ir_taps(features: str, dtype: str = "float32", name: str = TAPS_NAME, kc: in
     L("  %kend = add i64 %k0, %kc")
     L("  %kl = icmp sge i64 %kend, %ci")
     L("  %last = and i1 %kl, %tl")
-    L(f"  %ak0 = mul i64 %k0, {mr}")
+    L(f"  %ak0 = mul i64 %k0, {'%ntaps' if a_inplace else mr}")
     L(f"  %ak = getelementptr {t}, {t}* %at, i64 %ak0")
     L("  %bk0 = mul i64 %k0, %row")
     L(f"  %bk = getelementptr {t}, {t}* %st, i64 %bk0")
@@ -548,6 +568,7 @@ def ir_taps(features: str, dtype: str = "float32", name: str = TAPS_NAME, kc: in
     L("  %coff = mul i64 %i, %ldc")
     L(f"  %ci_ = getelementptr {t}, {t}* %cj, i64 %coff")
     L(f"  %bi_ = getelementptr {t}, {t}* %bias, i64 %i")
+    L(f"  %sc_ = getelementptr {t}, {t}* %scale, i64 %i")
     L("  %roff = mul i64 %i, %ldr")
     L(f"  %ri_ = getelementptr {t}, {t}* %rj, i64 %roff")
     cases = " ".join(f"i64 {r}, label %t{r}" for r in range(1, mr))
@@ -555,7 +576,8 @@ def ir_taps(features: str, dtype: str = "float32", name: str = TAPS_NAME, kc: in
     for r in range(1, mr + 1):
         L(f"t{r}:")
         L(f"  call void @{name}_tile{r}(i64 %kc, {t}* %ai, i64 %lda, {t}* %bk, i64 %row, {t}* %ci_, i64 %ldc, "
-          f"i64 %left, i1 %first, i1 %last, i1 %hasb, {t}* %bi_, i1 %hasr, {t}* %ri_, i64 %ldr, {t} %lo, {t} %hi)")
+          f"i64 %left, i1 %first, i1 %last, i1 %hasb, {t}* %sc_, {t}* %bi_, i1 %hasr, {t}* %ri_, i64 %ldr, "
+          f"{t} %lo, {t} %hi{', i64 %ntaps' if a_inplace else ''})")
         L("  br label %rnext")
     L("rnext:")
     L(f"  %in = add i64 %i, {mr}")
@@ -584,41 +606,47 @@ class TapsGemm:
     dtype: str
     kc: int = TAPS_KC
     prefetch: str = "same"
+    a_inplace: bool = False
 
     kind = "gemm"
-    name = "gemm_taps"
     opt_level = 3             # (also when a site asks at L2: it is the one shape-generic product)
+
+    @property
+    def name(self) -> str:
+        return "gemm_taps_w" if self.a_inplace else "gemm_taps"
 
     def text(self) -> str:
         return (f"gemm_taps v{TAPS_VERSION} dtype={self.dtype} a_block={A_BLOCK_BYTES} kc={self.kc} "
-                f"prefetch={PREFETCH_ROWS} {self.prefetch}")
+                f"prefetch={PREFETCH_ROWS} {self.prefetch}" + (" a_inplace" if self.a_inplace else ""))
 
 
 TAPS_ARGS = ("i64", "i64", "i64", "ptr", "i64", "ptr", "i64", "ptr", "i64", "ptr", "i64", "i64", "i64",
-             "i64", "ptr", "ptr", "i64", "T", "T")
+             "i64", "ptr", "ptr", "ptr", "i64", "T", "T")
 _taps: dict = {}            # (dtype, kc) -> ctypes function
 
 
-def taps_function(dtype: str, kc: int = TAPS_KC, prefetch: str = "same"):
-    """ctypes ``taps(m, ci, ntaps, taps, q, A, lda, src, row, C, ldc, j0, j1, hasb, bias, res, ldr,
+def taps_function(dtype: str, kc: int = TAPS_KC, prefetch: str = "same", a_inplace: bool = False):
+    """ctypes ``taps(m, ci, ntaps, taps, q, A, lda, src, row, C, ldc, j0, j1, hasb, scale, bias, res, ldr,
     lo, hi)`` (``ir_taps``), compiled (or loaded from the kernel cache) once per process.
     ``prefetch`` (bench/conv_routes.py compares them): "same", the tile prefetches its panel's rows
     PREFETCH_ROWS ahead; "next", the next panel's rows into L2; "same+next", both."""
     import ctypes
 
-    hit = _taps.get((dtype, kc, prefetch))
+    key = (dtype, kc, prefetch, a_inplace)
+    hit = _taps.get(key)
     if hit is None:
         from .build import compile_kernel
 
         with _lock:
-            hit = _taps.get((dtype, kc, prefetch))
+            hit = _taps.get(key)
             if hit is None:
-                c = compile_kernel(TapsGemm(dtype, kc, prefetch), 3, {"op": "GEMM_TAPS", "shape": [], "dtype": dtype})
+                c = compile_kernel(TapsGemm(dtype, kc, prefetch, a_inplace), 3,
+                                   {"op": "GEMM_TAPS", "shape": [], "dtype": dtype})
                 types = {"i64": ctypes.c_int64, "ptr": ctypes.c_void_p,
                          "T": ctypes.c_float if dtype == "float32" else ctypes.c_double}
                 hit = ctypes.CFUNCTYPE(None, *[types[a] for a in TAPS_ARGS])(c.addr)
                 hit.compiled = c
-                _taps[(dtype, kc, prefetch)] = hit
+                _taps[key] = hit
     return hit
 
 

@@ -850,7 +850,7 @@ def batch_norm(x, gamma, beta, mean, var, eps, out=None):
     return np.add(r, shift.reshape(shape), out=r)
 
 
-_PREPARED: dict = {}      # (id of each array, eps, dtype) -> (weakrefs, folded weight [O, K], bias [O] | None)
+_PREPARED: dict = {}      # (id of each array, eps, dtype) -> (weakrefs, (folded weight [O, K], bias [O] | None))
 PREPARED_LIMIT = 4096
 
 
@@ -859,37 +859,84 @@ def _frozen(a) -> bool:
     return flags is not None and getattr(flags, "writeable", True) is False
 
 
-def prepared_weight(w, bn, eps, dtype):
-    """The conv weight as [O, C/group*kh*kw] with the batch norm folded in (W * scale, bias = shift), made
-    once per Parameter array: read-only arrays (a Parameter's data; set_data gives a new one) are cached
-    by identity, checked through weak references so a recycled id never hits."""
+def _cached(cache, arrays, extra, make):
+    """make() once per tuple of read-only arrays (a Parameter's data; set_data gives a new one), cached
+    by identity and checked through weak references so a recycled id never hits; arrays that may
+    change in place are not cached."""
     import weakref
 
-    arrays = (w,) + tuple(bn)                      # bn: [conv bias,] gamma, beta, mean, var
     cacheable = all(_frozen(a) for a in arrays)
-    key = tuple(id(a) for a in arrays) + (eps, np.dtype(dtype).str)
+    key = tuple(id(a) for a in arrays) + extra
     if cacheable:
-        hit = _PREPARED.get(key)
+        hit = cache.get(key)
         if hit is not None and all(r() is a for r, a in zip(hit[0], arrays)):
-            return hit[1], hit[2]
-    o = w.shape[0]
-    wm = np.asarray(w).reshape(o, -1)
-    bias = None
-    if bn:
-        g, b, m, v = (np.asarray(a, dtype=np.float64) for a in bn[-4:])
-        scale = g / np.sqrt(v + eps)
-        wm = wm.astype(np.float64) * scale[:, None]
-        cb = np.asarray(bn[0], dtype=np.float64) if len(bn) == 5 else 0.0    # BN(conv + cb) = conv*s + cb*s + shift
-        bias = np.ascontiguousarray((cb - m) * scale + b, dtype=dtype)
-    wm = np.ascontiguousarray(wm, dtype=dtype)
+            return hit[1]
+    val = make()
     if cacheable:
-        if len(_PREPARED) >= PREPARED_LIMIT:
-            _PREPARED.clear()
+        if len(cache) >= PREPARED_LIMIT:
+            cache.clear()
         try:
-            _PREPARED[key] = (tuple(weakref.ref(a) for a in arrays), wm, bias)
+            cache[key] = (tuple(weakref.ref(a) for a in arrays), val)
         except TypeError:              # (an array type without weak references: not cached)
             pass
-    return wm, bias
+    return val
+
+
+def prepared_weight(w, bn, eps, dtype):
+    """The conv weight as [O, C/group*kh*kw] with the batch norm folded in (W * scale, bias = shift), made
+    once per Parameter array (``_cached``). Only for the convolutions that ``folds``: small weights."""
+    arrays = (w,) + tuple(bn)                      # bn: [conv bias,] gamma, beta, mean, var
+
+    def make():
+        o = w.shape[0]
+        wm = np.asarray(w).reshape(o, -1)
+        bias = None
+        if bn:
+            scale, bias = _affine64(bn, eps)
+            wm = wm.astype(np.float64) * scale[:, None]
+            bias = np.ascontiguousarray(bias, dtype=dtype)
+        return np.ascontiguousarray(wm, dtype=dtype), bias
+    return _cached(_PREPARED, arrays, (eps, np.dtype(dtype).str), make)
+
+
+# ------------------------------------------------- issue 18: the batch norm after the product, not in a copy of W
+# Folding the batch norm into the weight costs a copy of every weight (ResNet-50: 90 MB next to its
+# 98 MB of Parameters). Dense and grouped convolutions instead run the product on the Parameter's own
+# values and apply out * scale[o] + shift[o] after it (the compiled tiers in the GEMM's epilogue, in
+# registers); only the small weights of the convolutions ``folds`` names are folded (depthwise and
+# few-channel ones, whose compiled kernel reads a folded weight; a few KB each).
+DIRECT_MAX_CHANNELS = 4         # (compiler/conv.py's direct kernel takes these: cg <= 4 and cg * kh * kw <= 36)
+DIRECT_MAX_TAPS = 36
+_AFFINE: dict = {}
+
+
+def folds(wshape, group) -> bool:
+    """Whether FUSED_CONV folds its batch norm into a (small) copy of the weight: depthwise, or at
+    most DIRECT_MAX_CHANNELS input channels per group and DIRECT_MAX_TAPS weights per output."""
+    o, cg, kh, kw = wshape
+    return (cg == 1 and group > 1) or (cg <= DIRECT_MAX_CHANNELS and cg * kh * kw <= DIRECT_MAX_TAPS)
+
+
+def _affine64(bn, eps):
+    """(scale, shift) in float64 of [conv bias,] gamma, beta, mean, var: BN(conv + cb) = conv*s + cb*s + shift."""
+    g, b, m, v = (np.asarray(a, dtype=np.float64) for a in bn[-4:])
+    scale = g / np.sqrt(v + eps)
+    cb = np.asarray(bn[0], dtype=np.float64) if len(bn) == 5 else 0.0
+    return scale, (cb - m) * scale + b
+
+
+def conv_affine(bn, eps, dtype):
+    """The batch norm as (scale [O], shift [O]) in ``dtype``, once per Parameter arrays."""
+    def make():
+        scale, shift = _affine64(bn, eps)
+        return np.ascontiguousarray(scale, dtype=dtype), np.ascontiguousarray(shift, dtype=dtype)
+    return _cached(_AFFINE, tuple(bn), (eps, np.dtype(dtype).str), make)
+
+
+def weight_view(w):
+    """The Parameter's weight as [O, C/group*kh*kw], a view where it is contiguous (no copy kept)."""
+    w = np.asarray(w)
+    return w.reshape(w.shape[0], -1)
 
 
 def conv_gemm(x, wm, wshape, stride, pad, dil, group, dtype, out=None):
@@ -930,34 +977,13 @@ def conv_gemm(x, wm, wshape, stride, pad, dil, group, dtype, out=None):
 SHIFTED_MIN_WIDTH = 8      # below it the padded columns' waste outweighs the im2col copy saved
 
 
-def _taps_weight(wm, wshape):
-    """[kh*kw, O, C] from [O, C*kh*kw], once per prepared weight."""
-    import weakref
-
-    hit = _TAPS.get(id(wm))
-    if hit is not None and hit[0]() is wm:
-        return hit[1]
-    o, c, kh, kw = wshape
-    wt = np.ascontiguousarray(wm.reshape(o, c, kh, kw).transpose(2, 3, 0, 1).reshape(kh * kw, o, c))
-    if len(_TAPS) >= PREPARED_LIMIT:
-        _TAPS.clear()
-    try:
-        _TAPS[id(wm)] = (weakref.ref(wm), wt)
-    except TypeError:                  # (an array type without weak references: not cached)
-        pass
-    return wt
-
-
-_TAPS: dict = {}
-
-
 def _conv_shifted(xp, wm, wshape, dil, ho, wo, dtype, out=None):
     """A stride-1 convolution without im2col: over the padded image flattened to [C, Hp*Wp], tap (i, j)
     reads the contiguous run starting at i*dh*Wp + j*dw, so the output on the padded width [O, Ho*Wp] is
     the sum of kh*kw sgemms W[i, j] @ run (the Wp - Wo extra columns are dropped at the end)."""
     o, c, kh, kw = wshape
     n, _, hp, wp = xp.shape
-    wt = _taps_weight(wm, wshape)
+    wt = np.ascontiguousarray(wm.reshape(o, c, kh, kw).transpose(2, 3, 0, 1)).reshape(kh * kw, o, c)   # (per call)
     tail = (kw - 1) * dil[1]
     flat = np.empty((n, c, hp * wp + tail), dtype=dtype)
     flat[:, :, :hp * wp] = xp.reshape(n, c, hp * wp)
@@ -1045,10 +1071,17 @@ def fused_conv(*args, out=None):
         if bn is not None:
             res = batch_norm(res, *bnp[-4:], eps)
         return run_program(program, [res] + extras)
-    wm, bias = prepared_weight(w, bnp, eps, dtype)
-    res = conv_gemm(x.astype(dtype, copy=False), wm, w.shape, stride, pad, dil, group, dtype, out)
-    if bias is not None and res.size:
-        np.add(res, bias.reshape(1, -1, 1, 1), out=res)
+    if folds(w.shape, group):
+        wm, bias = prepared_weight(w, bnp, eps, dtype)
+        res = conv_gemm(x.astype(dtype, copy=False), wm, w.shape, stride, pad, dil, group, dtype, out)
+        if bias is not None and res.size:
+            np.add(res, bias.reshape(1, -1, 1, 1), out=res)
+        return epilogue(program, res, extras)
+    res = conv_gemm(x.astype(dtype, copy=False), weight_view(w), w.shape, stride, pad, dil, group, dtype, out)
+    if bnp and res.size:                 # (the batch norm after the product: two roundings, as the tiers)
+        scale, shift = conv_affine(bnp, eps, dtype)
+        np.multiply(res, scale.reshape(1, -1, 1, 1), out=res)
+        np.add(res, shift.reshape(1, -1, 1, 1), out=res)
     return epilogue(program, res, extras)
 
 

@@ -134,3 +134,21 @@ def test_a_float16_input_cast_up_stays_correct(level):
     r = (1 / np.sqrt((xd * xd).mean(-1, keepdims=True) + np.float32(1e-6))).astype(np.float16)
     np.testing.assert_allclose(got.astype(np.float32), (x * r * np.ones(16, np.float16)).astype(np.float32),
                                rtol=2e-3, atol=2e-3)
+
+
+class _ScaleTwice(nn.Cell):       # the third operand is r again: r's store must stay (not FUSED_RMS_NORM)
+    def construct(self, x):
+        r = ops.rsqrt(ops.mean(ops.pow(x, 2.0), -1, keep_dims=True) + 1e-5)
+        return x * r * r
+
+
+@pytest.mark.parametrize("tier", ["L1", "L2"])
+def test_a_program_that_reads_the_scale_twice_is_left_alone(level, tier):
+    """``x * r * r`` matched the pattern with r as its weight, dropped r's store and failed to verify."""
+    level(tier)
+    x = np.random.default_rng(6).standard_normal((5, 12)).astype(np.float32)
+    net = _ScaleTwice()
+    got = net(ms.Tensor(x)).asnumpy()
+    assert not _ops(net)
+    xd = x.astype(np.float64)
+    np.testing.assert_allclose(got, xd / ((xd * xd).mean(-1, keepdims=True) + 1e-5), rtol=2e-6, atol=1e-6)

@@ -120,6 +120,7 @@ def _match_rms(code, i, targets, is_target, live_after):
     program, n = code.decode_args(out)
     x_slot, r_slot = instrs[i].args[0], st_r.args[0]
     if (n != 3 or ld_x2.args[0] != x_slot or ld_r.args[0] != r_slot or r_slot == x_slot
+            or (ld_w.op.name == "LOAD_TENSOR" and ld_w.args[0] == r_slot)      # (x * r * r: r is never stored)
             or r_slot in live_after(code, targets)[k + 4]
             or any(is_target(code, targets, x) for x in instrs[i + 1:k + 5])):
         return None

@@ -307,13 +307,20 @@ _param_change: list = [None]
 def parameter_reshaped(name: str, old, new) -> None:
     """A Parameter got data of another shape (``Parameter.set_data``): every Cell's variants are
     verified again, and the next compile says which Parameter it was."""
-    _param_change[0] = (name, tuple(old), tuple(new))
+    _param_change[0] = f"Parameter {name} changed shape {_shape(tuple(old))} -> {_shape(tuple(new))}"
+
+
+def attribute_set(cell: str, name: str) -> None:
+    """An attribute of a compiled Cell was set (a constant construct read, or a sub-Cell swapped):
+    every Cell's variants are compiled again (a parent's Code holds its sub-Cells' constants), and
+    the next compile says which attribute it was."""
+    _param_change[0] = f"{cell}.{name} was set"
 
 
 def variants_dropped(n: int) -> str | None:
-    """The clause for a compile after ``n`` variants were dropped because a Parameter changed shape."""
+    """The clause for a compile after ``n`` variants were dropped because a Parameter changed shape
+    or a compiled Cell's attribute was set."""
     if not n:
         return None
-    ch = _param_change[0]
-    what = f"Parameter {ch[0]} changed shape {_shape(ch[1])} -> {_shape(ch[2])}" if ch else "a Parameter changed shape"
+    what = _param_change[0] or "a Parameter changed shape"
     return f"{n} compiled variant{'s' if n > 1 else ''} discarded: {what}"

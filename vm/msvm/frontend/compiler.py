@@ -1761,8 +1761,9 @@ def spec_key(specs) -> tuple:
 
 def compile_cell_for(cell, specs, name: str | None = None, generation: int = 0):
     """Compile (and verify) cell.construct for these argument specs; cached per cell and
-    ``generation`` (the run time passes its Parameter-shape counter, so a Parameter's new
-    shape compiles afresh; static analysis builds new Cells and passes nothing)."""
+    ``generation`` (the run time passes its counter ``tensor.PARAMETER_SHAPES``, bumped by a
+    Parameter's new shape and by an attribute set on a compiled Cell, so either compiles afresh;
+    static analysis builds new Cells and passes nothing)."""
     try:
         cache = _cell_codes.setdefault(cell, {})
     except TypeError:
@@ -1774,6 +1775,8 @@ def compile_cell_for(cell, specs, name: str | None = None, generation: int = 0):
     code = cache.get(key)
     if code is not None:
         return code
+    for k in [k for k in cache if k[1] < generation]:    # (Codes of an older generation are never asked again)
+        del cache[k]
     src_fn = getattr(cell, "__msvm_construct_source__", None)
     src = src_fn() if src_fn is not None else source_of(type(cell).construct)
     qual = name or f"{type(cell).__name__}.construct"

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import inspect
 
-from .. import callpath
-from ..tensor import Parameter, Tensor
+from .. import callpath, reasons
+from ..tensor import PARAMETER_SHAPES, Parameter, Tensor
 
 
 class Cell:
@@ -48,8 +48,13 @@ class Cell:
             d["_params"].pop(name, None)
             d["_cells"].pop(name, None)
         object.__setattr__(self, name, value)
-        if d.get("_runner") is not None and name not in ("training",):
-            self._drop_runner()                         # attributes changed: recompile
+        if name != "training" and _compiled(self):
+            # construct read this Cell's attributes as constants, and its parents' Codes hold them (and
+            # its sub-Cells' Codes): every Cell compiles again, as after a Parameter's new shape
+            _forget_codes(self)
+            self._drop_runner()
+            reasons.attribute_set(type(self).__name__, name)
+            PARAMETER_SHAPES[0] += 1
 
     def construct(self, *args, **kwargs):
         raise NotImplementedError(f"{type(self).__name__} does not define construct()")
@@ -209,6 +214,22 @@ class SequentialCell(CellList):
         for cell in self:
             x = cell(x)
         return x
+
+
+def _compiled(cell) -> bool:
+    """Whether construct of this Cell has been compiled, on its own or as a sub-Cell of another
+    (the frontend's per-Cell Code cache holds an entry for it)."""
+    if cell.__dict__.get("_runner") is not None:
+        return True
+    from ..frontend.compiler import _cell_codes
+
+    return bool(_cell_codes.get(cell))
+
+
+def _forget_codes(cell) -> None:
+    from ..frontend.compiler import _cell_codes
+
+    _cell_codes.pop(cell, None)
 
 
 def _is_tensor(v):

@@ -635,3 +635,36 @@ def tile_rows(dtype) -> int:
     from .codegen import codegen
 
     return shape(codegen().features, str(np.dtype(dtype)))[2]
+
+
+# ---------------------------------------------------------------- (issue 18) two threads on one packed product
+
+SPLIT_MIN_FLOPS = 12e6      # 2*m*k*n from which two threads share a product (a hand-off costs ~65 us)
+splits = [0]                # products split so far (tests read it: the split happened)
+
+
+def threads(m: int, k: int, n: int, dtype) -> int:
+    """How many threads share the product m x k by k x n: 2 where the cores allow it (callconv.cores:
+    the affinity, MSVM_THREADS), from SPLIT_MIN_FLOPS, and where there are two panels to share."""
+    from .callconv import cores
+
+    if 2.0 * m * k * n < SPLIT_MIN_FLOPS or n <= panel_width(dtype):
+        return 1
+    return min(cores(), 2)
+
+
+def run_split(fn, m, k, n, a, lda, bp, c, ldc, nr: int, isz: int) -> None:
+    """``fn`` (the packed product) over the columns of C in two halves of whole panels, the second
+    half on the kernel pool: each column is computed by one thread, with the same tiles in the
+    same k order as in one call, so the result is the one-thread result bit for bit (the
+    columns [j0, n) are the product by the panels from j0 / NR: B and C offset, ldc unchanged)."""
+    from .callconv import submit
+
+    panels = -(-n // nr)
+    half = (panels + 1) // 2 * nr
+    splits[0] += 1
+    fut = submit(fn, m, k, n - half, a, lda, bp + (half // nr) * k * nr * isz, c + half * isz, ldc)
+    try:
+        fn(m, k, half, a, lda, bp, c, ldc)
+    finally:
+        fut.result()

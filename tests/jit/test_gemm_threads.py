@@ -160,3 +160,35 @@ def test_the_replay_splits_through_the_caller_and_small_products_stay_native(mon
         got = big(ms.Tensor(xb)).asnumpy()
     assert gemm.splits[0] == before + 3
     np.testing.assert_allclose(got, xb @ big.weight.asnumpy() + big.bias.asnumpy(), rtol=1e-4, atol=1e-3)
+
+
+def _blas_lib():
+    import ctypes
+    import glob
+    import os
+
+    paths = glob.glob(os.path.join(os.path.dirname(np.__file__), os.pardir, "numpy.libs", "libscipy_openblas64_*"))
+    return ctypes.CDLL(paths[0]) if paths else None
+
+
+@pytest.mark.skipif(_blas_lib() is None, reason="numpy ships no scipy_openblas64")
+def test_the_blas_runs_on_one_thread_once_the_pool_splits(monkeypatch):
+    """build.blas_single: set once msvm's pool splits work (its idle workers would spin on the
+    pool's cores), a number from MSVM_BLAS_THREADS, left alone with "keep"."""
+    from msvm.compiler import build
+
+    lib = _blas_lib()
+    get, put = lib.scipy_openblas_get_num_threads64_, lib.scipy_openblas_set_num_threads64_
+    was = get()
+    try:
+        put(2)
+        monkeypatch.setenv("MSVM_BLAS_THREADS", "keep")
+        assert build.blas_single() is False and get() == 2
+        monkeypatch.setenv("MSVM_BLAS_THREADS", "")
+        assert build.blas_single() is True and get() == 1
+        monkeypatch.setattr(callconv, "_blas_set", [False])
+        put(2)
+        callconv.submit(int, 3).result()          # (the first work on the pool sets it)
+        assert get() == 1 and callconv._blas_set[0]
+    finally:
+        put(was)

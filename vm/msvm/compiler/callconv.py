@@ -189,10 +189,9 @@ _blas_set = [False]
 
 
 def _parallel(call, n):
-    pool = _threads()
-    workers = pool._max_workers
+    workers = _threads()._max_workers
     step = (n + workers - 1) // workers
-    futs = [pool.submit(call, s, min(n, s + step)) for s in range(0, n, step)]
+    futs = [submit(call, s, min(n, s + step)) for s in range(0, n, step)]
     for f in futs:
         f.result()
 

@@ -342,8 +342,20 @@ def use_packed(m: int, dtype) -> bool:
     1x2048 @ 2048x1000 305 / 298 us), but OpenBLAS's call wakes its worker threads, which then
     spin on the cores msvm's kernel pool splits work over: MobileNet v2 at 224 on two cores with
     OPENBLAS_NUM_THREADS=2 took 64-68 ms per forward with its classifier in OpenBLAS, 14-15 ms with
-    it here (16-17 ms with OPENBLAS_NUM_THREADS=1). So one row runs here too."""
-    return ROWS[0] <= m <= ROWS[1] and str(np.dtype(dtype)) in TYPES
+    it here (16-17 ms with OPENBLAS_NUM_THREADS=1). So one row runs here too.
+
+    Where two cores are allowed (callconv.cores), every row count runs here: two threads share
+    the product (``run_split``) and the BLAS is set to one thread once they do (build.blas_single);
+    measured on two cores (OPENBLAS_NUM_THREADS=2, shared machine): 1024x768 @ 768x768 36 ms here,
+    57 / 58 ms OpenBLAS on one / two threads; 1024x768 @ 768x3072 198 / 269 / 209 ms; 2048x3072 @
+    3072x768 232 / 371 / 232 ms."""
+    if not (ROWS[0] <= m and str(np.dtype(dtype)) in TYPES):
+        return False
+    if m <= ROWS[1]:
+        return True
+    from .callconv import cores
+
+    return cores() >= 2
 
 
 @dataclass(frozen=True)

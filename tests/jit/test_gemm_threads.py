@@ -50,7 +50,7 @@ def test_threads_by_size_and_cores(monkeypatch):
 
 
 class Ffn(nn.Cell):
-    """BERT's feed-forward at a size whose products split (d=256, h=1024)."""
+    """BERT's feed-forward at a size whose products split (d=384, h=1536, 48 rows)."""
 
     def __init__(self, d, h):
         super().__init__()
@@ -113,11 +113,11 @@ def test_one_and_two_threads_give_the_same_bits(tier, model, monkeypatch):
     rng = np.random.default_rng(12)
     ms.set_context(jit_config={"jit_level": tier})
     if model == "dense":
-        one, two = Ffn(256, 1024), Ffn2(256, 1024)
-        x = rng.standard_normal((1, 32, 256)).astype(np.float32)
+        one, two = Ffn(384, 1536), Ffn2(384, 1536)
+        x = rng.standard_normal((1, 48, 384)).astype(np.float32)
     else:
-        one, two = AddMM(256, 1024), AddMM2(256, 1024)
-        x = rng.standard_normal((32, 256)).astype(np.float32)
+        one, two = AddMM(384, 1536), AddMM2(384, 1536)
+        x = rng.standard_normal((48, 384)).astype(np.float32)
     _copy(one, two)
     calls = 12 if tier == "auto" else 4
     a, split_one = _run(one, x, calls, monkeypatch, 1)
@@ -140,8 +140,8 @@ def test_the_replay_splits_through_the_caller_and_small_products_stay_native(mon
     rng = np.random.default_rng(13)
     ms.set_context(jit_config={"jit_level": "L3"})
     monkeypatch.setenv("MSVM_THREADS", "2")
-    big, small = AddMM(384, 768), AddMM(48, 80)
-    xb = rng.standard_normal((40, 384)).astype(np.float32)
+    big, small = AddMM(384, 1536), AddMM(48, 80)
+    xb = rng.standard_normal((48, 384)).astype(np.float32)
     xs = rng.standard_normal((9, 48)).astype(np.float32)
     for net, x in ((big, xb), (small, xs)):
         for _ in range(6):

@@ -25,6 +25,32 @@ way round: A is the folded weight, packed once in blocks of MR rows, and B is re
 loads past the last column), the taps and k blocks accumulating onto the tile; the convolution's
 epilogue (bias, residual add, ReLU / ReLU6) is applied in registers before the tile's only store.
 A column range [j0, j1) per call lets two threads share a product.
+
+**Two threads** (``run_split``, issue 18: BERT-base and GPT-2 on two cores). Where two cores are
+allowed (callconv.cores: the affinity, MSVM_THREADS) and a product has at least SPLIT_MIN_FLOPS
+and two panels, its panels are shared: the first half of whole panels in the calling thread, the
+rest on msvm's kernel pool (Bp and C offset by the first half, ldc unchanged). Each element is
+computed by one thread with the same tiles in the same k order, so one and two threads give the
+same bits. At L2 the epilogue kernel then runs over the output; at L3 the kernel's own epilogue
+(``{name}_epi``) runs once over all rows (callconv._split_caller), and such a site has no native
+entry: the replay calls its caller, which splits. On two cores every row count runs here
+(``use_packed``), not only 1..256.
+
+**BLAS and the pool do not share the cores.** After a call with two threads OpenBLAS's workers
+spin for a while, on the cores msvm's pool needs (the conv module's 3.3x, MobileNet's 64 -> 15 ms
+in ``use_packed``). Two ways out: OpenBLAS keeps both threads and msvm's pool stays idle, or msvm's
+pool splits the products and OpenBLAS runs what remains (attention's batched products) on one
+thread. The second, by measurement (BERT-base, auto, two cores, OPENBLAS_NUM_THREADS=2, a shared
+machine under load, ms per forward, S=16 / S=128, two rounds in turn; the figures swing 2-10x
+with the other processes): before this (no split, OpenBLAS on two threads) 39-381 / 379-5284;
+the split with OpenBLAS left at two threads 45 / 2657; the split with OpenBLAS set to one
+thread 41-44 / 177-309 (SPLIT_MIN_FLOPS 40e6: 41 / 177; 12e6: 45 / 177); this code with
+MSVM_THREADS=1 (no split) 39 / 395-400. SPLIT_MIN_FLOPS is 40e6 (as the conv split's): at S=16 only the
+feed-forward's 75 MFLOP products would split and that measured no faster here (the other core
+is busy with other work on this machine; the hand-off's arithmetic, 65 us against ~240 us
+saved, says it should gain where the second core is free).
+So the first piece of work on the pool sets OpenBLAS to one thread (build.blas_single;
+MSVM_BLAS_THREADS=keep leaves it, a number sets it).
 """
 
 from __future__ import annotations
@@ -651,7 +677,7 @@ def tile_rows(dtype) -> int:
 
 # ---------------------------------------------------------------- (issue 18) two threads on one packed product
 
-SPLIT_MIN_FLOPS = 12e6      # 2*m*k*n from which two threads share a product (a hand-off costs ~65 us)
+SPLIT_MIN_FLOPS = 40e6      # 2*m*k*n from which two threads share a product (a hand-off costs ~65 us; docstring)
 splits = [0]                # products split so far (tests read it: the split happened)
 
 

@@ -48,7 +48,8 @@ thread 41-44 / 177-309 (SPLIT_MIN_FLOPS 40e6: 41 / 177; 12e6: 45 / 177); this co
 MSVM_THREADS=1 (no split) 39 / 395-400. SPLIT_MIN_FLOPS is 40e6 (as the conv split's): at S=16 only the
 feed-forward's 75 MFLOP products would split and that measured no faster here (the other core
 is busy with other work on this machine; the hand-off's arithmetic, 65 us against ~240 us
-saved, says it should gain where the second core is free).
+saved, says it should gain where the second core is free). GPT-2 on a quiet machine (same
+setting, S=16 / S=128): split 38 / 175 ms, no split 47 / 235 ms.
 So the first piece of work on the pool sets OpenBLAS to one thread (build.blas_single;
 MSVM_BLAS_THREADS=keep leaves it, a number sets it).
 """

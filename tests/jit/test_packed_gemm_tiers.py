@@ -9,7 +9,7 @@ import msvm as ms
 import numpy as np
 import pytest
 from msvm import nn
-from msvm.compiler import gemm, tiers
+from msvm.compiler import callconv, gemm, tiers
 from msvm.compiler.codegen import codegen
 
 
@@ -66,10 +66,13 @@ def test_packing_is_zero_padded_panels():
     assert not bp[0, :, 3].any()
 
 
-def test_use_packed_by_rows():
+def test_use_packed_by_rows(monkeypatch):
+    monkeypatch.setenv("MSVM_THREADS", "1")
     assert not gemm.use_packed(0, np.float32) and gemm.use_packed(1, np.float32)      # (one row: gemm.py)
     assert gemm.use_packed(16, np.float32) and gemm.use_packed(128, np.float64)
     assert not gemm.use_packed(4096, np.float32) and not gemm.use_packed(16, np.float16)
+    monkeypatch.setenv("MSVM_THREADS", "2")           # (two cores: every row count, split: test_gemm_threads)
+    assert gemm.use_packed(4096, np.float32) == (callconv.cores() >= 2) and not gemm.use_packed(16, np.float16)
 
 
 class Ffn(nn.Cell):

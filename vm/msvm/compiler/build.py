@@ -146,7 +146,7 @@ class Compiled:
 
     def __init__(self, kernel, level: int, addrs: dict, name: str, key: str):
         self.kernel, self.level, self.key = kernel, level, key
-        self.addr = addrs[name]
+        self.addr, self.addrs, self.name = addrs[name], addrs, name
         self.fn = prototype(kernel, self.addr)      # (callconv: the arguments it takes)
         self.gemm = _gemm_pointer(kernel.dtype, kernel.packed) if kernel.kind == "matmul" else None
 
@@ -160,6 +160,32 @@ def blas() -> tuple:
     if not _blas:
         _blas.update(_numpy_blas() or _scipy_blas())
     return _blas["bits"], _blas["gemm"]
+
+
+BLAS_THREADS_ENV = "MSVM_BLAS_THREADS"     # "keep": leave the BLAS's thread count as it is
+
+
+def blas_single() -> bool:
+    """(issue 18) Set the OpenBLAS numpy and the matmul kernels call to one thread, once msvm's
+    kernel pool splits work (callconv.submit): after a call with two threads OpenBLAS's workers
+    spin for a while on the cores the pool's threads need, and both lose (the conv docstring's
+    3.3x; BERT/GPT-2 figures in compiler/gemm.py's split section). The products that stay in BLAS
+    (attention's batched ones, more than gemm.ROWS rows) then run on one thread. Unless
+    MSVM_BLAS_THREADS is "keep"; a number sets that many. False where no such control is found."""
+    want = os.environ.get(BLAS_THREADS_ENV, "")
+    if want == "keep":
+        return False
+    n = int(want) if want.isdigit() and int(want) > 0 else 1
+    import glob
+
+    for path in glob.glob(os.path.join(os.path.dirname(np.__file__), os.pardir, "numpy.libs",
+                                       "libscipy_openblas64_*")):
+        try:
+            ctypes.CDLL(path).scipy_openblas_set_num_threads64_(ctypes.c_int(n))
+        except (OSError, AttributeError):
+            continue
+        return True
+    return False
 
 
 def _numpy_blas():

@@ -163,11 +163,38 @@ def _threads():
 _pool = None
 
 
+def cores() -> int:
+    """The threads msvm may split one kernel's work over: the cores this process may run on
+    (its affinity), at most MSVM_THREADS where set."""
+    import os
+
+    try:
+        n = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        n = os.cpu_count() or 1
+    want = os.environ.get("MSVM_THREADS", "")
+    return max(1, min(n, int(want)) if want.isdigit() and int(want) > 0 else n)
+
+
+def submit(fn, *args):
+    """``fn(*args)`` on the kernel pool (a future). The first time, the BLAS that numpy and the
+    matmul kernels call is set to one thread (``build.blas_single``: its idle workers would
+    spin on the cores the pool runs on)."""
+    if not _blas_set[0]:
+        _blas_set[0] = True
+        from .build import blas_single
+
+        blas_single()
+    return _threads().submit(fn, *args)
+
+
+_blas_set = [False]
+
+
 def _parallel(call, n):
-    pool = _threads()
-    workers = pool._max_workers
+    workers = _threads()._max_workers
     step = (n + workers - 1) // workers
-    futs = [pool.submit(call, s, min(n, s + step)) for s in range(0, n, step)]
+    futs = [submit(call, s, min(n, s + step)) for s in range(0, n, step)]
     for f in futs:
         f.result()
 
@@ -230,6 +257,8 @@ def caller(site, compiled, plan):
         weight = _weight(site, p)
         rows = p["epi"].details["block"]
         extras = [(j, k.epilogue.kinds[j], rows[j - 1][1]) for j in operand_order(k)]
+        if k.packed and _packed_threads(k) > 1:       # (issue 18: the product over two threads)
+            return _split_caller(compiled, output, weight, ptr, extras)
         if not extras:
             def go(inputs, out):
                 out = output(out)
@@ -319,6 +348,8 @@ def native_spec(site, compiled, plan) -> NativeSpec | None:
     o = nargs - 1
     alloc = aligned_empty if getattr(k, "stream", False) else np.empty
     if k.kind == "matmul":       # (a transposed weight is passed already transposed: ``native``)
+        if k.packed and _packed_threads(k) > 1:       # (split over threads: ``caller``'s go)
+            return None
         pattern, consts = ["c", 0, 1, o], [compiled.gemm]
         if k.epilogue is not None:
             rows = p["epi"].details["block"]
@@ -382,13 +413,59 @@ def _weight(site, p: dict):
 def _packed_caller(p: dict, output, epi, packed, ptr, d):
     """``go(inputs, out)`` of an L2 matmul by a packed weight: compiler/gemm.py's product into the
     output, then the epilogue kernel over it in place."""
-    from .gemm import function
+    from . import gemm as g
 
-    gemm = function(str(d))
+    gemm = g.function(str(d))
     m, k, n = p["m"], p["k"], p["n"]
+    if g.threads(m, k, n, d) > 1:
+        nr, isz = g.panel_width(d), d.itemsize
+
+        def go(inputs, out):
+            out = output(out)
+            g.run_split(gemm, m, k, n, ptr(0, inputs[0]), k, data_pointer(packed(inputs[1])), data_pointer(out), n,
+                        nr, isz)
+            return epi([out] + list(inputs[2:]), out)
+        return go
 
     def go(inputs, out):
         out = output(out)
         gemm(m, k, n, ptr(0, inputs[0]), k, data_pointer(packed(inputs[1])), data_pointer(out), n)
         return epi([out] + list(inputs[2:]), out)
+    return go
+
+
+def _packed_threads(k) -> int:
+    from .gemm import threads
+
+    return threads(k.m, k.k, k.n, k.dtype) if k.batch == 1 and not k.ta and not k.tb else 1
+
+
+def _split_caller(compiled, output, weight, ptr, extras):
+    """``go(inputs, out)`` of an L3 matmul by a packed weight whose product two threads share
+    (gemm.run_split), then the kernel's own epilogue (``{name}_epi``) over all rows at once:
+    block_epilogue's call with one block (per element the same arithmetic)."""
+    from . import gemm as g
+
+    k = compiled.kernel
+    fn = g.function(k.dtype)
+    nr, isz = g.panel_width(k.dtype), np.dtype(k.dtype).itemsize
+    m, kk, n = k.m, k.k, k.n
+    epi = None
+    if k.epilogue is not None:
+        epi = prototype(k.epilogue, compiled.addrs[f"{compiled.name}_epi"])
+        order = [e for j in elementwise_order(k.epilogue.kinds) if j > 0 for e in extras if e[0] == j]
+
+    def go(inputs, out):
+        out = output(out)
+        cp = data_pointer(out)
+        g.run_split(fn, m, kk, n, ptr(0, inputs[0]), kk, ptr(1, weight(inputs[1])), cp, n, nr, isz)
+        if epi is not None:
+            args = [0, m, 1, n, cp, cp, n, 0]
+            for j, kind, row_stride in order:     # (epilogue input j is the site's input j + 1)
+                if kind == "t":
+                    args += [ptr(j + 1, inputs[j + 1]), row_stride, 0]
+                else:
+                    args.append(float(inputs[j + 1]))
+            epi(*args)
+        return out
     return go

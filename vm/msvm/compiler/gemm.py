@@ -25,6 +25,33 @@ way round: A is the folded weight, packed once in blocks of MR rows, and B is re
 loads past the last column), the taps and k blocks accumulating onto the tile; the convolution's
 epilogue (bias, residual add, ReLU / ReLU6) is applied in registers before the tile's only store.
 A column range [j0, j1) per call lets two threads share a product.
+
+**Two threads** (``run_split``, issue 18: BERT-base and GPT-2 on two cores). Where two cores are
+allowed (callconv.cores: the affinity, MSVM_THREADS) and a product has at least SPLIT_MIN_FLOPS
+and two panels, its panels are shared: the first half of whole panels in the calling thread, the
+rest on msvm's kernel pool (Bp and C offset by the first half, ldc unchanged). Each element is
+computed by one thread with the same tiles in the same k order, so one and two threads give the
+same bits. At L2 the epilogue kernel then runs over the output; at L3 the kernel's own epilogue
+(``{name}_epi``) runs once over all rows (callconv._split_caller), and such a site has no native
+entry: the replay calls its caller, which splits. On two cores every row count runs here
+(``use_packed``), not only 1..256.
+
+**BLAS and the pool do not share the cores.** After a call with two threads OpenBLAS's workers
+spin for a while, on the cores msvm's pool needs (the conv module's 3.3x, MobileNet's 64 -> 15 ms
+in ``use_packed``). Two ways out: OpenBLAS keeps both threads and msvm's pool stays idle, or msvm's
+pool splits the products and OpenBLAS runs what remains (attention's batched products) on one
+thread. The second, by measurement (BERT-base, auto, two cores, OPENBLAS_NUM_THREADS=2, a shared
+machine under load, ms per forward, S=16 / S=128, two rounds in turn; the figures swing 2-10x
+with the other processes): before this (no split, OpenBLAS on two threads) 39-381 / 379-5284;
+the split with OpenBLAS left at two threads 45 / 2657; the split with OpenBLAS set to one
+thread 41-44 / 177-309 (SPLIT_MIN_FLOPS 40e6: 41 / 177; 12e6: 45 / 177); this code with
+MSVM_THREADS=1 (no split) 39 / 395-400. SPLIT_MIN_FLOPS is 40e6 (as the conv split's): at S=16 only the
+feed-forward's 75 MFLOP products would split and that measured no faster here (the other core
+is busy with other work on this machine; the hand-off's arithmetic, 65 us against ~240 us
+saved, says it should gain where the second core is free). GPT-2 on a quiet machine (same
+setting, S=16 / S=128): split 38 / 175 ms, no split 47 / 235 ms.
+So the first piece of work on the pool sets OpenBLAS to one thread (build.blas_single;
+MSVM_BLAS_THREADS=keep leaves it, a number sets it).
 """
 
 from __future__ import annotations
@@ -355,8 +382,20 @@ def use_packed(m: int, dtype) -> bool:
     1x2048 @ 2048x1000 305 / 298 us), but OpenBLAS's call wakes its worker threads, which then
     spin on the cores msvm's kernel pool splits work over: MobileNet v2 at 224 on two cores with
     OPENBLAS_NUM_THREADS=2 took 64-68 ms per forward with its classifier in OpenBLAS, 14-15 ms with
-    it here (16-17 ms with OPENBLAS_NUM_THREADS=1). So one row runs here too."""
-    return ROWS[0] <= m <= ROWS[1] and str(np.dtype(dtype)) in TYPES
+    it here (16-17 ms with OPENBLAS_NUM_THREADS=1). So one row runs here too.
+
+    Where two cores are allowed (callconv.cores), every row count runs here: two threads share
+    the product (``run_split``) and the BLAS is set to one thread once they do (build.blas_single);
+    measured on two cores (OPENBLAS_NUM_THREADS=2, shared machine): 1024x768 @ 768x768 36 ms here,
+    57 / 58 ms OpenBLAS on one / two threads; 1024x768 @ 768x3072 198 / 269 / 209 ms; 2048x3072 @
+    3072x768 232 / 371 / 232 ms."""
+    if not (ROWS[0] <= m and str(np.dtype(dtype)) in TYPES):
+        return False
+    if m <= ROWS[1]:
+        return True
+    from .callconv import cores
+
+    return cores() >= 2
 
 
 @dataclass(frozen=True)
@@ -663,3 +702,36 @@ def tile_rows(dtype) -> int:
     from .codegen import codegen
 
     return shape(codegen().features, str(np.dtype(dtype)))[2]
+
+
+# ---------------------------------------------------------------- (issue 18) two threads on one packed product
+
+SPLIT_MIN_FLOPS = 40e6      # 2*m*k*n from which two threads share a product (a hand-off costs ~65 us; docstring)
+splits = [0]                # products split so far (tests read it: the split happened)
+
+
+def threads(m: int, k: int, n: int, dtype) -> int:
+    """How many threads share the product m x k by k x n: 2 where the cores allow it (callconv.cores:
+    the affinity, MSVM_THREADS), from SPLIT_MIN_FLOPS, and where there are two panels to share."""
+    from .callconv import cores
+
+    if 2.0 * m * k * n < SPLIT_MIN_FLOPS or n <= panel_width(dtype):
+        return 1
+    return min(cores(), 2)
+
+
+def run_split(fn, m, k, n, a, lda, bp, c, ldc, nr: int, isz: int) -> None:
+    """``fn`` (the packed product) over the columns of C in two halves of whole panels, the second
+    half on the kernel pool: each column is computed by one thread, with the same tiles in the
+    same k order as in one call, so the result is the one-thread result bit for bit (the
+    columns [j0, n) are the product by the panels from j0 / NR: B and C offset, ldc unchanged)."""
+    from .callconv import submit
+
+    panels = -(-n // nr)
+    half = (panels + 1) // 2 * nr
+    splits[0] += 1
+    fut = submit(fn, m, k, n - half, a, lda, bp + (half // nr) * k * nr * isz, c + half * isz, ldc)
+    try:
+        fn(m, k, half, a, lda, bp, c, ldc)
+    finally:
+        fut.result()

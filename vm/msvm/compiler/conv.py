@@ -93,7 +93,7 @@ import numpy as np
 
 from ..interp import kernels as K
 from .build import blas
-from .callconv import elementwise_caller
+from .callconv import cores, elementwise_caller
 from .entry import data_pointer
 from .lower import BINARY, UNARY, Unsupported
 
@@ -501,17 +501,9 @@ def route(x_shape, w_shape, stride, pad, dil, group, d) -> str:
 def threads_for(flops: float) -> int:
     """How many threads share one image's product: 2 (or what MSVM_THREADS says, at most the
     cores this process may run on and the kernel pool's size) from SPLIT_MIN_FLOPS, else 1."""
-    import os
-
     if flops < SPLIT_MIN_FLOPS:
         return 1
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cores = os.cpu_count() or 1
-    want = os.environ.get("MSVM_THREADS", "")
-    n = min(cores, int(want)) if want.isdigit() and int(want) > 0 else cores
-    return min(n, 2)
+    return min(cores(), 2)
 
 
 class Shifted:

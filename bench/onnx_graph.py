@@ -14,8 +14,12 @@ graph per length is onnxruntime's best case). An op with no translation raises `
 from __future__ import annotations
 
 import numpy as np
-import onnx
-from onnx import TensorProto, helper, numpy_helper
+
+try:
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+except ImportError:          # (onnx_model raises it: the benchmarks then skip onnxruntime and say so)
+    onnx = None
 
 
 class Untranslated(Exception):
@@ -46,9 +50,10 @@ class _Graph:
 
 _NP = {"Float32": np.float32, "Float16": np.float16, "Float64": np.float32, "Int32": np.int32, "Int64": np.int64,
        "Bool": np.bool_, "Int8": np.int8, "UInt8": np.uint8, "Int16": np.int16}
-_ONNX = {np.float32: TensorProto.FLOAT, np.float16: TensorProto.FLOAT16, np.int32: TensorProto.INT32,
-         np.int64: TensorProto.INT64, np.bool_: TensorProto.BOOL, np.int8: TensorProto.INT8,
-         np.uint8: TensorProto.UINT8, np.int16: TensorProto.INT16}
+_ONNX = {} if onnx is None else {
+    np.float32: TensorProto.FLOAT, np.float16: TensorProto.FLOAT16, np.int32: TensorProto.INT32,
+    np.int64: TensorProto.INT64, np.bool_: TensorProto.BOOL, np.int8: TensorProto.INT8,
+    np.uint8: TensorProto.UINT8, np.int16: TensorProto.INT16}
 _BINARY = {"BROADCAST_ADD": "Add", "BROADCAST_SUB": "Sub", "BROADCAST_MUL": "Mul", "BROADCAST_DIV": "Div",
            "BROADCAST_MAX": "Max", "BROADCAST_MIN": "Min", "BROADCAST_POW": "Pow", "BROADCAST_GE": "GreaterOrEqual",
            "BROADCAST_GT": "Greater", "BROADCAST_LE": "LessOrEqual", "BROADCAST_LT": "Less", "BROADCAST_EQ": "Equal"}
@@ -400,6 +405,8 @@ def onnx_model(net, source_code, inputs, static=False):
     """An onnx ModelProto of the Cell's (unfused) bytecode with its Parameters as initializers.
     ``inputs``: [(name, dims, numpy dtype)], dims ints or names (dynamic); with ``static`` all ints
     and every symbolic dim is evaluated at them."""
+    if onnx is None:
+        raise ImportError("onnx is not installed (pip install .[bench])")
     g = _Graph()
     names = [n for n, _, _ in inputs]
     shapes = {n: tuple(d) for n, d, _ in inputs}

@@ -157,6 +157,10 @@ def _agree(name, sizes, peers):
 
 
 def _medians(peers, keys, runs, slow=()):
+    """Medians of interleaved runs: the peers take turns (a shared machine's load hits each alike), and
+    each timed call follows an untimed one of the same peer, so that no peer pays for the one before:
+    onnxruntime's pool spins after a run, and on two cores that made msvm's next call 2.3x slower
+    (MobileNet v2: 13.6 ms alone, 31.0 ms right after an onnxruntime run; onnxruntime 9.7 / 13.7 ms)."""
     from timing import timed
 
     times = {k: {s: [] for s in keys} for k in peers}
@@ -165,6 +169,8 @@ def _medians(peers, keys, runs, slow=()):
             for k, fn in peers.items():
                 if k in slow and len(times[k][s]) >= 3:
                     continue                   # a slow reference: three runs do
+                if k not in slow:
+                    fn(s)
                 times[k][s].append(timed(lambda fn=fn, s=s: fn(s)) * 1e3)
     return {k: {s: statistics.median(v) for s, v in d.items()} for k, d in times.items()}
 

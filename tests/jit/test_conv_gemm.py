@@ -183,12 +183,12 @@ def test_depthwise_and_pool_planes_split_over_two_threads_agree(monkeypatch):
     x[0, 1, 2, 3] = np.nan
     outs = {}
     ran = []
-    pool = conv._kernel_pool
+    submit = conv.submit
 
-    def counted():
+    def counted(*args):
         ran.append(1)
-        return pool()
-    monkeypatch.setattr(conv, "_kernel_pool", counted)
+        return submit(*args)
+    monkeypatch.setattr(conv, "submit", counted)
     for threads in ("1", "2"):
         monkeypatch.setenv("MSVM_THREADS", threads)
         monkeypatch.setattr(conv, "SPLIT_MIN_FLOPS", 0.0)

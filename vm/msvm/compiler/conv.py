@@ -93,7 +93,7 @@ import numpy as np
 
 from ..interp import kernels as K
 from .build import blas
-from .callconv import cores, elementwise_caller
+from .callconv import cores, elementwise_caller, submit
 from .entry import data_pointer
 from .lower import BINARY, UNARY, Unsupported
 
@@ -337,7 +337,7 @@ def caller(site, compiled, plan, output):
     def run(*rest):
         if split > 1:
             half = planes // 2
-            fut = _kernel_pool().submit(fn, half, planes, *rest)
+            fut = submit(fn, half, planes, *rest)
             try:
                 fn(0, half, *rest)
             finally:
@@ -847,7 +847,7 @@ class TapsConv:
             if split > 1 and q > self.nr:
                 panels = -(-q // self.nr)
                 half = -(-panels // 2) * self.nr              # (the first thread's columns: whole panels)
-                fut = _kernel_pool().submit(_run_calls, fn, calls, half, q)
+                fut = submit(_run_calls, fn, calls, half, q)
                 try:
                     _run_calls(fn, calls, 0, half)
                 finally:
@@ -864,10 +864,6 @@ def _run_calls(fn, calls, j0, j1):
         fn(*head, j0, j1, hasb, sp or None, bp or None, rp or None, ldr, lo, hi)
 
 
-def _kernel_pool():
-    from .callconv import _threads
-
-    return _threads()
 
 
 def _rows(d) -> int:

@@ -282,15 +282,11 @@ def _tile_epilogue(L, t, w, nv, r, vt, mload):
             L(f"  %e{i}_{v} = phi {vt} [ %f{i}_{v}, %store ], [ %hn{i}_{v}, %erx ]")
 
 
-def _packed_driver(L, name, t, mr, nr, dtype):
-    # the driver: A blocks of mc rows (L2) x panels (each read once from memory, front to back) x k blocks
-    # of KC (the panel's k block, KC x NR, stays in L1 while every row tile of the A block multiplies it)
-    a_block = A_BLOCK_BYTES // np.dtype(dtype).itemsize
-    L(f"define void @{name}(i64 %m, i64 %k, i64 %n, {t}* noalias %A, i64 %lda, {t}* noalias %B, {t}* noalias %C, "
-      f"i64 %ldc) nounwind {{")
-    L("entry:")
-    L("  %kpos = icmp sgt i64 %k, 0")
-    L("  %kk = select i1 %kpos, i64 %k, i64 1")
+def _row_blocks(L, k: str, a_block: int, mr: int) -> None:
+    """The drivers' outer loop head: blocks of ``mc`` rows of A (about a_block elements of k each, a
+    multiple of MR, at least MR), from the entry block into ``ploop`` (closed by ``pdone``, left at ``done``)."""
+    L(f"  %kpos = icmp sgt i64 {k}, 0")
+    L(f"  %kk = select i1 %kpos, i64 {k}, i64 1")
     L(f"  %mcq = udiv i64 {a_block}, %kk")
     L(f"  %mcr = udiv i64 %mcq, {mr}")
     L(f"  %mcm = mul i64 %mcr, {mr}")
@@ -306,6 +302,16 @@ def _packed_driver(L, name, t, mr, nr, dtype):
     L("  %iover = icmp sgt i64 %iend0, %m")
     L("  %iend = select i1 %iover, i64 %m, i64 %iend0")
     L("  br label %ploop")
+
+
+def _packed_driver(L, name, t, mr, nr, dtype):
+    # the driver: A blocks of mc rows (L2) x panels (each read once from memory, front to back) x k blocks
+    # of KC (the panel's k block, KC x NR, stays in L1 while every row tile of the A block multiplies it)
+    a_block = A_BLOCK_BYTES // np.dtype(dtype).itemsize
+    L(f"define void @{name}(i64 %m, i64 %k, i64 %n, {t}* noalias %A, i64 %lda, {t}* noalias %B, {t}* noalias %C, "
+      f"i64 %ldc) nounwind {{")
+    L("entry:")
+    _row_blocks(L, "%k", a_block, mr)
     L("ploop:")
     L("  %j = phi i64 [ 0, %ibody ], [ %jn, %kdone ]")
     L("  %pc = icmp slt i64 %j, %n")
@@ -532,23 +538,7 @@ def ir_taps(features: str, dtype: str = "float32", name: str = TAPS_NAME, kc: in
     L("  %hasb = icmp ne i64 %hasb0, 0")
     L(f"  %hasr = icmp ne {t}* %res, null")
     L("  %tlast = sub i64 %ntaps, 1")
-    L("  %kpos = icmp sgt i64 %lda, 0")
-    L("  %kk = select i1 %kpos, i64 %lda, i64 1")
-    L(f"  %mcq = udiv i64 {a_block}, %kk")
-    L(f"  %mcr = udiv i64 %mcq, {mr}")
-    L(f"  %mcm = mul i64 %mcr, {mr}")
-    L(f"  %mcs = icmp slt i64 %mcm, {mr}")
-    L(f"  %mc = select i1 %mcs, i64 {mr}, i64 %mcm")
-    L("  br label %iloop")
-    L("iloop:")
-    L("  %i0 = phi i64 [ 0, %entry ], [ %i0n, %pdone ]")
-    L("  %ic = icmp slt i64 %i0, %m")
-    L("  br i1 %ic, label %ibody, label %done")
-    L("ibody:")
-    L("  %iend0 = add i64 %i0, %mc")
-    L("  %iover = icmp sgt i64 %iend0, %m")
-    L("  %iend = select i1 %iover, i64 %m, i64 %iend0")
-    L("  br label %ploop")
+    _row_blocks(L, "%lda", a_block, mr)
     L("ploop:")
     L("  %j = phi i64 [ %j0, %ibody ], [ %jn, %tdone ]")
     L("  %pc = icmp slt i64 %j, %j1")

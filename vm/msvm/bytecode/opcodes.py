@@ -33,6 +33,7 @@ OPERAND_KINDS = ("local", "const", "name", "label", "count", "callee")
 KINDS = ("control", "memory", "layout", "elementwise", "reduction", "matmul", "conv", "fused", "random")
 EFFECT_KINDS = ("", "param", "random", "io")
 COMPILED = ("fused", "kernel", "l1")
+KERNEL_KINDS_ALL = ("elementwise", "matmul", "row", "attention", "conv")     # OpInfo.kernel
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,21 @@ class OpInfo:
     #                           "random" (draws from the generator its seed operand names: two runs differ),
     #                           "io" (writes to stdout); "" is pure. Such a row runs exactly once per execution,
     #                           in program order, at every tier: never fused, constant-folded, cached or replayed
+    kernel: str = ""          # for a "kernel" row: the kind of compiled kernel its site plans and runs (KERNEL_KINDS):
+    #                           "elementwise", "matmul", "row" (compiler/planning.py; FUSED_ADD_LAYER_NORM's and
+    #                           FUSED_RMS_NORM's inputs are planned by compiler/norm.py), "attention"
+    #                           (compiler/attention_plan.py) or "conv" (compiler/conv.py)
+    fresh: bool = False       # its L1 kernel and compiled site always return a new array, never an input or a
+    #                           view of one (the memory plan need not keep its inputs alive for its result)
+    in_place: bool = False    # its result may be written over an input of its shape and dtype that dies there:
+    #                           each output element reads only the same element of each input (elementwise),
+    #                           and its kernels write through ``out=`` even when out is that input
+    keeps_buffers: bool = False  # for a "kernel" row: its compiled site keeps its own result buffers per shape
+    #                           and takes no ``out=`` (FUSED_ATTENTION's scores and context), so the memory
+    #                           plan gives its result none
+    raw_operands: bool = False  # its L1 kernel takes the decoded operands as they are, the count included
+    #                           (``*inputs, ..., n``); other rows' operands drop counts and resolve symbolic dims
+
     @property
     def size(self) -> int:
         return 1 + 2 * len(self.operands)
@@ -91,6 +107,12 @@ def _op(name, code, operands, pops, pushes, rule, kind, doc, **kw):
     computes = kind not in ("control", "memory") or name == "FILL"
     assert (kw.get("compiled") in COMPILED) == computes, f"{name}: compiled= must be one of {COMPILED} exactly " \
         "for a computing row"
+    assert (kw.get("kernel", "") in KERNEL_KINDS_ALL) == (kw.get("compiled") == "kernel"), \
+        f"{name}: kernel= must be one of {KERNEL_KINDS_ALL} exactly for a compiled='kernel' row"
+    assert not kw.get("keeps_buffers") or kw.get("compiled") == "kernel", f"{name}: keeps_buffers= is for a kernel row"
+    assert not kw.get("in_place") or kw.get("out") or kw.get("compiled") == "kernel", \
+        f"{name}: in_place= needs kernels that write into out="
+    assert not kw.get("raw_operands") or any(k == "count" for _, k in ops), f"{name}: raw_operands= needs a count"
     _ROWS.append(OpInfo(name, code, ops, pops, pushes, rule, kind, doc, **kw))
 
 
@@ -141,8 +163,8 @@ _BINARY = [
 ]
 
 
-def _flags(f: str) -> dict:
-    return {"compiled": "fused" if "f" in f else "l1", "out": "o" in f, "costly": "c" in f}
+def _flags(f: str) -> dict:      # (an out-capable elementwise row may write over its input: in_place)
+    return {"compiled": "fused" if "f" in f else "l1", "out": "o" in f, "in_place": "o" in f, "costly": "c" in f}
 
 
 for _n, _c, _d, _o, _f in _BINARY:
@@ -172,22 +194,24 @@ _op("FILL", 0x2F, ["shape:const", "value:const", "dtype:const"], 0, 1, S.fill, "
 # --- matmul -------------------------------------------------------------------------------
 _op("MATMUL", 0x30, ["transpose_a:const", "transpose_b:const"], 2, 1, S.matmul, "matmul",
     "pop b, a; push a @ b for 2-D tensors, optionally transposed (FUSED_MATMUL when an epilogue follows)",
-    compiled="l1", out=True)
+    compiled="l1", out=True, fresh=True)
 _op("BATCH_MATMUL", 0x31, ["transpose_a:const", "transpose_b:const"], 2, 1, S.batch_matmul, "matmul",
-    "pop b, a; push batched a @ b over broadcast leading dims", compiled="l1", out=True)
+    "pop b, a; push batched a @ b over broadcast leading dims", compiled="l1", out=True, fresh=True)
 
 # --- reductions and normalizations --------------------------------------------------------
 for _n, _c, _o, _d in [("REDUCE_SUM", 0x38, None, "sum"), ("REDUCE_MEAN", 0x39, "float", "mean"),
                        ("REDUCE_MAX", 0x3A, None, "max"), ("REDUCE_MIN", 0x3B, None, "min")]:
     _op(_n, _c, ["axes:const", "keep_dims:const"], 1, 1, partial(S.reduce, name=_n, out_dtype=_o),
-        "reduction", f"pop x; push the {_d} over axes (None: all)", compiled="l1")
+        "reduction", f"pop x; push the {_d} over axes (None: all)", compiled="l1", fresh=True)
 _op("ARGMAX", 0x3C, ["axis:const", "keep_dims:const"], 1, 1, partial(S.argreduce, name="ARGMAX"),
-    "reduction", "pop x; push the int32 index of the max along axis", compiled="l1")
-_op("SOFTMAX", 0x3D, ["axis:const"], 1, 1, S.softmax, "reduction", "pop x; push softmax along axis", compiled="kernel")
+    "reduction", "pop x; push the int32 index of the max along axis", compiled="l1", fresh=True)
+_op("SOFTMAX", 0x3D, ["axis:const"], 1, 1, S.softmax, "reduction", "pop x; push softmax along axis", compiled="kernel",
+    kernel="row", fresh=True)
 _op("LOG_SOFTMAX", 0x3E, ["axis:const"], 1, 1, partial(S.softmax, name="LOG_SOFTMAX"), "reduction",
-    "pop x; push log(softmax(x)) along axis", compiled="l1")
+    "pop x; push log(softmax(x)) along axis", compiled="l1", fresh=True)
 _op("LAYER_NORM", 0x3F, ["begin_norm_axis:const", "begin_params_axis:const", "epsilon:const"], 3, 1,
-    S.layer_norm, "reduction", "pop beta, gamma, x; push (x-mean)/sqrt(var+eps)*gamma+beta", compiled="kernel")
+    S.layer_norm, "reduction", "pop beta, gamma, x; push (x-mean)/sqrt(var+eps)*gamma+beta", compiled="kernel",
+    kernel="row", fresh=True)
 
 # --- layout -------------------------------------------------------------------------------
 _op("RESHAPE", 0x40, ["shape:const"], 1, 1, S.reshape, "layout",
@@ -199,25 +223,29 @@ _op("SQUEEZE", 0x43, ["axes:const"], 1, 1, S.squeeze, "layout", "pop x; drop dim
 _op("BROADCAST_TO", 0x44, ["shape:const"], 1, 1, S.broadcast_to, "layout", "pop x; broadcast to shape",
     view=True, compiled="l1")
 _op("CONCAT", 0x45, ["n:count", "axis:const"], "n", 1, S.concat, "layout", "pop n tensors; join them along axis",
-    compiled="l1")
+    compiled="l1", raw_operands=True)
 _op("STACK", 0x46, ["n:count", "axis:const"], "n", 1, partial(S.concat, name="STACK"), "layout",
-    "pop n tensors; stack them along a new axis", compiled="l1")
+    "pop n tensors; stack them along a new axis", compiled="l1", raw_operands=True)
 _op("SLICE", 0x47, ["index:const"], 1, 1, S.slice_, "layout", "pop x; push x[index] (basic indexing)",
     view=True, compiled="l1")
 
 # --- convolution, pooling, gather (NCHW; pad is ("same",) or (top, bottom, left, right)) ------------
 _op("CONV2D", 0x70, ["stride:const", "pad:const", "dilation:const", "group:const"], 2, 1, S.conv2d, "conv",
-    "pop w [O, C/group, kh, kw], x [N, C, H, W]; push the cross-correlation [N, O, Ho, Wo]", compiled="l1")
+    "pop w [O, C/group, kh, kw], x [N, C, H, W]; push the cross-correlation [N, O, Ho, Wo]", compiled="l1",
+    fresh=True)
 _op("MAX_POOL2D", 0x71, ["kernel:const", "stride:const", "pad:const"], 1, 1, partial(S.pool2d, name="MAX_POOL2D"),
-    "conv", "pop x [N, C, H, W]; push the max over each kernel window (padding never wins)", compiled="kernel")
+    "conv", "pop x [N, C, H, W]; push the max over each kernel window (padding never wins)", compiled="kernel",
+    kernel="conv", fresh=True)
 _op("AVG_POOL2D", 0x72, ["kernel:const", "stride:const", "pad:const", "count_pad:const"], 1, 1,
     partial(S.pool2d, name="AVG_POOL2D"), "conv",
-    "pop x [N, C, H, W]; push the mean over each kernel window (padding counted when count_pad)", compiled="l1")
+    "pop x [N, C, H, W]; push the mean over each kernel window (padding counted when count_pad)", compiled="l1",
+    fresh=True)
 _op("ADAPTIVE_AVG_POOL2D", 0x73, ["size:const"], 1, 1, S.adaptive_pool2d, "conv",
-    "pop x [N, C, H, W]; push [N, C, oh, ow], each the mean of its bin (PyTorch/MindSpore's bins)", compiled="l1")
+    "pop x [N, C, H, W]; push [N, C, oh, ow], each the mean of its bin (PyTorch/MindSpore's bins)", compiled="l1",
+    fresh=True)
 _op("GATHER", 0x74, ["axis:const"], 2, 1, S.gather, "layout",
     "pop indices, x; push x's slices at the (int) indices along axis: x.shape[:axis]+idx.shape+x.shape[axis+1:]",
-    compiled="l1")
+    compiled="l1", fresh=True)
 
 # --- indexing and creation (model zoo) ----------------------------------------------------------
 _op("ARANGE", 0x78, ["start:const", "stop:const", "step:const", "dtype:const"], 0, 1, S.arange, "layout",
@@ -227,7 +255,7 @@ _op("CUMSUM", 0x79, ["axis:const", "exclusive:const", "reverse:const"], 1, 1, S.
     compiled="l1")
 _op("RESIZE", 0x7A, ["out_size:const", "scale:const", "mode:const", "align_corners:const"], 1, 1, S.resize, "conv",
     "pop x [N, C, H, W]; push it resized to out_size (or H, W times the int scale) by nearest or bilinear "
-    "sampling (PyTorch/MindSpore's source coordinates; align_corners for bilinear)", compiled="l1")
+    "sampling (PyTorch/MindSpore's source coordinates; align_corners for bilinear)", compiled="l1", fresh=True)
 
 # --- boolean-mask indexing (issue 16): a result whose first dim depends on the data ------------------
 _op("BOOL_INDEX", 0x7E, ["symbol:name"], 2, 1, S.bool_index, "layout",
@@ -292,7 +320,7 @@ _op("SCATTER_ELEMENTS", 0xAC, ["axis:const", "reduction:const"], 3, 1, S.scatter
     "pop updates, indices, x; push x with x[..., indices[i], ...] (along axis) set to, or for reduction 'add' "
     "plus, updates[i]; indices and updates have one shape, of x's rank", compiled="l1")
 _op("ARGMIN", 0xBC, ["axis:const", "keep_dims:const"], 1, 1, partial(S.argreduce, name="ARGMIN"),
-    "reduction", "pop x; push the int32 index of the min along axis", compiled="l1")
+    "reduction", "pop x; push the int32 index of the min along axis", compiled="l1", fresh=True)
 
 # --- side effects (issue 21): MindSpore's in-place updates of a Parameter (Assign, AssignAdd,
 # ScatterNdAdd on a Parameter, ...). The new value is computed by pure rows; this row installs it.
@@ -391,33 +419,36 @@ _op("NO_REPEAT_NGRAM", 0xDC, ["ngram_size:const"], 2, 1, SM.no_repeat_ngram, "la
 # ("c", value) or (OPNAME, *operands)); the disassembler names it after its parts:
 # FUSED_ADD_RELU_CAST, FUSED_MATMUL_RELU, FUSED_MATMUL_BIAS_GELU ...
 _op("FUSED_ELEMENTWISE", 0x60, ["program:const", "n:count"], "n", 1, S.fused_elementwise, "fused",
-    "pop n inputs; push the elementwise program over them (one pass, no temporaries)", compiled="kernel")
+    "pop n inputs; push the elementwise program over them (one pass, no temporaries)", compiled="kernel",
+    kernel="elementwise", in_place=True, raw_operands=True)
 _op("FUSED_MATMUL", 0x61, ["transpose_a:const", "transpose_b:const", "batched:const", "program:const", "n:count"],
     "n", 1, S.fused_matmul, "fused",
-    "pop n inputs (a, b, extras); push program(a @ b, extras...) applied to each block of the product", compiled="kernel")
+    "pop n inputs (a, b, extras); push program(a @ b, extras...) applied to each block of the product", compiled="kernel",
+    kernel="matmul", fresh=True, raw_operands=True)
 
 # --- issue 18: batch norm as one op, and the convolution with its epilogue (FUSED_CONV_BN_RELU) ---------
 _op("BATCH_NORM", 0xC0, ["epsilon:const"], 5, 1, S.batch_norm, "reduction",
     "pop var, mean, beta, gamma, x; push inference batch norm over axis 1: "
-    "(x - mean) * gamma / sqrt(var + epsilon) + beta (frozen statistics)", compiled="l1", out=True)
+    "(x - mean) * gamma / sqrt(var + epsilon) + beta (frozen statistics)", compiled="l1", out=True, fresh=True)
 _op("FUSED_CONV", 0x62, ["stride:const", "pad:const", "dilation:const", "group:const", "bn:const", "program:const",
                          "n:count"], "n", 1, S.fused_conv, "fused",
     "pop n inputs (x, w, [gamma, beta, mean, var when bn is an epsilon], extras); push program(conv, extras...) "
     "where conv is CONV2D(x, w) with the batch norm folded into w and a bias (once per Parameter array)",
-    compiled="kernel")
+    compiled="kernel", kernel="conv", fresh=True, raw_operands=True)
 
 # --- issue 18: attention as one instruction (compiler/attention.py makes it) -----------------------
 _op("FUSED_ATTENTION", 0x6A, ["program:const", "layout:const", "n:count"], "n", 1, _fused_attention_rule, "fused",
     "pop n inputs (q, k, extras, v); push softmax(program(q @ k^T, extras...)) @ v over the last axis (the "
-    "program scales and masks the scores), transposed by layout when it is a permutation (else ())", compiled="kernel")
+    "program scales and masks the scores), transposed by layout when it is a permutation (else ())", compiled="kernel",
+    kernel="attention", keeps_buffers=True)
 
 # --- issue 18: the residual add and the layer norm after it as one row kernel (compiler/norm.py makes it) --
 _op("FUSED_ADD_LAYER_NORM", 0x6C, ["begin_norm_axis:const", "begin_params_axis:const", "epsilon:const"], 4, 1,
     _fused_add_layer_norm_rule, "fused", "pop beta, gamma, b, a; push LAYER_NORM(a + b, gamma, beta) (one pass "
-    "writes a + b into the output row, the others normalize it there)", compiled="kernel")
+    "writes a + b into the output row, the others normalize it there)", compiled="kernel", kernel="row")
 _op("FUSED_RMS_NORM", 0x6D, ["prologue:const", "scale:const", "program:const"], 2, 1, _fused_rms_norm_rule, "fused",
     "pop w, x; push program(x, r, w) where r = scale(mean(prologue(x)) over the last axis, kept): RMSNorm's "
-    "x * rsqrt(mean(x^2) + eps) * w as one row kernel", compiled="kernel")
+    "x * rsqrt(mean(x^2) + eps) * w as one row kernel", compiled="kernel", kernel="row")
 
 
 # ---------------------------------------------------------------- derived views
@@ -435,10 +466,13 @@ VIEWS = frozenset(r.name for r in TABLE if r.view)
 FUSED = frozenset(r.name for r in TABLE if r.kind == "fused")
 FUSABLE = frozenset(r.name for r in TABLE if r.compiled == "fused")       # may join a FUSED_* program
 JITABLE = frozenset(r.name for r in TABLE if r.compiled == "kernel")      # the tier manager compiles them
+KERNEL_KINDS = {r.name: r.kernel for r in TABLE if r.kernel}                 # jit-able row -> its kernel's kind
 MATMULS = frozenset(r.name for r in TABLE if r.kind == "matmul")          # start a FUSED_MATMUL
 LEAVES = frozenset(r.name for r in TABLE if r.leaf)
 COSTLY = frozenset(r.name for r in TABLE if r.costly)
 OUT_CAPABLE = frozenset(r.name for r in TABLE if r.out)
+FRESH = frozenset(r.name for r in TABLE if r.fresh)                      # results never alias an input
+IN_PLACE = frozenset(r.name for r in TABLE if r.in_place)                # may write over a dying input
 EFFECTS = frozenset(r.name for r in TABLE if r.effect)                   # change state: run in order, once
 assert not EFFECTS & (FUSABLE | JITABLE | LEAVES | OUT_CAPABLE | VIEWS), "a row with an effect must run as is"
 

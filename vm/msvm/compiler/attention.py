@@ -53,6 +53,10 @@ from ..bytecode.code import Instr
 from ..bytecode.opcodes import BY_NAME, FUSABLE
 
 SCORE_OPS = FUSABLE | {"WHERE"}         # (WHERE is L1-compiled on its own; in a score program the site runs it)
+# the inputs this pass emits again right before the fused instruction (when they pop nothing and have no
+# effect): the constants, Parameters and FILLs (masks) attention inputs are made of. A choice of this pass,
+# not a fact of the rows: another pure leaf (LOAD_SYM, ARANGE) would do, none has been seen as an input
+_AGAIN = ("LOAD_CONST", "FILL", "LOAD_PARAM")
 
 
 class _No(Exception):
@@ -311,7 +315,7 @@ def _match(code, flow, s, targets, is_target):
         name = ins.op.name if ins is not None else None
         if name == "LOAD_TENSOR" and flow.slots[final].get(ins.args[0], ("local", ins.args[0])) == v:
             how = "again"                  # the local still holds it
-        elif name in ("LOAD_CONST", "FILL", "LOAD_PARAM") and pusher == flow.producer(v) and not ins.op.effect \
+        elif name in _AGAIN and pusher == flow.producer(v) and not ins.op.effect \
                 and ins.op.n_pops(code.decode_args(ins)) == 0 and not (name == "LOAD_PARAM" and effects):
             how = "again"                  # a pure leaf, made again
         elif ins is not None and len(flow.out[pusher]) == 1:

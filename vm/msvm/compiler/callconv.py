@@ -277,7 +277,7 @@ def caller(site, compiled, plan):
             fn(*args)
             return out
         return go
-    rows, n, layer_norm = p["rows"], p["n"], site.op in ("LAYER_NORM", "FUSED_RMS_NORM")   # (RMS: x, w)
+    rows, n, layer_norm = p["rows"], p["n"], p["op"] != "softmax"   # (a layer norm's x, gamma, beta; RMS: x, w)
     split = level >= 3 and rows * n >= PARALLEL_MIN and rows >= 2
     if getattr(k, "residual", False):       # (issue 18: FUSED_ADD_LAYER_NORM(a, b, gamma, beta); y = b last)
         def go(inputs, out):

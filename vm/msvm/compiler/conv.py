@@ -91,13 +91,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..bytecode.opcodes import KERNEL_KINDS
 from ..interp import kernels as K
 from .build import blas
 from .callconv import cores, elementwise_caller, submit
 from .entry import data_pointer
 from .lower import BINARY, UNARY, Unsupported
 
-OPS = ("FUSED_CONV", "MAX_POOL2D")          # the rows whose Site plans here
+OPS = frozenset(op for op, kind in KERNEL_KINDS.items() if kind == "conv")   # the rows whose Site plans here
 # a dense or grouped convolution of few input channels per group runs the direct kernel (the
 # depthwise one, summing over them): MobileNet's 3x3 stem on 3 channels 1.9x im2col + BLAS, 3x3 on
 # 4 channels 1.4x; ResNet's 7x7 stem on 3 (147 taps) 0.35x, 5x5 on 2 (50) 0.9x: BLAS from there

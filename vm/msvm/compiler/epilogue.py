@@ -30,6 +30,8 @@ from ..bytecode.types import TensorType
 from ..bytecode.verify import verify
 from .inline import _symbolic, is_leaf
 
+# what is_activation looks past (a choice of this pass): moving values; anything else must be a fusable
+# elementwise row (read from the table), so that the body joins the producer's epilogue
 _MOVES = ("LOAD_TENSOR", "STORE_TENSOR", "LOAD_CONST")
 
 

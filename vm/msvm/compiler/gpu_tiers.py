@@ -235,7 +235,8 @@ class GpuSite:
                 raise Unsupported("softmax not over the last axis")
             d = self._one_float_dtype([x])
             op, g, b, eps = "softmax", None, None, 0.0
-        elif self.op in ("FUSED_ADD_LAYER_NORM", "FUSED_RMS_NORM"):   # (issue 18: CPU kernels only; L1 runs it)
+        elif self.op in ("FUSED_ADD_LAYER_NORM", "FUSED_RMS_NORM"):   # (issue 18: CPU kernels only, the GPU's row
+            # kernel has no residual nor programs: a choice of this backend, L1 runs them)
             raise Unsupported(f"{self.op} on the GPU")
         else:
             bna, bpa, eps = self.args

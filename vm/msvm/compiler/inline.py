@@ -34,6 +34,8 @@ def _symbolic(v) -> bool:
 
 
 _LIBRARY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))      # vm/msvm
+# what worth_inlining looks past when it asks what a layer computes: moving values and reshaping them (a
+# choice of this pass, as the layer lists below are: which of msvm's layers a fusion wants to see whole)
 _MOVES = ("LOAD_TENSOR", "STORE_TENSOR", "LOAD_PARAM", "LOAD_CONST", "RESHAPE")
 
 

@@ -13,7 +13,7 @@ The analysis, over the Code's control-flow graph to a fixpoint (branches merge c
   ``out=True`` whose inputs are tensors, a compiled site's instruction, FUSED_CONV), outside any
   loop, a tensor of known rank. Every other instruction's result is taken to possibly alias its
   inputs (a view, a tuple, a kernel that may return its input), so it keeps them alive, except the
-  rows in ``FRESH`` (their kernels always make a new array: read in interp/kernels.py) and a
+  ``fresh`` rows (opcodes.FRESH: their kernels always make a new array) and a
   sub-Cell call, whose result aliases only the arguments its own Code may return;
 - *escape*: a value that may reach ``RETURN`` (directly, in a tuple, as a view) or a Parameter
   (``ASSIGN_PARAM``) is not planned: what the caller gets is never arena memory;
@@ -44,7 +44,7 @@ import numpy as np
 
 from .. import events, log
 from ..bytecode.code import Code, Instr
-from ..bytecode.opcodes import BY_NAME, ELEMENTWISE, JITABLE, OUT_CAPABLE
+from ..bytecode.opcodes import BY_NAME, FRESH, IN_PLACE, OUT_CAPABLE, TABLE
 from ..bytecode.symbolic import Expr, SymbolicError, product, smax
 from ..bytecode.types import ScalarType, TensorType
 from ..bytecode.verify import verify
@@ -55,14 +55,11 @@ SAMPLES = (SAMPLE, 2 * SAMPLE + 1)   # (the next, where a size divides by 0 at t
 
 class PlanRefused(Exception):
     """This Code cannot be planned soundly; the message says why (``apply`` runs it unplanned)."""
-IN_PLACE = (ELEMENTWISE & OUT_CAPABLE) | {"FUSED_ELEMENTWISE"}
-# besides OUT_CAPABLE rows, the jit-able ones take ``out=`` too (their L1 kernels and compiled callers);
-# FUSED_ATTENTION's do not (its site keeps two buffers of its own per shape), so it is not planned
-WRITES_INTO = set(JITABLE) - {"FUSED_ATTENTION"}
-# rows whose L1 kernels and compiled sites always return a new array, never an input or a view of one
-FRESH = frozenset({"CONV2D", "MAX_POOL2D", "AVG_POOL2D", "ADAPTIVE_AVG_POOL2D", "RESIZE", "REDUCE_SUM", "REDUCE_MEAN",
-                   "REDUCE_MAX", "REDUCE_MIN", "ARGMAX", "ARGMIN", "GATHER", "SOFTMAX", "LOG_SOFTMAX", "LAYER_NORM",
-                   "MATMUL", "BATCH_MATMUL", "BATCH_NORM", "FUSED_CONV", "FUSED_MATMUL"})
+
+
+# the rows that can write into a given buffer: the OUT_CAPABLE ones, and the jit-able ones whose L1 kernels
+# and compiled callers take ``out=`` (every one but those whose site keeps its own buffers, OpInfo.keeps_buffers)
+WRITES_INTO = frozenset(r.name for r in TABLE if r.compiled == "kernel" and not r.keeps_buffers)
 
 
 @dataclass

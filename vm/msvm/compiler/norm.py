@@ -36,9 +36,11 @@ from __future__ import annotations
 import numpy as np
 
 from ..bytecode.code import Instr
-from ..bytecode.opcodes import BY_NAME
+from ..bytecode.opcodes import BY_NAME, LEAVES
 
-_LOADS = ("LOAD_TENSOR", "LOAD_PARAM", "LOAD_CONST")
+# what may push a norm's weight (gamma, beta, w) in these patterns: a leaf (it pops nothing, so it moves
+# before the fused instruction as is), but not LOAD_SYM: a symbol's value is a number, never a weight row
+_LOADS = LEAVES - {"LOAD_SYM"}
 
 
 def fuse_add_norm(code, targets, is_target, replace_target) -> None:

@@ -16,6 +16,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from ..bytecode.opcodes import KERNEL_KINDS
 from .build import blas
 from .callconv import PARALLEL_MIN
 from .gemm import use_packed
@@ -140,11 +141,12 @@ def plan_row(site, inputs):
 
 def kernel_ir(site, level: int, plan: Plan):
     """The kernel IR of this plan at tier ``level`` (2: shape-generic, 3: specialized)."""
-    if site.op in conv.OPS:              # (issue 18: compiler/conv.py)
+    kind = KINDS[site.op]
+    if kind == "conv":                   # (issue 18: compiler/conv.py)
         return conv.kernel_ir(site, level, plan)
     d, p = plan.dtype, plan.details
     dtype = str(d)
-    if site.op == "FUSED_ELEMENTWISE":
+    if kind == "elementwise":
         dims = p["dims"]
         stream = False
         if level == 3:
@@ -154,7 +156,7 @@ def kernel_ir(site, level: int, plan: Plan):
             stream = dims[0] * dims[1] * dims[2] * np.dtype(d).itemsize >= STREAM_MIN and dims[2] % w == 0
         return Elementwise(p["program"], p["kinds"], tuple(p["bcast"]), dtype, dims if level == 3 else None,
                            stream)
-    if site.op == "FUSED_MATMUL":
+    if kind == "matmul":
         if level == 2:   # numpy/BLAS product, then the L2 epilogue kernel over it
             ep = p["epi"].details
             return Elementwise(ep["program"], ep["kinds"], tuple(ep["bcast"]), dtype, None)
@@ -192,24 +194,15 @@ def _is_tensor(x) -> bool:
 
 
 
-# the kind of kernel each jit-able row (opcodes.JITABLE: the rows whose ``compiled`` is "kernel")
-# runs, and its planner: ``planner(site, inputs) -> Plan`` (the GPU sites plan per kind too)
-KINDS = {"FUSED_ELEMENTWISE": "elementwise", "FUSED_MATMUL": "matmul", "SOFTMAX": "row", "LAYER_NORM": "row"}
-PLANNERS = {op: {"elementwise": plan_elementwise, "matmul": plan_matmul, "row": plan_row}[kind]
-            for op, kind in KINDS.items()}
+# the kind of kernel each jit-able row (opcodes.JITABLE: the rows whose ``compiled`` is "kernel") runs, from
+# its row (OpInfo.kernel); the GPU sites plan per kind too
+KINDS = KERNEL_KINDS
 
 
 # (issue 18) FUSED_ATTENTION: q @ k^T, the score program (scale, masks, WHERE), the softmax, @ v; its
-# planner is compiler/attention_plan.py's, its Site (a Kernels per tier) compiler/attention_site.py's
-from . import attention_plan  # noqa: E402  (it reads Plan, _Shape and plan_elementwise from here)
-
-KINDS["FUSED_ATTENTION"] = "attention"
-PLANNERS["FUSED_ATTENTION"] = attention_plan.plan
-# ---------------------------------------------------------------- issue 18: convolutions and max pools (conv.py)
-from . import conv  # noqa: E402  (it reads Plan, _Shape and plan_elementwise from here when it plans)
-
-KINDS.update(dict.fromkeys(conv.OPS, "conv"))
-PLANNERS.update(dict.fromkeys(conv.OPS, conv.plan))
+# planner is compiler/attention_plan.py's, its Site (a Kernels per tier) compiler/attention_site.py's;
+# convolutions and max pools: compiler/conv.py's. Both read Plan, _Shape and plan_elementwise from here.
+from . import attention_plan, conv  # noqa: E402
 
 
 # (issue 18) FUSED_ADD_LAYER_NORM: the layer norm's row kernel, reading the residual beside x (compiler/norm.py)
@@ -219,15 +212,15 @@ def _plan_add_norm(site, inputs):
     return plan_add_norm(site, inputs)
 
 
-KINDS["FUSED_ADD_LAYER_NORM"] = "row"
-PLANNERS["FUSED_ADD_LAYER_NORM"] = _plan_add_norm
-
-
 def _plan_rms_norm(site, inputs):       # (issue 18) FUSED_RMS_NORM: a row kernel of its three programs
     from .norm import plan_rms_norm
 
     return plan_rms_norm(site, inputs)
 
 
-KINDS["FUSED_RMS_NORM"] = "row"
-PLANNERS["FUSED_RMS_NORM"] = _plan_rms_norm
+# each jit-able row's planner, ``planner(site, inputs) -> Plan``: its kind's, except the two row kernels whose
+# inputs norm.py reads (a handler table, as interp/kernels.py's KERNELS: tests/vm/test_table.py checks it)
+_BY_KIND = {"elementwise": plan_elementwise, "matmul": plan_matmul, "row": plan_row, "attention": attention_plan.plan,
+            "conv": conv.plan}
+PLANNERS = {op: _BY_KIND[kind] for op, kind in KINDS.items()}
+PLANNERS.update(FUSED_ADD_LAYER_NORM=_plan_add_norm, FUSED_RMS_NORM=_plan_rms_norm)

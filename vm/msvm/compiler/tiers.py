@@ -31,7 +31,7 @@ import numpy as np
 
 from .. import context, events, log, reasons
 from ..bytecode.disasm import display_name
-from ..bytecode.opcodes import JITABLE
+from ..bytecode.opcodes import JITABLE, KERNEL_KINDS
 from ..interp.arena import Arena
 from . import callconv, planning
 from .buffers import ALIGN  # noqa: F401 - (re-exported: tests)
@@ -396,8 +396,9 @@ def _frozen(x) -> bool:
 
 
 def _site_class(op: str):
-    """The Site class of a jit-able op (issue 18: FUSED_ATTENTION's is compiler/attention_site.py's)."""
-    if op == "FUSED_ATTENTION":
+    """The Site class of a jit-able op (issue 18: an attention kernel's, FUSED_ATTENTION's, is
+    compiler/attention_site.py's)."""
+    if KERNEL_KINDS[op] == "attention":
         from .attention_site import AttentionSite
 
         return AttentionSite

@@ -350,7 +350,7 @@ class ComputeSpec:
         kern = self.kern = K.KERNELS[name]
         self.n = ins.op.n_pops(args)
         operands = tuple(_runtime_operand(ctx, a) for a, (_, kind) in zip(args, ins.op.operands) if kind != "count")
-        if name in ("CONCAT", "STACK", "FUSED_ELEMENTWISE", "FUSED_MATMUL", "FUSED_CONV"):
+        if ins.op.raw_operands:         # (its kernel takes the count and the programs as decoded)
             operands = args
         self.operands = operands
         # shape operands that depend on symbols (FILL, RESHAPE, BROADCAST_TO): callables over the env

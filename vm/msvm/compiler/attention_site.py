@@ -27,9 +27,9 @@ import time
 
 import numpy as np
 
-from .. import context, events, log, reasons
+from .. import context, events, reasons
 from . import attention_plan
-from .build import BUDGET_S, compile_kernel, kernel_cache, worker
+from .build import BUDGET_S, compile_kernel, worker
 from .callconv import elementwise_caller
 from .entry import data_pointer
 from .kir import Elementwise, RowKernel
@@ -187,13 +187,7 @@ class AttentionSite(Site):
                 reasons.check_budget(level, time.perf_counter() - t0, BUDGET_S[level])
                 self._installed(level, table, key, made, shape)
             except Exception as e:  # noqa: BLE001 - any failure falls back to L1, counted and logged
-                table[key] = "failed"
-                why = self.why[(level, key)] = reasons.failure(e, level).then(need.text)
-                kernel_cache().stats["failures"] += 1
-                kernel_cache().note_key("", self.info(shape, dtype, level=level, **why.fields()), "failed")
-                events.emit({"type": "error", "what": "compile", "op": self.name, "level": level, "why": str(e),
-                             "code": self.code.name, "code_id": self.code.uid, "offset": self.ins.offset, **why.fields()})
-                log.logger.info("JIT L%d compile of %s failed, staying in L1: %s", level, self.name, why.text)
+                self._failed(level, table, key, e, need, shape, dtype)
         if sync:
             task()
         else:

@@ -268,13 +268,8 @@ def caller(site, compiled, plan):
 
         def go(inputs, out):
             out = output(out)
-            args = [gemm, ptr(0, inputs[0]), ptr(1, weight(inputs[1])), data_pointer(out)]
-            for j, kind, row_stride in extras:     # (epilogue input j is the site's input j + 1)
-                if kind == "t":
-                    args += [ptr(j + 1, inputs[j + 1]), row_stride, 0]
-                else:
-                    args.append(float(inputs[j + 1]))
-            fn(*args)
+            fn(gemm, ptr(0, inputs[0]), ptr(1, weight(inputs[1])), data_pointer(out),
+               *_epilogue_operands(extras, inputs, ptr))
             return out
         return go
     rows, n, layer_norm = p["rows"], p["n"], p["op"] != "softmax"   # (a layer norm's x, gamma, beta; RMS: x, w)
@@ -307,6 +302,19 @@ def caller(site, compiled, plan):
             fn(0, rows, n, op_, xp_, gp, bp)
         return out
     return go
+
+
+def _epilogue_operands(extras, inputs, ptr) -> list:
+    """A matmul epilogue's operands after the product's, per (j, kind, row stride) of ``extras`` in the
+    kernel's order: a tensor's pointer, its row stride and 0, or a scalar (epilogue input j is the
+    site's input j + 1)."""
+    args = []
+    for j, kind, row_stride in extras:
+        if kind == "t":
+            args += [ptr(j + 1, inputs[j + 1]), row_stride, 0]
+        else:
+            args.append(float(inputs[j + 1]))
+    return args
 
 
 def elementwise_caller(compiled, p: dict, output, ptr):
@@ -460,12 +468,6 @@ def _split_caller(compiled, output, weight, ptr, extras):
         cp = data_pointer(out)
         g.run_split(fn, m, kk, n, ptr(0, inputs[0]), kk, ptr(1, weight(inputs[1])), cp, n, nr, isz)
         if epi is not None:
-            args = [0, m, 1, n, cp, cp, n, 0]
-            for j, kind, row_stride in order:     # (epilogue input j is the site's input j + 1)
-                if kind == "t":
-                    args += [ptr(j + 1, inputs[j + 1]), row_stride, 0]
-                else:
-                    args.append(float(inputs[j + 1]))
-            epi(*args)
+            epi(0, m, 1, n, cp, cp, n, 0, *_epilogue_operands(order, inputs, ptr))
         return out
     return go

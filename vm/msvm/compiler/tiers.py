@@ -209,17 +209,22 @@ class Site:
                              "code_id": self.code.uid, "offset": self.ins.offset, "op": self.name,
                              "level": level, "shape": list(shape)})
             except Exception as e:  # noqa: BLE001 - any failure falls back to L1, counted and logged
-                table[key] = "failed"
-                why = self.why[(level, key)] = reasons.failure(e, level).then(need.text)
-                kernel_cache().stats["failures"] += 1
-                kernel_cache().note_key("", self.info(shape, dtype, level=level, **why.fields()), "failed")
-                events.emit({"type": "error", "what": "compile", "op": self.name, "level": level, "why": str(e),
-                             "code": self.code.name, "code_id": self.code.uid, "offset": self.ins.offset, **why.fields()})
-                log.logger.info("JIT L%d compile of %s failed, staying in L1: %s", level, self.name, why.text)
+                self._failed(level, table, key, e, need, shape, dtype)
         if sync:
             task()
         else:
             worker().submit(task)
+
+    def _failed(self, level: int, table: dict, key, e: Exception, need, shape, dtype) -> None:
+        """A compile of the kernel for ``key`` failed: the site stays in L1 there (``table[key]``), and the
+        failure is counted, noted in the cache's key table, logged and sent as an ``error`` event."""
+        table[key] = "failed"
+        why = self.why[(level, key)] = reasons.failure(e, level).then(need.text)
+        kernel_cache().stats["failures"] += 1
+        kernel_cache().note_key("", self.info(shape, dtype, level=level, **why.fields()), "failed")
+        events.emit({"type": "error", "what": "compile", "op": self.name, "level": level, "why": str(e),
+                     "code": self.code.name, "code_id": self.code.uid, "offset": self.ins.offset, **why.fields()})
+        log.logger.info("JIT L%d compile of %s failed, staying in L1: %s", level, self.name, why.text)
 
     def _need(self, level: int, plan: Plan):
         """Why this site asks for an L``level`` kernel for this plan (reasons.kernel_needed): the

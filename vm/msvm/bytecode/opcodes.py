@@ -1,9 +1,13 @@
 """The one opcode table. Every instruction is defined here and nowhere else.
 
 Each row: name, opcode byte, operands (name, kind), stack effect (pops, pushes),
-shape rule, kind, and a one-line semantics doc. The assembler, disassembler,
-verifier, binary reader, interpreter and compiler all read this table; groups
-such as ``ELEMENTWISE`` are derived from it.
+shape rule, kind, and a one-line semantics doc, then what the tiers and passes need
+to know of it (``OpInfo``'s flags: how the compiled tiers run it and the kind of
+kernel they plan, whether its kernels write into ``out=``, return fresh memory or may
+overwrite an input, its effects ...). The assembler, disassembler, verifier, binary
+reader, interpreter and compiler all read this table; groups such as ``ELEMENTWISE``
+are derived from it, and a pass that needs a fact of an op reads it here rather than
+listing op names (tests/vm/test_table.py checks the names a module still spells out).
 
 Encoding: one opcode byte, then one little-endian u16 per operand. Operand kinds:
 ``local`` (slot in varnames), ``const`` (index into the constant pool), ``name``
@@ -475,6 +479,7 @@ FRESH = frozenset(r.name for r in TABLE if r.fresh)                      # resul
 IN_PLACE = frozenset(r.name for r in TABLE if r.in_place)                # may write over a dying input
 EFFECTS = frozenset(r.name for r in TABLE if r.effect)                   # change state: run in order, once
 assert not EFFECTS & (FUSABLE | JITABLE | LEAVES | OUT_CAPABLE | VIEWS), "a row with an effect must run as is"
+assert not FRESH & VIEWS, "a view is never fresh memory"
 
 
 def fingerprint() -> bytes:

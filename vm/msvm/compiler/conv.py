@@ -59,7 +59,17 @@ and how each is called. Algorithms chosen by measurement (one thread, this machi
   it is ahead) measured 1.02x / 1.06x on ResNet-50 and 0.99x on MobileNet v2, so ``route`` takes
   the taps route for every shape. The kernel reaches 165-188 GFLOP/s on blocks that
   stay in L2 (OpenBLAS 164-166) but 115-150 where B streams from memory (P >= 3136 pixels), about
-  what OpenBLAS gets. Measured and not kept: prefetching the next panel into L2 instead of (or
+  what OpenBLAS gets. **In a model the weights come from memory** (ResNet-50's 98 MB do not stay
+  in cache from one forward to the next): on an AMD EPYC (Zen 5, one pinned core, the thread's CPU
+  time, fastest of 21 interleaved calls, caches flushed before each as a forward leaves them) the
+  7x7 maps' layers (A of 4-9 MB, each element used 49 times) ran at 77-119 GFLOP/s against 143-160
+  with A in cache. So each tile prefetches its packed A gemm.A_PREFETCH k steps ahead and its C
+  lines (to write) at its start: 77-119 -> 128-145 GFLOP/s there, 14 wide 116-141 -> 149-159, and
+  the warm figures rose too (3x3 at 7 wide 86 -> 143); distances of 24-256 steps measured, 64-96
+  best. ResNet-50's forward on the taps route: 90.6 -> 70.4 ms (bench/conv_routes.py, median of
+  15; the sum of each layer's fastest call 69 -> 56 ms). Measured and not kept: B copied per
+  (tap, k block) into a contiguous stack panel that every row tile reads, as BLIS packs it
+  (0.83-1.0x: the strided rows are prefetched well enough); prefetching the next panel into L2 instead of (or
   besides) the rows ahead (0.9-1.05x), the tiles inlined into the driver (no call: 0.9-1.05x);
   k blocks of 64-512 changed nothing measurable (a loaded machine, wall clock).
 - **Threads**: where the cores allow two (``threads_for``: the process's affinity, MSVM_THREADS),

@@ -66,6 +66,7 @@ from .lower import TYPES, Unsupported, vec_width
 NAME = "msvm_gemm_packed"
 A_BLOCK_BYTES = 1 << 20     # rows of A per pass over the panels: about this many bytes (L2)
 PREFETCH_ROWS = 24          # panel rows ahead that the tiles prefetch (8, 16, 24, 32, 40, 64 measured)
+A_PREFETCH = 64             # k steps ahead that the taps tiles prefetch their packed A (0: none)
 KC = 256                    # k per block: a panel's k block (KC x NR) stays in L1 across the row tiles
 _lock = threading.Lock()
 _compiled: dict = {}        # dtype -> build.Compiled
@@ -135,6 +136,11 @@ def _tiles(L, name, t, w, nv, mr, vt, fma, mstore, mload, iota, strided, prefetc
                 L(f"  %cp{i}_{v} = getelementptr {t}, {t}* %c, i64 {v * w}")
                 L(f"  %cq{i}_{v} = getelementptr {t}, {t}* %cp{i}_{v}, i64 %co{i}")
                 L(f"  %cr{i}_{v} = bitcast {t}* %cq{i}_{v} to {vt}*")
+        if strided:           # the tile's C lines, asked for (to write) while the k loop runs
+            for i in range(r):
+                for v in range(nv):
+                    L(f"  %cw{i}_{v} = bitcast {t}* %cq{i}_{v} to i8*")
+                    L(f"  call void @llvm.prefetch.p0i8(i8* %cw{i}_{v}, i32 1, i32 3, i32 1)")
         L("  br i1 %first, label %pre, label %onto")
         L("onto:")
         for i in range(r):
@@ -184,6 +190,11 @@ def _tiles(L, name, t, w, nv, mr, vt, fma, mstore, mload, iota, strided, prefetc
             L("  %pm = mul i64 %p, %ks")
         elif strided:         # (A packed too: [k][MR] per row block, a weight prepared once)
             L(f"  %pm = mul i64 %p, {mr}")
+            if A_PREFETCH:    # (it streams from memory: a model's weights do not stay in cache)
+                L(f"  %pfa = add i64 %pm, {A_PREFETCH * mr}")
+                L(f"  %pfap = getelementptr {t}, {t}* %a, i64 %pfa")
+                L("  %pfac = bitcast {t}* %pfap to i8*".replace("{t}", t))
+                L("  call void @llvm.prefetch.p0i8(i8* %pfac, i32 0, i32 3, i32 1)")
         for i in range(r):
             if a_inplace:
                 L(f"  %ar{i} = mul i64 %lda, {i}")
@@ -494,7 +505,7 @@ def lower_matmul_packed(k, name: str, features: str) -> str:
 
 TAPS_NAME = "msvm_gemm_taps"
 TAPS_KC = 256               # k (channels of one tap) per block
-TAPS_VERSION = 4            # (in the kernel text, so the cache key: bump it when ir_taps changes)
+TAPS_VERSION = 5            # (in the kernel text, so the cache key: bump it when ir_taps changes)
 
 
 def ir_taps(features: str, dtype: str = "float32", name: str = TAPS_NAME, kc: int = TAPS_KC,
@@ -646,7 +657,8 @@ class TapsGemm:
 
     def text(self) -> str:
         return (f"gemm_taps v{TAPS_VERSION} dtype={self.dtype} a_block={A_BLOCK_BYTES} kc={self.kc} "
-                f"prefetch={PREFETCH_ROWS} {self.prefetch}" + (" a_inplace" if self.a_inplace else ""))
+                f"prefetch={PREFETCH_ROWS} {self.prefetch} a_prefetch={A_PREFETCH}"
+                + (" a_inplace" if self.a_inplace else ""))
 
 
 TAPS_ARGS = ("i64", "i64", "i64", "ptr", "i64", "ptr", "i64", "ptr", "i64", "ptr", "i64", "i64", "i64",

@@ -255,12 +255,12 @@ def test_taps_kernel_against_float64_numpy(dtype, seed, a_layout):
     fn = gemm.taps_function(dtype, a_inplace=a_layout == "inplace")
     mr, nr = gemm.tile_rows(d), gemm.panel_width(d)
     m = int(rng.integers(1, 40))
-    ci = int(rng.choice([1, 3, 17, 300]))           # (300: two k blocks per tap)
+    ci = int(rng.choice([1, 3, 17, 300]))           # (300: two k blocks or more)
     ntaps = int(rng.integers(1, 5))
     q = int(rng.integers(1, 150))
     row = q + int(rng.integers(0, 40)) + ntaps * 7
     taps = np.sort(rng.integers(0, row - q + 1, ntaps)).astype(np.int64)
-    a = rng.standard_normal((m, ntaps * ci)).astype(d)
+    a = rng.standard_normal((m, ci * ntaps)).astype(d)       # (the weight's own (ci, tap) order)
     src = rng.standard_normal((ci, row)).astype(d)
     if seed % 2:
         src[0, taps[0] + q // 2] = np.nan
@@ -268,7 +268,7 @@ def test_taps_kernel_against_float64_numpy(dtype, seed, a_layout):
     bias = rng.standard_normal(m).astype(d) if seed % 3 else None
     res = rng.standard_normal((m, q)).astype(d) if seed % 2 == 0 else None
     lo, hi = [(-np.inf, np.inf), (0.0, np.inf), (0.0, 6.0)][seed % 3]
-    want = sum(a[:, t * ci:(t + 1) * ci].astype(np.float64) @ src[:, off:off + q].astype(np.float64)
+    want = sum(a.reshape(m, ci, ntaps)[:, :, t].astype(np.float64) @ src[:, off:off + q].astype(np.float64)
                for t, off in enumerate(taps))
     scale = rng.standard_normal(m).astype(d) if bias is not None else None
     want = want * (scale[:, None] if scale is not None else 1) + (bias[:, None] if bias is not None else 0) + \
@@ -276,9 +276,8 @@ def test_taps_kernel_against_float64_numpy(dtype, seed, a_layout):
     with np.errstate(invalid="ignore"):
         want = np.where(want < lo, lo, want)
         want = np.where(want > hi, hi, want)
-    # (in place: the weight's own (ci, tap) order, row-major; else tap-major, packed in row blocks)
-    ap = gemm.pack_rows(a, mr) if a_layout == "packed" else \
-        np.ascontiguousarray(a.reshape(m, ntaps, ci).transpose(0, 2, 1))
+    # (in place: the rows as they are; else packed in row blocks)
+    ap = gemm.pack_rows(a, mr) if a_layout == "packed" else a
     j0 = nr * int(rng.integers(0, -(-q // nr)))       # a column range that starts on a panel
     c = np.full((m, q), -7.0, d)
     fn(m, ci, ntaps, data_pointer(taps), q, data_pointer(ap), ntaps * ci, data_pointer(src), row, data_pointer(c), q,

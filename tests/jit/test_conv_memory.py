@@ -124,7 +124,7 @@ def test_shared_workspace_borders_are_zeroed(mode_spec):
     w = rng.standard_normal(w_shape).astype(np.float32)
     tc = conv.TapsConv(x_shape, w_shape, stride, pad, (1, 1), 1, np.float32)
     assert tc.mode == mode
-    a = conv._tap_major(w, tc.mode, 1, np.float32)
+    a = conv.prepared_a(w, 1, np.float32, tc.inplace)
     first = tc(x, a).copy()
     big = conv.workspace(0, 1 << 16, np.float32)
     big[:] = np.nan
@@ -136,3 +136,21 @@ def test_shared_workspace_borders_are_zeroed(mode_spec):
     before = conv.workspace_bytes()
     tc(x, a)
     assert conv.workspace_bytes() == before       # (grown once to the largest request, then reused)
+
+
+def test_weights_are_read_in_place_unless_their_rows_alias(fresh, monkeypatch):
+    """By default (conv.a_in_place) the taps product reads A from the Parameter, and packs only a
+    weight whose rows lie a multiple of 4 KB apart (a tile's rows would share an L1 set)."""
+    monkeypatch.delenv(conv.A_ENV, raising=False)
+    assert conv.a_in_place(576, np.float32) and conv.a_in_place(2304, np.float32)
+    assert not conv.a_in_place(1024, np.float32) and not conv.a_in_place(512, np.float64)
+    rng = np.random.default_rng(5)
+    for cin, k, packed in ((1024, 1, True), (64, 3, False), (48, 1, False)):
+        x = rng.standard_normal((1, cin, 6, 7)).astype(np.float32)
+        w = rng.standard_normal((20, cin, k, k)).astype(np.float32)
+        pad = (k // 2,) * 4
+        tc = conv.TapsConv(x.shape, w.shape, (1, 1), pad, (1, 1), 1, np.float32)
+        assert tc.inplace is not packed
+        a = conv.prepared_a(w, 1, np.float32, tc.inplace)
+        assert (a is w) is not packed                      # (in place: the array itself, no copy)
+        close(tc(x, a), K.conv2d(x, w, (1, 1), pad, (1, 1), 1), tol=1e-4)

@@ -87,11 +87,12 @@ L2: dims, pads and the vector loops' column range are kernel arguments (one kern
 class: kernel size, stride, dilation, dtype, epilogue); L3: they are constants and the vector width
 fits the row. Weights are prepared once per Parameter array (``set_data`` gives a new array, so it
 prepares again): depthwise and few-channel weights (``K.folds``) folded with their batch norm, as L1
-does (kernels.prepared_weight: a few KB each); every other weight packed for the taps product
-(``_tap_major``), unfolded, the batch norm being the kernel's epilogue (out * scale + shift, as L1
-computes it after its product of the Parameter itself): at most one copy of a weight is held
-(ResNet-50: the folded copy alone was 90 MB next to 98 MB of Parameters). Reading A where it lies
-(``A_ENV=inplace``, no copy at all) is kept as an option; see ``A_IN_PLACE`` for its measurement.
+does (kernels.prepared_weight: a few KB each); every other weight is read by the taps product
+where it lies in the Parameter (``prepared_a``), unfolded, the batch norm being the kernel's
+epilogue (out * scale + shift, as L1 computes it after its product of the Parameter itself), except
+where its rows lie a multiple of 4 KB apart (``a_in_place``: then one packed copy). ResNet-50 held
+a packed copy of every weight until the product ran channel-major (221 MB at a steady forward
+against onnxruntime's 128; the folded copy before that was 90 MB next to 98 MB of Parameters).
 The staging buffers are one workspace per thread (``workspace``).
 """
 
@@ -430,7 +431,7 @@ def _taps_caller(site, plan, epi):
     first = 2 + nbn
     w_shape = p["w_shape"]
     mode = taps_mode(p["x_shape"], w_shape, stride, pad, dil, group)
-    tc = TapsConv(p["x_shape"], w_shape, tuple(stride), pad, tuple(dil), group, d, mode, a_in_place(mode))
+    tc = TapsConv(p["x_shape"], w_shape, tuple(stride), pad, tuple(dil), group, d, mode)
     o, cg, kh, kw = w_shape
     n, _, ho, wo = plan.out_shape
     split = threads_for(2.0 * o * cg * kh * kw * ho * wo)       # per image
@@ -440,7 +441,7 @@ def _taps_caller(site, plan, epi):
         fused = None                 # (a residual of the result's layout, not the wider grid's)
 
     def go(inputs, out):
-        a = _tap_major(inputs[1], tc.mode, group, d, tc.inplace)
+        a = prepared_a(inputs[1], group, d, tc.inplace)
         if fused is not None:
             has_bn, add, lo, hi = fused
             r = inputs[first + add - (3 if nbn else 1)] if add is not None else None
@@ -615,37 +616,38 @@ def workspace_bytes() -> int:
 
 # ---------------------------------------------------------------- dense convolutions on msvm's own GEMM
 
-_TAPW: dict = {}             # (id(weight Parameter array), mode, group, dtype) -> (weakref, packed copy)
+_TAPW: dict = {}             # (id(weight Parameter array), layout, group, dtype) -> (weakref, prepared A)
 
 
-# The TapsConv modes whose product reads the weight where it lies (``a_in_place``): none by default.
-# Measured (one pinned core, thread CPU time, interleaved, medians of 15; ResNet-50's layer shapes at 224),
-# in place / packed: 3x3 (phase) 1.12-1.19x; 1x1 with K = 1024-2048 at 14 and 7 wide 1.08-1.14x (A's
-# rows lda apart fall in few L1 sets); 1x1 with K = 64-256 at 56 wide 0.95-0.98x; all of them 1.12x.
-# Memory at a steady forward (bench/peers.py --memory, 224): ResNet-50 221 MB packed, 175 MB in place
-# for 1x1 only, 131 MB in place everywhere (onnxruntime 128 MB); MobileNet v2 39 / 31 / 31 MB (ort 47).
-A_IN_PLACE = frozenset()
-A_ENV = "MSVM_CONV_A"       # "packed" | "inplace" | "inplace1x1" (every mode but phase): overrides A_IN_PLACE
-A_MODES = {"packed": frozenset(), "inplace": frozenset({"direct", "sub", "phase", "im2col"}),
-           "inplace1x1": frozenset({"direct", "sub", "im2col"})}
+# Where the taps product reads the weight from the Parameter itself (``a_in_place``: no copy at all,
+# so a model's weights are held once). Measured (AMD EPYC Zen 5, one pinned core, thread CPU time,
+# fastest of 15 interleaved calls, caches flushed before each as a forward leaves them, and warm;
+# ResNet-50's layer shapes at 224), in place / packed, GFLOP/s: 1x1 and 3x3 of every K but the
+# multiples of 1024 floats at par (3x3 7 wide 138 / 140, 14 wide 158 / 155, 28 wide 140 / 144;
+# 1x1 2048 -> 512 131 / 128, 512 -> 2048 125 / 122, 256 -> 1024 147 / 158, 64 -> 256 160 / 158); rows
+# 4 KB apart (K = 1024: the 12 rows of a tile in one L1 set) 78-84 / 120-131, so those stay packed.
+A_ENV = "MSVM_CONV_A"       # "packed" | "inplace": every layer so (else ``a_in_place``'s rule)
+ALIAS_BYTES = 4096          # A rows a multiple of this apart are packed (see above)
 
 
-def a_in_place(mode: str) -> bool:
-    """Whether the taps product of a convolution of this ``TapsConv`` mode reads A from the
-    Parameter itself (no copy at all) rather than from its packed copy (``_tap_major``)."""
+def a_in_place(lda: int, d) -> bool:
+    """Whether the taps product of a convolution whose weight rows are ``lda`` elements of dtype d
+    reads A from the Parameter itself rather than from a packed copy (``prepared_a``)."""
     import os
 
-    return mode in A_MODES.get(os.environ.get(A_ENV, ""), A_IN_PLACE)
+    how = os.environ.get(A_ENV, "")
+    if how in ("packed", "inplace"):
+        return how == "inplace"
+    return (lda * np.dtype(d).itemsize) % ALIAS_BYTES != 0
 
 
-def _tap_major(w, mode, group, d, inplace=False):
+def prepared_a(w, group, d, inplace=False):
     """The 4-d weight [O, Cg, kh, kw] (a Parameter's array, not folded: the batch norm is the
-    kernel's epilogue) as the taps product's A, its one prepared copy: per group, its rows tap-major
-    ([Og, kh*kw*Cg]) for the phase mode, as they are for im2col and 1x1, packed in blocks of MR rows
-    (gemm.pack_rows), the groups one after the other, in dtype d. Made once per read-only array
-    (``set_data`` gives a new one; the entry goes with the array), per call for a writable one.
-    ``inplace`` (``a_in_place``): the Parameter itself where it is contiguous in dtype d, else one
-    converted copy, cached the same way."""
+    kernel's epilogue) as the taps product's A, rows [O, (Cg, kh, kw)] in its own order:
+    ``inplace`` (``a_in_place``), the Parameter itself where it is contiguous in dtype d, else one
+    converted copy; packed, per group its rows in blocks of MR (gemm.pack_rows), the groups one after
+    the other, in dtype d. A copy is made once per read-only array (``set_data`` gives a new one;
+    the entry goes with the array), per call for a writable one."""
     import weakref
 
     w = np.asarray(w)
@@ -653,12 +655,12 @@ def _tap_major(w, mode, group, d, inplace=False):
         a = np.ascontiguousarray(w, dtype=d)
         if a is w or a.base is w:
             return a                 # (the Parameter itself: [O, (ci, kh, kw)] rows, no copy)
-        mode = "inplace"
-    key = (id(w), mode, group, np.dtype(d).str)
+    layout = "inplace" if inplace else "packed"
+    key = (id(w), layout, group, np.dtype(d).str)
     hit = _TAPW.get(key)
     if hit is not None and hit[0]() is w:
         return hit[1]
-    a = np.ascontiguousarray(w, dtype=d) if mode == "inplace" else _packed(w, mode, group, d)
+    a = np.ascontiguousarray(w, dtype=d) if inplace else _packed(w, group, d)
     if K._frozen(w):
         for k in [k for k, v in _TAPW.items() if k[0] == id(w) and v[0]() is not w]:
             del _TAPW[k]             # (a stale entry of a recycled id)
@@ -669,14 +671,12 @@ def _tap_major(w, mode, group, d, inplace=False):
     return a
 
 
-def _packed(w, mode, group, d):
-    """``_tap_major``'s packed A (a new array)."""
+def _packed(w, group, d):
+    """``prepared_a``'s packed A (a new array)."""
     from .gemm import pack_rows, tile_rows
 
     o, cg, kh, kw = w.shape
     a = w.reshape(o, cg * kh * kw)
-    if mode == "phase":
-        a = a.reshape(o, cg, kh * kw).transpose(0, 2, 1).reshape(o, kh * kw * cg)
     og, mr = o // group, tile_rows(d)
     return np.concatenate([pack_rows(a[g * og:(g + 1) * og].astype(d, copy=False), mr).reshape(-1)
                            for g in range(group)])
@@ -714,7 +714,7 @@ class TapsConv:
     One kernel call per image and group (``split``: the output columns in two halves on the
     kernel pool, a thread each)."""
 
-    def __init__(self, x_shape, w_shape, stride, pad, dil, group, d, mode=None, inplace=False):
+    def __init__(self, x_shape, w_shape, stride, pad, dil, group, d, mode=None, inplace=None):
         n, c, h, w = x_shape
         o, cg, kh, kw = w_shape
         sh, sw = stride
@@ -788,17 +788,17 @@ class TapsConv:
             self.grid = None
             self.src = (c * kh * kw, self.row)
             self.win = (kh, kw, stride, dil, pad)
-        self.inplace = inplace
+        self.lda = len(self.taps) * self.ci       # (A's rows: [(ci, kh, kw)], the weight's own order)
+        self.inplace = inplace = a_in_place(self.lda, self.d) if inplace is None else inplace
         self.fn = gemm_taps(str(self.d), inplace)
         self.nr = _panel(self.d)
         self.acc = (o, ho * self.wq) if self.grid is not None else None
-        self.lda = len(self.taps) * self.ci if mode == "phase" else self.ci
         mr = _rows(self.d)
         # A elements per group: packed row blocks, or the weight's own rows
         self.gstride = (self.og if inplace else -(-self.og // mr) * mr) * self.lda
 
     def __call__(self, x, a, out=None, split=1, bn=None, add=None, lo=-np.inf, hi=np.inf):
-        """The convolution of x (any strides) by ``a`` (``_tap_major``) into ``out`` where it is
+        """The convolution of x (any strides) by ``a`` (``prepared_a``) into ``out`` where it is
         C-contiguous of the result's shape and dtype (the memory plan's buffer), else a new array;
         then, in the kernel's registers, * scale + shift (``bn`` = (scale [O], shift [O])), + ``add``
         (C-contiguous, of the result's shape; not where the result is cropped from a wider grid),

@@ -1,6 +1,6 @@
 """Dense and grouped convolutions on msvm's own GEMM (issue 18: compiler/conv.py ``TapsConv``,
 compiler/gemm.py ``ir_taps``): B read where it lies (the image's planes, its subsampled planes,
-its padded stride phases, or an im2col matrix), A the folded weight packed once, the epilogue
+or its padded stride phases), A the Parameter's weight in place or packed once, the epilogue
 (bias, residual add, ReLU, ReLU6) in the kernel's registers, two threads splitting the output
 columns. Random blocks (1x1 stride 1/2, 3x3 stride 1/2, the 7x7 stride-2 stem, dilation 2,
 groups 2, every padding mode, residual + ReLU / ReLU6 / HSwish epilogues) at L2, L3 and auto against
@@ -48,7 +48,7 @@ BLOCKS = {
     "3x3_s2": (spec(32, 20, 3, stride=2, pad_mode="pad", padding=1), "phase", True),
     "3x3_dilation2_groups2": (spec(32, 24, 3, pad_mode="same", dilation=2, group=2, act="relu6"), "phase", True),
     "5x5_s3_valid": (spec(16, 12, 5, stride=3, pad_mode="valid", act="hswish"), "phase", True),
-    "7x7_s2_stem": (spec(3, 16, 7, stride=2, pad_mode="pad", padding=3), "im2col", True),
+    "7x7_s2_stem": (spec(3, 16, 7, stride=2, pad_mode="pad", padding=3), "phase", True),
     "1x1_groups2_hswish": (spec(16, 8, 1, pad_mode="valid", group=2, act="hswish"), "direct", True),
 }
 SIZES = [(2, 16, 17), (1, 13, 14), (1, 30, 21)]

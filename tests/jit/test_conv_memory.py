@@ -1,9 +1,10 @@
 """What a convolution keeps in memory (issue 18: peak memory at most onnxruntime's). A dense or
-grouped convolution holds at most one prepared copy of its weight: the taps product's packed A,
+grouped convolution holds at most one prepared copy of its weight, the taps product's packed A,
 made from the Parameter's own values (the batch norm is the kernel's epilogue, x scale + shift,
-not a folded copy of W); the interpreter keeps none. Its staging buffers (phase images, im2col
-matrices, cropped accumulators) are one workspace per thread, grown to the largest layer, and a
-layer zeroes the borders it reads, whatever another layer left there."""
+not a folded copy of W), and by default none (the product reads the Parameter); the interpreter
+keeps none. Its staging buffers (phase images, cropped accumulators) are one workspace per
+thread, grown to the largest layer, and a layer zeroes the borders it reads, whatever another
+layer left there."""
 
 import msvm as ms
 import numpy as np
@@ -113,7 +114,7 @@ def test_depthwise_keeps_its_small_folded_copy_only(fresh):
 
 @pytest.mark.parametrize("mode_spec", [((1, 16, 13, 15), (24, 16, 3, 3), (1, 1), (1, 1, 1, 1), "phase"),
                                        ((1, 16, 13, 15), (24, 16, 3, 3), (2, 2), (1, 1, 1, 1), "phase"),
-                                       ((1, 3, 20, 20), (8, 3, 7, 7), (2, 2), (3, 3, 3, 3), "im2col"),
+                                       ((1, 3, 20, 20), (8, 3, 7, 7), (2, 2), (3, 3, 3, 3), "phase"),
                                        ((1, 24, 12, 12), (16, 24, 1, 1), (2, 2), (0, 0, 0, 0), "sub")])
 def test_shared_workspace_borders_are_zeroed(mode_spec):
     """A layer's result does not depend on what another layer left in the thread's workspace (here:

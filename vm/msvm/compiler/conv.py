@@ -23,13 +23,17 @@ and how each is called. Algorithms chosen by measurement (one thread, this machi
   largest expand layers, K = 16 and 24; 0.4-0.95x on every other 1x1 layer of both models).
 - **Dense and grouped on msvm's own GEMM** (``TapsConv``, compiler/gemm.py ``ir_taps``): per image
   and group out[Co, P] = W[Co, K] @ B[K, P], the 12x32 register tiles of the packed Dense product,
-  A = the Parameter's weight packed once in blocks of 12 rows (its one prepared copy: the batch
-  norm is not folded into it but applied in the epilogue, x scale + shift), B read where it lies rather than packed
-  per call: the image's planes (1x1 stride 1: no copy at all), its subsampled planes (1x1 strided:
-  one copy of P x Cin), its padded stride phases side by side (k x k: each tap a shift in one
-  phase, so a strided 3x3 needs no im2col), or an im2col matrix (few channels per tap: the RGB
-  stem). Panels of 32 output columns stay in L1 while every row tile of a 1 MB block of A runs
-  over them. The epilogue (bias, a residual add, ReLU, ReLU6: ``fused_epilogue``; every one of
+  A = the Parameter's weight read where it lies (``a_in_place``; packed once in blocks of 12 rows
+  where its rows are a multiple of 4 KB apart; the batch norm is not folded into it but applied
+  in the epilogue, x scale + shift), B read where it lies rather than packed per call: the image's
+  planes (1x1 stride 1: no copy at all), its subsampled planes (1x1 strided: one copy of P x Cin),
+  or its padded stride phases side by side (k x k: each tap a shift in one phase, so a strided
+  conv needs no im2col). The k loop runs channel by channel, each channel's taps in turn, so few
+  channels per tap cost nothing extra: the RGB stem (7x7 stride 2, 3 channels) took 2.96 ms at 224
+  as an im2col matrix (the windows copied, then the product: the copy was half of it) and takes
+  1.48 ms on the phases (AMD EPYC Zen 5, one core, fastest of 15), so im2col is gone. Panels of 32
+  output columns stay in L1 while every row tile of a 1 MB block of A runs over them. The
+  epilogue (bias, a residual add, ReLU, ReLU6: ``fused_epilogue``; every one of
   ResNet's and MobileNet's) is applied to the tile in registers before its only store, with
   numpy's NaN rules; other epilogues, and a residual where the result is cropped from a wider
   grid, run the compiled pass after. ``route`` picks it (``MSVM_CONV_GEMM=blas`` keeps the BLAS
@@ -48,8 +52,12 @@ and how each is called. Algorithms chosen by measurement (one thread, this machi
   1x1 256 -> 64/128 at 56               direct  1.14-1.32x
   1x1 others (14-56 wide)               direct  0.89-1.03x
   1x1 16 -> 96, 32 -> 16 at 112         direct  0.72-0.77x (K = 16, 32: bound by stores)
-  7x7 stride 2 stem on RGB              im2col  1.01x
+  7x7 stride 2 stem on RGB              im2col  1.01x (now phase: see above)
   ====================================  ======  ==================
+
+  (That table and the next paragraph were measured on an Intel Xeon, whose OpenBLAS ran these
+  layers at 60-95% of its peak; on an AMD EPYC Zen 5 OpenBLAS reaches ~100 GFLOP/s and msvm's
+  tiles ~190, and the taps route runs ResNet-50's forward 1.68-1.78x faster than the BLAS one.)
 
   In the models, one forward (bench/conv_routes.py: both routes on one net, alternating):
   every dense convolution on the taps route against every one on BLAS, ResNet-50 1.03x at 224 and
@@ -709,7 +717,6 @@ class TapsConv:
     - ``phase`` (k x k): the padded image split into stride x stride phase images side by side,
       each tap a shift in one of them (stride 1: the padded image, the shifted GEMMs of
       ``Shifted``), over a grid as wide as a phase row; the grid's extra columns are cropped;
-    - ``im2col`` (few input channels per tap, the RGB stem): the windows copied as a [K, P] matrix.
 
     One kernel call per image and group (``split``: the output columns in two halves on the
     kernel pool, a thread each)."""
@@ -737,7 +744,7 @@ class TapsConv:
             self.grid = None
             self.src = None if mode == "direct" else (c, self.row)
             self.sub = (slice(None), slice(0, (ho - 1) * sh + 1, sh), slice(0, (wo - 1) * sw + 1, sw))
-        elif mode == "phase":
+        else:                           # phase
             hp, wp = h + sum(ph), w + sum(pw)
             hq, wq = -(-hp // sh), -(-wp // sw)
             over = (kw - 1) * dil[1] // sw
@@ -782,12 +789,6 @@ class TapsConv:
             self.taps = np.array(taps, np.int64)
             self.q, self.ci, self.wq = ho * wq, cg, wq
             self.grid = None if wq == wo else (o, ho, wq)
-        else:   # im2col
-            self.q, self.ci, self.taps = ho * wo, cg * kh * kw, np.zeros(1, np.int64)
-            self.row = _odd_lines(ho * wo, isz)
-            self.grid = None
-            self.src = (c * kh * kw, self.row)
-            self.win = (kh, kw, stride, dil, pad)
         self.lda = len(self.taps) * self.ci       # (A's rows: [(ci, kh, kw)], the weight's own order)
         self.inplace = inplace = a_in_place(self.lda, self.d) if inplace is None else inplace
         self.fn = gemm_taps(str(self.d), inplace)
@@ -830,16 +831,10 @@ class TapsConv:
             elif self.mode == "sub":
                 np.copyto(sbuf[:, :q].reshape(c, self.ho, self.wo), xb[self.sub])
                 src = sbuf
-            elif self.mode == "phase":
+            else:                       # phase
                 grid = sbuf[:, :self.hq * self.wq].reshape(-1, self.hq, self.wq)
                 for dst, sl in self.copies:
                     np.copyto(grid[dst], xb[sl])
-                src = sbuf
-            else:
-                kh, kw, stride, dil, pad = self.win
-                xp, _, _ = K._padded(x[b:b + 1], (kh, kw), stride, dil, pad, 0)
-                win = K._windows(xp, (kh, kw), stride, dil)[0]          # C, Ho, Wo, kh, kw
-                np.copyto(sbuf[:, :q].reshape(c, kh, kw, self.ho, self.wo), win.transpose(0, 3, 4, 1, 2))
                 src = sbuf
             cbuf = acc if acc is not None else res[b].reshape(self.o, self.ho * self.wo)
             ldc = cbuf.shape[1]
@@ -900,6 +895,4 @@ def taps_mode(x_shape, w_shape, stride, pad, dil, group) -> str:
     unpadded = pad != ("same",) and not any(pad) or (pad == ("same",) and kh == kw == 1)
     if kh == kw == 1 and unpadded:
         return "direct" if tuple(stride) == (1, 1) else "sub"
-    if cg * 1 < 16:
-        return "im2col"
     return "phase"

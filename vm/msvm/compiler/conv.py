@@ -633,7 +633,10 @@ _TAPW: dict = {}             # (id(weight Parameter array), layout, group, dtype
 # ResNet-50's layer shapes at 224), in place / packed, GFLOP/s: 1x1 and 3x3 of every K but the
 # multiples of 1024 floats at par (3x3 7 wide 138 / 140, 14 wide 158 / 155, 28 wide 140 / 144;
 # 1x1 2048 -> 512 131 / 128, 512 -> 2048 125 / 122, 256 -> 1024 147 / 158, 64 -> 256 160 / 158); rows
-# 4 KB apart (K = 1024: the 12 rows of a tile in one L1 set) 78-84 / 120-131, so those stay packed.
+# 4 KB apart (K = 1024, 2048: the 12 rows of a tile in one L1 set) 72-84 / 107-131 in some runs and at
+# par in others (the same code, arrays allocated anew), so those stay packed (ResNet-50: 23 MB, 8 layers).
+# Measured and not kept: the kernel copying each 1 MB block of such rows, one cache line further apart,
+# into a workspace before the tiles read it (no copy held): 88-134 against packed 128-163.
 A_ENV = "MSVM_CONV_A"       # "packed" | "inplace": every layer so (else ``a_in_place``'s rule)
 ALIAS_BYTES = 4096          # A rows a multiple of this apart are packed (see above)
 

@@ -244,7 +244,7 @@ def test_the_blas_route_still_matches(monkeypatch, name):
 
 # ---------------------------------------------------------------- the kernel itself
 
-@pytest.mark.parametrize("a_layout", ["packed", "inplace"])
+@pytest.mark.parametrize("a_layout", ["packed", "inplace", "inplace8"])
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("seed", range(6))
 def test_taps_kernel_against_float64_numpy(dtype, seed, a_layout):
@@ -252,7 +252,7 @@ def test_taps_kernel_against_float64_numpy(dtype, seed, a_layout):
     column ranges, row strides and epilogues, with NaN / inf, against numpy in float64."""
     rng = np.random.default_rng(seed)
     d = np.dtype(dtype)
-    fn = gemm.taps_function(dtype, a_inplace=a_layout == "inplace")
+    fn = gemm.taps_function(dtype, a_inplace=a_layout != "packed", rows=8 if a_layout == "inplace8" else 0)
     mr, nr = gemm.tile_rows(d), gemm.panel_width(d)
     m = int(rng.integers(1, 40))
     ci = int(rng.choice([1, 3, 17, 300]))           # (300: two k blocks or more)

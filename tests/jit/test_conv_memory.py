@@ -139,19 +139,25 @@ def test_shared_workspace_borders_are_zeroed(mode_spec):
     assert conv.workspace_bytes() == before       # (grown once to the largest request, then reused)
 
 
-def test_weights_are_read_in_place_unless_their_rows_alias(fresh, monkeypatch):
-    """By default (conv.a_in_place) the taps product reads A from the Parameter, and packs only a
-    weight whose rows lie a multiple of 4 KB apart (a tile's rows would share an L1 set)."""
+def test_weights_are_read_in_place_with_short_tiles_where_rows_alias(fresh, monkeypatch):
+    """By default (conv.a_in_place) the taps product reads A from the Parameter: no copy is held;
+    a weight whose rows lie a multiple of 4 KB apart (a tile's 12 rows would share an L1 set) is
+    read with 8-row tiles. Both agree with the reference, at one and two threads."""
     monkeypatch.delenv(conv.A_ENV, raising=False)
-    assert conv.a_in_place(576, np.float32) and conv.a_in_place(2304, np.float32)
-    assert not conv.a_in_place(1024, np.float32) and not conv.a_in_place(512, np.float64)
+    assert conv.a_in_place(np.float32)
+    wide = conv._rows(np.float32) > conv.ALIAS_ROWS          # (AVX-512: 12-row tiles; AVX2's are 6)
+    assert conv.tile_rows_in_place(576, np.float32) == 0 and conv.tile_rows_in_place(2304, np.float32) == 0
+    assert conv.tile_rows_in_place(1024, np.float32) == conv.tile_rows_in_place(512, np.float64) == \
+        (conv.ALIAS_ROWS if wide else 0)
     rng = np.random.default_rng(5)
-    for cin, k, packed in ((1024, 1, True), (64, 3, False), (48, 1, False)):
-        x = rng.standard_normal((1, cin, 6, 7)).astype(np.float32)
-        w = rng.standard_normal((20, cin, k, k)).astype(np.float32)
+    for cin, cout, k, aliased in ((1024, 20, 1, True), (1024, 300, 1, True), (64, 20, 3, False), (48, 20, 1, False)):
+        x = rng.standard_normal((2, cin, 6, 7)).astype(np.float32)
+        w = rng.standard_normal((cout, cin, k, k)).astype(np.float32)
         pad = (k // 2,) * 4
         tc = conv.TapsConv(x.shape, w.shape, (1, 1), pad, (1, 1), 1, np.float32)
-        assert tc.inplace is not packed
+        assert tc.inplace and tc.rows == (conv.ALIAS_ROWS if aliased and wide else 0)
         a = conv.prepared_a(w, 1, np.float32, tc.inplace)
-        assert (a is w) is not packed                      # (in place: the array itself, no copy)
-        close(tc(x, a), K.conv2d(x, w, (1, 1), pad, (1, 1), 1), tol=1e-4)
+        assert a is w                                       # (the array itself, no copy)
+        for split in (1, 2):
+            close(tc(x, a, split=split), K.conv2d(x, w, (1, 1), pad, (1, 1), 1), tol=1e-4)
+    assert conv.prepared_bytes()["taps"] == 0

@@ -23,9 +23,9 @@ and how each is called. Algorithms chosen by measurement (one thread, this machi
   largest expand layers, K = 16 and 24; 0.4-0.95x on every other 1x1 layer of both models).
 - **Dense and grouped on msvm's own GEMM** (``TapsConv``, compiler/gemm.py ``ir_taps``): per image
   and group out[Co, P] = W[Co, K] @ B[K, P], the 12x32 register tiles of the packed Dense product,
-  A = the Parameter's weight read where it lies (``a_in_place``; packed once in blocks of 12 rows
-  where its rows are a multiple of 4 KB apart; the batch norm is not folded into it but applied
-  in the epilogue, x scale + shift), B read where it lies rather than packed per call: the image's
+  A = the Parameter's weight read where it lies (``a_in_place``; tiles of 8 rows where its rows
+  are a multiple of 4 KB apart; the batch norm is not folded into it but applied in the epilogue,
+  x scale + shift), B read where it lies rather than packed per call: the image's
   planes (1x1 stride 1: no copy at all), its subsampled planes (1x1 strided: one copy of P x Cin),
   or its padded stride phases side by side (k x k: each tap a shift in one phase, so a strided
   conv needs no im2col). The k loop runs channel by channel, each channel's taps in turn, so few
@@ -98,9 +98,10 @@ prepares again): depthwise and few-channel weights (``K.folds``) folded with the
 does (kernels.prepared_weight: a few KB each); every other weight is read by the taps product
 where it lies in the Parameter (``prepared_a``), unfolded, the batch norm being the kernel's
 epilogue (out * scale + shift, as L1 computes it after its product of the Parameter itself), except
-where its rows lie a multiple of 4 KB apart (``a_in_place``: then one packed copy). ResNet-50 held
-a packed copy of every weight until the product ran channel-major (221 MB at a steady forward
-against onnxruntime's 128; the folded copy before that was 90 MB next to 98 MB of Parameters).
+with tiles of 8 rows where its rows lie a multiple of 4 KB apart (``tile_rows_in_place``).
+ResNet-50 held a packed copy of every weight until the product ran channel-major (221 MB at a
+steady forward against onnxruntime's 128; the folded copy before that was 90 MB next to 98 MB of
+Parameters).
 The staging buffers are one workspace per thread (``workspace``).
 """
 
@@ -627,29 +628,36 @@ def workspace_bytes() -> int:
 _TAPW: dict = {}             # (id(weight Parameter array), layout, group, dtype) -> (weakref, prepared A)
 
 
-# Where the taps product reads the weight from the Parameter itself (``a_in_place``: no copy at all,
-# so a model's weights are held once). Measured (AMD EPYC Zen 5, one pinned core, thread CPU time,
-# fastest of 15 interleaved calls, caches flushed before each as a forward leaves them, and warm;
-# ResNet-50's layer shapes at 224), in place / packed, GFLOP/s: 1x1 and 3x3 of every K but the
-# multiples of 1024 floats at par (3x3 7 wide 138 / 140, 14 wide 158 / 155, 28 wide 140 / 144;
-# 1x1 2048 -> 512 131 / 128, 512 -> 2048 125 / 122, 256 -> 1024 147 / 158, 64 -> 256 160 / 158); rows
-# 4 KB apart (K = 1024, 2048: the 12 rows of a tile in one L1 set) 72-84 / 107-131 in some runs and at
-# par in others (the same code, arrays allocated anew), so those stay packed (ResNet-50: 23 MB, 8 layers).
-# Measured and not kept: the kernel copying each 1 MB block of such rows, one cache line further apart,
-# into a workspace before the tiles read it (no copy held): 88-134 against packed 128-163.
-A_ENV = "MSVM_CONV_A"       # "packed" | "inplace": every layer so (else ``a_in_place``'s rule)
-ALIAS_BYTES = 4096          # A rows a multiple of this apart are packed (see above)
+# The taps product reads the weight from the Parameter itself (``a_in_place``: no copy held, so a
+# model's weights are held once). Measured (AMD EPYC Zen 5, one pinned core, thread CPU time, fastest
+# of 11-15 interleaved calls, caches flushed before each as a forward leaves them, and warm; ResNet-50's
+# layer shapes at 224), in place / packed, GFLOP/s: 1x1 and 3x3 of every K but the multiples of 1024
+# floats at par (3x3 7 wide 138 / 140, 14 wide 158 / 155, 28 wide 140 / 144; 1x1 512 -> 2048
+# 125 / 122, 256 -> 1024 147 / 158, 64 -> 256 160 / 158). Rows a multiple of 4 KB apart (K = 1024,
+# 2048) put a tile's 12 rows in one L1 set (12 ways): at par in most processes, 76-93 / 109-117 in
+# some (the same code and shapes; a busy neighbour?); tiles of 8 rows there (ALIAS_ROWS) measured
+# 96-104 in those and at par or better in the others (1024 -> 256 at 14 wide 141-164 / 125-150), so
+# those layers read in place with 8-row tiles (ResNet-50: 23 MB of packed copies no longer held).
+# Measured and not kept: the kernel copying each 1 MB block of such rows, one cache line further
+# apart, into a workspace before the tiles read it: 88-134 against packed 128-163.
+A_ENV = "MSVM_CONV_A"       # "packed": a packed copy of every weight, held beside it (else in place)
+ALIAS_BYTES = 4096          # rows a multiple of this apart take ALIAS_ROWS-row tiles (see above)
+ALIAS_ROWS = 8
 
 
-def a_in_place(lda: int, d) -> bool:
-    """Whether the taps product of a convolution whose weight rows are ``lda`` elements of dtype d
-    reads A from the Parameter itself rather than from a packed copy (``prepared_a``)."""
+def a_in_place(d) -> bool:
+    """Whether the taps product reads A from the Parameter itself (else from a packed copy held
+    beside it, ``prepared_a``: MSVM_CONV_A=packed)."""
     import os
 
-    how = os.environ.get(A_ENV, "")
-    if how in ("packed", "inplace"):
-        return how == "inplace"
-    return (lda * np.dtype(d).itemsize) % ALIAS_BYTES != 0
+    return os.environ.get(A_ENV, "") != "packed"
+
+
+def tile_rows_in_place(lda: int, d) -> int:
+    """Rows per register tile of the in-place product over weight rows ``lda`` elements of dtype d
+    apart: ALIAS_ROWS where they alias in L1 (see above), else 0 (gemm.shape's MR)."""
+    alias = (lda * np.dtype(d).itemsize) % ALIAS_BYTES == 0
+    return ALIAS_ROWS if alias and ALIAS_ROWS < _rows(d) else 0      # (AVX2's tiles are 6 rows already)
 
 
 def prepared_a(w, group, d, inplace=False):
@@ -793,8 +801,9 @@ class TapsConv:
             self.q, self.ci, self.wq = ho * wq, cg, wq
             self.grid = None if wq == wo else (o, ho, wq)
         self.lda = len(self.taps) * self.ci       # (A's rows: [(ci, kh, kw)], the weight's own order)
-        self.inplace = inplace = a_in_place(self.lda, self.d) if inplace is None else inplace
-        self.fn = gemm_taps(str(self.d), inplace)
+        self.inplace = inplace = a_in_place(self.d) if inplace is None else inplace
+        self.rows = tile_rows_in_place(self.lda, self.d) if inplace else 0
+        self.fn = gemm_taps(str(self.d), inplace, self.rows)
         self.nr = _panel(self.d)
         self.acc = (o, ho * self.wq) if self.grid is not None else None
         mr = _rows(self.d)
@@ -886,10 +895,10 @@ def _panel(d) -> int:
     return panel_width(d)
 
 
-def gemm_taps(dtype: str, inplace: bool = False):
+def gemm_taps(dtype: str, inplace: bool = False, rows: int = 0):
     from .gemm import taps_function
 
-    return taps_function(dtype, a_inplace=inplace)
+    return taps_function(dtype, a_inplace=inplace, rows=rows)
 
 
 def taps_mode(x_shape, w_shape, stride, pad, dil, group) -> str:

@@ -407,7 +407,7 @@ class PackedGemm:
 
 def lower_gemm(k, name: str, features: str) -> str:
     if isinstance(k, TapsGemm):
-        return ir_taps(features, k.dtype, name, k.kc, k.a_inplace)
+        return ir_taps(features, k.dtype, name, k.kc, k.a_inplace, k.rows)
     return ir(features, k.dtype, name)
 
 
@@ -586,7 +586,7 @@ def _ct_tiles(L, name, t, w, nv, mr, vt, fma, mstore, mload, iota, a_inplace, on
 
 
 def ir_taps(features: str, dtype: str = "float32", name: str = TAPS_NAME, kc: int = TAPS_KC,
-            a_inplace: bool = False) -> str:
+            a_inplace: bool = False, rows: int = 0) -> str:
     """The LLVM IR of ``name``, a convolution's product with B read where it lies (no packing):
 
         taps(m, ci, ntaps, taps*, q, A*, lda, src*, row, C*, ldc, j0, j1, hasb, scale*, bias*, res*, ldr, lo, hi)
@@ -608,6 +608,7 @@ def ir_taps(features: str, dtype: str = "float32", name: str = TAPS_NAME, kc: in
     and last taps' windows) and its C lines (to write) at its start."""
     t = TYPES[dtype]
     w, nv, mr = shape(features, dtype)
+    mr = rows or mr
     nr = w * nv
     vt = f"<{w} x {t}>"
     sfx = f"v{w}f{32 if t == 'float' else 64}"
@@ -709,6 +710,7 @@ class TapsGemm:
     dtype: str
     kc: int = TAPS_KC
     a_inplace: bool = False
+    rows: int = 0             # rows per register tile (0: gemm.shape's MR)
 
     kind = "gemm"
     opt_level = 3             # (also when a site asks at L2: it is the one shape-generic product)
@@ -719,7 +721,7 @@ class TapsGemm:
 
     def text(self) -> str:
         return (f"gemm_taps v{TAPS_VERSION} dtype={self.dtype} a_block={A_BLOCK_BYTES} kc={self.kc} "
-                f"prefetch={PREFETCH_ROWS} a_prefetch={A_PREFETCH}" + (" a_inplace" if self.a_inplace else ""))
+                f"prefetch={PREFETCH_ROWS} a_prefetch={A_PREFETCH}" + (" a_inplace" if self.a_inplace else "") + (f" rows={self.rows}" if self.rows else ""))
 
 
 TAPS_ARGS = ("i64", "i64", "i64", "ptr", "i64", "ptr", "i64", "ptr", "i64", "ptr", "i64", "i64", "i64",
@@ -727,12 +729,12 @@ TAPS_ARGS = ("i64", "i64", "i64", "ptr", "i64", "ptr", "i64", "ptr", "i64", "ptr
 _taps: dict = {}            # (dtype, kc, a_inplace) -> ctypes function
 
 
-def taps_function(dtype: str, kc: int = TAPS_KC, a_inplace: bool = False):
+def taps_function(dtype: str, kc: int = TAPS_KC, a_inplace: bool = False, rows: int = 0):
     """ctypes ``taps(m, ci, ntaps, taps, q, A, lda, src, row, C, ldc, j0, j1, hasb, scale, bias, res, ldr,
     lo, hi)`` (``ir_taps``), compiled (or loaded from the kernel cache) once per process."""
     import ctypes
 
-    key = (dtype, kc, a_inplace)
+    key = (dtype, kc, a_inplace, rows)
     hit = _taps.get(key)
     if hit is None:
         from .build import compile_kernel
@@ -740,7 +742,7 @@ def taps_function(dtype: str, kc: int = TAPS_KC, a_inplace: bool = False):
         with _lock:
             hit = _taps.get(key)
             if hit is None:
-                c = compile_kernel(TapsGemm(dtype, kc, a_inplace), 3,
+                c = compile_kernel(TapsGemm(dtype, kc, a_inplace, rows), 3,
                                    {"op": "GEMM_TAPS", "shape": [], "dtype": dtype})
                 types = {"i64": ctypes.c_int64, "ptr": ctypes.c_void_p,
                          "T": ctypes.c_float if dtype == "float32" else ctypes.c_double}

@@ -721,7 +721,8 @@ class TapsGemm:
 
     def text(self) -> str:
         return (f"gemm_taps v{TAPS_VERSION} dtype={self.dtype} a_block={A_BLOCK_BYTES} kc={self.kc} "
-                f"prefetch={PREFETCH_ROWS} a_prefetch={A_PREFETCH}" + (" a_inplace" if self.a_inplace else "") + (f" rows={self.rows}" if self.rows else ""))
+                f"prefetch={PREFETCH_ROWS} a_prefetch={A_PREFETCH}" + (" a_inplace" if self.a_inplace else "")
+                + (f" rows={self.rows}" if self.rows else ""))
 
 
 TAPS_ARGS = ("i64", "i64", "i64", "ptr", "i64", "ptr", "i64", "ptr", "i64", "ptr", "i64", "i64", "i64",

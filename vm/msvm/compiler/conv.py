@@ -288,6 +288,10 @@ def plan_gemm(site, inputs):
         raise Unsupported("a convolution without an epilogue (the BLAS product is all of it)")
     if x.shape[0] == 0:
         raise Unsupported("an empty batch")
+    for e in extras:            # (the epilogue runs over the product: an operand may not make it larger)
+        shape = getattr(e, "shape", ())
+        if len(shape) > 4 or any(a not in (1, b) for a, b in zip(reversed(shape), reversed(out_shape))):
+            raise Unsupported("an epilogue operand that does not broadcast to the convolution's output")
     heads = [_Shape(out_shape, d)] + ([_Shape((1, w.shape[0], 1, 1), d)] * 2 if nbn else [])
     epi = plan_elementwise(site, heads + extras, prog, out_shape) if prog != (("in", 0),) else None
     cls = ("gemm", epi.cls if epi is not None else None, prog)      # (the route follows from the shapes: key)

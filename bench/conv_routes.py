@@ -8,7 +8,7 @@ of each (medians), whether the logits agree to rounding, and the time per layer 
 size, stride, the taps mode) under each route, summed over the model's layers.
 
     taskset -c 1 env OPENBLAS_NUM_THREADS=1 python bench/conv_routes.py resnet50 [--size 224] [--runs 9]
-        [--prefetch same,next]
+        [--by-size]
 """
 
 from __future__ import annotations
@@ -31,11 +31,13 @@ from msvm.compiler import conv, tiers  # noqa: E402
 from zoo_cv import build  # noqa: E402
 
 TIMES: dict = collections.defaultdict(float)
+BEST: dict = {}          # (layer index, variant) -> its fastest call over the runs
+LAYERS: list = []        # layer index -> its kind
 # one pinned core: the main thread's CPU time (another process sharing the core does not count);
 # else the wall clock (the kernel pool's thread works too)
 clock = time.thread_time if len(os.sched_getaffinity(0)) == 1 else time.perf_counter
-CONVS: list = []          # every TapsConv of the net (``--prefetch`` swaps their kernel per forward)
 NOW = ["taps"]            # what the forward running now is timed as
+BY_SIZE = [False]         # --by-size: layer kinds split by output width and K
 
 
 def _timed_callers():
@@ -46,14 +48,19 @@ def _timed_callers():
         go = make(site, compiled, plan)
         o, cg, kh, kw = plan.details["w_shape"]
         mode = go.taps.conv.mode if go.taps is not None else "blas"
-        if go.taps is not None:
-            CONVS.append(go.taps.conv)
         kind = f"{kh}x{kw} s{site.args[0][0]} {mode}"
+        if BY_SIZE[0] and go.taps is not None:
+            kind += f" {go.taps.conv.ho}w K={cg * kh * kw}"
+
+        layer = len(LAYERS)
+        LAYERS.append(kind)
 
         def timed(inputs, out):
             t0 = clock()
             res = go(inputs, out)
-            TIMES[(kind, NOW[0])] += clock() - t0
+            dt = clock() - t0
+            TIMES[(kind, NOW[0])] += dt
+            BEST[(layer, NOW[0])] = min(BEST.get((layer, NOW[0]), dt), dt)
             return res
         timed.taps = go.taps
         return timed
@@ -65,8 +72,9 @@ def main() -> None:
     ap.add_argument("model")
     ap.add_argument("--size", type=int, default=224)
     ap.add_argument("--runs", type=int, default=9)
-    ap.add_argument("--prefetch", default="same", help="the taps kernel's prefetch schemes to compare (gemm.py)")
+    ap.add_argument("--by-size", action="store_true", help="per layer kind, output width and K")
     args = ap.parse_args()
+    BY_SIZE[0] = args.by_size
     _timed_callers()
     ms.as_mindspore()
     import mindcv
@@ -74,24 +82,18 @@ def main() -> None:
     ms.set_context(jit_config={"jit_level": "auto"})
     net, _ = build(mindcv, args.model)
     x = ms.Tensor(np.random.default_rng(0).random((1, 3, args.size, args.size)).astype(np.float32))
-    from msvm.compiler import gemm
-
-    # the variants: the BLAS route and the taps one with each prefetch scheme of its kernel
-    variants = ["blas"] + [f"taps:{pf}" for pf in args.prefetch.split(",")]
-    fns = {v: gemm.taps_function("float32", prefetch=v.split(":")[1]) for v in variants if v != "blas"}
+    variants = ["blas", "taps"]       # (the BLAS route and msvm's own product, the taps one)
 
     def use(v):
         NOW[0] = v
         conv.AB[0] = "blas" if v == "blas" else None
-        for c in CONVS:
-            if v != "blas":
-                c.fn = fns[v]
     outs = {}
     for v in variants * 4:
         use(v)
         outs[v] = net(x).asnumpy()
         tiers.wait_for_compiles(120)
     TIMES.clear()
+    BEST.clear()
     ts: dict = {v: [] for v in variants}
     for _ in range(args.runs):
         for v in variants:
@@ -112,7 +114,9 @@ def main() -> None:
         bl = TIMES[(k, "blas")] / args.runs * 1e3
         per = {v: TIMES[(k, v)] / args.runs * 1e3 for v in variants[1:]}
         cells = " ".join(f"{v} {t:7.2f} (x{bl / max(t, 1e-9):.2f})" for v, t in per.items())
-        print(f"  {k:18} blas {bl:7.2f} ms  {cells}")
+        best = {v: sum(t for (i, w), t in BEST.items() if w == v and LAYERS[i] == k) * 1e3 for v in variants}
+        fastest = " ".join(f"{v} {t:6.2f}" for v, t in best.items())
+        print(f"  {k:18} blas {bl:7.2f} ms  {cells}   each layer's fastest call, summed: {fastest}")
 
 
 if __name__ == "__main__":

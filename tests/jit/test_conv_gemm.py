@@ -1,6 +1,6 @@
 """Dense and grouped convolutions on msvm's own GEMM (issue 18: compiler/conv.py ``TapsConv``,
 compiler/gemm.py ``ir_taps``): B read where it lies (the image's planes, its subsampled planes,
-its padded stride phases, or an im2col matrix), A the folded weight packed once, the epilogue
+or its padded stride phases), A the Parameter's weight in place or packed once, the epilogue
 (bias, residual add, ReLU, ReLU6) in the kernel's registers, two threads splitting the output
 columns. Random blocks (1x1 stride 1/2, 3x3 stride 1/2, the 7x7 stride-2 stem, dilation 2,
 groups 2, every padding mode, residual + ReLU / ReLU6 / HSwish epilogues) at L2, L3 and auto against
@@ -48,7 +48,7 @@ BLOCKS = {
     "3x3_s2": (spec(32, 20, 3, stride=2, pad_mode="pad", padding=1), "phase", True),
     "3x3_dilation2_groups2": (spec(32, 24, 3, pad_mode="same", dilation=2, group=2, act="relu6"), "phase", True),
     "5x5_s3_valid": (spec(16, 12, 5, stride=3, pad_mode="valid", act="hswish"), "phase", True),
-    "7x7_s2_stem": (spec(3, 16, 7, stride=2, pad_mode="pad", padding=3), "im2col", True),
+    "7x7_s2_stem": (spec(3, 16, 7, stride=2, pad_mode="pad", padding=3), "phase", True),
     "1x1_groups2_hswish": (spec(16, 8, 1, pad_mode="valid", group=2, act="hswish"), "direct", True),
 }
 SIZES = [(2, 16, 17), (1, 13, 14), (1, 30, 21)]
@@ -244,7 +244,7 @@ def test_the_blas_route_still_matches(monkeypatch, name):
 
 # ---------------------------------------------------------------- the kernel itself
 
-@pytest.mark.parametrize("a_layout", ["packed", "inplace"])
+@pytest.mark.parametrize("a_layout", ["packed", "inplace", "inplace8"])
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("seed", range(6))
 def test_taps_kernel_against_float64_numpy(dtype, seed, a_layout):
@@ -252,15 +252,15 @@ def test_taps_kernel_against_float64_numpy(dtype, seed, a_layout):
     column ranges, row strides and epilogues, with NaN / inf, against numpy in float64."""
     rng = np.random.default_rng(seed)
     d = np.dtype(dtype)
-    fn = gemm.taps_function(dtype, a_inplace=a_layout == "inplace")
+    fn = gemm.taps_function(dtype, a_inplace=a_layout != "packed", rows=8 if a_layout == "inplace8" else 0)
     mr, nr = gemm.tile_rows(d), gemm.panel_width(d)
     m = int(rng.integers(1, 40))
-    ci = int(rng.choice([1, 3, 17, 300]))           # (300: two k blocks per tap)
+    ci = int(rng.choice([1, 3, 17, 300]))           # (300: two k blocks or more)
     ntaps = int(rng.integers(1, 5))
     q = int(rng.integers(1, 150))
     row = q + int(rng.integers(0, 40)) + ntaps * 7
     taps = np.sort(rng.integers(0, row - q + 1, ntaps)).astype(np.int64)
-    a = rng.standard_normal((m, ntaps * ci)).astype(d)
+    a = rng.standard_normal((m, ci * ntaps)).astype(d)       # (the weight's own (ci, tap) order)
     src = rng.standard_normal((ci, row)).astype(d)
     if seed % 2:
         src[0, taps[0] + q // 2] = np.nan
@@ -268,7 +268,7 @@ def test_taps_kernel_against_float64_numpy(dtype, seed, a_layout):
     bias = rng.standard_normal(m).astype(d) if seed % 3 else None
     res = rng.standard_normal((m, q)).astype(d) if seed % 2 == 0 else None
     lo, hi = [(-np.inf, np.inf), (0.0, np.inf), (0.0, 6.0)][seed % 3]
-    want = sum(a[:, t * ci:(t + 1) * ci].astype(np.float64) @ src[:, off:off + q].astype(np.float64)
+    want = sum(a.reshape(m, ci, ntaps)[:, :, t].astype(np.float64) @ src[:, off:off + q].astype(np.float64)
                for t, off in enumerate(taps))
     scale = rng.standard_normal(m).astype(d) if bias is not None else None
     want = want * (scale[:, None] if scale is not None else 1) + (bias[:, None] if bias is not None else 0) + \
@@ -276,9 +276,8 @@ def test_taps_kernel_against_float64_numpy(dtype, seed, a_layout):
     with np.errstate(invalid="ignore"):
         want = np.where(want < lo, lo, want)
         want = np.where(want > hi, hi, want)
-    # (in place: the weight's own (ci, tap) order, row-major; else tap-major, packed in row blocks)
-    ap = gemm.pack_rows(a, mr) if a_layout == "packed" else \
-        np.ascontiguousarray(a.reshape(m, ntaps, ci).transpose(0, 2, 1))
+    # (in place: the rows as they are; else packed in row blocks)
+    ap = gemm.pack_rows(a, mr) if a_layout == "packed" else a
     j0 = nr * int(rng.integers(0, -(-q // nr)))       # a column range that starts on a panel
     c = np.full((m, q), -7.0, d)
     fn(m, ci, ntaps, data_pointer(taps), q, data_pointer(ap), ntaps * ci, data_pointer(src), row, data_pointer(c), q,

@@ -1,9 +1,10 @@
 """What a convolution keeps in memory (issue 18: peak memory at most onnxruntime's). A dense or
-grouped convolution holds at most one prepared copy of its weight: the taps product's packed A,
+grouped convolution holds at most one prepared copy of its weight, the taps product's packed A,
 made from the Parameter's own values (the batch norm is the kernel's epilogue, x scale + shift,
-not a folded copy of W); the interpreter keeps none. Its staging buffers (phase images, im2col
-matrices, cropped accumulators) are one workspace per thread, grown to the largest layer, and a
-layer zeroes the borders it reads, whatever another layer left there."""
+not a folded copy of W), and by default none (the product reads the Parameter); the interpreter
+keeps none. Its staging buffers (phase images, cropped accumulators) are one workspace per
+thread, grown to the largest layer, and a layer zeroes the borders it reads, whatever another
+layer left there."""
 
 import msvm as ms
 import numpy as np
@@ -113,7 +114,7 @@ def test_depthwise_keeps_its_small_folded_copy_only(fresh):
 
 @pytest.mark.parametrize("mode_spec", [((1, 16, 13, 15), (24, 16, 3, 3), (1, 1), (1, 1, 1, 1), "phase"),
                                        ((1, 16, 13, 15), (24, 16, 3, 3), (2, 2), (1, 1, 1, 1), "phase"),
-                                       ((1, 3, 20, 20), (8, 3, 7, 7), (2, 2), (3, 3, 3, 3), "im2col"),
+                                       ((1, 3, 20, 20), (8, 3, 7, 7), (2, 2), (3, 3, 3, 3), "phase"),
                                        ((1, 24, 12, 12), (16, 24, 1, 1), (2, 2), (0, 0, 0, 0), "sub")])
 def test_shared_workspace_borders_are_zeroed(mode_spec):
     """A layer's result does not depend on what another layer left in the thread's workspace (here:
@@ -124,7 +125,7 @@ def test_shared_workspace_borders_are_zeroed(mode_spec):
     w = rng.standard_normal(w_shape).astype(np.float32)
     tc = conv.TapsConv(x_shape, w_shape, stride, pad, (1, 1), 1, np.float32)
     assert tc.mode == mode
-    a = conv._tap_major(w, tc.mode, 1, np.float32)
+    a = conv.prepared_a(w, 1, np.float32, tc.inplace)
     first = tc(x, a).copy()
     big = conv.workspace(0, 1 << 16, np.float32)
     big[:] = np.nan
@@ -136,3 +137,27 @@ def test_shared_workspace_borders_are_zeroed(mode_spec):
     before = conv.workspace_bytes()
     tc(x, a)
     assert conv.workspace_bytes() == before       # (grown once to the largest request, then reused)
+
+
+def test_weights_are_read_in_place_with_short_tiles_where_rows_alias(fresh, monkeypatch):
+    """By default (conv.a_in_place) the taps product reads A from the Parameter: no copy is held;
+    a weight whose rows lie a multiple of 4 KB apart (a tile's 12 rows would share an L1 set) is
+    read with 8-row tiles. Both agree with the reference, at one and two threads."""
+    monkeypatch.delenv(conv.A_ENV, raising=False)
+    assert conv.a_in_place(np.float32)
+    wide = conv._rows(np.float32) > conv.ALIAS_ROWS          # (AVX-512: 12-row tiles; AVX2's are 6)
+    assert conv.tile_rows_in_place(576, np.float32) == 0 and conv.tile_rows_in_place(2304, np.float32) == 0
+    assert conv.tile_rows_in_place(1024, np.float32) == conv.tile_rows_in_place(512, np.float64) == \
+        (conv.ALIAS_ROWS if wide else 0)
+    rng = np.random.default_rng(5)
+    for cin, cout, k, aliased in ((1024, 20, 1, True), (1024, 300, 1, True), (64, 20, 3, False), (48, 20, 1, False)):
+        x = rng.standard_normal((2, cin, 6, 7)).astype(np.float32)
+        w = rng.standard_normal((cout, cin, k, k)).astype(np.float32)
+        pad = (k // 2,) * 4
+        tc = conv.TapsConv(x.shape, w.shape, (1, 1), pad, (1, 1), 1, np.float32)
+        assert tc.inplace and tc.rows == (conv.ALIAS_ROWS if aliased and wide else 0)
+        a = conv.prepared_a(w, 1, np.float32, tc.inplace)
+        assert a is w                                       # (the array itself, no copy)
+        for split in (1, 2):
+            close(tc(x, a, split=split), K.conv2d(x, w, (1, 1), pad, (1, 1), 1), tol=1e-4)
+    assert conv.prepared_bytes()["taps"] == 0

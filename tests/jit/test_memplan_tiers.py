@@ -87,7 +87,7 @@ def _planned_ops(net) -> set:
 
 class DenseConvNet(nn.Cell):
     """SmallConvNet (direct kernels: 3 input channels, depthwise) then the dense routes: a stride-1 3x3
-    (the shifted GEMMs), a 1x1 and a stride-2 3x3 (im2col) with batch norm and ReLU."""
+    (the shifted GEMMs), a 1x1 and a stride-2 3x3 (phases) with batch norm and ReLU."""
 
     def __init__(self):
         super().__init__()

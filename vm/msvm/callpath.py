@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import context, events, log, reasons
+from . import context, events, gcpolicy, log, reasons
 from . import dtype as dt
 from .interp import replay
 from .interp.replay import FALLBACK
@@ -185,6 +185,7 @@ def call(runner, args, kwargs, guarded: bool = False):
                 aim(runner, hit, vals, out)     # (a guard takes a fixed count of values: none for *args)
         elif rp is None and hit.interpreted >= REPLAY_AFTER:
             hit.replay = replay.build(bound, env) or False
+            gcpolicy.settle()       # (what this signature built is long-lived: out of the collector's walks)
         if out is FALLBACK:
             hit.interpreted += 1
             out = _observed(var, bound, rt, env.copy()) if events._subs else bound.call(rt, env=env.copy())
@@ -197,6 +198,7 @@ def call(runner, args, kwargs, guarded: bool = False):
                 memo.clear()
             memo[tuple(sig)] = Signature(var, bound, env.copy())
         out = _observed(var, bound, rt, env) if events._subs else bound.call(rt, env=env)
+        gcpolicy.settle()
     return result(out)
 
 

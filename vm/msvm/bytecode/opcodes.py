@@ -57,6 +57,7 @@ class OpInfo:
     #                           "kernel" (a compiled kernel of its own), "l1" (its L1 kernel at every tier)
     out: bool = False         # its L1 kernel writes the whole result into ``out=`` (buffers are reused)
     costly: bool = False      # alone, still worth a compiled kernel (numpy makes several passes)
+    commutative: bool = False  # a binary whose operands may swap: the same values, shape and dtype, bit for bit
     leaf: bool = False        # pushes a value without popping: may start a fused program
     binds: bool = False       # binds the symbol names[symbol] when it runs (a data-dependent dim, as SET_SYM does)
     effect: str = ""          # what it does beyond its result: "param" (installs a Parameter's new data),
@@ -152,10 +153,10 @@ _op("FREE_DEVICE_MEM", 0x0F, ["device:const", "stream:const"], 0, 0, S.nothing, 
 
 # --- elementwise: broadcast binaries --------------------------------------------------------
 # (name, byte, semantics, result dtype, flags): flags "f" fused (lowered in FUSED_* programs, else
-# its L1 kernel at every tier), "o" out-capable, "c" costly (see OpInfo)
+# its L1 kernel at every tier), "o" out-capable, "c" costly, "s" commutative (see OpInfo)
 _BINARY = [
-    ("BROADCAST_ADD", 0x10, "a + b", None, "fo"), ("BROADCAST_SUB", 0x11, "a - b", None, "fo"),
-    ("BROADCAST_MUL", 0x12, "a * b", None, "fo"), ("BROADCAST_DIV", 0x13, "a / b (true division)", "float", "fo"),
+    ("BROADCAST_ADD", 0x10, "a + b", None, "fos"), ("BROADCAST_SUB", 0x11, "a - b", None, "fo"),
+    ("BROADCAST_MUL", 0x12, "a * b", None, "fos"), ("BROADCAST_DIV", 0x13, "a / b (true division)", "float", "fo"),
     ("BROADCAST_POW", 0x14, "a ** b", None, "fo"), ("BROADCAST_MAX", 0x15, "maximum(a, b)", None, "fo"),
     ("BROADCAST_MIN", 0x16, "minimum(a, b)", None, "fo"),
     ("BROADCAST_EQ", 0x17, "a == b", "bool", ""), ("BROADCAST_NE", 0x18, "a != b", "bool", ""),
@@ -168,7 +169,8 @@ _BINARY = [
 
 
 def _flags(f: str) -> dict:      # (an out-capable elementwise row may write over its input: in_place)
-    return {"compiled": "fused" if "f" in f else "l1", "out": "o" in f, "in_place": "o" in f, "costly": "c" in f}
+    return {"compiled": "fused" if "f" in f else "l1", "out": "o" in f, "in_place": "o" in f, "costly": "c" in f,
+            "commutative": "s" in f}
 
 
 for _n, _c, _d, _o, _f in _BINARY:

@@ -23,13 +23,17 @@ and how each is called. Algorithms chosen by measurement (one thread, this machi
   largest expand layers, K = 16 and 24; 0.4-0.95x on every other 1x1 layer of both models).
 - **Dense and grouped on msvm's own GEMM** (``TapsConv``, compiler/gemm.py ``ir_taps``): per image
   and group out[Co, P] = W[Co, K] @ B[K, P], the 12x32 register tiles of the packed Dense product,
-  A = the Parameter's weight packed once in blocks of 12 rows (its one prepared copy: the batch
-  norm is not folded into it but applied in the epilogue, x scale + shift), B read where it lies rather than packed
-  per call: the image's planes (1x1 stride 1: no copy at all), its subsampled planes (1x1 strided:
-  one copy of P x Cin), its padded stride phases side by side (k x k: each tap a shift in one
-  phase, so a strided 3x3 needs no im2col), or an im2col matrix (few channels per tap: the RGB
-  stem). Panels of 32 output columns stay in L1 while every row tile of a 1 MB block of A runs
-  over them. The epilogue (bias, a residual add, ReLU, ReLU6: ``fused_epilogue``; every one of
+  A = the Parameter's weight read where it lies (``a_in_place``; tiles of 8 rows where its rows
+  are a multiple of 4 KB apart; the batch norm is not folded into it but applied in the epilogue,
+  x scale + shift), B read where it lies rather than packed per call: the image's
+  planes (1x1 stride 1: no copy at all), its subsampled planes (1x1 strided: one copy of P x Cin),
+  or its padded stride phases side by side (k x k: each tap a shift in one phase, so a strided
+  conv needs no im2col). The k loop runs channel by channel, each channel's taps in turn, so few
+  channels per tap cost nothing extra: the RGB stem (7x7 stride 2, 3 channels) took 2.96 ms at 224
+  as an im2col matrix (the windows copied, then the product: the copy was half of it) and takes
+  1.48 ms on the phases (AMD EPYC Zen 5, one core, fastest of 15), so im2col is gone. Panels of 32
+  output columns stay in L1 while every row tile of a 1 MB block of A runs over them. The
+  epilogue (bias, a residual add, ReLU, ReLU6: ``fused_epilogue``; every one of
   ResNet's and MobileNet's) is applied to the tile in registers before its only store, with
   numpy's NaN rules; other epilogues, and a residual where the result is cropped from a wider
   grid, run the compiled pass after. ``route`` picks it (``MSVM_CONV_GEMM=blas`` keeps the BLAS
@@ -48,8 +52,12 @@ and how each is called. Algorithms chosen by measurement (one thread, this machi
   1x1 256 -> 64/128 at 56               direct  1.14-1.32x
   1x1 others (14-56 wide)               direct  0.89-1.03x
   1x1 16 -> 96, 32 -> 16 at 112         direct  0.72-0.77x (K = 16, 32: bound by stores)
-  7x7 stride 2 stem on RGB              im2col  1.01x
+  7x7 stride 2 stem on RGB              im2col  1.01x (now phase: see above)
   ====================================  ======  ==================
+
+  (That table and the next paragraph were measured on an Intel Xeon, whose OpenBLAS ran these
+  layers at 60-95% of its peak; on an AMD EPYC Zen 5 OpenBLAS reaches ~100 GFLOP/s and msvm's
+  tiles ~190, and the taps route runs ResNet-50's forward 1.68-1.78x faster than the BLAS one.)
 
   In the models, one forward (bench/conv_routes.py: both routes on one net, alternating):
   every dense convolution on the taps route against every one on BLAS, ResNet-50 1.03x at 224 and
@@ -59,7 +67,17 @@ and how each is called. Algorithms chosen by measurement (one thread, this machi
   it is ahead) measured 1.02x / 1.06x on ResNet-50 and 0.99x on MobileNet v2, so ``route`` takes
   the taps route for every shape. The kernel reaches 165-188 GFLOP/s on blocks that
   stay in L2 (OpenBLAS 164-166) but 115-150 where B streams from memory (P >= 3136 pixels), about
-  what OpenBLAS gets. Measured and not kept: prefetching the next panel into L2 instead of (or
+  what OpenBLAS gets. **In a model the weights come from memory** (ResNet-50's 98 MB do not stay
+  in cache from one forward to the next): on an AMD EPYC (Zen 5, one pinned core, the thread's CPU
+  time, fastest of 21 interleaved calls, caches flushed before each as a forward leaves them) the
+  7x7 maps' layers (A of 4-9 MB, each element used 49 times) ran at 77-119 GFLOP/s against 143-160
+  with A in cache. So each tile prefetches its packed A gemm.A_PREFETCH k steps ahead and its C
+  lines (to write) at its start: 77-119 -> 128-145 GFLOP/s there, 14 wide 116-141 -> 149-159, and
+  the warm figures rose too (3x3 at 7 wide 86 -> 143); distances of 24-256 steps measured, 64-96
+  best. ResNet-50's forward on the taps route: 90.6 -> 70.4 ms (bench/conv_routes.py, median of
+  15; the sum of each layer's fastest call 69 -> 56 ms). Measured and not kept: B copied per
+  (tap, k block) into a contiguous stack panel that every row tile reads, as BLIS packs it
+  (0.83-1.0x: the strided rows are prefetched well enough); prefetching the next panel into L2 instead of (or
   besides) the rows ahead (0.9-1.05x), the tiles inlined into the driver (no call: 0.9-1.05x);
   k blocks of 64-512 changed nothing measurable (a loaded machine, wall clock).
 - **Threads**: where the cores allow two (``threads_for``: the process's affinity, MSVM_THREADS),
@@ -77,11 +95,13 @@ L2: dims, pads and the vector loops' column range are kernel arguments (one kern
 class: kernel size, stride, dilation, dtype, epilogue); L3: they are constants and the vector width
 fits the row. Weights are prepared once per Parameter array (``set_data`` gives a new array, so it
 prepares again): depthwise and few-channel weights (``K.folds``) folded with their batch norm, as L1
-does (kernels.prepared_weight: a few KB each); every other weight packed for the taps product
-(``_tap_major``), unfolded, the batch norm being the kernel's epilogue (out * scale + shift, as L1
-computes it after its product of the Parameter itself): at most one copy of a weight is held
-(ResNet-50: the folded copy alone was 90 MB next to 98 MB of Parameters). Reading A where it lies
-(``A_ENV=inplace``, no copy at all) is kept as an option; see ``A_IN_PLACE`` for its measurement.
+does (kernels.prepared_weight: a few KB each); every other weight is read by the taps product
+where it lies in the Parameter (``prepared_a``), unfolded, the batch norm being the kernel's
+epilogue (out * scale + shift, as L1 computes it after its product of the Parameter itself), except
+with tiles of 8 rows where its rows lie a multiple of 4 KB apart (``tile_rows_in_place``).
+ResNet-50 held a packed copy of every weight until the product ran channel-major (221 MB at a
+steady forward against onnxruntime's 128; the folded copy before that was 90 MB next to 98 MB of
+Parameters).
 The staging buffers are one workspace per thread (``workspace``).
 """
 
@@ -269,6 +289,10 @@ def plan_gemm(site, inputs):
         raise Unsupported("a convolution without an epilogue (the BLAS product is all of it)")
     if x.shape[0] == 0:
         raise Unsupported("an empty batch")
+    for e in extras:            # (the epilogue runs over the product: an operand may not make it larger)
+        shape = getattr(e, "shape", ())
+        if len(shape) > 4 or any(a not in (1, b) for a, b in zip(reversed(shape), reversed(out_shape))):
+            raise Unsupported("an epilogue operand that does not broadcast to the convolution's output")
     heads = [_Shape(out_shape, d)] + ([_Shape((1, w.shape[0], 1, 1), d)] * 2 if nbn else [])
     epi = plan_elementwise(site, heads + extras, prog, out_shape) if prog != (("in", 0),) else None
     cls = ("gemm", epi.cls if epi is not None else None, prog)      # (the route follows from the shapes: key)
@@ -421,7 +445,7 @@ def _taps_caller(site, plan, epi):
     first = 2 + nbn
     w_shape = p["w_shape"]
     mode = taps_mode(p["x_shape"], w_shape, stride, pad, dil, group)
-    tc = TapsConv(p["x_shape"], w_shape, tuple(stride), pad, tuple(dil), group, d, mode, a_in_place(mode))
+    tc = TapsConv(p["x_shape"], w_shape, tuple(stride), pad, tuple(dil), group, d, mode)
     o, cg, kh, kw = w_shape
     n, _, ho, wo = plan.out_shape
     split = threads_for(2.0 * o * cg * kh * kw * ho * wo)       # per image
@@ -431,7 +455,7 @@ def _taps_caller(site, plan, epi):
         fused = None                 # (a residual of the result's layout, not the wider grid's)
 
     def go(inputs, out):
-        a = _tap_major(inputs[1], tc.mode, group, d, tc.inplace)
+        a = prepared_a(inputs[1], group, d, tc.inplace)
         if fused is not None:
             has_bn, add, lo, hi = fused
             r = inputs[first + add - (3 if nbn else 1)] if add is not None else None
@@ -606,37 +630,48 @@ def workspace_bytes() -> int:
 
 # ---------------------------------------------------------------- dense convolutions on msvm's own GEMM
 
-_TAPW: dict = {}             # (id(weight Parameter array), mode, group, dtype) -> (weakref, packed copy)
+_TAPW: dict = {}             # (id(weight Parameter array), layout, group, dtype) -> (weakref, prepared A)
 
 
-# The TapsConv modes whose product reads the weight where it lies (``a_in_place``): none by default.
-# Measured (one pinned core, thread CPU time, interleaved, medians of 15; ResNet-50's layer shapes at 224),
-# in place / packed: 3x3 (phase) 1.12-1.19x; 1x1 with K = 1024-2048 at 14 and 7 wide 1.08-1.14x (A's
-# rows lda apart fall in few L1 sets); 1x1 with K = 64-256 at 56 wide 0.95-0.98x; all of them 1.12x.
-# Memory at a steady forward (bench/peers.py --memory, 224): ResNet-50 221 MB packed, 175 MB in place
-# for 1x1 only, 131 MB in place everywhere (onnxruntime 128 MB); MobileNet v2 39 / 31 / 31 MB (ort 47).
-A_IN_PLACE = frozenset()
-A_ENV = "MSVM_CONV_A"       # "packed" | "inplace" | "inplace1x1" (every mode but phase): overrides A_IN_PLACE
-A_MODES = {"packed": frozenset(), "inplace": frozenset({"direct", "sub", "phase", "im2col"}),
-           "inplace1x1": frozenset({"direct", "sub", "im2col"})}
+# The taps product reads the weight from the Parameter itself (``a_in_place``: no copy held, so a
+# model's weights are held once). Measured (AMD EPYC Zen 5, one pinned core, thread CPU time, fastest
+# of 11-15 interleaved calls, caches flushed before each as a forward leaves them, and warm; ResNet-50's
+# layer shapes at 224), in place / packed, GFLOP/s: 1x1 and 3x3 of every K but the multiples of 1024
+# floats at par (3x3 7 wide 138 / 140, 14 wide 158 / 155, 28 wide 140 / 144; 1x1 512 -> 2048
+# 125 / 122, 256 -> 1024 147 / 158, 64 -> 256 160 / 158). Rows a multiple of 4 KB apart (K = 1024,
+# 2048) put a tile's 12 rows in one L1 set (12 ways): at par in most processes, 76-93 / 109-117 in
+# some (the same code and shapes; a busy neighbour?); tiles of 8 rows there (ALIAS_ROWS) measured
+# 96-104 in those and at par or better in the others (1024 -> 256 at 14 wide 141-164 / 125-150), so
+# those layers read in place with 8-row tiles (ResNet-50: 23 MB of packed copies no longer held).
+# Measured and not kept: the kernel copying each 1 MB block of such rows, one cache line further
+# apart, into a workspace before the tiles read it: 88-134 against packed 128-163.
+A_ENV = "MSVM_CONV_A"       # "packed": a packed copy of every weight, held beside it (else in place)
+ALIAS_BYTES = 4096          # rows a multiple of this apart take ALIAS_ROWS-row tiles (see above)
+ALIAS_ROWS = 8
 
 
-def a_in_place(mode: str) -> bool:
-    """Whether the taps product of a convolution of this ``TapsConv`` mode reads A from the
-    Parameter itself (no copy at all) rather than from its packed copy (``_tap_major``)."""
+def a_in_place(d) -> bool:
+    """Whether the taps product reads A from the Parameter itself (else from a packed copy held
+    beside it, ``prepared_a``: MSVM_CONV_A=packed)."""
     import os
 
-    return mode in A_MODES.get(os.environ.get(A_ENV, ""), A_IN_PLACE)
+    return os.environ.get(A_ENV, "") != "packed"
 
 
-def _tap_major(w, mode, group, d, inplace=False):
+def tile_rows_in_place(lda: int, d) -> int:
+    """Rows per register tile of the in-place product over weight rows ``lda`` elements of dtype d
+    apart: ALIAS_ROWS where they alias in L1 (see above), else 0 (gemm.shape's MR)."""
+    alias = (lda * np.dtype(d).itemsize) % ALIAS_BYTES == 0
+    return ALIAS_ROWS if alias and ALIAS_ROWS < _rows(d) else 0      # (AVX2's tiles are 6 rows already)
+
+
+def prepared_a(w, group, d, inplace=False):
     """The 4-d weight [O, Cg, kh, kw] (a Parameter's array, not folded: the batch norm is the
-    kernel's epilogue) as the taps product's A, its one prepared copy: per group, its rows tap-major
-    ([Og, kh*kw*Cg]) for the phase mode, as they are for im2col and 1x1, packed in blocks of MR rows
-    (gemm.pack_rows), the groups one after the other, in dtype d. Made once per read-only array
-    (``set_data`` gives a new one; the entry goes with the array), per call for a writable one.
-    ``inplace`` (``a_in_place``): the Parameter itself where it is contiguous in dtype d, else one
-    converted copy, cached the same way."""
+    kernel's epilogue) as the taps product's A, rows [O, (Cg, kh, kw)] in its own order:
+    ``inplace`` (``a_in_place``), the Parameter itself where it is contiguous in dtype d, else one
+    converted copy; packed, per group its rows in blocks of MR (gemm.pack_rows), the groups one after
+    the other, in dtype d. A copy is made once per read-only array (``set_data`` gives a new one;
+    the entry goes with the array), per call for a writable one."""
     import weakref
 
     w = np.asarray(w)
@@ -644,12 +679,12 @@ def _tap_major(w, mode, group, d, inplace=False):
         a = np.ascontiguousarray(w, dtype=d)
         if a is w or a.base is w:
             return a                 # (the Parameter itself: [O, (ci, kh, kw)] rows, no copy)
-        mode = "inplace"
-    key = (id(w), mode, group, np.dtype(d).str)
+    layout = "inplace" if inplace else "packed"
+    key = (id(w), layout, group, np.dtype(d).str)
     hit = _TAPW.get(key)
     if hit is not None and hit[0]() is w:
         return hit[1]
-    a = np.ascontiguousarray(w, dtype=d) if mode == "inplace" else _packed(w, mode, group, d)
+    a = np.ascontiguousarray(w, dtype=d) if inplace else _packed(w, group, d)
     if K._frozen(w):
         for k in [k for k, v in _TAPW.items() if k[0] == id(w) and v[0]() is not w]:
             del _TAPW[k]             # (a stale entry of a recycled id)
@@ -660,14 +695,12 @@ def _tap_major(w, mode, group, d, inplace=False):
     return a
 
 
-def _packed(w, mode, group, d):
-    """``_tap_major``'s packed A (a new array)."""
+def _packed(w, group, d):
+    """``prepared_a``'s packed A (a new array)."""
     from .gemm import pack_rows, tile_rows
 
     o, cg, kh, kw = w.shape
     a = w.reshape(o, cg * kh * kw)
-    if mode == "phase":
-        a = a.reshape(o, cg, kh * kw).transpose(0, 2, 1).reshape(o, kh * kw * cg)
     og, mr = o // group, tile_rows(d)
     return np.concatenate([pack_rows(a[g * og:(g + 1) * og].astype(d, copy=False), mr).reshape(-1)
                            for g in range(group)])
@@ -700,12 +733,11 @@ class TapsConv:
     - ``phase`` (k x k): the padded image split into stride x stride phase images side by side,
       each tap a shift in one of them (stride 1: the padded image, the shifted GEMMs of
       ``Shifted``), over a grid as wide as a phase row; the grid's extra columns are cropped;
-    - ``im2col`` (few input channels per tap, the RGB stem): the windows copied as a [K, P] matrix.
 
     One kernel call per image and group (``split``: the output columns in two halves on the
     kernel pool, a thread each)."""
 
-    def __init__(self, x_shape, w_shape, stride, pad, dil, group, d, mode=None, inplace=False):
+    def __init__(self, x_shape, w_shape, stride, pad, dil, group, d, mode=None, inplace=None):
         n, c, h, w = x_shape
         o, cg, kh, kw = w_shape
         sh, sw = stride
@@ -728,7 +760,7 @@ class TapsConv:
             self.grid = None
             self.src = None if mode == "direct" else (c, self.row)
             self.sub = (slice(None), slice(0, (ho - 1) * sh + 1, sh), slice(0, (wo - 1) * sw + 1, sw))
-        elif mode == "phase":
+        else:                           # phase
             hp, wp = h + sum(ph), w + sum(pw)
             hq, wq = -(-hp // sh), -(-wp // sw)
             over = (kw - 1) * dil[1] // sw
@@ -773,23 +805,18 @@ class TapsConv:
             self.taps = np.array(taps, np.int64)
             self.q, self.ci, self.wq = ho * wq, cg, wq
             self.grid = None if wq == wo else (o, ho, wq)
-        else:   # im2col
-            self.q, self.ci, self.taps = ho * wo, cg * kh * kw, np.zeros(1, np.int64)
-            self.row = _odd_lines(ho * wo, isz)
-            self.grid = None
-            self.src = (c * kh * kw, self.row)
-            self.win = (kh, kw, stride, dil, pad)
-        self.inplace = inplace
-        self.fn = gemm_taps(str(self.d), inplace)
+        self.lda = len(self.taps) * self.ci       # (A's rows: [(ci, kh, kw)], the weight's own order)
+        self.inplace = inplace = a_in_place(self.d) if inplace is None else inplace
+        self.rows = tile_rows_in_place(self.lda, self.d) if inplace else 0
+        self.fn = gemm_taps(str(self.d), inplace, self.rows)
         self.nr = _panel(self.d)
         self.acc = (o, ho * self.wq) if self.grid is not None else None
-        self.lda = len(self.taps) * self.ci if mode == "phase" else self.ci
         mr = _rows(self.d)
         # A elements per group: packed row blocks, or the weight's own rows
         self.gstride = (self.og if inplace else -(-self.og // mr) * mr) * self.lda
 
     def __call__(self, x, a, out=None, split=1, bn=None, add=None, lo=-np.inf, hi=np.inf):
-        """The convolution of x (any strides) by ``a`` (``_tap_major``) into ``out`` where it is
+        """The convolution of x (any strides) by ``a`` (``prepared_a``) into ``out`` where it is
         C-contiguous of the result's shape and dtype (the memory plan's buffer), else a new array;
         then, in the kernel's registers, * scale + shift (``bn`` = (scale [O], shift [O])), + ``add``
         (C-contiguous, of the result's shape; not where the result is cropped from a wider grid),
@@ -821,16 +848,10 @@ class TapsConv:
             elif self.mode == "sub":
                 np.copyto(sbuf[:, :q].reshape(c, self.ho, self.wo), xb[self.sub])
                 src = sbuf
-            elif self.mode == "phase":
+            else:                       # phase
                 grid = sbuf[:, :self.hq * self.wq].reshape(-1, self.hq, self.wq)
                 for dst, sl in self.copies:
                     np.copyto(grid[dst], xb[sl])
-                src = sbuf
-            else:
-                kh, kw, stride, dil, pad = self.win
-                xp, _, _ = K._padded(x[b:b + 1], (kh, kw), stride, dil, pad, 0)
-                win = K._windows(xp, (kh, kw), stride, dil)[0]          # C, Ho, Wo, kh, kw
-                np.copyto(sbuf[:, :q].reshape(c, kh, kw, self.ho, self.wo), win.transpose(0, 3, 4, 1, 2))
                 src = sbuf
             cbuf = acc if acc is not None else res[b].reshape(self.o, self.ho * self.wo)
             ldc = cbuf.shape[1]
@@ -879,10 +900,10 @@ def _panel(d) -> int:
     return panel_width(d)
 
 
-def gemm_taps(dtype: str, inplace: bool = False):
+def gemm_taps(dtype: str, inplace: bool = False, rows: int = 0):
     from .gemm import taps_function
 
-    return taps_function(dtype, a_inplace=inplace)
+    return taps_function(dtype, a_inplace=inplace, rows=rows)
 
 
 def taps_mode(x_shape, w_shape, stride, pad, dil, group) -> str:
@@ -891,6 +912,4 @@ def taps_mode(x_shape, w_shape, stride, pad, dil, group) -> str:
     unpadded = pad != ("same",) and not any(pad) or (pad == ("same",) and kh == kw == 1)
     if kh == kw == 1 and unpadded:
         return "direct" if tuple(stride) == (1, 1) else "sub"
-    if cg * 1 < 16:
-        return "im2col"
     return "phase"

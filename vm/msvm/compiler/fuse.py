@@ -124,6 +124,24 @@ def _live_after(code: Code, targets) -> list:
 
 
 def _forward_stores(code: Code, targets, original: Code):
+    """A value stored to a local and loaded straight back (nothing else reads the local) stays on
+    the stack; so does one stored, then loaded as the second operand of a commutative binary whose
+    first is a local loaded in between (``out += self.down_sample(x)``: STORE t, LOAD out, LOAD t,
+    ADD becomes LOAD out, ADD), so that the producer's run reaches the binary (fusion)."""
+    while True:
+        live = _live_after(code, targets)
+        for i in range(len(code.instrs) - 3):
+            a, b, c, op = code.instrs[i:i + 4]
+            if (a.op.name == "STORE_TENSOR" and b.op.name == "LOAD_TENSOR" and c.op.name == "LOAD_TENSOR"
+                    and op.op.commutative and a.args[0] == c.args[0] != b.args[0] and a.args[0] not in live[i + 2]
+                    and not any(_is_target(code, targets, x) for x in (b, c, op))):
+                if _is_target(code, targets, a):
+                    _replace_target(targets, a, b)
+                del code.instrs[i + 2]
+                del code.instrs[i]
+                break
+        else:
+            break
     while True:
         live = _live_after(code, targets)
         for i in range(len(code.instrs) - 1):
@@ -144,9 +162,10 @@ def _forward_stores(code: Code, targets, original: Code):
 # ---------------------------------------------------------------- fusion
 
 def _fuse_runs(code: Code, targets, original: Code):
+    shapes = _result_shapes(code, targets)
     i = 0
     while i < len(code.instrs):
-        j, repl = _try_fuse_at(code, i, targets)
+        j, repl = _try_fuse_at(code, i, targets, shapes)
         if repl is None:
             i += 1
             continue
@@ -157,8 +176,38 @@ def _fuse_runs(code: Code, targets, original: Code):
         i += len(repl)
 
 
-def _try_fuse_at(code: Code, start: int, targets):
-    """Find the longest fusable run starting at ``start``; returns (end, replacement) or (start, None)."""
+def _result_shapes(code: Code, targets):
+    """id(instruction) -> the shape of the value it pushes (the verifier's stack types of the code
+    as fusion found it), or None where the code does not verify here."""
+    from ..errors import VerifyError
+
+    try:
+        _retarget(code, targets)
+        verify(code)
+    except VerifyError:
+        return None
+    out = {}
+    for i, ins in enumerate(code.instrs[:-1]):
+        after = code.stack_types[i + 1] if i + 1 < len(code.stack_types) else None
+        if after and ins.op.pushes == 1:
+            out[id(ins)] = getattr(after[-1], "shape", None)
+    return out
+
+
+def _grows(head, result) -> bool:
+    """Whether ``result`` (a shape, or None: unknown) may be larger than ``head``: another rank, or
+    a dim that is 1 in head and not 1 in result."""
+    def one(d):
+        return (d.const_value() if hasattr(d, "const_value") else d) == 1
+    return result is None or len(result) != len(head) or any(one(h) and not one(r) for h, r in zip(head, result))
+
+
+def _try_fuse_at(code: Code, start: int, targets, shapes=None):
+    """Find the longest fusable run starting at ``start``; returns (end, replacement) or (start, None).
+    A convolution's run takes only ops whose result is no larger than the convolution's (its epilogue
+    is computed over the convolution's output: ``conv(s) * x`` with x larger, as in a squeeze-excite
+    gate, stays out of it; conv.plan_gemm checks the run-time shapes too); where ``shapes``
+    (``_result_shapes``) is None, no op joins a convolution's run."""
     instrs = code.instrs
     first = instrs[start]
     conv = _conv_head(code, start, targets)                # (issue 18: CONV2D [+ BATCH_NORM] heads a run)
@@ -178,6 +227,11 @@ def _try_fuse_at(code: Code, start: int, targets):
         parts.append(("BATCH_NORM", conv[2].loc))
         best = (pos, [("in", 0)], [], list(parts), below, None)
     k = pos
+    head_shape = None
+    if conv:
+        head_shape = shapes.get(id(instrs[pos - 1])) if shapes is not None else None
+        if head_shape is None:
+            head_shape = False                 # (unknown: nothing joins the run)
     below_inputs = ["mm"] if matmul else []
     ext = _PastReshape(code, targets) if matmul and conv is None else None
     while k < len(instrs):
@@ -210,6 +264,8 @@ def _try_fuse_at(code: Code, start: int, targets):
                 local.append([("leaf", len(leaves) - 1)])
         elif name in FUSABLE:
             if name == "CAST" and code.consts[ins.args[0]] not in FLOAT_DTYPES:
+                break
+            if head_shape is not None and (head_shape is False or _grows(head_shape, shapes.get(id(ins)))):
                 break
             arity = ins.op.pops
             if len(local) < arity:

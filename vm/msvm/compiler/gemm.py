@@ -20,10 +20,12 @@ The products are summed in k order with FMA (as BLAS does): results agree with n
 rounding, not bit for bit.
 
 Convolutions (``ir_taps``, compiler/conv.py ``TapsConv``) run the same register tiles the other
-way round: A is the folded weight, packed once in blocks of MR rows, and B is read where it lies
-(an image's channel rows at a row stride, one shifted window per tap: no per-call packing, masked
-loads past the last column), the taps and k blocks accumulating onto the tile; the convolution's
-epilogue (bias, residual add, ReLU / ReLU6) is applied in registers before the tile's only store.
+way round: A is the weight, its rows where they lie in the Parameter (or, where reading them there
+costs, packed once in blocks of MR rows), and B is read where it lies (an image's channel rows at a
+row stride, one shifted window per tap: no per-call packing, masked loads past the last column),
+channel by channel with each channel's taps in turn, accumulating onto the tile; the convolution's
+epilogue (batch norm, bias, residual add, ReLU / ReLU6) is applied in registers before the tile's
+only store.
 A column range [j0, j1) per call lets two threads share a product.
 
 **Two threads** (``run_split``, issue 18: BERT-base and GPT-2 on two cores). Where two cores are
@@ -66,6 +68,7 @@ from .lower import TYPES, Unsupported, vec_width
 NAME = "msvm_gemm_packed"
 A_BLOCK_BYTES = 1 << 20     # rows of A per pass over the panels: about this many bytes (L2)
 PREFETCH_ROWS = 24          # panel rows ahead that the tiles prefetch (8, 16, 24, 32, 40, 64 measured)
+A_PREFETCH = 64             # k steps ahead that the taps tiles prefetch their packed A (0: none)
 KC = 256                    # k per block: a panel's k block (KC x NR) stays in L1 across the row tiles
 _lock = threading.Lock()
 _compiled: dict = {}        # dtype -> build.Compiled
@@ -103,49 +106,21 @@ def ir(features: str, dtype: str = "float32", name: str = NAME) -> str:
              "declare void @llvm.prefetch.p0i8(i8*, i32, i32, i32)"]
     iota = "<" + ", ".join(f"i64 {i}" for i in range(w)) + ">"
     L = lines.append
-    _tiles(L, name, t, w, nv, mr, vt, fma, mstore, mload, iota, strided=False)
+    _tiles(L, name, t, w, nv, mr, vt, fma, mstore, mload, iota)
     _packed_driver(L, name, t, mr, nr, dtype)
     return "\n".join(lines) + "\n"
 
 
-def _tiles(L, name, t, w, nv, mr, vt, fma, mstore, mload, iota, strided, prefetch="same", a_inplace=False):
-    """The register tiles @{name}_tile{r}, r = 1..MR. ``strided``: the panel's rows are %ldb
-    apart (a row-major B or an image's channel rows, read in place) and its columns past %cols are
-    not read (masked loads), and A is packed in row blocks, A[p * MR + i] (``pack_rows``); else
-    the panel is packed (rows NR apart, zero-padded) and A is row-major (%lda apart). ``a_inplace``
-    (strided only): A is not packed but read where it lies, A[i * lda + p * ks] (a convolution's
-    weight in its own (ci, kh, kw) order: ks = the taps)."""
+def _tiles(L, name, t, w, nv, mr, vt, fma, mstore, mload, iota):
+    """The register tiles @{name}_tile{r}, r = 1..MR, of the packed Dense product: the panel is
+    packed (rows NR apart, zero-padded) and A is row-major (%lda apart)."""
     nr = w * nv
     for r in range(1, mr + 1):
         # C[r x cols] (+)= A[r x k] . Bpanel[k x NR]: from zero when ``first``, else onto C (a k block after the first)
-        ldb = " i64 %ldb," if strided else ""
-        epi = (f", i1 %last, i1 %hasb, {t}* %scale, {t}* %bias, i1 %hasr, {t}* %res, i64 %ldr, {t} %lo, {t} %hi"
-               if strided else "") + (", i64 %ks" if a_inplace else "")
-        L(f"define internal void @{name}_tile{r}(i64 %k, {t}* noalias %a, i64 %lda, {t}* noalias %b,{ldb} "
-          f"{t}* noalias %c, i64 %ldc, i64 %cols, i1 %first{epi}) nounwind alwaysinline {{")
+        L(f"define internal void @{name}_tile{r}(i64 %k, {t}* noalias %a, i64 %lda, {t}* noalias %b, "
+          f"{t}* noalias %c, i64 %ldc, i64 %cols, i1 %first) nounwind alwaysinline {{")
         L("entry:")
-        L(f"  %cb = insertelement <{w} x i64> undef, i64 %cols, i32 0")
-        L(f"  %cv = shufflevector <{w} x i64> %cb, <{w} x i64> undef, <{w} x i32> zeroinitializer")
-        for v in range(nv):
-            L(f"  %lane{v} = add <{w} x i64> {iota}, " + "<" + ", ".join([f"i64 {v * w}"] * w) + ">")
-            L(f"  %mask{v} = icmp slt <{w} x i64> %lane{v}, %cv")
-        for i in range(r):
-            L(f"  %co{i} = mul i64 %ldc, {i}")
-            for v in range(nv):
-                L(f"  %cp{i}_{v} = getelementptr {t}, {t}* %c, i64 {v * w}")
-                L(f"  %cq{i}_{v} = getelementptr {t}, {t}* %cp{i}_{v}, i64 %co{i}")
-                L(f"  %cr{i}_{v} = bitcast {t}* %cq{i}_{v} to {vt}*")
-        L("  br i1 %first, label %pre, label %onto")
-        L("onto:")
-        for i in range(r):
-            for v in range(nv):
-                L(f"  %old{i}_{v} = call {vt} {mload}({vt}* %cr{i}_{v}, i32 4, <{w} x i1> %mask{v}, "
-                  f"{vt} zeroinitializer)")
-        L("  br label %pre")
-        L("pre:")
-        for i in range(r):
-            for v in range(nv):
-                L(f"  %init{i}_{v} = phi {vt} [ zeroinitializer, %entry ], [ %old{i}_{v}, %onto ]")
+        _tile_head(L, t, w, nv, r, vt, mload, iota, prefetch_c=False)
         L("  %kz = icmp sle i64 %k, 0")
         L("  br i1 %kz, label %store, label %loop")
         L("loop:")
@@ -153,74 +128,88 @@ def _tiles(L, name, t, w, nv, mr, vt, fma, mstore, mload, iota, strided, prefetc
         for i in range(r):
             for v in range(nv):
                 L(f"  %acc{i}_{v} = phi {vt} [ %init{i}_{v}, %pre ], [ %nacc{i}_{v}, %loop ]")
-        L(f"  %boff = mul i64 %p, {'%ldb' if strided else nr}")
+        L(f"  %boff = mul i64 %p, {nr}")
         for v in range(nv):
             L(f"  %bo{v} = add i64 %boff, {v * w}")
             L(f"  %bp{v} = getelementptr {t}, {t}* %b, i64 %bo{v}")
             L(f"  %bv{v}p = bitcast {t}* %bp{v} to {vt}*")
-            if strided:
-                L(f"  %bv{v} = call {vt} {mload}({vt}* %bv{v}p, i32 4, <{w} x i1> %mask{v}, {vt} zeroinitializer)")
-            else:
-                L(f"  %bv{v} = load {vt}, {vt}* %bv{v}p, align 4")
+            L(f"  %bv{v} = load {vt}, {vt}* %bv{v}p, align 4")
         # the panel streams from memory: ask for its rows PREFETCH_ROWS ahead (one cache line per vector)
-        if strided:
-            L(f"  %pfq = add i64 %p, {PREFETCH_ROWS}")
-            L("  %pfr = mul i64 %pfq, %ldb")
-            L("  %pfo = add i64 %pfr, 0")
-        else:
-            L(f"  %pfo = add i64 %boff, {PREFETCH_ROWS * nr}")
-        pf = [("pfo", 3)] if not strided or "same" in prefetch else []
-        if strided and "next" in prefetch:     # the next panel's row: into L2 while this panel runs
-            L(f"  %pfn = add i64 %boff, {nr}")
-            pf.append(("pfn", 2))
-        for base, hint in pf:
-            for v in range(0, nv):
-                sfx = "" if base == "pfo" else "n"
-                L(f"  %{base}{v} = add i64 %{base}, {v * w}")
-                L(f"  %pfp{sfx}{v} = getelementptr {t}, {t}* %b, i64 %{base}{v}")
-                L(f"  %pfc{sfx}{v} = bitcast {t}* %pfp{sfx}{v} to i8*")
-                L(f"  call void @llvm.prefetch.p0i8(i8* %pfc{sfx}{v}, i32 0, i32 {hint}, i32 1)")
-        if a_inplace:
-            L("  %pm = mul i64 %p, %ks")
-        elif strided:         # (A packed too: [k][MR] per row block, a weight prepared once)
-            L(f"  %pm = mul i64 %p, {mr}")
+        L(f"  %pfo = add i64 %boff, {PREFETCH_ROWS * nr}")
+        for v in range(nv):
+            L(f"  %pfo{v} = add i64 %pfo, {v * w}")
+            L(f"  %pfp{v} = getelementptr {t}, {t}* %b, i64 %pfo{v}")
+            L(f"  %pfc{v} = bitcast {t}* %pfp{v} to i8*")
+            L(f"  call void @llvm.prefetch.p0i8(i8* %pfc{v}, i32 0, i32 3, i32 1)")
         for i in range(r):
-            if a_inplace:
-                L(f"  %ar{i} = mul i64 %lda, {i}")
-                L(f"  %ao{i} = add i64 %ar{i}, %pm")
-            elif strided:
-                L(f"  %ao{i} = add i64 %pm, {i}")
-            else:
-                L(f"  %ar{i} = mul i64 %lda, {i}")
-                L(f"  %ao{i} = add i64 %ar{i}, %p")
-            L(f"  %ap{i} = getelementptr {t}, {t}* %a, i64 %ao{i}")
-            L(f"  %as{i} = load {t}, {t}* %ap{i}")
-            L(f"  %ai{i} = insertelement {vt} undef, {t} %as{i}, i32 0")
-            L(f"  %av{i} = shufflevector {vt} %ai{i}, {vt} undef, <{w} x i32> zeroinitializer")
-            for v in range(nv):
-                L(f"  %nacc{i}_{v} = call {vt} {fma}({vt} %av{i}, {vt} %bv{v}, {vt} %acc{i}_{v})")
+            L(f"  %ar{i} = mul i64 %lda, {i}")
+            L(f"  %ao{i} = add i64 %ar{i}, %p")
+            _fma_row(L, t, vt, fma, w, nv, i, "%a", f"%ao{i}", "acc")
         L("  %pn = add i64 %p, 1")
         L("  %more = icmp slt i64 %pn, %k")
         L("  br i1 %more, label %loop, label %store")
         L("store:")
         for i in range(r):
             for v in range(nv):
-                L(f"  %f{i}_{v} = phi {vt} [ %init{i}_{v}, %pre ], [ %nacc{i}_{v}, %loop ]")
-        if strided:
-            _tile_epilogue(L, t, w, nv, r, vt, mload)
-        L(f"  %full = icmp sge i64 %cols, {nr}")
-        L("  br i1 %full, label %sfull, label %smask")
-        val = "e" if strided else "f"
-        for label, masked in (("sfull", False), ("smask", True)):
-            L(f"{label}:")
-            for i in range(r):
-                for v in range(nv):
-                    if masked:
-                        L(f"  call void {mstore}({vt} %{val}{i}_{v}, {vt}* %cr{i}_{v}, i32 4, <{w} x i1> %mask{v})")
-                    else:
-                        L(f"  store {vt} %{val}{i}_{v}, {vt}* %cr{i}_{v}, align 4")
-            L("  ret void")
-        L("}")
+                L(f"  %e{i}_{v} = phi {vt} [ %init{i}_{v}, %pre ], [ %nacc{i}_{v}, %loop ]")
+        _tile_store(L, w, nv, r, vt, mstore, nr)
+
+
+def _tile_head(L, t, w, nv, r, vt, mload, iota, prefetch_c):
+    """A tile's entry: the column masks (lanes < %cols), its C rows' pointers (``prefetch_c``: their
+    lines asked for, to write, while the k loop runs), and the accumulators' start (%init: zero when
+    %first, else C's values), leaving in block %pre."""
+    L(f"  %cb = insertelement <{w} x i64> undef, i64 %cols, i32 0")
+    L(f"  %cv = shufflevector <{w} x i64> %cb, <{w} x i64> undef, <{w} x i32> zeroinitializer")
+    for v in range(nv):
+        L(f"  %lane{v} = add <{w} x i64> {iota}, " + "<" + ", ".join([f"i64 {v * w}"] * w) + ">")
+        L(f"  %mask{v} = icmp slt <{w} x i64> %lane{v}, %cv")
+    for i in range(r):
+        L(f"  %co{i} = mul i64 %ldc, {i}")
+        for v in range(nv):
+            L(f"  %cp{i}_{v} = getelementptr {t}, {t}* %c, i64 {v * w}")
+            L(f"  %cq{i}_{v} = getelementptr {t}, {t}* %cp{i}_{v}, i64 %co{i}")
+            L(f"  %cr{i}_{v} = bitcast {t}* %cq{i}_{v} to {vt}*")
+            if prefetch_c:
+                L(f"  %cw{i}_{v} = bitcast {t}* %cq{i}_{v} to i8*")
+                L(f"  call void @llvm.prefetch.p0i8(i8* %cw{i}_{v}, i32 1, i32 3, i32 1)")
+    L("  br i1 %first, label %pre, label %onto")
+    L("onto:")
+    for i in range(r):
+        for v in range(nv):
+            L(f"  %old{i}_{v} = call {vt} {mload}({vt}* %cr{i}_{v}, i32 4, <{w} x i1> %mask{v}, "
+              f"{vt} zeroinitializer)")
+    L("  br label %pre")
+    L("pre:")
+    for i in range(r):
+        for v in range(nv):
+            L(f"  %init{i}_{v} = phi {vt} [ zeroinitializer, %entry ], [ %old{i}_{v}, %onto ]")
+
+
+def _fma_row(L, t, vt, fma, w, nv, i, a, off, acc):
+    """Row i of a tile: A's element at ``off`` broadcast, times each B vector, onto %{acc}{i}_v."""
+    L(f"  %ap{i} = getelementptr {t}, {t}* {a}, i64 {off}")
+    L(f"  %as{i} = load {t}, {t}* %ap{i}")
+    L(f"  %ai{i} = insertelement {vt} undef, {t} %as{i}, i32 0")
+    L(f"  %av{i} = shufflevector {vt} %ai{i}, {vt} undef, <{w} x i32> zeroinitializer")
+    for v in range(nv):
+        L(f"  %nacc{i}_{v} = call {vt} {fma}({vt} %av{i}, {vt} %bv{v}, {vt} %{acc}{i}_{v})")
+
+
+def _tile_store(L, w, nv, r, vt, mstore, nr):
+    """The tile's only store of %e: whole vectors where the panel is full, else through the masks."""
+    L(f"  %full = icmp sge i64 %cols, {nr}")
+    L("  br i1 %full, label %sfull, label %smask")
+    for label, masked in (("sfull", False), ("smask", True)):
+        L(f"{label}:")
+        for i in range(r):
+            for v in range(nv):
+                if masked:
+                    L(f"  call void {mstore}({vt} %e{i}_{v}, {vt}* %cr{i}_{v}, i32 4, <{w} x i1> %mask{v})")
+                else:
+                    L(f"  store {vt} %e{i}_{v}, {vt}* %cr{i}_{v}, align 4")
+        L("  ret void")
+    L("}")
 
 
 def _tile_epilogue(L, t, w, nv, r, vt, mload):
@@ -418,7 +407,7 @@ class PackedGemm:
 
 def lower_gemm(k, name: str, features: str) -> str:
     if isinstance(k, TapsGemm):
-        return ir_taps(features, k.dtype, name, k.kc, k.prefetch, k.a_inplace)
+        return ir_taps(features, k.dtype, name, k.kc, k.a_inplace, k.rows)
     return ir(features, k.dtype, name)
 
 
@@ -490,35 +479,136 @@ def lower_matmul_packed(k, name: str, features: str) -> str:
     return epi_ir + "\n" + "\n".join(b.lines) + "\n"
 
 
-# ---------------------------------------------------------------- convolutions: B read in place, over taps
+# ---------------------------------------------------------------- convolutions: B read in place, channel by channel
 
 TAPS_NAME = "msvm_gemm_taps"
-TAPS_KC = 256               # k (channels of one tap) per block
-TAPS_VERSION = 4            # (in the kernel text, so the cache key: bump it when ir_taps changes)
+TAPS_KC = 256               # k steps (channels x taps) per block
+TAPS_VERSION = 6            # (in the kernel text, so the cache key: bump it when ir_taps changes)
+
+
+def _ct_tiles(L, name, t, w, nv, mr, vt, fma, mstore, mload, iota, a_inplace, one_tap):
+    """The register tiles @{name}_tile{r} of ``ir_taps``: C[r x cols] (+)= sum over kc channels c
+    and the taps t of A[., (c, t)] * src[c * ldb + taps[t] + .]. A: packed ([k][MR], k = c * ntaps + t)
+    or, ``a_inplace``, the weight's rows as they lie (A[i * lda + k]). ``one_tap``: ntaps is 1
+    (taps[0] added once; no tap loop)."""
+    nr = w * nv
+    for r in range(1, mr + 1):
+        L(f"define internal void @{name}_tile{r}(i64 %kc, {t}* noalias %a, i64 %lda, {t}* noalias %b, i64 %ldb, "
+          f"i64* noalias %taps, i64 %ntaps, {t}* noalias %c, i64 %ldc, i64 %cols, i1 %first, i1 %last, i1 %hasb, "
+          f"{t}* %scale, {t}* %bias, i1 %hasr, {t}* %res, i64 %ldr, {t} %lo, {t} %hi) nounwind alwaysinline {{")
+        L("entry:")
+        _tile_head(L, t, w, nv, r, vt, mload, iota, prefetch_c=True)
+        L("  %t0p = getelementptr i64, i64* %taps, i64 0")
+        L("  %t0 = load i64, i64* %t0p")
+        L("  %tlp = getelementptr i64, i64* %taps, i64 %ntaps")
+        L("  %tlq = getelementptr i64, i64* %tlp, i64 -1")
+        L("  %tl = load i64, i64* %tlq")
+        L("  %kz = icmp sle i64 %kc, 0")
+        L("  br i1 %kz, label %store, label %cloop")
+        L("cloop:")
+        L("  %ch = phi i64 [ 0, %pre ], [ %chn, %cend ]")
+        for i in range(r):
+            for v in range(nv):
+                L(f"  %acc{i}_{v} = phi {vt} [ %init{i}_{v}, %pre ], [ %nacc{i}_{v}, %cend ]")
+        L("  %boc = mul i64 %ch, %ldb")
+        L("  %aoc = mul i64 %ch, %ntaps")
+        # the source rows PREFETCH_ROWS channels ahead: the first and the last tap's windows
+        L(f"  %pfc = add i64 %ch, {PREFETCH_ROWS}")
+        L("  %pfr = mul i64 %pfc, %ldb")
+        for tag, tap in (("f", "%t0"), ("l", "%tl")) if not one_tap else (("f", "%t0"),):
+            L(f"  %pf{tag} = add i64 %pfr, {tap}")
+            for v in range(nv):
+                L(f"  %pf{tag}{v} = add i64 %pf{tag}, {v * w}")
+                L(f"  %pfp{tag}{v} = getelementptr {t}, {t}* %b, i64 %pf{tag}{v}")
+                L(f"  %pfq{tag}{v} = bitcast {t}* %pfp{tag}{v} to i8*")
+                L(f"  call void @llvm.prefetch.p0i8(i8* %pfq{tag}{v}, i32 0, i32 3, i32 1)")
+        if one_tap:
+            L("  %tof = add i64 %t0, 0")
+            L("  br label %tbody")
+            L("tbody:")
+            L("  %tp = add i64 0, 0")
+            for i in range(r):
+                for v in range(nv):
+                    L(f"  %tacc{i}_{v} = select i1 true, {vt} %acc{i}_{v}, {vt} %acc{i}_{v}")
+        else:
+            L("  br label %tbody")
+            L("tbody:")
+            L("  %tp = phi i64 [ 0, %cloop ], [ %tn, %tbody ]")
+            for i in range(r):
+                for v in range(nv):
+                    L(f"  %tacc{i}_{v} = phi {vt} [ %acc{i}_{v}, %cloop ], [ %nacc{i}_{v}, %tbody ]")
+            L("  %tofp = getelementptr i64, i64* %taps, i64 %tp")
+            L("  %tof = load i64, i64* %tofp")
+        L("  %bo = add i64 %boc, %tof")
+        for v in range(nv):
+            L(f"  %bo{v} = add i64 %bo, {v * w}")
+            L(f"  %bp{v} = getelementptr {t}, {t}* %b, i64 %bo{v}")
+            L(f"  %bv{v}p = bitcast {t}* %bp{v} to {vt}*")
+            L(f"  %bv{v} = call {vt} {mload}({vt}* %bv{v}p, i32 4, <{w} x i1> %mask{v}, {vt} zeroinitializer)")
+        L("  %p = add i64 %aoc, %tp")
+        if A_PREFETCH:        # (the weights stream from memory: see the A_PREFETCH measurements)
+            if a_inplace:     # one of the r rows a step, in turn: each row needs a line every 16 steps
+                L(f"  %pfi = urem i64 %p, {r}")
+                L("  %pfo0 = mul i64 %pfi, %lda")
+                L("  %pfo1 = add i64 %pfo0, %p")
+                L(f"  %pfa = add i64 %pfo1, {A_PREFETCH}")
+            else:
+                L(f"  %pfa0 = add i64 %p, {A_PREFETCH}")
+                L(f"  %pfa = mul i64 %pfa0, {mr}")
+            L(f"  %pfap = getelementptr {t}, {t}* %a, i64 %pfa")
+            L(f"  %pfac = bitcast {t}* %pfap to i8*")
+            L("  call void @llvm.prefetch.p0i8(i8* %pfac, i32 0, i32 3, i32 1)")
+        if not a_inplace:
+            L(f"  %pm = mul i64 %p, {mr}")
+        for i in range(r):
+            if a_inplace:
+                L(f"  %ar{i} = mul i64 %lda, {i}")
+                L(f"  %ao{i} = add i64 %ar{i}, %p")
+            else:
+                L(f"  %ao{i} = add i64 %pm, {i}")
+            _fma_row(L, t, vt, fma, w, nv, i, "%a", f"%ao{i}", "tacc")
+        if one_tap:
+            L("  br label %cend")
+        else:
+            L("  %tn = add i64 %tp, 1")
+            L("  %tm = icmp slt i64 %tn, %ntaps")
+            L("  br i1 %tm, label %tbody, label %cend")
+        L("cend:")
+        L("  %chn = add i64 %ch, 1")
+        L("  %chm = icmp slt i64 %chn, %kc")
+        L("  br i1 %chm, label %cloop, label %store")
+        L("store:")
+        for i in range(r):
+            for v in range(nv):
+                L(f"  %f{i}_{v} = phi {vt} [ %init{i}_{v}, %pre ], [ %nacc{i}_{v}, %cend ]")
+        _tile_epilogue(L, t, w, nv, r, vt, mload)
+        _tile_store(L, w, nv, r, vt, mstore, nr)
 
 
 def ir_taps(features: str, dtype: str = "float32", name: str = TAPS_NAME, kc: int = TAPS_KC,
-            prefetch: str = "same", a_inplace: bool = False) -> str:
+            a_inplace: bool = False, rows: int = 0) -> str:
     """The LLVM IR of ``name``, a convolution's product with B read where it lies (no packing):
 
         taps(m, ci, ntaps, taps*, q, A*, lda, src*, row, C*, ldc, j0, j1, hasb, scale*, bias*, res*, ldr, lo, hi)
-        C[i, j] = epi(sum_t sum_c A[i, t * ci + c] * src[c * row + taps[t] + j])  (i < m, j0 <= j < j1)
+        C[i, j] = epi(sum_c sum_t A[i, c * ntaps + t] * src[c * row + taps[t] + j])  (i < m, j0 <= j < j1)
         epi(v) = min(max(v [* scale[i] + bias[i]] [+ res[i * ldr + j]], lo), hi)  (``_tile_epilogue``; res: null = none)
 
-    A is the weight [m, ntaps * ci] (tap-major, the Parameter's values: the batch norm is the
-    epilogue's scale and bias, not folded into a copy), packed in blocks of MR rows
-    (``pack_rows``: [ceil(m / MR)][ntaps * ci][MR], lda = ntaps * ci); src holds ci rows, ``row`` apart, of
-    an image (an NCHW plane for a 1x1 convolution, the padded image's rows for a k x k one, its
-    stride phases side by side for a strided one) and ``taps[t]`` is where tap t's window starts
-    in them, so B[(t, c), j] is src[c * row + taps[t] + j]: a row-major B with row stride ``row``
-    per tap. The same register tiles as the packed product run over panels of NR output columns
-    (j0 a multiple of NR; columns past q are neither read nor written), the taps and k blocks of
-    ``kc`` channels accumulating onto the tile's C (``first`` starts it from zero).
-
-    ``a_inplace``: A is the weight as it lies, row-major [m, lda] in its own (ci, kh, kw) order, so
-    A[i, (t, c)] is A[i * lda + c * ntaps + t] (no packed copy; see conv.A_IN_PLACE)."""
+    A is the weight [m, ci * ntaps] in the Parameter's own (ci, kh, kw) order (the batch norm is
+    the epilogue's scale and bias, not folded into a copy): ``a_inplace``, its rows as they lie,
+    lda apart; else packed in blocks of MR rows (``pack_rows``: [ceil(m / MR)][ci * ntaps][MR]).
+    src holds ci rows, ``row`` apart, of an image (an NCHW plane for a 1x1 convolution, the padded
+    image's rows for a k x k one, its stride phases side by side for a strided one) and
+    ``taps[t]`` is where tap t's window starts in them, so B[(c, t), j] is src[c * row + taps[t] + j].
+    The k loop is channel-major (each channel's taps in turn: they read neighbouring windows of its
+    rows, and A's row is read front to back), in blocks of ceil(kc / ntaps) channels accumulating
+    onto the tile's C; a tile family for ntaps = 1 has no tap loop. The same 12 x 32 register tiles
+    as the packed Dense product run over panels of NR output columns (j0 a multiple of NR; columns
+    past q are neither read nor written). Each tile prefetches its A A_PREFETCH k steps ahead (in
+    place: one of its rows a step, in turn), its source rows PREFETCH_ROWS channels ahead (the first
+    and last taps' windows) and its C lines (to write) at its start."""
     t = TYPES[dtype]
     w, nv, mr = shape(features, dtype)
+    mr = rows or mr
     nr = w * nv
     vt = f"<{w} x {t}>"
     sfx = f"v{w}f{32 if t == 'float' else 64}"
@@ -529,7 +619,8 @@ def ir_taps(features: str, dtype: str = "float32", name: str = TAPS_NAME, kc: in
              "declare void @llvm.prefetch.p0i8(i8*, i32, i32, i32)"]
     iota = "<" + ", ".join(f"i64 {i}" for i in range(w)) + ">"
     L = lines.append
-    _tiles(L, name, t, w, nv, mr, vt, fma, mstore, mload, iota, strided=True, prefetch=prefetch, a_inplace=a_inplace)
+    _ct_tiles(L, name + "_1", t, w, nv, mr, vt, fma, mstore, mload, iota, a_inplace, True)
+    _ct_tiles(L, name + "_n", t, w, nv, mr, vt, fma, mstore, mload, iota, a_inplace, False)
     a_block = A_BLOCK_BYTES // np.dtype(dtype).itemsize
     L(f"define void @{name}(i64 %m, i64 %ci, i64 %ntaps, i64* noalias %taps, i64 %q, {t}* noalias %A, i64 %lda, "
       f"{t}* noalias %S, i64 %row, {t}* noalias %C, i64 %ldc, i64 %j0, i64 %j1, i64 %hasb0, {t}* %scale, {t}* %bias, "
@@ -537,10 +628,12 @@ def ir_taps(features: str, dtype: str = "float32", name: str = TAPS_NAME, kc: in
     L("entry:")
     L("  %hasb = icmp ne i64 %hasb0, 0")
     L(f"  %hasr = icmp ne {t}* %res, null")
-    L("  %tlast = sub i64 %ntaps, 1")
+    L("  %one = icmp eq i64 %ntaps, 1")
+    L(f"  %kcq = add i64 {kc - 1}, %ntaps")
+    L("  %kch = udiv i64 %kcq, %ntaps")             # channels per k block: ceil(kc / ntaps)
     _row_blocks(L, "%lda", a_block, mr)
     L("ploop:")
-    L("  %j = phi i64 [ %j0, %ibody ], [ %jn, %tdone ]")
+    L("  %j = phi i64 [ %j0, %ibody ], [ %jn, %kdone ]")
     L("  %pc = icmp slt i64 %j, %j1")
     L("  br i1 %pc, label %pbody, label %pdone")
     L("pbody:")
@@ -548,41 +641,23 @@ def ir_taps(features: str, dtype: str = "float32", name: str = TAPS_NAME, kc: in
     L(f"  %cj = getelementptr {t}, {t}* %C, i64 %j")
     L(f"  %sj = getelementptr {t}, {t}* %S, i64 %j")
     L(f"  %rj = getelementptr {t}, {t}* %res, i64 %j")
-    L("  br label %tloop")
-    L("tloop:")
-    L("  %tp = phi i64 [ 0, %pbody ], [ %tn, %kdone ]")
-    L("  %tc = icmp slt i64 %tp, %ntaps")
-    L("  br i1 %tc, label %tbody, label %tdone")
-    L("tbody:")
-    L("  %offp = getelementptr i64, i64* %taps, i64 %tp")
-    L("  %off = load i64, i64* %offp")
-    L(f"  %st = getelementptr {t}, {t}* %sj, i64 %off")
-    if a_inplace:
-        L("  %at1 = add i64 %tp, 0")
-    else:
-        L(f"  %at0 = mul i64 %tp, {mr}")
-        L("  %at1 = mul i64 %at0, %ci")
-    L(f"  %at = getelementptr {t}, {t}* %A, i64 %at1")
-    L("  %t0 = icmp eq i64 %tp, 0")
-    L("  %tl = icmp eq i64 %tp, %tlast")
     L("  br label %kloop")
     L("kloop:")
-    L("  %k0 = phi i64 [ 0, %tbody ], [ %k0n, %rdone ]")
+    L("  %k0 = phi i64 [ 0, %pbody ], [ %k0n, %rdone ]")
     L("  %kin = icmp slt i64 %k0, %ci")
     L("  br i1 %kin, label %kbody, label %kdone")
     L("kbody:")
-    L("  %kz = icmp eq i64 %k0, 0")
-    L("  %first = and i1 %kz, %t0")
+    L("  %first = icmp eq i64 %k0, 0")
     L("  %kleft = sub i64 %ci, %k0")
-    L(f"  %kcs = icmp slt i64 %kleft, {kc}")
-    L(f"  %kc = select i1 %kcs, i64 %kleft, i64 {kc}")
-    L("  %kend = add i64 %k0, %kc")
-    L("  %kl = icmp sge i64 %kend, %ci")
-    L("  %last = and i1 %kl, %tl")
-    L(f"  %ak0 = mul i64 %k0, {'%ntaps' if a_inplace else mr}")
-    L(f"  %ak = getelementptr {t}, {t}* %at, i64 %ak0")
+    L("  %kcs = icmp slt i64 %kleft, %kch")
+    L("  %kcc = select i1 %kcs, i64 %kleft, i64 %kch")
+    L("  %kend = add i64 %k0, %kcc")
+    L("  %last = icmp sge i64 %kend, %ci")
+    L("  %ak1 = mul i64 %k0, %ntaps")
+    L(f"  %ak0 = mul i64 %ak1, {1 if a_inplace else mr}")
+    L(f"  %ak = getelementptr {t}, {t}* %A, i64 %ak0")
     L("  %bk0 = mul i64 %k0, %row")
-    L(f"  %bk = getelementptr {t}, {t}* %st, i64 %bk0")
+    L(f"  %bk = getelementptr {t}, {t}* %sj, i64 %bk0")
     L("  br label %rloop")
     L("rloop:")
     L("  %i = phi i64 [ %i0, %kbody ], [ %in, %rnext ]")
@@ -600,24 +675,24 @@ def ir_taps(features: str, dtype: str = "float32", name: str = TAPS_NAME, kc: in
     L(f"  %sc_ = getelementptr {t}, {t}* %scale, i64 %i")
     L("  %roff = mul i64 %i, %ldr")
     L(f"  %ri_ = getelementptr {t}, {t}* %rj, i64 %roff")
-    cases = " ".join(f"i64 {r}, label %t{r}" for r in range(1, mr))
-    L(f"  switch i64 %rows, label %t{mr} [ {cases} ]")
-    for r in range(1, mr + 1):
-        L(f"t{r}:")
-        L(f"  call void @{name}_tile{r}(i64 %kc, {t}* %ai, i64 %lda, {t}* %bk, i64 %row, {t}* %ci_, i64 %ldc, "
-          f"i64 %left, i1 %first, i1 %last, i1 %hasb, {t}* %sc_, {t}* %bi_, i1 %hasr, {t}* %ri_, i64 %ldr, "
-          f"{t} %lo, {t} %hi{', i64 %ntaps' if a_inplace else ''})")
-        L("  br label %rnext")
+    L("  br i1 %one, label %one_, label %many_")
+    for fam in ("1", "n"):
+        L(f"{'one_' if fam == '1' else 'many_'}:")
+        cases = " ".join(f"i64 {r}, label %t{fam}{r}" for r in range(1, mr))
+        L(f"  switch i64 %rows, label %t{fam}{mr} [ {cases} ]")
+        for r in range(1, mr + 1):
+            L(f"t{fam}{r}:")
+            L(f"  call void @{name}_{fam}_tile{r}(i64 %kcc, {t}* %ai, i64 %lda, {t}* %bk, i64 %row, i64* %taps, "
+              f"i64 %ntaps, {t}* %ci_, i64 %ldc, i64 %left, i1 %first, i1 %last, i1 %hasb, {t}* %sc_, {t}* %bi_, "
+              f"i1 %hasr, {t}* %ri_, i64 %ldr, {t} %lo, {t} %hi)")
+            L("  br label %rnext")
     L("rnext:")
     L(f"  %in = add i64 %i, {mr}")
     L("  br label %rloop")
     L("rdone:")
-    L(f"  %k0n = add i64 %k0, {kc}")
+    L("  %k0n = add i64 %k0, %kcc")
     L("  br label %kloop")
     L("kdone:")
-    L("  %tn = add i64 %tp, 1")
-    L("  br label %tloop")
-    L("tdone:")
     L(f"  %jn = add i64 %j, {nr}")
     L("  br label %ploop")
     L("pdone:")
@@ -634,8 +709,8 @@ class TapsGemm:
     """The kernel-cache entry of the convolutions' product (``ir_taps``; one per dtype and target)."""
     dtype: str
     kc: int = TAPS_KC
-    prefetch: str = "same"
     a_inplace: bool = False
+    rows: int = 0             # rows per register tile (0: gemm.shape's MR)
 
     kind = "gemm"
     opt_level = 3             # (also when a site asks at L2: it is the one shape-generic product)
@@ -646,22 +721,21 @@ class TapsGemm:
 
     def text(self) -> str:
         return (f"gemm_taps v{TAPS_VERSION} dtype={self.dtype} a_block={A_BLOCK_BYTES} kc={self.kc} "
-                f"prefetch={PREFETCH_ROWS} {self.prefetch}" + (" a_inplace" if self.a_inplace else ""))
+                f"prefetch={PREFETCH_ROWS} a_prefetch={A_PREFETCH}" + (" a_inplace" if self.a_inplace else "")
+                + (f" rows={self.rows}" if self.rows else ""))
 
 
 TAPS_ARGS = ("i64", "i64", "i64", "ptr", "i64", "ptr", "i64", "ptr", "i64", "ptr", "i64", "i64", "i64",
              "i64", "ptr", "ptr", "ptr", "i64", "T", "T")
-_taps: dict = {}            # (dtype, kc) -> ctypes function
+_taps: dict = {}            # (dtype, kc, a_inplace) -> ctypes function
 
 
-def taps_function(dtype: str, kc: int = TAPS_KC, prefetch: str = "same", a_inplace: bool = False):
+def taps_function(dtype: str, kc: int = TAPS_KC, a_inplace: bool = False, rows: int = 0):
     """ctypes ``taps(m, ci, ntaps, taps, q, A, lda, src, row, C, ldc, j0, j1, hasb, scale, bias, res, ldr,
-    lo, hi)`` (``ir_taps``), compiled (or loaded from the kernel cache) once per process.
-    ``prefetch`` (bench/conv_routes.py compares them): "same", the tile prefetches its panel's rows
-    PREFETCH_ROWS ahead; "next", the next panel's rows into L2; "same+next", both."""
+    lo, hi)`` (``ir_taps``), compiled (or loaded from the kernel cache) once per process."""
     import ctypes
 
-    key = (dtype, kc, prefetch, a_inplace)
+    key = (dtype, kc, a_inplace, rows)
     hit = _taps.get(key)
     if hit is None:
         from .build import compile_kernel
@@ -669,7 +743,7 @@ def taps_function(dtype: str, kc: int = TAPS_KC, prefetch: str = "same", a_inpla
         with _lock:
             hit = _taps.get(key)
             if hit is None:
-                c = compile_kernel(TapsGemm(dtype, kc, prefetch, a_inplace), 3,
+                c = compile_kernel(TapsGemm(dtype, kc, a_inplace, rows), 3,
                                    {"op": "GEMM_TAPS", "shape": [], "dtype": dtype})
                 types = {"i64": ctypes.c_int64, "ptr": ctypes.c_void_p,
                          "T": ctypes.c_float if dtype == "float32" else ctypes.c_double}

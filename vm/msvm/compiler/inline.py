@@ -11,6 +11,12 @@ remapped, and its ``LOAD_PARAM w`` reads the parent's attribute ``path.w``
 (``executor.link_cell`` resolves dotted attributes). Every inlined instruction takes the location
 of the call in the parent's file, so a fused instruction's parts point at the user's lines
 (``self.bn1(out)``), never at another file's line numbers.
+
+msvm's own containers are inlined the same way when everything they call is (``inlinable``): a
+ResNet bottleneck's ``self.down_sample(x)`` is an ``nn.SequentialCell([conv, bn])``, and with it in
+the block's Code the residual add and ReLU become the downsampling convolution's epilogue
+(FUSED_CONV_BN_ADD_RELU, the main branch's result its residual) instead of a pass of their own;
+its layers' attributes are the parent's ``path.0.weight``.
 """
 
 from __future__ import annotations
@@ -53,16 +59,35 @@ def worth_inlining(sub) -> bool:
 
 def is_leaf(sub) -> bool:
     """Whether a callee Code can be inlined (see the module doc)."""
-    if sub.callees or not sub.instrs or sub.instrs[-1].op.name != "RETURN" or not worth_inlining(sub):
+    return not sub.callees and worth_inlining(sub) and _straight_tensor_code(sub)
+
+
+def inlinable(sub, depth: int = 0) -> bool:
+    """A leaf, or one of msvm's own containers (nn.SequentialCell) whose every call is inlinable,
+    with no other work of its own (see the module doc)."""
+    if is_leaf(sub):
+        return True
+    if depth >= 4 or not sub.callees or not os.path.abspath(sub.filename or "").startswith(_LIBRARY + os.sep):
+        return False
+    ops = [i.op.name for i in sub.instrs[:-1] if i.op.name not in _MOVES]
+    return (bool(ops) and all(o == "CALL_CELL" for o in ops) and _straight_tensor_code(sub, calls=True)
+            and all(inlinable(c, depth + 1) for _, c in sub.callees))
+
+
+def _straight_tensor_code(sub, calls: bool = False) -> bool:
+    """One RETURN at the end, tensor parameters, no jumps or effects, attributes read only by
+    LOAD_PARAM (``calls``: CALL_CELL allowed), no symbolic constants or attribute dims."""
+    if not sub.instrs or sub.instrs[-1].op.name != "RETURN":
         return False
     if not all(isinstance(t, TensorType) for _, t in sub.params):
         return False
     for ins in sub.instrs[:-1]:
         op = ins.op
-        if op.terminator or op.label_operand is not None or op.binds or op.effect or op.kind == "control":
+        call = calls and op.name == "CALL_CELL"     # (a container's: its callee checked by ``inlinable``)
+        if op.terminator or op.label_operand is not None or op.binds or op.effect or (op.kind == "control" and not call):
             return False
         for (_, kind) in op.operands:
-            if kind == "callee" or (kind == "name" and op.name != "LOAD_PARAM"):
+            if (kind == "callee" and not call) or (kind == "name" and op.name != "LOAD_PARAM"):
                 return False
     if any(_symbolic(c) for c in sub.consts):
         return False
@@ -84,33 +109,45 @@ def inline_leaf_calls(code, targets, const, replace_target, source_callees=None)
         (path, sub), n = code.decode_args(ins)
         if source_callees is not None and ins.args[0] < len(source_callees):   # (epilogue.py's merged
             path, sub = source_callees[ins.args[0]]                             # callees come after)
-        if not is_leaf(sub) or n != len(sub.params):
+        if not inlinable(sub) or n != len(sub.params):
             out.append(ins)
             continue
-        slots = {}
-        for k, name in enumerate(sub.varnames):
-            slots[k] = len(code.varnames)
-            code.varnames.append(f"{path}.{name}")
-        body = [Instr(store, (slots[k],), ins.loc) for k in range(n - 1, -1, -1)]
-        for si in sub.instrs[:-1]:
-            args = []
-            for raw, (_, kind) in zip(si.args, si.op.operands):
-                if kind == "local":
-                    args.append(slots[raw])
-                elif kind == "const":
-                    args.append(const(code, sub.consts[raw]))
-                elif kind == "name":                     # LOAD_PARAM: the parent's dotted attribute
-                    attr = f"{path}.{sub.names[raw]}"
-                    if attr not in code.names:
-                        code.names.append(attr)
-                    code.attr_types.setdefault(attr, sub.attr_types[sub.names[raw]])
-                    args.append(code.names.index(attr))
-                else:
-                    args.append(raw)
-            body.append(Instr(si.op, tuple(args), ins.loc, si.parts))
+        body = _body(code, path, sub, n, ins.loc, const, store)
         replace_target(targets, ins, body[0])
         out.extend(body)
         changed = True
     if changed:
         code.instrs[:] = out
     return changed
+
+
+def _body(code, path, sub, n, loc, const, store) -> list:
+    """``sub``'s instructions (its RETURN dropped) in ``code``: its n arguments stored from the stack
+    to fresh locals ``path.name``, its locals, constants and attributes remapped, each at ``loc``;
+    a container's calls inlined in turn (their paths ``path.child``)."""
+    slots = {}
+    for k, name in enumerate(sub.varnames):
+        slots[k] = len(code.varnames)
+        code.varnames.append(f"{path}.{name}")
+    body = [Instr(store, (slots[k],), loc) for k in range(n - 1, -1, -1)]
+    for si in sub.instrs[:-1]:
+        if si.op.name == "CALL_CELL":
+            (child, csub), cn = sub.decode_args(si)
+            body += _body(code, f"{path}.{child}", csub, cn, loc, const, store)
+            continue
+        args = []
+        for raw, (_, kind) in zip(si.args, si.op.operands):
+            if kind == "local":
+                args.append(slots[raw])
+            elif kind == "const":
+                args.append(const(code, sub.consts[raw]))
+            elif kind == "name":                     # LOAD_PARAM: the parent's dotted attribute
+                attr = f"{path}.{sub.names[raw]}"
+                if attr not in code.names:
+                    code.names.append(attr)
+                code.attr_types.setdefault(attr, sub.attr_types[sub.names[raw]])
+                args.append(code.names.index(attr))
+            else:
+                args.append(raw)
+        body.append(Instr(si.op, tuple(args), loc, si.parts))
+    return body

@@ -27,8 +27,10 @@ class Cell:
         object.__setattr__(self, "_guard", None)    # callpath.Guard: set by the call path (callpath.point)
         object.__setattr__(self, "_mixed_precision", None)     # to_float's dtype
         from ..executor import warm_up
+        from ..gcpolicy import thaw
 
         warm_up()       # (once per process: the background compiler starts loading LLVM)
+        thaw()          # (what gcpolicy froze goes back to the collector: models are being made)
 
     def __setattr__(self, name, value):
         d = self.__dict__

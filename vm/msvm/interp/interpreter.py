@@ -465,7 +465,10 @@ def compile_sym_shape(shape):
 
 def _h_planned(spec, i):
     """A planned instruction: its result goes into its view of the frame's arena (``out=``); without
-    an arena (a trace hook is installed, or none was opened) it allocates as unplanned code does."""
+    an arena (a trace hook is installed, or none was opened) it allocates as unplanned code does.
+    A binary op (the most common) has its own handler: bench/interp_overhead.py's 256 adds on
+    float32[4], in one process, cost 1.29-1.44x the unplanned run with the generic handler and a
+    shape function calling one function per dim, 1.13-1.15x with this one (the rest is ``out=``)."""
     n, kern, operands, site, reference = spec.n, spec.kern, spec.operands, spec.site, spec.reference
     k, shape_of, dtype, _ = spec.planned
     if n == 2 and site is None:          # (the common case, without the generic one's slicing)

@@ -14,9 +14,17 @@ single BERT-base layer at S = 16, 37, 64, 128 (bench/peers_nlp.py). Every config
   batch norms into the convolutions itself); one dynamic-size session serves every image size;
 - **numpy**: tests/refs/cv.py's reference in float32 (tap-by-tap convolutions: a reference, not a tuned
   peer; batch 1 on one thread only);
-- **floor**: the network's FLOPs (from the ONNX graph's inferred shapes) at the sgemm peak measured
-  in the same process (numpy's BLAS, 1024^3 float32, on the same cores), or its bytes at the copy
-  bandwidth, whichever is larger.
+- **floor**: the network's FLOPs (from the ONNX graph's inferred shapes) at the sgemm peak of the
+  same process on the same cores, or its bytes at the copy bandwidth, whichever is larger. The sgemm
+  peak is the best of the float32 1024^3 products the process can run (bench/timing.py
+  ``sgemm_peak``): numpy's BLAS, msvm's own packed GEMM and onnxruntime's MatMul, all printed at
+  the configuration's start with the one that set it; that product also runs in the peers'
+  interleaved rounds, and the floor's rate is the fastest it ran in the process (``floor_rate``), so
+  a peak first timed while another process had the core is not kept. numpy's BLAS alone set the
+  floor before: on an AMD EPYC (Zen 5, AVX-512) its OpenBLAS sgemm runs at about half the other two's
+  rate, and onnxruntime showed at 197% of the floor on ResNet-50. Timed once at the start, the floor
+  also swung with the load: the same ResNet-18 batch-8 run read msvm at 132% and 14% of it on two
+  runs minutes apart.
 
 Then, per CNN, **a new size**: a fresh Cell and an empty kernel cache, warmed at the first size only,
 meets each other size once: the first call's time over that size's steady time, for msvm and for a
@@ -93,7 +101,7 @@ def compiles_per_kernel(net) -> int:
     return most
 
 
-def run_cnn(name, sizes, threads, batch, runs, floor_rate):
+def run_cnn(name, sizes, threads, batch, runs, peak):
     import mindcv
     import msvm as ms
     import numpy as np
@@ -133,15 +141,22 @@ def run_cnn(name, sizes, threads, batch, runs, floor_rate):
     except Untranslated as e:
         why = f"the bytecode has an op the ONNX translation lacks: {e}"
     _agree(name, sizes, peers)
+    peers["sgemm"] = lambda s: peak.call()     # the floor's product, timed in the same rounds
     med = _medians(peers, sizes, runs, slow={"numpy"})
     if why:
         print(f"  onnxruntime skipped: {why}")
     for s in sizes:
-        floor = flops(model, [(batch, 3, s, s)]) / floor_rate * 1e3 if model is not None else None
+        floor = flops(model, [(batch, 3, s, s)]) / floor_rate(peak, med, s) * 1e3 if model is not None else None
         print(row(name, threads, batch, s, med["msvm"][s], med["unfused"][s], med.get("ort", {}).get(s),
                   med.get("numpy", {}).get(s), floor), flush=True)
     if len(sizes) > 1:
         _new_sizes(name, sizes, xs, weights, med, model, threads)
+
+
+def floor_rate(peak, med, key):
+    """FLOP/s of the sgemm peak: the fastest its product ran in this process, at the start
+    (``peak.rate``) or in the peers' rounds (``med["sgemm"]``, their best: see ``_medians``)."""
+    return max(peak.rate, peak.flops / (med["sgemm"][key] * 1e-3))
 
 
 def _agree(name, sizes, peers):
@@ -156,11 +171,12 @@ def _agree(name, sizes, peers):
                 print(f"  ! {name} {s}: {k} differs from msvm by {err:.1e} (relative to the max output)")
 
 
-def _medians(peers, keys, runs, slow=()):
+def _medians(peers, keys, runs, slow=(), best=("sgemm",)):
     """Medians of interleaved runs: the peers take turns (a shared machine's load hits each alike), and
     each timed call follows an untimed one of the same peer, so that no peer pays for the one before:
     onnxruntime's pool spins after a run, and on two cores that made msvm's next call 2.3x slower
-    (MobileNet v2: 13.6 ms alone, 31.0 ms right after an onnxruntime run; onnxruntime 9.7 / 13.7 ms)."""
+    (MobileNet v2: 13.6 ms alone, 31.0 ms right after an onnxruntime run; onnxruntime 9.7 / 13.7 ms).
+    A peer in ``best`` gives its fastest run instead (the floor's product: a peak, not a typical time)."""
     from timing import timed
 
     times = {k: {s: [] for s in keys} for k in peers}
@@ -172,7 +188,7 @@ def _medians(peers, keys, runs, slow=()):
                 if k not in slow:
                     fn(s)
                 times[k][s].append(timed(lambda fn=fn, s=s: fn(s)) * 1e3)
-    return {k: {s: statistics.median(v) for s, v in d.items()} for k, d in times.items()}
+    return {k: {s: (min if k in best else statistics.median)(v) for s, v in d.items()} for k, d in times.items()}
 
 
 def _new_sizes(name, sizes, xs, weights, med, model, threads):
@@ -282,8 +298,8 @@ def child(args):
         print(json.dumps({"peak": list(peak)}))
         return
     peak, bw = sgemm_peak(), copy_bandwidth()
-    print(f"[{args.threads} thread{'s' if args.threads > 1 else ''}, batch {args.batch}] sgemm peak "
-          f"{peak / 1e9:.1f} GFLOP/s, copy {bw / 1e9:.1f} GB/s (this process)", flush=True)
+    print(f"[{args.threads} thread{'s' if args.threads > 1 else ''}, batch {args.batch}] {peak}, "
+          f"copy {bw / 1e9:.1f} GB/s (this process)", flush=True)
     sizes = [int(s) for s in args.sizes.split(",")]
     lengths = [int(s) for s in args.lengths.split(",")]
     for name in args.models:

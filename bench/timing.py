@@ -1,8 +1,10 @@
 """Timing helpers shared by the benchmarks: medians of calls timed in turn, so drift on a
 shared machine hits every side alike."""
 
+import os
 import statistics
 import time
+from dataclasses import dataclass, field
 
 
 def interleaved(fns, reps):
@@ -40,14 +42,129 @@ def timed(fn) -> float:
     return time.perf_counter() - t0
 
 
-def sgemm_peak(n=1024, reps=5) -> float:
-    """FLOP/s of numpy's float32 matmul at n^3 (best of reps): the floor's compute rate."""
+SGEMM_PRODUCTS = ("numpy", "msvm", "onnxruntime")
+SGEMM_LABELS = {"numpy": "numpy's BLAS", "msvm": "msvm's packed GEMM", "onnxruntime": "onnxruntime's MatMul"}
+
+
+@dataclass
+class SgemmPeak:
+    """The floor's compute rate: the best FLOP/s of the float32 products this process can run on
+    its cores, which product set it, and each product's own rate (or why it was not measured);
+    ``call`` runs the product that set it again (``flops`` each), so that a benchmark can time it in
+    the same rounds as its peers (bench/peers.py: the floor under the same load)."""
+    rate: float
+    by: str
+    rates: dict = field(default_factory=dict)
+    skipped: dict = field(default_factory=dict)
+    flops: float = 0.0
+    call: object = field(default=None, repr=False, compare=False)
+
+    def __str__(self):
+        others = [f"{SGEMM_LABELS[k]} {v / 1e9:.1f}" for k, v in self.rates.items() if k != self.by]
+        others += [f"{SGEMM_LABELS[k]} {why}" for k, why in self.skipped.items()]
+        return f"sgemm peak {self.rate / 1e9:.1f} GFLOP/s by {SGEMM_LABELS[self.by]} ({', '.join(others)})"
+
+
+def sgemm_peak(n=1024, reps=5, products=SGEMM_PRODUCTS) -> SgemmPeak:
+    """The floor's compute rate: FLOP/s of the best float32 n^3 product this process can run on its
+    cores (its affinity), best of reps each, with the same operands: numpy's BLAS (``a @ b``; on the
+    threads OPENBLAS_NUM_THREADS gives it), msvm's own packed GEMM (compiler/gemm.py: ``pack`` once,
+    as a Dense weight is, then ``function``; split over two threads by ``run_split`` where
+    ``gemm.threads`` says so) and onnxruntime's MatMul by a constant B (which it packs once too;
+    ``intra_op_num_threads`` = the cores) where onnx and onnxruntime are installed. A product whose
+    answer is not numpy's float64 one to float32 rounding does not count (``skipped`` says so).
+
+    The products take turns, each timed call right after an untimed one of the same product
+    (onnxruntime's pool spins after a run: bench/peers.py ``_medians``). On more than one core numpy's
+    BLAS runs first, alone: msvm's first split sets that BLAS to one thread for the rest of the
+    process (callconv.submit, build.blas_single), as the model's first split would anyway.
+
+    Why not numpy's alone (as before): on an AMD EPYC (Zen 5, AVX-512, one core) numpy's OpenBLAS
+    sgemm runs 1024^3 at about half the others' rate (here, one core: numpy 97.8, msvm 163.0,
+    onnxruntime 179.2 GFLOP/s; with another process on the core 34.6 / 61.2 / 59.8), so a floor
+    from numpy's put onnxruntime at 197% of it on ResNet-50."""
     import numpy as np
 
-    a = np.random.default_rng(0).standard_normal((n, n)).astype(np.float32)
-    b = a.T.copy()
-    a @ b
-    return 2.0 * n ** 3 / min(timed(lambda: a @ b) for _ in range(reps))
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((n, n)).astype(np.float32)
+    b = rng.standard_normal((n, n)).astype(np.float32)
+    ref = a.astype(np.float64) @ b.astype(np.float64)
+    scale = np.abs(ref).max()
+    calls, skipped = {}, {}
+    makers = {"numpy": lambda: (lambda: a @ b), "msvm": lambda: _msvm_product(a, b),
+              "onnxruntime": lambda: _ort_product(a, b)}
+    for k in products:
+        try:
+            fn = makers[k]()
+            err = float(np.abs(fn() - ref).max() / scale)
+        except ImportError as e:
+            skipped[k] = f"not installed ({e.name})"
+            continue
+        except Exception as e:          # noqa: BLE001 - a product that cannot run sets no floor
+            skipped[k] = f"failed ({type(e).__name__}: {e})"
+            continue
+        if not err < 1e-4:
+            skipped[k] = f"disagrees with numpy's float64 product by {err:.1e}"
+            continue
+        calls[k] = fn
+    best = {}
+    first = [k for k in calls if k == "numpy" and _cores() > 1]
+    for group in (first, [k for k in calls if k not in first]):
+        times = {k: [] for k in group}
+        for _ in range(reps):
+            for k in group:
+                calls[k]()
+                times[k].append(timed(calls[k]))
+        best.update({k: 2.0 * n ** 3 / min(t) for k, t in times.items()})
+    rates = {k: best[k] for k in products if k in best}
+    by = max(rates, key=rates.get)
+    return SgemmPeak(rates[by], by, rates, skipped, 2.0 * n ** 3, calls[by])
+
+
+def _msvm_product(a, b):
+    """msvm's packed GEMM of a by b (packed once, outside the timing), into one output array."""
+    import numpy as np
+    from msvm.compiler import gemm
+
+    m, k = a.shape
+    n = b.shape[1]
+    dtype = str(a.dtype)
+    fn, nr = gemm.function(dtype), gemm.panel_width(dtype)
+    bp = gemm.pack(b, nr, transposed=False)
+    c = np.empty((m, n), a.dtype)
+    args = (m, k, n, a.ctypes.data, k, bp.ctypes.data, c.ctypes.data, n)
+    split = gemm.threads(m, k, n, dtype) > 1
+
+    def call(bp=bp, c=c):                # (bp held here: the kernel reads it through a pointer)
+        if split:
+            gemm.run_split(fn, *args, nr, a.itemsize)
+        else:
+            fn(*args)
+        return c
+    return call
+
+
+def _ort_product(a, b):
+    """onnxruntime's MatMul of a (an input) by b (a constant: packed when the session is made)."""
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    graph = helper.make_graph([helper.make_node("MatMul", ["a", "b"], ["c"])], "sgemm",
+                              [helper.make_tensor_value_info("a", TensorProto.FLOAT, list(a.shape))],
+                              [helper.make_tensor_value_info("c", TensorProto.FLOAT, [a.shape[0], b.shape[1]])],
+                              [numpy_helper.from_array(b, "b")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads, opts.inter_op_num_threads = _cores(), 1
+    sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    return lambda: sess.run(None, {"a": a})[0]
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
 
 
 def copy_bandwidth(nbytes=256 << 20, reps=5) -> float:

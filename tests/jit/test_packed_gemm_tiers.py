@@ -255,3 +255,31 @@ def test_a_weight_read_as_is_runs_packed_and_follows_set_data(level):
         got = f(ms.Tensor(x), ms.Tensor(wi), ms.Tensor(b)).asnumpy()
         np.testing.assert_allclose(got, x @ wi + b, rtol=1e-5, atol=1e-5)
     ms.set_context(jit_config={"jit_level": "auto"})
+
+
+@pytest.mark.parametrize("tier", ["L2", "L3", "auto"])
+def test_a_prepared_weight_made_writable_again_is_read_as_it_is_now(level, tier):
+    """A weight the site packed (Dense, x @ W.T) or read as is (Conv1D, x @ B), then made writable and
+    written in place, is no longer fixed (Site.frozen answers a writable array first): the next calls,
+    replayed ones too, multiply the new values, not the stale packed copy."""
+    rng = np.random.default_rng(12)
+    level(tier)
+    for net, ref in ((Twin(), lambda n, x: (x @ n.a.weight.asnumpy().T + n.a.bias.asnumpy())
+                      @ n.b.weight.asnumpy().T + n.b.bias.asnumpy()),
+                     (_AddMM(32, 40), lambda n, x: x @ n.weight.asnumpy() + n.bias.asnumpy())):
+        x = rng.standard_normal((20, 32)).astype(np.float32)
+        for _ in range(8):
+            out = net(ms.Tensor(x)).asnumpy()
+            tiers.wait_for_compiles(60)
+        np.testing.assert_allclose(out, ref(net, x), rtol=1e-5, atol=1e-5)
+        sites = [s for v in net._runner.variants.values() for c in v.code.all_codes()
+                 for s in c.jit_sites.values() if s.op == "FUSED_MATMUL" and (s.pcache or s.wcache)]
+        arrays = [e[0] for s in sites for e in list(s.pcache.values()) + list(s.wcache.values())]
+        assert arrays, "no weight was prepared"
+        for a in arrays:
+            a.flags.writeable = True
+            a[...] = rng.standard_normal(a.shape).astype(a.dtype)
+        for _ in range(3):
+            out = net(ms.Tensor(x)).asnumpy()
+            np.testing.assert_allclose(out, ref(net, x), rtol=1e-5, atol=1e-5, err_msg=type(net).__name__)
+        assert not any(tiers._frozen(a) or s.frozen(a) for s in sites for a in arrays)

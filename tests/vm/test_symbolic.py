@@ -77,3 +77,35 @@ def test_dims_rebuilt_per_layer_stay_the_size_of_one():
                      {"x0": 3, "x1": 4, "u": 6, "m": 2}):
         assert simplify_dim(d).evaluate(env_vals) == d.evaluate(env_vals)
 
+
+
+def test_compiled_shape_matches_evaluate_on_random_dims():
+    """symeval.compile_sym_tuple (a planned instruction's shape, one generated function) gives each
+    dim's ``evaluate`` on random expressions and environments; a missing symbol is a KeyError, as
+    in compile_sym; the empty shape is ()."""
+    import random
+
+    from msvm.interp.symeval import compile_sym, compile_sym_tuple
+
+    rng = random.Random(5)
+    names = ("B", "N", "H")
+
+    def expr(depth):
+        if depth == 0 or rng.random() < 0.3:
+            return S.sym(rng.choice(names)) if rng.random() < 0.7 else S.Expr.const(rng.randint(0, 9))
+        a, b = expr(depth - 1), expr(depth - 1)
+        op = rng.choice(("+", "*", "//", "%", "max", "min", "select"))
+        if op in ("//", "%"):
+            b = S.Expr.const(rng.randint(1, 5))
+        return {"+": lambda: a + b, "*": lambda: a * b, "//": lambda: a // b, "%": lambda: a % b,
+                "max": lambda: S.smax(a, b), "min": lambda: S.smin(a, b),
+                "select": lambda: S.select(a > b, a, b)}[op]()
+
+    for _ in range(200):
+        dims = tuple(expr(3) for _ in range(rng.randint(0, 4)))
+        env = {k: rng.randint(1, 64) for k in names}
+        assert compile_sym_tuple(dims)(env) == tuple(d.evaluate(env) for d in dims)
+        assert compile_sym_tuple(dims)(env) == tuple(compile_sym(d)(env) for d in dims)
+    assert compile_sym_tuple(())({}) == ()
+    with pytest.raises(KeyError):
+        compile_sym_tuple((B * 2, N))({"B": 3})

@@ -53,6 +53,13 @@ def _atom_src(a: Atom) -> str:
 
 
 @lru_cache(maxsize=4096)
+def compile_sym_tuple(es: tuple):
+    """``f(env)`` giving the tuple of the exprs es (a shape) in one call, not one call per dim."""
+    src = "lambda env: (" + "".join(f"{_src(e)}, " for e in es) + ")"
+    return eval(src, {"__builtins__": {"max": max, "min": min, "bool": bool}})  # noqa: S307 - generated, see docstring
+
+
+@lru_cache(maxsize=4096)
 def compile_sym(e):
     """``f(env)`` evaluating e; constants become plain lambdas."""
     src = f"lambda env: {_src(e)}"

@@ -125,38 +125,48 @@ def _live_after(code: Code, targets) -> list:
 
 def _forward_stores(code: Code, targets, original: Code):
     """A value stored to a local and loaded straight back (nothing else reads the local) stays on
-    the stack; so does one stored, then loaded as the second operand of a commutative binary whose
-    first is a local loaded in between (``out += self.down_sample(x)``: STORE t, LOAD out, LOAD t,
-    ADD becomes LOAD out, ADD), so that the producer's run reaches the binary (fusion)."""
-    while True:
-        live = _live_after(code, targets)
-        for i in range(len(code.instrs) - 3):
-            a, b, c, op = code.instrs[i:i + 4]
-            if (a.op.name == "STORE_TENSOR" and b.op.name == "LOAD_TENSOR" and c.op.name == "LOAD_TENSOR"
-                    and op.op.commutative and a.args[0] == c.args[0] != b.args[0] and a.args[0] not in live[i + 2]
-                    and not any(_is_target(code, targets, x) for x in (b, c, op))):
-                if _is_target(code, targets, a):
-                    _replace_target(targets, a, b)
-                del code.instrs[i + 2]
-                del code.instrs[i]
-                break
-        else:
-            break
-    while True:
-        live = _live_after(code, targets)
-        for i in range(len(code.instrs) - 1):
-            a, b = code.instrs[i], code.instrs[i + 1]
-            if (a.op.name == "STORE_TENSOR" and b.op.name == "LOAD_TENSOR" and a.args[0] == b.args[0]
-                    and a.args[0] not in live[i + 1] and not _is_target(code, targets, b)):
-                after = code.instrs[i + 2] if i + 2 < len(code.instrs) else None
-                if _is_target(code, targets, a):
-                    if after is None:
-                        continue
-                    _replace_target(targets, a, after)
-                del code.instrs[i:i + 2]
-                break
-        else:
-            return
+    the stack; so does a convolution's result stored, then loaded as the second operand of a
+    commutative binary whose first is a local loaded in between (``out += self.down_sample(x)``:
+    STORE t, LOAD out, LOAD t, ADD becomes LOAD out, ADD), so that the convolution's run reaches the
+    binary (its epilogue). Only after a convolution: other passes match their operands in order
+    (norm.py's ``x * r * w``)."""
+    while _forward_one(code, targets) or _swap_into_conv_run(code, targets):
+        pass
+
+
+def _forward_one(code: Code, targets) -> bool:
+    """One STORE t; LOAD t (t dead after) removed; whether there was one."""
+    live = _live_after(code, targets)
+    for i in range(len(code.instrs) - 1):
+        a, b = code.instrs[i], code.instrs[i + 1]
+        if (a.op.name == "STORE_TENSOR" and b.op.name == "LOAD_TENSOR" and a.args[0] == b.args[0]
+                and a.args[0] not in live[i + 1] and not _is_target(code, targets, b)):
+            after = code.instrs[i + 2] if i + 2 < len(code.instrs) else None
+            if _is_target(code, targets, a):
+                if after is None:
+                    continue
+                _replace_target(targets, a, after)
+            del code.instrs[i:i + 2]
+            return True
+    return False
+
+
+def _swap_into_conv_run(code: Code, targets) -> bool:
+    """One CONV2D/BATCH_NORM; STORE t; LOAD a; LOAD t; <commutative> (t dead after) made
+    CONV2D/BATCH_NORM; LOAD a; <commutative>; whether there was one."""
+    live = _live_after(code, targets)
+    for i in range(1, len(code.instrs) - 3):
+        a, b, c, op = code.instrs[i:i + 4]
+        if (code.instrs[i - 1].op.name in ("CONV2D", "BATCH_NORM")
+                and a.op.name == "STORE_TENSOR" and b.op.name == "LOAD_TENSOR" and c.op.name == "LOAD_TENSOR"
+                and op.op.commutative and a.args[0] == c.args[0] != b.args[0] and a.args[0] not in live[i + 2]
+                and not any(_is_target(code, targets, x) for x in (b, c, op))):
+            if _is_target(code, targets, a):
+                _replace_target(targets, a, b)
+            del code.instrs[i + 2]
+            del code.instrs[i]
+            return True
+    return False
 
 
 # ---------------------------------------------------------------- fusion

@@ -125,9 +125,7 @@ def _tiles(L, name, t, w, nv, mr, vt, fma, mstore, mload, iota):
         L("  br i1 %kz, label %store, label %loop")
         L("loop:")
         L("  %p = phi i64 [ 0, %pre ], [ %pn, %loop ]")
-        for i in range(r):
-            for v in range(nv):
-                L(f"  %acc{i}_{v} = phi {vt} [ %init{i}_{v}, %pre ], [ %nacc{i}_{v}, %loop ]")
+        _phis(L, vt, r, nv, "acc", [("init", "pre"), ("nacc", "loop")])
         L(f"  %boff = mul i64 %p, {nr}")
         for v in range(nv):
             L(f"  %bo{v} = add i64 %boff, {v * w}")
@@ -149,9 +147,7 @@ def _tiles(L, name, t, w, nv, mr, vt, fma, mstore, mload, iota):
         L("  %more = icmp slt i64 %pn, %k")
         L("  br i1 %more, label %loop, label %store")
         L("store:")
-        for i in range(r):
-            for v in range(nv):
-                L(f"  %e{i}_{v} = phi {vt} [ %init{i}_{v}, %pre ], [ %nacc{i}_{v}, %loop ]")
+        _phis(L, vt, r, nv, "e", [("init", "pre"), ("nacc", "loop")])
         _tile_store(L, w, nv, r, vt, mstore, nr)
 
 
@@ -181,9 +177,16 @@ def _tile_head(L, t, w, nv, r, vt, mload, iota, prefetch_c):
               f"{vt} zeroinitializer)")
     L("  br label %pre")
     L("pre:")
+    _phis(L, vt, r, nv, "init", [("zeroinitializer", "entry"), ("old", "onto")])
+
+
+def _phis(L, vt, r, nv, dst, incoming) -> None:
+    """%{dst}{i}_{v} = phi over the tile's r x nv vectors, from each (value prefix, block) of
+    ``incoming`` (the prefix "zeroinitializer": that constant)."""
     for i in range(r):
         for v in range(nv):
-            L(f"  %init{i}_{v} = phi {vt} [ zeroinitializer, %entry ], [ %old{i}_{v}, %onto ]")
+            srcs = ", ".join(f"[ {s if s == 'zeroinitializer' else f'%{s}{i}_{v}'}, %{b} ]" for s, b in incoming)
+            L(f"  %{dst}{i}_{v} = phi {vt} {srcs}")
 
 
 def _fma_row(L, t, vt, fma, w, nv, i, a, off, acc):
@@ -240,9 +243,7 @@ def _tile_epilogue(L, t, w, nv, r, vt, mload):
             L(f"  %fb{i}_{v} = fadd {vt} %fs{i}_{v}, %bb{i}_")
     L("  br label %ebx")
     L("ebx:")
-    for i in range(r):
-        for v in range(nv):
-            L(f"  %g{i}_{v} = phi {vt} [ %f{i}_{v}, %epi ], [ %fb{i}_{v}, %eb ]")
+    _phis(L, vt, r, nv, "g", [("f", "epi"), ("fb", "eb")])
     L("  br i1 %hasr, label %er, label %erx")
     L("er:")
     for i in range(r):
@@ -255,9 +256,7 @@ def _tile_epilogue(L, t, w, nv, r, vt, mload):
             L(f"  %gr{i}_{v} = fadd {vt} %g{i}_{v}, %rv{i}_{v}")
     L("  br label %erx")
     L("erx:")
-    for i in range(r):
-        for v in range(nv):
-            L(f"  %h{i}_{v} = phi {vt} [ %g{i}_{v}, %ebx ], [ %gr{i}_{v}, %er ]")
+    _phis(L, vt, r, nv, "h", [("g", "ebx"), ("gr", "er")])
     for i in range(r):
         for v in range(nv):
             L(f"  %hl{i}_{v} = fcmp ugt {vt} %h{i}_{v}, %lov")          # (NaN: unordered, kept)
@@ -266,9 +265,7 @@ def _tile_epilogue(L, t, w, nv, r, vt, mload):
             L(f"  %hn{i}_{v} = select <{w} x i1> %hh{i}_{v}, {vt} %hm{i}_{v}, {vt} %hiv")
     L("  br label %noepi")
     L("noepi:")
-    for i in range(r):
-        for v in range(nv):
-            L(f"  %e{i}_{v} = phi {vt} [ %f{i}_{v}, %store ], [ %hn{i}_{v}, %erx ]")
+    _phis(L, vt, r, nv, "e", [("f", "store"), ("hn", "erx")])
 
 
 def _row_blocks(L, k: str, a_block: int, mr: int) -> None:
@@ -507,9 +504,7 @@ def _ct_tiles(L, name, t, w, nv, mr, vt, fma, mstore, mload, iota, a_inplace, on
         L("  br i1 %kz, label %store, label %cloop")
         L("cloop:")
         L("  %ch = phi i64 [ 0, %pre ], [ %chn, %cend ]")
-        for i in range(r):
-            for v in range(nv):
-                L(f"  %acc{i}_{v} = phi {vt} [ %init{i}_{v}, %pre ], [ %nacc{i}_{v}, %cend ]")
+        _phis(L, vt, r, nv, "acc", [("init", "pre"), ("nacc", "cend")])
         L("  %boc = mul i64 %ch, %ldb")
         L("  %aoc = mul i64 %ch, %ntaps")
         # the source rows PREFETCH_ROWS channels ahead: the first and the last tap's windows
@@ -526,17 +521,13 @@ def _ct_tiles(L, name, t, w, nv, mr, vt, fma, mstore, mload, iota, a_inplace, on
             L("  %tof = add i64 %t0, 0")
             L("  br label %tbody")
             L("tbody:")
+            _phis(L, vt, r, nv, "tacc", [("acc", "cloop")])
             L("  %tp = add i64 0, 0")
-            for i in range(r):
-                for v in range(nv):
-                    L(f"  %tacc{i}_{v} = select i1 true, {vt} %acc{i}_{v}, {vt} %acc{i}_{v}")
         else:
             L("  br label %tbody")
             L("tbody:")
             L("  %tp = phi i64 [ 0, %cloop ], [ %tn, %tbody ]")
-            for i in range(r):
-                for v in range(nv):
-                    L(f"  %tacc{i}_{v} = phi {vt} [ %acc{i}_{v}, %cloop ], [ %nacc{i}_{v}, %tbody ]")
+            _phis(L, vt, r, nv, "tacc", [("acc", "cloop"), ("nacc", "tbody")])
             L("  %tofp = getelementptr i64, i64* %taps, i64 %tp")
             L("  %tof = load i64, i64* %tofp")
         L("  %bo = add i64 %boc, %tof")
@@ -578,9 +569,7 @@ def _ct_tiles(L, name, t, w, nv, mr, vt, fma, mstore, mload, iota, a_inplace, on
         L("  %chm = icmp slt i64 %chn, %kc")
         L("  br i1 %chm, label %cloop, label %store")
         L("store:")
-        for i in range(r):
-            for v in range(nv):
-                L(f"  %f{i}_{v} = phi {vt} [ %init{i}_{v}, %pre ], [ %nacc{i}_{v}, %cend ]")
+        _phis(L, vt, r, nv, "f", [("init", "pre"), ("nacc", "cend")])
         _tile_epilogue(L, t, w, nv, r, vt, mload)
         _tile_store(L, w, nv, r, vt, mstore, nr)
 

@@ -1,9 +1,9 @@
 """FUSED_CONV and MAX_POOL2D in the tiers (issue 18): which convolutions get which compiled kernel,
 and how each is called. Algorithms chosen by measurement (one thread, this machine's OpenBLAS):
 
-- **Depthwise** (group == in channels), and dense or grouped convolutions of at most
-  DIRECT_MAX_CHANNELS input channels per group and DIRECT_MAX_TAPS weights per output (stems on
-  RGB): one LLVM kernel (``DepthwiseConv``, lowered in
+- **Depthwise** (group == in channels), and grouped convolutions of at most
+  DIRECT_MAX_CHANNELS input channels per group and DIRECT_MAX_TAPS weights per output (RGB stems
+  were too, until the taps product ran channel-major: see ``K.folds``): one LLVM kernel (``DepthwiseConv``, lowered in
   ``lower_conv.py``): per (image, channel) plane and output row, the taps are summed over a vector
   of output columns straight from the unpadded NCHW input (padded rows read a row of zeros, padded
   columns are masked at the row ends), then the folded batch norm bias and the epilogue (ReLU6, a
@@ -119,9 +119,9 @@ from .entry import data_pointer
 from .lower import BINARY, UNARY, Unsupported
 
 OPS = frozenset(op for op, kind in KERNEL_KINDS.items() if kind == "conv")   # the rows whose Site plans here
-# a dense or grouped convolution of few input channels per group runs the direct kernel (the
-# depthwise one, summing over them): MobileNet's 3x3 stem on 3 channels 1.9x im2col + BLAS, 3x3 on
-# 4 channels 1.4x; ResNet's 7x7 stem on 3 (147 taps) 0.35x, 5x5 on 2 (50) 0.9x: BLAS from there
+# a grouped convolution of few input channels per group runs the direct kernel (the depthwise one,
+# summing over them; measured against im2col + BLAS: 3x3 on 3 channels 1.9x, on 4 1.4x; 7x7 on 3
+# (147 taps) 0.35x, 5x5 on 2 (50) 0.9x); a dense one, an RGB stem, the taps product (K.folds)
 DIRECT_MAX_CHANNELS = K.DIRECT_MAX_CHANNELS     # (K.folds: the L1 kernel folds the batch norm for the same ones)
 DIRECT_MAX_TAPS = K.DIRECT_MAX_TAPS
 

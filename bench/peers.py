@@ -33,7 +33,9 @@ whole stream. And **peak memory** of one forward (batch 1, first size, one threa
 way for every peer (bench/timing.py ``peak_rss``: the resident set's rise while the call runs, the
 allocators set to return freed memory so that it is what the call held).
 
-Medians of interleaved runs (a shared machine's load hits all peers alike). A peer that is not installed
+Medians of interleaved runs (a shared machine's load hits all peers alike); at one thread each
+steady call is timed on the calling thread's CPU time (timing.steady_clock: every peer computes on
+that thread then, and another process taking the core does not count), at two on the wall clock. A peer that is not installed
 (``pip install .[bench]``) is skipped with a line saying so.
 
     python bench/peers.py [resnet50 mobilenet_v2_100 resnet18 bert gpt2 bert-layer]
@@ -177,7 +179,7 @@ def _medians(peers, keys, runs, slow=(), best=("sgemm",)):
     onnxruntime's pool spins after a run, and on two cores that made msvm's next call 2.3x slower
     (MobileNet v2: 13.6 ms alone, 31.0 ms right after an onnxruntime run; onnxruntime 9.7 / 13.7 ms).
     A peer in ``best`` gives its fastest run instead (the floor's product: a peak, not a typical time)."""
-    from timing import timed
+    from timing import timed_steady
 
     times = {k: {s: [] for s in keys} for k in peers}
     for _ in range(runs):
@@ -187,7 +189,7 @@ def _medians(peers, keys, runs, slow=(), best=("sgemm",)):
                     continue                   # a slow reference: three runs do
                 if k not in slow:
                     fn(s)
-                times[k][s].append(timed(lambda fn=fn, s=s: fn(s)) * 1e3)
+                times[k][s].append(timed_steady(lambda fn=fn, s=s: fn(s)) * 1e3)
     return {k: {s: (min if k in best else statistics.median)(v) for s, v in d.items()} for k, d in times.items()}
 
 
@@ -338,7 +340,8 @@ def main():
         return child(args)
     try:
         import onnxruntime
-        print(f"[peers] onnxruntime {onnxruntime.__version__}; ms per forward, medians of {args.runs}")
+        print(f"[peers] onnxruntime {onnxruntime.__version__}; ms per forward, medians of {args.runs} (one thread: "
+              "the thread's CPU time, timing.steady_clock; two: the wall clock)")
     except ImportError:
         print("[peers] onnxruntime not installed (pip install .[bench]): its column stays empty")
     print(COLUMNS)

@@ -75,7 +75,11 @@ and how each is called. Algorithms chosen by measurement (one thread, this machi
   lines (to write) at its start: 77-119 -> 128-145 GFLOP/s there, 14 wide 116-141 -> 149-159, and
   the warm figures rose too (3x3 at 7 wide 86 -> 143); distances of 24-256 steps measured, 64-96
   best. ResNet-50's forward on the taps route: 90.6 -> 70.4 ms (bench/conv_routes.py, median of
-  15; the sum of each layer's fastest call 69 -> 56 ms). Measured and not kept: B copied per
+  15; the sum of each layer's fastest call 69 -> 56 ms). The source rows and the C lines are
+  prefetched one panel on (the driver reaches them after every row tile of this panel; rows ahead
+  in this panel end with a k block of few channels): MobileNet v2's and ResNet-50's layer shapes,
+  the sum of their fastest calls 7.2-9.3 -> 6.0-7.4 ms (the 1x1 layers of 16-96 channels 25-65 ->
+  45-112 GFLOP/s). Measured and not kept: B copied per
   (tap, k block) into a contiguous stack panel that every row tile reads, as BLIS packs it
   (0.83-1.0x: the strided rows are prefetched well enough); prefetching the next panel into L2 instead of (or
   besides) the rows ahead (0.9-1.05x), the tiles inlined into the driver (no call: 0.9-1.05x);

@@ -483,7 +483,7 @@ def lower_matmul_packed(k, name: str, features: str) -> str:
 
 TAPS_NAME = "msvm_gemm_taps"
 TAPS_KC = 256               # k steps (channels x taps) per block
-TAPS_VERSION = 7            # (in the kernel text, so the cache key: bump it when ir_taps changes)
+TAPS_VERSION = 8            # (in the kernel text, so the cache key: bump it when ir_taps changes)
 
 
 def _ct_tiles(L, name, t, w, nv, mr, vt, fma, mstore, mload, iota, a_inplace, one_tap):
@@ -510,9 +510,11 @@ def _ct_tiles(L, name, t, w, nv, mr, vt, fma, mstore, mload, iota, a_inplace, on
         _phis(L, vt, r, nv, "acc", [("init", "pre"), ("nacc", "cend")])
         L("  %boc = mul i64 %ch, %ldb")
         L("  %aoc = mul i64 %ch, %ntaps")
-        # the source rows PREFETCH_ROWS channels ahead: the first and the last tap's windows
-        L(f"  %pfc = add i64 %ch, {PREFETCH_ROWS}")
-        L("  %pfr = mul i64 %pfc, %ldb")
+        # this channel's rows one panel on (the first and the last tap's windows): the driver reaches
+        # them after every row tile of this panel; rows PREFETCH_ROWS channels ahead in this panel
+        # measured 0.55-1.05x that (a k block of a few channels ends before them)
+        L("  %pfc = mul i64 %ch, %ldb")
+        L(f"  %pfr = add i64 %pfc, {w * nv}")
         for tag, tap in (("f", "%t0"), ("l", "%tl")) if not one_tap else (("f", "%t0"),):
             L(f"  %pf{tag} = add i64 %pfr, {tap}")
             for v in range(nv):
@@ -596,8 +598,8 @@ def ir_taps(features: str, dtype: str = "float32", name: str = TAPS_NAME, kc: in
     onto the tile's C; a tile family for ntaps = 1 has no tap loop. The same 12 x 32 register tiles
     as the packed Dense product run over panels of NR output columns (j0 a multiple of NR; columns
     past q are neither read nor written). Each tile prefetches its A A_PREFETCH k steps ahead (in
-    place: one of its rows a step, in turn), its source rows PREFETCH_ROWS channels ahead (the first
-    and last taps' windows) and, at its start, the C lines of its rows one panel on (to write)."""
+    place: one of its rows a step, in turn) and, one panel on, its source rows (the first and last
+    taps' windows) and, at its start, the C lines of its rows (to write)."""
     t = TYPES[dtype]
     w, nv, mr = shape(features, dtype)
     mr = rows or mr
@@ -713,7 +715,7 @@ class TapsGemm:
 
     def text(self) -> str:
         return (f"gemm_taps v{TAPS_VERSION} dtype={self.dtype} a_block={A_BLOCK_BYTES} kc={self.kc} "
-                f"prefetch={PREFETCH_ROWS} a_prefetch={A_PREFETCH} c=next" + (" a_inplace" if self.a_inplace else "")
+                f"prefetch={PREFETCH_ROWS} a_prefetch={A_PREFETCH} c=next b=next" + (" a_inplace" if self.a_inplace else "")
                 + (f" rows={self.rows}" if self.rows else ""))
 
 

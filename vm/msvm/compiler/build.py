@@ -188,6 +188,30 @@ def blas_single() -> bool:
     return False
 
 
+_core: list = []
+
+
+def blas_core() -> str | None:
+    """(issue 18) The kernel family numpy's OpenBLAS picked for this CPU at load time
+    (``openblas_get_corename``: "haswell", "skylakex", "zen", ...), lower case; None where it cannot
+    be asked. compiler/gemm.py's ``use_packed`` reads it: OpenBLAS runs Zen 5 on its AVX2 kernels."""
+    if not _core:
+        import glob
+
+        name = None
+        for path in glob.glob(os.path.join(os.path.dirname(np.__file__), os.pardir, "numpy.libs",
+                                           "libscipy_openblas64_*")):
+            try:
+                fn = ctypes.CDLL(path).scipy_openblas_get_corename64_
+            except (OSError, AttributeError):
+                continue
+            fn.restype = ctypes.c_char_p
+            name = (fn() or b"").decode(errors="replace").strip().lower() or None
+            break
+        _core.append(name)
+    return _core[0]
+
+
 def _numpy_blas():
     import glob
     import os

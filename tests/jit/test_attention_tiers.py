@@ -358,3 +358,93 @@ def test_masks_that_broadcast_every_way_go_in_at_the_scores_shape(tier, tmp_path
     assert _compiled(net), site.l1_why
     assert any(p is not None and p.details["expand"] == [True] for p in site.plans.values())
     np.testing.assert_allclose(got, ref1, rtol=1e-5, atol=1e-6)
+
+
+# ---------------------------------------------------------------- the score program inside the softmax (issue 18)
+
+FUSED_MASKS = {     # (b, s, h, mask shape, whether the row kernel can take it)
+    "bert_b1": (1, 37, 3, (1, 1, 1, 37), True),
+    "bert_b3": (3, 13, 2, (3, 1, 1, 13), True),
+    "per_query": (2, 9, 3, (2, 1, 9, 9), True),
+    "full": (2, 5, 2, (2, 2, 5, 5), True),
+    "per_head_key": (2, 7, 3, (1, 3, 1, 7), True),
+    "per_row": (2, 6, 2, (2, 1, 6, 1), True),             # (one value per row)
+    "one_key": (2, 1, 2, (2, 1, 1, 1), True),
+}
+
+
+def _fused_plans(net):
+    return [p.details["fused"] for s in _sites(net) for p in s.plans.values() if p is not None]
+
+
+@pytest.mark.parametrize("case", sorted(FUSED_MASKS))
+@pytest.mark.parametrize("tier", ["L2", "L3"])
+def test_score_program_in_the_softmax_row_kernel(tier, case, monkeypatch):
+    """The score stage run by the softmax's first pass (attention_plan.row_operands) gives the bits of
+    the stage kernel followed by the plain softmax, and agrees with L1 and float64 numpy; masks with
+    -inf, -3e38 and NaN, broadcast along any of the leading dims or along the row."""
+    from msvm.compiler import attention_plan
+
+    b, s, h, mshape, takes = FUSED_MASKS[case]
+    rng = np.random.default_rng(len(case) * 7 + s)
+    q, k, v, mask = _inputs(rng, b, s, s, h, 8, mshape)
+    mask.flat[:: 5] = -np.inf
+    mask.flat[1:: 7] = -3e38
+    if mask.size > 3:
+        mask.flat[3] = np.nan
+    ref1 = _run(Attention(8), "L1", (q, k, v, mask), 1)
+    got = {}
+    for fuse in (True, False):
+        monkeypatch.setattr(attention_plan, "FUSE_SOFTMAX", fuse)
+        net = Attention(8)
+        with np.errstate(all="ignore"):
+            got[fuse] = _run(net, tier, (q, k, v, mask))
+        assert _compiled(net)
+        plans = _fused_plans(net)
+        assert plans and all((f is not None) == (fuse and takes) for f in plans), plans
+    np.testing.assert_array_equal(got[True], got[False])
+    np.testing.assert_array_equal(np.isnan(got[True]), np.isnan(ref1))
+    np.testing.assert_allclose(got[True], ref1, rtol=1e-5, atol=1e-6, equal_nan=True)
+    with np.errstate(all="ignore"):
+        ref = numpy_attention(q, k, v, mask, 8)
+    np.testing.assert_allclose(got[True], ref, rtol=1e-5, atol=1e-5, equal_nan=True)
+
+
+def test_row_operands_collapse_the_leading_dims():
+    from msvm.compiler.attention_plan import row_operands
+
+    m = np.zeros((2, 1, 1, 5), np.float32)
+    assert row_operands([m, 0.5], (2, 3, 4, 5)) == {"kinds": ("t", "s"), "rowb": (False, True), "n1": 2,
+                                                     "n2": 12, "strides": [(0, 5, 0)]}
+    full = np.zeros((2, 3, 4, 5), np.float32)
+    assert row_operands([full], (2, 3, 4, 5)) == {"kinds": ("t",), "rowb": (False,), "n1": 1, "n2": 24,
+                                                  "strides": [(0, 0, 5)]}
+    r = row_operands([np.zeros((2, 1, 4, 1), np.float32)], (2, 3, 4, 5))      # (one value per row)
+    assert r["rowb"] == (True,) and (r["n1"], r["n2"]) == (3, 4) and r["strides"] == [(4, 0, 1)]
+    r = row_operands([np.zeros((1, 3, 1, 5), np.float32), np.zeros((2, 1, 4, 5), np.float32)], (2, 3, 4, 5))
+    assert (r["n1"], r["n2"]) == (3, 4) and r["strides"] == [(0, 5, 0), (20, 0, 5)]
+    assert row_operands([np.zeros((2, 1, 2, 1, 5), np.float32), np.zeros((1, 3, 1, 1, 5), np.float32)],
+                        (2, 3, 2, 4, 5)) is None              # (four leading dims that do not collapse)
+    assert row_operands([np.zeros((1, 1, 1, 5), np.float32)], (1, 1, 1, 5)) == {
+        "kinds": ("t",), "rowb": (False,), "n1": 1, "n2": 1, "strides": [(0, 0, 0)]}
+
+
+@pytest.mark.parametrize("style", ["bert", "gpt2"])
+def test_model_spellings_with_and_without_the_row_program(style, monkeypatch):
+    """BERT's spelling (scale, then the int mask's adder: one stage) runs in the row kernel; GPT-2's
+    (a WHERE stage too) keeps the stages; both agree with the stage route and with L1."""
+    from msvm.compiler import attention_plan
+
+    rng = np.random.default_rng(3)
+    args = style_inputs(rng, style, 2, 11, 3, 8)
+    ref1 = _run(STYLES[style](8), "L1", args, 1)
+    got = {}
+    for fuse in (True, False):
+        monkeypatch.setattr(attention_plan, "FUSE_SOFTMAX", fuse)
+        net = STYLES[style](8)
+        with np.errstate(over="ignore"):
+            got[fuse] = _run(net, "L3", args)
+        plans = _fused_plans(net)
+        assert plans and all((f is not None) == (fuse and style == "bert") for f in plans)
+    np.testing.assert_array_equal(got[True], got[False])
+    np.testing.assert_allclose(got[True], ref1, rtol=1e-5, atol=1e-6)

@@ -211,8 +211,52 @@ def plan(site, inputs) -> Plan:
     ctx = q.shape[:-1] + (v.shape[-1],)
     out_shape = tuple(ctx[p] for p in layout) if layout else ctx
     rows, n = int(np.prod(scores[:-1])), scores[-1]
-    cls = ("attn", str(d), tuple(e.cls if e is not None else "where" for e in epis), layout)
+    fused = None
+    if FUSE_SOFTMAX and len(stages) == 1 and stages[0][0] == "ew":       # (masks never expanded here)
+        fused = row_operands([operand(r, extras, pre_vals) for r in stages[0][2]], scores)
+    cls = ("attn", str(d), tuple(e.cls if e is not None else "where" for e in epis), layout,
+           None if fused is None else ("softmax", fused["kinds"], fused["rowb"]))
     key = (cls, tuple(x.shape if type(x) is np.ndarray else None for x in inputs),
            tuple(x.shape for x in pre_vals if isinstance(x, np.ndarray)))
     return Plan(cls, key, out_shape, d, {"epis": epis, "expand": expand, "scores": scores, "ctx": ctx,
-                                         "rows": rows, "n": n, "layout": layout})
+                                         "rows": rows, "n": n, "layout": layout, "fused": fused})
+
+
+FUSE_SOFTMAX = True     # (tests turn it off: the stage kernel, then the plain softmax, must give the same bits)
+
+
+def row_operands(ops, scores) -> dict | None:
+    """How the softmax row kernel reads the score stage's operands (``lower._row_operands``): per
+    operand "t" (a tensor, C-contiguous as the site passes it) or "s" (a scalar); whether a tensor is
+    one value per row (its last dim broadcast); and the scores' leading dims collapsed to three, [n0,
+    n1, n2], with each tensor's three strides over them: row r = (i0 * n1 + i1) * n2 + i2 reads at
+    i0 * s0 + i1 * s1 + i2 * s2. None where the leading dims do not collapse to three for every operand
+    (rank 5 scores and more)."""
+    lead, n = tuple(scores[:-1]), scores[-1]
+    kinds, rowb, strides = [], [], []
+    for x in ops:
+        if not (isinstance(x, np.ndarray) and x.ndim):
+            kinds.append("s")
+            rowb.append(True)
+            continue
+        shape = (1,) * (len(scores) - x.ndim) + tuple(x.shape)
+        st, acc = [0] * len(shape), 1
+        for i in range(len(shape) - 1, -1, -1):       # C-contiguous strides, 0 where broadcast
+            st[i] = acc if shape[i] != 1 else 0
+            acc *= shape[i]
+        kinds.append("t")
+        rowb.append(shape[-1] == 1 or n == 1)
+        strides.append(st[:-1])
+    dims = [i for i, size in enumerate(lead) if size != 1]
+    groups: list = []               # runs of leading dims that merge: [first dim, ..., last dim]
+    for i in dims:
+        if groups and all(s[groups[-1][-1]] == s[i] * lead[i] for s in strides):
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+    if len(groups) > 3:
+        return None
+    groups = [[]] * (3 - len(groups)) + groups
+    n1, n2 = (int(np.prod([lead[i] for i in g])) if g else 1 for g in groups[1:])
+    return {"kinds": tuple(kinds), "rowb": tuple(rowb), "n1": n1, "n2": n2,
+            "strides": [tuple(s[g[-1]] if g else 0 for g in groups) for s in strides]}

@@ -9,6 +9,20 @@ by a compiled row kernel into a second kept buffer; then ``probs @ v`` (BLAS) wr
 into the output, in the layout the fused TRANSPOSE asked for (so the heads are never copied back).
 Neither buffer escapes the call: nothing else reads them.
 
+**One stage in the softmax** (issue 18). Where the score program is one run of float arithmetic
+(BERT's scale and mask adder; no WHERE) whose masks' leading dims collapse to three
+(``attention_plan.row_operands``), the softmax row kernel's first pass computes the program itself
+(``lower_row``'s softmax with ``programs``, the masks read per row at their own strides, never
+broadcast to the scores' shape) and writes it into the probabilities' buffer while it takes the row's
+maximum: the scores are read once and the stage kernel's pass over them is gone. The floats are the
+stage kernel's then the softmax's, bit for bit (the tests compare both routes). Measured (AMD Zen 5,
+one thread, CPU time of one BERT-base attention site, stage kernel route -> this): S=16 47 -> 44 us,
+S=64 270 -> 266, S=128 776 -> 751; batch 8: S=64 2390 -> 2308, S=128 7036 -> 6746. The products
+(numpy's matmul: OpenBLAS) are the rest: about 580 of the 751 us at S=128. msvm's packed product
+per head (the heads' k and v packed in an LLVM loop, one call for all heads) measured no faster:
+B=1 S=16 8 -> 33 us per product, S=64 82 -> 112, S=128 298 -> 279; B=8 S=128 5.4 -> 7.3 ms (the
+packing and OpenBLAS's small-matrix kernels at these k = 64 products); not taken.
+
 A Site like the others (compiler/tiers.py): L1 is the reference kernel (each part's own kernel in
 order); L2 compiles the kernels shape-generic (dims are arguments); L3 compiles them for the
 concrete shapes after ``l3_after`` calls there (for at most ``tiers.L3_SHAPES`` shapes); a compile
@@ -137,6 +151,11 @@ class AttentionSite(Site):
     def _irs(self, level: int, p: Plan) -> list:
         """The kernel IR of each stage (None for a WHERE) and of the row kernel, in order."""
         dtype = str(p.dtype)
+        n = p.details["n"] if level == 3 else None
+        fused = p.details["fused"]
+        if fused is not None:           # (the stage's program in the softmax's first pass)
+            return [None, RowKernel("softmax", dtype, False, False, 0.0, n, programs=(self.split[1][0][1],),
+                                    kinds=fused["kinds"], rowb=fused["rowb"])]
         out = []
         for e in p.details["epis"]:
             if e is None:
@@ -145,7 +164,7 @@ class AttentionSite(Site):
             ep = e.details
             out.append(Elementwise(ep["program"], ep["kinds"], tuple(ep["bcast"]), dtype,
                                    ep["dims"] if level == 3 else None))
-        out.append(RowKernel("softmax", dtype, False, False, 0.0, p.details["n"] if level == 3 else None))
+        out.append(RowKernel("softmax", dtype, False, False, 0.0, n))
         return out
 
     def _build(self, level: int, p: Plan, need, t0: float, cached_only: bool = False):
@@ -229,6 +248,17 @@ class AttentionSite(Site):
             bufs = [np.empty(det["scores"], d), np.empty(det["scores"], d)]
         scores, probs = bufs
         np.matmul(q, np.swapaxes(k, -1, -2), out=scores)
+        fused = det["fused"]
+        if fused is not None:           # (one row kernel: program(scores, operands), then the softmax)
+            ops = [attention_plan.operand(r, extras, pre_vals) for r in stages[0][2]]
+            args = [fused["n1"], fused["n2"]]
+            held = [x if x.flags.c_contiguous else np.ascontiguousarray(x)      # (alive until the call)
+                    for x, kind in zip(ops, fused["kinds"]) if kind == "t"]
+            for x, st in zip(held, fused["strides"]):
+                args += [data_pointer(x), *st]
+            args += [float(x) for x, kind in zip(ops, fused["kinds"]) if kind == "s"]
+            kernels.row.fn(0, det["rows"], det["n"], data_pointer(probs), data_pointer(scores), None, None, *args)
+            stages = ()
         for j, (st, c) in enumerate(zip(stages, kernels.stages)):
             if st[0] == "ew":
                 ops = [attention_plan.operand(r, extras, pre_vals) for r in st[2]]
@@ -243,7 +273,8 @@ class AttentionSite(Site):
                 cond = np.asarray(attention_plan.operand(st[1], extras, pre_vals), dtype=bool)
                 other = attention_plan.operand(st[2], extras, pre_vals)
                 np.copyto(scores, other, where=~cond if st[3] else cond)
-        kernels.row.fn(0, det["rows"], det["n"], data_pointer(probs), data_pointer(scores), None, None)
+        if fused is None:
+            kernels.row.fn(0, det["rows"], det["n"], data_pointer(probs), data_pointer(scores), None, None)
         layout = det["layout"]
         if layout:
             res = np.empty(p.out_shape, d)

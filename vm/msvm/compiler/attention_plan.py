@@ -13,6 +13,9 @@ scores ``in 0`` and the extra inputs ``in 1..``) is split once per site (``split
   arithmetic after it exactly: ``f(where(c, s, y), z) == where(c, f(s, z), f(y, z))`` for an
   elementwise f, and ``f(y, z)`` does not read the scores (a pre program at the masks' shape).
 
+Where the masks' leading dims collapse to three (``row_operands``), the plan's ``fused`` says how the
+softmax's row kernel runs every stage instead (``row_inputs``, ``row_programs``; compiler/attention_site.py).
+
 ``plan`` checks a call's inputs (float32/float64 q, k and v of one dtype and batch dims, nothing
 empty, every stage operand of the scores' dtype or a Python number, masks that broadcast to the
 scores and no further, every value that reads the scores of their dtype; a stage whose masks
@@ -212,8 +215,10 @@ def plan(site, inputs) -> Plan:
     out_shape = tuple(ctx[p] for p in layout) if layout else ctx
     rows, n = int(np.prod(scores[:-1])), scores[-1]
     fused = None
-    if FUSE_SOFTMAX and len(stages) == 1 and stages[0][0] == "ew":       # (masks never expanded here)
-        fused = row_operands([operand(r, extras, pre_vals) for r in stages[0][2]], scores)
+    if FUSE_SOFTMAX:                # (masks never expanded here)
+        fused = row_operands(row_inputs(stages, extras, pre_vals, d), scores)
+        if fused is not None:
+            fused["programs"] = row_programs(stages)
     cls = ("attn", str(d), tuple(e.cls if e is not None else "where" for e in epis), layout,
            None if fused is None else ("softmax", fused["kinds"], fused["rowb"]))
     key = (cls, tuple(x.shape if type(x) is np.ndarray else None for x in inputs),
@@ -223,6 +228,34 @@ def plan(site, inputs) -> Plan:
 
 
 FUSE_SOFTMAX = True     # (tests turn it off: the stage kernel, then the plain softmax, must give the same bits)
+
+
+def row_inputs(stages, extras, pre_vals, dtype) -> list:
+    """The softmax row kernel's inputs 1.. for this call: the float stage's operands, then each
+    WHERE's condition (as 0 / 1 of the scores' dtype, as ``np.asarray(c, dtype=bool)`` reads it) and
+    its other value."""
+    out = []
+    for st in stages:
+        if st[0] == "ew":
+            out += [operand(r, extras, pre_vals) for r in st[2]]
+            continue
+        c = operand(st[1], extras, pre_vals)
+        c = np.asarray(c, dtype=bool)
+        out += [c.astype(dtype) if c.ndim else float(c), operand(st[2], extras, pre_vals)]
+    return out
+
+
+def row_programs(stages) -> tuple:
+    """(program or None, its operand count m, ((cond, other, scores_is_a), ...)) for lower_row: the
+    WHEREs' inputs are numbered after the program's, as ``row_inputs`` lays them out."""
+    program, m, wheres = None, 0, []
+    for st in stages:
+        if st[0] == "ew":
+            program, m = st[1], len(st[2])
+        else:
+            j = m + 2 * len(wheres)
+            wheres.append((j, j + 1, bool(st[3])))
+    return program, m, tuple(wheres)
 
 
 def row_operands(ops, scores) -> dict | None:

@@ -9,15 +9,17 @@ by a compiled row kernel into a second kept buffer; then ``probs @ v`` (BLAS) wr
 into the output, in the layout the fused TRANSPOSE asked for (so the heads are never copied back).
 Neither buffer escapes the call: nothing else reads them.
 
-**One stage in the softmax** (issue 18). Where the score program is one run of float arithmetic
-(BERT's scale and mask adder; no WHERE) whose masks' leading dims collapse to three
-(``attention_plan.row_operands``), the softmax row kernel's first pass computes the program itself
-(``lower_row``'s softmax with ``programs``, the masks read per row at their own strides, never
-broadcast to the scores' shape) and writes it into the probabilities' buffer while it takes the row's
-maximum: the scores are read once and the stage kernel's pass over them is gone. The floats are the
-stage kernel's then the softmax's, bit for bit (the tests compare both routes). Measured (AMD Zen 5,
-one thread, CPU time of one BERT-base attention site, stage kernel route -> this): S=16 47 -> 44 us,
-S=64 270 -> 266, S=128 776 -> 751; batch 8: S=64 2390 -> 2308, S=128 7036 -> 6746. The products
+**The stages in the softmax** (issue 18). Where the masks' leading dims collapse to three
+(``attention_plan.row_operands``: every spelling in tests/models), the softmax row kernel's first
+pass runs the stages itself (``lower_row``'s softmax with ``programs``: the float stage's program,
+then each WHERE as a select on its condition, given as 0 / 1 of the scores' dtype; the masks read
+per row at their own strides, never broadcast to the scores' shape) and writes the result into the
+probabilities' buffer while it takes the row's maximum: the scores are read once, and the stage
+kernel's pass and each WHERE's ``np.copyto`` are gone. The floats are the stage kernel's, the
+copies', then the softmax's, bit for bit (the tests compare both routes). Measured (AMD Zen 5, one
+thread, CPU time of one attention site, the stage route -> this): BERT-base S=16 47 -> 44 us, S=64
+270 -> 266, S=128 776 -> 751; batch 8: S=64 2390 -> 2308, S=128 7036 -> 6746; GPT-2 small (a
+WHERE stage too) S=16 78 -> 73, S=64 307 -> 274, S=128 1010 -> 907; batch 8 S=64 2070 -> 1949. The products
 (numpy's matmul: OpenBLAS) are the rest: about 580 of the 751 us at S=128. msvm's packed product
 per head (the heads' k and v packed in an LLVM loop, one call for all heads) measured no faster:
 B=1 S=16 8 -> 33 us per product, S=64 82 -> 112, S=128 298 -> 279; B=8 S=128 5.4 -> 7.3 ms (the
@@ -154,8 +156,9 @@ class AttentionSite(Site):
         n = p.details["n"] if level == 3 else None
         fused = p.details["fused"]
         if fused is not None:           # (the stage's program in the softmax's first pass)
-            return [None, RowKernel("softmax", dtype, False, False, 0.0, n, programs=(self.split[1][0][1],),
-                                    kinds=fused["kinds"], rowb=fused["rowb"])]
+            return [None] * len(p.details["epis"]) + [
+                RowKernel("softmax", dtype, False, False, 0.0, n, programs=fused["programs"], kinds=fused["kinds"],
+                          rowb=fused["rowb"])]
         out = []
         for e in p.details["epis"]:
             if e is None:
@@ -250,7 +253,7 @@ class AttentionSite(Site):
         np.matmul(q, np.swapaxes(k, -1, -2), out=scores)
         fused = det["fused"]
         if fused is not None:           # (one row kernel: program(scores, operands), then the softmax)
-            ops = [attention_plan.operand(r, extras, pre_vals) for r in stages[0][2]]
+            ops = attention_plan.row_inputs(stages, extras, pre_vals, d)
             args = [fused["n1"], fused["n2"]]
             held = [x if x.flags.c_contiguous else np.ascontiguousarray(x)      # (alive until the call)
                     for x, kind in zip(ops, fused["kinds"]) if kind == "t"]

@@ -79,7 +79,8 @@ class RowKernel:
     n: int | None = None    # row length: constant in L3, argument in L2
     residual: bool = False  # (issue 18) layer norm of x + y: FUSED_ADD_LAYER_NORM, y the last parameter
     programs: tuple = ()    # (issue 18) "rms_norm": (prologue, scale, program) of FUSED_RMS_NORM; "softmax":
-    #                         (program,), FUSED_ATTENTION's score program applied to x before the softmax
+    #                         FUSED_ATTENTION's stages applied to x before the softmax, (program or None, its
+    #                         inputs 1..m, ((cond, other, scores_is_a) per WHERE, indices of inputs 1..))
     kinds: tuple = ()       # (issue 18) "softmax" with a program: its inputs 1.. ("t" tensor / "s" scalar)
     rowb: tuple = ()        # per input 1..: True where a tensor is one value per row (broadcast along it)
 

@@ -639,9 +639,16 @@ def lower_row(k: RowKernel, name: str, features: str, width: int | None = None) 
     if k.op == "softmax" and k.programs:    # (issue 18) the max pass writes program(x, operands) into out
         operand = _row_operands(b, k, t, vx, splat)
 
+        program, m, wheres = k.programs     # (compiler/attention_plan.py: the stages, in order)
+
         def prog_store(v, j, a):
-            y = emit_program(v, k.programs[0], [ld(v, xr, j)] + [bc(v, o) if row else ld(v, o, j)
-                                                                  for o, row in operand])
+            vals = [bc(v, o) if row else ld(v, o, j) for o, row in operand]
+            y = ld(v, xr, j)
+            if program is not None:
+                y = emit_program(v, program, [y] + vals[:m])
+            for c, o, scores_is_a in wheres:     # WHERE(cond, y, other) as np.copyto: exact selects
+                pick = b.op(f"fcmp une {v.vt} {vals[c]}, {v.const(0.0)}")
+                y = v.select(pick, y, vals[o]) if scores_is_a else v.select(pick, vals[o], y)
             st(v, orow, j, y)
             return [v.maximum(y, a[0])]
         mx = row_pass("mx", prog_store, -math.inf, "fmax")

@@ -455,3 +455,16 @@ def test_model_spellings_with_and_without_the_row_program(style, s, monkeypatch)
         np.testing.assert_array_equal(out, got[False, key[1]], err_msg=str(key))
         np.testing.assert_allclose(out, ref1, rtol=1e-5, atol=1e-6, err_msg=str(key))
         np.testing.assert_allclose(out, numpy_style(style, *args, 8), rtol=1e-5, atol=1e-5, err_msg=str(key))
+
+
+@pytest.mark.parametrize("tier", ["L2", "L3"])
+def test_a_scale_alone_in_the_row_kernel(tier):
+    """A score program with no tensor operand (the scale only): the row kernel takes no operands."""
+    rng = np.random.default_rng(12)
+    q, k, v, mask = _inputs(rng, 2, 19, 19, 3, 8)
+    net = Attention(8, masked=False)
+    ref1 = _run(net, "L1", (q, k, v, mask), 1)
+    got = _run(net, tier, (q, k, v, mask))
+    assert _compiled(net) and all(f is not None and f["kinds"] == () for f in _fused_plans(net))
+    np.testing.assert_allclose(got, ref1, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got, numpy_attention(q, k, v, mask, 8, masked=False), rtol=1e-5, atol=1e-5)

@@ -77,7 +77,8 @@ def signature(kernel, gpu: bool = False) -> tuple:
         getattr(kernel, "kinds", ())
     operand = CONV_OPERAND if kernel.kind == "depthwise" else OPERAND
     residual = ("ptr",) if getattr(kernel, "residual", False) else ()     # (issue 18: FUSED_ADD_LAYER_NORM's y)
-    if kernel.kind == "row" and kinds:      # (issue 18: a softmax's score program, i64 n1, n2 and its operands)
+    if kernel.kind == "row" and kernel.op == "softmax" and kernel.programs:   # (issue 18: the score stages:
+        # i64 n1, n2 and their operands)
         residual += ("i64", "i64") + tuple(t for i in elementwise_order(kinds) for t in ROW_OPERAND[kinds[i]])
     return (GPU_HEAD if gpu else HEAD)[kernel.kind] + tuple(t for i in operand_order(kernel) for t in operand[kinds[i]]) \
         + residual

@@ -564,12 +564,8 @@ def lower_row(k: RowKernel, name: str, features: str, width: int | None = None) 
     sv, vv = Vals(b, t, 1), Vals(b, t, w)
     align = 4 if t == "float" else 8
     res = f", {t}* noalias %y" if k.residual else ""      # (issue 18: FUSED_ADD_LAYER_NORM's second addend)
-    if k.kinds:            # (issue 18: FUSED_ATTENTION's score program: callconv's row operands)
-        from .callconv import elementwise_order
-
-        res += ", i64 %n1, i64 %n2, " + ", ".join(
-            f"{t}* noalias %in{i}, i64 %s0_{i}, i64 %s1_{i}, i64 %s2_{i}" if k.kinds[i] == "t" else f"double %sc{i}"
-            for i in elementwise_order(k.kinds))
+    if k.op == "softmax" and k.programs:     # (issue 18: FUSED_ATTENTION's score stages: callconv's row operands)
+        res += ", " + ", ".join(row_stage_params(k, t))
     b.raw(f"define void @{name}(i64 %start, i64 %end, i64 %n_arg, {t}* noalias %out, {t}* noalias %x, "
           f"{t}* %g, {t}* %bb{res}) nounwind {{")
     b.raw("entry:")
@@ -723,6 +719,17 @@ def lower_row(k: RowKernel, name: str, features: str, width: int | None = None) 
     b.raw("  ret void")
     b.raw("}")
     return "\n".join(sorted(sv.intrinsics | vv.intrinsics)) + "\n\n" + "\n".join(b.lines) + "\n"
+
+
+def row_stage_params(k: RowKernel, t: str) -> list:
+    """The LLVM parameters after a softmax row kernel's head that its score stages read (issue 18:
+    callconv's row operands): i64 %n1, %n2, then per tensor input %in{i} and its three strides, per
+    scalar %sc{i}."""
+    from .callconv import elementwise_order
+
+    return ["i64 %n1", "i64 %n2"] + [
+        f"{t}* noalias %in{i}, i64 %s0_{i}, i64 %s1_{i}, i64 %s2_{i}" if k.kinds[i] == "t" else f"double %sc{i}"
+        for i in elementwise_order(k.kinds)]
 
 
 def _row_operands(b, k: RowKernel, t: str, vx: dict, splat) -> list:

@@ -203,10 +203,10 @@ class AttentionSite(Site):
                 return
 
         def task():
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.thread_time()
             try:
                 made = self._build(level, p, need, t0)
-                reasons.check_budget(level, time.perf_counter() - t0, BUDGET_S[level])
+                reasons.check_budget(level, time.thread_time() - c0, BUDGET_S[level])
                 self._installed(level, table, key, made, shape)
             except Exception as e:  # noqa: BLE001 - any failure falls back to L1, counted and logged
                 table[key] = "failed"

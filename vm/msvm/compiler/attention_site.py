@@ -19,7 +19,10 @@ kernel's pass and each WHERE's ``np.copyto`` are gone. The floats are the stage 
 copies', then the softmax's, bit for bit (the tests compare both routes). Measured (AMD Zen 5, one
 thread, CPU time of one attention site, the stage route -> this): BERT-base S=16 47 -> 44 us, S=64
 270 -> 266, S=128 776 -> 751; batch 8: S=64 2390 -> 2308, S=128 7036 -> 6746; GPT-2 small (a
-WHERE stage too) S=16 78 -> 73, S=64 307 -> 274, S=128 1010 -> 907; batch 8 S=64 2070 -> 1949. The products
+WHERE stage too) S=16 78 -> 73, S=64 307 -> 274, S=128 1010 -> 907; batch 8 S=64 2070 -> 1949. Whole
+models, msvm / onnxruntime by the calling thread's CPU time, interleaved, batch 1, S=16/64/128, before
+and after (two runs side by side): BERT-base 0.70/0.80/0.99 and 0.66/0.95/0.95, GPT-2 small
+0.74/0.99/1.02 and 0.74/0.99/1.01: the sites' gain (1-3% of a forward) is below these runs' spread. The products
 (numpy's matmul: OpenBLAS) are the rest: about 580 of the 751 us at S=128. msvm's packed product
 per head (the heads' k and v packed in an LLVM loop, one call for all heads) measured no faster:
 B=1 S=16 8 -> 33 us per product, S=64 82 -> 112, S=128 298 -> 279; B=8 S=128 5.4 -> 7.3 ms (the

@@ -278,6 +278,7 @@ def test_compiles_have_reasons_keys_and_events_in_the_profile(level, tmp_path):
         assert site.split[1][0][0] == "ew" and [st[0] for st in site.split[1]] == ["ew", "where"]
         assert len(mine) >= 1, [(c.get("op"), c.get("reason_kind")) for c in report["compiles"]]
         assert all(k.row.kernel.programs and k.stages == (None, None) for k in site.l2.values())
+        assert all(k.row.kernel.opt_level == 3 and "opt=3" in k.row.kernel.text() for k in site.l2.values())
         assert all(c["reason"] and c["key"] and c["source"] in ("compiled", "disk", "memory") for c in mine)
         assert mine[0]["reason_kind"] == "cold" and site.name in mine[0]["reason"]
         recent = [r for r in cache.snapshot()["recent"] if r.get("op") == site.name]

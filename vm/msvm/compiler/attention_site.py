@@ -9,6 +9,13 @@ by a compiled row kernel into a second kept buffer; then ``probs @ v`` (BLAS) wr
 into the output, in the layout the fused TRANSPOSE asked for (so the heads are never copied back).
 Neither buffer escapes the call: nothing else reads them.
 
+**The shape-generic row kernel at O3** (issue 18). A site that meets more lengths than
+``tiers.L3_SHAPES`` (a stream of lengths) stays on its L2 kernels; the softmax row kernel is
+compiled with the IR passes and O3 codegen there too (``RowKernel.opt_level``; one kernel per shape
+class, 15-30 ms of compile). Measured (AMD Zen 5, one thread, CPU time, the BERT score stages and
+softmax over 12 x S rows): S=16 14 -> 7 us (L3: 12), S=37 100 -> 31 (36), S=64 94 -> 44 (48),
+S=128 333 -> 127 (115).
+
 **The stages in the softmax** (issue 18). Where the masks' leading dims collapse to three
 (``attention_plan.row_operands``: every spelling in tests/models), the softmax row kernel's first
 pass runs the stages itself (``lower_row``'s softmax with ``programs``: the float stage's program,
@@ -157,11 +164,12 @@ class AttentionSite(Site):
         """The kernel IR of each stage (None for a WHERE) and of the row kernel, in order."""
         dtype = str(p.dtype)
         n = p.details["n"] if level == 3 else None
+        opt = 3 if level == 2 else 0    # (the shape-generic row kernel at O3: the docstring's stream figures)
         fused = p.details["fused"]
         if fused is not None:           # (the stage's program in the softmax's first pass)
             return [None] * len(p.details["epis"]) + [
                 RowKernel("softmax", dtype, False, False, 0.0, n, programs=fused["programs"], kinds=fused["kinds"],
-                          rowb=fused["rowb"])]
+                          rowb=fused["rowb"], opt_level=opt)]
         out = []
         for e in p.details["epis"]:
             if e is None:
@@ -170,7 +178,7 @@ class AttentionSite(Site):
             ep = e.details
             out.append(Elementwise(ep["program"], ep["kinds"], tuple(ep["bcast"]), dtype,
                                    ep["dims"] if level == 3 else None))
-        out.append(RowKernel("softmax", dtype, False, False, 0.0, n))
+        out.append(RowKernel("softmax", dtype, False, False, 0.0, n, opt_level=opt))
         return out
 
     def _build(self, level: int, p: Plan, need, t0: float, cached_only: bool = False):

@@ -83,6 +83,7 @@ class RowKernel:
     #                         inputs 1..m, ((cond, other, scores_is_a) per WHERE, indices of inputs 1..))
     kinds: tuple = ()       # (issue 18) "softmax" with a program: its inputs 1.. ("t" tensor / "s" scalar)
     rowb: tuple = ()        # per input 1..: True where a tensor is one value per row (broadcast along it)
+    opt_level: int = 0      # (issue 18) 3: IR passes and O3 codegen at L2 too (build.compile_kernel)
 
     kind = "row"
 
@@ -90,7 +91,8 @@ class RowKernel:
         return f"row op={self.op} dtype={self.dtype} gamma={self.has_gamma} beta={self.has_beta} " \
                f"eps={self.eps!r} n={self.n}" + (" residual" if self.residual else "") \
                + (f" programs={self.programs!r}" if self.programs else "") \
-               + (f" kinds={self.kinds!r} rowb={self.rowb!r}" if self.kinds else "")
+               + (f" kinds={self.kinds!r} rowb={self.rowb!r}" if self.kinds else "") \
+               + (f" opt={self.opt_level}" if self.opt_level else "")
 
     @property
     def name(self) -> str:

@@ -31,7 +31,13 @@ meets each other size once: the first call's time over that size's steady time, 
 fresh onnxruntime session warmed the same way, and the most compiles any one kernel needed over the
 whole stream. And **peak memory** of one forward (batch 1, first size, one thread), measured the same
 way for every peer (bench/timing.py ``peak_rss``: the resident set's rise while the call runs, the
-allocators set to return freed memory so that it is what the call held).
+allocators set to return freed memory so that it is what the call held). The timing children keep the
+default allocator (issue 18): with glibc's mmap threshold fixed at 128 KB, as the memory children set
+it, every array of 128 KB or more that a call allocates is a fresh mapping and pays its page faults on
+each call, where the default threshold adapts and reuses the memory; onnxruntime keeps its own arena
+and does not see the difference. Measured (AMD Zen 5, one thread, BERT-base batch 1, msvm / onnxruntime
+by the wall clock, interleaved, one process each): S=64 / S=128 1.38 / 1.81 with the fixed threshold,
+0.76 / 0.95 without (msvm's sub-Cell results, each Dense's output, are new arrays per call).
 
 Medians of interleaved runs (a shared machine's load hits all peers alike); at one thread each
 steady call is timed on the calling thread's CPU time (timing.steady_clock: every peer computes on
@@ -315,8 +321,9 @@ def child(args):
 # ---------------------------------------------------------------- the parent: every configuration
 
 def spawn(args, threads, batch, extra=()):
-    env = dict(os.environ, OPENBLAS_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads),
-               MALLOC_MMAP_THRESHOLD_="131072", MALLOC_TRIM_THRESHOLD_="131072", PYTHONUNBUFFERED="1")
+    env = dict(os.environ, OPENBLAS_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads), PYTHONUNBUFFERED="1")
+    if extra:       # (the peak-memory children only: see the module docstring, "allocators")
+        env.update(MALLOC_MMAP_THRESHOLD_="131072", MALLOC_TRIM_THRESHOLD_="131072")
     cmd = [sys.executable, os.path.abspath(__file__), "--child", "--threads", str(threads), "--batch", str(batch),
            "--sizes", args.sizes, "--lengths", args.lengths, "--runs", str(args.runs), *extra, *args.models]
     return subprocess.run(cmd, env=env, stdout=subprocess.PIPE if extra else None, text=True, check=False)

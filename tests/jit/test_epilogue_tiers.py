@@ -55,3 +55,27 @@ def test_special_values_and_an_empty_sequence(level, tier):
     assert_numpy_equal(got, ref, rtol=2e-5, atol=2e-5, msg=tier)
     empty = _run(net, np.zeros((1, 0, 16), np.float32), tier)
     assert empty.shape == (1, 0, 16)
+
+
+@pytest.mark.parametrize("tier", ["L2", "L3"])
+@pytest.mark.parametrize("wider", [True, False])
+def test_rows_past_gemm_rows_on_both_routes(level, tier, wider, monkeypatch):
+    """(issue 18) 300 and 517 rows: the packed route where OpenBLAS runs narrower tiles than msvm's
+    (gemm.wider_than_blas, AMD Zen 5), the BLAS one where it does not; both agree with L1 and numpy."""
+    from msvm.compiler import gemm
+
+    monkeypatch.setenv("MSVM_THREADS", "1")
+    monkeypatch.setattr(gemm, "wider_than_blas", lambda: wider)
+    for rows in (300, 517):
+        x = np.random.default_rng(rows).standard_normal((1, rows, 16)).astype(np.float32)
+        net = MLP(16, 48)
+        got = _run(net, x, tier)
+        compiled = [k for s in _epilogue_sites(net) for k in (*s.l2.values(), *s.l3.values())
+                    if isinstance(k, tiers.Compiled)]
+        assert compiled
+        if tier == "L3":
+            assert any(getattr(k.kernel, "packed", False) for k in compiled) == wider
+        np.testing.assert_allclose(got, mlp_numpy(net, x), rtol=2e-5, atol=2e-5)
+        ms.set_context(jit_config={"jit_level": "L1", "enable_fusion": False})
+        ref = MLP(16, 48)(ms.Tensor(x)).asnumpy()
+        np.testing.assert_allclose(got, ref, rtol=2e-5, atol=2e-5)

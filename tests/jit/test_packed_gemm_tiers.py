@@ -68,11 +68,29 @@ def test_packing_is_zero_padded_panels():
 
 def test_use_packed_by_rows(monkeypatch):
     monkeypatch.setenv("MSVM_THREADS", "1")
+    monkeypatch.setattr(gemm, "wider_than_blas", lambda: False)
     assert not gemm.use_packed(0, np.float32) and gemm.use_packed(1, np.float32)      # (one row: gemm.py)
     assert gemm.use_packed(16, np.float32) and gemm.use_packed(128, np.float64)
     assert not gemm.use_packed(4096, np.float32) and not gemm.use_packed(16, np.float16)
     monkeypatch.setenv("MSVM_THREADS", "2")           # (two cores: every row count, split: test_gemm_threads)
     assert gemm.use_packed(4096, np.float32) == (callconv.cores() >= 2) and not gemm.use_packed(16, np.float16)
+
+
+def test_use_packed_past_rows_where_blas_runs_narrower_tiles(monkeypatch):
+    """(issue 18) Zen 5 with AVX-512, OpenBLAS on its Haswell (AVX2) kernels: the packed product at
+    every row count, one thread or two; OpenBLAS on SkylakeX kernels, or an AVX2 target: ROWS holds."""
+    monkeypatch.setenv("MSVM_THREADS", "1")
+    avx512, avx2 = "+avx2,+fma,+avx512f,+avx512bw", "+avx2,+fma,-avx512f"
+    assert gemm.wider_than_blas(avx512, "haswell") and gemm.wider_than_blas(avx512, "zen")
+    assert not gemm.wider_than_blas(avx512, "skylakex") and not gemm.wider_than_blas(avx512, "sapphirerapids")
+    assert not gemm.wider_than_blas(avx2, "haswell") and not gemm.wider_than_blas(avx512, None)
+    monkeypatch.setattr(gemm, "wider_than_blas", lambda: True)
+    assert gemm.use_packed(4096, np.float32) and gemm.use_packed(300, np.float64)
+    assert not gemm.use_packed(0, np.float32) and not gemm.use_packed(4096, np.float16)
+    from msvm.compiler import build
+
+    core = build.blas_core()
+    assert core is None or (isinstance(core, str) and core == core.lower() and core)
 
 
 class Ffn(nn.Cell):

@@ -66,7 +66,7 @@ class OverBudget(TimeoutError):
         self.level, self.seconds, self.budget = level, seconds, budget
         scale = os.environ.get("MSVM_COMPILE_BUDGET_SCALE")
         how = f" (MSVM_COMPILE_BUDGET_SCALE={scale})" if scale else ""
-        super().__init__(f"compile took {seconds:.3f}s, over the L{level} budget of {budget:.3f}s{how}")
+        super().__init__(f"compile took {seconds:.3f}s of CPU time, over the L{level} budget of {budget:.3f}s{how}")
 
 
 def check_budget(level: int, seconds: float, budget: float) -> None:

@@ -13,6 +13,9 @@ scores ``in 0`` and the extra inputs ``in 1..``) is split once per site (``split
   arithmetic after it exactly: ``f(where(c, s, y), z) == where(c, f(s, z), f(y, z))`` for an
   elementwise f, and ``f(y, z)`` does not read the scores (a pre program at the masks' shape).
 
+Where the masks' leading dims collapse to three (``row_operands``), the plan's ``fused`` says how the
+softmax's row kernel runs every stage instead (``row_inputs``, ``row_programs``; compiler/attention_site.py).
+
 ``plan`` checks a call's inputs (float32/float64 q, k and v of one dtype and batch dims, nothing
 empty, every stage operand of the scores' dtype or a Python number, masks that broadcast to the
 scores and no further, every value that reads the scores of their dtype; a stage whose masks
@@ -211,8 +214,82 @@ def plan(site, inputs) -> Plan:
     ctx = q.shape[:-1] + (v.shape[-1],)
     out_shape = tuple(ctx[p] for p in layout) if layout else ctx
     rows, n = int(np.prod(scores[:-1])), scores[-1]
-    cls = ("attn", str(d), tuple(e.cls if e is not None else "where" for e in epis), layout)
+    fused = None
+    if FUSE_SOFTMAX:                # (masks never expanded here)
+        fused = row_operands(row_inputs(stages, extras, pre_vals, d), scores)
+        if fused is not None:
+            fused["programs"] = row_programs(stages)
+    cls = ("attn", str(d), tuple(e.cls if e is not None else "where" for e in epis), layout,
+           None if fused is None else ("softmax", fused["kinds"], fused["rowb"]))
     key = (cls, tuple(x.shape if type(x) is np.ndarray else None for x in inputs),
            tuple(x.shape for x in pre_vals if isinstance(x, np.ndarray)))
     return Plan(cls, key, out_shape, d, {"epis": epis, "expand": expand, "scores": scores, "ctx": ctx,
-                                         "rows": rows, "n": n, "layout": layout})
+                                         "rows": rows, "n": n, "layout": layout, "fused": fused})
+
+
+FUSE_SOFTMAX = True     # (tests turn it off: the stage kernel, then the plain softmax, must give the same bits)
+
+
+def row_inputs(stages, extras, pre_vals, dtype) -> list:
+    """The softmax row kernel's inputs 1.. for this call: the float stage's operands, then each
+    WHERE's condition (as 0 / 1 of the scores' dtype, as ``np.asarray(c, dtype=bool)`` reads it) and
+    its other value."""
+    out = []
+    for st in stages:
+        if st[0] == "ew":
+            out += [operand(r, extras, pre_vals) for r in st[2]]
+            continue
+        c = operand(st[1], extras, pre_vals)
+        c = np.asarray(c, dtype=bool)
+        out += [c.astype(dtype) if c.ndim else float(c), operand(st[2], extras, pre_vals)]
+    return out
+
+
+def row_programs(stages) -> tuple:
+    """(program or None, its operand count m, ((cond, other, scores_is_a), ...)) for lower_row: the
+    WHEREs' inputs are numbered after the program's, as ``row_inputs`` lays them out."""
+    program, m, wheres = None, 0, []
+    for st in stages:
+        if st[0] == "ew":
+            program, m = st[1], len(st[2])
+        else:
+            j = m + 2 * len(wheres)
+            wheres.append((j, j + 1, bool(st[3])))
+    return program, m, tuple(wheres)
+
+
+def row_operands(ops, scores) -> dict | None:
+    """How the softmax row kernel reads the score stage's operands (``lower._row_operands``): per
+    operand "t" (a tensor, C-contiguous as the site passes it) or "s" (a scalar); whether a tensor is
+    one value per row (its last dim broadcast); and the scores' leading dims collapsed to three, [n0,
+    n1, n2], with each tensor's three strides over them: row r = (i0 * n1 + i1) * n2 + i2 reads at
+    i0 * s0 + i1 * s1 + i2 * s2. None where the leading dims do not collapse to three for every operand
+    (rank 5 scores and more)."""
+    lead, n = tuple(scores[:-1]), scores[-1]
+    kinds, rowb, strides = [], [], []
+    for x in ops:
+        if not (isinstance(x, np.ndarray) and x.ndim):
+            kinds.append("s")
+            rowb.append(True)
+            continue
+        shape = (1,) * (len(scores) - x.ndim) + tuple(x.shape)
+        st, acc = [0] * len(shape), 1
+        for i in range(len(shape) - 1, -1, -1):       # C-contiguous strides, 0 where broadcast
+            st[i] = acc if shape[i] != 1 else 0
+            acc *= shape[i]
+        kinds.append("t")
+        rowb.append(shape[-1] == 1 or n == 1)
+        strides.append(st[:-1])
+    dims = [i for i, size in enumerate(lead) if size != 1]
+    groups: list = []               # runs of leading dims that merge: [first dim, ..., last dim]
+    for i in dims:
+        if groups and all(s[groups[-1][-1]] == s[i] * lead[i] for s in strides):
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+    if len(groups) > 3:
+        return None
+    groups = [[]] * (3 - len(groups)) + groups
+    n1, n2 = (int(np.prod([lead[i] for i in g])) if g else 1 for g in groups[1:])
+    return {"kinds": tuple(kinds), "rowb": tuple(rowb), "n1": n1, "n2": n2,
+            "strides": [tuple(s[g[-1]] if g else 0 for g in groups) for s in strides]}

@@ -9,6 +9,32 @@ by a compiled row kernel into a second kept buffer; then ``probs @ v`` (BLAS) wr
 into the output, in the layout the fused TRANSPOSE asked for (so the heads are never copied back).
 Neither buffer escapes the call: nothing else reads them.
 
+**The shape-generic row kernel at O3** (issue 18). A site that meets more lengths than
+``tiers.L3_SHAPES`` (a stream of lengths) stays on its L2 kernels; the softmax row kernel is
+compiled with the IR passes and O3 codegen there too (``RowKernel.opt_level``; one kernel per shape
+class, 15-30 ms of compile). Measured (AMD Zen 5, one thread, CPU time, the BERT score stages and
+softmax over 12 x S rows): S=16 14 -> 7 us (L3: 12), S=37 100 -> 31 (36), S=64 94 -> 44 (48),
+S=128 333 -> 127 (115).
+
+**The stages in the softmax** (issue 18). Where the masks' leading dims collapse to three
+(``attention_plan.row_operands``: every spelling in tests/models), the softmax row kernel's first
+pass runs the stages itself (``lower_row``'s softmax with ``programs``: the float stage's program,
+then each WHERE as a select on its condition, given as 0 / 1 of the scores' dtype; the masks read
+per row at their own strides, never broadcast to the scores' shape) and writes the result into the
+probabilities' buffer while it takes the row's maximum: the scores are read once, and the stage
+kernel's pass and each WHERE's ``np.copyto`` are gone. The floats are the stage kernel's, the
+copies', then the softmax's, bit for bit (the tests compare both routes). Measured (AMD Zen 5, one
+thread, CPU time of one attention site, the stage route -> this): BERT-base S=16 47 -> 44 us, S=64
+270 -> 266, S=128 776 -> 751; batch 8: S=64 2390 -> 2308, S=128 7036 -> 6746; GPT-2 small (a
+WHERE stage too) S=16 78 -> 73, S=64 307 -> 274, S=128 1010 -> 907; batch 8 S=64 2070 -> 1949. Whole
+models, msvm / onnxruntime by the calling thread's CPU time, interleaved, batch 1, S=16/64/128, before
+and after (two runs side by side): BERT-base 0.70/0.80/0.99 and 0.66/0.95/0.95, GPT-2 small
+0.74/0.99/1.02 and 0.74/0.99/1.01: the sites' gain (1-3% of a forward) is below these runs' spread. The products
+(numpy's matmul: OpenBLAS) are the rest: about 580 of the 751 us at S=128. msvm's packed product
+per head (the heads' k and v packed in an LLVM loop, one call for all heads) measured no faster:
+B=1 S=16 8 -> 33 us per product, S=64 82 -> 112, S=128 298 -> 279; B=8 S=128 5.4 -> 7.3 ms (the
+packing and OpenBLAS's small-matrix kernels at these k = 64 products); not taken.
+
 A Site like the others (compiler/tiers.py): L1 is the reference kernel (each part's own kernel in
 order); L2 compiles the kernels shape-generic (dims are arguments); L3 compiles them for the
 concrete shapes after ``l3_after`` calls there (for at most ``tiers.L3_SHAPES`` shapes); a compile
@@ -137,6 +163,13 @@ class AttentionSite(Site):
     def _irs(self, level: int, p: Plan) -> list:
         """The kernel IR of each stage (None for a WHERE) and of the row kernel, in order."""
         dtype = str(p.dtype)
+        n = p.details["n"] if level == 3 else None
+        opt = 3 if level == 2 else 0    # (the shape-generic row kernel at O3: the docstring's stream figures)
+        fused = p.details["fused"]
+        if fused is not None:           # (the stage's program in the softmax's first pass)
+            return [None] * len(p.details["epis"]) + [
+                RowKernel("softmax", dtype, False, False, 0.0, n, programs=fused["programs"], kinds=fused["kinds"],
+                          rowb=fused["rowb"], opt_level=opt)]
         out = []
         for e in p.details["epis"]:
             if e is None:
@@ -145,7 +178,7 @@ class AttentionSite(Site):
             ep = e.details
             out.append(Elementwise(ep["program"], ep["kinds"], tuple(ep["bcast"]), dtype,
                                    ep["dims"] if level == 3 else None))
-        out.append(RowKernel("softmax", dtype, False, False, 0.0, p.details["n"] if level == 3 else None))
+        out.append(RowKernel("softmax", dtype, False, False, 0.0, n, opt_level=opt))
         return out
 
     def _build(self, level: int, p: Plan, need, t0: float, cached_only: bool = False):
@@ -181,10 +214,10 @@ class AttentionSite(Site):
                 return
 
         def task():
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.thread_time()
             try:
                 made = self._build(level, p, need, t0)
-                reasons.check_budget(level, time.perf_counter() - t0, BUDGET_S[level])
+                reasons.check_budget(level, time.thread_time() - c0, BUDGET_S[level])
                 self._installed(level, table, key, made, shape)
             except Exception as e:  # noqa: BLE001 - any failure falls back to L1, counted and logged
                 self._failed(level, table, key, e, need, shape, dtype)
@@ -223,6 +256,17 @@ class AttentionSite(Site):
             bufs = [np.empty(det["scores"], d), np.empty(det["scores"], d)]
         scores, probs = bufs
         np.matmul(q, np.swapaxes(k, -1, -2), out=scores)
+        fused = det["fused"]
+        if fused is not None:           # (one row kernel: program(scores, operands), then the softmax)
+            ops = attention_plan.row_inputs(stages, extras, pre_vals, d)
+            args = [fused["n1"], fused["n2"]]
+            held = [x if x.flags.c_contiguous else np.ascontiguousarray(x)      # (alive until the call)
+                    for x, kind in zip(ops, fused["kinds"]) if kind == "t"]
+            for x, st in zip(held, fused["strides"]):
+                args += [data_pointer(x), *st]
+            args += [float(x) for x, kind in zip(ops, fused["kinds"]) if kind == "s"]
+            kernels.row.fn(0, det["rows"], det["n"], data_pointer(probs), data_pointer(scores), None, None, *args)
+            stages = ()
         for j, (st, c) in enumerate(zip(stages, kernels.stages)):
             if st[0] == "ew":
                 ops = [attention_plan.operand(r, extras, pre_vals) for r in st[2]]
@@ -237,7 +281,8 @@ class AttentionSite(Site):
                 cond = np.asarray(attention_plan.operand(st[1], extras, pre_vals), dtype=bool)
                 other = attention_plan.operand(st[2], extras, pre_vals)
                 np.copyto(scores, other, where=~cond if st[3] else cond)
-        kernels.row.fn(0, det["rows"], det["n"], data_pointer(probs), data_pointer(scores), None, None)
+        if fused is None:
+            kernels.row.fn(0, det["rows"], det["n"], data_pointer(probs), data_pointer(scores), None, None)
         layout = det["layout"]
         if layout:
             res = np.empty(p.out_shape, d)

@@ -7,6 +7,9 @@ A compiled kernel is a C function returning void. Its arguments, by kind (T: flo
                    caller may split them over threads); on the GPU: i64 total (elements)
     row          i64 start, i64 end, i64 n, T* out, T* x, T* gamma, T* beta    (softmax, layer norm)
                  [, T* y]    (issue 18: FUSED_ADD_LAYER_NORM, the norm of x + y)
+                 [, i64 n1, i64 n2, operands]    (issue 18: FUSED_ATTENTION's softmax of program(x,
+                   operands): per tensor T* data, i64 s0, s1, s2, row r = (i0 * n1 + i1) * n2 + i2 read at
+                   i0 * s0 + i1 * s1 + i2 * s2; per scalar a double)
     matmul       gemm*, T* A, T* B, T* C, operands                              (gemm: the BLAS function)
     gemm         i64 m, i64 k, i64 n, T* A, i64 lda, T* Bp, T* C, i64 ldc       (compiler/gemm.py: B packed)
     depthwise    i64 start, i64 end, i64 C, H, W, Ho, Wo, pt, pl, lo, hi, T* out, T* x, T* w, T* bias,
@@ -48,6 +51,7 @@ HEAD = {"elementwise": ("i64", "i64", "i64", "i64", "ptr"), "row": ("i64", "i64"
         "gemm": ("i64", "i64", "i64", "ptr", "i64", "ptr", "ptr", "i64")}      # (issue 18: compiler/gemm.py)
 GPU_HEAD = {"elementwise": ("i64", "i64", "i64", "ptr")}       # (total, n1, n2, out)
 OPERAND = {"t": ("ptr", "i64", "i64"), "s": ("double",)}
+ROW_OPERAND = {"t": ("ptr", "i64", "i64", "i64"), "s": ("double",)}    # (a row kernel's: three row strides)
 _CTYPES = {"i64": ctypes.c_int64, "ptr": ctypes.c_void_p, "double": ctypes.c_double}
 
 
@@ -73,6 +77,9 @@ def signature(kernel, gpu: bool = False) -> tuple:
         getattr(kernel, "kinds", ())
     operand = CONV_OPERAND if kernel.kind == "depthwise" else OPERAND
     residual = ("ptr",) if getattr(kernel, "residual", False) else ()     # (issue 18: FUSED_ADD_LAYER_NORM's y)
+    if kernel.kind == "row" and kernel.op == "softmax" and kernel.programs:   # (issue 18: the score stages:
+        # i64 n1, n2 and their operands)
+        residual += ("i64", "i64") + tuple(t for i in elementwise_order(kinds) for t in ROW_OPERAND[kinds[i]])
     return (GPU_HEAD if gpu else HEAD)[kernel.kind] + tuple(t for i in operand_order(kernel) for t in operand[kinds[i]]) \
         + residual
 

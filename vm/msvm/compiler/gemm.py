@@ -377,7 +377,9 @@ def use_packed(m: int, dtype) -> bool:
     1x2048 @ 2048x1000 305 / 298 us), but OpenBLAS's call wakes its worker threads, which then
     spin on the cores msvm's kernel pool splits work over: MobileNet v2 at 224 on two cores with
     OPENBLAS_NUM_THREADS=2 took 64-68 ms per forward with its classifier in OpenBLAS, 14-15 ms with
-    it here (16-17 ms with OPENBLAS_NUM_THREADS=1). So one row runs here too.
+    it here (16-17 ms with OPENBLAS_NUM_THREADS=1). So one row runs here too. Those figures are
+    an Intel Xeon's; where OpenBLAS runs narrower tiles than ours (``wider_than_blas``: AMD Zen 5,
+    OpenBLAS on its AVX2 kernels) every row count runs here.
 
     Where two cores are allowed (callconv.cores), every row count runs here: two threads share
     the product (``run_split``) and the BLAS is set to one thread once they do (build.blas_single);
@@ -390,7 +392,33 @@ def use_packed(m: int, dtype) -> bool:
         return True
     from .callconv import cores
 
-    return cores() >= 2
+    return cores() >= 2 or wider_than_blas()
+
+
+AVX512_BLAS = ("skylakex", "cooperlake", "sapphirerapids")   # OpenBLAS's kernel families with AVX-512 tiles
+
+
+def wider_than_blas(features: str | None = None, core: str | None = "ask") -> bool:
+    """Whether this target's register tile is AVX-512 while numpy's OpenBLAS runs an AVX2 (or
+    narrower) kernel family (``build.blas_core``): then the packed product is about twice BLAS's
+    speed at every row count, and ``use_packed`` takes it above ROWS too.
+
+    Measured (issue 18, AMD EPYC Zen 5 with AVX-512, where OpenBLAS 0.3.31 picks "Haswell"; one
+    thread, GFLOP/s, packed / numpy's OpenBLAS, a shared machine): 512x768x768 188 / 98,
+    1024x768x768 97 / 50, 2048x768x768 116 / 54, 1024x768x3072 128 / 68, 2048x768x3072 127 / 79,
+    1024x3072x768 86 / 82, 2048x3072x768 102 / 71 (every shape faster here, 1.05-2.1x). On the Intel
+    Xeon of the figures above (OpenBLAS on its SkylakeX kernels) the packed product was even at 512 rows
+    and 10% slower at 2048: there ROWS holds. Whole BERT-base at batch 8 (296 and 512 rows), one
+    thread, msvm / onnxruntime in one run each: S=37 1.60 -> 0.99, S=64 1.61 -> 0.95."""
+    if features is None:
+        from .codegen import codegen
+
+        features = codegen().features
+    if core == "ask":
+        from .build import blas_core
+
+        core = blas_core()
+    return "+avx512f" in features and core is not None and core not in AVX512_BLAS
 
 
 @dataclass(frozen=True)

@@ -263,11 +263,11 @@ class GpuSite:
         need = _need(self, d)
 
         def task():
-            t0 = time.perf_counter()
+            c0 = time.thread_time()
             try:
                 with getattr(self.rt, "context", contextlib.nullcontext)():
                     _gk, steps = self.rt.kernel(d.kernel, d.level)
-                reasons.check_budget(d.level, time.perf_counter() - t0, build.BUDGET_S[d.level])
+                reasons.check_budget(d.level, time.thread_time() - c0, build.BUDGET_S[d.level])
                 self.ready[d.key] = True
                 self.tier_history.append({"time": time.time(), "level": d.level, "key": d.key[:12]})
                 events.emit({"type": "tier", "code": self.code.name,

@@ -78,14 +78,21 @@ class RowKernel:
     eps: float = 0.0
     n: int | None = None    # row length: constant in L3, argument in L2
     residual: bool = False  # (issue 18) layer norm of x + y: FUSED_ADD_LAYER_NORM, y the last parameter
-    programs: tuple = ()    # (issue 18) "rms_norm": (prologue, scale, program) of FUSED_RMS_NORM
+    programs: tuple = ()    # (issue 18) "rms_norm": (prologue, scale, program) of FUSED_RMS_NORM; "softmax":
+    #                         FUSED_ATTENTION's stages applied to x before the softmax, (program or None, its
+    #                         inputs 1..m, ((cond, other, scores_is_a) per WHERE, indices of inputs 1..))
+    kinds: tuple = ()       # (issue 18) "softmax" with a program: its inputs 1.. ("t" tensor / "s" scalar)
+    rowb: tuple = ()        # per input 1..: True where a tensor is one value per row (broadcast along it)
+    opt_level: int = 0      # (issue 18) 3: IR passes and O3 codegen at L2 too (build.compile_kernel)
 
     kind = "row"
 
     def text(self) -> str:
         return f"row op={self.op} dtype={self.dtype} gamma={self.has_gamma} beta={self.has_beta} " \
                f"eps={self.eps!r} n={self.n}" + (" residual" if self.residual else "") \
-               + (f" programs={self.programs!r}" if self.programs else "")
+               + (f" programs={self.programs!r}" if self.programs else "") \
+               + (f" kinds={self.kinds!r} rowb={self.rowb!r}" if self.kinds else "") \
+               + (f" opt={self.opt_level}" if self.opt_level else "")
 
     @property
     def name(self) -> str:

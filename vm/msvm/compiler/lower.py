@@ -564,6 +564,8 @@ def lower_row(k: RowKernel, name: str, features: str, width: int | None = None) 
     sv, vv = Vals(b, t, 1), Vals(b, t, w)
     align = 4 if t == "float" else 8
     res = f", {t}* noalias %y" if k.residual else ""      # (issue 18: FUSED_ADD_LAYER_NORM's second addend)
+    if k.op == "softmax" and k.programs:     # (issue 18: FUSED_ATTENTION's score stages: callconv's row operands)
+        res += ", " + ", ".join(row_stage_params(k, t))
     b.raw(f"define void @{name}(i64 %start, i64 %end, i64 %n_arg, {t}* noalias %out, {t}* noalias %x, "
           f"{t}* %g, {t}* %bb{res}) nounwind {{")
     b.raw("entry:")
@@ -630,8 +632,26 @@ def lower_row(k: RowKernel, name: str, features: str, width: int | None = None) 
 
     nf = b.op(f"sitofp i64 {n} to {t}")
     vx: dict = {}
-    if k.op == "softmax":
+    if k.op == "softmax" and k.programs:    # (issue 18) the max pass writes program(x, operands) into out
+        operand = _row_operands(b, k, t, vx, splat)
+
+        program, m, wheres = k.programs     # (compiler/attention_plan.py: the stages, in order)
+
+        def prog_store(v, j, a):
+            vals = [bc(v, o) if row else ld(v, o, j) for o, row in operand]
+            y = ld(v, xr, j)
+            if program is not None:
+                y = emit_program(v, program, [y] + vals[:m])
+            for c, o, scores_is_a in wheres:     # WHERE(cond, y, other) as np.copyto: exact selects
+                pick = b.op(f"fcmp une {v.vt} {vals[c]}, {v.const(0.0)}")
+                y = v.select(pick, y, vals[o]) if scores_is_a else v.select(pick, vals[o], y)
+            st(v, orow, j, y)
+            return [v.maximum(y, a[0])]
+        mx = row_pass("mx", prog_store, -math.inf, "fmax")
+        xr = orow
+    elif k.op == "softmax":
         mx = row_pass("mx", lambda v, j, a: [v.maximum(ld(v, xr, j), a[0])], -math.inf, "fmax")
+    if k.op == "softmax":
         vx[mx] = splat(mx)
 
         def exp_store(v, j, a):
@@ -699,6 +719,42 @@ def lower_row(k: RowKernel, name: str, features: str, width: int | None = None) 
     b.raw("  ret void")
     b.raw("}")
     return "\n".join(sorted(sv.intrinsics | vv.intrinsics)) + "\n\n" + "\n".join(b.lines) + "\n"
+
+
+def row_stage_params(k: RowKernel, t: str) -> list:
+    """The LLVM parameters after a softmax row kernel's head that its score stages read (issue 18:
+    callconv's row operands): i64 %n1, %n2, then per tensor input %in{i} and its three strides, per
+    scalar %sc{i}."""
+    from .callconv import elementwise_order
+
+    return ["i64 %n1", "i64 %n2"] + [
+        f"{t}* noalias %in{i}, i64 %s0_{i}, i64 %s1_{i}, i64 %s2_{i}" if k.kinds[i] == "t" else f"double %sc{i}"
+        for i in elementwise_order(k.kinds)]
+
+
+def _row_operands(b, k: RowKernel, t: str, vx: dict, splat) -> list:
+    """(value or pointer, per row?) of the score program's inputs 1.. in this row (issue 18): row r =
+    (i0 * n1 + i1) * n2 + i2 of a tensor operand is at i0 * s0 + i1 * s1 + i2 * s2; one value per row
+    (``rowb``) or a scalar is loaded once and splat (``vx``)."""
+    q = b.op("udiv i64 %r, %n2")
+    i2 = b.op(f"sub i64 %r, {b.op('mul i64 %n2, ' + q)}")
+    i0 = b.op(f"udiv i64 {q}, %n1")
+    i1 = b.op(f"sub i64 {q}, {b.op('mul i64 %n1, ' + i0)}")
+    out = []
+    for i, kind in enumerate(k.kinds):
+        if kind == "t":
+            off = b.op(f"add i64 {b.op(f'mul i64 {i0}, %s0_{i}')}, {b.op(f'mul i64 {i1}, %s1_{i}')}")
+            off = b.op(f"add i64 {off}, {b.op(f'mul i64 {i2}, %s2_{i}')}")
+            p = b.op(f"getelementptr {t}, {t}* %in{i}, i64 {off}")
+            if not k.rowb[i]:
+                out.append((p, False))
+                continue
+            val = b.op(f"load {t}, {t}* {p}")
+        else:
+            val = b.op(f"fptrunc double %sc{i} to float") if t == "float" else f"%sc{i}"
+        vx[val] = splat(val)
+        out.append((val, True))
+    return out
 
 
 LOWER = {"elementwise": lower_elementwise, "matmul": lower_matmul, "row": lower_row}

@@ -22,7 +22,7 @@ from __future__ import annotations
 import threading
 
 from .kir import Elementwise, MatmulEpilogue, RowKernel
-from .lower import TYPES, Builder, Unsupported, Vals, elementwise_entry, emit_program, lower_row
+from .lower import TYPES, Builder, Unsupported, Vals, elementwise_entry, emit_program, lower_row, row_stage_params
 from .lower_pow import Scalar
 
 TRIPLE = "nvptx64-nvidia-cuda"
@@ -116,7 +116,10 @@ def lower_row_gpu(k: RowKernel, name: str) -> str:
         raise Unsupported(f"{k.op} in {k.dtype} on the GPU (needs libdevice)")
     row_ir = row_ir.replace(f"define void @{name}_rows(", f"define internal void @{name}_rows(", 1)
     b = Builder()
-    b.raw(f"define ptx_kernel void @{name}(i64 %rows, i64 %n, {t}* %out, {t}* %x, {t}* %g, {t}* %bb) nounwind {{")
+    # (issue 18: FUSED_ATTENTION's score stages in the softmax: their operands passed through)
+    stage = row_stage_params(k, t) if k.op == "softmax" and k.programs else []
+    more = "".join(", " + p.replace("noalias ", "") for p in stage)
+    b.raw(f"define ptx_kernel void @{name}(i64 %rows, i64 %n, {t}* %out, {t}* %x, {t}* %g, {t}* %bb{more}) nounwind {{")
     b.raw("entry:")
     first, stride = _thread_index(b)
     b.raw("  br label %loop")
@@ -126,7 +129,7 @@ def lower_row_gpu(k: RowKernel, name: str) -> str:
     b.raw("  br i1 %c, label %body, label %done")
     b.raw("body:")
     b.raw("  %r1 = add i64 %r, 1")
-    b.raw(f"  call void @{name}_rows(i64 %r, i64 %r1, i64 %n, {t}* %out, {t}* %x, {t}* %g, {t}* %bb)")
+    b.raw(f"  call void @{name}_rows(i64 %r, i64 %r1, i64 %n, {t}* %out, {t}* %x, {t}* %g, {t}* %bb{more})")
     b.raw(f"  %rnext = add i64 %r, {stride}")
     b.raw("  br label %loop")
     b.raw("done:")

@@ -144,7 +144,7 @@ def test_weights_are_read_in_place_with_short_tiles_where_rows_alias(fresh, monk
     a weight whose rows lie a multiple of 4 KB apart (a tile's 12 rows would share an L1 set) is
     read with 8-row tiles. Both agree with the reference, at one and two threads."""
     monkeypatch.delenv(conv.A_ENV, raising=False)
-    assert conv.a_in_place(np.float32)
+    assert conv.a_in_place()
     wide = conv._rows(np.float32) > conv.ALIAS_ROWS          # (AVX-512: 12-row tiles; AVX2's are 6)
     assert conv.tile_rows_in_place(576, np.float32) == 0 and conv.tile_rows_in_place(2304, np.float32) == 0
     assert conv.tile_rows_in_place(1024, np.float32) == conv.tile_rows_in_place(512, np.float64) == \

@@ -654,7 +654,7 @@ ALIAS_BYTES = 4096          # rows a multiple of this apart take ALIAS_ROWS-row 
 ALIAS_ROWS = 8
 
 
-def a_in_place(d) -> bool:
+def a_in_place() -> bool:
     """Whether the taps product reads A from the Parameter itself (else from a packed copy held
     beside it, ``prepared_a``: MSVM_CONV_A=packed)."""
     import os
@@ -810,7 +810,7 @@ class TapsConv:
             self.q, self.ci, self.wq = ho * wq, cg, wq
             self.grid = None if wq == wo else (o, ho, wq)
         self.lda = len(self.taps) * self.ci       # (A's rows: [(ci, kh, kw)], the weight's own order)
-        self.inplace = inplace = a_in_place(self.d) if inplace is None else inplace
+        self.inplace = inplace = a_in_place() if inplace is None else inplace
         self.rows = tile_rows_in_place(self.lda, self.d) if inplace else 0
         self.fn = gemm_taps(str(self.d), inplace, self.rows)
         self.nr = _panel(self.d)

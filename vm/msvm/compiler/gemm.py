@@ -68,7 +68,7 @@ from .lower import TYPES, Unsupported, vec_width
 NAME = "msvm_gemm_packed"
 A_BLOCK_BYTES = 1 << 20     # rows of A per pass over the panels: about this many bytes (L2)
 PREFETCH_ROWS = 24          # panel rows ahead that the tiles prefetch (8, 16, 24, 32, 40, 64 measured)
-A_PREFETCH = 64             # k steps ahead that the taps tiles prefetch their packed A (0: none)
+A_PREFETCH = 64             # k steps ahead that the taps tiles prefetch their A (0: none)
 KC = 256                    # k per block: a panel's k block (KC x NR) stays in L1 across the row tiles
 _lock = threading.Lock()
 _compiled: dict = {}        # dtype -> build.Compiled
@@ -743,7 +743,7 @@ class TapsGemm:
 
     def text(self) -> str:
         return (f"gemm_taps v{TAPS_VERSION} dtype={self.dtype} a_block={A_BLOCK_BYTES} kc={self.kc} "
-                f"prefetch={PREFETCH_ROWS} a_prefetch={A_PREFETCH} c=next b=next" + (" a_inplace" if self.a_inplace else "")
+                f"a_prefetch={A_PREFETCH}" + (" a_inplace" if self.a_inplace else "")
                 + (f" rows={self.rows}" if self.rows else ""))
 
 

@@ -172,7 +172,7 @@ def _swap_into_conv_run(code: Code, targets) -> bool:
 # ---------------------------------------------------------------- fusion
 
 def _fuse_runs(code: Code, targets, original: Code):
-    shapes = _result_shapes(code, targets) if any(i.op.name == "CONV2D" for i in code.instrs) else None
+    shapes = _result_shapes(code, targets)
     i = 0
     while i < len(code.instrs):
         j, repl = _try_fuse_at(code, i, targets, shapes)

@@ -201,8 +201,10 @@ def test_depthwise_and_pool_planes_split_over_two_threads_agree(monkeypatch):
 
 
 def test_route(monkeypatch):
-    """Without MSVM_CONV_GEMM the taps route for float32 and float64 whatever the shape (conv.py's
-    docstring has the figures), BLAS for other dtypes; MSVM_CONV_GEMM=blas keeps BLAS."""
+    """Without MSVM_CONV_GEMM: the taps route for float32 and float64 whatever the shape where msvm's
+    tiles are wider than BLAS's or two threads share a product, else only for few channels per tap
+    (the RGB stem); BLAS for other dtypes (conv.route's docstring has the figures);
+    MSVM_CONV_GEMM=blas keeps BLAS, =taps takes taps."""
     monkeypatch.delenv(conv.ROUTE_ENV, raising=False)
     r = conv.route
     shapes = [((1, 128, 56, 56), (128, 128, 3, 3), (2, 2), (1, 1, 1, 1)),
@@ -210,11 +212,16 @@ def test_route(monkeypatch):
               ((1, 3, 224, 224), (64, 3, 7, 7), (2, 2), (3, 3, 3, 3)),
               ((1, 16, 112, 112), (96, 16, 1, 1), (1, 1), (0, 0, 0, 0))]
     for x, w, st, pad in shapes:
-        assert r(x, w, st, pad, (1, 1), 1, np.float32) == "taps"
-        assert r(x, w, st, pad, (1, 1), 1, np.float64) == "taps"
-        assert r(x, w, st, pad, (1, 1), 1, np.float16) == "blas"
+        stem = w[1] <= conv.FEW_CHANNELS
+        for wide, threads in ((True, 1), (False, 2), (True, 2), (False, 1)):
+            want = "taps" if wide or threads >= 2 or stem else "blas"
+            for d in (np.float32, np.float64):
+                assert r(x, w, st, pad, (1, 1), 1, d, wide, threads) == want, (x, w, wide, threads)
+            assert r(x, w, st, pad, (1, 1), 1, np.float16, wide, threads) == "blas"
     monkeypatch.setenv(conv.ROUTE_ENV, "blas")
-    assert r(*shapes[0], (1, 1), 1, np.float32) == "blas"
+    assert r(*shapes[0], (1, 1), 1, np.float32, True, 2) == "blas"
+    monkeypatch.setenv(conv.ROUTE_ENV, "taps")
+    assert r(*shapes[0], (1, 1), 1, np.float32, False, 1) == "taps"
 
 
 @pytest.mark.parametrize("name", ["1x1_residual_relu", "3x3", "3x3_s2", "3x3_dilation2_groups2"])
@@ -244,15 +251,18 @@ def test_the_blas_route_still_matches(monkeypatch, name):
 
 # ---------------------------------------------------------------- the kernel itself
 
+@pytest.mark.parametrize("pack_b", [False, True], ids=["b_in_place", "b_packed"])
 @pytest.mark.parametrize("a_layout", ["packed", "inplace", "inplace8"])
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("seed", range(6))
-def test_taps_kernel_against_float64_numpy(dtype, seed, a_layout):
+def test_taps_kernel_against_float64_numpy(dtype, seed, a_layout, pack_b):
     """gemm.ir_taps on random m, channels, taps, columns (not multiples of the tile or panel),
-    column ranges, row strides and epilogues, with NaN / inf, against numpy in float64."""
+    column ranges, row strides and epilogues, with NaN / inf, against numpy in float64; B read
+    where it lies and copied per k block (``pack_b``), whichever this target takes by default."""
     rng = np.random.default_rng(seed)
     d = np.dtype(dtype)
-    fn = gemm.taps_function(dtype, a_inplace=a_layout != "packed", rows=8 if a_layout == "inplace8" else 0)
+    fn = gemm.taps_function(dtype, a_inplace=a_layout != "packed", rows=8 if a_layout == "inplace8" else 0,
+                            pack_b=pack_b)
     mr, nr = gemm.tile_rows(d), gemm.panel_width(d)
     m = int(rng.integers(1, 40))
     ci = int(rng.choice([1, 3, 17, 300]))           # (300: two k blocks or more)

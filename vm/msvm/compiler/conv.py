@@ -511,11 +511,20 @@ PLANE_FLOPS = 16                 # a depthwise / pool tap costs about what 16 GE
 #                                  depthwise layers: 41 MFLOP in ~2.8 ms, ~15 GFLOP/s, against ~130)
 
 
-def route(x_shape, w_shape, stride, pad, dil, group, d) -> str:
+def route(x_shape, w_shape, stride, pad, dil, group, d, wide=None, threads=None) -> str:
     """Which product a dense or grouped convolution runs: "taps" (msvm's GEMM, ``TapsConv``) or
-    "blas" (OpenBLAS: ``Shifted``, or the L1 kernel's conv_gemm). By measurement (the module doc):
-    taps for float32 and float64 whatever the shape (a per-shape choice measured no faster on the
-    whole forward), BLAS for other dtypes; ``MSVM_CONV_GEMM`` forces either."""
+    "blas" (OpenBLAS: ``Shifted``, or the L1 kernel's conv_gemm); BLAS for dtypes other than
+    float32 and float64; ``MSVM_CONV_GEMM`` forces either. By measurement (the module doc):
+
+    - taps where msvm's tiles are wider than OpenBLAS's kernels (``wide``: gemm.wider_than_blas, an
+      AVX-512 target with OpenBLAS on its Haswell kernels: 1.7x BLAS on ResNet-50's forward), or
+      where two threads share a product (``threads``: callconv.cores; OpenBLAS runs one thread beside
+      msvm's pool, build.blas_single), whatever the shape: a per-shape choice measured no faster;
+    - else taps only on few channels per tap (FEW_CHANNELS: RGB stems, 1.15-1.5x BLAS's im2col),
+      BLAS for the rest: on an AVX2 target both run 6 x 16 register tiles and OpenBLAS's packed
+      operands beat reading A and B where they lie (AMD EPYC Zen 3, one core, ResNet-50's
+      convolutions, taps / BLAS per layer kind in one run: 1x1 0.74, 3x3 0.84, 3x3 stride 2 0.75,
+      the stem 1.15; bench/conv_routes.py)."""
     import os
 
     if np.dtype(d) not in (np.float32, np.float64):
@@ -523,8 +532,16 @@ def route(x_shape, w_shape, stride, pad, dil, group, d) -> str:
     forced = os.environ.get(ROUTE_ENV, "")
     if forced in ("taps", "blas"):
         return forced
-    # every shape: the whole forward measured at least as fast as with a per-shape choice (module doc)
-    return "taps"
+    if w_shape[1] <= FEW_CHANNELS:
+        return "taps"
+    if wide is None:
+        from .gemm import wider_than_blas
+
+        wide = wider_than_blas()
+    return "taps" if wide or (cores() if threads is None else threads) >= 2 else "blas"
+
+
+FEW_CHANNELS = 4             # input channels per group of a convolution that route() keeps on taps
 
 
 def threads_for(flops: float) -> int:

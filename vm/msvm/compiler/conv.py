@@ -65,7 +65,15 @@ and how each is called. Algorithms chosen by measurement (one thread, this machi
   1.01-1.06x, 1x1 0.93-0.99x, stem 1.05-1.08x), MobileNet v2 1.20-1.24x (its 1x1 layers 1.07-1.15x;
   the rest of the forward gains too, not explained). The per-shape choice of the table (taps where
   it is ahead) measured 1.02x / 1.06x on ResNet-50 and 0.99x on MobileNet v2, so ``route`` takes
-  the taps route for every shape. The kernel reaches 165-188 GFLOP/s on blocks that
+  the taps route for every shape there. **On an AVX2 target** (AMD EPYC Zen 3, 16 vector registers,
+  one core) the tiles are 6 x 16, the same as OpenBLAS's Haswell kernel, and reading A and B where
+  they lie loses to OpenBLAS's packed operands: ResNet-50's convolutions taps / BLAS 0.74 (1x1),
+  0.84 (3x3), 0.75 (3x3 stride 2), 1.15 (the RGB stem), after two fixes found there: a panel's
+  column masks (vector registers on AVX2) were spilled and rebuilt every k step beside the 12
+  accumulators (whole panels now run tiles without masks: the taps route 285 -> 164 ms), and a k
+  block's source rows, a plane apart, thrash the 8-way L1 (``gemm.packs_b``). So there ``route``
+  takes BLAS at one thread but for the stems (msvm/ort on ResNet-50 at 224, bench/peers.py one
+  thread: 2.39 -> 1.49). The kernel reaches 165-188 GFLOP/s on blocks that
   stay in L2 (OpenBLAS 164-166) but 115-150 where B streams from memory (P >= 3136 pixels), about
   what OpenBLAS gets. **In a model the weights come from memory** (ResNet-50's 98 MB do not stay
   in cache from one forward to the next): on an AMD EPYC (Zen 5, one pinned core, the thread's CPU

@@ -338,10 +338,9 @@ def kernel_ir(site, level: int, plan):
     if cls[0] == "gemm":
         from .kir import Elementwise
 
-        if p["epi"] is None:           # (the taps product alone: its kernel is gemm.TapsGemm's)
-            from .gemm import TapsGemm
-
-            return TapsGemm(str(d))
+        if p["epi"] is None:           # (the taps product alone: the TapsGemm its caller runs)
+            _, cg, kh, kw = p["w_shape"]
+            return taps_kernel(d, cg * kh * kw)
         ep = p["epi"].details
         return Elementwise(ep["program"], ep["kinds"], tuple(ep["bcast"]), str(d), ep["dims"] if level >= 3 else None)
     _, dtype, kh, kw, stride, dil, has_bias, kinds, program, cg, og = cls
@@ -517,6 +516,7 @@ ROUTE_ENV = "MSVM_CONV_GEMM"     # "taps" | "blas": every dense convolution take
 SPLIT_MIN_FLOPS = 40e6           # per image: from here two threads share a product (a hand-off is ~65 us)
 PLANE_FLOPS = 16                 # a depthwise / pool tap costs about what 16 GEMM flops do (MobileNet v2's
 #                                  depthwise layers: 41 MFLOP in ~2.8 ms, ~15 GFLOP/s, against ~130)
+FEW_CHANNELS = 4                 # input channels per group of a convolution that route() keeps on taps
 
 
 def route(x_shape, w_shape, stride, pad, dil, group, d, wide=None, threads=None) -> str:
@@ -548,8 +548,6 @@ def route(x_shape, w_shape, stride, pad, dil, group, d, wide=None, threads=None)
         wide = wider_than_blas()
     return "taps" if wide or (cores() if threads is None else threads) >= 2 else "blas"
 
-
-FEW_CHANNELS = 4             # input channels per group of a convolution that route() keeps on taps
 
 
 def threads_for(flops: float) -> int:
@@ -835,9 +833,10 @@ class TapsConv:
             self.q, self.ci, self.wq = ho * wq, cg, wq
             self.grid = None if wq == wo else (o, ho, wq)
         self.lda = len(self.taps) * self.ci       # (A's rows: [(ci, kh, kw)], the weight's own order)
-        self.inplace = inplace = a_in_place() if inplace is None else inplace
-        self.rows = tile_rows_in_place(self.lda, self.d) if inplace else 0
-        self.fn = gemm_taps(str(self.d), inplace, self.rows)
+        k = taps_kernel(self.d, self.lda, inplace)
+        self.inplace = inplace = k.a_inplace
+        self.rows = k.rows
+        self.fn = gemm_taps(k)
         self.nr = _panel(self.d)
         self.acc = (o, ho * self.wq) if self.grid is not None else None
         mr = _rows(self.d)
@@ -929,10 +928,23 @@ def _panel(d) -> int:
     return panel_width(d)
 
 
-def gemm_taps(dtype: str, inplace: bool = False, rows: int = 0):
+def taps_kernel(d, lda: int, inplace=None):
+    """The taps product (gemm.TapsGemm) a convolution whose weight rows hold ``lda`` elements of
+    dtype d runs: A in place (``a_in_place``, or as ``inplace`` says) with its tile rows, B packed
+    per k block where this target takes it (gemm.packs_b). The one place that decides it: the
+    Site compiles (kernel_ir) the kernel that TapsConv calls."""
+    from .gemm import TapsGemm, packs_b
+
+    inplace = a_in_place() if inplace is None else inplace
+    return TapsGemm(str(np.dtype(d)), a_inplace=inplace, rows=tile_rows_in_place(lda, d) if inplace else 0,
+                    pack_b=packs_b())
+
+
+def gemm_taps(k):
+    """The ctypes function of the TapsGemm ``k`` (``taps_kernel``)."""
     from .gemm import taps_function
 
-    return taps_function(dtype, a_inplace=inplace, rows=rows)
+    return taps_function(k.dtype, k.kc, k.a_inplace, k.rows, k.pack_b)
 
 
 def taps_mode(x_shape, w_shape, stride, pad, dil, group) -> str:

@@ -66,7 +66,7 @@ import numpy as np
 from .lower import TYPES, Unsupported, vec_width
 
 NAME = "msvm_gemm_packed"
-A_BLOCK_BYTES = 1 << 20    # rows of A per pass over the panels: about this many bytes (L2)
+A_BLOCK_BYTES = 1 << 20     # rows of A per pass over the panels: about this many bytes (L2)
 PREFETCH_ROWS = 24          # panel rows ahead that the tiles prefetch (8, 16, 24, 32, 40, 64 measured)
 A_PREFETCH = 64             # k steps ahead that the taps tiles prefetch their A (0: none)
 KC = 256                    # k per block: a panel's k block (KC x NR) stays in L1 across the row tiles
@@ -835,7 +835,7 @@ class TapsGemm:
 
 TAPS_ARGS = ("i64", "i64", "i64", "ptr", "i64", "ptr", "i64", "ptr", "i64", "ptr", "i64", "i64", "i64",
              "i64", "ptr", "ptr", "ptr", "i64", "T", "T")
-_taps: dict = {}            # (dtype, kc, a_inplace) -> ctypes function
+_taps: dict = {}            # (dtype, kc, a_inplace, rows, pack_b) -> ctypes function
 
 
 def taps_function(dtype: str, kc: int = TAPS_KC, a_inplace: bool = False, rows: int = 0, pack_b=None):

@@ -181,12 +181,12 @@ def test_depthwise_and_pool_planes_split_over_two_threads_agree(monkeypatch):
     x[0, 1, 2, 3] = np.nan
     outs = {}
     ran = []
-    submit = conv.submit
+    share = conv.share
 
     def counted(*args):
         ran.append(1)
-        return submit(*args)
-    monkeypatch.setattr(conv, "submit", counted)
+        return share(*args)
+    monkeypatch.setattr(conv, "share", counted)
     for threads in ("1", "2"):
         monkeypatch.setenv("MSVM_THREADS", threads)
         monkeypatch.setattr(conv, "SPLIT_MIN_FLOPS", 0.0)
@@ -202,39 +202,41 @@ def test_depthwise_and_pool_planes_split_over_two_threads_agree(monkeypatch):
 
 def test_route(monkeypatch):
     """Without MSVM_CONV_GEMM: the taps route for float32 and float64 whatever the shape where msvm's
-    tiles are wider than BLAS's or two threads share a product, else only for few channels per tap
-    (the RGB stem); BLAS for other dtypes (conv.route's docstring has the figures);
-    MSVM_CONV_GEMM=blas keeps BLAS, =taps takes taps."""
+    tiles are wider than BLAS's, else only for few channels per tap (the RGB stem), whatever the
+    threads (the BLAS route splits its products too); BLAS for other dtypes (conv.route's docstring
+    has the figures); MSVM_CONV_GEMM=blas keeps BLAS, =taps takes taps."""
     monkeypatch.delenv(conv.ROUTE_ENV, raising=False)
     r = conv.route
     shapes = [((1, 128, 56, 56), (128, 128, 3, 3), (2, 2), (1, 1, 1, 1)),
               ((1, 64, 56, 56), (64, 64, 3, 3), (1, 1), (1, 1, 1, 1)),
               ((1, 3, 224, 224), (64, 3, 7, 7), (2, 2), (3, 3, 3, 3)),
               ((1, 16, 112, 112), (96, 16, 1, 1), (1, 1), (0, 0, 0, 0))]
-    for x, w, st, pad in shapes:
-        stem = w[1] <= conv.FEW_CHANNELS
-        for wide, threads in ((True, 1), (False, 2), (True, 2), (False, 1)):
-            want = "taps" if wide or threads >= 2 or stem else "blas"
-            for d in (np.float32, np.float64):
-                assert r(x, w, st, pad, (1, 1), 1, d, wide, threads) == want, (x, w, wide, threads)
-            assert r(x, w, st, pad, (1, 1), 1, np.float16, wide, threads) == "blas"
+    for cores in (1, 2):
+        monkeypatch.setattr(conv, "cores", lambda cores=cores: cores)
+        for x, w, st, pad in shapes:
+            stem = w[1] <= conv.FEW_CHANNELS
+            for wide in (True, False):
+                want = "taps" if wide or stem else "blas"
+                for d in (np.float32, np.float64):
+                    assert r(x, w, st, pad, (1, 1), 1, d, wide) == want, (x, w, wide, cores)
+                assert r(x, w, st, pad, (1, 1), 1, np.float16, wide) == "blas"
     monkeypatch.setenv(conv.ROUTE_ENV, "blas")
-    assert r(*shapes[0], (1, 1), 1, np.float32, True, 2) == "blas"
+    assert r(*shapes[0], (1, 1), 1, np.float32, True) == "blas"
     monkeypatch.setenv(conv.ROUTE_ENV, "taps")
-    assert r(*shapes[0], (1, 1), 1, np.float32, False, 1) == "taps"
+    assert r(*shapes[0], (1, 1), 1, np.float32, False) == "taps"
 
 
 @pytest.mark.parametrize("name", ["1x1_residual_relu", "3x3", "3x3_s2", "3x3_dilation2_groups2"])
 def test_the_blas_route_still_matches(monkeypatch, name):
-    """MSVM_CONV_GEMM=blas: the BLAS products (Shifted, the L1 kernel's conv_gemm) and the compiled
-    epilogue pass, no taps call."""
+    """MSVM_CONV_GEMM=blas: the BLAS products (BlasConv, the L1 kernel's conv_gemm for groups) and the
+    compiled epilogue pass, no taps call."""
     from msvm.interp import kernels as K
 
     monkeypatch.setenv(conv.ROUTE_ENV, "blas")
     ran = []
-    gemm_, shifted, taps = K.conv_gemm, conv.Shifted.__call__, conv.TapsConv.__call__
+    gemm_, bc, taps = K.conv_gemm, conv.BlasConv.__call__, conv.TapsConv.__call__
     monkeypatch.setattr(K, "conv_gemm", lambda *a, **k: ran.append("gemm") or gemm_(*a, **k))
-    monkeypatch.setattr(conv.Shifted, "__call__", lambda self, *a: ran.append("shifted") or shifted(self, *a))
+    monkeypatch.setattr(conv.BlasConv, "__call__", lambda self, *a: ran.append(self.mode) or bc(self, *a))
     monkeypatch.setattr(conv.TapsConv, "__call__", lambda self, *a, **k: ran.append("taps") or taps(self, *a, **k))
     s, _, _ = BLOCKS[name]
     rng = np.random.default_rng(31)

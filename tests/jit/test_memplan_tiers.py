@@ -115,7 +115,7 @@ def test_a_conv_net_writes_fused_conv_into_the_arena(jit_level, monkeypatch):
     # planned buffer records whether it wrote into it: all must have (an L2/L3 caller that ignored
     # ``out`` left the arena's slot unused and allocated anyway)
     wrote = []
-    gemm, shifted, taps = K.conv_gemm, conv.Shifted.__call__, conv.TapsConv.__call__
+    gemm, bc, taps = K.conv_gemm, conv.BlasConv.__call__, conv.TapsConv.__call__
 
     def spy_gemm(*a, **k):
         res = gemm(*a, **k)
@@ -124,8 +124,8 @@ def test_a_conv_net_writes_fused_conv_into_the_arena(jit_level, monkeypatch):
             wrote.append(np.shares_memory(res, out))
         return res
 
-    def spy_shifted(self, x, wt, out=None):
-        res = shifted(self, x, wt, out)
+    def spy_blas(self, x, wt, out=None, *rest):
+        res = bc(self, x, wt, out, *rest)
         if out is not None:
             wrote.append(np.shares_memory(res, out))
         return res
@@ -135,7 +135,7 @@ def test_a_conv_net_writes_fused_conv_into_the_arena(jit_level, monkeypatch):
             wrote.append(np.shares_memory(res, out))
         return res
     monkeypatch.setattr(K, "conv_gemm", spy_gemm)
-    monkeypatch.setattr(conv.Shifted, "__call__", spy_shifted)
+    monkeypatch.setattr(conv.BlasConv, "__call__", spy_blas)
     monkeypatch.setattr(conv.TapsConv, "__call__", spy_taps)
     ms.set_context(jit_config={"jit_level": jit_level})
     base = DenseConvNet()

@@ -48,7 +48,8 @@ RELEASE_MIN = 1 << 14           # elements from which a native entry lets other 
 
 HEAD = {"elementwise": ("i64", "i64", "i64", "i64", "ptr"), "row": ("i64", "i64", "i64", "ptr", "ptr", "ptr", "ptr"),
         "matmul": ("ptr", "ptr", "ptr", "ptr"),
-        "gemm": ("i64", "i64", "i64", "ptr", "i64", "ptr", "ptr", "i64")}      # (issue 18: compiler/gemm.py)
+        "gemm": ("i64", "i64", "i64", "ptr", "i64", "ptr", "ptr", "i64"),      # (issue 18: compiler/gemm.py)
+        "pool": ("i64", "ptr", "i64"), "tramp": ("ptr", "ptr")}    # (compiler/pool.py; the pool's returns an i64)
 GPU_HEAD = {"elementwise": ("i64", "i64", "i64", "ptr")}       # (total, n1, n2, out)
 OPERAND = {"t": ("ptr", "i64", "i64"), "s": ("double",)}
 ROW_OPERAND = {"t": ("ptr", "i64", "i64", "i64"), "s": ("double",)}    # (a row kernel's: three row strides)
@@ -187,12 +188,17 @@ def submit(fn, *args):
     """``fn(*args)`` on the kernel pool (a future). The first time, the BLAS that numpy and the
     matmul kernels call is set to one thread (``build.blas_single``: its idle workers would
     spin on the cores the pool runs on)."""
+    blas_once()
+    return _threads().submit(fn, *args)
+
+
+def blas_once() -> None:
+    """Before the first work on a second thread (``submit``, pool.share): the BLAS to one thread."""
     if not _blas_set[0]:
         _blas_set[0] = True
         from .build import blas_single
 
         blas_single()
-    return _threads().submit(fn, *args)
 
 
 _blas_set = [False]

@@ -16,7 +16,8 @@ and how each is called. Algorithms chosen by measurement (one thread, this machi
   bias and the epilogue as one compiled elementwise pass over the product, in place (the L1
   kernel makes one numpy pass per step). Stride-1 k x k convolutions at least
   kernels.SHIFTED_MIN_WIDTH wide run the per-tap GEMMs through the BLAS pointer with beta = 1
-  (``Shifted``); 1x1 is one matmul on the input; the rest im2col, as in L1. Measured and not used:
+  (``BlasConv``); 1x1 is one product on the input; the rest im2col, as in L1 (groups: L1's
+  conv_gemm). Measured and not used:
   row-blocked GEMM with the epilogue per block in cache (lower_matmul's MatmulEpilogue; 0.8-1.1x
   the GEMM + one compiled pass on ResNet-50's 1x1 layers); an LLVM 1x1 kernel register-blocked
   4 channels x 2 vectors with FMAs and the epilogue in registers (1.1-1.2x on MobileNet's two
@@ -94,12 +95,16 @@ and how each is called. Algorithms chosen by measurement (one thread, this machi
   k blocks of 64-512 changed nothing measurable (a loaded machine, wall clock).
 - **Threads**: where the cores allow two (``threads_for``: the process's affinity, MSVM_THREADS),
   a product of at least SPLIT_MIN_FLOPS per image gives the second half of its output columns
-  (whole panels) to the kernel pool's thread, and the depthwise and max-pool kernels half their
-  planes; the results are the same bit for bit (each column / plane is computed by one thread).
-  On this (shared, loaded) machine, two cores pinned, OPENBLAS_NUM_THREADS=2, ResNet-50's forward
-  took 138 ms on the taps route against 451 ms on OpenBLAS's own two threads (bench/conv_routes.py,
-  wall clock: 3x3 stride 1 4.9x, 1x1 2.3-2.7x; the stem 0.45x). A quiet machine was not available
-  to check how much of that is OpenBLAS's threads spinning against other processes.
+  to the pool's thread (compiler/pool.py: a spinning hand-off, no OS wake-up), on either route:
+  the taps product whole panels, the BLAS route (``BlasConv``) half the columns of each tap's
+  product, each half one BLAS call on its thread with the BLAS set to one thread; the depthwise and
+  max-pool kernels half their planes. The results are the same bit for bit (each column / plane is
+  computed by one thread with the same code). On an Intel Xeon (shared, loaded), two cores pinned,
+  OPENBLAS_NUM_THREADS=2, ResNet-50's forward took 138 ms on the taps route against 451 ms on
+  OpenBLAS's own two threads (bench/conv_routes.py, wall clock); on an AMD Zen 3 (two vCPUs, a
+  KVM guest) OpenBLAS's own two threads ran it in 104.7 ms, the taps route split through a
+  ThreadPoolExecutor in 146.7 (slower than one thread's BLAS, 160.4), the BLAS route split through
+  the spinning pool in 99-124 ms (``BlasConv``).
 - **MAX_POOL2D**: the depthwise kernel with a running maximum (numpy's: NaN wins) over -inf
   padding: one pass instead of kh*kw.
 
@@ -126,9 +131,10 @@ import numpy as np
 from ..bytecode.opcodes import KERNEL_KINDS
 from ..interp import kernels as K
 from .build import blas
-from .callconv import cores, elementwise_caller, submit
+from .callconv import cores, elementwise_caller
 from .entry import data_pointer
 from .lower import BINARY, UNARY, Unsupported
+from .pool import share
 
 OPS = frozenset(op for op, kind in KERNEL_KINDS.items() if kind == "conv")   # the rows whose Site plans here
 # a grouped convolution of few input channels per group runs the direct kernel (the depthwise one,
@@ -308,10 +314,8 @@ def plan_gemm(site, inputs):
     heads = [_Shape(out_shape, d)] + ([_Shape((1, w.shape[0], 1, 1), d)] * 2 if nbn else [])
     epi = plan_elementwise(site, heads + extras, prog, out_shape) if prog != (("in", 0),) else None
     cls = ("gemm", epi.cls if epi is not None else None, prog)      # (the route follows from the shapes: key)
-    kh, kw = w.shape[2:]
-    shifted = group == 1 and tuple(stride) == (1, 1) and kh * kw > 1 and wo >= K.SHIFTED_MIN_WIDTH
     return Plan(cls, (cls, epi.key[1] if epi is not None else None, x.shape, w.shape), out_shape, d,
-                {"epi": epi, "eps": eps, "nbn": nbn, "heads": len(heads), "shifted": shifted,
+                {"epi": epi, "eps": eps, "nbn": nbn, "heads": len(heads),
                  "x_shape": x.shape, "w_shape": w.shape, "route": how})
 
 
@@ -373,11 +377,7 @@ def caller(site, compiled, plan, output):
     def run(*rest):
         if split > 1:
             half = planes // 2
-            fut = submit(fn, half, planes, *rest)
-            try:
-                fn(0, half, *rest)
-            finally:
-                fut.result()
+            share([(fn, (0, half, *rest))], [(fn, (half, planes, *rest))])
         else:
             fn(0, planes, *rest)
     if cls[0] == "maxpool":
@@ -416,17 +416,17 @@ def _gemm_caller(site, compiled, plan):
         compiled, p["epi"].details, None, lambda j, a: data_pointer(a) if j < heads else ptr(first + j - heads, a))
     taps = _taps_caller(site, plan, epi) if p["route"] == "taps" else None
 
-    shifted = None
-    if group == 1 and tuple(stride) == (1, 1) and p["shifted"]:
-        shifted = Shifted(p["x_shape"], p["w_shape"], pad, dil, d)
+    bc = BlasConv(p["x_shape"], p["w_shape"], stride, pad, dil, d) if group == 1 and str(d) in blas()[1] else None
+    o, cg, kh, kw = p["w_shape"]
+    split = threads_for(2.0 * o * cg * kh * kw * plan.out_shape[2] * plan.out_shape[3])     # per image
 
     def go(inputs, out):
         if taps is not None and AB[0] is None:
             return taps(inputs, out)
         x, w = inputs[0], inputs[1]
         # (``out``: the memory plan's buffer, taken where it is C-contiguous of the result's shape and dtype)
-        if shifted is not None:
-            res = shifted(x, w, out)
+        if bc is not None:
+            res = bc(x, w, out, split)
         else:
             res = K.conv_gemm(x, K.weight_view(w), w.shape, stride, pad, dil, group, d, out)
         return res if epi is None else epi([res] + _affine_heads(inputs[2:first], eps, d) + list(inputs[first:]), res)
@@ -519,20 +519,21 @@ PLANE_FLOPS = 16                 # a depthwise / pool tap costs about what 16 GE
 FEW_CHANNELS = 4                 # input channels per group of a convolution that route() keeps on taps
 
 
-def route(x_shape, w_shape, stride, pad, dil, group, d, wide=None, threads=None) -> str:
+def route(x_shape, w_shape, stride, pad, dil, group, d, wide=None) -> str:
     """Which product a dense or grouped convolution runs: "taps" (msvm's GEMM, ``TapsConv``) or
-    "blas" (OpenBLAS: ``Shifted``, or the L1 kernel's conv_gemm); BLAS for dtypes other than
-    float32 and float64; ``MSVM_CONV_GEMM`` forces either. By measurement (the module doc):
+    "blas" (OpenBLAS: ``BlasConv``, or the L1 kernel's conv_gemm for groups); BLAS for dtypes other
+    than float32 and float64; ``MSVM_CONV_GEMM`` forces either. By measurement (the module doc):
 
     - taps where msvm's tiles are wider than OpenBLAS's kernels (``wide``: gemm.wider_than_blas, an
-      AVX-512 target with OpenBLAS on its Haswell kernels: 1.7x BLAS on ResNet-50's forward), or
-      where two threads share a product (``threads``: callconv.cores; OpenBLAS runs one thread beside
-      msvm's pool, build.blas_single), whatever the shape: a per-shape choice measured no faster;
-    - else taps only on few channels per tap (FEW_CHANNELS: RGB stems, 1.15-1.5x BLAS's im2col),
-      BLAS for the rest: on an AVX2 target both run 6 x 16 register tiles and OpenBLAS's packed
-      operands beat reading A and B where they lie (AMD EPYC Zen 3, one core, ResNet-50's
-      convolutions, taps / BLAS per layer kind in one run: 1x1 0.74, 3x3 0.84, 3x3 stride 2 0.75,
-      the stem 1.15; bench/conv_routes.py)."""
+      AVX-512 target with OpenBLAS on its Haswell kernels: 1.7x BLAS on ResNet-50's forward);
+    - taps on few channels per tap (FEW_CHANNELS: RGB stems, 1.15-1.5x BLAS's im2col);
+    - else BLAS: on an AVX2 target both run 6 x 16 register tiles and OpenBLAS's packed operands
+      beat reading A and B where they lie (AMD EPYC Zen 3, one core, ResNet-50's convolutions,
+      taps / BLAS per layer kind in one run: 1x1 0.74, 3x3 0.84, 3x3 stride 2 0.75, the stem 1.15;
+      bench/conv_routes.py). On two threads too, now that the BLAS route splits its products over
+      msvm's pool (``BlasConv``): the same machine, two cores, ResNet-50 at 224, wall clock per
+      forward, taps split 138-162 ms, BLAS split 99-124 ms (the taps route on every split product
+      was the rule before: 146.7 ms, slower than one thread's BLAS)."""
     import os
 
     if np.dtype(d) not in (np.float32, np.float64):
@@ -546,8 +547,7 @@ def route(x_shape, w_shape, stride, pad, dil, group, d, wide=None, threads=None)
         from .gemm import wider_than_blas
 
         wide = wider_than_blas()
-    return "taps" if wide or (cores() if threads is None else threads) >= 2 else "blas"
-
+    return "taps" if wide else "blas"
 
 
 def threads_for(flops: float) -> int:
@@ -558,67 +558,120 @@ def threads_for(flops: float) -> int:
     return min(cores(), 2)
 
 
-class Shifted:
-    """A stride-1 k x k convolution as kh*kw GEMMs over contiguous runs of the padded image (the
-    L1 kernel's "shifted" algorithm, kernels._conv_shifted), called through the BLAS pointer with
-    beta = 1 so each tap accumulates into the product in place: no temporary and no kh*kw - 1 add
-    passes over it (1.2-2.6x the L1 kernel on ResNet-50's 3x3 layers at 14-112 wide). The padded
-    image's buffer is kept (its borders stay zero; only the interior is written per call).
+class BlasConv:
+    """A group-1 NCHW convolution as BLAS products (xgemm through numpy's own OpenBLAS pointer,
+    ``build.blas``), per image out[O, P] = W[O, K] @ B[K, P]:
 
+    - ``direct`` (1x1, stride 1, unpadded): B is the image's planes, no copy;
+    - ``shifted`` (stride 1, k x k, at least kernels.SHIFTED_MIN_WIDTH wide: the L1 kernel's
+      "shifted" algorithm, kernels._conv_shifted): the padded image flattened to [C, Hp*Wp]; tap (i, j)
+      reads the contiguous run from i*dh*Wp + j*dw, one product per tap onto the same result with
+      beta = 1 (no temporary, no kh*kw - 1 add passes; 1.2-2.6x the L1 kernel on ResNet-50's 3x3
+      layers at 14-112 wide), over the padded width, whose extra columns are cropped;
+    - ``im2col`` (the rest): the windows copied to [C*kh*kw, Ho*Wo], one product.
+
+    ``split`` = 2: the output columns in two halves, the second on msvm's pool (pool.share), each
+    half one BLAS call per tap on its thread (the BLAS set to one thread: callconv.blas_once), as
+    onnxruntime splits its convolutions' GEMMs over its pool. Each element is computed by the same
+    BLAS kernel over the same k, whichever half it falls in. Measured (AMD Zen 3, two cores,
+    ResNet-50 at 224, wall clock per forward): taps on two threads 146.7 ms, OpenBLAS's own two
+    threads 104.7 ms, this 99-124 ms (the same runs, alternating: taps 138-162).
     Measured and dropped: strided convolutions split into stride x stride phase images, each tap a
     shift of one phase (no im2col copy): 0.92-0.99x the im2col GEMM on ResNet-50's stride-2 3x3s,
     0.76x on the 7x7 stem (K = 3 per tap); at 7 wide the shifted GEMMs are 0.4x im2col (the wasted
-    padded columns), so narrow maps keep im2col (kernels.SHIFTED_MIN_WIDTH)."""
+    padded columns), so narrow maps keep im2col."""
 
-    def __init__(self, x_shape, w_shape, pad, dil, d):
+    def __init__(self, x_shape, w_shape, stride, pad, dil, d):
         import ctypes
 
         n, c, h, w = x_shape
         o, _, kh, kw = w_shape
-        ho, wo, pt, pl = dims_of(x_shape, w_shape, (1, 1), pad, dil)[:4]
+        ho, wo = dims_of(x_shape, w_shape, stride, pad, dil)[:2]
         if pad == ("same",):
-            ph, pw = K._same_pads(h, kh, 1, dil[0]), K._same_pads(w, kw, 1, dil[1])
+            ph, pw = K._same_pads(h, kh, stride[0], dil[0]), K._same_pads(w, kw, stride[1], dil[1])
         else:
             ph, pw = (pad[0], pad[1]), (pad[2], pad[3])
+        unpadded = sum(ph) + sum(pw) == 0
+        self.stride, self.pad, self.dil = tuple(stride), pad, tuple(dil)
+        self.ho, self.wo, self.o, self.c, self.kh, self.kw, self.d = ho, wo, o, c, kh, kw, np.dtype(d)
+        self.pt, self.pl = ph[0], pw[0]
         self.hp, self.wp = h + sum(ph), w + sum(pw)
-        self.pt, self.pl, self.ho, self.wo, self.o, self.c, self.n = pt, pl, ho, wo, o, c, n
-        self.taps = [(i * dil[0] * self.wp + j * dil[1]) for i in range(kh) for j in range(kw)]
-        self.row = self.hp * self.wp + (kw - 1) * dil[1]       # a channel's run, with the last tap's overhang
-        self.d = d
+        if kh == kw == 1 and self.stride == (1, 1) and unpadded:
+            self.mode, self.taps, self.k, self.cols, self.row = "direct", [0], c, ho * wo, h * w
+        elif self.stride == (1, 1) and kh * kw > 1 and wo >= K.SHIFTED_MIN_WIDTH:
+            self.mode, self.k, self.cols = "shifted", c, ho * self.wp
+            self.taps = [i * dil[0] * self.wp + j * dil[1] for i in range(kh) for j in range(kw)]
+            self.row = self.hp * self.wp + (kw - 1) * dil[1]    # a channel's run, with the last tap's overhang
+        else:
+            self.mode, self.taps, self.k, self.cols = "im2col", [0], c * kh * kw, ho * wo
+            self.row = self.cols
+        self.shape = (n, o, ho, wo)
         bits, gemm = blas()
         it = ctypes.c_int64 if bits == 64 else ctypes.c_int32
-        ft = ctypes.c_float if d == np.float32 else ctypes.c_double
-        self.gemm = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * 13))(gemm[str(np.dtype(d))])
-        ref = ctypes.byref
-        self.consts = [ref(ctypes.c_char(b"N")), ref(ctypes.c_char(b"N")), ref(it(ho * self.wp)), ref(it(o)),
-                       ref(it(c)), ref(ft(1.0))]
-        self.lda, self.ldb, self.ldc = ref(it(self.row)), ref(it(c)), ref(it(ho * self.wp))
-        self.beta = (ref(ft(0.0)), ref(ft(1.0)))
-        self._keep = (it, ft)
+        ft = ctypes.c_float if self.d == np.float32 else ctypes.c_double
+        self.gemm = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * 13))(gemm[str(self.d)])
+        self._it = it
+        # the by-reference scalars of the Fortran interface, kept for the process
+        self._keep = [ctypes.c_char(b"N"), it(o), it(self.k), ft(1.0), ft(0.0), it(self.row), it(self.k),
+                      it(self.cols)]
+        self._ref = [ctypes.addressof(v) for v in self._keep]
 
-    def __call__(self, x, w, out=None):
-        """x by the 4-d weight ``w`` (its taps made contiguous per call: a transient copy, none kept)."""
+    def __call__(self, x, w, out=None, split=1):
+        """x by the 4-d weight ``w`` into ``out`` where it is C-contiguous of the result's shape and
+        dtype (the memory plan's buffer), else a new array."""
         n = x.shape[0]
-        o, c, kh, kw = w.shape
-        wt = np.ascontiguousarray(np.asarray(w, self.d).transpose(2, 3, 0, 1)).reshape(kh * kw, o, c)
-        flat = workspace(0, self.c * self.row, self.d).reshape(self.c, self.row)
-        acc = workspace(1, self.o * self.ho * self.wp, self.d).reshape(self.o, self.ho * self.wp)
-        flat.fill(0)                  # (the thread's buffer: another layer's values may be in the borders)
-        inner = flat[:, :self.hp * self.wp].reshape(self.c, self.hp, self.wp)[
-            :, self.pt:self.pt + x.shape[2], self.pl:self.pl + x.shape[3]]
-        shape = (n, self.o, self.ho, self.wo)
-        ok = out is not None and out.shape == shape and out.dtype == self.d and out.flags.c_contiguous
-        res = out if ok else np.empty(shape, self.d)
-        ta, tb, m, nn, k, alpha = self.consts
-        base, accp = data_pointer(flat), data_pointer(acc)
-        isz = flat.itemsize
+        ok = out is not None and out.shape == self.shape and out.dtype == self.d and out.flags.c_contiguous
+        res = out if ok else np.empty(self.shape, self.d)
+        if n == 0 or res.size == 0:
+            return res
+        wd = np.asarray(w, self.d)
+        if self.mode == "shifted":      # (the weight per tap, [kh*kw][O][C]: a transient copy per call)
+            wt = np.ascontiguousarray(wd.transpose(2, 3, 0, 1)).reshape(len(self.taps), self.o, self.c)
+            wps = [data_pointer(wt[t]) for t in range(len(self.taps))]
+            flat = workspace(0, self.c * self.row, self.d).reshape(self.c, self.row)
+            flat.fill(0)                # (the thread's buffer: another layer's values may be in the borders)
+            inner = flat[:, :self.hp * self.wp].reshape(self.c, self.hp, self.wp)[
+                :, self.pt:self.pt + x.shape[2], self.pl:self.pl + x.shape[3]]
+            acc = workspace(1, self.o * self.cols, self.d).reshape(self.o, self.cols)
+        else:
+            wm = np.ascontiguousarray(wd.reshape(self.o, -1))
+            wps = [data_pointer(wm)]
         for b in range(n):
-            np.copyto(inner, x[b])
-            for t, off in enumerate(self.taps):
-                self.gemm(ta, tb, m, nn, k, alpha, base + off * isz, self.lda, data_pointer(wt[t]), self.ldb,
-                          self.beta[t > 0], accp, self.ldc)
-            res[b] = acc.reshape(self.o, self.ho, self.wp)[:, :, :self.wo]
+            if self.mode == "direct":
+                src = np.ascontiguousarray(x[b], self.d)
+                cbuf = res[b]
+            elif self.mode == "shifted":
+                np.copyto(inner, x[b])
+                src, cbuf = flat, acc
+            else:
+                xp, _, _ = K._padded(x[b:b + 1], (self.kh, self.kw), self.stride, self.dil, self.pad, 0)
+                win = K._windows(xp, (self.kh, self.kw), self.stride, self.dil)[0]     # C, Ho, Wo, kh, kw
+                src = workspace(0, self.k * self.cols, self.d).reshape(self.c, self.kh, self.kw, self.ho, self.wo)
+                np.copyto(src, win.transpose(0, 3, 4, 1, 2))
+                cbuf = res[b]
+            sp, cp = data_pointer(src), data_pointer(cbuf)
+            if split > 1 and self.cols >= 32:
+                half = (self.cols // 2 + 15) // 16 * 16          # (whole cache lines of C per thread)
+                ms = [self._it(half), self._it(self.cols - half)]
+                share(self._products(sp, wps, cp, 0, ms[0]), self._products(sp, wps, cp, half, ms[1]))
+            else:
+                for fn, args in self._products(sp, wps, cp, 0, self._keep[7]):
+                    fn(*args)
+            if self.mode == "shifted":
+                res[b] = acc.reshape(self.o, self.ho, self.wp)[:, :, :self.wo]
         return res
+
+    def _products(self, sp, wps, cp, j0, m):
+        """(gemm, args): out[:, j0:j0 + m] (+)= W_t @ src[:, tap_t + j0:...] per tap, column-major as
+        BLAS sees them: C^T [m, O] = B^T [m, K] . W_t^T [K, O]."""
+        import ctypes
+
+        ch, o, k, one, zero, lda, ldb, ldc = self._ref
+        isz = self.d.itemsize
+        mp = ctypes.addressof(m)
+        return [(self.gemm, (ch, ch, mp, o, k, one, sp + (off + j0) * isz, lda, wp, ldb, zero if t == 0 else one,
+                             cp + j0 * isz, ldc))
+                for t, (off, wp) in enumerate(zip(self.taps, wps))]
 
 
 # ---------------------------------------------------------------- one workspace per thread
@@ -759,7 +812,7 @@ class TapsConv:
     - ``sub`` (1x1, strided, no padding): the subsampled planes copied once (P x Cin), C the result;
     - ``phase`` (k x k): the padded image split into stride x stride phase images side by side,
       each tap a shift in one of them (stride 1: the padded image, the shifted GEMMs of
-      ``Shifted``), over a grid as wide as a phase row; the grid's extra columns are cropped;
+      ``BlasConv``), over a grid as wide as a phase row; the grid's extra columns are cropped;
 
     One kernel call per image and group (``split``: the output columns in two halves on the
     kernel pool, a thread each)."""
@@ -897,21 +950,23 @@ class TapsConv:
             if split > 1 and q > self.nr:
                 panels = -(-q // self.nr)
                 half = -(-panels // 2) * self.nr              # (the first thread's columns: whole panels)
-                fut = submit(_run_calls, fn, calls, half, q)
-                try:
-                    _run_calls(fn, calls, 0, half)
-                finally:
-                    fut.result()
+                share(_taps_calls(fn, calls, 0, half), _taps_calls(fn, calls, half, q))
             else:
                 _run_calls(fn, calls, 0, q)
             if acc is not None:
                 res[b] = acc.reshape(self.grid)[:, :, :self.wo]
 
 
+def _taps_calls(fn, calls, j0, j1) -> list:
+    """(fn, args) of the taps kernel over the columns [j0, j1) of each group's call."""
+    return [(fn, (*head, j0, j1, hasb, sp or None, bp or None, rp or None, ldr, lo, hi))
+            for head, (hasb, sp, bp, rp, ldr, lo, hi) in calls]
+
+
 def _run_calls(fn, calls, j0, j1):
     """The taps kernel over the columns [j0, j1) of each group's call."""
-    for head, (hasb, sp, bp, rp, ldr, lo, hi) in calls:
-        fn(*head, j0, j1, hasb, sp or None, bp or None, rp or None, ldr, lo, hi)
+    for f, args in _taps_calls(fn, calls, j0, j1):
+        f(*args)
 
 
 

@@ -915,13 +915,10 @@ def run_split(fn, m, k, n, a, lda, bp, c, ldc, nr: int, isz: int) -> None:
     half on the kernel pool: each column is computed by one thread, with the same tiles in the
     same k order as in one call, so the result is the one-thread result bit for bit (the
     columns [j0, n) are the product by the panels from j0 / NR: B and C offset, ldc unchanged)."""
-    from .callconv import submit
+    from .pool import share
 
     panels = -(-n // nr)
     half = (panels + 1) // 2 * nr
     splits[0] += 1
-    fut = submit(fn, m, k, n - half, a, lda, bp + (half // nr) * k * nr * isz, c + half * isz, ldc)
-    try:
-        fn(m, k, half, a, lda, bp, c, ldc)
-    finally:
-        fut.result()
+    share([(fn, (m, k, half, a, lda, bp, c, ldc))],
+          [(fn, (m, k, n - half, a, lda, bp + (half // nr) * k * nr * isz, c + half * isz, ldc))])

@@ -785,3 +785,12 @@ def _lower_depthwise(kernel, name: str, features: str) -> str:
 
 
 LOWER["depthwise"] = _lower_depthwise
+
+
+def _lower_pool(kernel, name: str, features: str) -> str:   # (issue 18: compiler/pool.py's spinning hand-off)
+    from .pool import lower_pool
+
+    return lower_pool(kernel, name, features)
+
+
+LOWER["pool"] = LOWER["tramp"] = _lower_pool

@@ -1,0 +1,157 @@
+"""The spinning hand-off of two threads on one kernel's work (compiler/pool.py) and the BLAS route's
+split convolutions on it (conv.BlasConv): every argument kind through the trampolines, the pool's
+thread awake, asleep or busy elsewhere, callers racing, and the same bits as one thread."""
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from msvm.compiler import conv, gemm, pool
+
+pytestmark = pytest.mark.skipif(not pool.spins(), reason="the spinning pool is x86-64's")
+
+
+def _until(cond, seconds=30.0):
+    """Wait on a state (not a time): True once cond() is, False after ``seconds``."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        if cond():
+            return True
+        time.sleep(1e-3)
+    return cond()
+
+
+def _packed(rng, m, k, n):
+    f, nr = gemm.function("float32"), gemm.panel_width(np.float32)
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    w = rng.standard_normal((n, k)).astype(np.float32)
+    return f, nr, a, gemm.pack(w, nr, True), w
+
+
+def test_share_runs_both_halves_wherever_the_pool_thread_is():
+    """The packed product's two halves through share, against one call bit for bit: with the pool's
+    thread spinning, and after it has gone to sleep (the caller then claims the batch or wakes it)."""
+    rng = np.random.default_rng(0)
+    m, k, n = 37, 300, 200                  # (n: not a multiple of the panel)
+    f, nr, a, bp, w = _packed(rng, m, k, n)
+    one = np.empty((m, n), np.float32)
+    f(m, k, n, a.ctypes.data, k, bp.ctypes.data, one.ctypes.data, n)
+    np.testing.assert_allclose(one, a @ w.T, rtol=1e-4, atol=1e-3)
+    p = pool.pool()
+    for asleep in (False, True, False):
+        if asleep:
+            assert _until(lambda: p.sleeping), "the pool's thread did not go to sleep"
+        before = p.ran_here + p.ran_there
+        two = np.full((m, n), np.nan, np.float32)
+        gemm.run_split(f, m, k, n, a.ctypes.data, k, bp.ctypes.data, two.ctypes.data, n, nr, 4)
+        np.testing.assert_array_equal(two, one)
+        assert p.ran_here + p.ran_there == before + 1
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_every_argument_kind_reaches_the_kernel(dtype):
+    """The taps kernel takes pointers (some None), integers and floats (float32: C floats, float64:
+    doubles): a convolution with a batch norm, a residual and ReLU6 (lo = 0, hi = 6) split over the
+    pool equals the one-thread call bit for bit, and numpy to rounding."""
+    rng = np.random.default_rng(1)
+    d = np.dtype(dtype)
+    xs, ws = (2, 24, 19, 23), (40, 24, 1, 1)
+    x = rng.standard_normal(xs).astype(d)
+    x[1, 3, 4, 5] = np.nan
+    w = rng.standard_normal(ws).astype(d)
+    tc = conv.TapsConv(xs, ws, (1, 1), (0, 0, 0, 0), (1, 1), 1, d)
+    a = conv.prepared_a(w, 1, d, tc.inplace)
+    scale, shift = rng.uniform(0.5, 2, 40).astype(d), rng.standard_normal(40).astype(d)
+    add = rng.standard_normal(tc.shape).astype(d)
+    outs = []
+    for split in (1, 2):
+        outs.append(tc(x, a, None, split, (scale, shift), add, 0.0, 6.0))
+        outs.append(tc(x, a, None, split))
+    np.testing.assert_array_equal(outs[2], outs[0])
+    np.testing.assert_array_equal(outs[3], outs[1])
+    from msvm.interp import kernels as K
+
+    ref = K.conv2d(x.astype(np.float64), w.astype(np.float64), (1, 1), (0, 0, 0, 0), (1, 1), 1)
+    np.testing.assert_allclose(outs[1], ref, rtol=1e-4 if dtype == "float32" else 1e-10, atol=1e-3)
+    fused = np.minimum(np.maximum(ref * scale[:, None, None] + shift[:, None, None] + add, 0), 6)
+    np.testing.assert_allclose(outs[0], fused, rtol=1e-4 if dtype == "float32" else 1e-10, atol=1e-3)
+    assert np.isnan(outs[0][1]).any() and not np.isnan(outs[0][0]).any()
+
+
+def test_racing_callers_and_large_batches():
+    """Callers on several Python threads at once (one holds the pool, the others run both halves
+    themselves), and a batch of more calls than the pool's slots (run on the caller): every result
+    right."""
+    rng = np.random.default_rng(2)
+    m, k, n = 64, 128, 96
+    f, nr, a, bp, w = _packed(rng, m, k, n)
+    want = np.empty((m, n), np.float32)
+    f(m, k, n, a.ctypes.data, k, bp.ctypes.data, want.ctypes.data, n)
+    bad = []
+
+    def caller():
+        out = np.empty((m, n), np.float32)
+        for _ in range(40):
+            out.fill(np.nan)
+            gemm.run_split(f, m, k, n, a.ctypes.data, k, bp.ctypes.data, out.ctypes.data, n, nr, 4)
+            if not np.array_equal(out, want):
+                bad.append(1)
+    threads = [threading.Thread(target=caller) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not bad
+    outs = [np.full((m, n), np.nan, np.float32) for _ in range(pool.SLOTS + 3)]
+    calls = [(f, (m, k, n, a.ctypes.data, k, bp.ctypes.data, o.ctypes.data, n)) for o in outs]
+    pool.share(calls[:2], calls[2:])
+    for o in outs:
+        np.testing.assert_array_equal(o, want)
+
+
+def test_one_trampoline_per_signature():
+    p = pool.pool()
+    sig = ("i64", "ptr", "double", "float")
+    first = p.tramp(sig)
+    assert p.tramp(sig) == first and p.tramp(("ptr",) * 13) != first
+
+
+CASES = {   # (x shape, w shape, stride, pad, dilation): each BlasConv mode
+    "direct": ((2, 20, 13, 17), (24, 20, 1, 1), (1, 1), (0, 0, 0, 0), (1, 1)),
+    "shifted": ((2, 12, 15, 21), (16, 12, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),
+    "shifted_dilated_same": ((1, 8, 17, 19), (12, 8, 3, 3), (1, 1), ("same",), (2, 2)),
+    "im2col_strided": ((2, 12, 15, 21), (16, 12, 3, 3), (2, 2), (1, 0, 1, 0), (1, 1)),
+    "im2col_narrow": ((1, 16, 7, 7), (8, 16, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),
+    "im2col_1x1_stride2": ((1, 16, 14, 14), (32, 16, 1, 1), (2, 2), (0, 0, 0, 0), (1, 1)),
+}
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_blas_conv_split_matches_one_thread_and_numpy(case, dtype):
+    """BlasConv in each mode, on one thread and with its columns split over the pool, into a new
+    array and into a given buffer, from a non-contiguous input with NaN and inf: the two agree to
+    rounding (not bit for bit: OpenBLAS picks its kernels by the product's size, so half the columns
+    can round differently in the last place) and match the interpreter's convolution in float64."""
+    from msvm.interp import kernels as K
+
+    xs, wsh, stride, pad, dil = CASES[case]
+    d = np.dtype(dtype)
+    rng = np.random.default_rng(3)
+    big = rng.standard_normal((xs[0], xs[1], xs[2], xs[3] * 2)).astype(d)
+    x = big[..., ::2]                        # (column-strided)
+    x[0, 1, 2, 3] = np.nan
+    x[-1, 0, 1, 1] = np.inf
+    w = rng.standard_normal(wsh).astype(d)
+    bc = conv.BlasConv(xs, wsh, stride, pad, dil, d)
+    assert bc.mode == case.split("_")[0]
+    one = bc(x, w, None, 1)
+    out = np.full(bc.shape, np.nan, d)
+    two = bc(x, w, out, 2)
+    assert two is out
+    np.testing.assert_array_equal(np.isnan(two), np.isnan(one))
+    np.testing.assert_allclose(two, one, rtol=1e-5 if dtype == "float32" else 1e-13, atol=1e-5)
+    ref = K.conv2d(x.astype(np.float64), w.astype(np.float64), stride, pad, dil, 1)
+    np.testing.assert_allclose(one, ref, rtol=1e-4 if dtype == "float32" else 1e-10, atol=1e-3)

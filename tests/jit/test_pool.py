@@ -7,7 +7,6 @@ import time
 
 import numpy as np
 import pytest
-
 from msvm.compiler import conv, gemm, pool
 
 pytestmark = pytest.mark.skipif(not pool.spins(), reason="the spinning pool is x86-64's")

@@ -513,7 +513,7 @@ def fused_epilogue(prog: tuple, has_bn: bool):
 
 
 ROUTE_ENV = "MSVM_CONV_GEMM"     # "taps" | "blas": every dense convolution takes that route (bench, tests)
-SPLIT_MIN_FLOPS = 40e6           # per image: from here two threads share a product (a hand-off is ~65 us)
+SPLIT_MIN_FLOPS = 8e6            # per image: from here two threads share a product (pool.share; gemm's doc)
 PLANE_FLOPS = 16                 # a depthwise / pool tap costs about what 16 GEMM flops do (MobileNet v2's
 #                                  depthwise layers: 41 MFLOP in ~2.8 ms, ~15 GFLOP/s, against ~130)
 FEW_CHANNELS = 4                 # input channels per group of a convolution that route() keeps on taps

@@ -54,6 +54,10 @@ saved, says it should gain where the second core is free). GPT-2 on a quiet mach
 setting, S=16 / S=128): split 38 / 175 ms, no split 47 / 235 ms.
 So the first piece of work on the pool sets OpenBLAS to one thread (build.blas_single;
 MSVM_BLAS_THREADS=keep leaves it, a number sets it).
+The hand-off is compiler/pool.py's spinning one since (an OS wake-up took a median 90-300 us on
+a KVM guest, not 65): SPLIT_MIN_FLOPS came down to 8e6 with it, for the convolutions too (AMD
+Zen 3, two cores, wall clock, alternating runs: BERT-base at S=16 36.7-42.3 ms at 40e6, 28.1-37.0
+at 8e6, 32.0-34.4 at 3e6; MobileNet v2 at 224 14.5-16.2 / 12.5-14.3 / 13.7-17.0 ms).
 """
 
 from __future__ import annotations
@@ -896,7 +900,7 @@ def tile_rows(dtype) -> int:
 
 # ---------------------------------------------------------------- (issue 18) two threads on one packed product
 
-SPLIT_MIN_FLOPS = 40e6      # 2*m*k*n from which two threads share a product (a hand-off costs ~65 us; docstring)
+SPLIT_MIN_FLOPS = 8e6       # 2*m*k*n from which two threads share a product (pool.share; docstring)
 splits = [0]                # products split so far (tests read it: the split happened)
 
 

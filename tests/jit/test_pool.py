@@ -1,6 +1,6 @@
 """The spinning hand-off of two threads on one kernel's work (compiler/pool.py) and the BLAS route's
 split convolutions on it (conv.BlasConv): every argument kind through the trampolines, the pool's
-thread awake, asleep or busy elsewhere, callers racing, and the same bits as one thread."""
+thread awake or asleep, callers racing, tasks of several calls, and the same bits as one thread."""
 
 import threading
 import time
@@ -30,8 +30,8 @@ def _packed(rng, m, k, n):
 
 
 def test_share_runs_both_halves_wherever_the_pool_thread_is():
-    """The packed product's two halves through share, against one call bit for bit: with the pool's
-    thread spinning, and after it has gone to sleep (the caller then claims the batch or wakes it)."""
+    """The packed product's parts through share, against one call bit for bit: with the pool's
+    thread spinning, and after it has gone to sleep (the caller then runs the tasks or wakes it)."""
     rng = np.random.default_rng(0)
     m, k, n = 37, 300, 200                  # (n: not a multiple of the panel)
     f, nr, a, bp, w = _packed(rng, m, k, n)
@@ -46,7 +46,7 @@ def test_share_runs_both_halves_wherever_the_pool_thread_is():
         two = np.full((m, n), np.nan, np.float32)
         gemm.run_split(f, m, k, n, a.ctypes.data, k, bp.ctypes.data, two.ctypes.data, n, nr, 4)
         np.testing.assert_array_equal(two, one)
-        assert p.ran_here + p.ran_there == before + 1
+        assert p.ran_here + p.ran_there == before + len(pool.parts(n, nr))
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
@@ -104,10 +104,51 @@ def test_racing_callers_and_large_batches():
         t.join()
     assert not bad
     outs = [np.full((m, n), np.nan, np.float32) for _ in range(pool.SLOTS + 3)]
-    calls = [(f, (m, k, n, a.ctypes.data, k, bp.ctypes.data, o.ctypes.data, n)) for o in outs]
-    pool.share(calls[:2], calls[2:])
+    pool.share([[(f, (m, k, n, a.ctypes.data, k, bp.ctypes.data, o.ctypes.data, n))] for o in outs])
     for o in outs:
         np.testing.assert_array_equal(o, want)
+
+
+def test_tasks_run_their_calls_in_order():
+    """A task's calls run in order on one thread (the BLAS route's taps accumulate onto the same
+    columns): each task multiplies then adds onto its own output, 40 tasks, against numpy."""
+    rng = np.random.default_rng(4)
+    m, k, n = 8, 64, 48
+    f, nr, a, bp, w = _packed(rng, m, k, n)
+    tasks, outs = [], []
+    for _ in range(40):
+        o = np.full((m, n), np.nan, np.float32)
+        outs.append(o)
+        tasks.append([(f, (m, k, n, a.ctypes.data, k, bp.ctypes.data, o.ctypes.data, n))] * 2)
+    pool.share(tasks)
+    one = np.empty((m, n), np.float32)
+    f(m, k, n, a.ctypes.data, k, bp.ctypes.data, one.ctypes.data, n)
+    for o in outs:
+        np.testing.assert_array_equal(o, one)
+
+
+def test_parts():
+    assert pool.parts(100, 16, 8) == [(0, 16), (16, 32), (32, 48), (48, 64), (64, 80), (80, 96), (96, 100)]
+    assert pool.parts(100, 16, 4) == [(0, 16), (16, 48), (48, 80), (80, 100)]
+    assert pool.parts(1000, 16, 8)[0] == (0, 112) and pool.parts(1000, 16, 8)[-1][1] == 1000
+    assert len(pool.parts(1000, 16, 8)) == 8
+    assert pool.parts(5, 1, 8) == [(i, i + 1) for i in range(5)]
+    assert pool.parts(0, 16) == [] and pool.parts(7, 16) == [(0, 7)]
+    for total, unit in ((3136, 16), (49, 16), (2304, 16), (97, 1)):
+        cuts = pool.parts(total, unit)
+        assert cuts[0][0] == 0 and cuts[-1][1] == total
+        assert all(b == c for (_, b), (c, _) in zip(cuts, cuts[1:]))
+        assert all(a % unit == 0 for a, _ in cuts)
+
+
+def test_an_argument_type_without_a_word_runs_on_the_caller():
+    """A function with an argument type the trampolines do not carry (a C int) is called here."""
+    import ctypes
+
+    got = []
+    cb = ctypes.CFUNCTYPE(None, ctypes.c_int)(lambda v: got.append(v))
+    pool.share([[(cb, (3,))], [(cb, (4,))]])
+    assert sorted(got) == [3, 4]
 
 
 def test_one_trampoline_per_signature():

@@ -134,7 +134,7 @@ from .build import blas
 from .callconv import cores, elementwise_caller
 from .entry import data_pointer
 from .lower import BINARY, UNARY, Unsupported
-from .pool import share
+from .pool import parts, share
 
 OPS = frozenset(op for op, kind in KERNEL_KINDS.items() if kind == "conv")   # the rows whose Site plans here
 # a grouped convolution of few input channels per group runs the direct kernel (the depthwise one,
@@ -376,8 +376,7 @@ def caller(site, compiled, plan, output):
 
     def run(*rest):
         if split > 1:
-            half = planes // 2
-            share([(fn, (0, half, *rest))], [(fn, (half, planes, *rest))])
+            share([[(fn, (a, b, *rest))] for a, b in parts(planes, 1)])
         else:
             fn(0, planes, *rest)
     if cls[0] == "maxpool":
@@ -651,9 +650,9 @@ class BlasConv:
                 cbuf = res[b]
             sp, cp = data_pointer(src), data_pointer(cbuf)
             if split > 1 and self.cols >= 32:
-                half = (self.cols // 2 + 15) // 16 * 16          # (whole cache lines of C per thread)
-                ms = [self._it(half), self._it(self.cols - half)]
-                share(self._products(sp, wps, cp, 0, ms[0]), self._products(sp, wps, cp, half, ms[1]))
+                cuts = parts(self.cols, 16)                      # (whole cache lines of C per task)
+                ms = [self._it(b - a) for a, b in cuts]
+                share([self._products(sp, wps, cp, a, m) for (a, _), m in zip(cuts, ms)])
             else:
                 for fn, args in self._products(sp, wps, cp, 0, self._keep[7]):
                     fn(*args)
@@ -948,9 +947,7 @@ class TapsConv:
                        rp and rp + g * og * ldc * isz, ldc, lo, hi))
                      for g in range(self.group)]
             if split > 1 and q > self.nr:
-                panels = -(-q // self.nr)
-                half = -(-panels // 2) * self.nr              # (the first thread's columns: whole panels)
-                share(_taps_calls(fn, calls, 0, half), _taps_calls(fn, calls, half, q))
+                share([_taps_calls(fn, calls, a, b) for a, b in parts(q, self.nr)])
             else:
                 _run_calls(fn, calls, 0, q)
             if acc is not None:

@@ -915,14 +915,12 @@ def threads(m: int, k: int, n: int, dtype) -> int:
 
 
 def run_split(fn, m, k, n, a, lda, bp, c, ldc, nr: int, isz: int) -> None:
-    """``fn`` (the packed product) over the columns of C in two halves of whole panels, the second
-    half on the kernel pool: each column is computed by one thread, with the same tiles in the
-    same k order as in one call, so the result is the one-thread result bit for bit (the
-    columns [j0, n) are the product by the panels from j0 / NR: B and C offset, ldc unchanged)."""
-    from .pool import share
+    """``fn`` (the packed product) over the columns of C in pool.parts of whole panels, shared by this
+    thread and the pool's (pool.share): each column is computed by one thread, with the same tiles
+    in the same k order as in one call, so the result is the one-thread result bit for bit (the
+    columns [j0, j1) are the product by the panels from j0 / NR: B and C offset, ldc unchanged)."""
+    from .pool import parts, share
 
-    panels = -(-n // nr)
-    half = (panels + 1) // 2 * nr
     splits[0] += 1
-    share([(fn, (m, k, half, a, lda, bp, c, ldc))],
-          [(fn, (m, k, n - half, a, lda, bp + (half // nr) * k * nr * isz, c + half * isz, ldc))])
+    share([[(fn, (m, k, j1 - j0, a, lda, bp + (j0 // nr) * k * nr * isz, c + j0 * isz, ldc))]
+           for j0, j1 in parts(n, nr)])

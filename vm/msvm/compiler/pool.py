@@ -1,26 +1,37 @@
 """Two threads on one kernel's work, handed over by spinning (issue 18: two-thread scaling).
 
 Where a product is shared by two threads (a convolution's columns, a packed Dense product's panels,
-a depthwise layer's planes), the calling thread runs its half and another thread the other. Handed
-over through an OS primitive (a ``ThreadPoolExecutor``'s queue, then ``Future.result``), each split
-waits twice for the scheduler: to wake the pool's thread and to wake the caller when it is done.
+a depthwise layer's planes), it is cut into tasks (``parts``: PARTS ranges of whole panels,
+cache lines or planes), and the calling thread and the pool's claim them in turn. Handed over
+through an OS primitive (a ``ThreadPoolExecutor``'s queue, then ``Future.result``), each split
+waited twice for the scheduler: to wake the pool's thread and to wake the caller when it was done.
 Measured on a KVM guest with two vCPUs (AMD Zen 3), a futex wake-up of an idle thread took a median
 90-300 us, 1.2 ms at the 99th percentile, up to 40 ms; ResNet-50 at 224, with 52 split convolutions
 per forward, ran 146.7 ms on two threads against 160.4 on one. onnxruntime's pool, OpenMP and
 OpenBLAS spin instead, and so does this one:
 
-- the pool's thread runs ``loop``, native code that spins (PAUSE) on a control block until a batch
-  of calls is posted, claims it (compare-and-swap), runs it and marks it done, for up to
-  SPIN_SECONDS after its last batch; then it blocks on a condition variable until the next post;
-- the caller posts the other half (the calls' addresses, a trampoline per signature and their
-  arguments, packed as 64-bit words), runs its own half, then ``wait``\\s: if the pool's thread has
-  not claimed the batch by then, the caller claims and runs it itself (so a sleeping pool thread
-  never costs a wake-up), else it spins until the batch is done.
+- the pool's thread runs ``LOOP``, native code that watches the control block's batch word
+  (seq << 32 | next << 16 | count) and claims tasks by a compare-and-swap of next, runs them and
+  counts them done, for up to SPIN_SECONDS (MSVM_POOL_SPIN_US) after its last task; then it blocks
+  on a condition variable until the next post;
+- the caller writes the tasks (per call: a trampoline for its signature, its address and its
+  arguments packed as 64-bit words), posts the batch, and runs ``WORK``: it claims tasks the same
+  way until none is left, then spins until every task is done. A pool thread that is asleep, late
+  or descheduled (another process's spinning threads on its core: onnxruntime's, in the bench's
+  process) costs at most the task it holds: the caller takes the rest.
 
-Both halves are native calls made without the GIL: the pool's thread never returns to Python on
-the hot path, so a caller holding the GIL does not hold it up. Each call computes the same elements
-with the same code whichever thread runs it, so one and two threads give the same bits. One
-caller at a time: a second thread that finds the pool busy runs both halves itself.
+Into how many tasks: two. More tasks balance a late pool thread better but cut each product into
+smaller ones; measured (AMD Zen 3, two cores, forwards alternating between the settings in one
+process, median of the per-round ratios to PARTS = 2): PARTS = 4 1.12x (MobileNet v2 at 224), 1.06x
+(ResNet-50 at 224), 1.03x (BERT-base at S=16); PARTS = 8 1.23x / 1.15x / 1.09x; with an onnxruntime
+session running between the forwards (its threads spinning on the same two cores) the same order,
+PARTS = 8 1.5x / 1.2x.
+
+Both threads run the tasks in native code without the GIL, so a caller holding the GIL does not
+hold the pool's thread up. Each task computes the same elements with the same code whichever thread
+runs it (the packed and taps products, the depthwise kernels: the same bits as one thread; the BLAS
+route's, conv.BlasConv, to rounding, as OpenBLAS picks its kernels by the product's size). One
+caller at a time: a thread that finds the pool busy runs its tasks itself.
 
 The control function and each trampoline are kernels like any other (``PoolCode``, compiled once,
 kept in the kernel cache). x86-64 only (PAUSE, the time-stamp counter); elsewhere ``share`` falls
@@ -36,10 +47,13 @@ import threading
 import time
 from dataclasses import dataclass
 
-SPIN_SECONDS = 2e-3       # how long the pool's thread spins for the next batch before it sleeps
-SLOTS = 64                # calls per batch (more run on the caller's thread)
-SEQ, CLAIM, DONE, COUNT, CALLS = 0, 8, 16, 24, 32      # the control block's words (one cache line each)
-POST, WAIT, LOOP, TICKS = 0, 1, 2, 3                    # the control function's operations
+SPIN_ENV = "MSVM_POOL_SPIN_US"   # how long the pool's thread spins for the next batch before it sleeps (us)
+SPIN_SECONDS = 2e-3              # (by default)
+SLOTS = 64                # tasks per batch (more: all on the caller's thread)
+CALLS, WORDS = 512, 16384 # calls and argument words per batch (more: the same)
+PARTS = 2                 # tasks a split product is cut into (``parts``; more measured slower, module doc)
+WORD, DONE, TASKS = 0, 8, 16          # the control block's words: (seq, next, count), tasks done, the tasks
+POST, WORK, LOOP, TICKS = 0, 1, 2, 3  # the control function's operations
 
 _WORD = {ctypes.c_int64: "i64", ctypes.c_void_p: "ptr", ctypes.c_double: "double", ctypes.c_float: "float"}
 _LLVM = {"i64": "i64", "ptr": "i8*", "double": "double", "float": "float"}
@@ -92,95 +106,116 @@ def _tramp_ir(sig: tuple, name: str) -> str:
 
 
 def _control_ir(name: str) -> str:
-    """``i64 name(i64 op, i64* ctl, i64 x)``:
-    POST: store x into SEQ (release: the calls written before it are seen with it);
-    WAIT: claim batch x if nobody has (then run it here, return 1), else spin until DONE == x (0);
-    LOOP: claim and run batches as they are posted until x ticks pass without one (the pool's thread);
+    """``i64 name(i64 op, i64* ctl, i64 x)``. The batch word WORD holds (seq << 32 | next << 16 | count):
+    a task is claimed by a compare-and-swap of next -> next + 1 on the whole word (so a stale view
+    of an earlier batch never claims: seq differs), run (its calls in order), and counted in DONE.
+    POST: store x into WORD (release: the tasks written before it are seen with it);
+    WORK: claim and run tasks until none is left, then spin until DONE = count (the caller's part);
+          returns how many it ran;
+    LOOP: claim and run tasks as batches are posted, until x ticks pass without one (the pool's thread);
     TICKS: the time-stamp counter."""
     return f"""declare i64 @llvm.readcyclecounter()
 declare void @llvm.x86.sse2.pause()
 
-define internal void @{name}_run(i64* %ctl) nounwind {{
+define internal void @{name}_task(i64* %ctl, i64 %j) nounwind {{
 entry:
-  %np = getelementptr i64, i64* %ctl, i64 {COUNT}
-  %n = load i64, i64* %np, align 8
-  br label %head
-head:
-  %j = phi i64 [ 0, %entry ], [ %jn, %body ]
-  %more = icmp slt i64 %j, %n
-  br i1 %more, label %body, label %out
-body:
-  %j3 = mul i64 %j, 3
-  %o0 = add i64 %j3, {CALLS}
+  %j2 = mul i64 %j, 2
+  %o0 = add i64 %j2, {TASKS}
   %o1 = add i64 %o0, 1
-  %o2 = add i64 %o0, 2
   %q0 = getelementptr i64, i64* %ctl, i64 %o0
   %q1 = getelementptr i64, i64* %ctl, i64 %o1
-  %q2 = getelementptr i64, i64* %ctl, i64 %o2
-  %t = load i64, i64* %q0, align 8
-  %f = load i64, i64* %q1, align 8
-  %w = load i64, i64* %q2, align 8
+  %n = load i64, i64* %q0, align 8
+  %cv = load i64, i64* %q1, align 8
+  %calls = inttoptr i64 %cv to i64*
+  br label %head
+head:
+  %i = phi i64 [ 0, %entry ], [ %in, %body ]
+  %more = icmp slt i64 %i, %n
+  br i1 %more, label %body, label %out
+body:
+  %i3 = mul i64 %i, 3
+  %p0 = getelementptr i64, i64* %calls, i64 %i3
+  %p1 = getelementptr i64, i64* %p0, i64 1
+  %p2 = getelementptr i64, i64* %p0, i64 2
+  %t = load i64, i64* %p0, align 8
+  %f = load i64, i64* %p1, align 8
+  %w = load i64, i64* %p2, align 8
   %tp = inttoptr i64 %t to void (i8*, i64*)*
   %fp = inttoptr i64 %f to i8*
   %wp = inttoptr i64 %w to i64*
   call void %tp(i8* %fp, i64* %wp)
-  %jn = add i64 %j, 1
+  %in = add i64 %i, 1
   br label %head
 out:
   ret void
 }}
 
+define internal i64 @{name}_claim(i64* %ctl) nounwind {{
+entry:
+  %wordp = getelementptr i64, i64* %ctl, i64 {WORD}
+  %donep = getelementptr i64, i64* %ctl, i64 {DONE}
+  br label %try
+try:
+  %ran = phi i64 [ 0, %entry ], [ %ran, %lost ], [ %rann, %did ]
+  %w = load atomic i64, i64* %wordp acquire, align 8
+  %nx = lshr i64 %w, 16
+  %next = and i64 %nx, 65535
+  %count = and i64 %w, 65535
+  %left = icmp ult i64 %next, %count
+  br i1 %left, label %cas, label %out
+cas:
+  %w2 = add i64 %w, 65536
+  %r = cmpxchg i64* %wordp, i64 %w, i64 %w2 acq_rel acquire
+  %ok = extractvalue {{ i64, i1 }} %r, 1
+  br i1 %ok, label %run, label %lost
+lost:
+  br label %try
+run:
+  call void @{name}_task(i64* %ctl, i64 %next)
+  %old = atomicrmw add i64* %donep, i64 1 release
+  br label %did
+did:
+  %rann = add i64 %ran, 1
+  br label %try
+out:
+  ret i64 %ran
+}}
+
 define i64 @{name}(i64 %op, i64* %ctl, i64 %x) nounwind {{
 entry:
-  %seqp = getelementptr i64, i64* %ctl, i64 {SEQ}
-  %claimp = getelementptr i64, i64* %ctl, i64 {CLAIM}
+  %wordp = getelementptr i64, i64* %ctl, i64 {WORD}
   %donep = getelementptr i64, i64* %ctl, i64 {DONE}
-  switch i64 %op, label %ticks [ i64 {POST}, label %post  i64 {WAIT}, label %wait  i64 {LOOP}, label %loop0 ]
+  switch i64 %op, label %ticks [ i64 {POST}, label %post  i64 {WORK}, label %work  i64 {LOOP}, label %loop0 ]
 ticks:
   %now = call i64 @llvm.readcyclecounter()
   ret i64 %now
 post:
-  store atomic i64 %x, i64* %seqp release, align 8
+  store atomic i64 %x, i64* %wordp release, align 8
   ret i64 0
-wait:
-  %prev = sub i64 %x, 1
-  %mine = cmpxchg i64* %claimp, i64 %prev, i64 %x acq_rel monotonic
-  %got = extractvalue {{ i64, i1 }} %mine, 1
-  br i1 %got, label %wrun, label %wspin
-wrun:
-  call void @{name}_run(i64* %ctl)
-  store atomic i64 %x, i64* %donep release, align 8
-  ret i64 1
+work:
+  %mine = call i64 @{name}_claim(i64* %ctl)
+  %w = load atomic i64, i64* %wordp acquire, align 8
+  %count = and i64 %w, 65535
+  br label %wspin
 wspin:
   %d = load atomic i64, i64* %donep acquire, align 8
-  %fin = icmp eq i64 %d, %x
+  %fin = icmp uge i64 %d, %count
   br i1 %fin, label %wout, label %wpause
 wpause:
   call void @llvm.x86.sse2.pause()
   br label %wspin
 wout:
-  ret i64 0
+  ret i64 %mine
 loop0:
   %t0 = call i64 @llvm.readcyclecounter()
   br label %spin
 spin:
-  %since = phi i64 [ %t0, %loop0 ], [ %since, %idle ], [ %t1, %ran ], [ %since, %lost ]
-  %s = load atomic i64, i64* %seqp acquire, align 8
-  %c = load atomic i64, i64* %claimp monotonic, align 8
-  %new = icmp ne i64 %s, %c
-  br i1 %new, label %try, label %idle
-try:
-  %r = cmpxchg i64* %claimp, i64 %c, i64 %s acq_rel monotonic
-  %ok = extractvalue {{ i64, i1 }} %r, 1
-  br i1 %ok, label %run, label %lost
-run:
-  call void @{name}_run(i64* %ctl)
-  store atomic i64 %s, i64* %donep release, align 8
-  br label %ran
+  %since = phi i64 [ %t0, %loop0 ], [ %since, %idle ], [ %t1, %ran ]
+  %got = call i64 @{name}_claim(i64* %ctl)
+  %any = icmp ne i64 %got, 0
+  br i1 %any, label %ran, label %idle
 ran:
   %t1 = call i64 @llvm.readcyclecounter()
-  br label %spin
-lost:
   br label %spin
 idle:
   call void @llvm.x86.sse2.pause()
@@ -194,55 +229,57 @@ done:
 """
 
 
-def _addr(fn) -> int:
-    return ctypes.cast(fn, ctypes.c_void_p).value
+def _bits(kind: str, a) -> int:
+    """A float argument's bits as a 64-bit word (a C float in the low 32)."""
+    if kind == "double":
+        return struct.unpack("<q", struct.pack("<d", float(a)))[0]
+    return struct.unpack("<i", struct.pack("<f", float(a)))[0]
 
 
-def _words(sig: tuple, args) -> ctypes.Array:
-    """The arguments as 64-bit words: integers and pointers (None: 0) as they are, floats by their bits."""
-    vals = []
-    for kind, a in zip(sig, args):
-        if kind == "double":
-            vals.append(struct.unpack("<q", struct.pack("<d", float(a)))[0])
-        elif kind == "float":
-            vals.append(struct.unpack("<i", struct.pack("<f", float(a)))[0])
-        elif a is None:
-            vals.append(0)
-        else:
-            vals.append(int(a.value if isinstance(a, ctypes.c_void_p) else a))
-    return (ctypes.c_int64 * max(1, len(vals)))(*vals)
+def _word(a) -> int:
+    """An integer or pointer argument as a word (None: 0)."""
+    return 0 if a is None else int(a.value or 0) if isinstance(a, ctypes.c_void_p) else int(a)
 
 
 class _Pool:
     def __init__(self):
         from .build import compile_kernel
 
-        self.ctl = (ctypes.c_int64 * (CALLS + 3 * SLOTS))()
+        self.ctl = (ctypes.c_int64 * (TASKS + 2 * SLOTS))()
         self.at = ctypes.addressof(self.ctl)
+        self.calls = (ctypes.c_int64 * (3 * CALLS))()          # per call: trampoline, function, its words
+        self.words = (ctypes.c_int64 * WORDS)()                # the calls' arguments
+        self.calls_at, self.words_at = ctypes.addressof(self.calls), ctypes.addressof(self.words)
         c = compile_kernel(PoolCode(), 3, {"op": "POOL", "shape": [], "dtype": "none"})
+        # (the control function returns an i64: its own prototype, not Compiled.fn's)
         self.fn = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64)(c.addr)
+        self.known: dict = {}                 # id(function) -> (function, trampoline, address, float args)
         self.tramps: dict = {}
         self.seq = 0
         self.busy = threading.Lock()          # one caller at a time
         self.cond = threading.Condition()
         self.sleeping = False
-        self.ran_here = 0                     # batches the caller claimed back (tests, bench)
+        self.ran_here = 0                     # tasks run by the caller / by the pool's thread (tests, bench)
         self.ran_there = 0
         t0, c0 = time.perf_counter(), self.fn(TICKS, self.at, 0)
         while time.perf_counter() - t0 < 2e-3:
             pass
         rate = (self.fn(TICKS, self.at, 0) - c0) / (time.perf_counter() - t0)
-        self.spin_ticks = max(1, int(rate * SPIN_SECONDS))
+        spin = os.environ.get(SPIN_ENV, "")
+        self.spin_ticks = max(1, int(rate * (float(spin) * 1e-6 if spin.replace(".", "", 1).isdigit() else SPIN_SECONDS)))
         self.thread = threading.Thread(target=self._serve, name="msvm-kernel-spin", daemon=True)
         self.thread.start()
 
+    def _left(self) -> bool:
+        w = self.ctl[WORD]
+        return (w >> 16) & 0xFFFF < w & 0xFFFF
+
     def _serve(self) -> None:
-        ctl = self.ctl
         while True:
             self.fn(LOOP, self.at, self.spin_ticks)          # (the GIL released: ctypes)
             with self.cond:
                 self.sleeping = True
-                while ctl[SEQ] == ctl[CLAIM]:
+                while not self._left():
                     self.cond.wait()
                 self.sleeping = False
 
@@ -255,32 +292,49 @@ class _Pool:
             hit = self.tramps[sig] = c.addr
         return hit
 
-    def share(self, mine: list, theirs: list) -> None:
-        if len(theirs) > SLOTS or not self.busy.acquire(blocking=False):
-            _inline(mine + theirs)
-            return
+    def _known(self, fn):
+        """(fn, trampoline, address, {i: kind} of its float arguments), or None where an argument
+        type has no word (kept: kernels live as long as the process)."""
+        sig = tuple(_WORD.get(t) for t in fn.argtypes or ())
+        if None in sig:
+            hit = None
+        else:
+            hit = (fn, self.tramp(sig), ctypes.cast(fn, ctypes.c_void_p).value,
+                   {i: k for i, k in enumerate(sig) if k in ("double", "float")})
+        self.known[id(fn)] = (fn, hit)
+        return hit
+
+    def run(self, tasks: list) -> bool:
+        """The tasks over this thread and the pool's; False (nothing run) where they do not fit the
+        control block, a function's argument type has no word, or another caller holds the pool."""
+        if len(tasks) > SLOTS or sum(len(t) for t in tasks) > CALLS or not self.busy.acquire(blocking=False):
+            return False
         try:
-            keep = []
-            for j, (fn, args) in enumerate(theirs):
-                sig = tuple(_WORD[t] for t in fn.argtypes)
-                w = _words(sig, args)
-                keep.append(w)
-                o = CALLS + 3 * j
-                self.ctl[o], self.ctl[o + 1], self.ctl[o + 2] = self.tramp(sig), _addr(fn), ctypes.addressof(w)
-            self.ctl[COUNT] = len(theirs)
-            self.seq += 1
-            self.fn(POST, self.at, self.seq)
+            ci = wi = 0
+            calls, words, ctl = self.calls, self.words, self.ctl
+            for j, task in enumerate(tasks):
+                ctl[TASKS + 2 * j], ctl[TASKS + 2 * j + 1] = len(task), self.calls_at + 24 * ci
+                for fn, args in task:
+                    known = self.known.get(id(fn))
+                    info = known[1] if known is not None and known[0] is fn else self._known(fn)
+                    if info is None or wi + len(args) > WORDS:
+                        return False
+                    fl = info[3]
+                    vals = [_bits(fl[i], a) if i in fl else _word(a) for i, a in enumerate(args)]
+                    words[wi:wi + len(vals)] = vals
+                    calls[3 * ci], calls[3 * ci + 1], calls[3 * ci + 2] = info[1], info[2], self.words_at + 8 * wi
+                    ci += 1
+                    wi += len(vals)
+            ctl[DONE] = 0
+            self.seq = (self.seq + 1) & 0xFFFFFFFF
+            self.fn(POST, self.at, self.seq << 32 | len(tasks))
             with self.cond:
                 if self.sleeping:
                     self.cond.notify()
-            try:
-                _inline(mine)
-            finally:
-                if self.fn(WAIT, self.at, self.seq):
-                    self.ran_here += 1
-                else:
-                    self.ran_there += 1
-                del keep
+            here = self.fn(WORK, self.at, 0)          # (returns when every task has run)
+            self.ran_here += here
+            self.ran_there += len(tasks) - here
+            return True
         finally:
             self.busy.release()
 
@@ -296,9 +350,14 @@ _pool_lock = threading.Lock()
 
 def spins() -> bool:
     """Whether this target has the spinning pool (x86-64: PAUSE and the time-stamp counter)."""
-    from .codegen import codegen
+    if _spins[0] is None:
+        from .codegen import codegen
 
-    return codegen().triple.startswith("x86_64")
+        _spins[0] = codegen().triple.startswith("x86_64")
+    return _spins[0]
+
+
+_spins: list = [None]
 
 
 def pool() -> _Pool:
@@ -309,23 +368,37 @@ def pool() -> _Pool:
     return _pool[0]
 
 
-def share(mine: list, theirs: list) -> None:
-    """Run the native calls ``mine`` (each ``(ctypes function, args)``) on this thread and ``theirs`` on
-    the pool's (or on this one, where the pool's thread has not taken them when ``mine`` are done);
-    return when all have run. The first time, the BLAS is set to one thread (callconv.submit)."""
-    from .callconv import submit
+def share(tasks: list) -> None:
+    """Run ``tasks`` on this thread and the pool's, each task (a list of ``(ctypes function, args)``
+    calls, run in order) on one of them, whichever claims it first; return when all have run. The
+    first time, the BLAS is set to one thread (callconv.blas_once)."""
+    from .callconv import blas_once
 
+    if len(tasks) < 2:
+        _inline([call for task in tasks for call in task])
+        return
+    blas_once()
     if not spins():
-        fut = submit(_inline, theirs)
+        from .callconv import submit
+
+        half = (len(tasks) + 1) // 2
+        fut = submit(_inline, [call for task in tasks[half:] for call in task])
         try:
-            _inline(mine)
+            _inline([call for task in tasks[:half] for call in task])
         finally:
             fut.result()
         return
-    from .callconv import blas_once
+    if not pool().run(tasks):
+        _inline([call for task in tasks for call in task])
 
-    blas_once()
-    pool().share(mine, theirs)
+
+def parts(total: int, unit: int, most: int | None = None) -> list:
+    """[start, stop) ranges over 0..total in whole units (the last one may be short), at most ``most``
+    of them and as even as whole units allow."""
+    units = -(-total // unit) if unit > 0 else 0
+    k = max(1, min(PARTS if most is None else most, units))
+    cuts = [(units * i // k) * unit for i in range(k)] + [total]
+    return [(a, min(b, total)) for a, b in zip(cuts, cuts[1:]) if a < min(b, total)]
 
 
 def _after_fork() -> None:        # (the pool's thread is not in a forked child: a new pool there)

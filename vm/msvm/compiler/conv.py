@@ -98,8 +98,9 @@ and how each is called. Algorithms chosen by measurement (one thread, this machi
   to the pool's thread (compiler/pool.py: a spinning hand-off, no OS wake-up), on either route:
   the taps product whole panels, the BLAS route (``BlasConv``) half the columns of each tap's
   product, each half one BLAS call on its thread with the BLAS set to one thread; the depthwise and
-  max-pool kernels half their planes. The results are the same bit for bit (each column / plane is
-  computed by one thread with the same code). On an Intel Xeon (shared, loaded), two cores pinned,
+  max-pool kernels half their planes. The taps and depthwise results are the same bit for bit
+  (each column / plane is computed by one thread with the same code); the BLAS route's agree to
+  rounding (OpenBLAS picks its kernels by the product's size, so a half can round differently). On an Intel Xeon (shared, loaded), two cores pinned,
   OPENBLAS_NUM_THREADS=2, ResNet-50's forward took 138 ms on the taps route against 451 ms on
   OpenBLAS's own two threads (bench/conv_routes.py, wall clock); on an AMD Zen 3 (two vCPUs, a
   KVM guest) OpenBLAS's own two threads ran it in 104.7 ms, the taps route split through a
@@ -569,10 +570,10 @@ class BlasConv:
       layers at 14-112 wide), over the padded width, whose extra columns are cropped;
     - ``im2col`` (the rest): the windows copied to [C*kh*kw, Ho*Wo], one product.
 
-    ``split`` = 2: the output columns in two halves, the second on msvm's pool (pool.share), each
-    half one BLAS call per tap on its thread (the BLAS set to one thread: callconv.blas_once), as
-    onnxruntime splits its convolutions' GEMMs over its pool. Each element is computed by the same
-    BLAS kernel over the same k, whichever half it falls in. Measured (AMD Zen 3, two cores,
+    ``split`` = 2: the output columns in pool.parts (two), shared with msvm's pool (pool.share), each
+    one BLAS call per tap on the thread that claims it (the BLAS set to one thread: callconv.blas_once), as
+    onnxruntime splits its convolutions' GEMMs over its pool. The halves agree with one call to
+    rounding, not bit for bit (OpenBLAS picks its kernels by the product's size). Measured (AMD Zen 3, two cores,
     ResNet-50 at 224, wall clock per forward): taps on two threads 146.7 ms, OpenBLAS's own two
     threads 104.7 ms, this 99-124 ms (the same runs, alternating: taps 138-162).
     Measured and dropped: strided convolutions split into stride x stride phase images, each tap a

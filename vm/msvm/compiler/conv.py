@@ -100,7 +100,8 @@ and how each is called. Algorithms chosen by measurement (one thread, this machi
   product, each half one BLAS call on its thread with the BLAS set to one thread; the depthwise and
   max-pool kernels half their planes. The taps and depthwise results are the same bit for bit
   (each column / plane is computed by one thread with the same code); the BLAS route's agree to
-  rounding (OpenBLAS picks its kernels by the product's size, so a half can round differently). On an Intel Xeon (shared, loaded), two cores pinned,
+  rounding (OpenBLAS picks its kernels by the product's size, so a half can round differently).
+  On an Intel Xeon (shared, loaded), two cores pinned,
   OPENBLAS_NUM_THREADS=2, ResNet-50's forward took 138 ms on the taps route against 451 ms on
   OpenBLAS's own two threads (bench/conv_routes.py, wall clock); on an AMD Zen 3 (two vCPUs, a
   KVM guest) OpenBLAS's own two threads ran it in 104.7 ms, the taps route split through a

@@ -149,6 +149,25 @@ def test_an_argument_type_without_a_word_runs_on_the_caller():
     cb = ctypes.CFUNCTYPE(None, ctypes.c_int)(lambda v: got.append(v))
     pool.share([[(cb, (3,))], [(cb, (4,))]])
     assert sorted(got) == [3, 4]
+    # no argtypes, or fewer arguments than it takes: called here too, so ctypes converts or raises
+    loose = ctypes.CFUNCTYPE(None, ctypes.c_int64)(lambda v: got.append(v))
+    loose.argtypes = None
+    pool.share([[(loose, (5,))], [(loose, (6,))]])
+    assert sorted(got) == [3, 4, 5, 6]
+    two = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_int64)(lambda a, b: got.append(a + b))
+    with pytest.raises(TypeError):
+        pool.share([[(two, (1, 2))], [(two, (7,))]])
+
+
+def test_float_words_round_as_ctypes_does():
+    """A C float argument out of float range is inf (as ctypes passes it), NaN and -0.0 keep their bits."""
+    import ctypes
+    import struct
+
+    for v in (1e39, -1e39, float("nan"), -0.0, 6.0, float("-inf")):
+        want = struct.unpack("<i", bytes(ctypes.c_float(v)))[0]
+        assert pool._bits("float", v) == want
+    assert pool._bits("double", -0.0) == struct.unpack("<q", struct.pack("<d", -0.0))[0]
 
 
 def test_one_trampoline_per_signature():

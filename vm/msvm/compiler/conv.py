@@ -559,6 +559,19 @@ def threads_for(flops: float) -> int:
     return min(cores(), 2)
 
 
+def _blas_gemm(dtype: str):
+    """The BLAS's xgemm for dtype as one ctypes function per process (pool.share knows it by identity)."""
+    import ctypes
+
+    hit = _GEMM.get(dtype)
+    if hit is None:
+        hit = _GEMM[dtype] = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * 13))(blas()[1][dtype])
+    return hit
+
+
+_GEMM: dict = {}
+
+
 class BlasConv:
     """A group-1 NCHW convolution as BLAS products (xgemm through numpy's own OpenBLAS pointer,
     ``build.blas``), per image out[O, P] = W[O, K] @ B[K, P]:
@@ -610,7 +623,7 @@ class BlasConv:
         bits, gemm = blas()
         it = ctypes.c_int64 if bits == 64 else ctypes.c_int32
         ft = ctypes.c_float if self.d == np.float32 else ctypes.c_double
-        self.gemm = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * 13))(gemm[str(self.d)])
+        self.gemm = _blas_gemm(str(self.d))
         self._it = it
         # the by-reference scalars of the Fortran interface, kept for the process
         self._keep = [ctypes.c_char(b"N"), it(o), it(self.k), ft(1.0), ft(0.0), it(self.row), it(self.k),

@@ -53,7 +53,7 @@ SLOTS = 64                # tasks per batch (more: all on the caller's thread)
 CALLS, WORDS = 512, 16384 # calls and argument words per batch (more: the same)
 PARTS = 2                 # tasks a split product is cut into (``parts``; more measured slower, module doc)
 WORD, DONE, TASKS = 0, 8, 16          # the control block's words: (seq, next, count), tasks done, the tasks
-POST, WORK, LOOP, TICKS = 0, 1, 2, 3  # the control function's operations
+POST, LOOP, TICKS = 0, 2, 3           # the control function's operations (POST: post, then work)
 
 _WORD = {ctypes.c_int64: "i64", ctypes.c_void_p: "ptr", ctypes.c_double: "double", ctypes.c_float: "float"}
 _LLVM = {"i64": "i64", "ptr": "i8*", "double": "double", "float": "float"}
@@ -76,7 +76,8 @@ class PoolCode:
         return "pool" if not self.sig else "tramp_" + "".join(s[0] for s in self.sig)
 
     def text(self) -> str:
-        return f"pool slots={SLOTS} sig={','.join(self.sig)}" if self.sig else f"pool control slots={SLOTS}"
+        layout = f"word={WORD} done={DONE} tasks={TASKS} batch=seq32:next16:count16"
+        return f"pool sig={','.join(self.sig)}" if self.sig else f"pool control {layout}"
 
 
 def lower_pool(k: PoolCode, name: str, features: str) -> str:
@@ -109,9 +110,10 @@ def _control_ir(name: str) -> str:
     """``i64 name(i64 op, i64* ctl, i64 x)``. The batch word WORD holds (seq << 32 | next << 16 | count):
     a task is claimed by a compare-and-swap of next -> next + 1 on the whole word (so a stale view
     of an earlier batch never claims: seq differs), run (its calls in order), and counted in DONE.
-    POST: store x into WORD (release: the tasks written before it are seen with it);
-    WORK: claim and run tasks until none is left, then spin until DONE = count (the caller's part);
-          returns how many it ran;
+    POST: store x into WORD (release: the tasks written before it are seen with it), then WORK:
+          claim and run tasks until none is left, spin until DONE = count (the caller's part), and
+          return how many it ran (one native call: an interrupt cannot fall between posting a batch
+          and waiting for it, leaving tasks to run on freed arguments);
     LOOP: claim and run tasks as batches are posted, until x ticks pass without one (the pool's thread);
     TICKS: the time-stamp counter."""
     return f"""declare i64 @llvm.readcyclecounter()
@@ -185,13 +187,13 @@ define i64 @{name}(i64 %op, i64* %ctl, i64 %x) nounwind {{
 entry:
   %wordp = getelementptr i64, i64* %ctl, i64 {WORD}
   %donep = getelementptr i64, i64* %ctl, i64 {DONE}
-  switch i64 %op, label %ticks [ i64 {POST}, label %post  i64 {WORK}, label %work  i64 {LOOP}, label %loop0 ]
+  switch i64 %op, label %ticks [ i64 {POST}, label %post  i64 {LOOP}, label %loop0 ]
 ticks:
   %now = call i64 @llvm.readcyclecounter()
   ret i64 %now
 post:
   store atomic i64 %x, i64* %wordp release, align 8
-  ret i64 0
+  br label %work
 work:
   %mine = call i64 @{name}_claim(i64* %ctl)
   %w = load atomic i64, i64* %wordp acquire, align 8
@@ -230,10 +232,10 @@ done:
 
 
 def _bits(kind: str, a) -> int:
-    """A float argument's bits as a 64-bit word (a C float in the low 32)."""
+    """A float argument's bits as a 64-bit word (a C float in the low 32; as ctypes rounds it)."""
     if kind == "double":
         return struct.unpack("<q", struct.pack("<d", float(a)))[0]
-    return struct.unpack("<i", struct.pack("<f", float(a)))[0]
+    return struct.unpack("<i", bytes(ctypes.c_float(float(a))))[0]
 
 
 def _word(a) -> int:
@@ -259,6 +261,7 @@ class _Pool:
         self.busy = threading.Lock()          # one caller at a time
         self.cond = threading.Condition()
         self.sleeping = False
+        self.posting = False                  # (a batch is about to be posted: the pool's thread stays up)
         self.ran_here = 0                     # tasks run by the caller / by the pool's thread (tests, bench)
         self.ran_there = 0
         t0, c0 = time.perf_counter(), self.fn(TICKS, self.at, 0)
@@ -279,7 +282,7 @@ class _Pool:
             self.fn(LOOP, self.at, self.spin_ticks)          # (the GIL released: ctypes)
             with self.cond:
                 self.sleeping = True
-                while not self._left():
+                while not (self._left() or self.posting):
                     self.cond.wait()
                 self.sleeping = False
 
@@ -296,7 +299,7 @@ class _Pool:
         """(fn, trampoline, address, {i: kind} of its float arguments), or None where an argument
         type has no word (kept: kernels live as long as the process)."""
         sig = tuple(_WORD.get(t) for t in fn.argtypes or ())
-        if None in sig:
+        if None in sig or not sig:          # (no argtypes: ctypes would convert as it guesses)
             hit = None
         else:
             hit = (fn, self.tramp(sig), ctypes.cast(fn, ctypes.c_void_p).value,
@@ -317,7 +320,7 @@ class _Pool:
                 for fn, args in task:
                     known = self.known.get(id(fn))
                     info = known[1] if known is not None and known[0] is fn else self._known(fn)
-                    if info is None or wi + len(args) > WORDS:
+                    if info is None or len(args) != len(fn.argtypes) or wi + len(args) > WORDS:
                         return False
                     fl = info[3]
                     vals = [_bits(fl[i], a) if i in fl else _word(a) for i, a in enumerate(args)]
@@ -327,11 +330,14 @@ class _Pool:
                     wi += len(vals)
             ctl[DONE] = 0
             self.seq = (self.seq + 1) & 0xFFFFFFFF
-            self.fn(POST, self.at, self.seq << 32 | len(tasks))
             with self.cond:
+                self.posting = True
                 if self.sleeping:
                     self.cond.notify()
-            here = self.fn(WORK, self.at, 0)          # (returns when every task has run)
+            try:                                      # (posts, runs, returns when every task has run)
+                here = self.fn(POST, self.at, self.seq << 32 | len(tasks))
+            finally:
+                self.posting = False
             self.ran_here += here
             self.ran_there += len(tasks) - here
             return True
@@ -402,7 +408,9 @@ def parts(total: int, unit: int, most: int | None = None) -> list:
 
 
 def _after_fork() -> None:        # (the pool's thread is not in a forked child: a new pool there)
+    global _pool_lock
     _pool[0] = None
+    _pool_lock = threading.Lock()
 
 
 if hasattr(os, "register_at_fork"):

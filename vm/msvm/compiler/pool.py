@@ -15,9 +15,9 @@ OpenBLAS spin instead, and so does this one:
   counts them done, for up to SPIN_SECONDS (MSVM_POOL_SPIN_US) after its last task; then it blocks
   on a condition variable until the next post;
 - the caller writes the tasks (per call: a trampoline for its signature, its address and its
-  arguments packed as 64-bit words), posts the batch, and runs ``WORK``: it claims tasks the same
-  way until none is left, then spins until every task is done. A pool thread that is asleep, late
-  or descheduled (another process's spinning threads on its core: onnxruntime's, in the bench's
+  arguments packed as 64-bit words), then in one native call (``POST``) posts the batch, claims
+  tasks the same way until none is left, and spins until every task is done. A pool thread that is
+  asleep, late or descheduled (another thread spinning on its core: onnxruntime's, in the bench's
   process) costs at most the task it holds: the caller takes the rest.
 
 Into how many tasks: two. More tasks balance a late pool thread better but cut each product into

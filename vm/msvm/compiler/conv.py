@@ -126,6 +126,7 @@ The staging buffers are one workspace per thread (``workspace``).
 
 from __future__ import annotations
 
+import ctypes
 from dataclasses import dataclass
 
 import numpy as np
@@ -561,8 +562,6 @@ def threads_for(flops: float) -> int:
 
 def _blas_gemm(dtype: str):
     """The BLAS's xgemm for dtype as one ctypes function per process (pool.share knows it by identity)."""
-    import ctypes
-
     hit = _GEMM.get(dtype)
     if hit is None:
         hit = _GEMM[dtype] = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * 13))(blas()[1][dtype])
@@ -596,8 +595,6 @@ class BlasConv:
     padded columns), so narrow maps keep im2col."""
 
     def __init__(self, x_shape, w_shape, stride, pad, dil, d):
-        import ctypes
-
         n, c, h, w = x_shape
         o, _, kh, kw = w_shape
         ho, wo = dims_of(x_shape, w_shape, stride, pad, dil)[:2]
@@ -666,7 +663,7 @@ class BlasConv:
             sp, cp = data_pointer(src), data_pointer(cbuf)
             if split > 1 and self.cols >= 32:
                 cuts = parts(self.cols, 16)                      # (whole cache lines of C per task)
-                ms = [self._it(b - a) for a, b in cuts]
+                ms = [self._it(stop - start) for start, stop in cuts]
                 share([self._products(sp, wps, cp, a, m) for (a, _), m in zip(cuts, ms)])
             else:
                 for fn, args in self._products(sp, wps, cp, 0, self._keep[7]):
@@ -678,8 +675,6 @@ class BlasConv:
     def _products(self, sp, wps, cp, j0, m):
         """(gemm, args): out[:, j0:j0 + m] (+)= W_t @ src[:, tap_t + j0:...] per tap, column-major as
         BLAS sees them: C^T [m, O] = B^T [m, K] . W_t^T [K, O]."""
-        import ctypes
-
         ch, o, k, one, zero, lda, ldb, ldc = self._ref
         isz = self.d.itemsize
         mp = ctypes.addressof(m)
@@ -828,8 +823,8 @@ class TapsConv:
       each tap a shift in one of them (stride 1: the padded image, the shifted GEMMs of
       ``BlasConv``), over a grid as wide as a phase row; the grid's extra columns are cropped;
 
-    One kernel call per image and group (``split``: the output columns in two halves on the
-    kernel pool, a thread each)."""
+    One kernel call per image and group (``split``: the output columns in pool.parts of whole
+    panels, shared with the pool's thread by pool.share)."""
 
     def __init__(self, x_shape, w_shape, stride, pad, dil, group, d, mode=None, inplace=None):
         n, c, h, w = x_shape

@@ -459,11 +459,10 @@ def pointer(dtype: str) -> int:
 
 
 def function(dtype: str):
-    """ctypes ``gemm(m, k, n, A, lda, Bp, C, ldc)`` (callconv.HEAD["gemm"])."""
-    from .callconv import prototype
-
+    """ctypes ``gemm(m, k, n, A, lda, Bp, C, ldc)`` (callconv.HEAD["gemm"]): the compiled kernel's own
+    function, one object per process (pool.share knows a function by identity)."""
     pointer(dtype)
-    return prototype(_compiled[dtype].kernel, _compiled[dtype].addr)
+    return _compiled[dtype].fn
 
 
 def panel_width(dtype) -> int:

@@ -180,12 +180,13 @@ def _agree(name, sizes, peers):
 
 
 def _medians(peers, keys, runs, slow=(), best=("sgemm",)):
-    """Medians of interleaved runs: the peers take turns (a shared machine's load hits each alike), and
-    each timed call follows an untimed one of the same peer, so that no peer pays for the one before:
-    onnxruntime's pool spins after a run, and on two cores that made msvm's next call 2.3x slower
-    (MobileNet v2: 13.6 ms alone, 31.0 ms right after an onnxruntime run; onnxruntime 9.7 / 13.7 ms).
+    """Medians of interleaved runs: the peers take turns (a shared machine's load hits each alike); each
+    turn waits for the process's other threads to go idle (timing.quiesce), then the timed call follows
+    an untimed one of the same peer, so that no peer pays for the one before: onnxruntime's workers spin
+    ~50 ms after a run, and on two cores that made msvm's next two calls up to 2.3x slower (MobileNet v2:
+    13.6 ms alone, 31.0 ms right after an onnxruntime run; the untimed call alone did not absorb it).
     A peer in ``best`` gives its fastest run instead (the floor's product: a peak, not a typical time)."""
-    from timing import timed_steady
+    from timing import quiesce, timed_steady
 
     times = {k: {s: [] for s in keys} for k in peers}
     for _ in range(runs):
@@ -193,6 +194,7 @@ def _medians(peers, keys, runs, slow=(), best=("sgemm",)):
             for k, fn in peers.items():
                 if k in slow and len(times[k][s]) >= 3:
                     continue                   # a slow reference: three runs do
+                quiesce()
                 if k not in slow:
                     fn(s)
                 times[k][s].append(timed_steady(lambda fn=fn, s=s: fn(s)) * 1e3)

@@ -3,6 +3,7 @@ shared machine hits every side alike."""
 
 import os
 import statistics
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -33,6 +34,38 @@ def paired_overhead(vm, ref, reps):
         a_t.append(t[vm])
         b_t.append(t[ref])
     return statistics.median(diffs) / 1e3, statistics.median(a_t) / 1e3, statistics.median(b_t) / 1e3
+
+
+def _thread_cpu_ns() -> int:
+    """CPU time of this process's threads other than the caller, in ns (each thread's own CPU clock:
+    ``clock_gettime`` on the id ``MAKE_THREAD_CPUCLOCK(tid, CPUCLOCK_SCHED)``, nanoseconds where
+    /proc's counters tick at 10 ms)."""
+    me, total = threading.get_native_id(), 0
+    for tid in os.listdir("/proc/self/task"):
+        if int(tid) != me:
+            try:
+                total += time.clock_gettime_ns((~int(tid) << 3) | 6)
+            except OSError:            # the thread ended
+                pass
+    return total
+
+
+def quiesce(window=0.005, busy=0.05, limit=1.0) -> float:
+    """Wait until this process's other threads are idle: less than ``busy`` of a core over ``window``
+    seconds (at most ``limit``); returns the seconds waited. Between two peers' turns: a thread pool
+    spins after its run, waiting for the next (onnxruntime's intra-op workers ~50 ms after each
+    ``run``, measured on two cores: they took one of the two cores through msvm's next call, 2x its
+    time; msvm's pool spins 2 ms). Each peer's turn starts on quiet cores, and its timed call follows
+    its own untimed one, as calls in a serving loop follow each other."""
+    if not hasattr(time, "clock_gettime_ns") or not os.path.isdir("/proc/self/task"):
+        return 0.0
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < limit:
+        a = _thread_cpu_ns()
+        time.sleep(window)
+        if _thread_cpu_ns() - a < busy * window * 1e9:
+            break
+    return time.perf_counter() - t0
 
 
 def timed(fn) -> float:

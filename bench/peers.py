@@ -28,7 +28,8 @@ single BERT-base layer at S = 16, 37, 64, 128 (bench/peers_nlp.py). Every config
 
 Then, per CNN, **a new size**: a fresh Cell and an empty kernel cache, warmed at the first size only,
 meets each other size once: the first call's time over that size's steady time, for msvm and for a
-fresh onnxruntime session warmed the same way, and the most compiles any one kernel needed over the
+fresh onnxruntime session warmed the same way (each child touches 1 GiB first, timing.prefault: on a VM
+the first touch of guest memory costs either peer ~14 us a page), and the most compiles any one kernel needed over the
 whole stream. And **peak memory** of one forward (batch 1, first size, one thread), measured the same
 way for every peer (bench/timing.py ``peak_rss``: the resident set's rise while the call runs, the
 allocators set to return freed memory so that it is what the call held). The timing children keep the
@@ -289,7 +290,7 @@ def measure_peaks(load):
 def child(args):
     _setup(args.threads)
     import msvm as ms
-    from timing import copy_bandwidth, sgemm_peak
+    from timing import copy_bandwidth, prefault, sgemm_peak
 
     ms.as_mindspore()
     if args.memory:
@@ -307,6 +308,7 @@ def child(args):
             peak = peers_nlp.peak_memory(name, int(size), kind)
         print(json.dumps({"peak": list(peak)}))
         return
+    prefault()                      # (before any peer: timing.prefault)
     peak, bw = sgemm_peak(), copy_bandwidth()
     print(f"[{args.threads} thread{'s' if args.threads > 1 else ''}, batch {args.batch}] {peak}, "
           f"copy {bw / 1e9:.1f} GB/s (this process)", flush=True)

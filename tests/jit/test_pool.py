@@ -177,26 +177,37 @@ def test_one_trampoline_per_signature():
     assert p.tramp(sig) == first and p.tramp(("ptr",) * 13) != first
 
 
-CASES = {   # (x shape, w shape, stride, pad, dilation): each BlasConv mode
-    "direct": ((2, 20, 13, 17), (24, 20, 1, 1), (1, 1), (0, 0, 0, 0), (1, 1)),
-    "shifted": ((2, 12, 15, 21), (16, 12, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),
-    "shifted_dilated_same": ((1, 8, 17, 19), (12, 8, 3, 3), (1, 1), ("same",), (2, 2)),
-    "im2col_strided": ((2, 12, 15, 21), (16, 12, 3, 3), (2, 2), (1, 0, 1, 0), (1, 1)),
-    "im2col_narrow": ((1, 16, 7, 7), (8, 16, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),
-    "im2col_1x1_stride2": ((1, 16, 14, 14), (32, 16, 1, 1), (2, 2), (0, 0, 0, 0), (1, 1)),
+CASES = {   # (x shape, w shape, stride, pad, dilation; how two threads split it): each BlasConv mode
+    "direct": ((2, 20, 13, 17), (24, 20, 1, 1), (1, 1), (0, 0, 0, 0), (1, 1), "columns"),
+    "direct_narrow": ((2, 20, 5, 5), (40, 20, 1, 1), (1, 1), (0, 0, 0, 0), (1, 1), "channels"),
+    "shifted": ((2, 12, 15, 21), (16, 12, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), "columns"),
+    "shifted_dilated_same": ((1, 8, 17, 19), (12, 8, 3, 3), (1, 1), ("same",), (2, 2), "columns"),
+    "shifted_narrow": ((1, 12, 9, 9), (20, 12, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), "channels"),
+    "im2col_strided": ((2, 12, 15, 21), (16, 12, 3, 3), (2, 2), (1, 0, 1, 0), (1, 1), "channels"),
+    "im2col_strided_wide": ((1, 4, 40, 41), (6, 4, 3, 3), (2, 2), (1, 1, 1, 1), (1, 1), "columns"),
+    "im2col_narrow": ((1, 16, 7, 7), (8, 16, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), None),
+    "im2col_1x1_stride2": ((1, 16, 14, 14), (33, 16, 1, 1), (2, 2), (0, 0, 0, 0), (1, 1), "channels"),
 }
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_blas_conv_split_matches_one_thread_and_numpy(case, dtype):
-    """BlasConv in each mode, on one thread and with its columns split over the pool, into a new
-    array and into a given buffer, from a non-contiguous input with NaN and inf: the two agree to
-    rounding (not bit for bit: OpenBLAS picks its kernels by the product's size, so half the columns
-    can round differently in the last place) and match the interpreter's convolution in float64."""
+def test_blas_conv_split_matches_one_thread_and_numpy(case, dtype, monkeypatch):
+    """BlasConv in each mode, on one thread and split over the pool (its output columns, or its output
+    channels where the map is narrow: conv.ROW_SPLIT_COLS; a layer of few channels on a narrow map
+    stays whole), into a new array and into a given buffer, from a non-contiguous input with NaN and
+    inf: the two agree to rounding (not bit for bit: OpenBLAS picks its kernels by the product's size,
+    so half the columns can round differently in the last place) and match the interpreter's
+    convolution in float64."""
     from msvm.interp import kernels as K
 
-    xs, wsh, stride, pad, dil = CASES[case]
+    xs, wsh, stride, pad, dil, how = CASES[case]
+    split = []
+    for name, kind in (("_products", "columns"), ("_rows", "channels")):
+        orig = getattr(conv.BlasConv, name)
+        monkeypatch.setattr(conv.BlasConv, name, lambda self, *a, orig=orig, kind=kind: split.append(kind) or orig(self, *a))
+    shared = conv.share
+    monkeypatch.setattr(conv, "share", lambda tasks: split.append(len(tasks)) or shared(tasks))
     d = np.dtype(dtype)
     rng = np.random.default_rng(3)
     big = rng.standard_normal((xs[0], xs[1], xs[2], xs[3] * 2)).astype(d)
@@ -207,9 +218,13 @@ def test_blas_conv_split_matches_one_thread_and_numpy(case, dtype):
     bc = conv.BlasConv(xs, wsh, stride, pad, dil, d)
     assert bc.mode == case.split("_")[0]
     one = bc(x, w, None, 1)
+    assert split == ["columns"] * xs[0]
+    split.clear()
     out = np.full(bc.shape, np.nan, d)
     two = bc(x, w, out, 2)
     assert two is out
+    per_image = [how] * 2 + [2] if how else ["columns"]
+    assert split == per_image * xs[0], split
     np.testing.assert_array_equal(np.isnan(two), np.isnan(one))
     np.testing.assert_allclose(two, one, rtol=1e-5 if dtype == "float32" else 1e-13, atol=1e-5)
     ref = K.conv2d(x.astype(np.float64), w.astype(np.float64), stride, pad, dil, 1)

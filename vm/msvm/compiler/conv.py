@@ -518,6 +518,7 @@ ROUTE_ENV = "MSVM_CONV_GEMM"     # "taps" | "blas": every dense convolution take
 SPLIT_MIN_FLOPS = 8e6            # per image: from here two threads share a product (pool.share; gemm's doc)
 PLANE_FLOPS = 16                 # a depthwise / pool tap costs about what 16 GEMM flops do (MobileNet v2's
 #                                  depthwise layers: 41 MFLOP in ~2.8 ms, ~15 GFLOP/s, against ~130)
+ROW_SPLIT_COLS = 128            # output columns below which two threads split a BLAS convolution by its output channels
 FEW_CHANNELS = 4                 # input channels per group of a convolution that route() keeps on taps
 
 
@@ -589,6 +590,13 @@ class BlasConv:
     rounding, not bit for bit (OpenBLAS picks its kernels by the product's size). Measured (AMD Zen 3, two cores,
     ResNet-50 at 224, wall clock per forward): taps on two threads 146.7 ms, OpenBLAS's own two
     threads 104.7 ms, this 99-124 ms (the same runs, alternating: taps 138-162).
+    Below ROW_SPLIT_COLS output columns (a narrow map: 5x5 to 10x10, and the shifted mode's padded
+    widths) the halves are the output channels instead, each thread the product by its half of the
+    weight's rows (two products of 13 and 12 columns ran OpenBLAS at ~2/3 of its rate). Measured (same
+    machine, two cores, per layer, GFLOP/s, columns / channels): 2048->512 1x1 at 5x5 63.6 / 78.7,
+    512->512 3x3 at 7x7 54.7 / 70.6, 960->160 1x1 at 7x7 60.5 / 67.0, 1024->256 1x1 at 10x10 97.1 /
+    103.7, at 14x14 even; whole forwards in turn: ResNet-50 at 224 122.6 -> 113.7 ms, MobileNet v2 at
+    160 12.5 -> 11.7 ms.
     Measured and dropped: strided convolutions split into stride x stride phase images, each tap a
     shift of one phase (no im2col copy): 0.92-0.99x the im2col GEMM on ResNet-50's stride-2 3x3s,
     0.76x on the 7x7 stem (K = 3 per tap); at 7 wide the shifted GEMMs are 0.4x im2col (the wasted
@@ -661,16 +669,30 @@ class BlasConv:
                 np.copyto(src, win.transpose(0, 3, 4, 1, 2))
                 cbuf = res[b]
             sp, cp = data_pointer(src), data_pointer(cbuf)
-            if split > 1 and self.cols >= 32:
+            if split > 1 and self.cols >= ROW_SPLIT_COLS:
                 cuts = parts(self.cols, 16)                      # (whole cache lines of C per task)
                 ms = [self._it(stop - start) for start, stop in cuts]
                 share([self._products(sp, wps, cp, a, m) for (a, _), m in zip(cuts, ms)])
+            elif split > 1 and self.o >= 16:                     # (a narrow map: the output channels)
+                cuts = parts(self.o, 8)
+                os_ = [self._it(stop - start) for start, stop in cuts]
+                share([self._rows(sp, wps, cp, a, o) for (a, _), o in zip(cuts, os_)])
             else:
                 for fn, args in self._products(sp, wps, cp, 0, self._keep[7]):
                     fn(*args)
             if self.mode == "shifted":
                 res[b] = acc.reshape(self.o, self.ho, self.wp)[:, :, :self.wo]
         return res
+
+    def _rows(self, sp, wps, cp, o0, o):
+        """(gemm, args): out[o0:o0 + o, :] (+)= W_t[o0:o0 + o] @ src per tap: C^T's columns from o0 (the
+        weight's rows from o0, K apart; C's rows, cols apart)."""
+        ch, _, k, one, zero, lda, ldb, ldc = self._ref
+        isz = self.d.itemsize
+        op, mp = ctypes.addressof(o), ctypes.addressof(self._keep[7])
+        return [(self.gemm, (ch, ch, mp, op, k, one, sp + off * isz, lda, wp + o0 * self.k * isz, ldb,
+                             zero if t == 0 else one, cp + o0 * self.cols * isz, ldc))
+                for t, (off, wp) in enumerate(zip(self.taps, wps))]
 
     def _products(self, sp, wps, cp, j0, m):
         """(gemm, args): out[:, j0:j0 + m] (+)= W_t @ src[:, tap_t + j0:...] per tap, column-major as

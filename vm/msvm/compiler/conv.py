@@ -15,7 +15,7 @@ and how each is called. Algorithms chosen by measurement (one thread, this machi
   beat OpenBLAS's sgemm, which runs these layers at 60-95% of its peak in isolation), then the
   bias and the epilogue as one compiled elementwise pass over the product, in place (the L1
   kernel makes one numpy pass per step). Stride-1 k x k convolutions at least
-  kernels.SHIFTED_MIN_WIDTH wide run the per-tap GEMMs through the BLAS pointer with beta = 1
+  SHIFTED_MIN_WIDTH wide run the per-tap GEMMs through the BLAS pointer with beta = 1
   (``BlasConv``); 1x1 is one product on the input; the rest im2col, as in L1 (groups: L1's
   conv_gemm). Measured and not used:
   row-blocked GEMM with the epilogue per block in cache (lower_matmul's MatmulEpilogue; 0.8-1.1x
@@ -518,6 +518,13 @@ ROUTE_ENV = "MSVM_CONV_GEMM"     # "taps" | "blas": every dense convolution take
 SPLIT_MIN_FLOPS = 8e6            # per image: from here two threads share a product (pool.share; gemm's doc)
 PLANE_FLOPS = 16                 # a depthwise / pool tap costs about what 16 GEMM flops do (MobileNet v2's
 #                                  depthwise layers: 41 MFLOP in ~2.8 ms, ~15 GFLOP/s, against ~130)
+# The shifted products copy the weight per tap ([kh*kw][O][C], each call) and run kh*kw thin products;
+# im2col copies the image's windows and runs one. On narrow maps (many channels, few columns) the weight
+# is the bigger copy: measured (AMD Zen 3, BlasConv alone, 3x3 C -> C, GFLOP/s shifted / im2col, one
+# core): 56 wide 72.1 / 60.7, 28 72.0 / 69.8, 20 59.2 / 56.0, 14 51.7 / 57.9, 10 43.4 / 52.1, 8 32.6 /
+# 52.6; two cores, split: 20 91.8 / 87.0, 14 84.0 / 93.4, 10 46.8 / 59.8, 8 46.4 / 97.8. (The L1
+# kernel's numpy algorithms keep kernels.SHIFTED_MIN_WIDTH, 8.)
+SHIFTED_MIN_WIDTH = 16
 ROW_SPLIT_COLS = 128            # output columns below which two threads split a BLAS convolution by its output channels
 FEW_CHANNELS = 4                 # input channels per group of a convolution that route() keeps on taps
 
@@ -577,7 +584,7 @@ class BlasConv:
     ``build.blas``), per image out[O, P] = W[O, K] @ B[K, P]:
 
     - ``direct`` (1x1, stride 1, unpadded): B is the image's planes, no copy;
-    - ``shifted`` (stride 1, k x k, at least kernels.SHIFTED_MIN_WIDTH wide: the L1 kernel's
+    - ``shifted`` (stride 1, k x k, at least SHIFTED_MIN_WIDTH wide: the L1 kernel's
       "shifted" algorithm, kernels._conv_shifted): the padded image flattened to [C, Hp*Wp]; tap (i, j)
       reads the contiguous run from i*dh*Wp + j*dw, one product per tap onto the same result with
       beta = 1 (no temporary, no kh*kw - 1 add passes; 1.2-2.6x the L1 kernel on ResNet-50's 3x3
@@ -617,7 +624,7 @@ class BlasConv:
         self.hp, self.wp = h + sum(ph), w + sum(pw)
         if kh == kw == 1 and self.stride == (1, 1) and unpadded:
             self.mode, self.taps, self.k, self.cols, self.row = "direct", [0], c, ho * wo, h * w
-        elif self.stride == (1, 1) and kh * kw > 1 and wo >= K.SHIFTED_MIN_WIDTH:
+        elif self.stride == (1, 1) and kh * kw > 1 and wo >= SHIFTED_MIN_WIDTH:
             self.mode, self.k, self.cols = "shifted", c, ho * self.wp
             self.taps = [i * dil[0] * self.wp + j * dil[1] for i in range(kh) for j in range(kw)]
             self.row = self.hp * self.wp + (kw - 1) * dil[1]    # a channel's run, with the last tap's overhang

@@ -30,9 +30,11 @@ def test_packed_kernel_matches_numpy_on_random_shapes(dtype):
     nr = _w * nv
     ms_ = sorted({0, 1, 2, mr - 1, mr, mr + 1, 2 * mr + 3, 37, 130})
     ns = sorted({1, 5, nr - 1, nr, nr + 1, 2 * nr + 3, 70})
-    for m in ms_:
-        for n in ns:
-            k = int(rng.integers(0, 90))
+    # k: every remainder of the tiles' unrolled loop (gemm.UNROLL), none, one, and past a k block (gemm.KC)
+    ks = [0, 1, 2, 3, 4, 5, 6, 7, 9, 90, gemm.KC - 1, gemm.KC + 3, 2 * gemm.KC + 1]
+    for j, m in enumerate(ms_):
+        for i, n in enumerate(ns):
+            k = ks[(j * len(ns) + i) % len(ks)]
             a = rng.standard_normal((m, k)).astype(dtype)
             w = rng.standard_normal((n, k)).astype(dtype)
             got = _run(a, w)

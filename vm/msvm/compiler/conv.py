@@ -682,8 +682,8 @@ class BlasConv:
                 share([self._products(sp, wps, cp, a, m) for (a, _), m in zip(cuts, ms)])
             elif split > 1 and self.o >= 16:                     # (a narrow map: the output channels)
                 cuts = parts(self.o, 8)
-                os_ = [self._it(stop - start) for start, stop in cuts]
-                share([self._rows(sp, wps, cp, a, o) for (a, _), o in zip(cuts, os_)])
+                counts = [self._it(stop - start) for start, stop in cuts]
+                share([self._rows(sp, wps, cp, a, o) for (a, _), o in zip(cuts, counts)])
             else:
                 for fn, args in self._products(sp, wps, cp, 0, self._keep[7]):
                     fn(*args)

@@ -184,12 +184,7 @@ def _step(L, t, w, nv, r, vt, fma, nr, p, src, dst, sfx):
     for i in range(r):
         L(f"  %ar{i}{sfx} = mul i64 %lda, {i}")
         L(f"  %ao{i}{sfx} = add i64 %ar{i}{sfx}, {p}")
-        L(f"  %ap{i}{sfx} = getelementptr {t}, {t}* %a, i64 %ao{i}{sfx}")
-        L(f"  %as{i}{sfx} = load {t}, {t}* %ap{i}{sfx}")
-        L(f"  %ai{i}{sfx} = insertelement {vt} undef, {t} %as{i}{sfx}, i32 0")
-        L(f"  %av{i}{sfx} = shufflevector {vt} %ai{i}{sfx}, {vt} undef, <{w} x i32> zeroinitializer")
-        for v in range(nv):
-            L(f"  %{dst}{i}_{v} = call {vt} {fma}({vt} %av{i}{sfx}, {vt} %bv{v}{sfx}, {vt} %{src}{i}_{v})")
+        _fma_row(L, t, vt, fma, w, nv, i, "%a", f"%ao{i}{sfx}", src, dst, sfx)
 
 
 def _tile_head(L, t, w, nv, r, vt, mload, iota, prefetch_c, full=False):
@@ -234,14 +229,15 @@ def _phis(L, vt, r, nv, dst, incoming) -> None:
             L(f"  %{dst}{i}_{v} = phi {vt} {srcs}")
 
 
-def _fma_row(L, t, vt, fma, w, nv, i, a, off, acc):
-    """Row i of a tile: A's element at ``off`` broadcast, times each B vector, onto %{acc}{i}_v."""
-    L(f"  %ap{i} = getelementptr {t}, {t}* {a}, i64 {off}")
-    L(f"  %as{i} = load {t}, {t}* %ap{i}")
-    L(f"  %ai{i} = insertelement {vt} undef, {t} %as{i}, i32 0")
-    L(f"  %av{i} = shufflevector {vt} %ai{i}, {vt} undef, <{w} x i32> zeroinitializer")
+def _fma_row(L, t, vt, fma, w, nv, i, a, off, acc, dst="nacc", sfx=""):
+    """Row i of a tile: A's element at ``off`` broadcast, times each B vector %bv{v}{sfx}, onto
+    %{acc}{i}_v, into %{dst}{i}_v (its own names suffixed ``sfx``: one per step of an unrolled loop)."""
+    L(f"  %ap{i}{sfx} = getelementptr {t}, {t}* {a}, i64 {off}")
+    L(f"  %as{i}{sfx} = load {t}, {t}* %ap{i}{sfx}")
+    L(f"  %ai{i}{sfx} = insertelement {vt} undef, {t} %as{i}{sfx}, i32 0")
+    L(f"  %av{i}{sfx} = shufflevector {vt} %ai{i}{sfx}, {vt} undef, <{w} x i32> zeroinitializer")
     for v in range(nv):
-        L(f"  %nacc{i}_{v} = call {vt} {fma}({vt} %av{i}, {vt} %bv{v}, {vt} %{acc}{i}_{v})")
+        L(f"  %{dst}{i}_{v} = call {vt} {fma}({vt} %av{i}{sfx}, {vt} %bv{v}{sfx}, {vt} %{acc}{i}_{v})")
 
 
 def _tile_store(L, w, nv, r, vt, mstore, nr):

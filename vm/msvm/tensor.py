@@ -445,7 +445,7 @@ class Parameter(Tensor):
         its version bumps. Anything derived from the old array (a transposed copy, a data
         pointer) is keyed on that array object, which is not reused, so it is not taken for the
         new data. Called by ASSIGN_PARAM at every tier and by the eager ops (assign_value)."""
-        self._data = _checked_new_data(self, value, _frozen)
+        self._data = _checked_new_data(self, value, _frozen_in_memory)
         self.version += 1
         return self._data
 
@@ -483,8 +483,20 @@ def _copied(a):
 
 
 def _frozen(a):
-    """A C-contiguous copy that owns its data, on a's device; read-only where the device can say
-    so (numpy can)."""
+    """A Parameter's new array (set at its making and by ``set_data``): a C-contiguous private copy
+    on a's device, read-only where the device can say so (numpy can); a large numpy one is in the
+    weight store (weights.py: mapped from a private file, so a weight the compiler prepared is held
+    once)."""
+    if type(a) is np.ndarray or isinstance(a, np.generic):
+        from . import weights
+
+        return weights.store(a)
+    return _device.device_of(a).frozen(a)
+
+
+def _frozen_in_memory(a):
+    """``_frozen`` without the store: ASSIGN_PARAM's in-place updates (a running mean, a counter,
+    an optimizer's step) are made at every call, and stay in memory."""
     if type(a) is np.ndarray or isinstance(a, np.generic):
         out = np.array(a, order="C", copy=True)
         out.flags.writeable = False

@@ -33,6 +33,7 @@ from .. import context, events, log, reasons
 from ..bytecode.disasm import display_name
 from ..bytecode.opcodes import JITABLE, KERNEL_KINDS
 from ..interp.arena import Arena
+from ..weights import spill, stored
 from . import callconv, planning
 from .buffers import ALIGN  # noqa: F401 - (re-exported: tests)
 from .build import (  # noqa: F401 - (re-exported: tests, servers, bench)
@@ -346,7 +347,7 @@ class Site:
         if type(w) is not _ND or w.flags.writeable:
             return False
         e = self.wcache.get(id(w)) or self.pcache.get(id(w))
-        return (e is not None and e[0] is w) or (w.ndim == 2 and w.flags.owndata)
+        return (e is not None and e[0] is w) or (w.ndim == 2 and (w.flags.owndata or stored(w)))
 
     def transposed(self, w):
         """The contiguous transpose of a read-only weight, made once per array."""
@@ -356,6 +357,7 @@ class Site:
         t = np.ascontiguousarray(w.T)
         t.flags.writeable = False        # (fixed like its weight; ``ptr`` remembers read-only arrays)
         _keep(self.wcache, w, t)
+        spill(w)                         # (the kernels read t: the weight's own pages can go, weights.py)
         return t
 
     def packed(self, w):
@@ -369,6 +371,7 @@ class Site:
 
         bp = pack(w, panel_width(w.dtype), transposed=bool(self.args[1]))
         _keep(self.pcache, w, bp)
+        spill(w)                         # (the kernels read the panels: the weight's own pages can go)
         return bp
 
     def ptr(self, i: int, a) -> int:
@@ -402,7 +405,7 @@ def _keep(cache: dict, w, prepared) -> None:
 def _frozen(x) -> bool:
     """A 2-D array that owns its data and cannot be written (a Parameter's): its value is fixed
     for as long as the array lives."""
-    return type(x) is _ND and x.ndim == 2 and not x.flags.writeable and x.flags.owndata
+    return type(x) is _ND and x.ndim == 2 and not x.flags.writeable and (x.flags.owndata or stored(x))
 
 
 def _site_class(op: str):

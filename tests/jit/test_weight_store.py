@@ -1,0 +1,140 @@
+"""The weight store (msvm/weights.py, issue 18: peak memory): a Parameter's large arrays are mapped
+from private unlinked files, and a weight the compiler has prepared (packed, transposed) is spilled:
+its pages leave the process while every read of the Parameter still gives its values."""
+
+import gc
+import os
+import stat
+import subprocess
+import sys
+
+import msvm as ms
+import numpy as np
+import pytest
+from msvm import nn, weights
+from msvm.compiler import tiers
+
+BIG = (640, 512)          # float32: 1.25 MiB, over weights.STORE_MIN
+
+
+def test_a_large_array_is_stored_read_only_and_equal(rng):
+    a = rng.standard_normal(BIG).astype(np.float32)
+    s = weights.store(a)
+    assert weights.stored(s) and s.flags.c_contiguous and not s.flags.writeable
+    assert s.dtype == a.dtype and s.shape == a.shape and np.array_equal(s, a)
+    assert not np.shares_memory(s, a)
+    with pytest.raises(ValueError):
+        s.flags.writeable = True         # (mapped PROT_READ: not even the flag can be turned back)
+    small = weights.store(a[:10])
+    assert not weights.stored(small) and small.flags.owndata and not small.flags.writeable
+    assert np.array_equal(small, a[:10])
+    odd = weights.store(np.asfortranarray(rng.standard_normal(BIG)))   # (float64, Fortran order)
+    assert weights.stored(odd) and odd.flags.c_contiguous and odd.dtype == np.float64
+
+
+def test_the_store_directory_is_private_and_holds_no_named_file(rng):
+    d = weights.directory()
+    assert d is not None
+    assert stat.S_IMODE(os.stat(d).st_mode) == 0o700
+    before = set(os.listdir(d))
+    keep = weights.store(rng.standard_normal(BIG).astype(np.float32))
+    assert set(os.listdir(d)) == before and weights.stored(keep)
+
+
+def test_spill_lets_the_pages_go_and_a_read_brings_the_values_back(rng):
+    a = rng.standard_normal((1024, 1024)).astype(np.float32)
+    s = weights.store(a)
+    float(s.sum())                                   # (read: every page mapped)
+    assert weights.resident(s) >= s.nbytes - 8192
+    assert weights.spill(s) >= s.nbytes - 8192
+    assert weights.resident(s) < 64 * 1024
+    assert np.array_equal(s, a)                      # the values come back from the file
+    assert weights.resident(s) >= s.nbytes - 8192
+    assert weights.spill(a) == 0 and weights.spill(s[::2]) == 0   # (not stored; a view)
+    assert np.array_equal(a, a.copy())
+
+
+def test_a_parameter_is_stored_and_set_data_stores_the_new_array(rng):
+    w = rng.standard_normal(BIG).astype(np.float32)
+    p = ms.Parameter(ms.Tensor(w), name="w")
+    assert weights.stored(p._data) and np.array_equal(p.asnumpy(), w)
+    w2 = rng.standard_normal(BIG).astype(np.float32)
+    old = p._data
+    p.set_data(ms.Tensor(w2))
+    assert p._data is not old and weights.stored(p._data) and np.array_equal(p.asnumpy(), w2)
+    assert not weights.stored(ms.Parameter(ms.Tensor(w[:4]), name="s")._data)
+
+
+def test_a_freed_stored_array_releases_its_file(rng):
+    def mapped():
+        with open("/proc/self/maps") as f:
+            return sum(1 for line in f if "(deleted)" in line and weights.directory() in line)
+    n = mapped()
+    s = weights.store(rng.standard_normal(BIG).astype(np.float32))
+    assert mapped() == n + 1
+    del s
+    gc.collect()
+    assert mapped() == n
+
+
+class Wide(nn.Cell):
+    """Two Dense layers whose weights are stored (x @ W.T: packed, or transposed for many rows)."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Dense(512, 640)
+        self.b = nn.Dense(640, 512, activation="relu")
+
+    def construct(self, x):
+        return self.b(self.a(x))
+
+
+def _ref(net, vals, x):
+    """numpy's answer from copies of the weights (reading the Parameters would map their pages back)."""
+    h = x.astype(np.float64) @ vals[0].T + net.a.bias.asnumpy()
+    return np.maximum(h @ vals[1].T + net.b.bias.asnumpy(), 0)
+
+
+@pytest.mark.parametrize("tier", ["L2", "L3", "auto"])
+def test_a_prepared_weight_is_spilled_and_still_reads_as_itself(level, tier, rng):
+    net = Wide()
+    ws = [net.a.weight._data, net.b.weight._data]
+    vals = [w.copy() for w in ws]
+    assert all(weights.stored(w) for w in ws)
+    level(tier)
+    x = rng.standard_normal((2, 9, 512)).astype(np.float32)
+    for _ in range(4):
+        out = net(ms.Tensor(x)).asnumpy()
+        tiers.wait_for_compiles(60)
+    np.testing.assert_allclose(out, _ref(net, vals, x), rtol=1e-4, atol=1e-4)
+    assert all(weights.resident(w) < w.nbytes // 4 for w in ws), "a packed weight's own pages stayed"
+    for _ in range(3):       # replayed calls read the panels, never the spilled pages
+        out = net(ms.Tensor(x)).asnumpy()
+    assert all(weights.resident(w) < w.nbytes // 4 for w in ws)
+    # every other read of the Parameter gives its values: the interpreter at L1, another shape, asnumpy
+    level("L1")
+    y = rng.standard_normal((1, 300, 512)).astype(np.float32)
+    np.testing.assert_allclose(net(ms.Tensor(y)).asnumpy(), _ref(net, vals, y), rtol=1e-4, atol=1e-4)
+    level(tier)
+    for _ in range(2):
+        np.testing.assert_allclose(net(ms.Tensor(y)).asnumpy(), _ref(net, vals, y), rtol=1e-4, atol=1e-4)
+        tiers.wait_for_compiles(60)
+    assert all(np.array_equal(w, v) for w, v in zip(ws, vals))
+
+
+def _child(env_value, tmp_path):
+    code = ("import numpy as np, msvm as ms; from msvm import weights; "
+            "p = ms.Parameter(ms.Tensor(np.ones((640, 512), np.float32)), name='w'); "
+            "print(weights.stored(p._data), weights.directory())")
+    env = dict(os.environ, MSVM_WEIGHT_STORE=env_value, XDG_CACHE_HOME=str(tmp_path))
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    return r.stdout.split()
+
+
+def test_the_store_is_off_when_asked_or_on_a_memory_filesystem(tmp_path):
+    assert _child("off", tmp_path) == ["False", "None"]
+    mine = tmp_path / "store"
+    assert _child(str(mine), tmp_path) == ["True", str(mine)]
+    if weights._fs_type("/dev/shm") in weights.MEMORY_FS:
+        assert _child("/dev/shm/msvm-test-store", tmp_path) == ["False", "None"]

@@ -23,9 +23,10 @@ def rng():
 
 @pytest.fixture(autouse=True, scope="session")
 def private_kernel_cache(tmp_path_factory):
-    """Tests never touch the user's ~/.cache: kernels go to a fresh directory."""
+    """Tests never touch the user's ~/.cache: kernels and stored weights go to fresh directories."""
     d = tmp_path_factory.mktemp("kernels")
     os.environ["MSVM_CACHE_DIR"] = str(d)
+    os.environ["MSVM_WEIGHT_STORE"] = str(tmp_path_factory.mktemp("weights") / "store")   # (msvm/weights.py)
     from msvm.compiler import tiers
 
     tiers.reset_cache()

@@ -44,6 +44,18 @@ def test_packed_kernel_matches_numpy_on_random_shapes(dtype):
                                        err_msg=f"m={m} k={k} n={n}")
 
 
+def test_packed_kernel_over_several_row_blocks():
+    """Rows past one block of A (gemm.A_BLOCK_BYTES) take the next block: every row, with k past a
+    k block, against numpy."""
+    rng = np.random.default_rng(8)
+    k = 2 * gemm.KC + 1
+    mc = gemm.A_BLOCK_BYTES // 4 // k
+    a = rng.standard_normal((2 * mc + 7, k)).astype(np.float32)
+    w = rng.standard_normal((37, k)).astype(np.float32)
+    np.testing.assert_allclose(_run(a, w), a.astype(np.float64) @ w.T.astype(np.float64), rtol=1e-5,
+                               atol=1e-5 * math.sqrt(k))
+
+
 def test_packed_kernel_propagates_nan_and_inf():
     rng = np.random.default_rng(4)
     a = rng.standard_normal((13, 40)).astype(np.float32)

@@ -125,6 +125,33 @@ def test_a_prepared_weight_is_spilled_and_still_reads_as_itself(level, tier, rng
     assert all(np.array_equal(w, v) for w, v in zip(ws, vals))
 
 
+def test_one_row_after_a_packed_call_keeps_the_weight_spilled(level, rng):
+    """A decoder's steps: a prompt of many rows packs the weights, then calls of one row multiply the
+    same panels (not W itself, whose pages would come back for good)."""
+    net = Wide()
+    ws = [net.a.weight._data, net.b.weight._data]
+    vals = [w.copy() for w in ws]
+    level("auto")
+    x = rng.standard_normal((1, 12, 512)).astype(np.float32)
+    for _ in range(3):
+        net(ms.Tensor(x))
+        tiers.wait_for_compiles(60)
+    assert all(weights.resident(w) < w.nbytes // 4 for w in ws)
+    for _ in range(6):
+        y = rng.standard_normal((1, 1, 512)).astype(np.float32)
+        np.testing.assert_allclose(net(ms.Tensor(y)).asnumpy(), _ref(net, vals, y), rtol=1e-4, atol=1e-4)
+        tiers.wait_for_compiles(60)
+    assert all(weights.resident(w) < w.nbytes // 4 for w in ws), "one row read the weight itself"
+    # one packed copy per weight, however many Codes multiply it (here a variant per input shape)
+    packs = {}
+    for v in net._runner.variants.values():
+        for c in v.code.all_codes():
+            for site in c.jit_sites.values():
+                for w, bp in site.pcache.values():
+                    packs.setdefault(id(w), set()).add(id(bp))
+    assert set(packs) == {id(w) for w in ws} and all(len(p) == 1 for p in packs.values())
+
+
 class Sliced(nn.Cell):
     """A fused weight split in construct: its row views are new arrays at every call."""
 

@@ -87,8 +87,10 @@ def plan_matmul(site, inputs):
     m, k = (a.shape[-1], a.shape[-2]) if ta else (a.shape[-2], a.shape[-1])
     # run on the weight's contiguous transpose (B = W.T, no flag), except for one row: BLAS reads W.T's
     # view as fast there (a gemv), and the copy would double the weight's memory for nothing (issue 18:
-    # a classifier at batch 1, ResNet-50's 8 MB fc)
-    wt = site.weight_t and site.frozen(b) and m * int(np.prod(a.shape[:-2])) > 1
+    # a classifier at batch 1, ResNet-50's 8 MB fc); one row by a weight this site has packed already
+    # runs packed (as fast: gemm.use_packed), so the weight's own spilled pages stay out (weights.py:
+    # a decoder's steps of one row after its prompt)
+    wt = site.weight_t and site.frozen(b) and (m * int(np.prod(a.shape[:-2])) > 1 or site.has_packed(b))
     n_ = b.shape[-2] if tb else b.shape[-1]
     batch_shape = np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) if batched else ()
     out_shape = tuple(batch_shape) + (m, n_)

@@ -26,6 +26,7 @@ times); it, every miss and every L1 decision says why (``msvm.reasons``).
 from __future__ import annotations
 
 import time
+import weakref
 
 import numpy as np
 
@@ -205,6 +206,7 @@ class Site:
                 if level == 3:
                     self.prepare_native(compiled, plan)
                 table[key] = compiled
+                self.respill()
                 self.tier_history.append({"time": time.time(), "level": level, "shape": list(shape)})
                 events.emit({"type": "tier", "code": self.code.name,
                              "code_id": self.code.uid, "offset": self.ins.offset, "op": self.name,
@@ -350,29 +352,44 @@ class Site:
         return (e is not None and e[0] is w) or (w.ndim == 2 and (w.flags.owndata or stored(w)))
 
     def transposed(self, w):
-        """The contiguous transpose of a read-only weight, made once per array."""
-        e = self.wcache.get(id(w))
-        if e is not None and e[0] is w:
-            return e[1]
-        t = np.ascontiguousarray(w.T)
-        t.flags.writeable = False        # (fixed like its weight; ``ptr`` remembers read-only arrays)
-        _keep(self.wcache, w, t)
-        spill(w)                         # (the kernels read t: the weight's own pages can go, weights.py)
-        return t
+        """The contiguous transpose of a read-only weight, made once per array (``prepared``)."""
+        return self._prepared(self.wcache, "transposed", w, _transpose)
+
+    def respill(self) -> None:
+        """Spill again the weights this site holds prepared (weights.py): a kernel just compiled, and
+        the calls that waited for it ran the interpreter, which read the weights themselves."""
+        for cache in (self.pcache, self.wcache):
+            for w, _ in list(cache.values()):
+                spill(w)
+
+    def has_packed(self, w) -> bool:
+        """Whether some site holds w packed as this one would (``packed``)."""
+        return shared(("packed", bool(self.args[1])), w) is not None
 
     def packed(self, w):
         """A read-only weight packed (compiler/gemm.py), made once per array: W [N, K] for x @ W.T (a
         Dense), B [K, N] for x @ B (GPT-2's Conv1D); ``set_data`` and ASSIGN_PARAM put a new array in
         place, which is packed again."""
-        e = self.pcache.get(id(w))
-        if e is not None and e[0] is w:
-            return e[1]
         from .gemm import pack, panel_width
 
-        bp = pack(w, panel_width(w.dtype), transposed=bool(self.args[1]))
-        _keep(self.pcache, w, bp)
-        spill(w)                         # (the kernels read the panels: the weight's own pages can go)
-        return bp
+        tb = bool(self.args[1])
+        return self._prepared(self.pcache, ("packed", tb), w, lambda a: pack(a, panel_width(a.dtype), transposed=tb))
+
+    def _prepared(self, cache: dict, kind, w, make):
+        """w's prepared form of ``kind``: this site's entry (its own cache, the hot path), else the
+        one another site made (one copy per weight array, however many Codes multiply it: a variant
+        per input rank, a helper inlined twice), else made here. The site that first takes it
+        spills the weight (weights.py: the kernels read the prepared form)."""
+        e = cache.get(id(w))
+        if e is not None and e[0] is w:
+            return e[1]
+        p = shared(kind, w)
+        if p is None:
+            p = make(w)
+            share(kind, w, p)
+        _keep(cache, w, p)
+        spill(w)                         # (the kernels read p: the weight's own pages can go)
+        return p
 
     def ptr(self, i: int, a) -> int:
         """a's data pointer; remembered for the last array seen at position i when it is one that
@@ -393,6 +410,34 @@ class Site:
 
 
 WEIGHTS_KEPT = 256       # prepared weights a site keeps (oldest dropped first: arrays replaced by set_data)
+_SHARED: dict = {}       # (kind, id(weight)) -> (weak reference to it, its prepared form): one per array, for every site
+
+
+def shared(kind, w):
+    """The prepared form of ``kind`` some site made of the array w, or None."""
+    e = _SHARED.get((kind, id(w)))
+    return e[1] if e is not None and e[0]() is w else None
+
+
+def share(kind, w, prepared) -> None:
+    """Offer w's prepared form to every site; the entry goes with w (a weak reference: the table
+    keeps no weight alive)."""
+    key = (kind, id(w))
+
+    def gone(r, key=key):
+        e = _SHARED.get(key)
+        if e is not None and e[0] is r:
+            del _SHARED[key]
+    try:
+        _SHARED[key] = (weakref.ref(w, gone), prepared)
+    except TypeError:              # (an array type without weak references: not shared)
+        pass
+
+
+def _transpose(w):
+    t = np.ascontiguousarray(w.T)
+    t.flags.writeable = False        # (fixed like its weight; ``ptr`` remembers read-only arrays)
+    return t
 
 
 def _keep(cache: dict, w, prepared) -> None:

@@ -178,6 +178,7 @@ def sgemm_peak(n=1024, reps=5, products=SGEMM_PRODUCTS) -> SgemmPeak:
         for _ in range(reps):
             for k in group:
                 calls[k]()
+                quiesce()        # (onnxruntime's pool spins ~50 ms after a run, on the core the next product splits onto)
                 times[k].append(timed_steady(calls[k]))
         best.update({k: 2.0 * n ** 3 / min(t) for k, t in times.items()})
     rates = {k: best[k] for k in products if k in best}

@@ -229,3 +229,56 @@ def test_blas_conv_split_matches_one_thread_and_numpy(case, dtype, monkeypatch):
     np.testing.assert_allclose(two, one, rtol=1e-5 if dtype == "float32" else 1e-13, atol=1e-5)
     ref = K.conv2d(x.astype(np.float64), w.astype(np.float64), stride, pad, dil, 1)
     np.testing.assert_allclose(one, ref, rtol=1e-4 if dtype == "float32" else 1e-10, atol=1e-3)
+
+
+def test_large_elementwise_and_row_passes_split_on_the_pool(monkeypatch):
+    """(issue 18) At L3 an elementwise kernel and a layer norm / softmax over 1M elements or more run
+    in halves on this thread and the spinning pool's (callconv._parallel, pool.share): the same bits as
+    one call over all rows, NaN and inf kept, and numpy's values."""
+    import msvm as ms
+    from msvm import nn, ops
+    from msvm.compiler import callconv, tiers
+
+    class Block(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.norm = nn.LayerNorm((512,), epsilon=1e-5)
+            self.softmax = nn.Softmax(axis=-1)
+
+        def construct(self, x, y):
+            z = ops.tanh(x * 0.5 + y) - y * y
+            return self.softmax(self.norm(z)), z
+
+    rng = np.random.default_rng(31)
+    x = rng.standard_normal((2304, 512)).astype(np.float32)        # 1.18M elements
+    y = rng.standard_normal((2304, 512)).astype(np.float32)
+    x[7, 3], y[100, 9], x[2000, 0] = np.nan, np.inf, -np.inf
+    calls = []
+    real = callconv._parallel
+
+    def spy(fn, n, *rest):
+        calls.append(n)
+        return real(fn, n, *rest)
+    monkeypatch.setattr(callconv, "_parallel", spy)
+    outs = {}
+    for split, limit in (("split", callconv.PARALLEL_MIN), ("one", 1 << 40)):
+        monkeypatch.setattr(callconv, "PARALLEL_MIN", limit)
+        ms.set_context(jit_config={"jit_level": "L3"})
+        try:
+            net = Block()
+            before = len(calls)
+            outs[split] = [o.asnumpy() for o in net(ms.Tensor(x), ms.Tensor(y))]
+            tiers.wait_for_compiles(60)
+            assert (len(calls) > before) == (split == "split"), calls
+        finally:
+            ms.set_context(jit_config={"jit_level": "auto"})
+    for a, b in zip(outs["split"], outs["one"]):
+        np.testing.assert_array_equal(a, b)
+    with np.errstate(invalid="ignore", over="ignore"):
+        z = np.tanh(x * 0.5 + y) - y * y
+        mu = z.mean(-1, keepdims=True)
+        n = (z - mu) / np.sqrt(z.var(-1, keepdims=True) + 1e-5)
+        e = np.exp(n - n.max(-1, keepdims=True))
+        p = e / e.sum(-1, keepdims=True)
+    np.testing.assert_allclose(outs["split"][1], z, rtol=1e-5, atol=1e-5, equal_nan=True)
+    np.testing.assert_allclose(outs["split"][0], p, rtol=1e-4, atol=1e-5, equal_nan=True)

@@ -1,5 +1,5 @@
 """The weight store: a Parameter's large arrays live in private files, mapped read-only, so that a
-weight the compiler has prepared (packed, transposed, folded) is held once (issue 18: memory).
+weight the compiler has prepared (packed, transposed) is held once (issue 18: memory).
 
 A Parameter's array is a private read-only copy (tensor.py). One of at least ``STORE_MIN`` bytes is
 written to an unlinked file in this user's private directory (``~/.cache/msvm/weights``, 0700; the
@@ -22,9 +22,11 @@ them back at 0.3 us a page (27 ms for 360 MB), reads of mapped pages as fast as 
 What a spill saves is resident memory: the pages leave the process at once, and they stay in the
 kernel's page cache (where a container's memory limit still counts them) until they are written
 back, after which the kernel may drop them as it needs the memory; they are written once, when the
-array is made. A read after a spill maps the pages back for good (a first call at one row, which
-multiplies W itself, brings a packed weight's pages back; the next pack of that array does not
-happen, so neither does a second spill).
+array is made. A read after a spill maps the pages back until the next spill: a site spills the
+weights it holds prepared again after each of its compiles (the calls that waited for it ran the
+interpreter, which reads the weights: compiler/tiers.py ``Site.respill``), and one row by a weight
+some site has packed runs packed (planning.plan_matmul), so a decoder's steps after its prompt do not
+bring the pages back.
 
 Not stored (kept in anonymous memory, as before): arrays under ``STORE_MIN``; a directory on a
 memory filesystem (tmpfs, ramfs: the "file" would be memory, and spilling would only move it out of

@@ -211,3 +211,14 @@ def test_the_store_is_off_when_asked_or_on_a_memory_filesystem(tmp_path):
     assert stat.S_IMODE(os.stat(shared).st_mode) == 0o1777
     if weights._fs_type("/dev/shm") in weights.MEMORY_FS:
         assert _child("/dev/shm/msvm-test-store", tmp_path) == ["False", "None"]
+
+
+def test_a_gather_maps_the_rows_it_reads_not_the_table(rng):
+    """An embedding table read by rows (a gather of a few tokens) maps little more than those rows:
+    the store writes in WRITE_BYTES pieces, so the page cache does not hand back 2 MB at a fault."""
+    src = rng.standard_normal((8192, 512)).astype(np.float32)                  # 16 MB
+    table = weights.store(src)
+    weights.spill(table)
+    ids = rng.integers(0, 8192, 8)
+    assert np.array_equal(table[ids], src[ids])
+    assert weights.resident(table) <= 8 * 4 * weights.WRITE_BYTES + (1 << 20), weights.resident(table)

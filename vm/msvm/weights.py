@@ -49,6 +49,11 @@ import threading
 import numpy as np
 
 STORE_MIN = 1 << 20          # bytes: smaller arrays stay in anonymous memory
+# bytes per write: the page cache keeps the file in pieces of this size (folios), and a read maps the
+# piece around it. Written at once, ext4 on Linux 6.18 made 2 MB pieces: 16 random rows of GPT-2's
+# 154 MB token table (a gather) mapped 27 MB, 144 rows 131 MB (all of it at S=128); in 64 KB writes
+# 1.1 MB and 9.6 MB, the 154 MB written in 0.06 s instead of 0.04.
+WRITE_BYTES = 64 << 10
 ENV = "MSVM_WEIGHT_STORE"    # "off": every array stays in anonymous memory; a path: the directory
 MEMORY_FS = ("tmpfs", "ramfs", "hugetlbfs")
 NETWORK_FS = ("nfs", "nfs4", "cifs", "smb3", "smbfs", "ceph", "glusterfs", "lustre", "9p")
@@ -144,7 +149,7 @@ def store(a: np.ndarray) -> np.ndarray:
             view = memoryview(src.reshape(-1).view(np.uint8))
             done = 0
             while done < len(view):
-                done += os.pwrite(f.fileno(), view[done:], done)
+                done += os.pwrite(f.fileno(), view[done:done + WRITE_BYTES], done)
             m = _Mapped(f.fileno(), src.nbytes, mmap.MAP_SHARED, mmap.PROT_READ)
     except (OSError, ValueError) as e:      # (a full disk, a quota: this array stays in memory)
         _off_once(e)

@@ -498,9 +498,9 @@ def _frozen_in_memory(a):
     """``_frozen`` without the store: ASSIGN_PARAM's in-place updates (a running mean, a counter,
     an optimizer's step) are made at every call, and stay in memory."""
     if type(a) is np.ndarray or isinstance(a, np.generic):
-        out = np.array(a, order="C", copy=True)
-        out.flags.writeable = False
-        return out
+        from . import weights
+
+        return weights.in_memory(a)
     return _device.device_of(a).frozen(a)
 
 

@@ -82,6 +82,8 @@ def _open_dir() -> str | None:
     env = os.environ.get(ENV, "").strip()
     if env.lower() in OFF:
         return None
+    if os.name != "posix" or not hasattr(os, "pwrite"):       # (unlinked files, mmap's MAP_SHARED, madvise)
+        return None
     if env and env.lower() not in ON and not os.path.isabs(env):
         _off(f"{ENV}={env!r} is neither off, on nor an absolute path")
         return None
@@ -140,9 +142,7 @@ def store(a: np.ndarray) -> np.ndarray:
     it is large enough and the store is on, else in memory."""
     a = np.asarray(a)
     if a.nbytes < STORE_MIN or a.dtype.hasobject or directory() is None:
-        out = np.array(a, order="C", copy=True)
-        out.flags.writeable = False
-        return out
+        return in_memory(a)
     src = np.ascontiguousarray(a)
     try:
         with tempfile.TemporaryFile(dir=directory()) as f:       # (unlinked at once: no name to open)
@@ -153,12 +153,17 @@ def store(a: np.ndarray) -> np.ndarray:
             m = _Mapped(f.fileno(), src.nbytes, mmap.MAP_SHARED, mmap.PROT_READ)
     except (OSError, ValueError) as e:      # (a full disk, a quota: this array stays in memory)
         _off_once(e)
-        out = np.array(a, order="C", copy=True)
-        out.flags.writeable = False
-        return out
+        return in_memory(a)
     out = np.ndarray(src.shape, src.dtype, buffer=m)       # (its base is the mapping: ``stored``)
     stats["stored"] += src.nbytes
     stats["arrays"] += 1
+    return out
+
+
+def in_memory(a) -> np.ndarray:
+    """A read-only C-contiguous copy of ``a`` in anonymous memory (what ``store`` gives where it does not store)."""
+    out = np.array(a, order="C", copy=True)
+    out.flags.writeable = False
     return out
 
 
@@ -204,7 +209,7 @@ def _madvise(addr: int, length: int, advice: int) -> int:
             libc = ctypes.CDLL(None, use_errno=True)
             libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
             _libc.append(libc)
-        except (OSError, AttributeError):
+        except (OSError, AttributeError, TypeError):
             _libc.append(None)
     return -1 if _libc[0] is None else _libc[0].madvise(addr, length, advice)
 

@@ -177,15 +177,17 @@ def test_one_trampoline_per_signature():
     assert p.tramp(sig) == first and p.tramp(("ptr",) * 13) != first
 
 
-CASES = {   # (x shape, w shape, stride, pad, dilation; how two threads split it): each BlasConv mode
+CASES = {   # (x shape, w shape, stride, pad, dilation; how two threads split it[; im2col block bytes]): each BlasConv mode
     "direct": ((2, 20, 13, 17), (24, 20, 1, 1), (1, 1), (0, 0, 0, 0), (1, 1), "columns"),
     "direct_narrow": ((2, 20, 5, 5), (40, 20, 1, 1), (1, 1), (0, 0, 0, 0), (1, 1), "channels"),
-    "shifted": ((2, 12, 15, 21), (16, 12, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), "columns"),
-    "shifted_dilated_same": ((1, 8, 17, 19), (12, 8, 3, 3), (1, 1), ("same",), (2, 2), "columns"),
-    "shifted_narrow": ((1, 12, 6, 17), (20, 12, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), "channels"),
+    "im2col_wide": ((2, 12, 15, 21), (16, 12, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), "columns"),
+    "im2col_blocks": ((2, 12, 15, 21), (16, 12, 3, 3), (1, 1), (1, 2, 0, 1), (1, 1), "columns", 3000),
+    "im2col_dilated_same": ((1, 8, 17, 19), (12, 8, 3, 3), (1, 1), ("same",), (2, 2), "columns"),
+    "im2col_dilated_strided_blocks": ((1, 5, 23, 60), (7, 5, 3, 2), (2, 3), (2, 1, 0, 3), (2, 3), "columns", 900),
+    "im2col_narrow": ((1, 12, 6, 17), (20, 12, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), "channels"),
     "im2col_strided": ((2, 12, 15, 21), (16, 12, 3, 3), (2, 2), (1, 0, 1, 0), (1, 1), "channels"),
     "im2col_strided_wide": ((1, 4, 40, 41), (6, 4, 3, 3), (2, 2), (1, 1, 1, 1), (1, 1), "columns"),
-    "im2col_narrow": ((1, 16, 7, 7), (8, 16, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), None),
+    "im2col_few_channels": ((1, 16, 7, 7), (8, 16, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), None),
     "im2col_1x1_stride2": ((1, 16, 14, 14), (33, 16, 1, 1), (2, 2), (0, 0, 0, 0), (1, 1), "channels"),
 }
 
@@ -195,19 +197,20 @@ CASES = {   # (x shape, w shape, stride, pad, dilation; how two threads split it
 def test_blas_conv_split_matches_one_thread_and_numpy(case, dtype, monkeypatch):
     """BlasConv in each mode, on one thread and split over the pool (its output columns, or its output
     channels where the map is narrow: conv.ROW_SPLIT_COLS; a layer of few channels on a narrow map
-    stays whole), into a new array and into a given buffer, from a non-contiguous input with NaN and
-    inf: the two agree to rounding (not bit for bit: OpenBLAS picks its kernels by the product's size,
-    so half the columns can round differently in the last place) and match the interpreter's
-    convolution in float64."""
+    stays whole), the im2col mode's windows in one block or several (conv.IM2COL_BLOCK_BYTES), into a
+    new array and into a given buffer, from a non-contiguous input with NaN and inf: the two agree to
+    rounding (not bit for bit: OpenBLAS picks its kernels by the product's size, so half the columns
+    can round differently in the last place) and match the interpreter's convolution in float64."""
     from msvm.interp import kernels as K
 
-    xs, wsh, stride, pad, dil, how = CASES[case]
-    split = []
-    for name, kind in (("_products", "columns"), ("_rows", "channels")):
-        orig = getattr(conv.BlasConv, name)
-        monkeypatch.setattr(conv.BlasConv, name, lambda self, *a, orig=orig, kind=kind: split.append(kind) or orig(self, *a))
+    xs, wsh, stride, pad, dil, how, *block = CASES[case]
+    if block:
+        monkeypatch.setattr(conv, "IM2COL_BLOCK_BYTES", block[0])
+    rows, shares = [], []
+    orig = conv.BlasConv._rows
+    monkeypatch.setattr(conv.BlasConv, "_rows", lambda self, *a: rows.append(1) or orig(self, *a))
     shared = conv.share
-    monkeypatch.setattr(conv, "share", lambda tasks: split.append(len(tasks)) or shared(tasks))
+    monkeypatch.setattr(conv, "share", lambda tasks: shares.append([len(t) for t in tasks]) or shared(tasks))
     d = np.dtype(dtype)
     rng = np.random.default_rng(3)
     big = rng.standard_normal((xs[0], xs[1], xs[2], xs[3] * 2)).astype(d)
@@ -217,18 +220,64 @@ def test_blas_conv_split_matches_one_thread_and_numpy(case, dtype, monkeypatch):
     w = rng.standard_normal(wsh).astype(d)
     bc = conv.BlasConv(xs, wsh, stride, pad, dil, d)
     assert bc.mode == case.split("_")[0]
+    blocks = -(-bc.ho // bc.block_rows) if bc.mode == "im2col" else 0
+    assert (blocks > 2) == bool(block)
     one = bc(x, w, None, 1)
-    assert split == ["columns"] * xs[0]
-    split.clear()
+    # one thread: im2col runs its blocks (a copy and a product each) as one task on this thread
+    assert rows == [] and shares == ([[2 * blocks]] * xs[0] if blocks else [])
+    shares.clear()
     out = np.full(bc.shape, np.nan, d)
     two = bc(x, w, out, 2)
     assert two is out
-    per_image = [how] * 2 + [2] if how else ["columns"]
-    assert split == per_image * xs[0], split
+    if how == "channels":     # (im2col: both threads copy half the channels' windows first)
+        assert rows == [1, 1] * xs[0] and len(shares) == xs[0] * (2 if blocks else 1)
+        assert all(s == [1, 1] for s in shares)
+    elif how == "columns":    # (im2col: each half of the rows its own blocks, copy and product)
+        assert rows == [] and len(shares) == xs[0] and all(len(s) == 2 for s in shares)
+        if blocks:
+            assert sum(shares[0]) == 2 * sum(-(-(z - a) // min(bc.block_rows, -(-bc.ho // 2)))
+                                             for a, z in conv.parts(bc.ho, 1, 2))
+    else:
+        assert rows == [] and all(len(s) < 2 for s in shares)
     np.testing.assert_array_equal(np.isnan(two), np.isnan(one))
     np.testing.assert_allclose(two, one, rtol=1e-5 if dtype == "float32" else 1e-13, atol=1e-5)
     ref = K.conv2d(x.astype(np.float64), w.astype(np.float64), stride, pad, dil, 1)
     np.testing.assert_allclose(one, ref, rtol=1e-4 if dtype == "float32" else 1e-10, atol=1e-3)
+
+
+def test_im2col_kernel_matches_the_windows():
+    """(issue 18) The compiled windows copy (conv.im2col_function) against numpy's windows of the
+    padded image on random geometries: every stride (the kernel's constant), dilation and padding,
+    channel and output-row ranges, float32 and float64; only [c0, c1) x [oh0, oh1) is written, padding
+    as zeros, NaN and inf copied."""
+    from msvm.interp import kernels as K
+
+    rng = np.random.default_rng(7)
+    done = 0
+    while done < 120:
+        d = np.dtype([np.float32, np.float64][done % 2])
+        c, h, w = (int(v) for v in rng.integers(1, [6, 30, 40]))
+        kh, kw, sh, sw, dh, dw = (int(v) for v in rng.integers(1, [5, 5, 4, 4, 3, 3]))
+        pt, pb, pl, pr = (int(v) for v in rng.integers(0, 4, 4))
+        if dh * (kh - 1) + 1 > h + pt + pb or dw * (kw - 1) + 1 > w + pl + pr:
+            continue
+        x = rng.standard_normal((1, c, h, w)).astype(d)
+        x.flat[rng.integers(0, x.size, 2)] = [np.nan, np.inf]
+        xp, _, _ = K._padded(x, (kh, kw), (sh, sw), (dh, dw), (pt, pb, pl, pr), 0)
+        ref = K._windows(xp, (kh, kw), (sh, sw), (dh, dw))[0].transpose(0, 3, 4, 1, 2)
+        ho, wo = ref.shape[3:]
+        oh0 = int(rng.integers(0, ho))
+        oh1 = int(rng.integers(oh0 + 1, ho + 1))
+        c0 = int(rng.integers(0, c))
+        c1 = int(rng.integers(c0 + 1, c + 1))
+        dst = np.full((c, kh, kw, oh1 - oh0, wo), -7.0, d)
+        zrow = np.zeros(w + 64, d)
+        conv.im2col_function(d.name, sw)(c0, c1, oh0, oh1, h, w, wo, kh, kw, sh, dh, dw, pt, pl,
+                                           dst.ctypes.data, x.ctypes.data, zrow.ctypes.data)
+        want = np.full_like(dst, -7.0)
+        want[c0:c1] = ref[c0:c1, :, :, oh0:oh1]
+        np.testing.assert_array_equal(dst, want)
+        done += 1
 
 
 def test_large_elementwise_and_row_passes_split_on_the_pool(monkeypatch):

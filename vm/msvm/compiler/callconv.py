@@ -15,6 +15,8 @@ A compiled kernel is a C function returning void. Its arguments, by kind (T: flo
     depthwise    i64 start, i64 end, i64 C, H, W, Ho, Wo, pt, pl, lo, hi, T* out, T* x, T* w, T* bias,
                  T* zero row, per epilogue input T* (of the output's layout) or double
                    (a convolution or max pool over the planes [start, end): ``conv.py``, ``CONV_DIMS``)
+    im2col       i64 c0, c1, oh0, oh1, H, W, Wo, kh, kw, sh, dh, dw, pt, pl, T* dst, T* x, T* zero row
+                   (the windows of channels [c0, c1) for output rows [oh0, oh1): ``conv.BlasConv``)
 
 ``operands``: per tensor input ``T* data, i64 stride0, i64 stride1`` (in elements, along the
 collapsed dims 0 and 1; dim 2 is contiguous or broadcast, as the kernel IR's ``bcast`` says),
@@ -118,6 +120,7 @@ def launch_operands(kinds, strides, inputs, tensor, scalar) -> list:
 CONV_DIMS = ("C", "H", "W", "Ho", "Wo", "pt", "pl", "lo", "hi")   # a depthwise kernel's shape arguments, in order
 HEAD["depthwise"] = ("i64", "i64") + ("i64",) * len(CONV_DIMS) + ("ptr",) * 5
 CONV_OPERAND = {"t": ("ptr",), "s": ("double",)}                # an epilogue tensor is of the output's layout
+HEAD["im2col"] = ("i64",) * 14 + ("ptr",) * 3                  # (BlasConv's windows copy: lower_conv.lower_im2col)
 
 
 # ---------------------------------------------------------------- what a site keeps

@@ -14,10 +14,9 @@ and how each is called. Algorithms chosen by measurement (one thread, this machi
 - **Dense and grouped, BLAS route**: the BLAS product (a compiled direct convolution written here would not
   beat OpenBLAS's sgemm, which runs these layers at 60-95% of its peak in isolation), then the
   bias and the epilogue as one compiled elementwise pass over the product, in place (the L1
-  kernel makes one numpy pass per step). Stride-1 k x k convolutions at least
-  SHIFTED_MIN_WIDTH wide run the per-tap GEMMs through the BLAS pointer with beta = 1
-  (``BlasConv``); 1x1 is one product on the input; the rest im2col, as in L1 (groups: L1's
-  conv_gemm). Measured and not used:
+  kernel makes one numpy pass per step). 1x1 is one product on the input; the rest a compiled
+  im2col copy per block of output rows and its product (``BlasConv``; groups: L1's conv_gemm).
+  Measured and not used:
   row-blocked GEMM with the epilogue per block in cache (lower_matmul's MatmulEpilogue; 0.8-1.1x
   the GEMM + one compiled pass on ResNet-50's 1x1 layers); an LLVM 1x1 kernel register-blocked
   4 channels x 2 vectors with FMAs and the epilogue in registers (1.1-1.2x on MobileNet's two
@@ -518,13 +517,7 @@ ROUTE_ENV = "MSVM_CONV_GEMM"     # "taps" | "blas": every dense convolution take
 SPLIT_MIN_FLOPS = 8e6            # per image: from here two threads share a product (pool.share; gemm's doc)
 PLANE_FLOPS = 16                 # a depthwise / pool tap costs about what 16 GEMM flops do (MobileNet v2's
 #                                  depthwise layers: 41 MFLOP in ~2.8 ms, ~15 GFLOP/s, against ~130)
-# The shifted products copy the weight per tap ([kh*kw][O][C], each call) and run kh*kw thin products;
-# im2col copies the image's windows and runs one. On narrow maps (many channels, few columns) the weight
-# is the bigger copy: measured (AMD Zen 3, BlasConv alone, 3x3 C -> C, GFLOP/s shifted / im2col, one
-# core): 56 wide 72.1 / 60.7, 28 72.0 / 69.8, 20 59.2 / 56.0, 14 51.7 / 57.9, 10 43.4 / 52.1, 8 32.6 /
-# 52.6; two cores, split: 20 91.8 / 87.0, 14 84.0 / 93.4, 10 46.8 / 59.8, 8 46.4 / 97.8. (The L1
-# kernel's numpy algorithms keep kernels.SHIFTED_MIN_WIDTH, 8.)
-SHIFTED_MIN_WIDTH = 16
+IM2COL_BLOCK_BYTES = 2 << 20     # the im2col mode's windows per block of output rows (BlasConv._im2col)
 ROW_SPLIT_COLS = 128            # output columns below which two threads split a BLAS convolution by its output channels
 FEW_CHANNELS = 4                 # input channels per group of a convolution that route() keeps on taps
 
@@ -579,35 +572,72 @@ def _blas_gemm(dtype: str):
 _GEMM: dict = {}
 
 
+@dataclass(frozen=True)
+class Im2col:
+    """The kernel-cache entry of the windows copy BlasConv's im2col mode runs (lower_conv.lower_im2col;
+    one per dtype, column stride and target: every other size is an argument)."""
+    dtype: str
+    sw: int
+
+    kind = "im2col"
+    opt_level = 3
+
+    @property
+    def name(self) -> str:
+        return f"im2col_s{self.sw}"
+
+    def text(self) -> str:
+        return f"im2col v1 dtype={self.dtype} sw={self.sw}"
+
+
+_IM2COL: dict = {}          # (dtype, sw) -> ctypes function
+
+
+def im2col_function(dtype: str, sw: int):
+    """ctypes ``im2col(c0, c1, oh0, oh1, H, W, Wo, kh, kw, sh, dh, dw, pt, pl, dst, x, zrow)``
+    (``lower_conv.lower_im2col``; callconv.HEAD), compiled (or loaded from the kernel cache) once per
+    process: the Compiled's own function, one object (pool.share knows a function by identity)."""
+    key = (dtype, sw)
+    hit = _IM2COL.get(key)
+    if hit is None:
+        from .build import compile_kernel
+
+        hit = _IM2COL[key] = compile_kernel(Im2col(dtype, sw), 3, {"op": "IM2COL", "shape": [], "dtype": dtype}).fn
+    return hit
+
+
 class BlasConv:
     """A group-1 NCHW convolution as BLAS products (xgemm through numpy's own OpenBLAS pointer,
     ``build.blas``), per image out[O, P] = W[O, K] @ B[K, P]:
 
     - ``direct`` (1x1, stride 1, unpadded): B is the image's planes, no copy;
-    - ``shifted`` (stride 1, k x k, at least SHIFTED_MIN_WIDTH wide: the L1 kernel's
-      "shifted" algorithm, kernels._conv_shifted): the padded image flattened to [C, Hp*Wp]; tap (i, j)
-      reads the contiguous run from i*dh*Wp + j*dw, one product per tap onto the same result with
-      beta = 1 (no temporary, no kh*kw - 1 add passes; 1.2-2.6x the L1 kernel on ResNet-50's 3x3
-      layers at 14-112 wide), over the padded width, whose extra columns are cropped;
-    - ``im2col`` (the rest): the windows copied to [C*kh*kw, Ho*Wo], one product.
+    - ``im2col`` (the rest): per block of output rows, the windows copied to [C*kh*kw, rows*Wo] by a
+      compiled kernel (``im2col_function``: padding written as zeros, no padded copy of the image),
+      then one product into those columns of the result. Blocks of at most IM2COL_BLOCK_BYTES keep
+      the copy in cache for the product and bound the workspace (ResNet-50's 56-wide 3x3: 7.2 MB of
+      windows, 2 MB per block).
 
-    ``split`` = 2: the output columns in pool.parts (two), shared with msvm's pool (pool.share), each
-    one BLAS call per tap on the thread that claims it (the BLAS set to one thread: callconv.blas_once), as
-    onnxruntime splits its convolutions' GEMMs over its pool. The halves agree with one call to
-    rounding, not bit for bit (OpenBLAS picks its kernels by the product's size). Measured (AMD Zen 3, two cores,
-    ResNet-50 at 224, wall clock per forward): taps on two threads 146.7 ms, OpenBLAS's own two
-    threads 104.7 ms, this 99-124 ms (the same runs, alternating: taps 138-162).
-    Below ROW_SPLIT_COLS output columns (a narrow map: 5x5 to 10x10, and the shifted mode's padded
-    widths) the halves are the output channels instead, each thread the product by its half of the
-    weight's rows (two products of 13 and 12 columns ran OpenBLAS at ~2/3 of its rate). Measured (same
-    machine, two cores, per layer, GFLOP/s, columns / channels): 2048->512 1x1 at 5x5 63.6 / 78.7,
-    512->512 3x3 at 7x7 54.7 / 70.6, 960->160 1x1 at 7x7 60.5 / 67.0, 1024->256 1x1 at 10x10 97.1 /
-    103.7, at 14x14 even; whole forwards in turn: ResNet-50 at 224 122.6 -> 113.7 ms, MobileNet v2 at
-    160 12.5 -> 11.7 ms.
-    Measured and dropped: strided convolutions split into stride x stride phase images, each tap a
-    shift of one phase (no im2col copy): 0.92-0.99x the im2col GEMM on ResNet-50's stride-2 3x3s,
-    0.76x on the 7x7 stem (K = 3 per tap); at 7 wide the shifted GEMMs are 0.4x im2col (the wasted
-    padded columns), so narrow maps keep im2col."""
+    ``split`` = 2: two threads (this one and msvm's spinning pool: pool.share, the BLAS set to one
+    thread: callconv.blas_once), as onnxruntime splits its convolutions' GEMMs over its pool: the
+    output columns in two halves (direct: one BLAS call each; im2col: each half's blocks, copy then
+    product, in a workspace of its own). Below ROW_SPLIT_COLS output columns (a narrow map: 5x5 to
+    10x10) the halves are the output channels instead, each thread the product by its half of the
+    weight's rows, after both copied half the channels' windows (two products of 13 and 12 columns
+    ran OpenBLAS at ~2/3 of its rate). The halves agree with one call to rounding, not bit for bit
+    (OpenBLAS picks its kernels by the product's size).
+
+    Measured (AMD EPYC Zen 3, one core, 3x3 layers of ResNet-50 at 224, alone, interleaved medians,
+    ms): the compiled copy in blocks against the numpy windows copy (np.pad, a 6-d transposed copy:
+    0.37-0.70 ms of a 3 ms layer) before one product: 14 wide 2.75 / 3.21, 7 wide 3.27 / 3.72, stride
+    2 at 56 / 28 / 14 2.93 / 3.54, 2.91 / 3.50, 3.46 / 3.88; and against the per-tap products over the
+    padded image with beta = 1 (the "shifted" mode it replaces at 16 wide and up: no copy of the
+    windows, but the weight copied per tap and call, kh*kw thin products, the padded columns computed
+    and cropped): 28 wide 2.91 / 3.17, 56 wide 3.06 / 3.24; two cores 1.98 / 2.38 and 2.30 / 2.45.
+    Blocks of 1-2 MB and the whole image measure the same; 512 KB (a block of 4 rows at 7 wide, 4608
+    channels x taps) 0.8x. Earlier measurements: the split by channels on narrow maps (two cores,
+    GFLOP/s, columns / channels: 2048->512 1x1 at 5x5 63.6 / 78.7, 512->512 3x3 at 7x7 54.7 / 70.6);
+    strided convolutions as stride x stride phase images, each tap a shift of one phase: 0.92-0.99x
+    the im2col GEMM on ResNet-50's stride-2 3x3s, 0.76x on the 7x7 stem."""
 
     def __init__(self, x_shape, w_shape, stride, pad, dil, d):
         n, c, h, w = x_shape
@@ -620,17 +650,15 @@ class BlasConv:
         unpadded = sum(ph) + sum(pw) == 0
         self.stride, self.pad, self.dil = tuple(stride), pad, tuple(dil)
         self.ho, self.wo, self.o, self.c, self.kh, self.kw, self.d = ho, wo, o, c, kh, kw, np.dtype(d)
-        self.pt, self.pl = ph[0], pw[0]
-        self.hp, self.wp = h + sum(ph), w + sum(pw)
+        self.cols = ho * wo
         if kh == kw == 1 and self.stride == (1, 1) and unpadded:
-            self.mode, self.taps, self.k, self.cols, self.row = "direct", [0], c, ho * wo, h * w
-        elif self.stride == (1, 1) and kh * kw > 1 and wo >= SHIFTED_MIN_WIDTH:
-            self.mode, self.k, self.cols = "shifted", c, ho * self.wp
-            self.taps = [i * dil[0] * self.wp + j * dil[1] for i in range(kh) for j in range(kw)]
-            self.row = self.hp * self.wp + (kw - 1) * dil[1]    # a channel's run, with the last tap's overhang
+            self.mode, self.k = "direct", c
         else:
-            self.mode, self.taps, self.k, self.cols = "im2col", [0], c * kh * kw, ho * wo
-            self.row = self.cols
+            self.mode, self.k = "im2col", c * kh * kw
+            self.block_rows = max(1, IM2COL_BLOCK_BYTES // (self.k * wo * self.d.itemsize))
+            self.copy = im2col_function(str(self.d), self.stride[1])
+            self.geometry = (h, w, wo, kh, kw, self.stride[0], dil[0], dil[1], ph[0], pw[0])
+            self.zrow = np.zeros(w + 64, self.d)        # (a padded row's source: W zeros)
         self.shape = (n, o, ho, wo)
         bits, gemm = blas()
         it = ctypes.c_int64 if bits == 64 else ctypes.c_int32
@@ -638,7 +666,7 @@ class BlasConv:
         self.gemm = _blas_gemm(str(self.d))
         self._it = it
         # the by-reference scalars of the Fortran interface, kept for the process
-        self._keep = [ctypes.c_char(b"N"), it(o), it(self.k), ft(1.0), ft(0.0), it(self.row), it(self.k),
+        self._keep = [ctypes.c_char(b"N"), it(o), it(self.k), ft(1.0), ft(0.0), it(self.cols), it(self.k),
                       it(self.cols)]
         self._ref = [ctypes.addressof(v) for v in self._keep]
 
@@ -650,66 +678,74 @@ class BlasConv:
         res = out if ok else np.empty(self.shape, self.d)
         if n == 0 or res.size == 0:
             return res
-        wd = np.asarray(w, self.d)
-        if self.mode == "shifted":      # (the weight per tap, [kh*kw][O][C]: a transient copy per call)
-            wt = np.ascontiguousarray(wd.transpose(2, 3, 0, 1)).reshape(len(self.taps), self.o, self.c)
-            wps = [data_pointer(wt[t]) for t in range(len(self.taps))]
-            flat = workspace(0, self.c * self.row, self.d).reshape(self.c, self.row)
-            flat.fill(0)                # (the thread's buffer: another layer's values may be in the borders)
-            inner = flat[:, :self.hp * self.wp].reshape(self.c, self.hp, self.wp)[
-                :, self.pt:self.pt + x.shape[2], self.pl:self.pl + x.shape[3]]
-            acc = workspace(1, self.o * self.cols, self.d).reshape(self.o, self.cols)
-        else:
-            wm = np.ascontiguousarray(wd.reshape(self.o, -1))
-            wps = [data_pointer(wm)]
+        wm = np.ascontiguousarray(np.asarray(w, self.d).reshape(self.o, -1))
+        wp = data_pointer(wm)
+        wide = split > 1 and self.cols >= ROW_SPLIT_COLS
+        narrow = split > 1 and not wide and self.o >= 16      # (else few channels on a narrow map: whole)
         for b in range(n):
+            xb, cp = np.ascontiguousarray(x[b], self.d), data_pointer(res[b])
             if self.mode == "direct":
-                src = np.ascontiguousarray(x[b], self.d)
-                cbuf = res[b]
-            elif self.mode == "shifted":
-                np.copyto(inner, x[b])
-                src, cbuf = flat, acc
+                sp = data_pointer(xb)
             else:
-                xp, _, _ = K._padded(x[b:b + 1], (self.kh, self.kw), self.stride, self.dil, self.pad, 0)
-                win = K._windows(xp, (self.kh, self.kw), self.stride, self.dil)[0]     # C, Ho, Wo, kh, kw
-                src = workspace(0, self.k * self.cols, self.d).reshape(self.c, self.kh, self.kw, self.ho, self.wo)
-                np.copyto(src, win.transpose(0, 3, 4, 1, 2))
-                cbuf = res[b]
-            sp, cp = data_pointer(src), data_pointer(cbuf)
-            if split > 1 and self.cols >= ROW_SPLIT_COLS:
-                cuts = parts(self.cols, 16)                      # (whole cache lines of C per task)
-                ms = [self._it(stop - start) for start, stop in cuts]
-                share([self._products(sp, wps, cp, a, m) for (a, _), m in zip(cuts, ms)])
-            elif split > 1 and self.o >= 16:                     # (a narrow map: the output channels)
+                sp = self._im2col(xb, cp, wp, wide, narrow)
+                if sp is None:
+                    continue
+            if narrow:                    # (the output channels in halves: one product each)
                 cuts = parts(self.o, 8)
                 counts = [self._it(stop - start) for start, stop in cuts]
-                share([self._rows(sp, wps, cp, a, o) for (a, _), o in zip(cuts, counts)])
+                share([self._rows(sp, wp, cp, a, m) for (a, _), m in zip(cuts, counts)])
+            elif wide:
+                cuts = parts(self.cols, 16)                      # (whole cache lines of C per task)
+                ms = [self._it(stop - start) for start, stop in cuts]
+                share([[self._product(sp, wp, cp, a, m, self._ref[5])] for (a, _), m in zip(cuts, ms)])
             else:
-                for fn, args in self._products(sp, wps, cp, 0, self._keep[7]):
-                    fn(*args)
-            if self.mode == "shifted":
-                res[b] = acc.reshape(self.o, self.ho, self.wp)[:, :, :self.wo]
+                fn, args = self._product(sp, wp, cp, 0, self._keep[7], self._ref[5])
+                fn(*args)
         return res
 
-    def _rows(self, sp, wps, cp, o0, o):
-        """(gemm, args): out[o0:o0 + o, :] (+)= W_t[o0:o0 + o] @ src per tap: C^T's columns from o0 (the
-        weight's rows from o0, K apart; C's rows, cols apart)."""
+    def _im2col(self, xb, cp, wp, wide, narrow):
+        """The im2col mode's copies and products of one image. A narrow map split by channels: every
+        window copied (each thread half the channels) into one workspace, whose address is returned for
+        ``_rows``; else per block of output rows the copy then its product, each half of the rows (two
+        threads) in a workspace of its own, and None."""
+        isz = self.d.itemsize
+        xp, zp = data_pointer(xb), data_pointer(self.zrow)
+        if narrow:
+            buf = data_pointer(workspace(0, self.k * self.cols, self.d))
+            share([[(self.copy, (c0, c1, 0, self.ho, *self.geometry, buf, xp, zp))] for c0, c1 in parts(self.c, 1, 2)])
+            return buf
+        halves = parts(self.ho, 1, 2) if wide else [(0, self.ho)]
+        rows = min(self.block_rows, -(-self.ho // len(halves)))
+        area = self.k * rows * self.wo
+        buf = data_pointer(workspace(0, area * len(halves), self.d))
+        keep, tasks = [], []
+        for h, (a, z) in enumerate(halves):
+            dst, calls = buf + h * area * isz, []
+            for oh0 in range(a, z, rows):
+                oh1 = min(oh0 + rows, z)
+                m = self._it((oh1 - oh0) * self.wo)        # (the block's columns: B's leading dimension too)
+                keep.append(m)
+                calls.append((self.copy, (0, self.c, oh0, oh1, *self.geometry, dst, xp, zp)))
+                calls.append(self._product(dst - oh0 * self.wo * isz, wp, cp, oh0 * self.wo, m, ctypes.addressof(m)))
+            tasks.append(calls)
+        share(tasks)
+        return None
+
+    def _product(self, sp, wp, cp, j0, m, lda):
+        """(gemm, args): out[:, j0:j0 + m] = W @ src[:, j0:j0 + m], column-major as BLAS sees them:
+        C^T [m, O] = B^T [m, K] . W^T [K, O] (``lda``: the address of B's row length)."""
+        ch, o, k, one, zero, _, ldb, ldc = self._ref
+        isz = self.d.itemsize
+        return self.gemm, (ch, ch, ctypes.addressof(m), o, k, one, sp + j0 * isz, lda, wp, ldb, zero, cp + j0 * isz, ldc)
+
+    def _rows(self, sp, wp, cp, o0, o):
+        """[(gemm, args)]: out[o0:o0 + o, :] = W[o0:o0 + o] @ src: C^T's columns from o0 (the weight's rows
+        from o0, K apart; C's rows, cols apart)."""
         ch, _, k, one, zero, lda, ldb, ldc = self._ref
         isz = self.d.itemsize
         op, mp = ctypes.addressof(o), ctypes.addressof(self._keep[7])
-        return [(self.gemm, (ch, ch, mp, op, k, one, sp + off * isz, lda, wp + o0 * self.k * isz, ldb,
-                             zero if t == 0 else one, cp + o0 * self.cols * isz, ldc))
-                for t, (off, wp) in enumerate(zip(self.taps, wps))]
-
-    def _products(self, sp, wps, cp, j0, m):
-        """(gemm, args): out[:, j0:j0 + m] (+)= W_t @ src[:, tap_t + j0:...] per tap, column-major as
-        BLAS sees them: C^T [m, O] = B^T [m, K] . W_t^T [K, O]."""
-        ch, o, k, one, zero, lda, ldb, ldc = self._ref
-        isz = self.d.itemsize
-        mp = ctypes.addressof(m)
-        return [(self.gemm, (ch, ch, mp, o, k, one, sp + (off + j0) * isz, lda, wp, ldb, zero if t == 0 else one,
-                             cp + j0 * isz, ldc))
-                for t, (off, wp) in enumerate(zip(self.taps, wps))]
+        return [(self.gemm, (ch, ch, mp, op, k, one, sp, lda, wp + o0 * self.k * isz, ldb, zero,
+                             cp + o0 * self.cols * isz, ldc))]
 
 
 # ---------------------------------------------------------------- one workspace per thread

@@ -787,6 +787,15 @@ def _lower_depthwise(kernel, name: str, features: str) -> str:
 LOWER["depthwise"] = _lower_depthwise
 
 
+def _lower_im2col(kernel, name: str, features: str) -> str:
+    from .lower_conv import lower_im2col
+
+    return lower_im2col(kernel, name, features)
+
+
+LOWER["im2col"] = _lower_im2col
+
+
 def _lower_pool(kernel, name: str, features: str) -> str:   # (issue 18: compiler/pool.py's spinning hand-off)
     from .pool import lower_pool
 

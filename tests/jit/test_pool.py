@@ -245,6 +245,42 @@ def test_blas_conv_split_matches_one_thread_and_numpy(case, dtype, monkeypatch):
     np.testing.assert_allclose(one, ref, rtol=1e-4 if dtype == "float32" else 1e-10, atol=1e-3)
 
 
+GROUPED = {   # (x shape, w shape, stride, pad, dilation, group[, im2col block bytes])
+    "direct_wide": ((2, 12, 13, 17), (18, 4, 1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 3),
+    "direct_narrow": ((1, 16, 5, 5), (32, 4, 1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 4),
+    "im2col_wide_blocks": ((2, 8, 15, 21), (12, 4, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 2, 2000),
+    "im2col_strided_dilated": ((1, 6, 23, 40), (9, 2, 3, 3), (2, 2), ("same",), (2, 1), 3),
+    "im2col_narrow": ((1, 32, 7, 7), (64, 8, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 4),
+}
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("case", sorted(GROUPED))
+def test_grouped_blas_conv_matches_numpy_split_or_not(case, dtype, monkeypatch):
+    """(issue 18) A grouped convolution by BlasConv (one product per group over its channels' rows of the
+    windows; two threads: halves of the columns, or on narrow maps halves of the groups), from a strided
+    input with NaN and inf, against the interpreter's grouped convolution in float64."""
+    from msvm.interp import kernels as K
+
+    xs, wsh, stride, pad, dil, group, *block = GROUPED[case]
+    if block:
+        monkeypatch.setattr(conv, "IM2COL_BLOCK_BYTES", block[0])
+    d = np.dtype(dtype)
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((xs[0], xs[1], xs[2], xs[3] * 2)).astype(d)[..., ::2]
+    x[0, -1, 1, 2] = np.nan
+    x[-1, 0, 0, 0] = -np.inf
+    w = rng.standard_normal(wsh).astype(d)
+    bc = conv.BlasConv(xs, wsh, stride, pad, dil, d, group)
+    assert bc.mode == case.split("_")[0] and (not block or -(-bc.ho // bc.block_rows) > 2)
+    ref = K.conv2d(x.astype(np.float64), w.astype(np.float64), stride, pad, dil, group)
+    one = bc(x, w, None, 1)
+    two = bc(x, w, np.full(bc.shape, np.nan, d), 2)
+    for got in (one, two):
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(ref))
+        np.testing.assert_allclose(got, ref, rtol=1e-4 if dtype == "float32" else 1e-10, atol=1e-3)
+
+
 def test_im2col_kernel_matches_the_windows():
     """(issue 18) The compiled windows copy (conv.im2col_function) against numpy's windows of the
     padded image on random geometries: every stride (the kernel's constant), dilation and padding,

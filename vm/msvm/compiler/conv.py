@@ -15,7 +15,7 @@ and how each is called. Algorithms chosen by measurement (one thread, this machi
   beat OpenBLAS's sgemm, which runs these layers at 60-95% of its peak in isolation), then the
   bias and the epilogue as one compiled elementwise pass over the product, in place (the L1
   kernel makes one numpy pass per step). 1x1 is one product on the input; the rest a compiled
-  im2col copy per block of output rows and its product (``BlasConv``; groups: L1's conv_gemm).
+  im2col copy per block of output rows and its product (``BlasConv``), one product per group.
   Measured and not used:
   row-blocked GEMM with the epilogue per block in cache (lower_matmul's MatmulEpilogue; 0.8-1.1x
   the GEMM + one compiled pass on ResNet-50's 1x1 layers); an LLVM 1x1 kernel register-blocked
@@ -287,9 +287,9 @@ def with_affine(program: tuple) -> tuple:
 
 
 def plan_gemm(site, inputs):
-    """A dense or grouped convolution: the L1 kernel's BLAS product (interp/kernels.py conv_gemm:
-    1x1 as a matmul, per-tap sgemms, im2col), then the bias and the epilogue in one compiled pass
-    over the product, in place (the L1 kernel makes one numpy pass per step)."""
+    """A dense or grouped convolution: its product (``route``: msvm's taps GEMM, or the BLAS products of
+    ``BlasConv``), then the bias and the epilogue in one compiled pass over the product, in place (the
+    L1 kernel makes one numpy pass per step) where the taps kernel does not apply them in registers."""
     from .planning import Plan, _Shape, plan_elementwise
 
     stride, pad, dil, group, bn, program, _n = site.args
@@ -417,8 +417,10 @@ def _gemm_caller(site, compiled, plan):
         compiled, p["epi"].details, None, lambda j, a: data_pointer(a) if j < heads else ptr(first + j - heads, a))
     taps = _taps_caller(site, plan, epi) if p["route"] == "taps" else None
 
-    bc = BlasConv(p["x_shape"], p["w_shape"], stride, pad, dil, d) if group == 1 and str(d) in blas()[1] else None
     o, cg, kh, kw = p["w_shape"]
+    depthwise = cg == 1 and o == group > 1          # (a product of one row per group: the L1 kernel's taps)
+    bc = BlasConv(p["x_shape"], p["w_shape"], stride, pad, dil, d, group) \
+        if not depthwise and str(d) in blas()[1] else None
     split = threads_for(2.0 * o * cg * kh * kw * plan.out_shape[2] * plan.out_shape[3])     # per image
 
     def go(inputs, out):
@@ -524,7 +526,7 @@ FEW_CHANNELS = 4                 # input channels per group of a convolution tha
 
 def route(x_shape, w_shape, stride, pad, dil, group, d, wide=None) -> str:
     """Which product a dense or grouped convolution runs: "taps" (msvm's GEMM, ``TapsConv``) or
-    "blas" (OpenBLAS: ``BlasConv``, or the L1 kernel's conv_gemm for groups); BLAS for dtypes other
+    "blas" (OpenBLAS: ``BlasConv``, or the L1 kernel's conv_gemm for dtypes BLAS lacks); BLAS for dtypes other
     than float32 and float64; ``MSVM_CONV_GEMM`` forces either. By measurement (the module doc):
 
     - taps where msvm's tiles are wider than OpenBLAS's kernels (``wide``: gemm.wider_than_blas, an
@@ -607,8 +609,9 @@ def im2col_function(dtype: str, sw: int):
 
 
 class BlasConv:
-    """A group-1 NCHW convolution as BLAS products (xgemm through numpy's own OpenBLAS pointer,
-    ``build.blas``), per image out[O, P] = W[O, K] @ B[K, P]:
+    """A dense or grouped NCHW convolution as BLAS products (xgemm through numpy's own OpenBLAS pointer,
+    ``build.blas``), per image and group out[Og, P] = W_g[Og, K] @ B_g[K, P] (K: the group's channels x taps;
+    depthwise convolutions run their own kernel or the L1 kernel's taps):
 
     - ``direct`` (1x1, stride 1, unpadded): B is the image's planes, no copy;
     - ``im2col`` (the rest): per block of output rows, the windows copied to [C*kh*kw, rows*Wo] by a
@@ -639,9 +642,9 @@ class BlasConv:
     strided convolutions as stride x stride phase images, each tap a shift of one phase: 0.92-0.99x
     the im2col GEMM on ResNet-50's stride-2 3x3s, 0.76x on the 7x7 stem."""
 
-    def __init__(self, x_shape, w_shape, stride, pad, dil, d):
+    def __init__(self, x_shape, w_shape, stride, pad, dil, d, group=1):
         n, c, h, w = x_shape
-        o, _, kh, kw = w_shape
+        o, cg, kh, kw = w_shape
         ho, wo = dims_of(x_shape, w_shape, stride, pad, dil)[:2]
         if pad == ("same",):
             ph, pw = K._same_pads(h, kh, stride[0], dil[0]), K._same_pads(w, kw, stride[1], dil[1])
@@ -650,12 +653,14 @@ class BlasConv:
         unpadded = sum(ph) + sum(pw) == 0
         self.stride, self.pad, self.dil = tuple(stride), pad, tuple(dil)
         self.ho, self.wo, self.o, self.c, self.kh, self.kw, self.d = ho, wo, o, c, kh, kw, np.dtype(d)
+        self.group, self.og = group, o // group
         self.cols = ho * wo
+        self.k = cg * kh * kw               # (per group: its channels' rows of B follow the group before)
         if kh == kw == 1 and self.stride == (1, 1) and unpadded:
-            self.mode, self.k = "direct", c
+            self.mode = "direct"
         else:
-            self.mode, self.k = "im2col", c * kh * kw
-            self.block_rows = max(1, IM2COL_BLOCK_BYTES // (self.k * wo * self.d.itemsize))
+            self.mode = "im2col"
+            self.block_rows = max(1, IM2COL_BLOCK_BYTES // (self.k * group * wo * self.d.itemsize))
             self.copy = im2col_function(str(self.d), self.stride[1])
             self.geometry = (h, w, wo, kh, kw, self.stride[0], dil[0], dil[1], ph[0], pw[0])
             self.zrow = np.zeros(w + 64, self.d)        # (a padded row's source: W zeros)
@@ -666,7 +671,7 @@ class BlasConv:
         self.gemm = _blas_gemm(str(self.d))
         self._it = it
         # the by-reference scalars of the Fortran interface, kept for the process
-        self._keep = [ctypes.c_char(b"N"), it(o), it(self.k), ft(1.0), ft(0.0), it(self.cols), it(self.k),
+        self._keep = [ctypes.c_char(b"N"), it(self.og), it(self.k), ft(1.0), ft(0.0), it(self.cols), it(self.k),
                       it(self.cols)]
         self._ref = [ctypes.addressof(v) for v in self._keep]
 
@@ -681,7 +686,9 @@ class BlasConv:
         wm = np.ascontiguousarray(np.asarray(w, self.d).reshape(self.o, -1))
         wp = data_pointer(wm)
         wide = split > 1 and self.cols >= ROW_SPLIT_COLS
-        narrow = split > 1 and not wide and self.o >= 16      # (else few channels on a narrow map: whole)
+        # a narrow map: the output channels in halves (groups: whole groups per half); few channels: whole
+        narrow = split > 1 and not wide and (self.o >= 16 if self.group == 1 else self.group >= 2)
+        cols, cref = self._keep[7], self._ref[5]
         for b in range(n):
             xb, cp = np.ascontiguousarray(x[b], self.d), data_pointer(res[b])
             if self.mode == "direct":
@@ -690,33 +697,38 @@ class BlasConv:
                 sp = self._im2col(xb, cp, wp, wide, narrow)
                 if sp is None:
                     continue
-            if narrow:                    # (the output channels in halves: one product each)
+            if narrow and self.group == 1:
                 cuts = parts(self.o, 8)
                 counts = [self._it(stop - start) for start, stop in cuts]
                 share([self._rows(sp, wp, cp, a, m) for (a, _), m in zip(cuts, counts)])
+            elif narrow:
+                share([[self._product(sp, wp, cp, 0, cols, cref, self.cols, g) for g in range(g0, g1)]
+                       for g0, g1 in parts(self.group, 1, 2)])
             elif wide:
                 cuts = parts(self.cols, 16)                      # (whole cache lines of C per task)
                 ms = [self._it(stop - start) for start, stop in cuts]
-                share([[self._product(sp, wp, cp, a, m, self._ref[5])] for (a, _), m in zip(cuts, ms)])
+                share([[self._product(sp, wp, cp, a, m, cref, self.cols, g) for g in range(self.group)]
+                       for (a, _), m in zip(cuts, ms)])
             else:
-                fn, args = self._product(sp, wp, cp, 0, self._keep[7], self._ref[5])
-                fn(*args)
+                for g in range(self.group):
+                    fn, args = self._product(sp, wp, cp, 0, cols, cref, self.cols, g)
+                    fn(*args)
         return res
 
     def _im2col(self, xb, cp, wp, wide, narrow):
         """The im2col mode's copies and products of one image. A narrow map split by channels: every
         window copied (each thread half the channels) into one workspace, whose address is returned for
-        ``_rows``; else per block of output rows the copy then its product, each half of the rows (two
-        threads) in a workspace of its own, and None."""
+        the products; else per block of output rows the copy then its products (one per group), each
+        half of the rows (two threads) in a workspace of its own, and None."""
         isz = self.d.itemsize
         xp, zp = data_pointer(xb), data_pointer(self.zrow)
         if narrow:
-            buf = data_pointer(workspace(0, self.k * self.cols, self.d))
+            buf = data_pointer(workspace(0, self.k * self.group * self.cols, self.d))
             share([[(self.copy, (c0, c1, 0, self.ho, *self.geometry, buf, xp, zp))] for c0, c1 in parts(self.c, 1, 2)])
             return buf
         halves = parts(self.ho, 1, 2) if wide else [(0, self.ho)]
         rows = min(self.block_rows, -(-self.ho // len(halves)))
-        area = self.k * rows * self.wo
+        area = self.k * self.group * rows * self.wo
         buf = data_pointer(workspace(0, area * len(halves), self.d))
         keep, tasks = [], []
         for h, (a, z) in enumerate(halves):
@@ -726,21 +738,26 @@ class BlasConv:
                 m = self._it((oh1 - oh0) * self.wo)        # (the block's columns: B's leading dimension too)
                 keep.append(m)
                 calls.append((self.copy, (0, self.c, oh0, oh1, *self.geometry, dst, xp, zp)))
-                calls.append(self._product(dst - oh0 * self.wo * isz, wp, cp, oh0 * self.wo, m, ctypes.addressof(m)))
+                calls += [self._product(dst - oh0 * self.wo * isz, wp, cp, oh0 * self.wo, m, ctypes.addressof(m),
+                                        m.value, g) for g in range(self.group)]
             tasks.append(calls)
         share(tasks)
         return None
 
-    def _product(self, sp, wp, cp, j0, m, lda):
-        """(gemm, args): out[:, j0:j0 + m] = W @ src[:, j0:j0 + m], column-major as BLAS sees them:
-        C^T [m, O] = B^T [m, K] . W^T [K, O] (``lda``: the address of B's row length)."""
-        ch, o, k, one, zero, _, ldb, ldc = self._ref
+    def _product(self, sp, wp, cp, j0, m, lda, ld, g=0):
+        """(gemm, args): out[g's channels, j0:j0 + m] = W_g @ src[g's rows, j0:j0 + m], column-major as
+        BLAS sees them: C^T [m, Og] = B^T [m, K] . W_g^T [K, Og] (``lda``: the address of B's row
+        length, ``ld`` its value)."""
+        ch, og, k, one, zero, _, ldb, ldc = self._ref
         isz = self.d.itemsize
-        return self.gemm, (ch, ch, ctypes.addressof(m), o, k, one, sp + j0 * isz, lda, wp, ldb, zero, cp + j0 * isz, ldc)
+        b = sp + (g * self.k * ld + j0) * isz
+        c = cp + (g * self.og * self.cols + j0) * isz
+        return self.gemm, (ch, ch, ctypes.addressof(m), og, k, one, b, lda, wp + g * self.og * self.k * isz, ldb,
+                           zero, c, ldc)
 
     def _rows(self, sp, wp, cp, o0, o):
-        """[(gemm, args)]: out[o0:o0 + o, :] = W[o0:o0 + o] @ src: C^T's columns from o0 (the weight's rows
-        from o0, K apart; C's rows, cols apart)."""
+        """[(gemm, args)]: out[o0:o0 + o, :] = W[o0:o0 + o] @ src (one group): C^T's columns from o0 (the
+        weight's rows from o0, K apart; C's rows, cols apart)."""
         ch, _, k, one, zero, lda, ldb, ldc = self._ref
         isz = self.d.itemsize
         op, mp = ctypes.addressof(o), ctypes.addressof(self._keep[7])

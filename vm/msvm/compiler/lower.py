@@ -194,7 +194,10 @@ class Vals:
 
     def tanh(self, x: str, near_zero: bool = True) -> str:
         # tanh |x| with x's sign (so -0.0 stays -0.0): for |x| >= 0.625, 1 - 2 / (e^(2|x|) + 1) (saturates
-        # at inf; NaN stays NaN); below, Cephes' |x| + |x| z P(z) (z = x^2), tanh x ~ x down to subnormal x
+        # at inf; NaN stays NaN); below, Cephes' |x| + |x| z P(z) (z = x^2), tanh x ~ x down to subnormal x.
+        # ``near_zero`` False (a tanh whose only use is 1 + tanh: GELU's): in float, ``tanh_rational``
+        if not near_zero and self.t == "float":
+            return self.tanh_rational(x)
         ax = self.call("fabs", x)
         e = self.exp(self.bin("fmul", ax, self.const(2.0)))
         d = self.bin("fadd", e, self.const(1.0))
@@ -211,6 +214,28 @@ class Vals:
             zp = self.bin("fdiv", self.bin("fmul", z, p), q)
         small = self.bin("fadd", ax, self.bin("fmul", ax, zp))
         return self.call("copysign", self.select_cmp("olt", ax, self.const(0.625), small, big), x)
+
+    def tanh_rational(self, x: str) -> str:
+        """float tanh as x P(x^2) / Q(x^2) on x clamped to [-9, 9] (Eigen's fast tanh: degree 13 over 6,
+        no exp), the result clamped to [-1, 1], NaN kept: within 7 float ulps of tanh (4e-7 relative; numpy's
+        1.4), about a third of the exp route's instructions. For 1 + tanh only (``tanh(near_zero=False)``),
+        where an ulp of tanh near 0 or 1 is less than one of the sum. Measured (AMD Zen 3, one core, the
+        epilogue of a 128 x 768 by 768 x 3072 product at L3, over the product alone, alternating): GELU_TANH
+        0.77-0.79 -> 0.26-0.50 ms, GPT-2's GELU written out 1.05-1.07 -> 0.29-0.40 ms (of a 7.0 ms product)."""
+        nine, one = self.const(9.0), self.const(1.0)
+        c = self.select_cmp("ogt", x, nine, nine, x)              # (NaN: unordered compares keep x)
+        c = self.select_cmp("olt", c, self.const(-9.0), self.const(-9.0), c)
+        z = self.bin("fmul", c, c)
+        p = self.const(-2.76076847742355e-16)
+        for a in (2.00018790482477e-13, -8.60467152213735e-11, 5.12229709037114e-08, 1.48572235717979e-05,
+                  6.37261928875436e-04, 4.89352455891786e-03):
+            p = self.mad(p, z, self.const(a))
+        q = self.const(1.19825839466702e-06)
+        for a in (1.18534705686654e-04, 2.26843463243900e-03, 4.89352518554385e-03):
+            q = self.mad(q, z, self.const(a))
+        r = self.bin("fdiv", self.bin("fmul", c, p), q)
+        r = self.select_cmp("ogt", r, one, one, r)
+        return self.select_cmp("olt", r, self.const(-1.0), self.const(-1.0), r)
 
     def sigmoid(self, x: str) -> str:
         e = self.exp(self.b.op(f"fneg {self.vt} {x}"))
@@ -293,10 +318,41 @@ def _pow(v, a, b):      # (issue 18: multiplies for constant exponents, a vector
 
 
 
+def one_plus_tanh(program: tuple) -> set:
+    """The positions (among the program's operation nodes, in order) of the TANHs whose only use is an
+    add of the constant 1 (the tanh GELU written out: ``1.0 + ops.tanh(...)``): ``Vals.tanh``'s
+    ``near_zero`` False is enough there."""
+    from ..bytecode.opcodes import BY_NAME
+
+    stack, ops, found = [], 0, set()      # stack: per value, (node tag, op position or None, constant)
+    for node in program:
+        tag = node[0]
+        if tag in ("in", "c"):
+            stack.append((tag, None, node[1] if tag == "c" else None))
+            continue
+        row = BY_NAME.get(tag)
+        n = row.pops if row is not None else 0
+        args = stack[len(stack) - n:] if n else []
+        del stack[len(stack) - n:]
+        if tag in ("BROADCAST_ADD", "ADD") and n == 2:
+            for a, b in (args, args[::-1]):
+                if a[0] == "TANH" and b[0] == "c" and b[2] == 1.0:
+                    found.add(a[1])
+        stack.append((tag, ops, None))
+        ops += 1
+    return found
+
+
 def emit_program(v: Vals, program: tuple, inputs: list) -> str:
     """The program's value given the (already loaded) input values."""
+    cheap = one_plus_tanh(program)
+    at = [0]                                 # (the operation node being emitted, in program order)
+
     def op(row, args, operands):
         tag = row.name
+        at[0] += 1
+        if tag == "TANH" and at[0] - 1 in cheap:
+            return v.tanh(args[0], near_zero=False)
         if tag == "CAST":
             if getattr(operands[0], "name", operands[0]) != ("float32" if v.t == "float" else "float64"):
                 raise Unsupported(f"CAST to {operands[0]} inside a {v.t} kernel")

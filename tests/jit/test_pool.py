@@ -189,6 +189,9 @@ CASES = {   # (x shape, w shape, stride, pad, dilation; how two threads split it
     "im2col_strided_wide": ((1, 4, 40, 41), (6, 4, 3, 3), (2, 2), (1, 1, 1, 1), (1, 1), "columns"),
     "im2col_few_channels": ((1, 16, 7, 7), (8, 16, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), None),
     "im2col_1x1_stride2": ((1, 16, 14, 14), (33, 16, 1, 1), (2, 2), (0, 0, 0, 0), (1, 1), "channels"),
+    "direct_wide_many_channels": ((2, 8, 12, 13), (136, 8, 1, 1), (1, 1), (0, 0, 0, 0), (1, 1), "channels"),
+    "im2col_wide_many_channels": ((1, 4, 12, 12), (130, 4, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), "channels"),
+    "im2col_wide_many_channels_big": ((1, 4, 30, 30), (130, 4, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), "columns", 2000),
 }
 
 
@@ -251,6 +254,7 @@ GROUPED = {   # (x shape, w shape, stride, pad, dilation, group[, im2col block b
     "im2col_wide_blocks": ((2, 8, 15, 21), (12, 4, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 2, 2000),
     "im2col_strided_dilated": ((1, 6, 23, 40), (9, 2, 3, 3), (2, 2), ("same",), (2, 1), 3),
     "im2col_narrow": ((1, 32, 7, 7), (64, 8, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 4),
+    "direct_wide_many_channels": ((1, 8, 12, 12), (256, 4, 1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 2),
 }
 
 

@@ -520,6 +520,12 @@ SPLIT_MIN_FLOPS = 8e6            # per image: from here two threads share a prod
 PLANE_FLOPS = 16                 # a depthwise / pool tap costs about what 16 GEMM flops do (MobileNet v2's
 #                                  depthwise layers: 41 MFLOP in ~2.8 ms, ~15 GFLOP/s, against ~130)
 IM2COL_BLOCK_BYTES = 2 << 20     # the im2col mode's windows per block of output rows (BlasConv._im2col)
+# Two threads on a wide map split the output channels from this many per group (else the columns). Measured
+# (AMD Zen 3, two cores, ResNet-50's layers at 224 alone, interleaved medians, ms, columns / channels): 1x1
+# 64->256 at 56 1.21 / 1.08, 256->1024 at 14 0.90 / 0.83, 1024->512 at 14 1.80 / 1.61, 3x3 256->256 at 14
+# 2.16 / 2.04, stride 2 1x1 512->1024 1.83 / 1.67; but 256->64 at 56 0.98 / 1.11, 3x3 64->64 at 56 2.48 /
+# 2.60 (each thread's half of 64 channels is a narrow product), 512->128 at 28 even.
+CHANNEL_SPLIT_MIN = 128
 ROW_SPLIT_COLS = 128            # output columns below which two threads split a BLAS convolution by its output channels
 FEW_CHANNELS = 4                 # input channels per group of a convolution that route() keeps on taps
 
@@ -685,9 +691,8 @@ class BlasConv:
             return res
         wm = np.ascontiguousarray(np.asarray(w, self.d).reshape(self.o, -1))
         wp = data_pointer(wm)
-        wide = split > 1 and self.cols >= ROW_SPLIT_COLS
-        # a narrow map: the output channels in halves (groups: whole groups per half); few channels: whole
-        narrow = split > 1 and not wide and (self.o >= 16 if self.group == 1 else self.group >= 2)
+        narrow = self.split_channels(split)       # (the output channels in halves, or groups; else the columns)
+        wide = split > 1 and not narrow and self.cols >= ROW_SPLIT_COLS
         cols, cref = self._keep[7], self._ref[5]
         for b in range(n):
             xb, cp = np.ascontiguousarray(x[b], self.d), data_pointer(res[b])
@@ -714,6 +719,18 @@ class BlasConv:
                     fn, args = self._product(sp, wp, cp, 0, cols, cref, self.cols, g)
                     fn(*args)
         return res
+
+    def split_channels(self, split) -> bool:
+        """Whether two threads split this convolution's output channels (whole groups where it has
+        several) rather than its columns: on a narrow map (fewer than ROW_SPLIT_COLS columns) where
+        there are channels to share, and where there are at least CHANNEL_SPLIT_MIN of them and the
+        windows of a whole image fit in two im2col blocks (the channel split copies them all first)."""
+        if split < 2 or (self.o < 16 if self.group == 1 else self.group < 2):
+            return False
+        if self.cols < ROW_SPLIT_COLS:
+            return True
+        whole = self.k * self.group * self.cols * self.d.itemsize
+        return self.og >= CHANNEL_SPLIT_MIN and (self.mode == "direct" or whole <= 2 * IM2COL_BLOCK_BYTES)
 
     def _im2col(self, xb, cp, wp, wide, narrow):
         """The im2col mode's copies and products of one image. A narrow map split by channels: every

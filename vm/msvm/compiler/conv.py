@@ -347,6 +347,10 @@ def kernel_ir(site, level: int, plan):
         if p["epi"] is None:           # (the taps product alone: the TapsGemm its caller runs)
             _, cg, kh, kw = p["w_shape"]
             return taps_kernel(d, cg * kh * kw)
+        stride, pad, dil = site.args[:3]
+        if p["route"] == "blas" and str(d) in blas()[1] and \
+                blas_mode(p["x_shape"], p["w_shape"], stride, pad, dil) == "im2col":
+            im2col_function(str(d), stride[1])    # (here, in the compile's thread: its caller finds it made)
         ep = p["epi"].details
         return Elementwise(ep["program"], ep["kinds"], tuple(ep["bcast"]), str(d), ep["dims"] if level >= 3 else None)
     _, dtype, kh, kw, stride, dil, has_bias, kinds, program, cg, og = cls
@@ -614,6 +618,21 @@ def im2col_function(dtype: str, sw: int):
     return hit
 
 
+def _pads(x_shape, w_shape, stride, pad, dil):
+    """((top, bottom), (left, right)) of a convolution's padding."""
+    if pad == ("same",):
+        return (K._same_pads(x_shape[2], w_shape[2], stride[0], dil[0]),
+                K._same_pads(x_shape[3], w_shape[3], stride[1], dil[1]))
+    return (pad[0], pad[1]), (pad[2], pad[3])
+
+
+def blas_mode(x_shape, w_shape, stride, pad, dil) -> str:
+    """BlasConv's mode: "direct" (1x1, stride 1, unpadded: B is the image) or "im2col"."""
+    ph, pw = _pads(x_shape, w_shape, stride, pad, dil)
+    direct = w_shape[2] == w_shape[3] == 1 and tuple(stride) == (1, 1) and sum(ph) + sum(pw) == 0
+    return "direct" if direct else "im2col"
+
+
 class BlasConv:
     """A dense or grouped NCHW convolution as BLAS products (xgemm through numpy's own OpenBLAS pointer,
     ``build.blas``), per image and group out[Og, P] = W_g[Og, K] @ B_g[K, P] (K: the group's channels x taps;
@@ -652,20 +671,14 @@ class BlasConv:
         n, c, h, w = x_shape
         o, cg, kh, kw = w_shape
         ho, wo = dims_of(x_shape, w_shape, stride, pad, dil)[:2]
-        if pad == ("same",):
-            ph, pw = K._same_pads(h, kh, stride[0], dil[0]), K._same_pads(w, kw, stride[1], dil[1])
-        else:
-            ph, pw = (pad[0], pad[1]), (pad[2], pad[3])
-        unpadded = sum(ph) + sum(pw) == 0
+        ph, pw = _pads(x_shape, w_shape, stride, pad, dil)
         self.stride, self.pad, self.dil = tuple(stride), pad, tuple(dil)
         self.ho, self.wo, self.o, self.c, self.kh, self.kw, self.d = ho, wo, o, c, kh, kw, np.dtype(d)
         self.group, self.og = group, o // group
         self.cols = ho * wo
         self.k = cg * kh * kw               # (per group: its channels' rows of B follow the group before)
-        if kh == kw == 1 and self.stride == (1, 1) and unpadded:
-            self.mode = "direct"
-        else:
-            self.mode = "im2col"
+        self.mode = blas_mode(x_shape, w_shape, stride, pad, dil)
+        if self.mode == "im2col":
             self.block_rows = max(1, IM2COL_BLOCK_BYTES // (self.k * group * wo * self.d.itemsize))
             self.copy = im2col_function(str(self.d), self.stride[1])
             self.geometry = (h, w, wo, kh, kw, self.stride[0], dil[0], dil[1], ph[0], pw[0])

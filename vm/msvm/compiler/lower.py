@@ -334,7 +334,7 @@ def one_plus_tanh(program: tuple) -> set:
         n = row.pops if row is not None else 0
         args = stack[len(stack) - n:] if n else []
         del stack[len(stack) - n:]
-        if tag in ("BROADCAST_ADD", "ADD") and n == 2:
+        if tag == "BROADCAST_ADD" and n == 2:
             for a, b in (args, args[::-1]):
                 if a[0] == "TANH" and b[0] == "c" and b[2] == 1.0:
                     found.add(a[1])

@@ -9,7 +9,7 @@ planner that quietly refused would fail it."""
 import msvm as ms
 import numpy as np
 import pytest
-from msvm import nn
+from msvm import nn, ops
 from msvm.compiler import conv, tiers
 from msvm.compiler.lower import lower
 from msvm.compiler.static_kernels import kernels_of
@@ -311,3 +311,61 @@ def test_the_depthwise_kernel_declares_what_the_convention_says(kinds, dtype):
         fn = callconv.prototype(k, 0x1000)
         assert [a.__name__ for a in fn.argtypes].count("c_double") == kinds.count("s")
         assert len(fn.argtypes) == len(want) == 2 + len(callconv.CONV_DIMS) + 5 + len(kinds)
+
+
+class PreActivation(nn.Cell):
+    """DenseNet's layer (BN -> ReLU -> conv, the conv's result concatenated with the input): every
+    convolution here has nothing fused after it."""
+
+    def __init__(self, cin, cout, k, stride, padding, dilation, group):
+        super().__init__()
+        self.bn = nn.BatchNorm2d(cin)
+        self.relu = nn.ReLU()
+        self.conv = nn.Conv2d(cin, cout, k, stride=stride, pad_mode="pad", padding=padding, dilation=dilation,
+                              group=group)
+        self.stride = stride
+
+    def construct(self, x):
+        y = self.conv(self.relu(self.bn(x)))
+        return ops.concat((y, y * 1.0), axis=1) if self.stride != 1 else ops.concat((x, y), axis=1)
+
+
+LONE = [  # (cin, cout, k, stride, padding, dilation, group): 1x1 direct, 3x3 im2col, strided, dilated, grouped
+    (8, 8, 1, 1, 0, 1, 1), (6, 5, 3, 1, 1, 1, 1), (4, 7, 3, 2, 1, 1, 1), (6, 6, 3, 1, 2, 2, 1), (8, 4, 3, 1, 1, 1, 2)]
+
+
+@pytest.mark.parametrize("spec", LONE)
+@pytest.mark.parametrize("level", ["L2", "L3", "auto"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_a_convolution_with_nothing_fused_after_it_is_compiled(spec, level, dtype):
+    """A convolution with no batch norm or elementwise op after it (pre-activation networks: DenseNet)
+    is a FUSED_CONV all the same, with the empty program, and its site runs the BLAS route with the
+    compiled windows copy as its kernel: no CONV2D left in the fused bytecode, every site compiled,
+    the same values as the interpreter with fusion off and as float64 numpy, NaN and inf kept."""
+    cin, cout, k, stride, padding, dilation, group = spec
+    rng = np.random.default_rng(cin * 7 + k)
+    xs = images(rng, cin, [(1, 13, 17), (2, 9, 20), (1, 30, 31)], special=True, dtype=dtype)
+
+    def net():
+        n = PreActivation(cin, cout, k, stride, padding, dilation, group)
+        n.set_train(False)
+        for name, p in n.parameters_dict().items():
+            v = np.random.default_rng(len(name)).standard_normal(p.shape)
+            p.set_data(ms.Tensor((np.abs(v) + 0.5 if "variance" in name else v).astype(dtype)))
+        return n
+
+    l1 = forward(net(), "L1", False, xs)
+    n = net()
+    got = forward(n, level, True, xs)
+    ops_ = {i.op.name for c in next(iter(n._runner.variants.values())).code.all_codes() for i in c.instrs}
+    assert "CONV2D" not in ops_ and "FUSED_CONV" in ops_
+    sites = conv_sites(n)
+    held = [kk for s in sites for kk in (*s.l2.values(), *s.l3.values()) if isinstance(kk, tiers.Compiled)]
+    assert held and {kk.kernel.kind for kk in held} <= {"im2col", "gemm", "depthwise"}     # (few channels: direct)
+    p = {name: v.asnumpy().astype(np.float64) for name, v in n.parameters_dict().items()}
+    for g, r, x in zip(got, l1, xs):
+        close(g, r, tol=1e-5 if dtype == np.float32 else 1e-12)
+        h = np.maximum(cv.batch_norm(x.astype(np.float64), p, "bn"), 0)
+        y = cv.conv2d(h, p["conv.weight"], None, stride, padding, dilation, group)
+        want = np.concatenate((y, y) if stride != 1 else (x.astype(np.float64), y), axis=1)
+        close(g, want, tol=2e-5 if dtype == np.float32 else 1e-6)     # (the interpreter itself: 1e-8 off here)

@@ -305,8 +305,8 @@ def plan_gemm(site, inputs):
     out_shape = (x.shape[0], w.shape[0], ho, wo)
     prog = with_affine(program) if nbn else program
     how = route(x.shape, w.shape, stride, pad, dil, group, d)
-    if prog == (("in", 0),) and how == "blas":
-        raise Unsupported("a convolution without an epilogue (the BLAS product is all of it)")
+    if prog == (("in", 0),) and how == "blas" and str(d) not in blas()[1]:
+        raise Unsupported(f"a convolution in {d} without an epilogue (the L1 kernel's product is all of it)")
     if x.shape[0] == 0:
         raise Unsupported("an empty batch")
     for e in extras:            # (the epilogue runs over the product: an operand may not make it larger)
@@ -344,10 +344,12 @@ def kernel_ir(site, level: int, plan):
     if cls[0] == "gemm":
         from .kir import Elementwise
 
-        if p["epi"] is None:           # (the taps product alone: the TapsGemm its caller runs)
+        stride, pad, dil = site.args[:3]
+        if p["epi"] is None and p["route"] == "taps":      # (the taps product alone: the TapsGemm its caller runs)
             _, cg, kh, kw = p["w_shape"]
             return taps_kernel(d, cg * kh * kw)
-        stride, pad, dil = site.args[:3]
+        if p["epi"] is None:            # (BLAS's product alone: the site's kernel is the windows copy it may run)
+            return Im2col(str(d), stride[1])
         if p["route"] == "blas" and str(d) in blas()[1] and \
                 blas_mode(p["x_shape"], p["w_shape"], stride, pad, dil) == "im2col":
             im2col_function(str(d), stride[1])    # (here, in the compile's thread: its caller finds it made)

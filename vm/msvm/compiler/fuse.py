@@ -298,6 +298,8 @@ def _try_fuse_at(code: Code, start: int, targets, shapes=None):
         if len(local) == 1 and (n_ops >= 2 or (matmul and n_ops >= 1) or (n_ops == 1 and parts[0][0] in COSTLY)) \
                 and (ext is None or ext.valid(k, n_ops, local)):
             best = (k, list(local[0]), list(leaves), list(parts), below, ext.reshape if ext else None)
+    if best is None and conv is not None:     # (a convolution with nothing to fuse: FUSED_CONV all the same, so
+        best = (start + 1, [("in", 0)], [], [(first.op.name, first.loc)], 1, None)    # its compiled route applies)
     if best is None:
         return start, None
     end, prog, used_leaves, used_parts, n_below, reshape_after = best

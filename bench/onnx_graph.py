@@ -366,6 +366,10 @@ def _misc(r, idx, op, a):
         kernel, stride, pad = a
         r.stack.append(g.node("MaxPool", [r.stack.pop()], kernel_shape=list(kernel), strides=list(stride),
                               **_pads(pad, *kernel)))
+    elif op == "AVG_POOL2D":
+        kernel, stride, pad, count_pad = a
+        r.stack.append(g.node("AveragePool", [r.stack.pop()], kernel_shape=list(kernel), strides=list(stride),
+                              count_include_pad=int(bool(count_pad)), **_pads(pad, *kernel)))
     elif op == "ADAPTIVE_AVG_POOL2D":
         if tuple(a[0]) != (1, 1):
             raise Untranslated(f"ADAPTIVE_AVG_POOL2D {a[0]}")
@@ -397,8 +401,8 @@ _OPS = {**{k: _binary for k in _BINARY}, **{k: _unary for k in _UNARY}, "GELU": 
         "CONV2D": _conv, "MATMUL": _matmul, "BATCH_MATMUL": _matmul, "SLICE": _slice,
         **{k: _layout for k in ("RESHAPE", "TRANSPOSE", "EXPAND_DIMS", "SQUEEZE", "BROADCAST_TO", "CAST")},
         "ARANGE": _made, "FILL": _made, "WHERE": _where, "LAYER_NORM": _norm, "BATCH_NORM": _norm,
-        **{k: _misc for k in ("MAX_POOL2D", "ADAPTIVE_AVG_POOL2D", "REDUCE_MEAN", "REDUCE_SUM", "RSQRT", "SQUARE",
-                              "RELU6", "SOFTMAX", "GATHER", "CONCAT")}}
+        **{k: _misc for k in ("MAX_POOL2D", "AVG_POOL2D", "ADAPTIVE_AVG_POOL2D", "REDUCE_MEAN", "REDUCE_SUM",
+                              "RSQRT", "SQUARE", "RELU6", "SOFTMAX", "GATHER", "CONCAT")}}
 
 
 def onnx_model(net, source_code, inputs, static=False):

@@ -199,6 +199,14 @@ def _dtype(x, w, bnp):
     return d
 
 
+def _pads(x_shape, w_shape, stride, pad, dil):
+    """((top, bottom), (left, right)) of a convolution's padding."""
+    if pad == ("same",):
+        return (K._same_pads(x_shape[2], w_shape[2], stride[0], dil[0]),
+                K._same_pads(x_shape[3], w_shape[3], stride[1], dil[1]))
+    return (pad[0], pad[1]), (pad[2], pad[3])
+
+
 def dims_of(x_shape, w_shape, stride, pad, dil, width_step=1):
     """(Ho, Wo, pt, pl, lo, hi) for a depthwise conv: lo..hi is the range of output columns whose
     taps all read inside the row (the vector loops run there: ow + lanes <= hi)."""
@@ -206,11 +214,7 @@ def dims_of(x_shape, w_shape, stride, pad, dil, width_step=1):
     _, _, kh, kw = w_shape
     sh, sw = stride
     dh, dw = dil
-    if pad == ("same",):
-        ph = K._same_pads(h, kh, sh, dh)
-        pw = K._same_pads(w, kw, sw, dw)
-    else:
-        ph, pw = (pad[0], pad[1]), (pad[2], pad[3])
+    ph, pw = _pads(x_shape, w_shape, stride, pad, dil)
     span_h, span_w = dh * (kh - 1) + 1, dw * (kw - 1) + 1
     if span_h > h + sum(ph) or span_w > w + sum(pw):
         raise Unsupported("the window is larger than the padded input (the interpreter says so)")
@@ -620,14 +624,6 @@ def im2col_function(dtype: str, sw: int):
     return hit
 
 
-def _pads(x_shape, w_shape, stride, pad, dil):
-    """((top, bottom), (left, right)) of a convolution's padding."""
-    if pad == ("same",):
-        return (K._same_pads(x_shape[2], w_shape[2], stride[0], dil[0]),
-                K._same_pads(x_shape[3], w_shape[3], stride[1], dil[1]))
-    return (pad[0], pad[1]), (pad[2], pad[3])
-
-
 def blas_mode(x_shape, w_shape, stride, pad, dil) -> str:
     """BlasConv's mode: "direct" (1x1, stride 1, unpadded: B is the image) or "im2col"."""
     ph, pw = _pads(x_shape, w_shape, stride, pad, dil)
@@ -945,10 +941,7 @@ class TapsConv:
         o, cg, kh, kw = w_shape
         sh, sw = stride
         ho, wo, pt, pl = dims_of(x_shape, w_shape, stride, pad, dil)[:4]
-        if pad == ("same",):
-            ph, pw = K._same_pads(h, kh, sh, dil[0]), K._same_pads(w, kw, sw, dil[1])
-        else:
-            ph, pw = (pad[0], pad[1]), (pad[2], pad[3])
+        ph, pw = _pads(x_shape, w_shape, stride, pad, dil)
         unpadded = sum(ph) + sum(pw) == 0
         if mode is None:
             mode = taps_mode(x_shape, w_shape, stride, pad, dil, group)

@@ -491,6 +491,44 @@ class Twice(nn.Cell):
         return self.a(self.a(x) * 0.5) - x
 
 
+def test_a_larger_shape_moves_the_arena_once_per_call():
+    """ALLOC_DEVICE_MEM lays out every slot at the call's symbols: a larger batch moves the arena to
+    one fresh buffer, not one per instruction whose slot is too small (each a fresh buffer of its own,
+    touched page by page), and the plan's slot sizes are what the values then take."""
+    code = memplan.apply(_chain_code())
+    assert len(code.memplan.slots) >= 2
+    bound = BoundCode(code, None, {}, None)
+    rng = np.random.default_rng(3)
+    for B, grows in ((4, 1), (4, 0), (32, 1), (8, 0), (64, 1)):
+        ar = bound.arenas[0] if bound.arenas else None
+        before = (ar.grown, ar.region.gen) if ar is not None else (0, None)
+        x = rng.standard_normal((B, 8)).astype(np.float32)
+        np.testing.assert_array_equal(bound.call([x]), _chain_ref(x))
+        ar = bound.arenas[0]
+        assert ar.grown - before[0] == grows, B
+        if before[1] is not None:       # (at most one fresh buffer: none where the thread's region is large enough)
+            assert ar.region.gen - before[1] <= grows, B
+        assert ar.nbytes == B * 8 * 4 * len(code.memplan.slots) or grows == 0
+
+
+def test_huge_buffers_are_aligned_and_advised():
+    """pages.empty: ALIGN-aligned n bytes; from HUGE bytes on the buffer starts on a 2 MB boundary (its
+    whole extents advised to be huge pages), and the memory is what numpy's tracer sees."""
+    import tracemalloc
+
+    from msvm import pages
+
+    for n in (1, 100, pages.HUGE - 1, pages.HUGE, 3 * pages.HUGE + 4096):
+        tracemalloc.start()
+        raw, buf = pages.empty(n)
+        traced = tracemalloc.get_traced_memory()[0]
+        tracemalloc.stop()
+        assert buf.nbytes == n and buf.dtype == np.uint8 and buf.base is raw and traced >= n
+        assert buf.ctypes.data % (pages.HUGE if n >= pages.HUGE else pages.ALIGN) == 0
+        buf[:] = 7
+        assert int(buf[-1]) == 7
+
+
 def test_one_sub_cell_called_twice_reuses_its_arena():
     net = Twice()
     x = np.random.default_rng(6).standard_normal((5, 8)).astype(np.float32)

@@ -130,6 +130,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .. import pages
 from ..bytecode.opcodes import KERNEL_KINDS
 from ..interp import kernels as K
 from .build import blas
@@ -429,13 +430,17 @@ def _gemm_caller(site, compiled, plan):
 
     o, cg, kh, kw = p["w_shape"]
     depthwise = cg == 1 and o == group > 1          # (a product of one row per group: the L1 kernel's taps)
-    bc = BlasConv(p["x_shape"], p["w_shape"], stride, pad, dil, d, group) \
-        if not depthwise and str(d) in blas()[1] else None
+    blas_ok = not depthwise and str(d) in blas()[1]
+    # (made at the first call that runs it: on the taps route only AB asks for it)
+    bcs = [BlasConv(p["x_shape"], p["w_shape"], stride, pad, dil, d, group)] if blas_ok and taps is None else []
     split = threads_for(2.0 * o * cg * kh * kw * plan.out_shape[2] * plan.out_shape[3])     # per image
 
     def go(inputs, out):
         if taps is not None and AB[0] is None:
             return taps(inputs, out)
+        if blas_ok and not bcs:
+            bcs.append(BlasConv(p["x_shape"], p["w_shape"], stride, pad, dil, d, group))
+        bc = bcs[0] if bcs else None
         x, w = inputs[0], inputs[1]
         # (``out``: the memory plan's buffer, taken where it is C-contiguous of the result's shape and dtype)
         if bc is not None:
@@ -815,16 +820,15 @@ def workspace(slot: int, n: int, d) -> np.ndarray:
     nbytes = max(n, 1) * d.itemsize
     buf = bufs.get(slot)
     if buf is None or buf.nbytes < nbytes:
-        # (64-byte aligned, as np.empty's large buffers are; the old buffer is freed once no view holds it)
-        buf = bufs[slot] = np.empty(nbytes + 64, np.uint8)
-    off = (-buf.ctypes.data) % 64
-    return buf[off:off + nbytes].view(d)
+        # (64-byte aligned, huge pages from 2 MB; the old buffer is freed once no view holds it)
+        buf = bufs[slot] = pages.empty(nbytes)[1]
+    return buf[:nbytes].view(d)
 
 
 def workspace_bytes() -> int:
     """The calling thread's conv workspaces, in bytes (tests, the memory report)."""
     bufs = getattr(_WS, "bufs", None) if _WS is not None else None
-    return sum(b.nbytes for b in (bufs or {}).values())
+    return sum(b.base.nbytes for b in (bufs or {}).values())
 
 
 # ---------------------------------------------------------------- dense convolutions on msvm's own GEMM

@@ -269,11 +269,13 @@ def h_alloc(ctx, i, args):
     dev, stream = ctx.device, int(args[1])
     if ctx.memplan is not None and stream == 0:
         arenas, nslots = ctx.arenas, len(ctx.memplan.slots)
+        sizes = _slot_sizes(ctx.memplan)
 
         def h(f, s):
             if _trace is None or getattr(_trace, "keeps_plan", False):
                 ar = arenas.pop() if arenas else Arena(nslots)
                 ar.open()
+                ar.reserve(sizes(f.symbols))
                 f.arena = ar
             return i + 1
         return h
@@ -283,6 +285,22 @@ def h_alloc(ctx, i, args):
         dev.alloc(f, stream)
         return i + 1
     return h
+
+
+def _slot_sizes(plan):
+    """``sizes(symbols)``: each slot's capacity in bytes at these symbols, None for a slot whose size
+    needs a symbol not bound at entry (a data-dependent dim: that slot grows where its value is made)."""
+    fns = [compile_sym(plan.slot_bytes(k)) for k in range(len(plan.slots))]
+
+    def sizes(env):
+        out = []
+        for fn in fns:
+            try:
+                out.append(fn(env))
+            except (KeyError, ZeroDivisionError, TypeError):
+                out.append(None)
+        return out
+    return sizes
 
 
 def h_free(ctx, i, args):

@@ -73,6 +73,7 @@ NAME = "msvm_gemm_packed"
 A_BLOCK_BYTES = 1 << 20     # rows of A per pass over the panels: about this many bytes (L2)
 PREFETCH_ROWS = 24          # panel rows ahead that the tiles prefetch (8, 16, 24, 32, 40, 64 measured)
 UNROLL = 4                  # k steps per trip of a packed tile's loop (1, 2, 4 measured: see ``_tiles``)
+UNROLL_WIDE = 1             # the same with AVX-512's 12-row tiles (``_tiles``: 4 spilled, 1.7x slower)
 A_PREFETCH = 64             # k steps ahead that the taps tiles prefetch their A (0: none)
 KC = 256                    # k per block: a panel's k block (KC x NR) stays in L1 across the row tiles
 _lock = threading.Lock()
@@ -126,26 +127,35 @@ def _tiles(L, name, t, w, nv, mr, vt, fma, mstore, mload, iota):
     128x3072x768 60.6-81.3 / 64.7-80.3 / 65.7-76.4, 296x768x768 61.8-63.9 / 64.2-66.0 / 66.1-68.1
     (4 ahead of 1 on 19 of 21 shape-runs); whole models, one core, alternating processes, CPU ms:
     BERT-base S=128 381-403 -> 311-314, GPT-2 S=16 55 -> 47-48 (S=16 BERT and S=128 GPT-2 within
-    the noise)."""
+    the noise).
+
+    AVX-512's 12 x 32 tile holds 24 of the 32 vector registers in accumulators: unrolled 4 steps,
+    LLVM's scheduler hoisted the later steps' broadcasts ahead of the first step's products and
+    spilled them to the stack (a vmovups store and reload per broadcast), so those tiles run one
+    step a trip (UNROLL_WIDE). Measured (AMD EPYC Zen 5, one core, thread CPU time, best of 5 rounds
+    of repeated calls, GFLOP/s msvm unroll 4 -> 1 / onnxruntime's MatMul by a constant in the same
+    process): 128x768x768 147 -> 257 / 252-256, 128x3072x768 133 -> 252 / 244-251, 16x768x3072
+    158 -> 245 / 242, 1024x1024x1024 126 -> 248 / 249-252."""
     nr = w * nv
+    unroll = UNROLL_WIDE if mr >= 12 else UNROLL
     for r in range(1, mr + 1):
         # C[r x cols] (+)= A[r x k] . Bpanel[k x NR]: from zero when ``first``, else onto C (a k block after the first)
         L(f"define internal void @{name}_tile{r}(i64 %k, {t}* noalias %a, i64 %lda, {t}* noalias %b, "
           f"{t}* noalias %c, i64 %ldc, i64 %cols, i1 %first) nounwind alwaysinline {{")
         L("entry:")
         _tile_head(L, t, w, nv, r, vt, mload, iota, prefetch_c=False)
-        # k in steps of UNROLL (one loop trip), then the k % UNROLL steps left one at a time
-        L(f"  %ku = and i64 %k, {-UNROLL}")
+        # k in steps of ``unroll`` (one loop trip), then the k % unroll steps left one at a time
+        L(f"  %ku = and i64 %k, {-unroll}")
         L("  %kz = icmp sle i64 %ku, 0")
         L("  br i1 %kz, label %after, label %loop")
         L("loop:")
         L("  %p = phi i64 [ 0, %pre ], [ %pn, %loop ]")
         _phis(L, vt, r, nv, "acc", [("init", "pre"), ("nacc", "loop")])
-        for u in range(UNROLL):
+        for u in range(unroll):
             L(f"  %pu{u} = add i64 %p, {u}")
             _step(L, t, w, nv, r, vt, fma, nr, f"%pu{u}", "acc" if u == 0 else f"u{u - 1}_",
-                  "nacc" if u == UNROLL - 1 else f"u{u}_", f"_{u}")
-        L(f"  %pn = add i64 %p, {UNROLL}")
+                  "nacc" if u == unroll - 1 else f"u{u}_", f"_{u}")
+        L(f"  %pn = add i64 %p, {unroll}")
         L("  %more = icmp slt i64 %pn, %ku")
         L("  br i1 %more, label %loop, label %after")
         L("after:")
@@ -468,7 +478,7 @@ class PackedGemm:
     name = "gemm_packed"
 
     def text(self) -> str:
-        return f"gemm_packed dtype={self.dtype} a_block={A_BLOCK_BYTES} kc={KC} prefetch={PREFETCH_ROWS} unroll={UNROLL}"
+        return f"gemm_packed dtype={self.dtype} a_block={A_BLOCK_BYTES} kc={KC} prefetch={PREFETCH_ROWS} unroll={UNROLL}/{UNROLL_WIDE}"
 
 
 def lower_gemm(k, name: str, features: str) -> str:

@@ -98,7 +98,8 @@ def images(rng, cin, sizes, special, dtype=np.float32):
     for n, h, w in sizes:
         x = rng.standard_normal((n, cin, h, w)).astype(dtype)
         if special and x.size:
-            x[0, 0, 1, 1], x[0, -1, 2, 3], x[-1, 0, -1, -1] = np.nan, np.inf, -np.inf
+            x[0, 0, min(1, h - 1), min(1, w - 1)], x[0, -1, min(2, h - 1), min(3, w - 1)] = np.nan, np.inf
+            x[-1, 0, -1, -1] = -np.inf
         out.append(x)
     return out
 
@@ -131,8 +132,9 @@ def test_depthwise_kernel_matches_l1_and_numpy(seed, level):
     for g, w, r in zip(got, wants, l1):
         close(g, w)
         close(g, r, tol=1e-6)
-    if level == "L2":            # one shape-generic kernel for every size
-        assert sum(len(s_.l2) for s_ in conv_sites(net)) == 1
+    if level == "L2":            # one shape-generic kernel for every size: by rows, and flat where rows are narrow
+        forms = {p.cls[11] for s_ in conv_sites(net) for p in s_.plans.values() if p is not None}
+        assert sum(len(s_.l2) for s_ in conv_sites(net)) == len(forms)
 
 
 def dense_spec(rng):
@@ -303,8 +305,8 @@ def test_the_depthwise_kernel_declares_what_the_convention_says(kinds, dtype):
     for i in range(1, len(kinds) + 1):
         prog += [("in", i), ("BROADCAST_ADD",)]
     llvm = {"i64": "i64", "double": "double", "ptr": "float*" if dtype == "float32" else "double*"}
-    for dims in (None, (4, 9, 9, 9, 9, 1, 1, 1, 8)):
-        k = conv.DepthwiseConv(dtype, 3, 3, (1, 1), (1, 1), True, kinds, tuple(prog), 8, dims)
+    for dims, flat in [(d, f) for d in (None, (4, 9, 9, 9, 9, 1, 1, 1, 8)) for f in (False, True)]:
+        k = conv.DepthwiseConv(dtype, 3, 3, (1, 1), (1, 1), True, kinds, tuple(prog), 8, dims, flat=flat)
         m = re.search(r"define void @k\((.*?)\) nounwind", lower(k, "k", ""))
         want = [llvm[a] for a in callconv.signature(k)]
         assert [p.split()[0] for p in m.group(1).split(", ")] == want
@@ -369,3 +371,53 @@ def test_a_convolution_with_nothing_fused_after_it_is_compiled(spec, level, dtyp
         y = cv.conv2d(h, p["conv.weight"], None, stride, padding, dilation, group)
         want = np.concatenate((y, y) if stride != 1 else (x.astype(np.float64), y), axis=1)
         close(g, want, tol=2e-5 if dtype == np.float32 else 1e-6)     # (the interpreter itself: 1e-8 off here)
+
+
+def flat_kernels(net, level) -> list:
+    """The flat flags of the depthwise / max-pool kernels the sites hold at that level."""
+    sites = [s for c in next(iter(net._runner.variants.values())).code.all_codes() for s in c.jit_sites.values()
+             if s.op in ("FUSED_CONV", "MAX_POOL2D")]
+    return [k.kernel.flat for s in sites for k in (s.l2 if level == "L2" else s.l3).values()
+            if isinstance(k, tiers.Compiled) and k.kernel.kind == "depthwise"]
+
+
+FLAT = [dict(k=3, pad_mode="same", padding=0, dilation=1, bias=True, act="relu6", residual=True),
+        dict(k=5, pad_mode="pad", padding=2, dilation=1, bias=False, act="none", residual=False),
+        dict(k=3, pad_mode="pad", padding=2, dilation=2, bias=False, act="hswish", residual=True),
+        dict(k=3, pad_mode="same", padding=0, dilation=2, bias=True, act="relu", residual=False)]
+
+
+@pytest.mark.parametrize("spec", range(len(FLAT)))
+@pytest.mark.parametrize("level", ["L2", "L3"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_flat_depthwise_kernel_on_narrow_planes(spec, level, dtype):
+    """Stride 1 with Wo = W on rows narrower than conv.FLAT_ROWS vectors: the flat kernel (each tap a
+    masked load at a constant offset over the whole plane), against L1 unfused (the same sums in the
+    same order: to 1e-6) and float64 numpy, on planes of one pixel, 7 x 7, 14 x 14, a last vector of
+    one lane, wider than tall and taller than wide, NaN and inf, batch 2."""
+    rng = np.random.default_rng(40 + spec)
+    c = 8
+    s = dict(cin=c, cout=c, stride=1, group=c, **FLAT[spec])
+    sizes = [(1, 7, 7), (2, 14, 14), (1, 1, 1), (1, 4, 31), (1, 29, 3), (1, 17, 17)]
+    xs = images(rng, c, sizes, special=True, dtype=dtype)
+    net = make(s, spec, dtype)
+    got = forward(net, level, True, xs)
+    assert flat_kernels(net, level) and all(flat_kernels(net, level)), flat_kernels(net, level)
+    l1 = forward(make(s, spec, dtype), "L1", False, xs)
+    for g, r, x in zip(got, l1, xs):
+        close(g, reference(make(s, spec, dtype), s, x), tol=1e-4 if dtype == np.float32 else 1e-9)
+        close(g, r, tol=1e-6)        # (L1 unfused in float64 is 4e-7 off numpy: its batch norm, not this kernel)
+
+
+@pytest.mark.parametrize("level", ["L2", "L3"])
+def test_flat_max_pool_of_stride_one(level):
+    """MAX_POOL2D of stride 1 with "same" padding on narrow planes runs flat: -inf where a window leaves
+    the plane, NaN wins; the same bits as L1."""
+    rng = np.random.default_rng(77)
+    xs = images(rng, 5, [(1, 7, 7), (2, 5, 13), (1, 1, 1)], special=True)
+    net = Pool(3, 1, "same", 0)
+    got = forward(net, level, True, xs)
+    assert flat_kernels(net, level) and all(flat_kernels(net, level))
+    for g, r, x in zip(got, forward(Pool(3, 1, "same", 0), "L1", True, xs), xs):
+        np.testing.assert_array_equal(g, r)
+        close(g, max_pool_reference(x, 3, 1, ((1, 1), (1, 1))))

@@ -478,7 +478,8 @@ class PackedGemm:
     name = "gemm_packed"
 
     def text(self) -> str:
-        return f"gemm_packed dtype={self.dtype} a_block={A_BLOCK_BYTES} kc={KC} prefetch={PREFETCH_ROWS} unroll={UNROLL}/{UNROLL_WIDE}"
+        return (f"gemm_packed dtype={self.dtype} a_block={A_BLOCK_BYTES} kc={KC} "
+                f"prefetch={PREFETCH_ROWS} unroll={UNROLL}/{UNROLL_WIDE}")
 
 
 def lower_gemm(k, name: str, features: str) -> str:

@@ -12,7 +12,9 @@ columns past the vector loops are computed one at a time with padded columns mas
 lanes and keeps every stride-th). The sum runs over the taps in the L1 kernel's order (the first
 product, then adding each next one; no FMA contraction), then the bias, then the epilogue
 (lower.emit_program), with numpy's answers on NaN and inf. L3 passes the same arguments, but
-the kernel uses its own constants (``dims``).
+the kernel uses its own constants (``dims``). Its flat form (``lower_flat``, stride 1 with Wo = W on
+narrow rows: conv.flat_ok) runs vectors over the whole plane instead of rows, each tap a masked load;
+its fifth pointer is then the lane-mask table (conv.flat_masks) in place of the zero row.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ def lower_depthwise(k, name: str, features: str) -> str:
     t = TYPES.get(k.dtype)
     if t is None:
         raise Unsupported(f"depthwise kernels in {k.dtype}")
+    if k.flat:
+        return lower_flat(k, name, t)
     es = 4 if t == "float" else 8
     b = Builder()
     intrinsics: set = set()
@@ -191,6 +195,124 @@ def lower_depthwise(k, name: str, features: str) -> str:
     b.raw("  ret void")
     b.raw("}")
     return "\n".join(sorted(intrinsics)) + "\n\n" + "\n".join(b.lines) + "\n"
+
+
+def lower_flat(k, name: str, t: str) -> str:
+    """The flat form of ``DepthwiseConv`` (``k.flat``: stride 1, Wo = W, so tap (i, j) of output q = oh * W + ow
+    reads input q + (i * dh - pt) * W + (j * dw - pl) of the plane): per plane, vectors of ``k.width``
+    consecutive outputs over the whole plane, each tap one masked load at a constant offset. The fifth
+    pointer argument is the lane-mask table (conv.flat_masks: per output vector and tap, an i32 whose
+    low ``width`` bits say which lanes read inside the plane; masked-off lanes read the padding, 0 or
+    -inf), so a 7 x 7 plane is 4 vectors rather than 7 rows of 1 vector lane and 3 scalar columns.
+    The same sum in the same order as the row form (and L1), the same bias and epilogue; the last
+    vector's lanes past Ho * Wo are neither stored nor read from the epilogue's tensors."""
+    es = 4 if t == "float" else 8
+    wd = k.width
+    b = Builder()
+    v = Vals(b, t, wd)
+    mload, mstore = f"@llvm.masked.load.{v.suffix}.p0{v.suffix}", f"@llvm.masked.store.{v.suffix}.p0{v.suffix}"
+    intrinsics = {f"declare {v.vt} {mload}({v.vt}*, i32, <{wd} x i1>, {v.vt})",
+                  f"declare void {mstore}({v.vt}, {v.vt}*, i32, <{wd} x i1>)"}
+    params = ["i64 %start", "i64 %end"] + [f"i64 %{d}_a" for d in DIMS]
+    params += [f"{t}* noalias %out", f"{t}* noalias %x", f"{t}* noalias %w", f"{t}* noalias %bias",
+               f"{t}* noalias %masks0"]
+    for j, kind in enumerate(k.kinds):
+        params.append(f"{t}* noalias %e{j}" if kind == "t" else f"double %s{j}")
+    b.raw(f"define void @{name}({', '.join(params)}) nounwind {{")
+    b.raw("entry:")
+    dim = {d: (str(k.dims[q]) if k.dims is not None else f"%{d}_a") for q, d in enumerate(DIMS)}
+    C, H, W, Ho, Wo, pt, pl = (dim[d] for d in DIMS[:7])
+    scal = {j: (b.op(f"fptrunc double %s{j} to float") if t == "float" else f"%s{j}")
+            for j, kind in enumerate(k.kinds) if kind == "s"}
+    masks = b.op(f"bitcast {t}* %masks0 to i32*")
+    kh, kw = k.kh, k.kw
+    dh, dw = k.dilation
+    cg, og = k.cg, k.og
+    taps = kh * kw
+    pool = k.reduce == "max"
+    pad = v.const(float("-inf") if pool else 0.0)
+    hw = b.op(f"mul i64 {H}, {W}")
+    q_end = b.op(f"mul i64 {Ho}, {Wo}")
+    nvec = b.op(f"udiv i64 {b.op(f'add i64 {q_end}, {wd - 1}')}, {wd}")
+    offs = []                   # each tap's offset in the plane: (i * dh - pt) * W + j * dw - pl
+    for i in range(kh):
+        row = b.op(f"mul i64 {b.op(f'sub i64 {i * dh}, {pt}')}, {W}")
+        offs += [b.op(f"add i64 {row}, {b.op(f'sub i64 {j * dw}, {pl}')}") for j in range(kw)]
+    iota = "<" + ", ".join(f"i64 {q}" for q in range(wd)) + ">"
+    b.raw("  br label %plane")
+    b.raw("plane:")
+    b.raw("  %r = phi i64 [ %start, %entry ], [ %rn, %vdone ]")
+    b.raw("  %rc = icmp slt i64 %r, %end")
+    b.raw("  br i1 %rc, label %plane_body, label %done")
+    b.raw("plane_body:")
+    ch = b.op(f"urem i64 %r, {C}")
+    if cg == og == 1:
+        xbases = [b.op(f"mul i64 %r, {hw}")]
+    else:
+        cin = b.op(f"mul i64 {b.op(f'udiv i64 {C}, {og}')}, {cg}")
+        image = b.op(f"udiv i64 %r, {C}")
+        group = b.op(f"udiv i64 {ch}, {og}")
+        first = b.op(f"add i64 {b.op(f'mul i64 {image}, {cin}')}, {b.op(f'mul i64 {group}, {cg}')}")
+        xbases = [b.op(f"mul i64 {b.op(f'add i64 {first}, {c}')}, {hw}") for c in range(cg)]
+    obase = b.op(f"mul i64 %r, {q_end}")
+    wbase = b.op(f"mul i64 {ch}, {taps * cg}")
+    ws = []
+    for q in range(taps * cg if not pool else 0):
+        wq = b.op(f"getelementptr {t}, {t}* %w, i64 {b.op(f'add i64 {wbase}, {q}')}")
+        ws.append(v.splat(b.op(f"load {t}, {t}* {wq}")))
+    bias = v.splat(b.op(f"load {t}, {t}* {b.op(f'getelementptr {t}, {t}* %bias, i64 {ch}')}")) \
+        if k.has_bias else None
+    svals = {j: v.splat(x) for j, x in scal.items()}
+    b.raw("  br label %vloop")
+    b.raw("vloop:")
+    b.raw("  %vi = phi i64 [ 0, %plane_body ], [ %vn, %vbody ]")
+    b.raw(f"  %vc = icmp slt i64 %vi, {nvec}")
+    b.raw("  br i1 %vc, label %vbody, label %vdone")
+    b.raw("vbody:")
+    q0 = b.op(f"mul i64 %vi, {wd}")
+    mrow = b.op(f"mul i64 %vi, {taps}")
+    acc = None
+    for c, xbase in enumerate(xbases):
+        base = b.op(f"add i64 {xbase}, {q0}")
+        for tp in range(taps):
+            mi = b.op(f"add i64 {mrow}, {tp}")
+            mw = b.op(f"load i32, i32* {b.op(f'getelementptr i32, i32* {masks}, i64 {mi}')}")
+            mb = b.op(f"bitcast i{wd} {b.op(f'trunc i32 {mw} to i{wd}')} to <{wd} x i1>") if wd > 1 else None
+            ptr = b.op(f"getelementptr {t}, {t}* %x, i64 {b.op(f'add i64 {base}, {offs[tp]}')}")
+            x = b.op(f"call {v.vt} {mload}({v.vt}* {b.op(f'bitcast {t}* {ptr} to {v.vt}*')}, i32 {es}, "
+                     f"<{wd} x i1> {mb}, {v.vt} {pad})")
+            if pool:
+                acc = x if acc is None else v.maximum(acc, x)
+            else:
+                prod = v.bin("fmul", x, ws[c * taps + tp])
+                acc = prod if acc is None else v.bin("fadd", acc, prod)
+    if bias is not None:
+        acc = v.bin("fadd", acc, bias)
+    # the lanes of this vector that are outputs (q < Ho * Wo)
+    iv = Vals(b, "i64", wd)
+    live = b.op(f"icmp slt <{wd} x i64> {b.op(f'add <{wd} x i64> {iv.splat(q0)}, {iota}')}, {iv.splat(q_end)}")
+    off = b.op(f"add i64 {obase}, {q0}")
+    ins = [acc]
+    for j, kind in enumerate(k.kinds):
+        if kind == "t":
+            ep = b.op(f"getelementptr {t}, {t}* %e{j}, i64 {off}")
+            ins.append(b.op(f"call {v.vt} {mload}({v.vt}* {b.op(f'bitcast {t}* {ep} to {v.vt}*')}, i32 {es}, "
+                            f"<{wd} x i1> {live}, {v.vt} zeroinitializer)"))
+        else:
+            ins.append(svals[j])
+    res = emit_program(v, k.program, ins)
+    op = b.op(f"getelementptr {t}, {t}* %out, i64 {off}")
+    b.raw(f"  call void {mstore}({v.vt} {res}, {v.vt}* {b.op(f'bitcast {t}* {op} to {v.vt}*')}, i32 {es}, "
+          f"<{wd} x i1> {live})")
+    b.raw("  %vn = add i64 %vi, 1")
+    b.raw("  br label %vloop")
+    b.raw("vdone:")
+    b.raw("  %rn = add i64 %r, 1")
+    b.raw("  br label %plane")
+    b.raw("done:")
+    b.raw("  ret void")
+    b.raw("}")
+    return "\n".join(sorted(intrinsics | v.intrinsics)) + "\n\n" + "\n".join(b.lines) + "\n"
 
 
 # ---------------------------------------------------------------- im2col (conv.Im2col)

@@ -174,15 +174,20 @@ def _threads():
 _pool = None
 
 
+_AFFINITY: list = []
+
+
 def cores() -> int:
     """The threads msvm may split one kernel's work over: the cores this process may run on
-    (its affinity), at most MSVM_THREADS where set."""
+    (its affinity when first asked: every caller a plan makes asks), at most MSVM_THREADS where set."""
     import os
 
-    try:
-        n = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        n = os.cpu_count() or 1
+    if not _AFFINITY:
+        try:
+            _AFFINITY.append(len(os.sched_getaffinity(0)))
+        except (AttributeError, OSError):
+            _AFFINITY.append(os.cpu_count() or 1)
+    n = _AFFINITY[0]
     want = os.environ.get("MSVM_THREADS", "")
     return max(1, min(n, int(want)) if want.isdigit() and int(want) > 0 else n)
 

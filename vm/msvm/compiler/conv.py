@@ -129,6 +129,7 @@ The staging buffers are one workspace per thread (``workspace``).
 from __future__ import annotations
 
 import ctypes
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -298,6 +299,7 @@ def flat_ok(stride, wo: int, w: int, dtype) -> bool:
     return tuple(stride) == (1, 1) and wo == w and w < FLAT_ROWS * vec_width(codegen().features, TYPES[str(dtype)])
 
 
+@functools.lru_cache(maxsize=256)      # (shared by the sites of one shape: read-only)
 def flat_masks(dims, kh: int, kw: int, dil, width: int) -> np.ndarray:
     """The flat kernel's lane masks: per output vector of ``width`` lanes (q = v * width + lane, over
     Ho * Wo) and per tap (i, j), an int32 whose bit ``lane`` says that output q's tap reads inside the
@@ -316,7 +318,9 @@ def flat_masks(dims, kh: int, kw: int, dil, width: int) -> np.ndarray:
             iw = ow + j * dil[1] - pl
             ok = rows & (iw >= 0) & (iw < w)
             masks[:, i * kw + j] = ok.reshape(nvec, width) @ bits
-    return masks.astype(np.uint32).view(np.int32)
+    out = masks.astype(np.uint32).view(np.int32)
+    out.flags.writeable = False
+    return out
 
 
 def with_affine(program: tuple) -> tuple:
@@ -1156,11 +1160,14 @@ def taps_kernel(d, lda: int, inplace=None):
     dtype d runs: A in place (``a_in_place``, or as ``inplace`` says) with its tile rows, B packed
     per k block where this target takes it (gemm.packs_b). The one place that decides it: the
     Site compiles (kernel_ir) the kernel that TapsConv calls."""
+    return _taps_kernel(np.dtype(d), lda, a_in_place() if inplace is None else inplace)
+
+
+@functools.lru_cache(maxsize=256)
+def _taps_kernel(d, lda: int, inplace: bool):
     from .gemm import TapsGemm, packs_b
 
-    inplace = a_in_place() if inplace is None else inplace
-    return TapsGemm(str(np.dtype(d)), a_inplace=inplace, rows=tile_rows_in_place(lda, d) if inplace else 0,
-                    pack_b=packs_b())
+    return TapsGemm(str(d), a_inplace=inplace, rows=tile_rows_in_place(lda, d) if inplace else 0, pack_b=packs_b())
 
 
 def gemm_taps(k):

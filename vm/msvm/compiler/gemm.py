@@ -62,6 +62,7 @@ at 8e6, 32.0-34.4 at 3e6; MobileNet v2 at 224 14.5-16.2 / 12.5-14.3 / 13.7-17.0 
 
 from __future__ import annotations
 
+import functools
 import threading
 from dataclasses import dataclass
 
@@ -509,6 +510,7 @@ def function(dtype: str):
     return _compiled[dtype].fn
 
 
+@functools.lru_cache(maxsize=64)       # (a plan and a caller ask per site: str(dtype) is slow)
 def panel_width(dtype) -> int:
     from .codegen import codegen
 
@@ -919,6 +921,7 @@ def pack_rows(a: np.ndarray, mr: int) -> np.ndarray:
     return np.ascontiguousarray(out.reshape(blocks, mr, k).transpose(0, 2, 1))
 
 
+@functools.lru_cache(maxsize=64)       # (a plan and a caller ask per site: str(dtype) is slow)
 def packs_b(features: str | None = None) -> bool:
     """Whether the taps product copies each k block of a panel before its row tiles read it
     (``ir_taps`` ``pack_b``): on targets without AVX-512. There a panel is 16 floats, one cache line
@@ -935,6 +938,7 @@ def packs_b(features: str | None = None) -> bool:
     return "+avx512f" not in features
 
 
+@functools.lru_cache(maxsize=64)       # (a plan and a caller ask per site: str(dtype) is slow)
 def tile_rows(dtype) -> int:
     from .codegen import codegen
 

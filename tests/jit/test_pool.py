@@ -79,6 +79,35 @@ def test_every_argument_kind_reaches_the_kernel(dtype):
     assert np.isnan(outs[0][1]).any() and not np.isnan(outs[0][0]).any()
 
 
+@pytest.mark.parametrize("xs, ws, pad, inplace", [
+    ((2, 24, 14, 14), (40, 24, 1, 1), (0, 0, 0, 0), True),       # 7 panels of 32 columns, 4 tiles of 12 rows
+    ((1, 8, 14, 14), (40, 8, 3, 3), (1, 1, 1, 1), True),         # the phase grid: 14 x 16
+    ((1, 8, 14, 14), (40, 8, 3, 3), (1, 1, 1, 1), False),        # A packed in MR-row blocks
+    ((1, 1024, 7, 11), (44, 1024, 1, 1), (0, 0, 0, 0), True),    # rows 4 KB apart: tiles of 8 rows
+])
+def test_a_row_split_agrees_bit_for_bit(xs, ws, pad, inplace):
+    """Where two threads share a taps product more evenly by output rows than by column panels
+    (conv._row_cut: a 14 x 14 map is 7 panels), each takes whole row tiles with their A rows, C rows,
+    batch norm, residual rows: the same bits as one thread, whatever the A layout."""
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal(xs).astype(np.float32)
+    x[0, 2, 3, 4] = np.nan
+    w = rng.standard_normal(ws).astype(np.float32)
+    tc = conv.TapsConv(xs, ws, (1, 1), pad, (1, 1), 1, np.float32, inplace=inplace)
+    assert tc.row_cut is not None and tc.row_cut % (tc.rows or conv._rows(np.float32)) == 0
+    a = conv.prepared_a(w, 1, np.float32, tc.inplace)
+    scale, shift = rng.uniform(0.5, 2, ws[0]).astype(np.float32), rng.standard_normal(ws[0]).astype(np.float32)
+    add = rng.standard_normal(tc.shape).astype(np.float32) if tc.grid is None else None
+    one, two = (tc(x, a, None, split, (scale, shift), add, 0.0, 6.0) for split in (1, 2))
+    np.testing.assert_array_equal(two, one)
+    from msvm.interp import kernels as K
+
+    ref = K.conv2d(x.astype(np.float64), w.astype(np.float64), (1, 1), pad, (1, 1), 1)
+    fused = np.minimum(np.maximum(ref * scale[:, None, None] + shift[:, None, None] + (add if add is not None else 0),
+                                  0), 6)
+    np.testing.assert_allclose(one, fused, rtol=1e-4, atol=1e-3)
+
+
 def test_racing_callers_and_large_batches():
     """Callers on several Python threads at once (one holds the pool, the others run both halves
     themselves), and a batch of more calls than the pool's slots (run on the caller): every result

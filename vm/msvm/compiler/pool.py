@@ -231,11 +231,22 @@ done:
 """
 
 
+_BITS: dict = {}
+
+
 def _bits(kind: str, a) -> int:
     """A float argument's bits as a 64-bit word (a C float in the low 32; as ctypes rounds it)."""
-    if kind == "double":
-        return struct.unpack("<q", struct.pack("<d", float(a)))[0]
-    return struct.unpack("<i", bytes(ctypes.c_float(float(a))))[0]
+    key = (kind, a)
+    # (the same few values every call: lo, hi, +-inf; not 0.0 and -0.0, equal keys of other bits, nor NaN)
+    w = _BITS.get(key) if a == a and a != 0 else None
+    if w is None:
+        if kind == "double":
+            w = struct.unpack("<q", struct.pack("<d", float(a)))[0]
+        else:
+            w = struct.unpack("<i", bytes(ctypes.c_float(float(a))))[0]
+        if len(_BITS) < 4096 and a == a and a != 0:
+            _BITS[key] = w
+    return w
 
 
 def _word(a) -> int:
@@ -323,7 +334,10 @@ class _Pool:
                     if info is None or len(args) != len(fn.argtypes) or wi + len(args) > WORDS:
                         return False
                     fl = info[3]
-                    vals = [_bits(fl[i], a) if i in fl else _word(a) for i, a in enumerate(args)]
+                    # (ints and pointers as ints are most of the words: no conversion; ~35 a split product)
+                    vals = [a if type(a) is int and i not in fl else _bits(fl[i], a) if i in fl else _word(a)
+                            for i, a in enumerate(args)] if fl else \
+                        [a if type(a) is int else _word(a) for a in args]
                     words[wi:wi + len(vals)] = vals
                     calls[3 * ci], calls[3 * ci + 1], calls[3 * ci + 2] = info[1], info[2], self.words_at + 8 * wi
                     ci += 1

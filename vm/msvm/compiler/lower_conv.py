@@ -277,7 +277,7 @@ def lower_flat(k, name: str, t: str) -> str:
         for tp in range(taps):
             mi = b.op(f"add i64 {mrow}, {tp}")
             mw = b.op(f"load i32, i32* {b.op(f'getelementptr i32, i32* {masks}, i64 {mi}')}")
-            mb = b.op(f"bitcast i{wd} {b.op(f'trunc i32 {mw} to i{wd}')} to <{wd} x i1>") if wd > 1 else None
+            mb = b.op(f"bitcast i{wd} {b.op(f'trunc i32 {mw} to i{wd}')} to <{wd} x i1>")
             ptr = b.op(f"getelementptr {t}, {t}* %x, i64 {b.op(f'add i64 {base}, {offs[tp]}')}")
             x = b.op(f"call {v.vt} {mload}({v.vt}* {b.op(f'bitcast {t}* {ptr} to {v.vt}*')}, i32 {es}, "
                      f"<{wd} x i1> {mb}, {v.vt} {pad})")

@@ -290,16 +290,21 @@ def h_alloc(ctx, i, args):
 def _slot_sizes(plan):
     """``sizes(symbols)``: each slot's capacity in bytes at these symbols, None for a slot whose size
     needs a symbol not bound at entry (a data-dependent dim: that slot grows where its value is made)."""
-    fns = [compile_sym(plan.slot_bytes(k)) for k in range(len(plan.slots))]
+    exprs = tuple(plan.slot_bytes(k) for k in range(len(plan.slots)))
+    every = compile_sym_tuple(exprs)          # (one call where all are bound: the usual case)
+    fns = [compile_sym(e) for e in exprs]
+
+    def one(fn, env):
+        try:
+            return fn(env)
+        except (KeyError, ZeroDivisionError, TypeError):
+            return None
 
     def sizes(env):
-        out = []
-        for fn in fns:
-            try:
-                out.append(fn(env))
-            except (KeyError, ZeroDivisionError, TypeError):
-                out.append(None)
-        return out
+        try:
+            return every(env)
+        except (KeyError, ZeroDivisionError, TypeError):
+            return [one(fn, env) for fn in fns]
     return sizes
 
 

@@ -15,7 +15,9 @@ OpenBLAS spin instead, and so does this one:
   counts them done, for up to SPIN_SECONDS (MSVM_POOL_SPIN_US) after its last task; then it blocks
   on a condition variable until the next post;
 - the caller writes the tasks (per call: a trampoline for its signature, its address and its
-  arguments packed as 64-bit words), then in one native call (``POST``) posts the batch, claims
+  arguments packed as 64-bit words: a ``Batch`` of buffers of its own, kept by the tasks as a key,
+  since a replay splits the same products with the same pointers every call and then only the task
+  heads are written), then in one native call (``POST``) posts the batch, claims
   tasks the same way until none is left, and spins until every task is done. A pool thread that is
   asleep, late or descheduled (another thread spinning on its core: onnxruntime's, in the bench's
   process) costs at most the task it holds: the caller takes the rest.
@@ -41,6 +43,7 @@ back to callconv.submit's pool.
 from __future__ import annotations
 
 import ctypes
+import math
 import os
 import struct
 import threading
@@ -50,7 +53,7 @@ from dataclasses import dataclass
 SPIN_ENV = "MSVM_POOL_SPIN_US"   # how long the pool's thread spins for the next batch before it sleeps (us)
 SPIN_SECONDS = 2e-3              # (by default)
 SLOTS = 64                # tasks per batch (more: all on the caller's thread)
-CALLS, WORDS = 512, 16384 # calls and argument words per batch (more: the same)
+CALLS = 512               # calls per batch (more: all on the caller's thread)
 PARTS = 2                 # tasks a split product is cut into (``parts``; more measured slower, module doc)
 WORD, DONE, TASKS = 0, 8, 16          # the control block's words: (seq, next, count), tasks done, the tasks
 POST, LOOP, TICKS = 0, 2, 3           # the control function's operations (POST: post, then work)
@@ -260,9 +263,6 @@ class _Pool:
 
         self.ctl = (ctypes.c_int64 * (TASKS + 2 * SLOTS))()
         self.at = ctypes.addressof(self.ctl)
-        self.calls = (ctypes.c_int64 * (3 * CALLS))()          # per call: trampoline, function, its words
-        self.words = (ctypes.c_int64 * WORDS)()                # the calls' arguments
-        self.calls_at, self.words_at = ctypes.addressof(self.calls), ctypes.addressof(self.words)
         c = compile_kernel(PoolCode(), 3, {"op": "POOL", "shape": [], "dtype": "none"})
         # (the control function returns an i64: its own prototype, not Compiled.fn's)
         self.fn = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64)(c.addr)
@@ -318,30 +318,52 @@ class _Pool:
         self.known[id(fn)] = (fn, hit)
         return hit
 
-    def run(self, tasks: list) -> bool:
-        """The tasks over this thread and the pool's; False (nothing run) where they do not fit the
-        control block, a function's argument type has no word, or another caller holds the pool."""
-        if len(tasks) > SLOTS or sum(len(t) for t in tasks) > CALLS or not self.busy.acquire(blocking=False):
+    def pack(self, tasks: list):
+        """``Batch`` of the tasks: their calls and argument words in buffers of its own; None where a
+        function's argument type has no word or the tasks do not fit the control block."""
+        ncalls = sum(len(t) for t in tasks)
+        if len(tasks) > SLOTS or ncalls > CALLS:
+            return None
+        infos, nwords = [], 0
+        for task in tasks:
+            for fn, args in task:
+                known = self.known.get(id(fn))
+                info = known[1] if known is not None and known[0] is fn else self._known(fn)
+                if info is None or len(args) != len(fn.argtypes):
+                    return None
+                infos.append(info)
+                nwords += len(args)
+        calls, words = (ctypes.c_int64 * (3 * ncalls))(), (ctypes.c_int64 * max(nwords, 1))()
+        calls_at, words_at = ctypes.addressof(calls), ctypes.addressof(words)
+        heads, ci, wi, signs = [], 0, 0, []
+        for task in tasks:
+            heads.append((len(task), calls_at + 24 * ci))
+            for _fn, args in task:
+                info = infos[ci]
+                fl = info[3]
+                # (ints and pointers as ints are most of the words: no conversion)
+                vals = [a if type(a) is int and i not in fl else _bits(fl[i], a) if i in fl else _word(a)
+                        for i, a in enumerate(args)] if fl else [a if type(a) is int else _word(a) for a in args]
+                words[wi:wi + len(vals)] = vals
+                calls[3 * ci], calls[3 * ci + 1], calls[3 * ci + 2] = info[1], info[2], words_at + 8 * wi
+                signs += [math.copysign(1.0, args[i]) for i in fl]
+                ci += 1
+                wi += len(vals)
+        return Batch(heads, calls, words, tuple(signs), tuple(fn for task in tasks for fn, _ in task))
+
+    def run(self, tasks: list, batch=None) -> bool:
+        """The tasks (or their ``Batch``, packed before) over this thread and the pool's; False
+        (nothing run) where they cannot be packed or another caller holds the pool."""
+        if batch is None:
+            batch = self.pack(tasks)
+            if batch is None:
+                return False
+        if not self.busy.acquire(blocking=False):
             return False
         try:
-            ci = wi = 0
-            calls, words, ctl = self.calls, self.words, self.ctl
-            for j, task in enumerate(tasks):
-                ctl[TASKS + 2 * j], ctl[TASKS + 2 * j + 1] = len(task), self.calls_at + 24 * ci
-                for fn, args in task:
-                    known = self.known.get(id(fn))
-                    info = known[1] if known is not None and known[0] is fn else self._known(fn)
-                    if info is None or len(args) != len(fn.argtypes) or wi + len(args) > WORDS:
-                        return False
-                    fl = info[3]
-                    # (ints and pointers as ints are most of the words: no conversion; ~35 a split product)
-                    vals = [a if type(a) is int and i not in fl else _bits(fl[i], a) if i in fl else _word(a)
-                            for i, a in enumerate(args)] if fl else \
-                        [a if type(a) is int else _word(a) for a in args]
-                    words[wi:wi + len(vals)] = vals
-                    calls[3 * ci], calls[3 * ci + 1], calls[3 * ci + 2] = info[1], info[2], self.words_at + 8 * wi
-                    ci += 1
-                    wi += len(vals)
+            ctl = self.ctl
+            for j, (n, at) in enumerate(batch.heads):
+                ctl[TASKS + 2 * j], ctl[TASKS + 2 * j + 1] = n, at
             ctl[DONE] = 0
             self.seq = (self.seq + 1) & 0xFFFFFFFF
             with self.cond:
@@ -349,14 +371,31 @@ class _Pool:
                 if self.sleeping:
                     self.cond.notify()
             try:                                      # (posts, runs, returns when every task has run)
-                here = self.fn(POST, self.at, self.seq << 32 | len(tasks))
+                here = self.fn(POST, self.at, self.seq << 32 | len(batch.heads))
             finally:
                 self.posting = False
             self.ran_here += here
-            self.ran_there += len(tasks) - here
+            self.ran_there += len(batch.heads) - here
             return True
         finally:
             self.busy.release()
+
+
+@dataclass
+class Batch:
+    """A task list packed (``_Pool.pack``): per task its call count and first call's address, and the
+    calls (trampoline, function, words) and words in buffers of its own, so posting it again writes
+    the task heads only. ``signs``: the float arguments' signs (0.0 and -0.0 are equal keys); ``fns``:
+    the functions (a key holds their ids)."""
+    heads: list
+    calls: object
+    words: object
+    signs: tuple
+    fns: tuple
+
+
+BATCHES = 512            # packed task lists kept (``share``: a replay posts the same ones every call)
+_batches: dict = {}
 
 
 def _inline(calls) -> None:
@@ -408,8 +447,33 @@ def share(tasks: list) -> None:
         finally:
             fut.result()
         return
-    if not pool().run(tasks):
+    p = pool()
+    # a replay splits the same products with the same pointers every call: their packed batch again
+    key = tuple([tuple([(id(fn), args) for fn, args in task]) for task in tasks])
+    try:
+        batch = _batches.get(key)
+    except TypeError:                   # (an unhashable argument: packed each time)
+        key, batch = None, None
+    if batch is not None and (any(a is not b for a, b in zip(batch.fns, [fn for task in tasks for fn, _ in task]))
+                              or batch.signs and batch.signs != _signs(tasks, p)):
+        batch = None
+    if batch is None:
+        batch = p.pack(tasks)
+        if batch is not None and key is not None:
+            if len(_batches) >= BATCHES:
+                _batches.clear()
+            _batches[key] = batch
+    if batch is None or not p.run(tasks, batch):
         _inline([call for task in tasks for call in task])
+
+
+def _signs(tasks, p) -> tuple:
+    """The signs of the tasks' float arguments, in ``Batch.signs``'s order."""
+    out = []
+    for task in tasks:
+        for fn, args in task:
+            out += [math.copysign(1.0, args[i]) for i in p.known[id(fn)][1][3]]
+    return tuple(out)
 
 
 def parts(total: int, unit: int, most: int | None = None) -> list:

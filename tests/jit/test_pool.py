@@ -400,3 +400,25 @@ def test_large_elementwise_and_row_passes_split_on_the_pool(monkeypatch):
         p = e / e.sum(-1, keepdims=True)
     np.testing.assert_allclose(outs["split"][1], z, rtol=1e-5, atol=1e-5, equal_nan=True)
     np.testing.assert_allclose(outs["split"][0], p, rtol=1e-4, atol=1e-5, equal_nan=True)
+
+
+def test_a_task_list_is_packed_once_and_its_float_signs_count():
+    """share() keeps the packed task list of a split product (a replay posts the same pointers every
+    call): posted again, it is the same batch and the same bits; a float argument of another sign
+    (lo = -0.0 after 0.0: equal as keys) is packed anew, so max(+0.0, lo) keeps lo's sign."""
+    xs, ws = (1, 8, 14, 14), (40, 8, 1, 1)
+    x, w = np.zeros(xs, np.float32), np.zeros(ws, np.float32)
+    tc = conv.TapsConv(xs, ws, (1, 1), (0, 0, 0, 0), (1, 1), 1, np.float32)
+    a = conv.prepared_a(w, 1, np.float32, tc.inplace)
+    out = np.empty(tc.shape, np.float32)
+    pool._batches.clear()
+    for lo in (0.0, -0.0, 0.0):
+        want = tc(x, a, None, 1, None, None, lo, 6.0)
+        kept = []
+        for _ in range(3):
+            got = tc(x, a, out, 2, None, None, lo, 6.0)
+            np.testing.assert_array_equal(got, want)
+            assert (np.signbit(got) == (str(lo)[0] == "-")).all(), lo
+            assert len(pool._batches) == 1      # (the sign is checked on a hit, not keyed: one entry)
+            kept.append(next(iter(pool._batches.values())))
+        assert kept[0] is kept[1] is kept[2]    # posted again as it was packed

@@ -220,9 +220,13 @@ def _plan_rms_norm(site, inputs):       # (issue 18) FUSED_RMS_NORM: a row kerne
     return plan_rms_norm(site, inputs)
 
 
+def _plan_attention(site, inputs):      # (attention_plan imports this module: importing it first must work)
+    return attention_plan.plan(site, inputs)
+
+
 # each jit-able row's planner, ``planner(site, inputs) -> Plan``: its kind's, except the two row kernels whose
 # inputs norm.py reads (a handler table, as interp/kernels.py's KERNELS: tests/vm/test_table.py checks it)
-_BY_KIND = {"elementwise": plan_elementwise, "matmul": plan_matmul, "row": plan_row, "attention": attention_plan.plan,
+_BY_KIND = {"elementwise": plan_elementwise, "matmul": plan_matmul, "row": plan_row, "attention": _plan_attention,
             "conv": conv.plan}
 PLANNERS = {op: _BY_KIND[kind] for op, kind in KINDS.items()}
 PLANNERS.update(FUSED_ADD_LAYER_NORM=_plan_add_norm, FUSED_RMS_NORM=_plan_rms_norm)

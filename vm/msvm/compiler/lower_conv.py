@@ -32,45 +32,14 @@ def lower_depthwise(k, name: str, features: str) -> str:
     es = 4 if t == "float" else 8
     b = Builder()
     intrinsics: set = set()
-    params = ["i64 %start", "i64 %end"] + [f"i64 %{d}_a" for d in DIMS]
-    params += [f"{t}* noalias %out", f"{t}* noalias %x", f"{t}* noalias %w", f"{t}* noalias %bias",
-               f"{t}* noalias %zrow"]
-    for j, kind in enumerate(k.kinds):
-        params.append(f"{t}* noalias %e{j}" if kind == "t" else f"double %s{j}")
-    b.raw(f"define void @{name}({', '.join(params)}) nounwind {{")
-    b.raw("entry:")
-    dim = {d: (str(k.dims[q]) if k.dims is not None else f"%{d}_a") for q, d in enumerate(DIMS)}
+    dim, scal = _signature(b, k, t, name, "zrow")
     C, H, W, Ho, Wo, pt, pl, lo, hi = (dim[d] for d in DIMS)
-    scal = {j: (b.op(f"fptrunc double %s{j} to float") if t == "float" else f"%s{j}")
-            for j, kind in enumerate(k.kinds) if kind == "s"}
     kh, kw = k.kh, k.kw
     (sh, sw), (dh, dw) = k.stride, k.dilation
-    taps = kh * kw
-    b.raw("  br label %plane")
-    b.raw("plane:")
-    b.raw("  %r = phi i64 [ %start, %entry ], [ %rn, %row ]")
-    b.raw("  %rc = icmp slt i64 %r, %end")
-    b.raw("  br i1 %rc, label %plane_body, label %done")
-    b.raw("plane_body:")
-    cg, og = k.cg, k.og                  # input channels summed per output channel; output channels per group
-    ch = b.op(f"urem i64 %r, {C}")
-    hw = b.op(f"mul i64 {H}, {W}")
-    if cg == og == 1:                    # depthwise (and pooling): the input plane is the output plane
-        xbases = [b.op(f"mul i64 %r, {hw}")]
-    else:                                # image r / C, input channels (ch / og) * cg + c
-        cin = b.op(f"mul i64 {b.op(f'udiv i64 {C}, {og}')}, {cg}")
-        image = b.op(f"udiv i64 %r, {C}")
-        group = b.op(f"udiv i64 {ch}, {og}")
-        first = b.op(f"add i64 {b.op(f'mul i64 {image}, {cin}')}, {b.op(f'mul i64 {group}, {cg}')}")
-        xbases = [b.op(f"mul i64 {b.op(f'add i64 {first}, {c}')}, {hw}") for c in range(cg)]
-    obase = b.op(f"mul i64 %r, {b.op(f'mul i64 {Ho}, {Wo}')}")
-    wbase = b.op(f"mul i64 {ch}, {taps * cg}")
-    ws = []
+    cg = k.cg
     pool = k.reduce == "max"
-    for q in range(taps * cg if not pool else 0):
-        wq = b.op(f"getelementptr {t}, {t}* %w, i64 {b.op(f'add i64 {wbase}, {q}')}")
-        ws.append(b.op(f"load {t}, {t}* {wq}"))
-    bias = b.op(f"load {t}, {t}* {b.op(f'getelementptr {t}, {t}* %bias, i64 {ch}')}") if k.has_bias else None
+    xbases, ws, bias = _plane(b, k, t, dim, "row")
+    obase = b.op(f"mul i64 %r, {b.op(f'mul i64 {Ho}, {Wo}')}")
     widths = [k.width] + ([4] if k.width > 4 else [])
     splats = {}
     pad = float("-inf") if pool else 0.0      # what a padded tap reads (the L1 kernels pad with it)
@@ -197,6 +166,55 @@ def lower_depthwise(k, name: str, features: str) -> str:
     return "\n".join(sorted(intrinsics)) + "\n\n" + "\n".join(b.lines) + "\n"
 
 
+def _signature(b, k, t: str, name: str, aux: str) -> tuple:
+    """The define line of a DepthwiseConv kernel (callconv.HEAD["depthwise"]; ``aux`` names the fifth
+    pointer: the zero row, or the flat form's lane masks) and its entry block: (its dims by name,
+    the L3 kernel's constants or the L2 one's arguments; the epilogue's scalars in T)."""
+    params = ["i64 %start", "i64 %end"] + [f"i64 %{d}_a" for d in DIMS]
+    params += [f"{t}* noalias %out", f"{t}* noalias %x", f"{t}* noalias %w", f"{t}* noalias %bias",
+               f"{t}* noalias %{aux}"]
+    for j, kind in enumerate(k.kinds):
+        params.append(f"{t}* noalias %e{j}" if kind == "t" else f"double %s{j}")
+    b.raw(f"define void @{name}({', '.join(params)}) nounwind {{")
+    b.raw("entry:")
+    dim = {d: (str(k.dims[q]) if k.dims is not None else f"%{d}_a") for q, d in enumerate(DIMS)}
+    scal = {j: (b.op(f"fptrunc double %s{j} to float") if t == "float" else f"%s{j}")
+            for j, kind in enumerate(k.kinds) if kind == "s"}
+    return dim, scal
+
+
+def _plane(b, k, t: str, dim: dict, back: str) -> tuple:
+    """The loop over the planes %r in [start, end) (``back``: the block that ends a plane's body and
+    goes to the next; %rn its successor) and, in its body, (the offsets of the input planes it reads,
+    the channel's weights and its bias: scalars of T, no weights for a max pool)."""
+    C, H, W = dim["C"], dim["H"], dim["W"]
+    cg, og = k.cg, k.og                  # input channels summed per output channel; output channels per group
+    b.raw("  br label %plane")
+    b.raw("plane:")
+    b.raw(f"  %r = phi i64 [ %start, %entry ], [ %rn, %{back} ]")
+    b.raw("  %rc = icmp slt i64 %r, %end")
+    b.raw("  br i1 %rc, label %plane_body, label %done")
+    b.raw("plane_body:")
+    ch = b.op(f"urem i64 %r, {C}")
+    hw = b.op(f"mul i64 {H}, {W}")
+    if cg == og == 1:                    # depthwise (and pooling): the input plane is the output plane
+        xbases = [b.op(f"mul i64 %r, {hw}")]
+    else:                                # image r / C, input channels (ch / og) * cg + c
+        cin = b.op(f"mul i64 {b.op(f'udiv i64 {C}, {og}')}, {cg}")
+        image = b.op(f"udiv i64 %r, {C}")
+        group = b.op(f"udiv i64 {ch}, {og}")
+        first = b.op(f"add i64 {b.op(f'mul i64 {image}, {cin}')}, {b.op(f'mul i64 {group}, {cg}')}")
+        xbases = [b.op(f"mul i64 {b.op(f'add i64 {first}, {c}')}, {hw}") for c in range(cg)]
+    taps = k.kh * k.kw
+    wbase = b.op(f"mul i64 {ch}, {taps * cg}")
+    ws = []
+    for q in range(taps * cg if k.reduce != "max" else 0):
+        wq = b.op(f"getelementptr {t}, {t}* %w, i64 {b.op(f'add i64 {wbase}, {q}')}")
+        ws.append(b.op(f"load {t}, {t}* {wq}"))
+    bias = b.op(f"load {t}, {t}* {b.op(f'getelementptr {t}, {t}* %bias, i64 {ch}')}") if k.has_bias else None
+    return xbases, ws, bias
+
+
 def lower_flat(k, name: str, t: str) -> str:
     """The flat form of ``DepthwiseConv`` (``k.flat``: stride 1, Wo = W, so tap (i, j) of output q = oh * W + ow
     reads input q + (i * dh - pt) * W + (j * dw - pl) of the plane): per plane, vectors of ``k.width``
@@ -213,25 +231,14 @@ def lower_flat(k, name: str, t: str) -> str:
     mload, mstore = f"@llvm.masked.load.{v.suffix}.p0{v.suffix}", f"@llvm.masked.store.{v.suffix}.p0{v.suffix}"
     intrinsics = {f"declare {v.vt} {mload}({v.vt}*, i32, <{wd} x i1>, {v.vt})",
                   f"declare void {mstore}({v.vt}, {v.vt}*, i32, <{wd} x i1>)"}
-    params = ["i64 %start", "i64 %end"] + [f"i64 %{d}_a" for d in DIMS]
-    params += [f"{t}* noalias %out", f"{t}* noalias %x", f"{t}* noalias %w", f"{t}* noalias %bias",
-               f"{t}* noalias %masks0"]
-    for j, kind in enumerate(k.kinds):
-        params.append(f"{t}* noalias %e{j}" if kind == "t" else f"double %s{j}")
-    b.raw(f"define void @{name}({', '.join(params)}) nounwind {{")
-    b.raw("entry:")
-    dim = {d: (str(k.dims[q]) if k.dims is not None else f"%{d}_a") for q, d in enumerate(DIMS)}
-    C, H, W, Ho, Wo, pt, pl = (dim[d] for d in DIMS[:7])
-    scal = {j: (b.op(f"fptrunc double %s{j} to float") if t == "float" else f"%s{j}")
-            for j, kind in enumerate(k.kinds) if kind == "s"}
+    dim, scal = _signature(b, k, t, name, "masks0")
+    H, W, Ho, Wo, pt, pl = (dim[d] for d in DIMS[1:7])
     masks = b.op(f"bitcast {t}* %masks0 to i32*")
     kh, kw = k.kh, k.kw
     dh, dw = k.dilation
-    cg, og = k.cg, k.og
     taps = kh * kw
     pool = k.reduce == "max"
     pad = v.const(float("-inf") if pool else 0.0)
-    hw = b.op(f"mul i64 {H}, {W}")
     q_end = b.op(f"mul i64 {Ho}, {Wo}")
     nvec = b.op(f"udiv i64 {b.op(f'add i64 {q_end}, {wd - 1}')}, {wd}")
     offs = []                   # each tap's offset in the plane: (i * dh - pt) * W + j * dw - pl
@@ -239,29 +246,10 @@ def lower_flat(k, name: str, t: str) -> str:
         row = b.op(f"mul i64 {b.op(f'sub i64 {i * dh}, {pt}')}, {W}")
         offs += [b.op(f"add i64 {row}, {b.op(f'sub i64 {j * dw}, {pl}')}") for j in range(kw)]
     iota = "<" + ", ".join(f"i64 {q}" for q in range(wd)) + ">"
-    b.raw("  br label %plane")
-    b.raw("plane:")
-    b.raw("  %r = phi i64 [ %start, %entry ], [ %rn, %vdone ]")
-    b.raw("  %rc = icmp slt i64 %r, %end")
-    b.raw("  br i1 %rc, label %plane_body, label %done")
-    b.raw("plane_body:")
-    ch = b.op(f"urem i64 %r, {C}")
-    if cg == og == 1:
-        xbases = [b.op(f"mul i64 %r, {hw}")]
-    else:
-        cin = b.op(f"mul i64 {b.op(f'udiv i64 {C}, {og}')}, {cg}")
-        image = b.op(f"udiv i64 %r, {C}")
-        group = b.op(f"udiv i64 {ch}, {og}")
-        first = b.op(f"add i64 {b.op(f'mul i64 {image}, {cin}')}, {b.op(f'mul i64 {group}, {cg}')}")
-        xbases = [b.op(f"mul i64 {b.op(f'add i64 {first}, {c}')}, {hw}") for c in range(cg)]
+    xbases, ws, bias = _plane(b, k, t, dim, "vdone")
     obase = b.op(f"mul i64 %r, {q_end}")
-    wbase = b.op(f"mul i64 {ch}, {taps * cg}")
-    ws = []
-    for q in range(taps * cg if not pool else 0):
-        wq = b.op(f"getelementptr {t}, {t}* %w, i64 {b.op(f'add i64 {wbase}, {q}')}")
-        ws.append(v.splat(b.op(f"load {t}, {t}* {wq}")))
-    bias = v.splat(b.op(f"load {t}, {t}* {b.op(f'getelementptr {t}, {t}* %bias, i64 {ch}')}")) \
-        if k.has_bias else None
+    ws = [v.splat(x) for x in ws]
+    bias = v.splat(bias) if bias is not None else None
     svals = {j: v.splat(x) for j, x in scal.items()}
     b.raw("  br label %vloop")
     b.raw("vloop:")

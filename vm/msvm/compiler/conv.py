@@ -994,7 +994,7 @@ class TapsConv:
     One kernel call per image and group (``split``: the output columns in pool.parts of whole
     panels, shared with the pool's thread by pool.share)."""
 
-    def __init__(self, x_shape, w_shape, stride, pad, dil, group, d, mode=None, inplace=None):
+    def __init__(self, x_shape, w_shape, stride, pad, dil, group, d, mode=None, inplace=None, dot=None):
         n, c, h, w = x_shape
         o, cg, kh, kw = w_shape
         sh, sw = stride
@@ -1070,6 +1070,20 @@ class TapsConv:
         # A elements per group: packed row blocks, or the weight's own rows
         self.gstride = (self.og if inplace else -(-self.og // mr) * mr) * self.lda
         self.row_cut = _row_cut(self.q, self.nr, self.og, self.rows or mr) if group == 1 else None
+        # the inner-product route (gemm_dot): the image's columns copied as rows, no lane idle
+        if dot is None:
+            dot = group == 1 and inplace and use_dot(ho * wo, self.q, self.lda, len(self.taps), self.nr, self.d)
+        self.dot = bool(dot) and group == 1
+        if self.dot:
+            from .gemm_dot import TI, function
+
+            self.grid = self.acc = None
+            self.xt1 = mode in ("direct", "sub")        # a transpose of the (subsampled) planes, else the k x k copy
+            fns = {part: function(self.d, part) for part in ("xt", "xt1", "dot")}   # (a new size may want the other copy)
+            self.xt, self.dotfn = fns["xt1" if self.xt1 else "xt"], fns["dot"]
+            self.geom = (c, h, w, kh, kw, sh, sw, pt, pl, dil[0], dil[1], ho, wo)
+            tiles = -(-o // TI)
+            self.row_cut = -(-tiles // 2) * TI if tiles > 1 else None     # (two threads: halves of whole tiles)
 
     def __call__(self, x, a, out=None, split=1, bn=None, add=None, lo=-np.inf, hi=np.inf):
         """The convolution of x (any strides) by ``a`` (``prepared_a``) into ``out`` where it is
@@ -1083,6 +1097,9 @@ class TapsConv:
         if n == 0 or res.size == 0:
             return res
         assert add is None or (self.grid is None and add.shape == self.shape and add.flags.c_contiguous)
+        if self.dot:
+            self._run_dot(x, a, res, split, bn, add, lo, hi)
+            return res
         sbuf = None if self.src is None else workspace(0, self.src[0] * self.src[1], self.d).reshape(self.src)
         acc = None if self.acc is None else workspace(1, self.acc[0] * self.acc[1], self.d).reshape(self.acc)
         if self.mode == "phase":
@@ -1131,6 +1148,73 @@ class TapsConv:
                 _run_calls(fn, calls, 0, q)
             if acc is not None:
                 res[b] = acc.reshape(self.grid)[:, :, :self.wo]
+
+
+    def _run_dot(self, x, a, res, split, bn, add, lo, hi):
+        """Per image: its columns as rows (B^T [P][K]: ``xt1`` on the planes, or on the subsampled planes,
+        else ``xt`` from the image itself), then ``dot`` into the result's [O][P] (its rows in halves on
+        two threads)."""
+        isz = self.d.itemsize
+        o, p, k = self.o, self.ho * self.wo, self.lda
+        bt = workspace(1, p * k, self.d)
+        btp = data_pointer(bt)
+        sbuf = workspace(0, self.src[0] * self.src[1], self.d).reshape(self.src) if self.mode == "sub" else None
+        head = (k, data_pointer(a), k, btp, k)
+        epi = (bn is not None, data_pointer(bn[0]) if bn is not None else 0, data_pointer(bn[1]) if bn is not None else 0)
+        for b in range(x.shape[0]):
+            xb = x[b] if x[b].flags.c_contiguous else np.ascontiguousarray(x[b])
+            if self.mode == "sub":
+                np.copyto(sbuf[:, :p].reshape(self.c, self.ho, self.wo), xb[self.sub])
+                self.xt(self.c, self.row, data_pointer(sbuf), btp, 0, p)
+            elif self.xt1:
+                self.xt(self.c, self.row, data_pointer(xb), btp, 0, p)
+            else:
+                self.xt(*self.geom, data_pointer(xb), btp, 0, self.ho)
+            out = (data_pointer(res[b]), data_pointer(add[b]) if add is not None else 0)
+            cuts = ((0, self.row_cut), (self.row_cut, o)) if split > 1 and self.row_cut is not None else ((0, o),)
+            calls = [[(self.dotfn, _dot_rows(r0, r1, p, head, out, epi, lo, hi, isz))] for r0, r1 in cuts]
+            if len(calls) > 1:
+                share(calls)
+            else:
+                f, args = calls[0][0]
+                f(*args)
+
+
+def _dot_rows(r0, r1, p, head, out, epi, lo, hi, isz) -> tuple:
+    """The arguments of ``dot`` over the output rows [r0, r1) of one image (``TapsConv._run_dot``): A,
+    C, the batch norm's scale and shift and the residual moved on by r0 rows."""
+    k, ap, lda, bp, ldb = head
+    cp, rp = out
+    hasb, sp, bip = epi
+    return (r1 - r0, p, k, ap + r0 * lda * isz, lda, bp, ldb, cp + r0 * p * isz, p, hasb,
+            sp and sp + r0 * isz or None, bip and bip + r0 * isz or None, rp and rp + r0 * p * isz or None, p, lo, hi)
+
+
+def use_dot(p: int, q: int, k: int, ntaps: int, nr: int, d) -> bool:
+    """Whether a convolution of p output pixels (q columns on the taps product's grid) and K = k runs
+    the inner-product route (``TapsConv._run_dot``) rather than the taps product: where the taps
+    product's lanes are idle (p over q rounded up to whole panels of nr) beyond what the copy of the
+    columns costs. Measured (AMD EPYC Zen 5, one core, both kernels interleaved in one process, best of
+    5 rounds, GFLOP/s taps / dot, the copy not counted): 1x1 7x7 512 -> 2048 180 / 192, 2048 -> 512
+    179 / 190, 1x1 14x14 1024 -> 256 181 / 226, 256 -> 1024 205 / 193, 3x3 14x14 256 209 / 194, 3x3 7x7
+    512 182 / 192, 3x3 5x5 512 95 / 190, 1x1 10x10 1024 -> 256 163 / 181; the copy (``xt1``, a
+    transpose) 0.14-0.38 ns an element (2-4% of a 1x1 layer), the k x k copy (``xt``) 0.8-0.9 ns (8% of
+    the 7x7 3x3 layer: there taps stays). On AVX-512 only (the dot tile's 24 accumulators and 10
+    operands want its 32 vector registers)."""
+    from .codegen import codegen
+
+    if np.dtype(d) not in (np.float32, np.float64) or p == 0 or k == 0 or "+avx512f" not in codegen().features:
+        return False
+    used = p / (-(-q // nr) * nr)
+    if ntaps == 1:
+        return used < DOT_USED or (used < DOT_USED_LONG and k >= DOT_LONG_K)
+    return used < DOT_USED_TAPS
+
+
+DOT_USED = 0.8              # 1x1: the taps product's share of used lanes below which dot runs (use_dot)
+DOT_USED_LONG = 0.9         # ... and below this where K >= DOT_LONG_K
+DOT_LONG_K = 1024
+DOT_USED_TAPS = 0.6         # k x k (its copy costs more)
 
 
 def _row_cut(q: int, nr: int, rows: int, unit: int) -> int | None:

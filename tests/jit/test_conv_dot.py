@@ -1,0 +1,199 @@
+"""Convolutions on the inner-product route (issue 18: compiler/gemm_dot.py, conv.TapsConv ``dot``): the
+image's columns copied as rows (``xt1``: a transpose, ``xt``: the k x k copy from the image itself,
+borders as zeros), then ``dot`` with vectors over K and the epilogue applied to the summed tile.
+The kernels on random shapes (not multiples of the tile, K over several blocks, K not a multiple
+of the vector) against float64 numpy with NaN and inf; the copies bit for bit against numpy's; the
+conv blocks of test_conv_gemm forced onto the route at L2, L3 and auto against L1 unfused and the
+numpy reference; one and two threads bit for bit; the route's rule."""
+
+import msvm as ms
+import numpy as np
+import pytest
+from msvm.compiler import conv, gemm_dot
+from msvm.compiler.entry import data_pointer
+from test_conv_gemm import BLOCKS, SIZES
+from test_conv_tiers2 import close, forward, images, make, reference
+
+
+def _ptr(a):
+    return data_pointer(a) if a is not None else None
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("seed", range(8))
+def test_dot_kernel_against_float64_numpy(dtype, seed):
+    rng = np.random.default_rng(seed)
+    d = np.dtype(dtype)
+    fn = gemm_dot.function(dtype, "dot")
+    m, n = int(rng.integers(1, 30)), int(rng.integers(1, 30))
+    k = int(rng.choice([0, 1, 7, 16, 33, gemm_dot.KC + 5, 2 * gemm_dot.KC + 17]))
+    lda, ldb, ldc = k + int(rng.integers(0, 5)), k + int(rng.integers(0, 5)), n + int(rng.integers(0, 3))
+    a = rng.standard_normal((m, lda)).astype(d)
+    b = rng.standard_normal((n, ldb)).astype(d)
+    if seed % 2 and k:
+        a[0, k // 2] = np.nan
+        b[-1, 0] = np.inf
+    want = a[:, :k].astype(np.float64) @ b[:, :k].astype(np.float64).T
+    scale = rng.standard_normal(m).astype(d) if seed % 3 else None
+    bias = rng.standard_normal(m).astype(d) if scale is not None else None
+    res = rng.standard_normal((m, n + 2)).astype(d) if seed % 4 < 2 else None
+    lo, hi = [(-np.inf, np.inf), (0.0, np.inf), (0.0, 6.0)][seed % 3]
+    if scale is not None:
+        want = want * scale[:, None] + bias[:, None]
+    if res is not None:
+        want = want + res[:, :n]
+    with np.errstate(invalid="ignore"):
+        want = np.where(want < lo, lo, want)
+        want = np.where(want > hi, hi, want)
+    c = np.full((m, ldc), -7.0, d)
+    fn(m, n, k, data_pointer(a), lda, data_pointer(b), ldb, data_pointer(c), ldc, scale is not None, _ptr(scale),
+       _ptr(bias), _ptr(res), n + 2, lo, hi)
+    assert (c[:, n:] == -7.0).all()                   # (nothing past the n columns written)
+    got = c[:, :n]
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    tol = 1e-4 if d == np.float32 else 1e-11
+    fin = np.where(np.isfinite(want), want, 0)
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol * max(1.0, float(np.abs(fin).max(initial=0.0))) * (1 + k / 100))
+
+
+def _im2col_t(x, kh, kw, stride, pad, dil, ho, wo):
+    """numpy's [P][(c, i, j)] of one image (zeros past the borders)."""
+    c, h, w = x.shape
+    xp = np.zeros((c, h + 2 * pad[0] + 64, w + 2 * pad[1] + 64), x.dtype)
+    xp[:, pad[0]:pad[0] + h, pad[1]:pad[1] + w] = x
+    out = np.empty((ho, wo, c, kh, kw), x.dtype)
+    for i in range(kh):
+        for j in range(kw):
+            r0, c0 = i * dil[0], j * dil[1]
+            win = xp[:, r0:r0 + (ho - 1) * stride[0] + 1:stride[0], c0:c0 + (wo - 1) * stride[1] + 1:stride[1]]
+            out[:, :, :, i, j] = win.transpose(1, 2, 0)
+    return out.reshape(ho * wo, -1)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("seed", range(8))
+def test_the_copies_bit_for_bit(dtype, seed):
+    rng = np.random.default_rng(50 + seed)
+    d = np.dtype(dtype)
+    c, h, w = int(rng.integers(1, 40)), int(rng.integers(1, 17)), int(rng.integers(1, 17))
+    kh, kw = int(rng.integers(1, 6)), int(rng.integers(1, 6))
+    stride = tuple(int(v) for v in rng.integers(1, 4, 2))
+    dil = tuple(int(v) for v in rng.integers(1, 3, 2))
+    pad = (int(rng.integers(0, kh)), int(rng.integers(0, kw)))
+    ho = (h + 2 * pad[0] - dil[0] * (kh - 1) - 1) // stride[0] + 1
+    wo = (w + 2 * pad[1] - dil[1] * (kw - 1) - 1) // stride[1] + 1
+    if ho <= 0 or wo <= 0:
+        ho, wo, pad = max(ho, 1), max(wo, 1), (kh * dil[0], kw * dil[1])
+    x = rng.standard_normal((c, h, w)).astype(d)
+    x[0, 0, 0] = np.nan
+    want = _im2col_t(x, kh, kw, stride, pad, dil, ho, wo)
+    got = np.full_like(want, 7.0)
+    xt = gemm_dot.function(dtype, "xt")
+    cut = int(rng.integers(0, ho + 1))               # (two row ranges, as two threads would)
+    for r0, r1 in ((0, cut), (cut, ho)):
+        xt(c, h, w, kh, kw, *stride, *pad, *dil, ho, wo, data_pointer(x), data_pointer(got), r0, r1)
+    np.testing.assert_array_equal(got, want)
+    # the 1x1 transpose of [c][row] planes, columns in two ranges
+    p = int(rng.integers(1, 70))
+    src = rng.standard_normal((c, p + int(rng.integers(0, 9)))).astype(d)
+    dst = np.full((p, c), 7.0, d)
+    xt1 = gemm_dot.function(dtype, "xt1")
+    cut = int(rng.integers(0, p + 1))
+    for p0, p1 in ((0, cut), (cut, p)):
+        xt1(c, src.shape[1], data_pointer(src), data_pointer(dst), p0, p1)
+    np.testing.assert_array_equal(dst, src[:, :p].T)
+
+
+@pytest.fixture
+def dots(monkeypatch):
+    """Every convolution on the dot route where it can run it (group 1), each call's (mode, dot, threads)."""
+    seen = []
+    orig = conv.TapsConv.__call__
+
+    def spy(self, x, a, out=None, split=1, bias=None, add=None, lo=-np.inf, hi=np.inf):
+        seen.append((self.mode, self.dot, split, add is not None))
+        return orig(self, x, a, out, split, bias, add, lo, hi)
+    monkeypatch.setattr(conv.TapsConv, "__call__", spy)
+    monkeypatch.setattr(conv, "use_dot", lambda *a: True)
+    monkeypatch.setenv(conv.ROUTE_ENV, "taps")
+    return seen
+
+
+@pytest.mark.parametrize("name", list(BLOCKS))
+@pytest.mark.parametrize("level", ["L2", "L3", "auto"])
+def test_blocks_on_the_dot_route_match_l1_and_numpy(dots, name, level):
+    s, mode, _ = BLOCKS[name]
+    seed = sorted(BLOCKS).index(name)
+    rng = np.random.default_rng(300 + seed)
+    xs = images(rng, s["cin"], SIZES, special=seed % 2 == 0)
+    wants = [reference(make(s, seed), s, x) for x in xs]
+    l1 = forward(make(s, seed), "L1", False, xs)
+    dots.clear()
+    got = forward(make(s, seed), level, True, xs)
+    assert dots and {c[0] for c in dots} == {mode}, dots
+    assert {c[1] for c in dots} == {s["group"] == 1}, dots       # (grouped convolutions stay on taps)
+    if s["residual"] and s["group"] == 1:
+        assert all(c[3] for c in dots)        # (no wider grid on this route: the residual is fused too)
+    for g, w, r in zip(got, wants, l1):
+        close(g, w)
+        close(g, r, tol=1e-5)
+
+
+def test_float64_and_an_empty_batch(dots):
+    s = BLOCKS["3x3_pad_residual"][0]
+    rng = np.random.default_rng(9)
+    xs = images(rng, s["cin"], [(1, 9, 11), (0, 9, 11), (2, 5, 4)], special=True, dtype=np.float64)
+    net = make(s, 3, np.float64)
+    got = forward(net, "L3", True, xs)
+    l1 = forward(make(s, 3, np.float64), "L1", False, xs)
+    assert {c[1] for c in dots} == {True}
+    for g, r, x in zip(got, l1, xs):
+        assert g.dtype == np.float64
+        close(g, reference(net, s, x), tol=1e-10)
+        close(g, r, tol=1e-6)
+    assert got[1].shape == (0, 16, 9, 11)
+
+
+@pytest.mark.parametrize("name", ["1x1", "1x1_s2", "3x3_s2"])
+def test_one_and_two_threads_agree_bit_for_bit(dots, monkeypatch, name):
+    import os
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    s, _, _ = BLOCKS[name]
+    rng = np.random.default_rng(31)
+    xs = images(rng, s["cin"], [(2, 12, 9), (1, 7, 7)], special=True)
+    outs = {}
+    for threads in ("1", "2"):
+        monkeypatch.setenv("MSVM_THREADS", threads)
+        monkeypatch.setattr(conv, "SPLIT_MIN_FLOPS", 0.0)
+        dots.clear()
+        outs[threads] = forward(make(s, 4), "L3", True, xs)
+        assert {c[2] for c in dots} == {int(threads)} and {c[1] for c in dots} == {True}, dots
+    for a, b in zip(outs["1"], outs["2"]):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_the_route_rule(monkeypatch):
+    """use_dot: where the taps product's lanes idle (7x7, 5x5 maps), not on wide maps; AVX-512 only."""
+    from msvm.compiler.codegen import codegen
+
+    wide = "+avx512f" in codegen().features
+    f32 = np.dtype(np.float32)
+    assert conv.use_dot(49, 49, 512, 1, 32, f32) == wide            # 1x1 on 7x7: 49 of 64 lanes
+    assert conv.use_dot(196, 196, 1024, 1, 32, f32) == wide         # 1x1 on 14x14, K 1024: 196 of 224
+    assert not conv.use_dot(196, 196, 256, 1, 32, f32)              # ... K 256: taps
+    assert conv.use_dot(25, 35, 4608, 9, 32, f32) == wide           # 3x3 on 5x5: 25 of 64
+    assert not conv.use_dot(49, 63, 4608, 9, 32, f32)               # 3x3 on 7x7: the copy costs more
+    assert not conv.use_dot(3136, 3136, 64, 1, 32, f32)             # 56x56
+    assert not conv.use_dot(49, 49, 512, 1, 32, np.dtype(np.float16))
+
+
+def test_set_data_is_seen(dots):
+    s = BLOCKS["1x1_residual_relu"][0]
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((1, s["cin"], 7, 7)).astype(np.float32)
+    net = make(s, 1)
+    forward(net, "L3", True, [x])
+    net.conv.weight.set_data(ms.Tensor(net.conv.weight.asnumpy() * -2.0))
+    close(net(ms.Tensor(x)).asnumpy(), reference(net, s, x))
+    assert {c[1] for c in dots} == {True}

@@ -1,15 +1,18 @@
-"""Convolutions on the inner-product route (issue 18: compiler/gemm_dot.py, conv.TapsConv ``dot``): the
-image's columns copied as rows (``xt1``: a transpose, ``xt``: the k x k copy from the image itself,
-borders as zeros), then ``dot`` with vectors over K and the epilogue applied to the summed tile.
-The kernels on random shapes (not multiples of the tile, K over several blocks, K not a multiple
-of the vector) against float64 numpy with NaN and inf; the copies bit for bit against numpy's; the
-conv blocks of test_conv_gemm forced onto the route at L2, L3 and auto against L1 unfused and the
-numpy reference; one and two threads bit for bit; the route's rule."""
+"""Convolutions on small maps off the taps product (issue 18): the inner-product route (compiler/gemm_dot.py,
+conv.TapsConv ``dot``: the image's columns copied as rows by ``xt1``, a transpose, or ``xt``, the k x k
+copy from the image itself with borders as zeros, then ``dot`` with vectors over K and the epilogue
+applied to the summed tile) and the output-channel route (compiler/gemm_cout.py, ``cout``: the weight
+packed in panels of output channels, the image read in place, each tile transposed into the NCHW
+result with its epilogue). The kernels on random shapes (not multiples of the tile or panel, K over
+several blocks, K not a multiple of the vector) against float64 numpy with NaN and inf; the copies bit
+for bit against numpy's; the conv blocks of test_conv_gemm forced onto each route at L2, L3 and auto
+against L1 unfused and the numpy reference; one and two threads bit for bit; a stored weight packed
+for ``cout`` leaves the process (held once); the routes' rules."""
 
 import msvm as ms
 import numpy as np
 import pytest
-from msvm.compiler import conv, gemm_dot
+from msvm.compiler import conv, gemm, gemm_cout, gemm_dot
 from msvm.compiler.entry import data_pointer
 from test_conv_gemm import BLOCKS, SIZES
 from test_conv_tiers2 import close, forward, images, make, reference
@@ -104,17 +107,20 @@ def test_the_copies_bit_for_bit(dtype, seed):
     np.testing.assert_array_equal(dst, src[:, :p].T)
 
 
-@pytest.fixture
-def dots(monkeypatch):
-    """Every convolution on the dot route where it can run it (group 1), each call's (mode, dot, threads)."""
+@pytest.fixture(params=["dot", "cout"])
+def dots(monkeypatch, request):
+    """Every convolution on the route of the param where it can run it (group 1), each call's (mode, on
+    that route, threads, residual fused)."""
     seen = []
     orig = conv.TapsConv.__call__
+    route = request.param
 
     def spy(self, x, a, out=None, split=1, bias=None, add=None, lo=-np.inf, hi=np.inf):
-        seen.append((self.mode, self.dot, split, add is not None))
+        seen.append((self.mode, getattr(self, route), split, add is not None))
         return orig(self, x, a, out, split, bias, add, lo, hi)
     monkeypatch.setattr(conv.TapsConv, "__call__", spy)
-    monkeypatch.setattr(conv, "use_dot", lambda *a: True)
+    monkeypatch.setattr(conv, "use_dot", lambda *a: route == "dot")
+    monkeypatch.setattr(conv, "use_cout", lambda *a: route == "cout")
     monkeypatch.setenv(conv.ROUTE_ENV, "taps")
     return seen
 
@@ -197,3 +203,84 @@ def test_set_data_is_seen(dots):
     net.conv.weight.set_data(ms.Tensor(net.conv.weight.asnumpy() * -2.0))
     close(net(ms.Tensor(x)).asnumpy(), reference(net, s, x))
     assert {c[1] for c in dots} == {True}
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("seed", range(6))
+def test_cout_kernel_against_float64_numpy(dtype, seed):
+    """gemm_cout on random channels (not multiples of the panel), taps, rows of every width up to and
+    past the tile, a grid wider than the row, panel ranges, epilogues, NaN and inf."""
+    rng = np.random.default_rng(70 + seed)
+    d = np.dtype(dtype)
+    fn = gemm_cout.function(dtype)
+    nr = gemm.panel_width(d)
+    o, ci, ntaps = int(rng.integers(1, 80)), int(rng.integers(1, 20)), int(rng.integers(1, 10))
+    ho, wo = int(rng.integers(1, 6)), int(rng.integers(1, 30))
+    wq = wo + int(rng.integers(0, 3))
+    taps = np.sort(rng.integers(0, 6, ntaps)).astype(np.int64)
+    row = ho * wq + 8
+    src = rng.standard_normal((ci, row)).astype(d)
+    if seed % 2:
+        src[0, taps[0]] = np.nan
+        src[-1, -9] = np.inf
+    w = rng.standard_normal((o, ci * ntaps)).astype(d)
+    wp = gemm.pack(w, nr, transposed=True)
+    cols = np.stack([np.concatenate([src[c, taps[t] + oh * wq: taps[t] + oh * wq + wo] for oh in range(ho)])
+                     for c in range(ci) for t in range(ntaps)])
+    want = w.astype(np.float64) @ cols.astype(np.float64)
+    scale = rng.standard_normal(o).astype(d) if seed % 3 else None
+    bias = rng.standard_normal(o).astype(d) if scale is not None else None
+    res = rng.standard_normal((o, ho * wo)).astype(d) if seed % 2 == 0 else None
+    lo, hi = [(-np.inf, np.inf), (0.0, np.inf), (0.0, 6.0)][seed % 3]
+    if scale is not None:
+        want = want * scale[:, None] + bias[:, None]
+    if res is not None:
+        want = want + res
+    with np.errstate(invalid="ignore"):
+        want = np.where(want < lo, lo, want)
+        want = np.where(want > hi, hi, want)
+    panels = -(-o // nr)
+    j0 = int(rng.integers(0, panels))
+    c = np.full((o, ho * wo), -7.0, d)
+    fn(o, ci, ntaps, data_pointer(taps), data_pointer(wp), data_pointer(src), row, ho, wo, wq, data_pointer(c),
+       ho * wo, j0, panels, scale is not None, _ptr(scale), _ptr(bias), _ptr(res), lo, hi)
+    assert (c[:j0 * nr] == -7.0).all()               # (panels before j0 untouched)
+    got, exp = c[j0 * nr:], want[j0 * nr:]
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(exp))
+    tol = 1e-4 if d == np.float32 else 1e-11
+    fin = np.where(np.isfinite(exp), exp, 0)
+    np.testing.assert_allclose(got, exp, rtol=tol, atol=tol * max(1.0, float(np.abs(fin).max(initial=0.0))))
+
+
+def test_cout_holds_a_stored_weight_once(monkeypatch):
+    """A Parameter stored in the weight file (weights.py, 1 MiB and more) and packed for gemm_cout is
+    spilled: its pages leave the process, the packed panels are what the kernel reads."""
+    from msvm import weights
+
+    monkeypatch.setattr(conv, "use_cout", lambda *a: True)
+    monkeypatch.setenv(conv.ROUTE_ENV, "taps")
+    s = dict(BLOCKS["3x3"][0], cin=128, cout=256)              # (256 x 128 x 3 x 3 float32: 1.2 MB)
+    net = make(s, 5)
+    w = net.conv.weight.asnumpy()
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((1, 128, 6, 5)).astype(np.float32)
+    got = forward(net, "L3", True, [x])[0]
+    arr = net.conv.weight._data
+    if not weights.stored(arr):
+        pytest.skip("the weight store is off here (no private directory on a disk filesystem)")
+    assert weights.resident(arr) == 0               # (before anything here reads it again)
+    assert any(v[0]() is arr for v in conv._COUTW.values())
+    close(got, reference(net, s, x))
+    np.testing.assert_array_equal(net.conv.weight.asnumpy(), w)   # (the values map back where read)
+
+
+def test_the_cout_rule():
+    from msvm.compiler.codegen import codegen
+
+    wide = "+avx512f" in codegen().features
+    f32 = np.dtype(np.float32)
+    assert conv.use_cout(49, 63, 4608, 9, 32, f32) == wide          # 3x3 on 7x7: 49 of 64 lanes
+    assert conv.use_cout(196, 224, 2304, 9, 32, f32) == wide        # 3x3 on 14x14: 196 of 224
+    assert not conv.use_cout(3136, 3248, 576, 9, 32, f32)           # 3x3 on 56x56
+    assert not conv.use_cout(49, 49, 512, 1, 32, f32)               # 1x1: use_dot's
+    assert not conv.use_cout(49, 63, 27, 9, 32, f32)                # K below COUT_MIN_K

@@ -92,6 +92,14 @@ and how each is called. Algorithms chosen by measurement (one thread, this machi
   (0.83-1.0x: the strided rows are prefetched well enough); prefetching the next panel into L2 instead of (or
   besides) the rows ahead (0.9-1.05x), the tiles inlined into the driver (no call: 0.9-1.05x);
   k blocks of 64-512 changed nothing measurable (a loaded machine, wall clock).
+- **Small maps** (issue 18): where the taps product's panels leave lanes idle (a 7x7 map is 49 of 64
+  lanes, a 3x3 convolution's grid two columns a row more) an AVX-512 target takes another product: a
+  1x1 convolution the inner products of compiler/gemm_dot.py (``use_dot``: the columns transposed into
+  rows, vectors over K, the weight read in place), a k x k one from K = COUT_MIN_K the output-channel
+  tiles of compiler/gemm_cout.py (``use_cout``: the weight packed in panels, its Parameter spilled,
+  ``prepared_cout``). ResNet-50, one core, the convolutions' sum per forward: at 160 25.9-27.7 -> 24.0
+  ms (dot) -> 23.2-23.7 (cout: 10x10 3x3 3.5-3.7 -> 2.8 ms, 5x5 3x3 1.8 -> 1.6), at 224 45.4 -> 43.5
+  (dot; the 7x7 3x3 with cout 2.8 -> 2.5 ms). Both agree with L1 to rounding (other k orders).
 - **Threads**: where the cores allow two (``threads_for``: the process's affinity, MSVM_THREADS),
   a product of at least SPLIT_MIN_FLOPS per image gives the second half of its output columns
   to the pool's thread (compiler/pool.py: a spinning hand-off, no OS wake-up), on either route:
@@ -994,7 +1002,7 @@ class TapsConv:
     One kernel call per image and group (``split``: the output columns in pool.parts of whole
     panels, shared with the pool's thread by pool.share)."""
 
-    def __init__(self, x_shape, w_shape, stride, pad, dil, group, d, mode=None, inplace=None, dot=None):
+    def __init__(self, x_shape, w_shape, stride, pad, dil, group, d, mode=None, inplace=None, dot=None, cout=None):
         n, c, h, w = x_shape
         o, cg, kh, kw = w_shape
         sh, sw = stride
@@ -1009,7 +1017,7 @@ class TapsConv:
         isz = self.d.itemsize
         if mode in ("direct", "sub"):
             assert kh == kw == 1 and unpadded
-            self.q, self.ci, self.taps = ho * wo, cg, np.zeros(1, np.int64)
+            self.q, self.ci, self.taps, self.wq = ho * wo, cg, np.zeros(1, np.int64), wo
             self.row = h * w if mode == "direct" else _odd_lines(ho * wo, isz)
             self.grid = None
             self.src = None if mode == "direct" else (c, self.row)
@@ -1070,6 +1078,16 @@ class TapsConv:
         # A elements per group: packed row blocks, or the weight's own rows
         self.gstride = (self.og if inplace else -(-self.og // mr) * mr) * self.lda
         self.row_cut = _row_cut(self.q, self.nr, self.og, self.rows or mr) if group == 1 else None
+        # vectors over output channels (gemm_cout): the weight packed once in panels, the image read in place
+        if cout is None:
+            cout = group == 1 and inplace and use_cout(ho * wo, self.q, self.lda, len(self.taps), self.nr, self.d)
+        self.cout = bool(cout) and group == 1
+        if self.cout:
+            from .gemm_cout import function as cout_function
+
+            self.grid = self.acc = None
+            self.coutfn = cout_function(self.d)
+            dot = False
         # the inner-product route (gemm_dot): the image's columns copied as rows, no lane idle
         if dot is None:
             dot = group == 1 and inplace and use_dot(ho * wo, self.q, self.lda, len(self.taps), self.nr, self.d)
@@ -1102,6 +1120,8 @@ class TapsConv:
             return res
         sbuf = None if self.src is None else workspace(0, self.src[0] * self.src[1], self.d).reshape(self.src)
         acc = None if self.acc is None else workspace(1, self.acc[0] * self.acc[1], self.d).reshape(self.acc)
+        if self.cout:
+            a = prepared_cout(a, self.d, self.nr)
         if self.mode == "phase":
             grid = sbuf[:, :self.hq * self.wq].reshape(-1, self.hq, self.wq)
             for z in self.zero:
@@ -1139,6 +1159,9 @@ class TapsConv:
                       (bias is not None, scp and scp + g * og * isz, bp and bp + g * og * isz,
                        rp and rp + g * og * ldc * isz, ldc, lo, hi))
                      for g in range(self.group)]
+            if self.cout:
+                self._run_cout(a, src, cbuf, split, calls[0][1])
+                continue
             if split > 1 and self.row_cut is not None:
                 share([_taps_calls(fn, _rows_of(calls, r0, r1, self.lda, isz), 0, q)
                        for r0, r1 in ((0, self.row_cut), (self.row_cut, og))])
@@ -1149,6 +1172,19 @@ class TapsConv:
             if acc is not None:
                 res[b] = acc.reshape(self.grid)[:, :, :self.wo]
 
+
+    def _run_cout(self, wp, src, cbuf, split, epi):
+        """One image on gemm_cout: the packed weight ``wp`` (``prepared_cout``) over the image's rows in
+        ``src`` (as the taps product reads them), into cbuf [O][P]; the panels in halves on two threads."""
+        hasb, scp, bp, rp, _ldr, lo, hi = epi
+        panels = -(-self.o // self.nr)
+        head = (self.o, self.ci, len(self.taps), data_pointer(self.taps), data_pointer(wp), data_pointer(src), self.row,
+                self.ho, self.wo, self.wq, data_pointer(cbuf), self.ho * self.wo)
+        tail = (hasb, scp or None, bp or None, rp or None, lo, hi)
+        if split > 1 and panels > 1:
+            share([[(self.coutfn, (*head, j0, j1, *tail))] for j0, j1 in ((0, panels // 2), (panels // 2, panels))])
+        else:
+            self.coutfn(*head, 0, panels, *tail)
 
     def _run_dot(self, x, a, res, split, bn, add, lo, hi):
         """Per image: its columns as rows (B^T [P][K]: ``xt1`` on the planes, or on the subsampled planes,
@@ -1188,6 +1224,53 @@ def _dot_rows(r0, r1, p, head, out, epi, lo, hi, isz) -> tuple:
     hasb, sp, bip = epi
     return (r1 - r0, p, k, ap + r0 * lda * isz, lda, bp, ldb, cp + r0 * p * isz, p, hasb,
             sp and sp + r0 * isz or None, bip and bip + r0 * isz or None, rp and rp + r0 * p * isz or None, p, lo, hi)
+
+
+def use_cout(p: int, q: int, k: int, ntaps: int, nr: int, d) -> bool:
+    """Whether a convolution of p output pixels (q columns on the taps product's grid), K = k and ntaps
+    taps runs gemm_cout (vectors over output channels, the weight packed) rather than the taps product:
+    a k x k convolution (ntaps > 1) whose grid leaves lanes idle (p over q rounded up to whole panels of
+    nr below COUT_USED: 7x7, 14x14, 5x5 maps) from COUT_MIN_K (each tile's transposed store and epilogue
+    weigh more below); on AVX-512 (its 24 accumulators want 32 vector registers). Measured (AMD EPYC
+    Zen 5, one core, the three routes interleaved in one process, caches flushed before each call as a
+    forward leaves them, GFLOP/s taps / dot / cout): 3x3 7x7 512 138 / 128 / 162, 3x3 14x14 256
+    161 / 103 / 180, 3x3 5x5 512 80 / 103 / 124; but 1x1 7x7 512 -> 2048 122 / 164 / 130, 1x1 14x14
+    1024 -> 256 131 / 146 / 136 (``use_dot`` takes those), and on 56x56 maps 3x3 64 180 / 57 / 165, 1x1
+    256 -> 64 180 / 78 / 108 (the taps product stays)."""
+    from .codegen import codegen
+
+    if np.dtype(d) not in (np.float32, np.float64) or ntaps < 2 or k < COUT_MIN_K or p == 0:
+        return False
+    return p / (-(-q // nr) * nr) < COUT_USED and "+avx512f" in codegen().features
+
+
+COUT_USED = 0.9             # the taps product's share of used lanes below which gemm_cout runs (use_cout)
+COUT_MIN_K = 256
+_COUTW: dict = {}           # id(weight rows) -> (weakref, packed panels)
+
+
+def prepared_cout(a, d, nr: int):
+    """The weight rows a [O, K] (``prepared_a`` in place: the Parameter's own array) packed for gemm_cout,
+    [ceil(O/nr)][K][nr] (gemm.pack), once per read-only array (per call for a writable one); the
+    Parameter's own pages are then spilled (msvm/weights.py: a stored array's values stay in its file
+    and map back where something reads them), so the weight is held once, as the packed Dense weights are."""
+    import weakref
+
+    from ..weights import spill
+    from .gemm import pack
+
+    hit = _COUTW.get(id(a))
+    if hit is not None and hit[0]() is a:
+        return hit[1]
+    a2 = a.reshape(a.shape[0], -1)
+    wp = pack(a2.astype(d, copy=False), nr, transposed=True)
+    if K._frozen(a) or not a.flags.writeable:
+        try:
+            _COUTW[id(a)] = (weakref.ref(a, lambda _r, k=id(a): _COUTW.pop(k, None)), wp)
+        except TypeError:
+            return wp
+        spill(a)
+    return wp
 
 
 def use_dot(p: int, q: int, k: int, ntaps: int, nr: int, d) -> bool:

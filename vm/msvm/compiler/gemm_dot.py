@@ -24,8 +24,8 @@ tiles read the last real row again and store through masks. The k order differs 
 product's (w interleaved partial sums per element, then the tree): results agree with it and
 with L1 to rounding.
 
-Not done: vectors over output channels (onnxruntime's NCHWc), which need the weight packed in
-another layout; msvm/weights.py's spill would hold it once (as the packed Dense weights are).
+A k x k convolution's copy costs 0.8-0.9 ns an element, so those take compiler/gemm_cout.py (vectors
+over output channels, the weight packed) instead: ``conv.use_dot`` and ``conv.use_cout`` split them.
 """
 
 from __future__ import annotations

@@ -1,0 +1,291 @@
+"""A convolution's product with vectors over output channels (issue 18: onnxruntime's NCHWc, without the layout).
+
+The taps product (gemm.ir_taps) runs vectors over output pixels and leaves lanes idle wherever a map's
+row is not a multiple of the vector (7x7: 49 of 64; a 3x3 convolution's padded grid adds two columns a
+row), and reads the weight's rows in place, 12 broadcasts a k step from 12 rows far apart. Here the
+roles turn round: the weight is packed once into panels of NR = 32 output channels, [ceil(O/NR)][K][NR]
+(gemm.pack of W [O, K]: K in the weight's own (ci, kh, kw) order), and a register tile of R <= 12 output
+pixels of one output row x NR channels (24 vectors) runs down K: per k step two vector loads from the
+panel and R broadcasts of the image where it lies (the taps kernel's B: src[c * row + taps[t] + g],
+g the pixel's column on the grid of the padded image or its stride phases), so no lane is idle for any
+map or channel count that is a multiple of 32, and the tile reads the packed Dense product's way
+(measured on ResNet-50's layer shapes, one Zen 5 core, the product alone, warm / caches flushed,
+GFLOP/s, taps -> this: 7x7 3x3 512 184 -> 227 / 156 -> 171, 7x7 1x1 2048 -> 512 176 -> 227 / 143 ->
+186, 14x14 1x1 1024 -> 256 179 -> 248 / 142 -> 215, 56x56 3x3 64 225 -> 260 / 188 -> 231).
+
+The tile's 24 accumulators (R pixels x 32 channels) go through a stack buffer to ``{name}_st``, which
+transposes each 16 x 16 block in registers (gemm_dot._transpose) into rows of one channel's R pixels
+and applies the convolution's epilogue on them (* scale[c] + bias[c], + res, max lo, min hi: gemm's,
+NaN kept as numpy does) before a masked store into the NCHW result: the output stays in msvm's layout
+(no reorder nodes), at the price of a transpose per tile (~2% of a tile at K = 576, which is why
+``conv.use_cout`` leaves K below COUT_MIN_K to the taps product).
+
+    cout(o, ci, ntaps, taps*, Wp*, src*, row, ho, wo, wq, C*, P, j0, j1, hasb, scale*, bias*, res*, lo, hi)
+    C[c * P + oh * wo + ow] = epi(sum_(ci, t) Wp[c][(ci, t)] * src[ci * row + taps[t] + oh * wq + ow])
+
+for the panels j0 <= j < j1 (channels 32 j ..), every output row and pixel. Sums in k order with FMA:
+results agree with the taps product and L1 to rounding.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+from .gemm_dot import _transpose
+from .lower import TYPES, vec_width
+
+NAME = "msvm_gemm_cout"
+ROWS = 12                   # pixels per register tile (12 x 2 vectors: 24 accumulators)
+VERSION = 1                 # (in the kernel text, so the cache key: bump it when ir_cout changes)
+ARGS = ("i64", "i64", "i64", "ptr", "ptr", "ptr", "i64", "i64", "i64", "i64", "ptr", "i64", "i64", "i64",
+        "i64", "ptr", "ptr", "ptr", "T", "T")
+_lock = threading.Lock()
+_fns: dict = {}
+
+
+def _tile(L, name, t, w, r, vt, fma):
+    """@{name}_t{r}(ci, ntaps, taps*, a*, row, wp*, buf*): r pixels (a[0 .. r) on the grid, each channel's
+    rows ``row`` apart, tap t at taps[t]) x 2w channels (the panel wp, [K][2w]) over every (ci, t), the
+    accumulators stored to buf as r rows of 2w."""
+    L(f"define internal void @{name}_t{r}(i64 %ci, i64 %ntaps, i64* noalias %taps, {t}* noalias %a, i64 %row, "
+      f"{t}* noalias %wp, {t}* noalias %buf) nounwind alwaysinline {{")
+    L("entry:")
+    L("  br label %cl")
+    L("cl:")
+    L("  %c = phi i64 [ 0, %entry ], [ %cn, %td ]")
+    for i in range(r):
+        for v in range(2):
+            L(f"  %acc{i}_{v} = phi {vt} [ zeroinitializer, %entry ], [ %tacc{i}_{v}, %td ]")
+    L("  %cc = icmp slt i64 %c, %ci")
+    L("  br i1 %cc, label %cb, label %done")
+    L("cb:")
+    L("  %co = mul i64 %c, %row")
+    L("  %kc = mul i64 %c, %ntaps")
+    L("  br label %tl")
+    L("tl:")
+    L("  %tp = phi i64 [ 0, %cb ], [ %tn, %tl ]")
+    for i in range(r):
+        for v in range(2):
+            L(f"  %s{i}_{v} = phi {vt} [ %acc{i}_{v}, %cb ], [ %tacc{i}_{v}, %tl ]")
+    L("  %tpp = getelementptr i64, i64* %taps, i64 %tp")
+    L("  %toff = load i64, i64* %tpp")
+    L("  %ao = add i64 %co, %toff")
+    L(f"  %ap = getelementptr {t}, {t}* %a, i64 %ao")
+    L("  %k = add i64 %kc, %tp")
+    L(f"  %wo = mul i64 %k, {2 * w}")
+    for v in range(2):
+        L(f"  %wo{v} = add i64 %wo, {v * w}")
+        L(f"  %wq{v} = getelementptr {t}, {t}* %wp, i64 %wo{v}")
+        L(f"  %wr{v} = bitcast {t}* %wq{v} to {vt}*")
+        L(f"  %wv{v} = load {vt}, {vt}* %wr{v}, align 4")
+    for i in range(r):
+        L(f"  %x{i}p = getelementptr {t}, {t}* %ap, i64 {i}")
+        L(f"  %x{i} = load {t}, {t}* %x{i}p")
+        L(f"  %x{i}i = insertelement {vt} undef, {t} %x{i}, i32 0")
+        L(f"  %x{i}v = shufflevector {vt} %x{i}i, {vt} undef, <{w} x i32> zeroinitializer")
+        for v in range(2):
+            L(f"  %tacc{i}_{v} = call {vt} {fma}({vt} %x{i}v, {vt} %wv{v}, {vt} %s{i}_{v})")
+    L("  %tn = add i64 %tp, 1")
+    L("  %tm = icmp slt i64 %tn, %ntaps")
+    L("  br i1 %tm, label %tl, label %td")
+    L("td:")
+    L("  %cn = add i64 %c, 1")
+    L("  br label %cl")
+    L("done:")
+    for i in range(r):
+        for v in range(2):
+            L(f"  %bp{i}_{v} = getelementptr {t}, {t}* %buf, i64 {(i * 2 + v) * w}")
+            L(f"  %bq{i}_{v} = bitcast {t}* %bp{i}_{v} to {vt}*")
+            L(f"  store {vt} %acc{i}_{v}, {vt}* %bq{i}_{v}, align 64")
+    L("  ret void")
+    L("}")
+
+
+def _store(L, name, t, w, vt, mload, mstore):
+    """@{name}_st(buf*, r, c0, o, C*, P, p0, hasb, scale*, bias*, res*, lo, hi): the tile in buf (w rows
+    of 2w, rows >= r unused) per block of w channels transposed, each channel c = c0 + l < o a vector
+    of its r pixels: the epilogue, then a store of r lanes at C + c * P + p0."""
+    iota = "<" + ", ".join(f"i64 {x}" for x in range(w)) + ">"
+    L(f"define internal void @{name}_st({t}* noalias %buf, i64 %r, i64 %c0, i64 %o, {t}* noalias %C, i64 %P, "
+      f"i64 %p0, i1 %hasb, {t}* %scale, {t}* %bias, {t}* %res, {t} %lo, {t} %hi) nounwind {{")
+    L("entry:")
+    L(f"  %rb = insertelement <{w} x i64> undef, i64 %r, i32 0")
+    L(f"  %rv = shufflevector <{w} x i64> %rb, <{w} x i64> undef, <{w} x i32> zeroinitializer")
+    L(f"  %lm = icmp slt <{w} x i64> {iota}, %rv")
+    L(f"  %hasr = icmp ne {t}* %res, null")
+    L(f"  %lob = insertelement {vt} undef, {t} %lo, i32 0")
+    L(f"  %lov = shufflevector {vt} %lob, {vt} undef, <{w} x i32> zeroinitializer")
+    L(f"  %hib = insertelement {vt} undef, {t} %hi, i32 0")
+    L(f"  %hiv = shufflevector {vt} %hib, {vt} undef, <{w} x i32> zeroinitializer")
+    L("  br label %b0")
+    for v in range(2):
+        L(f"b{v}:")
+        rows = []
+        for i in range(w):
+            L(f"  %l{v}_{i}p = getelementptr {t}, {t}* %buf, i64 {(i * 2 + v) * w}")
+            L(f"  %l{v}_{i}q = bitcast {t}* %l{v}_{i}p to {vt}*")
+            L(f"  %l{v}_{i} = load {vt}, {vt}* %l{v}_{i}q, align 64")
+            rows.append(f"%l{v}_{i}")
+        cols = _transpose(L, t, w, rows, f"tr{v}_")
+        L(f"  br label %c{v}_0")
+        for lane in range(w):
+            tag = f"{v}_{lane}"
+            nxt = f"c{v}_{lane + 1}" if lane + 1 < w else (f"b{v + 1}" if v == 0 else "done")
+            L(f"c{tag}:")
+            L(f"  %ch{tag} = add i64 %c0, {v * w + lane}")
+            L(f"  %in{tag} = icmp slt i64 %ch{tag}, %o")
+            L(f"  br i1 %in{tag}, label %e{tag}, label %{nxt}")
+            L(f"e{tag}:")
+            L(f"  %sp{tag} = getelementptr {t}, {t}* %scale, i64 %ch{tag}")
+            L(f"  %bp{tag} = getelementptr {t}, {t}* %bias, i64 %ch{tag}")
+            L(f"  br i1 %hasb, label %eb{tag}, label %ebx{tag}")
+            L(f"eb{tag}:")
+            L(f"  %ss{tag} = load {t}, {t}* %sp{tag}")
+            L(f"  %bs{tag} = load {t}, {t}* %bp{tag}")
+            L(f"  %si{tag} = insertelement {vt} undef, {t} %ss{tag}, i32 0")
+            L(f"  %sv{tag} = shufflevector {vt} %si{tag}, {vt} undef, <{w} x i32> zeroinitializer")
+            L(f"  %bi{tag} = insertelement {vt} undef, {t} %bs{tag}, i32 0")
+            L(f"  %bv{tag} = shufflevector {vt} %bi{tag}, {vt} undef, <{w} x i32> zeroinitializer")
+            L(f"  %fs{tag} = fmul {vt} {cols[lane]}, %sv{tag}")        # (a multiply, then an add: gemm's epilogue)
+            L(f"  %fb{tag} = fadd {vt} %fs{tag}, %bv{tag}")
+            L(f"  br label %ebx{tag}")
+            L(f"ebx{tag}:")
+            L(f"  %g{tag} = phi {vt} [ {cols[lane]}, %e{tag} ], [ %fb{tag}, %eb{tag} ]")
+            L(f"  %offm{tag} = mul i64 %ch{tag}, %P")
+            L(f"  %off{tag} = add i64 %offm{tag}, %p0")
+            L(f"  br i1 %hasr, label %er{tag}, label %erx{tag}")
+            L(f"er{tag}:")
+            L(f"  %rp{tag} = getelementptr {t}, {t}* %res, i64 %off{tag}")
+            L(f"  %rq{tag} = bitcast {t}* %rp{tag} to {vt}*")
+            L(f"  %rl{tag} = call {vt} {mload}({vt}* %rq{tag}, i32 4, <{w} x i1> %lm, {vt} zeroinitializer)")
+            L(f"  %gr{tag} = fadd {vt} %g{tag}, %rl{tag}")
+            L(f"  br label %erx{tag}")
+            L(f"erx{tag}:")
+            L(f"  %h{tag} = phi {vt} [ %g{tag}, %ebx{tag} ], [ %gr{tag}, %er{tag} ]")
+            L(f"  %hl{tag} = fcmp ugt {vt} %h{tag}, %lov")            # (NaN: unordered, kept)
+            L(f"  %hm{tag} = select <{w} x i1> %hl{tag}, {vt} %h{tag}, {vt} %lov")
+            L(f"  %hh{tag} = fcmp ult {vt} %hm{tag}, %hiv")
+            L(f"  %hn{tag} = select <{w} x i1> %hh{tag}, {vt} %hm{tag}, {vt} %hiv")
+            L(f"  %cp{tag} = getelementptr {t}, {t}* %C, i64 %off{tag}")
+            L(f"  %cq{tag} = bitcast {t}* %cp{tag} to {vt}*")
+            L(f"  call void {mstore}({vt} %hn{tag}, {vt}* %cq{tag}, i32 4, <{w} x i1> %lm)")
+            L(f"  br label %{nxt}")
+    L("done:")
+    L("  ret void")
+    L("}")
+
+
+def ir_cout(features: str, dtype: str = "float32", name: str = NAME) -> str:
+    """The LLVM IR of ``name`` (module docstring): per panel, per output row, per tile of at most ROWS
+    pixels of the row, the tile of that many rows (``_tile``) and its transposed store (``_store``)."""
+    t = TYPES[dtype]
+    w = vec_width(features, t)
+    vt = f"<{w} x {t}>"
+    sfx = f"v{w}f{32 if t == 'float' else 64}"
+    fma, mload, mstore = f"@llvm.fma.{sfx}", f"@llvm.masked.load.{sfx}.p0{sfx}", f"@llvm.masked.store.{sfx}.p0{sfx}"
+    mr = min(ROWS, w)                     # (the transposed store takes at most w pixels a tile)
+    lines = [f"declare {vt} {fma}({vt}, {vt}, {vt})",
+             f"declare {vt} {mload}({vt}*, i32, <{w} x i1>, {vt})",
+             f"declare void {mstore}({vt}, {vt}*, i32, <{w} x i1>)"]
+    L = lines.append
+    for r in range(1, mr + 1):
+        _tile(L, name, t, w, r, vt, fma)
+    _store(L, name, t, w, vt, mload, mstore)
+    L(f"define void @{name}(i64 %o, i64 %ci, i64 %ntaps, i64* noalias %taps, {t}* noalias %Wp, {t}* noalias %src, "
+      f"i64 %row, i64 %ho, i64 %wo, i64 %wq, {t}* noalias %C, i64 %P, i64 %j0, i64 %j1, i64 %hasb0, {t}* %scale, "
+      f"{t}* %bias, {t}* %res, {t} %lo, {t} %hi) nounwind {{")
+    L("entry:")
+    L("  %hasb = icmp ne i64 %hasb0, 0")
+    L(f"  %buf = alloca {vt}, i64 {2 * w}, align 64")
+    L(f"  %bufp = bitcast {vt}* %buf to {t}*")
+    L("  %K = mul i64 %ci, %ntaps")
+    L("  br label %jl")
+    L("jl:")
+    L("  %j = phi i64 [ %j0, %entry ], [ %jn, %ohd ]")
+    L("  %jc = icmp slt i64 %j, %j1")
+    L("  br i1 %jc, label %jb, label %done")
+    L("jb:")
+    L(f"  %po0 = mul i64 %j, {2 * w}")
+    L("  %po = mul i64 %po0, %K")
+    L(f"  %wp = getelementptr {t}, {t}* %Wp, i64 %po")
+    L(f"  %c0 = mul i64 %j, {2 * w}")
+    L("  br label %ohl")
+    L("ohl:")
+    L("  %oh = phi i64 [ 0, %jb ], [ %ohn, %owd ]")
+    L("  %ohc = icmp slt i64 %oh, %ho")
+    L("  br i1 %ohc, label %ohb, label %ohd")
+    L("ohb:")
+    L("  %gq = mul i64 %oh, %wq")
+    L("  %pq = mul i64 %oh, %wo")
+    L("  br label %owl")
+    L("owl:")
+    L("  %ow = phi i64 [ 0, %ohb ], [ %own, %st ]")
+    L("  %owc = icmp slt i64 %ow, %wo")
+    L("  br i1 %owc, label %owb, label %owd")
+    L("owb:")
+    L("  %left = sub i64 %wo, %ow")
+    L(f"  %few = icmp slt i64 %left, {mr}")
+    L(f"  %r = select i1 %few, i64 %left, i64 {mr}")
+    L("  %g = add i64 %gq, %ow")
+    L(f"  %a = getelementptr {t}, {t}* %src, i64 %g")
+    L("  %p0 = add i64 %pq, %ow")
+    cases = " ".join(f"i64 {r}, label %t{r}" for r in range(1, mr))
+    L(f"  switch i64 %r, label %t{mr} [ {cases} ]")
+    for r in range(1, mr + 1):
+        L(f"t{r}:")
+        L(f"  call void @{name}_t{r}(i64 %ci, i64 %ntaps, i64* %taps, {t}* %a, i64 %row, {t}* %wp, {t}* %bufp)")
+        L("  br label %st")
+    L("st:")
+    L(f"  call void @{name}_st({t}* %bufp, i64 %r, i64 %c0, i64 %o, {t}* %C, i64 %P, i64 %p0, i1 %hasb, "
+      f"{t}* %scale, {t}* %bias, {t}* %res, {t} %lo, {t} %hi)")
+    L("  %own = add i64 %ow, %r")
+    L("  br label %owl")
+    L("owd:")
+    L("  %ohn = add i64 %oh, 1")
+    L("  br label %ohl")
+    L("ohd:")
+    L("  %jn = add i64 %j, 1")
+    L("  br label %jl")
+    L("done:")
+    L("  ret void")
+    L("}")
+    return "\n".join(lines) + "\n"
+
+
+@dataclass(frozen=True)
+class CoutGemm:
+    """The kernel-cache entry of ``ir_cout`` (one per dtype and target)."""
+    dtype: str
+
+    kind = "gemm"
+    opt_level = 3
+    name = "gemm_cout"
+
+    def text(self) -> str:
+        return f"gemm_cout v{VERSION} dtype={self.dtype} rows={ROWS}"
+
+    def lower(self, name: str, features: str) -> str:
+        return ir_cout(features, self.dtype, name)
+
+
+def function(dtype: str):
+    """ctypes ``cout(o, ci, ntaps, taps, Wp, src, row, ho, wo, wq, C, P, j0, j1, hasb, scale, bias, res,
+    lo, hi)`` (``ir_cout``), compiled (or loaded from the kernel cache) once per process."""
+    import ctypes
+
+    key = str(dtype)
+    hit = _fns.get(key)
+    if hit is None:
+        from .build import compile_kernel
+
+        with _lock:
+            hit = _fns.get(key)
+            if hit is None:
+                c = compile_kernel(CoutGemm(key), 3, {"op": "GEMM_COUT", "shape": [], "dtype": key})
+                types = {"i64": ctypes.c_int64, "ptr": ctypes.c_void_p,
+                         "T": ctypes.c_float if key == "float32" else ctypes.c_double}
+                hit = ctypes.CFUNCTYPE(None, *[types[a] for a in ARGS])(c.addr)
+                hit.compiled = c
+                _fns[key] = hit
+    return hit

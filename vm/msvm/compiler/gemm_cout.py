@@ -37,20 +37,22 @@ from .lower import TYPES, vec_width
 
 NAME = "msvm_gemm_cout"
 ROWS = 12                   # pixels per register tile (12 x 2 vectors: 24 accumulators)
-VERSION = 1                 # (in the kernel text, so the cache key: bump it when ir_cout changes)
+VERSION = 2                 # (in the kernel text, so the cache key: bump it when ir_cout changes)
 ARGS = ("i64", "i64", "i64", "ptr", "ptr", "ptr", "i64", "i64", "i64", "i64", "ptr", "i64", "i64", "i64",
         "i64", "ptr", "ptr", "ptr", "T", "T")
 _lock = threading.Lock()
 _fns: dict = {}
 
 
-def _tile(L, name, t, w, r, vt, fma):
+def _tile(L, name, t, w, r, vt, fma, one=False):
     """@{name}_t{r}(ci, ntaps, taps*, a*, row, wp*, buf*): r pixels (a[0 .. r) on the grid, each channel's
     rows ``row`` apart, tap t at taps[t]) x 2w channels (the panel wp, [K][2w]) over every (ci, t), the
-    accumulators stored to buf as r rows of 2w."""
-    L(f"define internal void @{name}_t{r}(i64 %ci, i64 %ntaps, i64* noalias %taps, {t}* noalias %a, i64 %row, "
-      f"{t}* noalias %wp, {t}* noalias %buf) nounwind alwaysinline {{")
+    accumulators stored to buf as r rows of 2w. ``one``: @{name}_o{r}, for one tap (a 1x1 convolution:
+    no tap loop, taps[0] added once)."""
+    L(f"define internal void @{name}_{'o' if one else 't'}{r}(i64 %ci, i64 %ntaps, i64* noalias %taps, "
+      f"{t}* noalias %a, i64 %row, {t}* noalias %wp, {t}* noalias %buf) nounwind alwaysinline {{")
     L("entry:")
+    L("  %t0 = load i64, i64* %taps")
     L("  br label %cl")
     L("cl:")
     L("  %c = phi i64 [ 0, %entry ], [ %cn, %td ]")
@@ -64,12 +66,19 @@ def _tile(L, name, t, w, r, vt, fma):
     L("  %kc = mul i64 %c, %ntaps")
     L("  br label %tl")
     L("tl:")
-    L("  %tp = phi i64 [ 0, %cb ], [ %tn, %tl ]")
-    for i in range(r):
-        for v in range(2):
-            L(f"  %s{i}_{v} = phi {vt} [ %acc{i}_{v}, %cb ], [ %tacc{i}_{v}, %tl ]")
-    L("  %tpp = getelementptr i64, i64* %taps, i64 %tp")
-    L("  %toff = load i64, i64* %tpp")
+    if one:
+        for i in range(r):
+            for v in range(2):
+                L(f"  %s{i}_{v} = phi {vt} [ %acc{i}_{v}, %cb ]")
+        L("  %tp = add i64 0, 0")
+        L("  %toff = add i64 %t0, 0")
+    else:
+        L("  %tp = phi i64 [ 0, %cb ], [ %tn, %tl ]")
+        for i in range(r):
+            for v in range(2):
+                L(f"  %s{i}_{v} = phi {vt} [ %acc{i}_{v}, %cb ], [ %tacc{i}_{v}, %tl ]")
+        L("  %tpp = getelementptr i64, i64* %taps, i64 %tp")
+        L("  %toff = load i64, i64* %tpp")
     L("  %ao = add i64 %co, %toff")
     L(f"  %ap = getelementptr {t}, {t}* %a, i64 %ao")
     L("  %k = add i64 %kc, %tp")
@@ -86,9 +95,12 @@ def _tile(L, name, t, w, r, vt, fma):
         L(f"  %x{i}v = shufflevector {vt} %x{i}i, {vt} undef, <{w} x i32> zeroinitializer")
         for v in range(2):
             L(f"  %tacc{i}_{v} = call {vt} {fma}({vt} %x{i}v, {vt} %wv{v}, {vt} %s{i}_{v})")
-    L("  %tn = add i64 %tp, 1")
-    L("  %tm = icmp slt i64 %tn, %ntaps")
-    L("  br i1 %tm, label %tl, label %td")
+    if one:
+        L("  br label %td")
+    else:
+        L("  %tn = add i64 %tp, 1")
+        L("  %tm = icmp slt i64 %tn, %ntaps")
+        L("  br i1 %tm, label %tl, label %td")
     L("td:")
     L("  %cn = add i64 %c, 1")
     L("  br label %cl")
@@ -191,6 +203,7 @@ def ir_cout(features: str, dtype: str = "float32", name: str = NAME) -> str:
     L = lines.append
     for r in range(1, mr + 1):
         _tile(L, name, t, w, r, vt, fma)
+        _tile(L, name, t, w, r, vt, fma, one=True)
     _store(L, name, t, w, vt, mload, mstore)
     L(f"define void @{name}(i64 %o, i64 %ci, i64 %ntaps, i64* noalias %taps, {t}* noalias %Wp, {t}* noalias %src, "
       f"i64 %row, i64 %ho, i64 %wo, i64 %wq, {t}* noalias %C, i64 %P, i64 %j0, i64 %j1, i64 %hasb0, {t}* %scale, "
@@ -200,6 +213,7 @@ def ir_cout(features: str, dtype: str = "float32", name: str = NAME) -> str:
     L(f"  %buf = alloca {vt}, i64 {2 * w}, align 64")
     L(f"  %bufp = bitcast {vt}* %buf to {t}*")
     L("  %K = mul i64 %ci, %ntaps")
+    L("  %one = icmp eq i64 %ntaps, 1")
     L("  br label %jl")
     L("jl:")
     L("  %j = phi i64 [ %j0, %entry ], [ %jn, %ohd ]")
@@ -230,12 +244,15 @@ def ir_cout(features: str, dtype: str = "float32", name: str = NAME) -> str:
     L("  %g = add i64 %gq, %ow")
     L(f"  %a = getelementptr {t}, {t}* %src, i64 %g")
     L("  %p0 = add i64 %pq, %ow")
-    cases = " ".join(f"i64 {r}, label %t{r}" for r in range(1, mr))
-    L(f"  switch i64 %r, label %t{mr} [ {cases} ]")
-    for r in range(1, mr + 1):
-        L(f"t{r}:")
-        L(f"  call void @{name}_t{r}(i64 %ci, i64 %ntaps, i64* %taps, {t}* %a, i64 %row, {t}* %wp, {t}* %bufp)")
-        L("  br label %st")
+    L("  br i1 %one, label %fo, label %ft")
+    for fam in ("o", "t"):
+        L(f"f{fam}:")
+        cases = " ".join(f"i64 {r}, label %{fam}{r}" for r in range(1, mr))
+        L(f"  switch i64 %r, label %{fam}{mr} [ {cases} ]")
+        for r in range(1, mr + 1):
+            L(f"{fam}{r}:")
+            L(f"  call void @{name}_{fam}{r}(i64 %ci, i64 %ntaps, i64* %taps, {t}* %a, i64 %row, {t}* %wp, {t}* %bufp)")
+            L("  br label %st")
     L("st:")
     L(f"  call void @{name}_st({t}* %bufp, i64 %r, i64 %c0, i64 %o, {t}* %C, i64 %P, i64 %p0, i1 %hasb, "
       f"{t}* %scale, {t}* %bias, {t}* %res, {t} %lo, {t} %hi)")

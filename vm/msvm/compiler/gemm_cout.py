@@ -37,7 +37,8 @@ from .lower import TYPES, vec_width
 
 NAME = "msvm_gemm_cout"
 ROWS = 12                   # pixels per register tile (12 x 2 vectors: 24 accumulators)
-VERSION = 2                 # (in the kernel text, so the cache key: bump it when ir_cout changes)
+PREFETCH = 32               # elements ahead in the tile's channel row that each k step prefetches (0: none; ``_tile``)
+VERSION = 3                 # (in the kernel text, so the cache key: bump it when ir_cout changes)
 ARGS = ("i64", "i64", "i64", "ptr", "ptr", "ptr", "i64", "i64", "i64", "i64", "ptr", "i64", "i64", "i64",
         "i64", "ptr", "ptr", "ptr", "T", "T")
 _lock = threading.Lock()
@@ -81,6 +82,14 @@ def _tile(L, name, t, w, r, vt, fma, one=False):
         L("  %toff = load i64, i64* %tpp")
     L("  %ao = add i64 %co, %toff")
     L(f"  %ap = getelementptr {t}, {t}* %a, i64 %ao")
+    # the row's pixels PREFETCH on (the next tiles' lines of this channel row): one core, caches flushed
+    # before each call as a forward leaves them, GFLOP/s without / with 24 / 32 / 48: the RGB stem 125-157 /
+    # 166-171 / 177 / 157-174, 1x1 256 -> 64 at 56x56 92-95 / 183 / 192 / 183-193, 3x3 64 at 56x56 140-192 /
+    # 197-199 / 213 / 197-207 (the taps product: 159, 155, 199)
+    if PREFETCH:
+        L(f"  %pfp = getelementptr {t}, {t}* %ap, i64 {PREFETCH}")
+        L(f"  %pfc = bitcast {t}* %pfp to i8*")
+        L("  call void @llvm.prefetch.p0i8(i8* %pfc, i32 0, i32 3, i32 1)")
     L("  %k = add i64 %kc, %tp")
     L(f"  %wo = mul i64 %k, {2 * w}")
     for v in range(2):
@@ -199,7 +208,8 @@ def ir_cout(features: str, dtype: str = "float32", name: str = NAME) -> str:
     mr = min(ROWS, w)                     # (the transposed store takes at most w pixels a tile)
     lines = [f"declare {vt} {fma}({vt}, {vt}, {vt})",
              f"declare {vt} {mload}({vt}*, i32, <{w} x i1>, {vt})",
-             f"declare void {mstore}({vt}, {vt}*, i32, <{w} x i1>)"]
+             f"declare void {mstore}({vt}, {vt}*, i32, <{w} x i1>)",
+             "declare void @llvm.prefetch.p0i8(i8*, i32, i32, i32)"]
     L = lines.append
     for r in range(1, mr + 1):
         _tile(L, name, t, w, r, vt, fma)
@@ -280,7 +290,7 @@ class CoutGemm:
     name = "gemm_cout"
 
     def text(self) -> str:
-        return f"gemm_cout v{VERSION} dtype={self.dtype} rows={ROWS}"
+        return f"gemm_cout v{VERSION} dtype={self.dtype} rows={ROWS} prefetch={PREFETCH}"
 
     def lower(self, name: str, features: str) -> str:
         return ir_cout(features, self.dtype, name)

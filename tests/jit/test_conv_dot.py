@@ -284,3 +284,20 @@ def test_the_cout_rule():
     assert not conv.use_cout(3136, 3248, 576, 9, 32, f32)           # 3x3 on 56x56
     assert not conv.use_cout(49, 49, 512, 1, 32, f32)               # 1x1: use_dot's
     assert not conv.use_cout(49, 63, 27, 9, 32, f32)                # K below COUT_MIN_K
+
+
+def test_cout_packs_a_converted_weight_once(monkeypatch):
+    """A float64 Parameter under a float32 convolution: prepared_a's converted copy (read-only, cached
+    with the Parameter) is packed once, not at every call."""
+    monkeypatch.setattr(conv, "_COUTW", {})
+    rng = np.random.default_rng(12)
+    w = rng.standard_normal((40, 24, 3, 3))
+    w.flags.writeable = False
+    x = rng.standard_normal((1, 24, 5, 6)).astype(np.float32)
+    tc = conv.TapsConv(x.shape, w.shape, (1, 1), (1, 1, 1, 1), (1, 1), 1, np.float32, cout=True)
+    outs = [tc(x, conv.prepared_a(w, 1, np.float32, True)) for _ in range(3)]
+    assert len(conv._COUTW) == 1
+    from msvm.interp import kernels as K
+    ref = K.conv_gemm(x, K.weight_view(w.astype(np.float32)), w.shape, (1, 1), (1, 1, 1, 1), (1, 1), 1, np.float32, None)
+    for o in outs:
+        close(o, ref)

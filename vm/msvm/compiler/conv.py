@@ -951,6 +951,7 @@ def prepared_a(w, group, d, inplace=False):
         return hit[1]
     a = np.ascontiguousarray(w, dtype=d) if inplace else _packed(w, group, d)
     if K._frozen(w):
+        a.flags.writeable = False    # (read by kernels only; prepared_cout caches what it makes of it)
         for k in [k for k, v in _TAPW.items() if k[0] == id(w) and v[0]() is not w]:
             del _TAPW[k]             # (a stale entry of a recycled id)
         try:

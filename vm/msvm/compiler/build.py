@@ -316,6 +316,31 @@ def compile_kernel(kernel, level: int, info: dict, cached_only: bool = False) ->
     return compiled
 
 
+_functions_lock = threading.Lock()
+_functions: dict = {}       # kernel entry -> its ctypes function (``kernel_function``)
+
+
+def kernel_function(kernel, op: str, signature: tuple):
+    """The ctypes function of a kernel entry that is called directly rather than through a Site (the
+    GEMMs' own: gemm.TapsGemm, gemm_dot.DotGemm, gemm_cout.CoutGemm), compiled (or loaded from the
+    kernel cache) once per process; ``signature`` spells its arguments "i64", "ptr" and "T" (the
+    kernel's float type). One object per entry: pool.share knows a function by identity."""
+    import ctypes
+
+    hit = _functions.get(kernel)
+    if hit is None:
+        with _functions_lock:
+            hit = _functions.get(kernel)
+            if hit is None:
+                c = compile_kernel(kernel, 3, {"op": op, "shape": [], "dtype": kernel.dtype})
+                types = {"i64": ctypes.c_int64, "ptr": ctypes.c_void_p,
+                         "T": ctypes.c_float if kernel.dtype == "float32" else ctypes.c_double}
+                hit = ctypes.CFUNCTYPE(None, *[types[a] for a in signature])(c.addr)
+                hit.compiled = c
+                _functions[kernel] = hit
+    return hit
+
+
 def _announce_kernel(info, level, key, source, steps, elapsed, mapping, cache, obj=b"") -> None:
     """The recent key, the ``compile`` event and the ``[MS]`` lines of one kernel look-up (memory,
     disk or compiled), each with why (reasons.kernel_source)."""

@@ -1098,8 +1098,7 @@ class TapsConv:
 
             self.grid = self.acc = None
             self.xt1 = mode in ("direct", "sub")        # a transpose of the (subsampled) planes, else the k x k copy
-            fns = {part: function(self.d, part) for part in ("xt", "xt1", "dot")}   # (a new size may want the other copy)
-            self.xt, self.dotfn = fns["xt1" if self.xt1 else "xt"], fns["dot"]
+            self.xt, self.dotfn = function(self.d, "xt1" if self.xt1 else "xt"), function(self.d, "dot")
             self.geom = (c, h, w, kh, kw, sh, sw, pt, pl, dil[0], dil[1], ho, wo)
             tiles = -(-o // TI)
             self.row_cut = -(-tiles // 2) * TI if tiles > 1 else None     # (two threads: halves of whole tiles)
@@ -1275,30 +1274,27 @@ def prepared_cout(a, d, nr: int):
 
 
 def use_dot(p: int, q: int, k: int, ntaps: int, nr: int, d) -> bool:
-    """Whether a convolution of p output pixels (q columns on the taps product's grid) and K = k runs
+    """Whether a 1x1 convolution of p output pixels (q columns on the taps product's grid) and K = k runs
     the inner-product route (``TapsConv._run_dot``) rather than the taps product: where the taps
-    product's lanes are idle (p over q rounded up to whole panels of nr) beyond what the copy of the
-    columns costs. Measured (AMD EPYC Zen 5, one core, both kernels interleaved in one process, best of
+    product's lanes are idle (p over q rounded up to whole panels of nr) beyond what the transposed copy
+    of the columns costs. Measured (AMD EPYC Zen 5, one core, both kernels interleaved in one process, best of
     5 rounds, GFLOP/s taps / dot, the copy not counted): 1x1 7x7 512 -> 2048 180 / 192, 2048 -> 512
-    179 / 190, 1x1 14x14 1024 -> 256 181 / 226, 256 -> 1024 205 / 193, 3x3 14x14 256 209 / 194, 3x3 7x7
-    512 182 / 192, 3x3 5x5 512 95 / 190, 1x1 10x10 1024 -> 256 163 / 181; the copy (``xt1``, a
-    transpose) 0.14-0.38 ns an element (2-4% of a 1x1 layer), the k x k copy (``xt``) 0.8-0.9 ns (8% of
-    the 7x7 3x3 layer: there taps stays). On AVX-512 only (the dot tile's 24 accumulators and 10
-    operands want its 32 vector registers)."""
+    179 / 190, 1x1 14x14 1024 -> 256 181 / 226, 256 -> 1024 205 / 193, 1x1 10x10 1024 -> 256 163 / 181;
+    the copy (``xt1``, a transpose) 0.14-0.38 ns an element (2-4% of a 1x1 layer). A k x k convolution
+    never takes it by itself (its copy, ``xt``, costs 0.8-0.9 ns an element, 8% of the 7x7 3x3 layer;
+    ``use_cout`` serves those); ``TapsConv(dot=True)`` still runs one. On AVX-512 only (the dot tile's
+    24 accumulators and 10 operands want its 32 vector registers)."""
     from .codegen import codegen
 
-    if np.dtype(d) not in (np.float32, np.float64) or p == 0 or k == 0 or "+avx512f" not in codegen().features:
+    if ntaps != 1 or np.dtype(d) not in (np.float32, np.float64) or p == 0 or k == 0:
         return False
     used = p / (-(-q // nr) * nr)
-    if ntaps == 1:
-        return used < DOT_USED or (used < DOT_USED_LONG and k >= DOT_LONG_K)
-    return used < DOT_USED_TAPS
+    return (used < DOT_USED or (used < DOT_USED_LONG and k >= DOT_LONG_K)) and "+avx512f" in codegen().features
 
 
 DOT_USED = 0.8              # 1x1: the taps product's share of used lanes below which dot runs (use_dot)
 DOT_USED_LONG = 0.9         # ... and below this where K >= DOT_LONG_K
 DOT_LONG_K = 1024
-DOT_USED_TAPS = 0.6         # k x k (its copy costs more)
 
 
 def _row_cut(q: int, nr: int, rows: int, unit: int) -> int | None:

@@ -311,13 +311,19 @@ def _tile_epilogue(L, t, w, nv, r, vt, mload):
     _phis(L, vt, r, nv, "h", [("g", "ebx"), ("gr", "er")])
     for i in range(r):
         for v in range(nv):
-            L(f"  %hl{i}_{v} = fcmp ugt {vt} %h{i}_{v}, %lov")          # (NaN: unordered, kept)
-            L(f"  %hm{i}_{v} = select <{w} x i1> %hl{i}_{v}, {vt} %h{i}_{v}, {vt} %lov")
-            L(f"  %hh{i}_{v} = fcmp ult {vt} %hm{i}_{v}, %hiv")
-            L(f"  %hn{i}_{v} = select <{w} x i1> %hh{i}_{v}, {vt} %hm{i}_{v}, {vt} %hiv")
+            clamp(L, w, vt, f"{i}_{v}")
     L("  br label %noepi")
     L("noepi:")
     _phis(L, vt, r, nv, "e", [("f", "store"), ("hn", "erx")])
+
+
+def clamp(L, w: int, vt: str, tag: str) -> None:
+    """%hn{tag} = min(max(%h{tag}, %lov), %hiv) as numpy's maximum and minimum (NaN stays: the compares
+    are unordered ones), the last step of every GEMM epilogue (ReLU: lo = 0; ReLU6: lo = 0, hi = 6)."""
+    L(f"  %hl{tag} = fcmp ugt {vt} %h{tag}, %lov")
+    L(f"  %hm{tag} = select <{w} x i1> %hl{tag}, {vt} %h{tag}, {vt} %lov")
+    L(f"  %hh{tag} = fcmp ult {vt} %hm{tag}, %hiv")
+    L(f"  %hn{tag} = select <{w} x i1> %hh{tag}, {vt} %hm{tag}, {vt} %hiv")
 
 
 def _row_blocks(L, k: str, a_block: int, mr: int, head: str = "entry") -> None:
@@ -889,32 +895,16 @@ class TapsGemm:
 
 TAPS_ARGS = ("i64", "i64", "i64", "ptr", "i64", "ptr", "i64", "ptr", "i64", "ptr", "i64", "i64", "i64",
              "i64", "ptr", "ptr", "ptr", "i64", "T", "T")
-_taps: dict = {}            # (dtype, kc, a_inplace, rows, pack_b) -> ctypes function
 
 
 def taps_function(dtype: str, kc: int = TAPS_KC, a_inplace: bool = False, rows: int = 0, pack_b=None):
     """ctypes ``taps(m, ci, ntaps, taps, q, A, lda, src, row, C, ldc, j0, j1, hasb, scale, bias, res, ldr,
     lo, hi)`` (``ir_taps``), compiled (or loaded from the kernel cache) once per process."""
-    import ctypes
+    from .build import kernel_function
 
     if pack_b is None:
         pack_b = packs_b()
-    key = (dtype, kc, a_inplace, rows, pack_b)
-    hit = _taps.get(key)
-    if hit is None:
-        from .build import compile_kernel
-
-        with _lock:
-            hit = _taps.get(key)
-            if hit is None:
-                c = compile_kernel(TapsGemm(dtype, kc, a_inplace, rows, pack_b), 3,
-                                   {"op": "GEMM_TAPS", "shape": [], "dtype": dtype})
-                types = {"i64": ctypes.c_int64, "ptr": ctypes.c_void_p,
-                         "T": ctypes.c_float if dtype == "float32" else ctypes.c_double}
-                hit = ctypes.CFUNCTYPE(None, *[types[a] for a in TAPS_ARGS])(c.addr)
-                hit.compiled = c
-                _taps[key] = hit
-    return hit
+    return kernel_function(TapsGemm(dtype, kc, a_inplace, rows, pack_b), "GEMM_TAPS", TAPS_ARGS)
 
 
 def pack_rows(a: np.ndarray, mr: int) -> np.ndarray:

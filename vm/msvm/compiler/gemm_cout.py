@@ -29,9 +29,9 @@ results agree with the taps product and L1 to rounding.
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
 
+from .gemm import clamp
 from .gemm_dot import _transpose
 from .lower import TYPES, vec_width
 
@@ -41,8 +41,6 @@ PREFETCH = 32               # elements ahead in the tile's channel row that each
 VERSION = 3                 # (in the kernel text, so the cache key: bump it when ir_cout changes)
 ARGS = ("i64", "i64", "i64", "ptr", "ptr", "ptr", "i64", "i64", "i64", "i64", "ptr", "i64", "i64", "i64",
         "i64", "ptr", "ptr", "ptr", "T", "T")
-_lock = threading.Lock()
-_fns: dict = {}
 
 
 def _tile(L, name, t, w, r, vt, fma, one=False):
@@ -184,10 +182,7 @@ def _store(L, name, t, w, vt, mload, mstore):
             L(f"  br label %erx{tag}")
             L(f"erx{tag}:")
             L(f"  %h{tag} = phi {vt} [ %g{tag}, %ebx{tag} ], [ %gr{tag}, %er{tag} ]")
-            L(f"  %hl{tag} = fcmp ugt {vt} %h{tag}, %lov")            # (NaN: unordered, kept)
-            L(f"  %hm{tag} = select <{w} x i1> %hl{tag}, {vt} %h{tag}, {vt} %lov")
-            L(f"  %hh{tag} = fcmp ult {vt} %hm{tag}, %hiv")
-            L(f"  %hn{tag} = select <{w} x i1> %hh{tag}, {vt} %hm{tag}, {vt} %hiv")
+            clamp(L, w, vt, tag)
             L(f"  %cp{tag} = getelementptr {t}, {t}* %C, i64 %off{tag}")
             L(f"  %cq{tag} = bitcast {t}* %cp{tag} to {vt}*")
             L(f"  call void {mstore}({vt} %hn{tag}, {vt}* %cq{tag}, i32 4, <{w} x i1> %lm)")
@@ -299,20 +294,6 @@ class CoutGemm:
 def function(dtype: str):
     """ctypes ``cout(o, ci, ntaps, taps, Wp, src, row, ho, wo, wq, C, P, j0, j1, hasb, scale, bias, res,
     lo, hi)`` (``ir_cout``), compiled (or loaded from the kernel cache) once per process."""
-    import ctypes
+    from .build import kernel_function
 
-    key = str(dtype)
-    hit = _fns.get(key)
-    if hit is None:
-        from .build import compile_kernel
-
-        with _lock:
-            hit = _fns.get(key)
-            if hit is None:
-                c = compile_kernel(CoutGemm(key), 3, {"op": "GEMM_COUT", "shape": [], "dtype": key})
-                types = {"i64": ctypes.c_int64, "ptr": ctypes.c_void_p,
-                         "T": ctypes.c_float if key == "float32" else ctypes.c_double}
-                hit = ctypes.CFUNCTYPE(None, *[types[a] for a in ARGS])(c.addr)
-                hit.compiled = c
-                _fns[key] = hit
-    return hit
+    return kernel_function(CoutGemm(str(dtype)), "GEMM_COUT", ARGS)

@@ -30,10 +30,9 @@ over output channels, the weight packed) instead: ``conv.use_dot`` and ``conv.us
 
 from __future__ import annotations
 
-import functools
-import threading
 from dataclasses import dataclass
 
+from .gemm import clamp
 from .lower import TYPES, vec_width
 
 NAME = "msvm_gemm_dot"
@@ -41,8 +40,6 @@ TI, TJ = 6, 4               # rows of A x rows of B per register tile
 KC = 1024                   # k per block: TI rows of A (24 KB in float32) stay in L1 across the column tiles
 VERSION = 2                 # (in the kernel text, so the cache key: bump it when ir_dot changes)
 ARGS = ("i64", "i64", "i64", "ptr", "i64", "ptr", "i64", "ptr", "i64", "i64", "ptr", "ptr", "ptr", "i64", "T", "T")
-_lock = threading.Lock()
-_fns: dict = {}             # (dtype, kc) -> ctypes function
 
 
 def _reduce(L, t, w, names: list, tag: str) -> str:
@@ -195,10 +192,7 @@ def _tile(L, name, t, w, fma, mload):
         L(f"  br label %erx{i}")
         L(f"erx{i}:")
         L(f"  %h{i} = phi {v4} [ %g{i}, %ebx{i} ], [ %gr{i}, %er{i} ]")
-        L(f"  %hl{i} = fcmp ugt {v4} %h{i}, %lov")                 # (NaN: unordered, kept)
-        L(f"  %hm{i} = select <{TJ} x i1> %hl{i}, {v4} %h{i}, {v4} %lov")
-        L(f"  %hh{i} = fcmp ult {v4} %hm{i}, %hiv")
-        L(f"  %hn{i} = select <{TJ} x i1> %hh{i}, {v4} %hm{i}, {v4} %hiv")
+        clamp(L, TJ, v4, str(i))
     L("  br label %store")
     L("store:")
     for i in range(TI):
@@ -546,28 +540,6 @@ def function(dtype: str, part: str = "dot", kc: int = KC):
     scale, bias, res, ldr, lo, hi)``, ``xt(c, h, w, kh, kw, sh, sw, pt, pl, dh, dw, ho, wo, x, dst,
     oh0, oh1)`` or ``xt1(c, row, src, dst, p0, p1)``; compiled (or loaded from the kernel cache) once
     per process."""
-    import ctypes
+    from .build import kernel_function
 
-    key = (str(dtype), part, kc)
-    hit = _fns.get(key)
-    if hit is None:
-        from .build import compile_kernel
-
-        with _lock:
-            hit = _fns.get(key)
-            if hit is None:
-                c = compile_kernel(DotGemm(str(dtype), part, kc), 3,
-                                   {"op": f"GEMM_{part.upper()}", "shape": [], "dtype": str(dtype)})
-                types = {"i64": ctypes.c_int64, "ptr": ctypes.c_void_p,
-                         "T": ctypes.c_float if str(dtype) == "float32" else ctypes.c_double}
-                hit = ctypes.CFUNCTYPE(None, *[types[a] for a in SIGNATURES[part]])(c.addr)
-                hit.compiled = c
-                _fns[key] = hit
-    return hit
-
-
-@functools.lru_cache(maxsize=8)
-def width(dtype) -> int:
-    from .codegen import codegen
-
-    return vec_width(codegen().features, TYPES[str(dtype)])
+    return kernel_function(DotGemm(str(dtype), part, kc), f"GEMM_{part.upper()}", SIGNATURES[part])

@@ -152,6 +152,31 @@ def test_one_row_after_a_packed_call_keeps_the_weight_spilled(level, rng):
     assert set(packs) == {id(w) for w in ws} and all(len(p) == 1 for p in packs.values())
 
 
+@pytest.mark.parametrize("tier", ["L3", "auto"])
+def test_one_row_by_a_stored_weight_runs_packed_and_spills_it(level, tier, rng):
+    """A classifier at batch 1 (MobileNet's 1280 -> 1000): the stored weight is packed at the first
+    compile (BLAS's sgemm of one row ran 4.6x slower), its own pages leave, and every answer is
+    numpy's, with NaN and inf in the row."""
+    net = nn.Dense(512, 640)
+    w, b = net.weight._data, net.bias.asnumpy()
+    assert weights.stored(w)
+    vals = w.copy()
+    level(tier)
+    for i in range(12):
+        x = rng.standard_normal((1, 512)).astype(np.float32)
+        if i == 11:
+            x[0, 5], x[0, 9] = np.nan, np.inf
+        got = net(ms.Tensor(x)).asnumpy()
+        tiers.wait_for_compiles(60)
+        with np.errstate(invalid="ignore"):
+            np.testing.assert_allclose(got, x @ vals.T + b, rtol=1e-4, atol=1e-4)
+    (site,) = [s for v in net._runner.variants.values() for c in v.code.all_codes()
+               for s in c.jit_sites.values() if s.weight_t]
+    assert site.l3 and site.pcache and not site.wcache, "one row by a stored weight: packed, no W.T copy"
+    assert weights.resident(w) < w.nbytes // 4, "the packed weight's own pages stayed"
+    assert np.array_equal(w, vals)
+
+
 class Sliced(nn.Cell):
     """A fused weight split in construct: its row views are new arrays at every call."""
 

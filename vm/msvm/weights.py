@@ -24,9 +24,9 @@ kernel's page cache (where a container's memory limit still counts them) until t
 back, after which the kernel may drop them as it needs the memory; they are written once, when the
 array is made. A read after a spill maps the pages back until the next spill: a site spills the
 weights it holds prepared again after each of its compiles (the calls that waited for it ran the
-interpreter, which reads the weights: compiler/tiers.py ``Site.respill``), and one row by a weight
-some site has packed runs packed (planning.plan_matmul), so a decoder's steps after its prompt do not
-bring the pages back.
+interpreter, which reads the weights: compiler/tiers.py ``Site.respill``), and one row by a stored
+weight runs packed too (planning.plan_matmul: a classifier at batch 1, a decoder's steps after its
+prompt), so those calls do not bring the pages back.
 
 Not stored (kept in anonymous memory, as before): arrays under ``STORE_MIN``; a directory on a
 memory filesystem (tmpfs, ramfs: the "file" would be memory, and spilling would only move it out of

@@ -17,6 +17,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ..bytecode.opcodes import KERNEL_KINDS
+from ..weights import stored
 from .build import blas
 from .callconv import PARALLEL_MIN
 from .gemm import use_packed
@@ -85,12 +86,14 @@ def plan_matmul(site, inputs):
         raise Unsupported("matmul of scalars")
     d = float_dtype([a, b])
     m, k = (a.shape[-1], a.shape[-2]) if ta else (a.shape[-2], a.shape[-1])
-    # run on the weight's contiguous transpose (B = W.T, no flag), except for one row: BLAS reads W.T's
-    # view as fast there (a gemv), and the copy would double the weight's memory for nothing (issue 18:
-    # a classifier at batch 1, ResNet-50's 8 MB fc); one row by a weight this site has packed already
-    # runs packed (as fast: gemm.use_packed), so the weight's own spilled pages stay out (weights.py:
-    # a decoder's steps of one row after its prompt)
-    wt = site.weight_t and site.frozen(b) and (m * int(np.prod(a.shape[:-2])) > 1 or site.has_packed(b))
+    # run on the weight's contiguous transpose (B = W.T, no flag), except for one row by a weight the
+    # store does not hold (weights.py): BLAS reads W.T's view there, and the copy would double the
+    # weight's memory (ResNet-50's 8 MB fc at batch 1). One row by a stored weight, or by one some site
+    # has packed already, runs packed: the weight's own pages are spilled (held once), and BLAS's sgemm
+    # of one row ran 4.6x slower than the packed kernel (a classifier, 1x1280 @ 1280x1000, one core,
+    # AMD Zen 5: 275 against 48 us; onnxruntime's Gemm 61 us); so a decoder's steps after its prompt
+    # keep the weight's pages out too
+    wt = site.weight_t and site.frozen(b) and (m * int(np.prod(a.shape[:-2])) > 1 or stored(b) or site.has_packed(b))
     n_ = b.shape[-2] if tb else b.shape[-1]
     batch_shape = np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) if batched else ()
     out_shape = tuple(batch_shape) + (m, n_)

@@ -115,9 +115,9 @@ def dots(monkeypatch, request):
     orig = conv.TapsConv.__call__
     route = request.param
 
-    def spy(self, x, a, out=None, split=1, bias=None, add=None, lo=-np.inf, hi=np.inf):
+    def spy(self, x, a, out=None, split=1, bias=None, add=None, lo=-np.inf, hi=np.inf, steps=None):
         seen.append((self.mode, getattr(self, route), split, add is not None))
-        return orig(self, x, a, out, split, bias, add, lo, hi)
+        return orig(self, x, a, out, split, bias, add, lo, hi, steps)
     monkeypatch.setattr(conv.TapsConv, "__call__", spy)
     monkeypatch.setattr(conv, "use_dot", lambda *a: route == "dot")
     monkeypatch.setattr(conv, "use_cout", lambda *a: route == "cout")

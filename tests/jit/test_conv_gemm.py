@@ -23,10 +23,10 @@ def calls(monkeypatch):
     seen = []
     orig = conv.TapsConv.__call__
 
-    def spy(self, x, a, out=None, split=1, bias=None, add=None, lo=-np.inf, hi=np.inf):
+    def spy(self, x, a, out=None, split=1, bias=None, add=None, lo=-np.inf, hi=np.inf, steps=None):
         fused = bias is not None or add is not None or lo != -np.inf or hi != np.inf
         seen.append((self.mode, fused, split, add is not None))
-        return orig(self, x, a, out, split, bias, add, lo, hi)
+        return orig(self, x, a, out, split, bias, add, lo, hi, steps)
     monkeypatch.setattr(conv.TapsConv, "__call__", spy)
     monkeypatch.setenv(conv.ROUTE_ENV, "taps")
     return seen

@@ -43,6 +43,7 @@ back to callconv.submit's pool.
 from __future__ import annotations
 
 import ctypes
+import functools
 import math
 import os
 import struct
@@ -56,7 +57,7 @@ SLOTS = 64                # tasks per batch (more: all on the caller's thread)
 CALLS = 512               # calls per batch (more: all on the caller's thread)
 PARTS = 2                 # tasks a split product is cut into (``parts``; more measured slower, module doc)
 WORD, DONE, TASKS = 0, 8, 16          # the control block's words: (seq, next, count), tasks done, the tasks
-POST, LOOP, TICKS = 0, 2, 3           # the control function's operations (POST: post, then work)
+POST, LOOP, TICKS, RUN = 0, 2, 3, 4    # the control function's operations (POST: post, then work; RUN: calls here)
 
 _WORD = {ctypes.c_int64: "i64", ctypes.c_void_p: "ptr", ctypes.c_double: "double", ctypes.c_float: "float"}
 _LLVM = {"i64": "i64", "ptr": "i8*", "double": "double", "float": "float"}
@@ -118,6 +119,7 @@ def _control_ir(name: str) -> str:
           return how many it ran (one native call: an interrupt cannot fall between posting a batch
           and waiting for it, leaving tasks to run on freed arguments);
     LOOP: claim and run tasks as batches are posted, until x ticks pass without one (the pool's thread);
+    RUN: run the x calls at ctl (a task's calls: ``inline``), on the calling thread;
     TICKS: the time-stamp counter."""
     return f"""declare i64 @llvm.readcyclecounter()
 declare void @llvm.x86.sse2.pause()
@@ -132,6 +134,12 @@ entry:
   %n = load i64, i64* %q0, align 8
   %cv = load i64, i64* %q1, align 8
   %calls = inttoptr i64 %cv to i64*
+  call void @{name}_calls(i64* %calls, i64 %n)
+  ret void
+}}
+
+define internal void @{name}_calls(i64* %calls, i64 %n) nounwind {{
+entry:
   br label %head
 head:
   %i = phi i64 [ 0, %entry ], [ %in, %body ]
@@ -190,7 +198,10 @@ define i64 @{name}(i64 %op, i64* %ctl, i64 %x) nounwind {{
 entry:
   %wordp = getelementptr i64, i64* %ctl, i64 {WORD}
   %donep = getelementptr i64, i64* %ctl, i64 {DONE}
-  switch i64 %op, label %ticks [ i64 {POST}, label %post  i64 {LOOP}, label %loop0 ]
+  switch i64 %op, label %ticks [ i64 {POST}, label %post  i64 {LOOP}, label %loop0  i64 {RUN}, label %inline ]
+inline:
+  call void @{name}_calls(i64* %ctl, i64 %x)
+  ret i64 0
 ticks:
   %now = call i64 @llvm.readcyclecounter()
   ret i64 %now
@@ -401,6 +412,37 @@ _batches: dict = {}
 def _inline(calls) -> None:
     for fn, args in calls:
         fn(*args)
+
+
+class Inline:
+    """``run()``: calls (``(ctypes function, args)``, in order, on the calling thread) packed once into
+    one task of words (``_Pool.pack``), so each run is one native call (RUN) instead of a ctypes call
+    per kernel converting its arguments (1.1 us for 16 of them, AMD Zen 5): a replayed convolution
+    repeats the same calls (conv.Memo). ``set(i, j, value)`` changes call i's pointer argument j (an
+    input that moved). Where the calls cannot be packed (no spinning pool on this target, an argument
+    type without a word), they run through ctypes."""
+
+    def __init__(self, calls: list):
+        self.calls = [(fn, list(args)) for fn, args in calls]
+        self.batch = pool().pack([calls]) if calls and spins() else None
+        self.starts, at = [], 0
+        for _fn, args in calls:
+            self.starts.append(at)
+            at += len(args)
+        if self.batch is not None:
+            (self.n, self.at), = self.batch.heads
+            self.fn = pool().fn
+
+    def __call__(self) -> None:
+        if self.batch is not None:
+            self.fn(RUN, self.at, self.n)
+        else:
+            _inline(self.calls)
+
+    def set(self, i: int, j: int, value: int) -> None:
+        self.calls[i][1][j] = value
+        if self.batch is not None:
+            self.batch.words[self.starts[i] + j] = value
 
 
 _pool: list = [None]

@@ -1,6 +1,6 @@
 """A convolution caller's memo (compiler/conv.py ``Memo``, issue 18: the Python around each kernel call).
 A replayed call that brings the same arrays runs the native calls it made last time, packed into one
-(pool.Inline); an input that is a new array at every call (a sub-Cell's result, the model's input, a
+(pool.Calls); an input that is a new array at every call (a sub-Cell's result, the model's input, a
 residual) moves the calls' pointers with it. Every answer against the float64 numpy reference and the
 interpreter: new images at every call (NaN, inf), on each route (taps, dot, cout; the depthwise kernel),
 residuals, set_data, a workspace grown by another layer, strided images, two caller threads, one and
@@ -218,17 +218,26 @@ def test_one_and_two_pool_threads_agree_bit_for_bit(hits, monkeypatch, route):
     assert hits["hit"] > 0
 
 
-def test_inline_runs_packed_calls_and_moves_a_pointer():
-    """pool.Inline: the calls in one native call, a pointer argument changed in its words."""
+def test_calls_run_packed_and_move_a_pointer():
+    """pool.Calls: the calls in one native call (or over two threads), a pointer argument changed in
+    its words."""
     from msvm.compiler import gemm_dot
 
     fn = gemm_dot.function("float32", "xt1")           # (c, row, src*, dst*, p0, p1): a transpose
     a = np.arange(12, dtype=np.float32).reshape(3, 4)
     b = a + 100
     dst = np.zeros((4, 3), np.float32)
-    inl = pool.Inline([(fn, (3, 4, conv.data_pointer(a), conv.data_pointer(dst), 0, 4))])
-    inl()
+    calls = pool.Calls([[(fn, (3, 4, conv.data_pointer(a), conv.data_pointer(dst), 0, 4))]], True)
+    calls()
     np.testing.assert_array_equal(dst, a.T)
-    inl.set(0, 2, conv.data_pointer(b))
-    inl()
+    calls.set(0, 2, conv.data_pointer(b))
+    calls()
     np.testing.assert_array_equal(dst, b.T)
+    halves = pool.Calls([[(fn, (3, 4, conv.data_pointer(a), conv.data_pointer(dst), p0, p1))] for p0, p1 in
+                         ((0, 2), (2, 4))], False)
+    halves()
+    np.testing.assert_array_equal(dst, a.T)
+    halves.set(1, 2, conv.data_pointer(b))
+    halves()
+    np.testing.assert_array_equal(dst[:2], a.T[:2])
+    np.testing.assert_array_equal(dst[2:], b.T[2:])

@@ -118,7 +118,7 @@ and how each is called. Algorithms chosen by measurement (one thread, this machi
   memory plan buffers at every call, so a convolution's native calls repeat with the same arguments.
   The dense (taps, dot, cout) and depthwise callers keep their last calls and, while a call brings
   the same fixed arrays (read-only, by identity) and its images at the same strides, run them again
-  packed into one native call (pool.Inline) instead of preparing the weight, the batch norm and
+  packed into one native call (pool.Calls) instead of preparing the weight, the batch norm and
   each argument in Python and converting them through ctypes; an input that is a new array at each
   call (a sub-Cell's result, the model's image, the residual, a result not in the memory plan)
   moves the pointer arguments that point into it. Calls that copied from the image (the padded
@@ -1406,32 +1406,31 @@ class Memo:
     __slots__ = ("tid", "gen", "fixed", "ptrs", "parts", "moves", "keep")
 
     def __init__(self, fixed, arrays, steps: Steps, movable):
-        from .pool import Inline
+        from .pool import Calls
 
         self.tid, self.gen = threading.get_ident(), _WS_GEN[0]
         self.fixed = tuple(fixed)
         self.ptrs = [(data_pointer(a), a.strides, a.shape) if a is not None else None for a in arrays]
-        spans = {k: (self.ptrs[k][0], self.ptrs[k][0] + _extent(arrays[k])) for k in movable if arrays[k] is not None}
+        spans = [(k, self.ptrs[k][0], self.ptrs[k][0] + _extent(arrays[k])) for k in movable if arrays[k] is not None]
         self.parts, self.moves, run = [], [], []
         for fn, args in steps.items + [(None, None)]:
             if fn is not None:
                 run.append((fn, args))
                 continue
             if run:
-                inl = Inline(run)
-                for i, (f, a) in enumerate(run):
-                    for j, (t, v) in enumerate(zip(f.argtypes, a)):
-                        for k, (lo, hi) in spans.items():
-                            if t is ctypes.c_void_p and type(v) is int and lo <= v < hi:
-                                self.moves.append((inl, i, j, k, v - lo))
-                self.parts.append(inl)
+                self._part(Calls([run], True), spans)
                 run = []
-            if args is not None:          # (a share's tasks keep their pointers: its inputs stay put)
-                self.parts.append(functools.partial(share, args))
-                for k in [k for k, (lo, hi) in spans.items() if _points_into(args, lo, hi)]:
-                    spans.pop(k)
-        self.moves = [m for m in self.moves if m[3] in spans]
+            if args is not None:
+                self._part(Calls(args, False), spans)
         self.keep = steps.keep
+
+    def _part(self, calls, spans) -> None:
+        """Keep ``calls``, and where each pointer argument points into a movable input."""
+        for c, (f, args) in enumerate(calls.calls):
+            for j, (t, v) in enumerate(zip(f.argtypes, args)):
+                if t is ctypes.c_void_p and type(v) is int:
+                    self.moves += [(calls, c, j, k, v - lo) for k, lo, hi in spans if lo <= v < hi]
+        self.parts.append(calls)
 
     def hit(self, fixed, arrays) -> bool:
         if self.gen != _WS_GEN[0] or self.tid != threading.get_ident():
@@ -1481,10 +1480,6 @@ def _extent(a) -> int:
     if a.size == 0:
         return 0
     return sum((n - 1) * s for n, s in zip(a.shape, a.strides) if s > 0) + a.itemsize
-
-
-def _points_into(tasks, lo: int, hi: int) -> bool:
-    return any(type(v) is int and lo <= v < hi for task in tasks for _fn, args in task for v in args)
 
 
 class Memos:

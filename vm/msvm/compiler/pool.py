@@ -43,7 +43,6 @@ back to callconv.submit's pool.
 from __future__ import annotations
 
 import ctypes
-import functools
 import math
 import os
 import struct
@@ -414,35 +413,44 @@ def _inline(calls) -> None:
         fn(*args)
 
 
-class Inline:
-    """``run()``: calls (``(ctypes function, args)``, in order, on the calling thread) packed once into
-    one task of words (``_Pool.pack``), so each run is one native call (RUN) instead of a ctypes call
-    per kernel converting its arguments (1.1 us for 16 of them, AMD Zen 5): a replayed convolution
-    repeats the same calls (conv.Memo). ``set(i, j, value)`` changes call i's pointer argument j (an
-    input that moved). Where the calls cannot be packed (no spinning pool on this target, an argument
-    type without a word), they run through ctypes."""
+class Calls:
+    """Tasks of calls (``share``'s: lists of ``(ctypes function, args)``) packed once into words
+    (``_Pool.pack``) and run again as they are: ``here`` (one task) on the calling thread in one native
+    call (RUN), instead of a ctypes call per kernel converting its arguments (1.1 us for 16 of them,
+    AMD Zen 5); else over this thread and the pool's as ``share`` runs them, without packing them or
+    looking their batch up again. A replayed convolution repeats the same calls (conv.Memo).
+    ``set(c, j, value)``: call c's (in order over the tasks) pointer argument j is now value (an input
+    that moved). Where they cannot be packed (no spinning pool on this target, an argument type
+    without a word), they run through ctypes, or ``share``."""
 
-    def __init__(self, calls: list):
-        self.calls = [(fn, list(args)) for fn, args in calls]
-        self.batch = pool().pack([calls]) if calls and spins() else None
+    def __init__(self, tasks: list, here: bool):
+        self.tasks = [[(fn, list(args)) for fn, args in task] for task in tasks]
+        self.calls = [call for task in self.tasks for call in task]
+        self.here = here and len(tasks) == 1
+        self.batch = pool().pack(tasks) if tasks and spins() else None
         self.starts, at = [], 0
-        for _fn, args in calls:
+        for _fn, args in self.calls:
             self.starts.append(at)
             at += len(args)
         if self.batch is not None:
-            (self.n, self.at), = self.batch.heads
+            self.n, self.at = self.batch.heads[0]
             self.fn = pool().fn
 
     def __call__(self) -> None:
-        if self.batch is not None:
+        if self.batch is None:
+            if self.here:
+                _inline(self.calls)
+            else:
+                share([[(fn, tuple(args)) for fn, args in task] for task in self.tasks])
+        elif self.here:
             self.fn(RUN, self.at, self.n)
-        else:
+        elif not pool().run(None, self.batch):
             _inline(self.calls)
 
-    def set(self, i: int, j: int, value: int) -> None:
-        self.calls[i][1][j] = value
+    def set(self, c: int, j: int, value: int) -> None:
+        self.calls[c][1][j] = value
         if self.batch is not None:
-            self.batch.words[self.starts[i] + j] = value
+            self.batch.words[self.starts[c] + j] = value
 
 
 _pool: list = [None]

@@ -624,7 +624,11 @@ def fused_epilogue(prog: tuple, has_bn: bool):
 
 
 ROUTE_ENV = "MSVM_CONV_GEMM"     # "taps" | "blas": every dense convolution takes that route (bench, tests)
-SPLIT_MIN_FLOPS = 8e6            # per image: from here two threads share a product (pool.share; gemm's doc)
+# per image: from here two threads share a product (pool.share; gemm's doc). 8e6 until a kept split's
+# tasks were posted again without Python (``Memo``, pool.Calls); measured then (AMD Zen 5, two cores,
+# MobileNet v2 alone, ms per forward, medians of 30, separate processes in turn), 8e6 / 2e6 / 1e6 / 4e5:
+# at 160 2.54-2.84 / 1.78-2.55 / 1.85-2.09 / 1.76-1.91, at 224 - / 2.93-3.15 / 2.90-3.28 / 2.99-3.39
+SPLIT_MIN_FLOPS = 2e6
 PLANE_FLOPS = 16                 # a depthwise / pool tap costs about what 16 GEMM flops do (MobileNet v2's
 #                                  depthwise layers: 41 MFLOP in ~2.8 ms, ~15 GFLOP/s, against ~130)
 IM2COL_BLOCK_BYTES = 2 << 20     # the im2col mode's windows per block of output rows (BlasConv._im2col)

@@ -164,9 +164,9 @@ def test_a_moved_input_that_overlaps_the_output_is_refused():
     steps = conv.Steps()
     tc(x, a, out, 1, None, None, -np.inf, np.inf, steps)
     m = conv.Memos()
-    m.made((a,), (x, out, None), steps, (0, 2))
+    m.made((a,), (x, out, None), steps, (0, 1, 2))
     assert m.last is None                       # (a caller's first call may be its only one)
-    m.made((a,), (x, out, None), steps, (0, 2))
+    m.made((a,), (x, out, None), steps, (0, 1, 2))
     assert m.last is not None
     x2 = x + 1
     assert m.hit((a,), (x2, out, None))
@@ -174,6 +174,13 @@ def test_a_moved_input_that_overlaps_the_output_is_refused():
     over = mem[64:192].reshape(1, 8, 4, 4)
     over[...] = x
     assert not m.hit((a,), (over, out, None))
+    both = np.zeros(3 * 8 * 16, np.float32)               # (the image and the result both moved, over each other)
+    assert not m.hit((a,), (both[:128].reshape(1, 8, 4, 4), both[64:192].reshape(1, 8, 4, 4), None))
+    apart = np.zeros(2 * 8 * 16, np.float32)
+    x4, out4 = apart[:128].reshape(1, 8, 4, 4), apart[128:].reshape(1, 8, 4, 4)
+    x4[...] = x2
+    assert m.hit((a,), (x4, out4, None))
+    np.testing.assert_allclose(out4, tc(x2, a)[...], rtol=1e-6)
     assert not m.hit((a.copy(),), (x, out, None))
 
 

@@ -1463,13 +1463,14 @@ class Memo:
         return True
 
     def _move(self, moved, arrays) -> bool:
-        """Point the calls at the moved inputs, where none of them overlaps another input."""
-        for k, lo, hi in moved:
-            for j, a in enumerate(arrays):
-                if j != k and a is not None and not any(j == m[0] for m in moved):
-                    p = self.ptrs[j][0]
-                    if p < hi and lo < p + _extent(a):
-                        return False
+        """Point the calls at the moved arrays, where the result (``arrays[OUT]``, written while the
+        others are read) overlaps none of the others."""
+        at = {j: (self.ptrs[j][0], self.ptrs[j][0] + _extent(a)) for j, a in enumerate(arrays) if a is not None}
+        at.update({k: (lo, hi) for k, lo, hi in moved})
+        if OUT in at:
+            lo, hi = at[OUT]
+            if any(j != OUT and p < hi and lo < q for j, (p, q) in at.items()):
+                return False
         for k, lo, _hi in moved:
             self.ptrs[k] = (lo,) + self.ptrs[k][1:]
         ks = {k: lo for k, lo, _ in moved}
@@ -1477,6 +1478,9 @@ class Memo:
             if k in ks:
                 inl.set(i, j, ks[k] + off)
         return True
+
+
+OUT = 1          # a Memo's arrays: (image, result, then the other inputs read)
 
 
 def _extent(a) -> int:

@@ -57,7 +57,9 @@ MSVM_BLAS_THREADS=keep leaves it, a number sets it).
 The hand-off is compiler/pool.py's spinning one since (an OS wake-up took a median 90-300 us on
 a KVM guest, not 65): SPLIT_MIN_FLOPS came down to 8e6 with it, for the convolutions too (AMD
 Zen 3, two cores, wall clock, alternating runs: BERT-base at S=16 36.7-42.3 ms at 40e6, 28.1-37.0
-at 8e6, 32.0-34.4 at 3e6; MobileNet v2 at 224 14.5-16.2 / 12.5-14.3 / 13.7-17.0 ms).
+at 8e6, 32.0-34.4 at 3e6; MobileNet v2 at 224 14.5-16.2 / 12.5-14.3 / 13.7-17.0 ms). The
+convolutions' own threshold (conv.SPLIT_MIN_FLOPS) went on to 2e6 once a replayed convolution's
+split was posted again without Python (conv.Memo).
 """
 
 from __future__ import annotations

@@ -151,6 +151,25 @@ def test_strided_and_fortran_images(hits):
         close(net(ms.Tensor(x)).asnumpy(), reference(net, s, x))
 
 
+@pytest.mark.parametrize("view", ["flipped", "every_other", "fortran"])
+def test_a_depthwise_layer_on_new_strided_views(hits, view):
+    """The depthwise kernel reads its image at the strides it was prepared for: new views of new arrays
+    at every call (negative strides among them) move its pointer within their bytes, not past them."""
+    s = dict(BLOCKS["1x1"][0], cin=8, cout=8, k=3, pad_mode="same", group=8)
+    net = make(s, 12)
+    rng = np.random.default_rng(12)
+
+    def new():
+        x = images(rng, 8, [(1, 9, 22)], special=True)[0]
+        return {"flipped": x[:, ::-1, ::-1, ::-1], "every_other": x[:, :, :, ::2],
+                "fortran": np.asfortranarray(x)}[view]
+    forward(net, "L3", True, [new()])
+    for _ in range(6):
+        x = new()
+        close(net(ms.Tensor(x)).asnumpy(), reference(net, s, np.ascontiguousarray(x)))
+    assert hits["hit"] >= 5, hits
+
+
 def test_a_moved_input_that_overlaps_the_output_is_refused():
     """The calls write the result while they read the input: a moved image over the result's memory
     runs the convolution's own path (a copy), not the kept calls."""

@@ -1415,7 +1415,7 @@ class Memo:
         self.tid, self.gen = threading.get_ident(), _WS_GEN[0]
         self.fixed = tuple(fixed)
         self.ptrs = [(data_pointer(a), a.strides, a.shape) if a is not None else None for a in arrays]
-        spans = [(k, self.ptrs[k][0], self.ptrs[k][0] + _extent(arrays[k])) for k in movable if arrays[k] is not None]
+        spans = [(k, self.ptrs[k][0], *_bounds(arrays[k], self.ptrs[k][0])) for k in movable if arrays[k] is not None]
         self.parts, self.moves, run = [], [], []
         for fn, args in steps.items + [(None, None)]:
             if fn is not None:
@@ -1433,7 +1433,7 @@ class Memo:
         for c, (f, args) in enumerate(calls.calls):
             for j, (t, v) in enumerate(zip(f.argtypes, args)):
                 if t is ctypes.c_void_p and type(v) is int:
-                    self.moves += [(calls, c, j, k, v - lo) for k, lo, hi in spans if lo <= v < hi]
+                    self.moves += [(calls, c, j, k, v - p) for k, p, lo, hi in spans if lo <= v < hi]
         self.parts.append(calls)
 
     def hit(self, fixed, arrays) -> bool:
@@ -1454,7 +1454,7 @@ class Memo:
                 if ap != p[0]:
                     if a.shape != p[2] or not any(m[3] == k for m in self.moves):
                         return False
-                    moved = (moved or []) + [(k, ap, ap + _extent(a))]
+                    moved = (moved or []) + [(k, ap)]
         if moved:
             if not self._move(moved, arrays):
                 return False
@@ -1465,15 +1465,14 @@ class Memo:
     def _move(self, moved, arrays) -> bool:
         """Point the calls at the moved arrays, where the result (``arrays[OUT]``, written while the
         others are read) overlaps none of the others."""
-        at = {j: (self.ptrs[j][0], self.ptrs[j][0] + _extent(a)) for j, a in enumerate(arrays) if a is not None}
-        at.update({k: (lo, hi) for k, lo, hi in moved})
+        ks = dict(moved)
+        at = {j: _bounds(a, ks.get(j, self.ptrs[j][0])) for j, a in enumerate(arrays) if a is not None}
         if OUT in at:
             lo, hi = at[OUT]
             if any(j != OUT and p < hi and lo < q for j, (p, q) in at.items()):
                 return False
-        for k, lo, _hi in moved:
-            self.ptrs[k] = (lo,) + self.ptrs[k][1:]
-        ks = {k: lo for k, lo, _ in moved}
+        for k, p in moved:
+            self.ptrs[k] = (p,) + self.ptrs[k][1:]
         for inl, i, j, k, off in self.moves:
             if k in ks:
                 inl.set(i, j, ks[k] + off)
@@ -1483,11 +1482,12 @@ class Memo:
 OUT = 1          # a Memo's arrays: (image, result, then the other inputs read)
 
 
-def _extent(a) -> int:
-    """The bytes from a's first element to past its last (non-negative strides)."""
+def _bounds(a, p: int) -> tuple:
+    """[lo, hi): the bytes a's elements lie in, where its first element is at p (strides of either sign)."""
     if a.size == 0:
-        return 0
-    return sum((n - 1) * s for n, s in zip(a.shape, a.strides) if s > 0) + a.itemsize
+        return p, p
+    lo = p + sum((n - 1) * s for n, s in zip(a.shape, a.strides) if s < 0)
+    return lo, p + sum((n - 1) * s for n, s in zip(a.shape, a.strides) if s > 0) + a.itemsize
 
 
 class Memos:

@@ -205,7 +205,7 @@ def test_set_data_is_seen(dots):
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
-@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("seed", range(10))
 def test_cout_kernel_against_float64_numpy(dtype, seed):
     """gemm_cout on random channels (not multiples of the panel), taps, rows of every width up to and
     past the tile, a grid wider than the row, panel ranges, epilogues, NaN and inf."""
@@ -278,11 +278,12 @@ def test_the_cout_rule():
 
     wide = "+avx512f" in codegen().features
     f32 = np.dtype(np.float32)
-    assert conv.use_cout(49, 63, 4608, 9, 32, f32) == wide          # 3x3 on 7x7: 49 of 64 lanes
-    assert conv.use_cout(196, 224, 2304, 9, 32, f32) == wide        # 3x3 on 14x14: 196 of 224
-    assert not conv.use_cout(3136, 3248, 576, 9, 32, f32)           # 3x3 on 56x56
-    assert not conv.use_cout(49, 49, 512, 1, 32, f32)               # 1x1: use_dot's
-    assert not conv.use_cout(49, 63, 27, 9, 32, f32)                # K below COUT_MIN_K
+    assert conv.use_cout(512, 4608, 9, 32, f32) == wide           # 3x3 512 (7x7 maps and any other)
+    assert conv.use_cout(64, 576, 9, 32, f32) == wide             # 3x3 64 (56x56)
+    assert conv.use_cout(64, 147, 49, 32, f32) == wide            # the 7x7 RGB stem
+    assert not conv.use_cout(48, 432, 9, 32, f32)                 # channels not whole panels
+    assert not conv.use_cout(2048, 512, 1, 32, f32)               # 1x1: use_dot's
+    assert not conv.use_cout(32, 27, 9, 32, f32)                  # K below COUT_MIN_K
 
 
 def test_cout_packs_a_converted_weight_once(monkeypatch):

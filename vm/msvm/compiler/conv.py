@@ -92,14 +92,18 @@ and how each is called. Algorithms chosen by measurement (one thread, this machi
   (0.83-1.0x: the strided rows are prefetched well enough); prefetching the next panel into L2 instead of (or
   besides) the rows ahead (0.9-1.05x), the tiles inlined into the driver (no call: 0.9-1.05x);
   k blocks of 64-512 changed nothing measurable (a loaded machine, wall clock).
-- **Small maps** (issue 18): where the taps product's panels leave lanes idle (a 7x7 map is 49 of 64
-  lanes, a 3x3 convolution's grid two columns a row more) an AVX-512 target takes another product: a
-  1x1 convolution the inner products of compiler/gemm_dot.py (``use_dot``: the columns transposed into
-  rows, vectors over K, the weight read in place), a k x k one from K = COUT_MIN_K the output-channel
-  tiles of compiler/gemm_cout.py (``use_cout``: the weight packed in panels, its Parameter spilled,
-  ``prepared_cout``). ResNet-50, one core, the convolutions' sum per forward: at 160 25.9-27.7 -> 24.0
-  ms (dot) -> 23.2-23.7 (cout: 10x10 3x3 3.5-3.7 -> 2.8 ms, 5x5 3x3 1.8 -> 1.6), at 224 45.4 -> 43.5
-  (dot; the 7x7 3x3 with cout 2.8 -> 2.5 ms). Both agree with L1 to rounding (other k orders).
+- **Small maps, and every k x k convolution** (issue 18): where the taps product's panels leave lanes
+  idle (a 7x7 map is 49 of 64 lanes, a 3x3 convolution's grid two columns a row more) an AVX-512 target
+  takes another product: a 1x1 convolution the inner products of compiler/gemm_dot.py (``use_dot``: the
+  columns transposed into rows, vectors over K, the weight read in place), a k x k one whose output
+  channels fill whole panels, from K = COUT_MIN_K, the output-channel tiles of compiler/gemm_cout.py
+  (``use_cout``: the weight packed in panels, its Parameter spilled, ``prepared_cout``), at every map
+  size: its tiles of a row's pixels in about equal parts (14: 7 + 7) leave no lane idle, and it stores
+  the NCHW result once where the taps product crops its grid with one more pass. ResNet-50, one core,
+  the convolutions' sum per forward: at 160 25.9-27.7 -> 24.0 ms (dot) -> 23.2-23.7 (cout on the small
+  maps: 10x10 3x3 3.5-3.7 -> 2.8 ms, 5x5 3x3 1.8 -> 1.6), at 224 45.4 -> 43.5 (dot; the 7x7 3x3 with
+  cout 2.8 -> 2.5 ms); then cout on every 3x3 and the stem, 28x28 3x3 7% faster, 3x3 stride 2 at 56
+  13% (``use_cout``'s figures). Both agree with L1 to rounding (other k orders).
 - **Threads**: where the cores allow two (``threads_for``: the process's affinity, MSVM_THREADS),
   a product of at least SPLIT_MIN_FLOPS per image gives the second half of its output columns
   to the pool's thread (compiler/pool.py: a spinning hand-off, no OS wake-up), on either route:
@@ -1118,7 +1122,7 @@ class TapsConv:
         self.row_cut = _row_cut(self.q, self.nr, self.og, self.rows or mr) if group == 1 else None
         # vectors over output channels (gemm_cout): the weight packed once in panels, the image read in place
         if cout is None:
-            cout = group == 1 and inplace and use_cout(ho * wo, self.q, self.lda, len(self.taps), self.nr, self.d)
+            cout = group == 1 and inplace and ho * wo > 0 and use_cout(o, self.lda, len(self.taps), self.nr, self.d)
         self.cout = bool(cout) and group == 1
         if self.cout:
             from .gemm_cout import function as cout_function
@@ -1269,26 +1273,30 @@ def _dot_rows(r0, r1, p, head, out, epi, lo, hi, isz) -> tuple:
             sp and sp + r0 * isz or None, bip and bip + r0 * isz or None, rp and rp + r0 * p * isz or None, p, lo, hi)
 
 
-def use_cout(p: int, q: int, k: int, ntaps: int, nr: int, d) -> bool:
-    """Whether a convolution of p output pixels (q columns on the taps product's grid), K = k and ntaps
-    taps runs gemm_cout (vectors over output channels, the weight packed) rather than the taps product:
-    a k x k convolution (ntaps > 1) whose grid leaves lanes idle (p over q rounded up to whole panels of
-    nr below COUT_USED: 7x7, 14x14, 5x5 maps) from COUT_MIN_K (each tile's transposed store and epilogue
-    weigh more below); on AVX-512 (its 24 accumulators want 32 vector registers). Measured (AMD EPYC
-    Zen 5, one core, the three routes interleaved in one process, caches flushed before each call as a
-    forward leaves them, GFLOP/s taps / dot / cout): 3x3 7x7 512 138 / 128 / 162, 3x3 14x14 256
-    161 / 103 / 180, 3x3 5x5 512 80 / 103 / 124; but 1x1 7x7 512 -> 2048 122 / 164 / 130, 1x1 14x14
-    1024 -> 256 131 / 146 / 136 (``use_dot`` takes those), and on 56x56 maps 3x3 64 180 / 57 / 165, 1x1
-    256 -> 64 180 / 78 / 108 (the taps product stays)."""
+def use_cout(o: int, k: int, ntaps: int, nr: int, d) -> bool:
+    """Whether a convolution of o output channels, K = k and ntaps taps runs gemm_cout (vectors over
+    output channels, the weight packed) rather than the taps product: a k x k convolution (ntaps > 1)
+    whose channels fill whole panels of nr (o a multiple of nr: a panel of 16 or 24 channels leaves
+    lanes idle there instead), from COUT_MIN_K (each tile's transposed store and epilogue weigh more
+    below); on AVX-512 (its 24 accumulators want 32 vector registers). At every map size: the taps
+    product leaves lanes idle where a map's row is not a multiple of the vector (7x7: 49 of 64, a 3x3
+    grid's two extra columns a row) and crops its grid into the result with one more pass (so a
+    residual is not fused there), gemm_cout stores the NCHW result once. Measured (AMD EPYC Zen 5,
+    one core, the product alone, warm / caches flushed as a forward leaves them, GFLOP/s taps / cout):
+    3x3 on 7x7 512 179 / 229, 14x14 256 216 / 232, 28x28 128 223 / 237, 56x56 64 228 / 232, 3x3
+    stride 2 at 56 198 / 204 (cold 132 / 176), the 7x7 stride 2 RGB stem (K = 147) 193 / 203 (cold 160
+    / 184), 3x3 32 at 28x28 163 / 180; but 3x3 16 at 56x56 156 / 101 and 24 at 56x56 188 / 156 (the
+    taps product stays). In ResNet-50 at 224 (the layer's time in a forward, one core, two runs):
+    28x28 3x3 207-200 -> 225-222 GFLOP/s, 56x56 208-197 -> 215-210, 3x3 stride 2 at 56 174-165 -> 197-186.
+    1x1 convolutions take ``use_dot`` or the taps product (cout measured 0.8-1.07x there)."""
     from .codegen import codegen
 
-    if np.dtype(d) not in (np.float32, np.float64) or ntaps < 2 or k < COUT_MIN_K or p == 0:
+    if np.dtype(d) not in (np.float32, np.float64) or ntaps < 2 or k < COUT_MIN_K or o % nr:
         return False
-    return p / (-(-q // nr) * nr) < COUT_USED and "+avx512f" in codegen().features
+    return "+avx512f" in codegen().features
 
 
-COUT_USED = 0.9             # the taps product's share of used lanes below which gemm_cout runs (use_cout)
-COUT_MIN_K = 256
+COUT_MIN_K = 128
 _COUTW: dict = {}           # id(weight rows) -> (weakref, packed panels)
 
 

@@ -5,7 +5,9 @@ row is not a multiple of the vector (7x7: 49 of 64; a 3x3 convolution's padded g
 row), and reads the weight's rows in place, 12 broadcasts a k step from 12 rows far apart. Here the
 roles turn round: the weight is packed once into panels of NR = 32 output channels, [ceil(O/NR)][K][NR]
 (gemm.pack of W [O, K]: K in the weight's own (ci, kh, kw) order), and a register tile of R <= 12 output
-pixels of one output row x NR channels (24 vectors) runs down K: per k step two vector loads from the
+pixels of one output row x NR channels (24 vectors) runs down K (a row's pixels in tiles of about equal
+size, 14 = 7 + 7: a tile of 2 pixels' 4 accumulators left the FMA units idle, each waiting on the one
+before; 3x3 on 14x14 256 210-214 -> 226-237 GFLOP/s, 3x3 stride 2 at 28 188-193 -> 210-211): per k step two vector loads from the
 panel and R broadcasts of the image where it lies (the taps kernel's B: src[c * row + taps[t] + g],
 g the pixel's column on the grid of the padded image or its stride phases), so no lane is idle for any
 map or channel count that is a multiple of 32, and the tile reads the packed Dense product's way
@@ -38,7 +40,7 @@ from .lower import TYPES, vec_width
 NAME = "msvm_gemm_cout"
 ROWS = 12                   # pixels per register tile (12 x 2 vectors: 24 accumulators)
 PREFETCH = 32               # elements ahead in the tile's channel row that each k step prefetches (0: none; ``_tile``)
-VERSION = 3                 # (in the kernel text, so the cache key: bump it when ir_cout changes)
+VERSION = 4                 # (in the kernel text, so the cache key: bump it when ir_cout changes)
 ARGS = ("i64", "i64", "i64", "ptr", "ptr", "ptr", "i64", "i64", "i64", "i64", "ptr", "i64", "i64", "i64",
         "i64", "ptr", "ptr", "ptr", "T", "T")
 
@@ -243,9 +245,14 @@ def ir_cout(features: str, dtype: str = "float32", name: str = NAME) -> str:
     L("  %owc = icmp slt i64 %ow, %wo")
     L("  br i1 %owc, label %owb, label %owd")
     L("owb:")
+    # the row's pixels left in tiles of about equal size (14: 7 + 7, not 12 + 2, whose 4 accumulators
+    # leave the FMA units idle while each waits on the one before)
     L("  %left = sub i64 %wo, %ow")
-    L(f"  %few = icmp slt i64 %left, {mr}")
-    L(f"  %r = select i1 %few, i64 %left, i64 {mr}")
+    L(f"  %ntl0 = add i64 %left, {mr - 1}")
+    L(f"  %ntl = udiv i64 %ntl0, {mr}")
+    L("  %r0 = add i64 %left, %ntl")
+    L("  %r1 = sub i64 %r0, 1")
+    L("  %r = udiv i64 %r1, %ntl")
     L("  %g = add i64 %gq, %ow")
     L(f"  %a = getelementptr {t}, {t}* %src, i64 %g")
     L("  %p0 = add i64 %pq, %ow")

@@ -7,10 +7,10 @@ roles turn round: the weight is packed once into panels of NR = 32 output channe
 (gemm.pack of W [O, K]: K in the weight's own (ci, kh, kw) order), and a register tile of R <= 12 output
 pixels of one output row x NR channels (24 vectors) runs down K (a row's pixels in tiles of about equal
 size, 14 = 7 + 7: a tile of 2 pixels' 4 accumulators left the FMA units idle, each waiting on the one
-before; 3x3 on 14x14 256 210-214 -> 226-237 GFLOP/s, 3x3 stride 2 at 28 188-193 -> 210-211): per k step two vector loads from the
-panel and R broadcasts of the image where it lies (the taps kernel's B: src[c * row + taps[t] + g],
-g the pixel's column on the grid of the padded image or its stride phases), so no lane is idle for any
-map or channel count that is a multiple of 32, and the tile reads the packed Dense product's way
+before; 3x3 on 14x14 256 210-214 -> 226-237 GFLOP/s, 3x3 stride 2 at 28 188-193 -> 210-211): per k
+step two vector loads from the panel and R broadcasts of the image where it lies (the taps kernel's B:
+src[c * row + taps[t] + g], g the pixel's column on the grid of the padded image or its stride phases),
+so no lane is idle for any map or channel count that is a multiple of 32, and the tile reads the packed Dense product's way
 (measured on ResNet-50's layer shapes, one Zen 5 core, the product alone, warm / caches flushed,
 GFLOP/s, taps -> this: 7x7 3x3 512 184 -> 227 / 156 -> 171, 7x7 1x1 2048 -> 512 176 -> 227 / 143 ->
 186, 14x14 1x1 1024 -> 256 179 -> 248 / 142 -> 215, 56x56 3x3 64 225 -> 260 / 188 -> 231).

@@ -77,6 +77,7 @@ A_BLOCK_BYTES = 1 << 20     # rows of A per pass over the panels: about this man
 PREFETCH_ROWS = 24          # panel rows ahead that the tiles prefetch (8, 16, 24, 32, 40, 64 measured)
 UNROLL = 4                  # k steps per trip of a packed tile's loop (1, 2, 4 measured: see ``_tiles``)
 UNROLL_WIDE = 1             # the same with AVX-512's 12-row tiles (``_tiles``: 4 spilled, 1.7x slower)
+RES_PREFETCH = True         # the taps tiles prefetch their residual's lines one panel on (``_tile_head``)
 A_PREFETCH = 64             # k steps ahead that the taps tiles prefetch their A (0: none)
 KC = 256                    # k per block: a panel's k block (KC x NR) stays in L1 across the row tiles
 _lock = threading.Lock()
@@ -200,13 +201,19 @@ def _step(L, t, w, nv, r, vt, fma, nr, p, src, dst, sfx):
         _fma_row(L, t, vt, fma, w, nv, i, "%a", f"%ao{i}{sfx}", src, dst, sfx)
 
 
-def _tile_head(L, t, w, nv, r, vt, mload, iota, prefetch_c, full=False):
+def _tile_head(L, t, w, nv, r, vt, mload, iota, prefetch_c, full=False, prefetch_r=False):
     """A tile's entry: the column masks (lanes < %cols), its C rows' pointers (``prefetch_c``: the
     lines of the same rows one panel on are asked for, to write: the driver reaches them after every
     other row tile of the block, while this tile's own would come too late where k is short;
     MobileNet v2's 1x1 layers of 16-96 channels 25-49 -> 33-61 GFLOP/s, the rest at par), and the
     accumulators' start (%init: zero when %first, else C's values), leaving in block %pre. ``full``:
-    the caller passes whole panels only (cols >= NR), so the masks are constant and fold away."""
+    the caller passes whole panels only (cols >= NR), so the masks are constant and fold away.
+    ``prefetch_r``: in the last k block with a residual (``%hasr``), the residual's lines of the same
+    rows one panel on are asked for too (its rows, a channel's plane apart, are as many streams as the
+    tile has rows beside C's and B's: ResNet-50's 1x1 expand layers with their residual add, one core,
+    the product alone, GFLOP/s warm / caches flushed, two runs: 64 -> 256 at 56x56 144-148 / 92-95 ->
+    168-172 / 115-117, 128 -> 512 at 28x28 171-184 / 117-130 -> 197-199 / 148-150, 256 -> 1024 at 14x14
+    186-187 / 129-133 -> 191-192 / 124-128)."""
     L(f"  %cb = insertelement <{w} x i64> undef, i64 {w * nv if full else '%cols'}, i32 0")
     L(f"  %cv = shufflevector <{w} x i64> %cb, <{w} x i64> undef, <{w} x i32> zeroinitializer")
     for v in range(nv):
@@ -222,6 +229,19 @@ def _tile_head(L, t, w, nv, r, vt, mload, iota, prefetch_c, full=False):
                 L(f"  %cz{i}_{v} = getelementptr {t}, {t}* %cq{i}_{v}, i64 {w * nv}")
                 L(f"  %cw{i}_{v} = bitcast {t}* %cz{i}_{v} to i8*")
                 L(f"  call void @llvm.prefetch.p0i8(i8* %cw{i}_{v}, i32 1, i32 3, i32 1)")
+    if prefetch_r:
+        L("  %pr = and i1 %hasr, %last")
+        L("  br i1 %pr, label %rpf, label %rpfx")
+        L("rpf:")
+        for i in range(r):
+            L(f"  %rpo{i} = mul i64 %ldr, {i}")
+            for v in range(nv):
+                L(f"  %rpp{i}_{v} = getelementptr {t}, {t}* %res, i64 {v * w + w * nv}")
+                L(f"  %rpq{i}_{v} = getelementptr {t}, {t}* %rpp{i}_{v}, i64 %rpo{i}")
+                L(f"  %rpc{i}_{v} = bitcast {t}* %rpq{i}_{v} to i8*")
+                L(f"  call void @llvm.prefetch.p0i8(i8* %rpc{i}_{v}, i32 0, i32 3, i32 1)")
+        L("  br label %rpfx")
+        L("rpfx:")
     L("  br i1 %first, label %pre, label %onto")
     L("onto:")
     for i in range(r):
@@ -230,7 +250,7 @@ def _tile_head(L, t, w, nv, r, vt, mload, iota, prefetch_c, full=False):
               f"{vt} zeroinitializer)")
     L("  br label %pre")
     L("pre:")
-    _phis(L, vt, r, nv, "init", [("zeroinitializer", "entry"), ("old", "onto")])
+    _phis(L, vt, r, nv, "init", [("zeroinitializer", "rpfx" if prefetch_r else "entry"), ("old", "onto")])
 
 
 def _phis(L, vt, r, nv, dst, incoming) -> None:
@@ -574,7 +594,7 @@ def lower_matmul_packed(k, name: str, features: str) -> str:
 
 TAPS_NAME = "msvm_gemm_taps"
 TAPS_KC = 256               # k steps (channels x taps) per block
-TAPS_VERSION = 9            # (in the kernel text, so the cache key: bump it when ir_taps changes)
+TAPS_VERSION = 10           # (in the kernel text, so the cache key: bump it when ir_taps changes)
 
 
 def _ct_tiles(L, name, t, w, nv, mr, vt, fma, mstore, mload, iota, a_inplace, one_tap, full):
@@ -589,7 +609,7 @@ def _ct_tiles(L, name, t, w, nv, mr, vt, fma, mstore, mload, iota, a_inplace, on
           f"i64* noalias %taps, i64 %ntaps, {t}* noalias %c, i64 %ldc, i64 %cols, i1 %first, i1 %last, i1 %hasb, "
           f"{t}* %scale, {t}* %bias, i1 %hasr, {t}* %res, i64 %ldr, {t} %lo, {t} %hi) nounwind alwaysinline {{")
         L("entry:")
-        _tile_head(L, t, w, nv, r, vt, mload, iota, prefetch_c=True, full=full)
+        _tile_head(L, t, w, nv, r, vt, mload, iota, prefetch_c=True, full=full, prefetch_r=RES_PREFETCH)
         L("  %t0p = getelementptr i64, i64* %taps, i64 0")
         L("  %t0 = load i64, i64* %t0p")
         L("  %tlp = getelementptr i64, i64* %taps, i64 %ntaps")
@@ -891,7 +911,7 @@ class TapsGemm:
 
     def text(self) -> str:
         return (f"gemm_taps v{TAPS_VERSION} dtype={self.dtype} a_block={A_BLOCK_BYTES} kc={self.kc} "
-                f"a_prefetch={A_PREFETCH}" + (" a_inplace" if self.a_inplace else "")
+                f"a_prefetch={A_PREFETCH} res_prefetch={RES_PREFETCH}" + (" a_inplace" if self.a_inplace else "")
                 + (f" rows={self.rows}" if self.rows else "") + (" pack_b" if self.pack_b else ""))
 
 

@@ -282,7 +282,12 @@ def test_the_cout_rule():
     assert conv.use_cout(64, 576, 9, 32, f32) == wide             # 3x3 64 (56x56)
     assert conv.use_cout(64, 147, 49, 32, f32) == wide            # the 7x7 RGB stem
     assert not conv.use_cout(48, 432, 9, 32, f32)                 # channels not whole panels
-    assert not conv.use_cout(2048, 512, 1, 32, f32)               # 1x1: use_dot's
+    assert conv.use_cout(256, 1024, 1, 32, f32, p=196) == wide    # 1x1 from K = 256, no residual, 14x14
+    assert not conv.use_cout(1024, 256, 1, 32, f32, residual=True, p=196)  # ... a residual: taps
+    assert not conv.use_cout(256, 64, 1, 32, f32, p=196)          # ... K = 64: taps
+    assert not conv.use_cout(512, 2048, 1, 32, f32, p=49)         # ... 7x7: use_dot's
+    assert not conv.use_cout(128, 256, 1, 32, f32, p=3136)        # ... 56x56: taps
+    assert conv.use_cout(64, 576, 9, 32, f32, residual=True) == wide
     assert not conv.use_cout(32, 27, 9, 32, f32)                  # K below COUT_MIN_K
 
 

@@ -559,12 +559,13 @@ def _taps_caller(site, plan, epi):
     first = 2 + nbn
     w_shape = p["w_shape"]
     mode = taps_mode(p["x_shape"], w_shape, stride, pad, dil, group)
-    tc = TapsConv(p["x_shape"], w_shape, tuple(stride), pad, tuple(dil), group, d, mode)
+    prog = with_affine(site.args[5]) if nbn else site.args[5]
+    fused = fused_epilogue(prog, nbn > 0)
+    tc = TapsConv(p["x_shape"], w_shape, tuple(stride), pad, tuple(dil), group, d, mode,
+                  residual=fused is not None and fused[1] is not None)
     o, cg, kh, kw = w_shape
     n, _, ho, wo = plan.out_shape
     split = threads_for(2.0 * o * cg * kh * kw * ho * wo)       # per image
-    prog = with_affine(site.args[5]) if nbn else site.args[5]
-    fused = fused_epilogue(prog, nbn > 0)
     if fused is not None and fused[1] is not None and tc.grid is not None:
         fused = None                 # (a residual of the result's layout, not the wider grid's)
 
@@ -1044,7 +1045,8 @@ class TapsConv:
     One kernel call per image and group (``split``: the output columns in pool.parts of whole
     panels, shared with the pool's thread by pool.share)."""
 
-    def __init__(self, x_shape, w_shape, stride, pad, dil, group, d, mode=None, inplace=None, dot=None, cout=None):
+    def __init__(self, x_shape, w_shape, stride, pad, dil, group, d, mode=None, inplace=None, dot=None, cout=None,
+                 residual=False):
         n, c, h, w = x_shape
         o, cg, kh, kw = w_shape
         sh, sw = stride
@@ -1122,7 +1124,8 @@ class TapsConv:
         self.row_cut = _row_cut(self.q, self.nr, self.og, self.rows or mr) if group == 1 else None
         # vectors over output channels (gemm_cout): the weight packed once in panels, the image read in place
         if cout is None:
-            cout = group == 1 and inplace and ho * wo > 0 and use_cout(o, self.lda, len(self.taps), self.nr, self.d)
+            cout = (group == 1 and inplace and ho * wo > 0
+                    and use_cout(o, self.lda, len(self.taps), self.nr, self.d, residual, ho * wo))
         self.cout = bool(cout) and group == 1
         if self.cout:
             from .gemm_cout import function as cout_function
@@ -1223,14 +1226,28 @@ class TapsConv:
 
     def _run_cout(self, wp, src, cbuf, split, epi, steps):
         """One image on gemm_cout: the packed weight ``wp`` (``prepared_cout``) over the image's rows in
-        ``src`` (as the taps product reads them), into cbuf [O][P]; the panels in halves on two threads."""
+        ``src`` (as the taps product reads them), into cbuf [O][P]; the panels in halves on two threads
+        (their output rows where the panels are odd: 96 channels are 3 panels)."""
         hasb, scp, bp, rp, _ldr, lo, hi = epi
         panels = -(-self.o // self.nr)
+        # (a grid as wide as the map, a 1x1 convolution's: its rows are one row, tiles of a whole 12 pixels)
+        ho, wo, wq = (1, self.ho * self.wo, self.ho * self.wo) if self.wq == self.wo else (self.ho, self.wo, self.wq)
         head = (self.o, self.ci, len(self.taps), data_pointer(self.taps), data_pointer(wp), data_pointer(src), self.row,
-                self.ho, self.wo, self.wq, data_pointer(cbuf), self.ho * self.wo)
+                ho, wo, wq, data_pointer(cbuf), self.ho * self.wo)
         tail = (hasb, scp or None, bp or None, rp or None, lo, hi)
-        if split > 1 and panels > 1:
+        if split > 1 and panels % 2 == 0:
             steps.share([[(self.coutfn, (*head, j0, j1, *tail))] for j0, j1 in ((0, panels // 2), (panels // 2, panels))])
+        elif split > 1 and (ho > 1 or wo > 1):
+            # (an odd count of panels: the output rows in halves, or a 1x1 map's pixels)
+            isz, m = self.d.itemsize, ho if ho > 1 else wo
+            parts = []
+            for r0, r1 in ((0, m // 2), (m // 2, m)):
+                g0, p0 = (r0 * wq, r0 * wo) if ho > 1 else (r0, r0)
+                rows = (r1 - r0, wo) if ho > 1 else (1, r1 - r0)
+                h = (*head[:5], head[5] + g0 * isz, self.row, *rows, wq, head[10] + p0 * isz, head[11])
+                parts.append([(self.coutfn, (*h, 0, panels, hasb, scp or None, bp or None,
+                                             rp and rp + p0 * isz or None, lo, hi))])
+            steps.share(parts)
         else:
             steps.call(self.coutfn, (*head, 0, panels, *tail))
 
@@ -1273,30 +1290,43 @@ def _dot_rows(r0, r1, p, head, out, epi, lo, hi, isz) -> tuple:
             sp and sp + r0 * isz or None, bip and bip + r0 * isz or None, rp and rp + r0 * p * isz or None, p, lo, hi)
 
 
-def use_cout(o: int, k: int, ntaps: int, nr: int, d) -> bool:
-    """Whether a convolution of o output channels, K = k and ntaps taps runs gemm_cout (vectors over
-    output channels, the weight packed) rather than the taps product: a k x k convolution (ntaps > 1)
-    whose channels fill whole panels of nr (o a multiple of nr: a panel of 16 or 24 channels leaves
-    lanes idle there instead), from COUT_MIN_K (each tile's transposed store and epilogue weigh more
-    below); on AVX-512 (its 24 accumulators want 32 vector registers). At every map size: the taps
-    product leaves lanes idle where a map's row is not a multiple of the vector (7x7: 49 of 64, a 3x3
-    grid's two extra columns a row) and crops its grid into the result with one more pass (so a
-    residual is not fused there), gemm_cout stores the NCHW result once. Measured (AMD EPYC Zen 5,
-    one core, the product alone, warm / caches flushed as a forward leaves them, GFLOP/s taps / cout):
-    3x3 on 7x7 512 179 / 229, 14x14 256 216 / 232, 28x28 128 223 / 237, 56x56 64 228 / 232, 3x3
-    stride 2 at 56 198 / 204 (cold 132 / 176), the 7x7 stride 2 RGB stem (K = 147) 193 / 203 (cold 160
-    / 184), 3x3 32 at 28x28 163 / 180; but 3x3 16 at 56x56 156 / 101 and 24 at 56x56 188 / 156 (the
-    taps product stays). In ResNet-50 at 224 (the layer's time in a forward, one core, two runs):
-    28x28 3x3 207-200 -> 225-222 GFLOP/s, 56x56 208-197 -> 215-210, 3x3 stride 2 at 56 174-165 -> 197-186.
-    1x1 convolutions take ``use_dot`` or the taps product (cout measured 0.8-1.07x there)."""
+def use_cout(o: int, k: int, ntaps: int, nr: int, d, residual: bool = False, p: int = 0) -> bool:
+    """Whether a convolution of o output channels, K = k and ntaps taps runs gemm_cout (vectors over output
+    channels, the weight packed) rather than the taps product or the inner products: one whose channels
+    fill whole panels of nr (o a multiple of nr: a panel of 16 or 24 channels leaves lanes idle there
+    instead), on AVX-512 (its 24 accumulators want 32 vector registers); a k x k convolution (ntaps > 1)
+    from K = COUT_MIN_K, a 1x1 one of p pixels from COUT_MIN_K_1X1, without a residual add (each tile's
+    transposed store and epilogue weigh more below: the store reads a residual as 32 rows a tile) and on
+    maps of COUT_1X1_PIXELS (in the model, the weight from memory and the image in cache, the three
+    products tie on 7x7 maps and the taps product keeps up on 56x56). At every map size: the taps product
+    leaves lanes idle where a map's row (a k x k grid) or plane (a 1x1 map) is not a multiple of the
+    vector (7x7: 49 of 64, a 3x3 grid's two extra columns a row) and crops a k x k grid into the result
+    with one more pass (so a residual is not fused there); gemm_cout stores the NCHW result once, its
+    tiles of about equal size over a row (a 1x1 map's plane is one row). Measured (AMD EPYC Zen 5, one
+    core, the product alone, warm / caches flushed as a forward leaves them, GFLOP/s taps / cout): 3x3 on
+    7x7 512 179 / 229, 14x14 256 216 / 232, 28x28 128 223 / 237, 56x56 64 228 / 232, 3x3 stride 2 at 56
+    198 / 204 (cold 132 / 176), the 7x7 stride 2 RGB stem (K = 147) 193 / 203 (cold 160 / 184), 3x3 32 at
+    28x28 163 / 180; but 3x3 16 at 56x56 156 / 101 and 24 at 56x56 188 / 156 (the taps product stays).
+    1x1 (taps / dot / cout): 1024 -> 256 at 14x14 168 / 201 / 231 (cold 129 / 147 / 177), 512 -> 128 at
+    28x28 214 / 181 / 226 (165 / 106 / 189), 256 -> 64 at 56x56 226 / 144 / 224 (154 / 76 / 180), 1024 ->
+    2048 stride 2 159 / 189 / 196 (144 / 152 / 153), 384 -> 96 at 14x14 181 / - / 209 (105 / - / 103);
+    but 64 -> 256 at 56x56 225 / 100 / 186, and with a residual add 256 -> 1024 at 14x14 183 / - / 175
+    (the taps product stays). In a forward's state (the weight from memory, the image in cache): 1024 ->
+    256 at 14x14 142 / 166 / 199, 1024 -> 512 at 14x14 148 / 181 / 216, 512 -> 128 at 28x28 204 / 124 /
+    202, 2048 -> 512 at 7x7 147 / 147 / 147, 256 -> 128 at 56x56 231 / 115 / 214. In ResNet-50 at 224
+    (the layer's time in a forward, one core, two runs): 28x28 3x3 207-200 -> 225-222 GFLOP/s, 56x56
+    208-197 -> 215-210, 3x3 stride 2 at 56 174-165 -> 197-186."""
     from .codegen import codegen
 
-    if np.dtype(d) not in (np.float32, np.float64) or ntaps < 2 or k < COUT_MIN_K or o % nr:
+    if np.dtype(d) not in (np.float32, np.float64) or o % nr or k < (COUT_MIN_K if ntaps > 1 else COUT_MIN_K_1X1):
         return False
-    return "+avx512f" in codegen().features
+    one = not residual and COUT_1X1_PIXELS[0] <= p <= COUT_1X1_PIXELS[1]
+    return (ntaps > 1 or one) and "+avx512f" in codegen().features
 
 
 COUT_MIN_K = 128
+COUT_MIN_K_1X1 = 256
+COUT_1X1_PIXELS = (100, 1024)   # the 1x1 maps that gemm_cout takes (use_cout)
 _COUTW: dict = {}           # id(weight rows) -> (weakref, packed panels)
 
 

@@ -40,6 +40,7 @@ from .lower import TYPES, vec_width
 NAME = "msvm_gemm_cout"
 ROWS = 12                   # pixels per register tile (12 x 2 vectors: 24 accumulators)
 PREFETCH = 32               # elements ahead in the tile's channel row that each k step prefetches (0: none; ``_tile``)
+STORE_PREFETCH = 32         # elements ahead in each channel's row of C (and of the residual) that the store prefetches
 VERSION = 4                 # (in the kernel text, so the cache key: bump it when ir_cout changes)
 ARGS = ("i64", "i64", "i64", "ptr", "ptr", "ptr", "i64", "i64", "i64", "i64", "ptr", "i64", "i64", "i64",
         "i64", "ptr", "ptr", "ptr", "T", "T")
@@ -177,6 +178,11 @@ def _store(L, name, t, w, vt, mload, mstore):
             L(f"  %off{tag} = add i64 %offm{tag}, %p0")
             L(f"  br i1 %hasr, label %er{tag}, label %erx{tag}")
             L(f"er{tag}:")
+            if STORE_PREFETCH:
+                L(f"  %rf{tag}o = add i64 %off{tag}, {STORE_PREFETCH}")
+                L(f"  %rf{tag}p = getelementptr {t}, {t}* %res, i64 %rf{tag}o")
+                L(f"  %rf{tag}c = bitcast {t}* %rf{tag}p to i8*")
+                L(f"  call void @llvm.prefetch.p0i8(i8* %rf{tag}c, i32 0, i32 3, i32 1)")
             L(f"  %rp{tag} = getelementptr {t}, {t}* %res, i64 %off{tag}")
             L(f"  %rq{tag} = bitcast {t}* %rp{tag} to {vt}*")
             L(f"  %rl{tag} = call {vt} {mload}({vt}* %rq{tag}, i32 4, <{w} x i1> %lm, {vt} zeroinitializer)")
@@ -185,6 +191,11 @@ def _store(L, name, t, w, vt, mload, mstore):
             L(f"erx{tag}:")
             L(f"  %h{tag} = phi {vt} [ %g{tag}, %ebx{tag} ], [ %gr{tag}, %er{tag} ]")
             clamp(L, w, vt, tag)
+            if STORE_PREFETCH:
+                L(f"  %cf{tag}o = add i64 %off{tag}, {STORE_PREFETCH}")
+                L(f"  %cf{tag}p = getelementptr {t}, {t}* %C, i64 %cf{tag}o")
+                L(f"  %cf{tag}c = bitcast {t}* %cf{tag}p to i8*")
+                L(f"  call void @llvm.prefetch.p0i8(i8* %cf{tag}c, i32 1, i32 3, i32 1)")
             L(f"  %cp{tag} = getelementptr {t}, {t}* %C, i64 %off{tag}")
             L(f"  %cq{tag} = bitcast {t}* %cp{tag} to {vt}*")
             L(f"  call void {mstore}({vt} %hn{tag}, {vt}* %cq{tag}, i32 4, <{w} x i1> %lm)")
@@ -292,7 +303,7 @@ class CoutGemm:
     name = "gemm_cout"
 
     def text(self) -> str:
-        return f"gemm_cout v{VERSION} dtype={self.dtype} rows={ROWS} prefetch={PREFETCH}"
+        return f"gemm_cout v{VERSION} dtype={self.dtype} rows={ROWS} prefetch={PREFETCH} store_prefetch={STORE_PREFETCH}"
 
     def lower(self, name: str, features: str) -> str:
         return ir_cout(features, self.dtype, name)

@@ -77,6 +77,11 @@ A_BLOCK_BYTES = 1 << 20     # rows of A per pass over the panels: about this man
 PREFETCH_ROWS = 24          # panel rows ahead that the tiles prefetch (8, 16, 24, 32, 40, 64 measured)
 UNROLL = 4                  # k steps per trip of a packed tile's loop (1, 2, 4 measured: see ``_tiles``)
 UNROLL_WIDE = 1             # the same with AVX-512's 12-row tiles (``_tiles``: 4 spilled, 1.7x slower)
+# a taps product's last panel of at most one vector runs one vector's tiles (``ir_taps``): a 14x14 map is
+# 6 panels and 4 columns, whose tiles did a whole panel's FMAs (one core, a forward's state: 256 -> 1024
+# at 14x14 with its residual 134-137 -> 138-140 GFLOP/s, 10x10 109 -> 112-117, 20x20 135-136 -> 138-140;
+# the kernel's first compile 0.7 -> 0.95 s, once: the kernel cache keeps it)
+HALF_PANEL = True
 RES_PREFETCH = True         # the taps tiles prefetch their residual's lines one panel on (``_tile_head``)
 A_PREFETCH = 64             # k steps ahead that the taps tiles prefetch their A (0: none)
 KC = 256                    # k per block: a panel's k block (KC x NR) stays in L1 across the row tiles
@@ -594,7 +599,7 @@ def lower_matmul_packed(k, name: str, features: str) -> str:
 
 TAPS_NAME = "msvm_gemm_taps"
 TAPS_KC = 256               # k steps (channels x taps) per block
-TAPS_VERSION = 10           # (in the kernel text, so the cache key: bump it when ir_taps changes)
+TAPS_VERSION = 11           # (in the kernel text, so the cache key: bump it when ir_taps changes)
 
 
 def _ct_tiles(L, name, t, w, nv, mr, vt, fma, mstore, mload, iota, a_inplace, one_tap, full):
@@ -728,6 +733,9 @@ def ir_taps(features: str, dtype: str = "float32", name: str = TAPS_NAME, kc: in
     for full in (False, True):
         _ct_tiles(L, name + "_1", t, w, nv, mr, vt, fma, mstore, mload, iota, a_inplace, True, full)
         _ct_tiles(L, name + "_n", t, w, nv, mr, vt, fma, mstore, mload, iota, a_inplace, False, full)
+    if HALF_PANEL and nv > 1:    # (a last panel of at most w columns: one vector's tiles)
+        _ct_tiles(L, name + "_1h", t, w, 1, mr, vt, fma, mstore, mload, iota, a_inplace, True, False)
+        _ct_tiles(L, name + "_nh", t, w, 1, mr, vt, fma, mstore, mload, iota, a_inplace, False, False)
     a_block = A_BLOCK_BYTES // np.dtype(dtype).itemsize
     L(f"define void @{name}(i64 %m, i64 %ci, i64 %ntaps, i64* noalias %taps, i64 %q, {t}* noalias %A, i64 %lda, "
       f"{t}* noalias %S, i64 %row, {t}* noalias %C, i64 %ldc, i64 %j0, i64 %j1, i64 %hasb0, {t}* %scale, {t}* %bias, "
@@ -763,6 +771,7 @@ def ir_taps(features: str, dtype: str = "float32", name: str = TAPS_NAME, kc: in
     L("pbody:")
     L("  %left = sub i64 %q, %j")
     L(f"  %pfull = icmp sge i64 %left, {nr}")
+    L(f"  %phalf = icmp sle i64 %left, {w if HALF_PANEL and nv > 1 else 0}")
     L(f"  %cj = getelementptr {t}, {t}* %C, i64 %j")
     L(f"  %sj = getelementptr {t}, {t}* %S, i64 %j")
     L(f"  %rj = getelementptr {t}, {t}* %res, i64 %j")
@@ -815,10 +824,16 @@ def ir_taps(features: str, dtype: str = "float32", name: str = TAPS_NAME, kc: in
             # masks in vector registers: beside 12 accumulators a masked load's mask was spilled and
             # rebuilt every k step; the product ran at 0.6x OpenBLAS on an AMD Zen 3)
             L(f"t{fam}{r}:")
-            L(f"  br i1 %pfull, label %t{fam}{r}f, label %t{fam}{r}m")
-            for sfx, fn in (("f", "f"), ("m", "")):
+            L(f"  br i1 %pfull, label %t{fam}{r}f, label %t{fam}{r}p")
+            L(f"t{fam}{r}p:")
+            L(f"  br i1 %phalf, label %t{fam}{r}h, label %t{fam}{r}m")
+            for sfx, fn in (("f", f"{fam}_tile{r}f"), ("m", f"{fam}_tile{r}"), ("h", f"{fam}h_tile{r}")):
+                if sfx == "h" and not (HALF_PANEL and nv > 1):
+                    L(f"t{fam}{r}h:")
+                    L(f"  br label %t{fam}{r}m")
+                    continue
                 L(f"t{fam}{r}{sfx}:")
-                L(f"  call void @{name}_{fam}_tile{r}{fn}(i64 %kcc, {t}* %ai, i64 %lda, {t}* {bk}, i64 {ldb}, i64* {taps}, "
+                L(f"  call void @{name}_{fn}(i64 %kcc, {t}* %ai, i64 %lda, {t}* {bk}, i64 {ldb}, i64* {taps}, "
                   f"i64 %ntaps, {t}* %ci_, i64 %ldc, i64 %left, i1 %first, i1 %last, i1 %hasb, {t}* %sc_, "
                   f"{t}* %bi_, i1 %hasr, {t}* %ri_, i64 %ldr, {t} %lo, {t} %hi)")
                 L("  br label %rnext")
@@ -911,7 +926,8 @@ class TapsGemm:
 
     def text(self) -> str:
         return (f"gemm_taps v{TAPS_VERSION} dtype={self.dtype} a_block={A_BLOCK_BYTES} kc={self.kc} "
-                f"a_prefetch={A_PREFETCH} res_prefetch={RES_PREFETCH}" + (" a_inplace" if self.a_inplace else "")
+                f"a_prefetch={A_PREFETCH} res_prefetch={RES_PREFETCH} half={HALF_PANEL}"
+                + (" a_inplace" if self.a_inplace else "")
                 + (f" rows={self.rows}" if self.rows else "") + (" pack_b" if self.pack_b else ""))
 
 

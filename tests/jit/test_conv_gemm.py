@@ -320,3 +320,34 @@ def test_fused_epilogue_programs():
     assert f((("in", 0), ("in", 1), ("BROADCAST_ADD",)), True) is None   # (a bias alone: not the bn form)
     assert f((("in", 0), ("in", 1), ("BROADCAST_MUL",)), True) is None
     assert f((("in", 0), ("HSWISH",)), False) is None
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("seed", range(6))
+def test_phases_kernel_against_numpy(dtype, seed):
+    """compiler/phases.py: an image's padded stride phases (strides 1, 2 (even lanes) and 3 (gathers)),
+    every border and the tail past the grid written, in two channel ranges (two threads' halves), the
+    buffer first filled with NaN so that a value not written shows; against np.pad and slicing."""
+    from msvm.compiler import phases
+
+    rng = np.random.default_rng(300 + seed)
+    d = np.dtype(dtype)
+    fn = phases.function(dtype)
+    for _ in range(20):
+        c, h, w = int(rng.integers(1, 5)), int(rng.integers(1, 45)), int(rng.integers(1, 45))
+        sh, sw = int(rng.integers(1, 4)), int(rng.integers(1, 4))
+        pt, pb, pl, pr = (int(v) for v in rng.integers(0, 4, 4))
+        hq, wq = -(-(h + pt + pb) // sh), -(-(w + pl + pr) // sw)
+        row = hq * wq + int(rng.integers(0, 40))
+        x = rng.standard_normal((c, h, w)).astype(d)
+        x[0, 0, 0], x[-1, -1, -1] = np.inf, np.nan
+        padded = np.pad(x, ((0, 0), (pt, hq * sh - h - pt), (pl, wq * sw - w - pl)))
+        want = np.zeros((sh * sw, c, row), d)
+        for a in range(sh):
+            for b in range(sw):
+                want[a * sw + b, :, :hq * wq] = padded[:, a::sh, b::sw][:, :hq, :wq].reshape(c, -1)
+        got = np.full((sh * sw, c, row), np.nan, d)
+        cut = int(rng.integers(0, c + 1))
+        for c0, c1 in ((0, cut), (cut, c)):
+            fn(c, h, w, sh, sw, pt, pl, hq, wq, row, data_pointer(x), data_pointer(got), c0, c1)
+        np.testing.assert_array_equal(got, want)

@@ -125,9 +125,12 @@ and how each is called. Algorithms chosen by measurement (one thread, this machi
   packed into one native call (pool.Calls) instead of preparing the weight, the batch norm and
   each argument in Python and converting them through ctypes; an input that is a new array at each
   call (a sub-Cell's result, the model's image, the residual, a result not in the memory plan)
-  moves the pointer arguments that point into it. Calls that copied from the image (the padded
-  phase images, a subsampled or strided image, a cropped grid) are not kept. MobileNet v2's 1x1
-  layer, one core: 9.7 -> 3.4 us a call; the whole forward at 32x32 0.85 -> 0.70 ms.
+  moves the pointer arguments that point into it. Calls that copied in numpy (a subsampled or
+  strided image, the taps product's cropped grid) are not kept; the padded phase images are a native
+  call (compiler/phases.py, split by channels on two threads), so gemm_cout's k x k layers are kept.
+  MobileNet v2's 1x1 layer, one core: 9.7 -> 3.4 us a call; the whole forward at 32x32 0.85 -> 0.70
+  ms. The phases in native code, ResNet-50 at 224 (alternating processes, medians): one core 0.98x,
+  two cores 0.95x.
 - **MAX_POOL2D**: the depthwise kernel with a running maximum (numpy's: NaN wins) over -inf
   padding: one pass instead of kh*kw.
 - **Flat planes**: a depthwise kernel (or max pool) of stride 1 with Wo = W on rows narrower than
@@ -164,6 +167,7 @@ from .build import blas
 from .callconv import cores, elementwise_caller
 from .entry import data_pointer
 from .lower import BINARY, UNARY, Unsupported
+from .phases import function as phases_function
 from .pool import parts, share
 
 OPS = frozenset(op for op, kind in KERNEL_KINDS.items() if kind == "conv")   # the rows whose Site plans here
@@ -903,7 +907,7 @@ class BlasConv:
 # ---------------------------------------------------------------- one workspace per thread
 # The convolutions' padded images, phase images, im2col matrices and cropped accumulators live in one
 # buffer per thread and slot, grown to the largest layer's need (not one per layer and caller: ResNet-50
-# kept ~19 MB of them); a layer zeroes the borders it reads before each use (``TapsConv.zero``).
+# kept ~19 MB of them); a layer writes the borders it reads before each use (compiler/phases.py).
 _WS = None
 _WS_GEN = [0]        # bumped whenever a workspace grows (a ``Memo``'s pointers into the old one are stale)
 
@@ -1073,35 +1077,10 @@ class TapsConv:
             self.row = _odd_lines(hq * wq + over, isz)
             nph = sh * sw
             self.src = (nph * c, self.row)              # [phase][channel][row]; borders stay zero
-            # per phase (a, b): the input rows/columns that land in it, and where
-            self.copies = []
-            for a in range(sh):
-                for b in range(sw):
-                    # padded row r = a + sh * i holds input row r - pt: i from ceil((pt - a) / sh)
-                    i0 = max(0, -(-(ph[0] - a) // sh))
-                    j0 = max(0, -(-(pw[0] - b) // sw))
-                    r0, c0 = a + sh * i0 - ph[0], b + sw * j0 - pw[0]
-                    if r0 >= h or c0 >= w:
-                        continue
-                    ni, nj = -(-(h - r0) // sh), -(-(w - c0) // sw)
-                    ph_ = a * sw + b
-                    dst = (slice(ph_ * c, (ph_ + 1) * c), slice(i0, i0 + ni), slice(j0, j0 + nj))
-                    self.copies.append((dst, (slice(None), slice(r0, r0 + (ni - 1) * sh + 1, sh),
-                                              slice(c0, c0 + (nj - 1) * sw + 1, sw))))
             self.hq = hq
-            # what the copies do not write (zeroed before each use: the workspace is shared): per phase,
-            # the rows and columns around its copy (or all of it), and every row's tail past the grid
-            written = {dst[0].start // c: dst for dst, _ in self.copies}
-            self.zero = []
-            for ph_ in range(nph):
-                chans = slice(ph_ * c, (ph_ + 1) * c)
-                dst = written.get(ph_)
-                if dst is None:
-                    self.zero.append((chans,))
-                    continue
-                (ri, cj) = dst[1:]
-                self.zero += [(chans, slice(0, ri.start)), (chans, slice(ri.stop, hq)),
-                              (chans, ri, slice(0, cj.start)), (chans, ri, slice(cj.stop, wq))]
+            # (compiler/phases.py writes every row of every phase, borders and the tail past the grid)
+            self.phases = phases_function(self.d)
+            self.phase_geom = (c, h, w, sh, sw, ph[0], pw[0], hq, wq, self.row)
             taps = []
             for i in range(kh):
                 for j in range(kw):
@@ -1170,12 +1149,6 @@ class TapsConv:
         if self.cout:
             a = prepared_cout(a, self.d, self.nr)
             steps.keep.append(a)
-        if self.mode == "phase":
-            steps.copied()
-            grid = sbuf[:, :self.hq * self.wq].reshape(-1, self.hq, self.wq)
-            for z in self.zero:
-                grid[z] = 0
-            sbuf[:, self.hq * self.wq:] = 0
         self._run(x, a, res, sbuf, acc, split, bn, add, lo, hi, steps)
         return res
 
@@ -1190,10 +1163,13 @@ class TapsConv:
             elif self.mode == "sub":
                 steps.copied(np.copyto(sbuf[:, :q].reshape(c, self.ho, self.wo), xb[self.sub]))
                 src = sbuf
-            else:                       # phase
-                grid = sbuf[:, :self.hq * self.wq].reshape(-1, self.hq, self.wq)
-                for dst, sl in self.copies:
-                    np.copyto(grid[dst], xb[sl])
+            else:                       # phase: the image's padded phases, in halves of its channels on two threads
+                xb = xb if xb.flags.c_contiguous else steps.copied(np.ascontiguousarray(xb))
+                head = (*self.phase_geom, data_pointer(xb), data_pointer(sbuf))
+                if split > 1 and c > 1:
+                    steps.share([[(self.phases, (*head, 0, c // 2))], [(self.phases, (*head, c // 2, c))]])
+                else:
+                    steps.call(self.phases, (*head, 0, c))
                 src = sbuf
             cbuf = acc if acc is not None else res[b].reshape(self.o, self.ho * self.wo)
             ldc = cbuf.shape[1]

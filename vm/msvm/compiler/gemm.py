@@ -517,11 +517,9 @@ class PackedGemm:
 
 
 def lower_gemm(k, name: str, features: str) -> str:
-    from .gemm_cout import CoutGemm
-    from .gemm_dot import DotGemm
-
-    if isinstance(k, (DotGemm, CoutGemm)):
-        return k.lower(name, features)
+    own = getattr(k, "lower", None)      # (gemm_dot.DotGemm, gemm_cout.CoutGemm, phases.PhaseCopy)
+    if own is not None:
+        return own(name, features)
     if isinstance(k, TapsGemm):
         return ir_taps(features, k.dtype, name, k.kc, k.a_inplace, k.rows, k.pack_b)
     return ir(features, k.dtype, name)

@@ -769,7 +769,9 @@ def ir_taps(features: str, dtype: str = "float32", name: str = TAPS_NAME, kc: in
     L("pbody:")
     L("  %left = sub i64 %q, %j")
     L(f"  %pfull = icmp sge i64 %left, {nr}")
-    L(f"  %phalf = icmp sle i64 %left, {w if HALF_PANEL and nv > 1 else 0}")
+    half = HALF_PANEL and nv > 1
+    if half:
+        L(f"  %phalf = icmp sle i64 %left, {w}")
     L(f"  %cj = getelementptr {t}, {t}* %C, i64 %j")
     L(f"  %sj = getelementptr {t}, {t}* %S, i64 %j")
     L(f"  %rj = getelementptr {t}, {t}* %res, i64 %j")
@@ -822,14 +824,12 @@ def ir_taps(features: str, dtype: str = "float32", name: str = TAPS_NAME, kc: in
             # masks in vector registers: beside 12 accumulators a masked load's mask was spilled and
             # rebuilt every k step; the product ran at 0.6x OpenBLAS on an AMD Zen 3)
             L(f"t{fam}{r}:")
-            L(f"  br i1 %pfull, label %t{fam}{r}f, label %t{fam}{r}p")
-            L(f"t{fam}{r}p:")
-            L(f"  br i1 %phalf, label %t{fam}{r}h, label %t{fam}{r}m")
-            for sfx, fn in (("f", f"{fam}_tile{r}f"), ("m", f"{fam}_tile{r}"), ("h", f"{fam}h_tile{r}")):
-                if sfx == "h" and not (HALF_PANEL and nv > 1):
-                    L(f"t{fam}{r}h:")
-                    L(f"  br label %t{fam}{r}m")
-                    continue
+            L(f"  br i1 %pfull, label %t{fam}{r}f, label %t{fam}{r}{'p' if half else 'm'}")
+            if half:
+                L(f"t{fam}{r}p:")
+                L(f"  br i1 %phalf, label %t{fam}{r}h, label %t{fam}{r}m")
+            kinds = [("f", f"{fam}_tile{r}f"), ("m", f"{fam}_tile{r}")] + ([("h", f"{fam}h_tile{r}")] if half else [])
+            for sfx, fn in kinds:
                 L(f"t{fam}{r}{sfx}:")
                 L(f"  call void @{name}_{fn}(i64 %kcc, {t}* %ai, i64 %lda, {t}* {bk}, i64 {ldb}, i64* {taps}, "
                   f"i64 %ntaps, {t}* %ci_, i64 %ldc, i64 %left, i1 %first, i1 %last, i1 %hasb, {t}* %sc_, "

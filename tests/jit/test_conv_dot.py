@@ -190,6 +190,8 @@ def test_the_route_rule(monkeypatch):
     assert not conv.use_dot(196, 196, 256, 1, 32, f32)              # ... K 256: taps
     assert not conv.use_dot(25, 35, 4608, 9, 32, f32)               # 3x3 on 5x5: use_cout's
     assert not conv.use_dot(3136, 3136, 64, 1, 32, f32)             # 56x56
+    assert not conv.use_dot(100, 100, 96, 1, 32, f32)               # 10x10, K 96: a short product, taps
+    assert conv.use_dot(100, 100, conv.DOT_MIN_K, 1, 32, f32) == wide
     assert not conv.use_dot(49, 49, 512, 1, 32, np.dtype(np.float16))
 
 

@@ -1340,10 +1340,14 @@ def use_dot(p: int, q: int, k: int, ntaps: int, nr: int, d) -> bool:
     the copy (``xt1``, a transpose) 0.14-0.38 ns an element (2-4% of a 1x1 layer). A k x k convolution
     never takes it by itself (its copy, ``xt``, costs 0.8-0.9 ns an element, 8% of the 7x7 3x3 layer;
     ``use_cout`` serves those); ``TapsConv(dot=True)`` still runs one. On AVX-512 only (the dot tile's
-    24 accumulators and 10 operands want its 32 vector registers)."""
+    24 accumulators and 10 operands want its 32 vector registers). Not below K = DOT_MIN_K: a short k
+    loop leaves the dot tile's reductions and the copy uncovered (the same machine, the product alone,
+    taps / dot: 64 -> 384 at 10x10 144 / 86, 96 -> 576 at 10x10 170 / 124; onnxruntime's Conv 147, 183;
+    K = 160 ties, 145 / 135 at 5x5, 154 / 156 at 6x6; MobileNet v2 at 160, one core, alternating
+    processes: 0.93x a forward, at 192 and 224 even)."""
     from .codegen import codegen
 
-    if ntaps != 1 or np.dtype(d) not in (np.float32, np.float64) or p == 0 or k == 0:
+    if ntaps != 1 or np.dtype(d) not in (np.float32, np.float64) or p == 0 or k < DOT_MIN_K:
         return False
     used = p / (-(-q // nr) * nr)
     return (used < DOT_USED or (used < DOT_USED_LONG and k >= DOT_LONG_K)) and "+avx512f" in codegen().features
@@ -1352,6 +1356,7 @@ def use_dot(p: int, q: int, k: int, ntaps: int, nr: int, d) -> bool:
 DOT_USED = 0.8              # 1x1: the taps product's share of used lanes below which dot runs (use_dot)
 DOT_USED_LONG = 0.9         # ... and below this where K >= DOT_LONG_K
 DOT_LONG_K = 1024
+DOT_MIN_K = 128             # ... from this K (a shorter product runs taps: use_dot)
 
 
 def _row_cut(q: int, nr: int, rows: int, unit: int) -> int | None:

@@ -108,6 +108,36 @@ def test_a_row_split_agrees_bit_for_bit(xs, ws, pad, inplace):
     np.testing.assert_allclose(one, fused, rtol=1e-4, atol=1e-3)
 
 
+@pytest.mark.parametrize("xs, ws, stride", [
+    ((2, 3, 23, 29), (40, 3, 3, 3), (2, 2)),       # an RGB stem: a grid one column wider than the map
+    ((1, 16, 9, 13), (16, 16, 3, 3), (1, 1)),      # two columns wider
+    ((1, 5, 8, 8), (3, 5, 5, 5), (3, 2)),          # odd channel halves, wider strides
+])
+def test_a_cropped_grid_is_native_and_whole(xs, ws, stride):
+    """The taps product's grid (wider than the map's rows) cropped into the result by phases.py's copy:
+    the same bits on one thread and two (channel halves), numpy's convolution to rounding, NaN where it
+    is, and no copy in Python (``Steps.whole``: the call can be kept)."""
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal(xs).astype(np.float32)
+    x[0, 1, 2, 3] = np.nan
+    w = rng.standard_normal(ws).astype(np.float32)
+    pad = (1, 1, 1, 1)
+    tc = conv.TapsConv(xs, ws, stride, pad, (1, 1), 1, np.float32, dot=False, cout=False)
+    assert tc.grid is not None and tc.wq > tc.wo
+    a = conv.prepared_a(w, 1, np.float32, tc.inplace)
+    outs = []
+    for split in (1, 2):
+        steps = conv.Steps()
+        outs.append(tc(x, a, np.full(tc.shape, np.nan, np.float32), split, None, None, 0.0, np.inf, steps))
+        assert steps.whole
+    np.testing.assert_array_equal(outs[1], outs[0])
+    from msvm.interp import kernels as K
+
+    ref = np.maximum(K.conv2d(x.astype(np.float64), w.astype(np.float64), stride, pad, (1, 1), 1), 0)
+    np.testing.assert_allclose(outs[0], ref, rtol=1e-4, atol=1e-3)
+    assert np.isnan(outs[0]).sum() == np.isnan(ref).sum() > 0
+
+
 def test_racing_callers_and_large_batches():
     """Callers on several Python threads at once (one holds the pool, the others run both halves
     themselves), and a batch of more calls than the pool's slots (run on the caller): every result

@@ -126,8 +126,9 @@ and how each is called. Algorithms chosen by measurement (one thread, this machi
   each argument in Python and converting them through ctypes; an input that is a new array at each
   call (a sub-Cell's result, the model's image, the residual, a result not in the memory plan)
   moves the pointer arguments that point into it. Calls that copied in numpy (a subsampled or
-  strided image, the taps product's cropped grid) are not kept; the padded phase images are a native
-  call (compiler/phases.py, split by channels on two threads), so gemm_cout's k x k layers are kept.
+  strided image) are not kept; the padded phase images, and the taps product's grid cropped into the
+  result, are native calls (compiler/phases.py, split by channels on two threads), so the k x k layers
+  are kept (the crop: MobileNet v2's RGB stem, ~1.6 MB through numpy at 224, 72-107 us).
   MobileNet v2's 1x1 layer, one core: 9.7 -> 3.4 us a call; the whole forward at 32x32 0.85 -> 0.70
   ms. The phases in native code, ResNet-50 at 224 (alternating processes, medians): one core 0.98x,
   two cores 0.95x.
@@ -1196,8 +1197,15 @@ class TapsConv:
                 for f, args in _taps_calls(fn, calls, 0, q):
                     steps.call(f, args)
             if acc is not None:
-                steps.copied()
-                res[b] = acc.reshape(self.grid)[:, :, :self.wo]
+                # (the grid's rows cropped into the result: phases.py's copy at stride 1 without padding,
+                # in halves of the channels on two threads; numpy's pass was ~2 x its bytes at copy speed and
+                # kept the layer's calls from being kept)
+                head = (self.o, self.ho, self.wq, 1, 1, 0, 0, self.ho, self.wo, self.ho * self.wo, cp,
+                        data_pointer(res[b]))
+                if split > 1 and self.o > 1:
+                    steps.share([[(self.phases, (*head, 0, self.o // 2))], [(self.phases, (*head, self.o // 2, self.o))]])
+                else:
+                    steps.call(self.phases, (*head, 0, self.o))
 
 
     def _run_cout(self, wp, src, cbuf, split, epi, steps):
@@ -1395,7 +1403,7 @@ def _run_calls(fn, calls, j0, j1):
 class Steps:
     """The native calls of one convolution, in order (``TapsConv.__call__``): each runs as it is added
     (``call``: one kernel; ``share``: tasks over two threads, pool.share); ``copied`` marks a copy the
-    call made from its arrays (a strided image, the padded phase images, a cropped grid), after which
+    call made from its arrays (a strided or subsampled image), after which
     the calls alone do not redo the convolution. ``keep``: arrays their pointers point into."""
 
     def __init__(self):

@@ -349,5 +349,10 @@ def test_phases_kernel_against_numpy(dtype, seed):
         got = np.full((sh * sw, c, row), np.nan, d)
         cut = int(rng.integers(0, c + 1))
         for c0, c1 in ((0, cut), (cut, c)):
-            fn(c, h, w, sh, sw, pt, pl, hq, wq, row, data_pointer(x), data_pointer(got), c0, c1)
+            fn(c, h, w, sh, sw, pt, pl, hq, wq, row, sh * sw, data_pointer(x), data_pointer(got), c0, c1)
         np.testing.assert_array_equal(got, want)
+        # the first phase alone (a strided 1x1 convolution's subsampled image): nothing past it written
+        got = np.full((sh * sw, c, row), np.nan, d)
+        fn(c, h, w, sh, sw, pt, pl, hq, wq, row, 1, data_pointer(x), data_pointer(got), 0, c)
+        np.testing.assert_array_equal(got[0], want[0])
+        assert np.isnan(got[1:]).all()

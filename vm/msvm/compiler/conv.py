@@ -1070,7 +1070,9 @@ class TapsConv:
             self.row = h * w if mode == "direct" else _odd_lines(ho * wo, isz)
             self.grid = None
             self.src = None if mode == "direct" else (c, self.row)
-            self.sub = (slice(None), slice(0, (ho - 1) * sh + 1, sh), slice(0, (wo - 1) * sw + 1, sw))
+            # (sub: the subsampled planes x[:, ::sh, ::sw], phases.py's first phase)
+            self.phases = phases_function(self.d) if mode == "sub" else None
+            self.phase_geom = (c, h, w, sh, sw, 0, 0, ho, wo, self.row, 1)
         else:                           # phase
             hp, wp = h + sum(ph), w + sum(pw)
             hq, wq = -(-hp // sh), -(-wp // sw)
@@ -1081,7 +1083,7 @@ class TapsConv:
             self.hq = hq
             # (compiler/phases.py writes every row of every phase, borders and the tail past the grid)
             self.phases = phases_function(self.d)
-            self.phase_geom = (c, h, w, sh, sw, ph[0], pw[0], hq, wq, self.row)
+            self.phase_geom = (c, h, w, sh, sw, ph[0], pw[0], hq, wq, self.row, sh * sw)
             taps = []
             for i in range(kh):
                 for j in range(kw):
@@ -1156,22 +1158,13 @@ class TapsConv:
     def _run(self, x, a, res, sbuf, acc, split, bn, add, lo, hi, steps):
         ap, tp = data_pointer(a), data_pointer(self.taps)
         isz = self.d.itemsize
-        fn, og, q, row, ntaps, c = self.fn, self.og, self.q, self.row, len(self.taps), self.c
+        fn, og, q, row, ntaps = self.fn, self.og, self.q, self.row, len(self.taps)
         for b in range(x.shape[0]):
             xb = x[b]
             if self.mode == "direct":
                 src = xb if xb.flags.c_contiguous else steps.copied(np.ascontiguousarray(xb))
-            elif self.mode == "sub":
-                steps.copied(np.copyto(sbuf[:, :q].reshape(c, self.ho, self.wo), xb[self.sub]))
-                src = sbuf
-            else:                       # phase: the image's padded phases, in halves of its channels on two threads
-                xb = xb if xb.flags.c_contiguous else steps.copied(np.ascontiguousarray(xb))
-                head = (*self.phase_geom, data_pointer(xb), data_pointer(sbuf))
-                if split > 1 and c > 1:
-                    steps.share([[(self.phases, (*head, 0, c // 2))], [(self.phases, (*head, c // 2, c))]])
-                else:
-                    steps.call(self.phases, (*head, 0, c))
-                src = sbuf
+            else:                       # the subsampled planes, or the padded phases
+                src = self._copy_phases(xb, sbuf, split, steps)
             cbuf = acc if acc is not None else res[b].reshape(self.o, self.ho * self.wo)
             ldc = cbuf.shape[1]
             sp, cp = data_pointer(src), data_pointer(cbuf)
@@ -1200,13 +1193,24 @@ class TapsConv:
                 # (the grid's rows cropped into the result: phases.py's copy at stride 1 without padding,
                 # in halves of the channels on two threads; numpy's pass was ~2 x its bytes at copy speed and
                 # kept the layer's calls from being kept)
-                head = (self.o, self.ho, self.wq, 1, 1, 0, 0, self.ho, self.wo, self.ho * self.wo, cp,
+                head = (self.o, self.ho, self.wq, 1, 1, 0, 0, self.ho, self.wo, self.ho * self.wo, 1, cp,
                         data_pointer(res[b]))
                 if split > 1 and self.o > 1:
                     steps.share([[(self.phases, (*head, 0, self.o // 2))], [(self.phases, (*head, self.o // 2, self.o))]])
                 else:
                     steps.call(self.phases, (*head, 0, self.o))
 
+
+    def _copy_phases(self, xb, sbuf, split, steps):
+        """sbuf, made from the image xb: its padded stride phases (mode "phase") or its subsampled planes
+        ("sub"), by phases.py's copy in halves of the channels on two threads."""
+        xb = xb if xb.flags.c_contiguous else steps.copied(np.ascontiguousarray(xb))
+        head, c = (*self.phase_geom, data_pointer(xb), data_pointer(sbuf)), self.c
+        if split > 1 and c > 1:
+            steps.share([[(self.phases, (*head, 0, c // 2))], [(self.phases, (*head, c // 2, c))]])
+        else:
+            steps.call(self.phases, (*head, 0, c))
+        return sbuf
 
     def _run_cout(self, wp, src, cbuf, split, epi, steps):
         """One image on gemm_cout: the packed weight ``wp`` (``prepared_cout``) over the image's rows in
@@ -1249,8 +1253,7 @@ class TapsConv:
         for b in range(x.shape[0]):
             xb = x[b] if x[b].flags.c_contiguous else steps.copied(np.ascontiguousarray(x[b]))
             if self.mode == "sub":
-                steps.copied(np.copyto(sbuf[:, :p].reshape(self.c, self.ho, self.wo), xb[self.sub]))
-                steps.call(self.xt, (self.c, self.row, data_pointer(sbuf), btp, 0, p))
+                steps.call(self.xt, (self.c, self.row, data_pointer(self._copy_phases(xb, sbuf, split, steps)), btp, 0, p))
             elif self.xt1:
                 steps.call(self.xt, (self.c, self.row, data_pointer(xb), btp, 0, p))
             else:

@@ -7,11 +7,14 @@ stride 1, 220 us for the 3x3 stride 2 at 56x56, the RGB stem 81 us, ~1.1 ms a fo
 thread while the pool's waited, and a Python copy kept the layer's native calls from being kept
 (``conv.Memo``). Here one kernel writes every row of every phase once, borders and tails included:
 
-    phases(c, h, w, sh, sw, pt, pl, hq, wq, row, x*, dst*, c0, c1)
+    phases(c, h, w, sh, sw, pt, pl, hq, wq, row, nph, x*, dst*, c0, c1)
     dst[((a * sw + b) * c + ci) * row + i * wq + j] = x[ci, a + sh * i - pt, b + sw * j - pl]
                                                       (0 past the image's borders and for i * wq + j >= hq * wq)
 
-for the channels c0 <= ci < c1 (two threads take halves), x C-contiguous [c, h, w]. Per destination row,
+for the first nph phases a * sw + b (all sh * sw of them; 1: the subsampled image a strided 1x1
+convolution reads, ``x[:, ::sh, ::sw]``) and the channels c0 <= ci < c1 (two threads take halves), x
+C-contiguous [c, h, w]. At stride 1 without padding, a grid of rows w wide cropped to rows of wq (the
+taps product's wider grid into the result). Per destination row,
 vectors of the target's width: a masked load (stride 1: lanes past the borders are not read), two and
 their even lanes (stride 2) or a masked gather (wider strides), stored whole but for the row's last vector.
 """
@@ -22,8 +25,8 @@ from dataclasses import dataclass
 
 from .lower import TYPES, vec_width
 
-VERSION = 2
-ARGS = ("i64",) * 10 + ("ptr", "ptr", "i64", "i64")
+VERSION = 3
+ARGS = ("i64",) * 11 + ("ptr", "ptr", "i64", "i64")
 
 
 def ir_phases(features: str, dtype: str = "float32", name: str = "msvm_phases") -> str:
@@ -45,11 +48,10 @@ def ir_phases(features: str, dtype: str = "float32", name: str = "msvm_phases") 
         a(f"  %{dst} = shufflevector {vty} %{dst}b, {vty} undef, <{w} x i32> zeroinitializer")
 
     a(f"define void @{name}(i64 %c, i64 %h, i64 %w, i64 %sh, i64 %sw, i64 %pt, i64 %pl, i64 %hq, i64 %wq, "
-      f"i64 %row, {t}* noalias %x, {t}* noalias %dst, i64 %c0, i64 %c1) nounwind {{")
+      f"i64 %row, i64 %nph, {t}* noalias %x, {t}* noalias %dst, i64 %c0, i64 %c1) nounwind {{")
     a("entry:")
     a("  %hw = mul i64 %h, %w")
     a("  %grid = mul i64 %hq, %wq")
-    a("  %nph = mul i64 %sh, %sw")
     a("  %one = icmp eq i64 %sw, 1")
     splat("wv", "%w")
     splat("wqv", "%wq")
@@ -231,7 +233,7 @@ class PhaseCopy:
 
 
 def function(dtype: str):
-    """ctypes ``phases(c, h, w, sh, sw, pt, pl, hq, wq, row, x, dst, c0, c1)`` (``ir_phases``), compiled
+    """ctypes ``phases(c, h, w, sh, sw, pt, pl, hq, wq, row, nph, x, dst, c0, c1)`` (``ir_phases``), compiled
     (or loaded from the kernel cache) once per process."""
     from .build import kernel_function
 

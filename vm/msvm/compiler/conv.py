@@ -1072,7 +1072,7 @@ class TapsConv:
             self.src = None if mode == "direct" else (c, self.row)
             # (sub: the subsampled planes x[:, ::sh, ::sw], phases.py's first phase)
             self.phases = phases_function(self.d) if mode == "sub" else None
-            self.phase_geom = (c, h, w, sh, sw, 0, 0, ho, wo, self.row, 1)
+            self.phase_geom = (c, h, w, sh, sw, 0, 0, ho, wo, self.row, 1) if mode == "sub" else None
         else:                           # phase
             hp, wp = h + sum(ph), w + sum(pw)
             hq, wq = -(-hp // sh), -(-wp // sw)

@@ -154,3 +154,31 @@ def test_a_replay_that_raises_falls_back_and_is_counted(rng):
     np.testing.assert_array_equal(net(tx, ty, False).asnumpy(), want)
     assert _counts(sig) == (before[0] + 1, before[1] + 1, before[2] + 1)
     sig.replay = real
+
+
+def test_callers_prepared_when_a_kernel_lands_are_frozen(rng):
+    """A Site that prepares the fast caller of an L3 kernel compiled in the background settles
+    (gcpolicy): a later collection of the young generations, which the first call at a new size
+    triggers, walks none of a warm model's callers."""
+    import gc
+
+    from msvm import gcpolicy
+
+    if not gcpolicy.enabled():
+        pytest.skip("the collector is disabled or MSVM_GC_FREEZE=0")
+    ms.set_context(jit_config={"l3_after": 2})
+    try:
+        net = Block()
+        x = ms.Tensor(rng.standard_normal((8, 16)).astype(np.float32))
+        y = ms.Tensor(rng.standard_normal((16, 16)).astype(np.float32))
+        for _ in range(8):
+            net(x, y)
+            tiers.wait_for_compiles()
+    finally:
+        ms.set_context(jit_config={"l3_after": 5})
+    sig = _signature(net)
+    fast = [p for c in sig.bound.code.all_codes() for s in c.__dict__.get("jit_sites", {}).values()
+            for p in s.fast.values()]
+    assert fast                                 # (the kernels landed and their callers were prepared)
+    young = {id(o) for g in range(3) for o in gc.get_objects(g) if type(o) is callconv.Prepared}
+    assert not young & {id(p) for p in fast}, "prepared callers left for the collector to walk"

@@ -18,6 +18,12 @@ next Cell made (``Cell.__init__`` calls ``thaw()``) puts them back (``gc.unfreez
 full collection reclaims what was dropped: a process that builds models keeps today's collector,
 one that serves a model no longer pays for walking it. MSVM_GC_FREEZE=0 turns it off; nothing
 happens where the collector is disabled (``gc.disable``: the user's choice).
+
+A Site that prepares the fast caller of an L3 kernel that landed in the background (a shape already
+seen, so no new signature follows) settles too: its callers are long-lived and are made after the
+signature's own ``settle``. Left in the young generations they made the first call at the next new
+size pay a generation-1 collection of them (MobileNet v2 at 160 after 224: ~6 500 objects,
+0.8 ms of a 10 ms call).
 """
 
 from __future__ import annotations

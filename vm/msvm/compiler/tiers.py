@@ -30,7 +30,7 @@ import weakref
 
 import numpy as np
 
-from .. import context, events, log, reasons
+from .. import context, events, gcpolicy, log, reasons
 from ..bytecode.disasm import display_name
 from ..bytecode.opcodes import JITABLE, KERNEL_KINDS
 from ..interp.arena import Arena
@@ -128,6 +128,7 @@ class Site:
             self.stats["hits"] += 1
             if len(self.fast) < 16:
                 self.fast[exact] = Prepared(k3, self.caller(k3, plan), self.native(k3, plan))
+                gcpolicy.settle()        # (long-lived, made after the signature settled: gcpolicy)
             return self.run(k3, plan, inputs, out)
         k2 = self.l2.get(cls_key)
         if level == "L3":

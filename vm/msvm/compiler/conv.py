@@ -167,7 +167,9 @@ from ..interp import kernels as K
 from .build import blas
 from .callconv import cores, elementwise_caller
 from .entry import data_pointer
-from .lower import BINARY, UNARY, Unsupported
+from .gemm import TapsGemm, pack, pack_rows, packs_b, panel_width, taps_function, tile_rows, wider_than_blas
+from .kir import dtype_name
+from .lower import BINARY, TYPES, UNARY, Unsupported, vec_width
 from .phases import function as phases_function
 from .pool import parts, share
 
@@ -299,12 +301,12 @@ def plan(site, inputs):
         if tag in ("in", "c"):
             continue
         if tag == "CAST":
-            if getattr(node[1], "name", node[1]) != str(d):
+            if getattr(node[1], "name", node[1]) != dtype_name(d):
                 raise Unsupported("cast to another dtype")
         elif tag not in UNARY and tag not in BINARY:
             raise Unsupported(f"{tag} in a convolution's epilogue has no lowering")
     flat = flat_ok(stride, wo, x.shape[3], d)
-    cls = ("dw", str(d), kh, kw, tuple(stride), tuple(dil), nbn > 0, tuple(kinds), program, cg, o // group, flat)
+    cls = ("dw", dtype_name(d), kh, kw, tuple(stride), tuple(dil), nbn > 0, tuple(kinds), program, cg, o // group, flat)
     dims = (o, x.shape[2], x.shape[3], ho, wo, pt, pl, lo, hi)
     return Plan(cls, (cls, dims), out_shape, d, {"dims": dims, "planes": x.shape[0] * o, "eps": eps, "nbn": nbn,
                                                   "kinds": tuple(kinds)})
@@ -322,9 +324,8 @@ def flat_ok(stride, wo: int, w: int, dtype) -> bool:
     56.6 / 101.3, 144 x 56 x 56 145.4 / 173.4, 32 x 112 x 112 135.0 / 115.3 (there the rows' plain
     loads beat the masked ones and their mask table)."""
     from .codegen import codegen
-    from .lower import TYPES, vec_width
 
-    return tuple(stride) == (1, 1) and wo == w and w < FLAT_ROWS * vec_width(codegen().features, TYPES[str(dtype)])
+    return tuple(stride) == (1, 1) and wo == w and w < FLAT_ROWS * vec_width(codegen().features, TYPES[dtype_name(dtype)])
 
 
 @functools.lru_cache(maxsize=256)      # (shared by the sites of one shape: read-only)
@@ -334,19 +335,13 @@ def flat_masks(dims, kh: int, kw: int, dil, width: int) -> np.ndarray:
     plane (row oh + i * dh - pt in [0, H), column ow + j * dw - pl in [0, W)) and that q < Ho * Wo."""
     _, h, w, ho, wo, pt, pl = dims[:7]
     nvec = -(-ho * wo // width)
-    q = np.arange(nvec * width)
-    oh, ow = q // max(wo, 1), q % max(wo, 1)
-    out = q < ho * wo
-    bits = (1 << np.arange(width, dtype=np.int64))
-    masks = np.empty((nvec, kh * kw), np.int64)
-    for i in range(kh):
-        ih = oh + i * dil[0] - pt
-        rows = out & (ih >= 0) & (ih < h)
-        for j in range(kw):
-            iw = ow + j * dil[1] - pl
-            ok = rows & (iw >= 0) & (iw < w)
-            masks[:, i * kw + j] = ok.reshape(nvec, width) @ bits
-    out = masks.astype(np.uint32).view(np.int32)
+    oh, ow = np.divmod(np.arange(nvec * width), max(wo, 1))
+    ih = oh + (np.arange(kh) * dil[0] - pt)[:, None]                  # [i][q]
+    iw = ow + (np.arange(kw) * dil[1] - pl)[:, None]                  # [j][q]
+    rows, cols = (oh < ho) & (ih >= 0) & (ih < h), (iw >= 0) & (iw < w)
+    ok = (rows[:, None, :] & cols[None, :, :]).reshape(kh * kw, nvec, width)     # [tap][vector][lane]
+    masks = ok @ (1 << np.arange(width, dtype=np.int64))                         # [tap][vector]
+    out = masks.T.astype(np.uint32, order="C").view(np.int32)
     out.flags.writeable = False
     return out
 
@@ -385,7 +380,7 @@ def plan_gemm(site, inputs):
     out_shape = (x.shape[0], w.shape[0], ho, wo)
     prog = with_affine(program) if nbn else program
     how = route(x.shape, w.shape, stride, pad, dil, group, d)
-    if prog == (("in", 0),) and how == "blas" and str(d) not in blas()[1]:
+    if prog == (("in", 0),) and how == "blas" and dtype_name(d) not in blas()[1]:
         raise Unsupported(f"a convolution in {d} without an epilogue (the L1 kernel's product is all of it)")
     if x.shape[0] == 0:
         raise Unsupported("an empty batch")
@@ -438,7 +433,6 @@ def kernel_ir(site, level: int, plan):
         return Elementwise(ep["program"], ep["kinds"], tuple(ep["bcast"]), str(d), ep["dims"] if level >= 3 else None)
     _, dtype, kh, kw, stride, dil, has_bias, kinds, program, cg, og, flat = cls
     from .codegen import codegen
-    from .lower import TYPES, vec_width
 
     full = vec_width(codegen().features, TYPES[dtype])
     if flat:
@@ -520,7 +514,7 @@ def _gemm_caller(site, compiled, plan):
 
     o, cg, kh, kw = p["w_shape"]
     depthwise = cg == 1 and o == group > 1          # (a product of one row per group: the L1 kernel's taps)
-    blas_ok = not depthwise and str(d) in blas()[1]
+    blas_ok = not depthwise and dtype_name(d) in blas()[1]
     # (made at the first call that runs it: on the taps route only AB asks for it)
     bcs = [BlasConv(p["x_shape"], p["w_shape"], stride, pad, dil, d, group)] if blas_ok and taps is None else []
     split = threads_for(2.0 * o * cg * kh * kw * plan.out_shape[2] * plan.out_shape[3])     # per image
@@ -677,8 +671,6 @@ def route(x_shape, w_shape, stride, pad, dil, group, d, wide=None) -> str:
     if w_shape[1] <= FEW_CHANNELS:
         return "taps"
     if wide is None:
-        from .gemm import wider_than_blas
-
         wide = wider_than_blas()
     return "taps" if wide else "blas"
 
@@ -1010,8 +1002,6 @@ def prepared_a(w, group, d, inplace=False):
 
 def _packed(w, group, d):
     """``prepared_a``'s packed A (a new array)."""
-    from .gemm import pack_rows, tile_rows
-
     o, cg, kh, kw = w.shape
     a = w.reshape(o, cg * kh * kw)
     og, mr = o // group, tile_rows(d)
@@ -1325,7 +1315,6 @@ def prepared_cout(a, d, nr: int):
     import weakref
 
     from ..weights import spill
-    from .gemm import pack
 
     hit = _COUTW.get(id(a))
     if hit is not None and hit[0]() is a:
@@ -1556,14 +1545,10 @@ MEMO_MISSES = 4
 
 
 def _rows(d) -> int:
-    from .gemm import tile_rows
-
     return tile_rows(d)
 
 
 def _panel(d) -> int:
-    from .gemm import panel_width
-
     return panel_width(d)
 
 
@@ -1577,15 +1562,12 @@ def taps_kernel(d, lda: int, inplace=None):
 
 @functools.lru_cache(maxsize=256)
 def _taps_kernel(d, lda: int, inplace: bool):
-    from .gemm import TapsGemm, packs_b
-
     return TapsGemm(str(d), a_inplace=inplace, rows=tile_rows_in_place(lda, d) if inplace else 0, pack_b=packs_b())
 
 
+@functools.lru_cache(maxsize=64)      # (every caller at a new shape asks: the entry is hashed)
 def gemm_taps(k):
     """The ctypes function of the TapsGemm ``k`` (``taps_kernel``)."""
-    from .gemm import taps_function
-
     return taps_function(k.dtype, k.kc, k.a_inplace, k.rows, k.pack_b)
 
 

@@ -31,6 +31,7 @@ results agree with the taps product and L1 to rounding.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from .gemm import clamp
@@ -309,9 +310,11 @@ class CoutGemm:
         return ir_cout(features, self.dtype, name)
 
 
+@functools.lru_cache(maxsize=64)      # (every caller at a new shape asks: the entry is hashed)
 def function(dtype: str):
     """ctypes ``cout(o, ci, ntaps, taps, Wp, src, row, ho, wo, wq, C, P, j0, j1, hasb, scale, bias, res,
     lo, hi)`` (``ir_cout``), compiled (or loaded from the kernel cache) once per process."""
     from .build import kernel_function
+    from .kir import dtype_name
 
-    return kernel_function(CoutGemm(str(dtype)), "GEMM_COUT", ARGS)
+    return kernel_function(CoutGemm(dtype_name(dtype)), "GEMM_COUT", ARGS)

@@ -30,6 +30,7 @@ over output channels, the weight packed) instead: ``conv.use_dot`` and ``conv.us
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from .gemm import clamp
@@ -535,11 +536,13 @@ SIGNATURES = {"dot": ARGS, "xt": ("i64",) * 13 + ("ptr", "ptr", "i64", "i64"),
               "xt1": ("i64", "i64", "ptr", "ptr", "i64", "i64")}
 
 
+@functools.lru_cache(maxsize=64)      # (every caller at a new shape asks: the entry is hashed)
 def function(dtype: str, part: str = "dot", kc: int = KC):
     """ctypes function of ``part`` (DotGemm) for dtype: ``dot(m, n, k, A, lda, B, ldb, C, ldc, hasb,
     scale, bias, res, ldr, lo, hi)``, ``xt(c, h, w, kh, kw, sh, sw, pt, pl, dh, dw, ho, wo, x, dst,
     oh0, oh1)`` or ``xt1(c, row, src, dst, p0, p1)``; compiled (or loaded from the kernel cache) once
     per process."""
     from .build import kernel_function
+    from .kir import dtype_name
 
-    return kernel_function(DotGemm(str(dtype), part, kc), f"GEMM_{part.upper()}", SIGNATURES[part])
+    return kernel_function(DotGemm(dtype_name(dtype), part, kc), f"GEMM_{part.upper()}", SIGNATURES[part])

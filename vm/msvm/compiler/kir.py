@@ -15,6 +15,7 @@ program, computed in row blocks through BLAS (L3).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 DTYPES = ("float32", "float64")
@@ -101,24 +102,38 @@ class RowKernel:
 
 # ---------------------------------------------------------------- shape classes
 
+@functools.lru_cache(maxsize=64)
+def dtype_name(d) -> str:
+    """``str(d)`` of a numpy dtype, cached: numpy spells its names in Python (~3 us), and every plan
+    and caller at a new shape asks several times."""
+    return str(d)
+
+
 def collapse(out_shape: tuple, in_shapes: list):
     """Collapse the output to at most 3 dims; returns (dims, per-input broadcast flags) or None.
 
     Inputs are broadcast to the output (numpy rules) and must be C-contiguous; adjacent
-    dims merge when every input is broadcast along both or along neither."""
+    dims merge when every input is broadcast along both or along neither. Cached: every plan at a
+    new shape asks, and the sites of one model share their shapes (``_collapse``)."""
+    col = _collapse(tuple(out_shape), tuple([None if s is None else tuple(s) for s in in_shapes]))
+    return None if col is None else (col[0], list(col[1]))
+
+
+@functools.lru_cache(maxsize=1024)
+def _collapse(out_shape: tuple, in_shapes: tuple):
     rank = len(out_shape)
     flags = []
     for s in in_shapes:
         if s is None:
             flags.append(None)
             continue
-        pad = (1,) * (rank - len(s)) + tuple(s)
-        flags.append(tuple(p == 1 and o != 1 for p, o in zip(pad, out_shape)))
+        pad = (1,) * (rank - len(s)) + s
+        flags.append(tuple([p == 1 and o != 1 for p, o in zip(pad, out_shape)]))
     dims, groups = [], []
     for d in range(rank):
         if out_shape[d] == 1:
             continue
-        key = tuple(f[d] if f is not None else None for f in flags)
+        key = tuple([f[d] if f is not None else None for f in flags])
         if groups and groups[-1] == key:
             dims[-1] *= out_shape[d]
         else:
@@ -128,11 +143,9 @@ def collapse(out_shape: tuple, in_shapes: list):
         return None
     while len(dims) < 3:
         dims.insert(0, 1)
-        groups.insert(0, tuple(True if f is not None else None for f in flags))
-    per_input = []
-    for k, f in enumerate(flags):
-        per_input.append(() if f is None else tuple(bool(g[k]) for g in groups))
-    return tuple(int(x) for x in dims), per_input
+        groups.insert(0, tuple([True if f is not None else None for f in flags]))
+    per_input = tuple([() if f is None else tuple([bool(g[k]) for g in groups]) for k, f in enumerate(flags)])
+    return tuple([int(x) for x in dims]), per_input
 
 
 def strides_for(dims: tuple, bcast: tuple) -> tuple:

@@ -21,6 +21,7 @@ their even lanes (stride 2) or a masked gather (wider strides), stored whole but
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from .lower import TYPES, vec_width
@@ -232,9 +233,11 @@ class PhaseCopy:
         return ir_phases(features, self.dtype, name)
 
 
+@functools.lru_cache(maxsize=64)      # (every caller at a new shape asks: the entry is hashed)
 def function(dtype: str):
     """ctypes ``phases(c, h, w, sh, sw, pt, pl, hq, wq, row, nph, x, dst, c0, c1)`` (``ir_phases``), compiled
     (or loaded from the kernel cache) once per process."""
     from .build import kernel_function
+    from .kir import dtype_name
 
-    return kernel_function(PhaseCopy(str(dtype)), "PHASES", ARGS)
+    return kernel_function(PhaseCopy(dtype_name(dtype)), "PHASES", ARGS)

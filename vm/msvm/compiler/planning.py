@@ -21,7 +21,7 @@ from ..weights import stored
 from .build import blas
 from .callconv import PARALLEL_MIN
 from .gemm import use_packed
-from .kir import Elementwise, MatmulEpilogue, RowKernel, collapse, strides_for
+from .kir import Elementwise, MatmulEpilogue, RowKernel, collapse, dtype_name, strides_for
 from .lower import TYPES, Unsupported, vec_width
 
 ROW = 4096                      # row length when a long vector is viewed as rows
@@ -58,7 +58,7 @@ def plan_elementwise(site, inputs, program=None, out_shape=None):
     for x in inputs:
         if isinstance(x, np.ndarray) and x.ndim == 0 and x.dtype != d:
             raise Unsupported("0-d input of another dtype")
-    if any(n[0] == "CAST" and getattr(n[1], "name", n[1]) != str(d) for n in program):
+    if any(n[0] == "CAST" and getattr(n[1], "name", n[1]) != dtype_name(d) for n in program):
         raise Unsupported("cast to another dtype")
     shapes = [x.shape if _is_tensor(x) else None for x in inputs]
     out_shape = out_shape or np.broadcast_shapes(*[s for s in shapes if s is not None])
@@ -73,7 +73,7 @@ def plan_elementwise(site, inputs, program=None, out_shape=None):
         # one long contiguous vector: view it as rows so the work can be split over threads
         dims = (total // ROW, 1, ROW)
         bcast = [(False, True, False) if b else b for b in bcast]
-    cls = ("ew", kinds, tuple(bcast), str(d))
+    cls = ("ew", kinds, tuple(bcast), dtype_name(d))
     return Plan(cls, (cls, dims), tuple(out_shape), d, {"dims": dims, "bcast": bcast, "kinds": kinds,
                                                        "program": program,
                                                        "strides": [strides_for(dims, b) if b else None for b in bcast]})

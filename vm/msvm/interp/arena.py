@@ -20,6 +20,7 @@ flight on two threads, or nested, never share one. A frame that raises closes an
 
 from __future__ import annotations
 
+import math
 import threading
 import weakref
 
@@ -165,7 +166,7 @@ class Arena:
         v = self.views.get(i)
         if v is not None and v.shape == shape:
             return v
-        n = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        n = int(math.prod(shape)) * dtype.itemsize
         if n > self.asked.get(i, 0):
             self.asked[i] = n
         if n > self.caps[k]:

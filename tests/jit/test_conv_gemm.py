@@ -71,8 +71,8 @@ def test_blocks_match_l1_and_numpy(calls, name, level):
     assert {c[1] for c in calls} == {fused}, calls
     if s["residual"] and fused:
         assert all(c[3] for c in calls)
-    if level != "auto":
-        assert compiled_kinds(net, level) == {"elementwise"}         # (the epilogue's kernel, planned)
+    if level != "auto":      # (the site's kernel: the product where the epilogue is in its registers, else the pass)
+        assert compiled_kinds(net, level) == ({"gemm"} if fused else {"elementwise"})
     for g, w, r in zip(got, wants, l1):
         close(g, w)
         close(g, r, tol=1e-5)
@@ -356,3 +356,47 @@ def test_phases_kernel_against_numpy(dtype, seed):
         fn(c, h, w, sh, sw, pt, pl, hq, wq, row, 1, data_pointer(x), data_pointer(got), 0, c)
         np.testing.assert_array_equal(got[0], want[0])
         assert np.isnan(got[1:]).all()
+
+
+def test_a_residual_in_the_results_own_buffer(calls):
+    """A convolution whose epilogue runs in the product's registers has no compiled pass to fall back
+    on (conv._in_registers): asked to write its result over its own residual (the memory plan may
+    give an output the buffer of an input that dies there), it reads a copy of the residual, and
+    gives what a new result does."""
+    s, _, fused = BLOCKS["1x1_residual_relu"]
+    assert fused
+    rng = np.random.default_rng(31)
+    x = rng.standard_normal((1, s["cin"], 9, 11)).astype(np.float32)
+    net = make(s, 6)
+    forward(net, "L3", True, [x])
+    (site,) = [s_ for c in next(iter(net._runner.variants.values())).code.all_codes()
+               for s_ in c.jit_sites.values() if s_.op == "FUSED_CONV"]
+    (plan,) = [p for p in site.plans.values() if p is not None]
+    assert plan.details["epi"] is None                  # (no epilogue compiled: the registers take it)
+    (go,) = [p.go for p in site.fast.values()]
+    (inputs,) = [list(p) for p in _site_inputs(net, site, x)]
+    want = go(inputs, None)
+    r = inputs[-1].copy()                               # (the residual, its own buffer the result's)
+    inputs[-1] = r
+    got = go(inputs, r)
+    assert got is r
+    np.testing.assert_array_equal(got, want)
+
+
+def _site_inputs(net, site, x):
+    """The inputs the site was called with on one forward of x (in L1, where the interpreter calls it)."""
+    seen = []
+    orig = site.__class__.__call__
+
+    def spy(self, inputs, reference, out=None):
+        if self is site:
+            seen.append(tuple(a.copy() if isinstance(a, np.ndarray) else a for a in inputs))
+        return orig(self, inputs, reference, out)
+    site.__class__.__call__ = spy
+    try:
+        ms.set_context(jit_config={"jit_level": "L1"})
+        net(ms.Tensor(x))
+    finally:
+        site.__class__.__call__ = orig
+        ms.set_context(jit_config={"jit_level": "L3"})
+    return seen

@@ -164,17 +164,24 @@ def test_dense_conv_compiled_epilogue_matches_l1_and_numpy(seed, level):
     got = forward(net, level, True, xs)
     cg = s["cin"] // s["group"]           # grouped, few channels per group: the direct kernel (conv.DIRECT_MAX_*)
     direct = s["group"] > 1 and (cg == 1 or (cg <= conv.DIRECT_MAX_CHANNELS and cg * s["k"] ** 2 <= conv.DIRECT_MAX_TAPS))
-    assert compiled_kinds(net, level) == {"depthwise" if direct else "elementwise"}, s
+    # (a dense one's kernel: the product itself where its epilogue runs in the product's registers,
+    # conv._in_registers: ReLU / ReLU6 / bias / residual; else the compiled pass over its result)
+    epilogues = {"gemm" if p.details.get("epi") is None else "elementwise"
+                 for s_ in conv_sites(net) for p in s_.plans.values() if p is not None}
+    assert compiled_kinds(net, level) == ({"depthwise"} if direct else epilogues), s
+    if not direct and s["act"] != "hswish" and not (s["residual"] and s["k"] > 1):
+        assert epilogues == {"gemm"}, s
     for g, w, r in zip(got, wants, l1):
         close(g, w)
         close(g, r, tol=1e-5)
 
 
 @pytest.mark.parametrize("level", ["L2", "L3"])
-@pytest.mark.parametrize("k, kind", [(3, "elementwise"), (7, "elementwise")])
+@pytest.mark.parametrize("k, kind", [(3, "gemm"), (7, "gemm")])
 def test_rgb_stems_on_the_taps_product(level, k, kind):
-    """MobileNet's 3x3 stride-2 stem on 3 channels and ResNet's 7x7 one run the taps product (its
-    epilogue kernel compiled): a dense convolution of few channels no longer takes the direct kernel."""
+    """MobileNet's 3x3 stride-2 stem on 3 channels and ResNet's 7x7 one run the taps product (the
+    batch norm and ReLU6 in its registers: its kernel is the product's, no epilogue compiled): a
+    dense convolution of few channels no longer takes the direct kernel."""
     s = dict(cin=3, cout=16, k=k, stride=2, pad_mode="pad", padding=k // 2, dilation=1, group=1, bias=False,
              act="relu6", residual=False)
     rng = np.random.default_rng(k)

@@ -253,6 +253,13 @@ def _gemm_pointer(dtype: str, packed: bool = False) -> int:
     return blas()[1][dtype]
 
 
+def compiled_level(kernel, level: int) -> int:
+    """The tier a kernel is compiled as when a site asks for it at ``level``: L3 for one whose
+    ``opt_level`` says so (shape-generic kernels compiled with the IR passes and O3 at L2 too: a
+    convolution's), held to that tier's budget (``BUDGET_S``)."""
+    return max(level, getattr(kernel, "opt_level", 0))
+
+
 def compile_kernel(kernel, level: int, info: dict, cached_only: bool = False) -> Compiled | None:
     """Lower, compile (or load from the cache) and load one kernel; emits the compile event.
     ``cached_only``: only what the cache (memory or disk) holds, else None. ``info`` may carry
@@ -271,7 +278,9 @@ def compile_kernel(kernel, level: int, info: dict, cached_only: bool = False) ->
     steps["Step5 Hardware Mapping"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     text = kernel.text()
-    key = make_key(text, level, "cpu", cg.version, cg.target_id)
+    # (a kernel compiled as L3 at either tier, ``opt_level``, is one object: the taps product a
+    # convolution site asks for at L2 is the one its caller runs, gemm.taps_function, compiled at L3)
+    key = make_key(text, compiled_level(kernel, level), "cpu", cg.version, cg.target_id)
     name = f"msvm_{kernel.name}_{key[:12]}"
     with cache.lock:
         hit = cache.mem.get(key)
@@ -299,7 +308,7 @@ def compile_kernel(kernel, level: int, info: dict, cached_only: bool = False) ->
         steps["Step4 Fusion"] = info.get("fusion_s", 0.0)
         # (issue 18: a convolution's L2 kernel is shape-generic but compiled as L3 is, ``opt_level``:
         # it is a polymorphic site's steady state, and there are few of them; its text says so: the key)
-        obj, times = cg.compile(ir, max(level, getattr(kernel, "opt_level", 0)))
+        obj, times = cg.compile(ir, compiled_level(kernel, level))
         steps["Step6 Code Generation"] = times["parse"] + times["optimize"] + times["codegen"]
         t0 = time.perf_counter()
         addrs = cg.load(obj, names)

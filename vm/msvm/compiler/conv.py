@@ -389,11 +389,30 @@ def plan_gemm(site, inputs):
         if len(shape) > 4 or any(a not in (1, b) for a, b in zip(reversed(shape), reversed(out_shape))):
             raise Unsupported("an epilogue operand that does not broadcast to the convolution's output")
     heads = [_Shape(out_shape, d)] + ([_Shape((1, w.shape[0], 1, 1), d)] * 2 if nbn else [])
-    epi = plan_elementwise(site, heads + extras, prog, out_shape) if prog != (("in", 0),) else None
+    in_registers = how == "taps" and _in_registers(prog, nbn, extras, out_shape, d, x.shape, w.shape, stride, pad, dil,
+                                                   group)
+    epi = plan_elementwise(site, heads + extras, prog, out_shape) if prog != (("in", 0),) and not in_registers else None
     cls = ("gemm", epi.cls if epi is not None else None, prog)      # (the route follows from the shapes: key)
     return Plan(cls, (cls, epi.key[1] if epi is not None else None, x.shape, w.shape), out_shape, d,
                 {"epi": epi, "eps": eps, "nbn": nbn, "heads": len(heads),
                  "x_shape": x.shape, "w_shape": w.shape, "route": how})
+
+
+def _in_registers(prog, nbn, extras, out_shape, d, x_shape, w_shape, stride, pad, dil, group) -> bool:
+    """Whether a convolution on the taps route always applies its epilogue in the kernel's registers
+    (``fused_epilogue``: its residual, if any, a tensor of the result's shape and dtype, and not
+    over a phase grid, whose rows are wider than the result's), so that it needs no compiled
+    epilogue: its plan has none (``plan_gemm``), its kernel is the taps product alone, and a new
+    input size plans and compiles no epilogue pass (MobileNet v2 at a new size: 35 plans and 35
+    kernels fewer). Not while bench/conv_routes.py runs the BLAS route beside it (``AB``)."""
+    fused = fused_epilogue(prog, nbn > 0) if AB[0] is None else None
+    if fused is None:
+        return False
+    if fused[1] is None:
+        return True
+    r = extras[fused[1] - (3 if nbn else 1)]
+    return (isinstance(r, np.ndarray) and r.shape == out_shape and r.dtype == d
+            and taps_mode(x_shape, w_shape, stride, pad, dil, group) != "phase")
 
 
 def plan_pool(site, inputs):
@@ -520,7 +539,7 @@ def _gemm_caller(site, compiled, plan):
     split = threads_for(2.0 * o * cg * kh * kw * plan.out_shape[2] * plan.out_shape[3])     # per image
 
     def go(inputs, out):
-        if taps is not None and AB[0] is None:
+        if taps is not None and AB[0] != "blas":
             return taps(inputs, out)
         if blas_ok and not bcs:
             bcs.append(BlasConv(p["x_shape"], p["w_shape"], stride, pad, dil, d, group))
@@ -544,7 +563,8 @@ def _affine_heads(bnp, eps, d) -> list:
     return [scale.reshape(1, -1, 1, 1), shift.reshape(1, -1, 1, 1)]
 
 
-AB = [None]      # bench/conv_routes.py: "blas" runs the BLAS route where the taps one was chosen (side by side)
+AB = [None]      # bench/conv_routes.py: "blas" runs the BLAS route where the taps one was chosen, "taps" the taps one
+#                  (side by side: set before the callers are made, so that they keep the BLAS route's epilogue)
 
 
 def _taps_caller(site, plan, epi):
@@ -566,6 +586,7 @@ def _taps_caller(site, plan, epi):
     n, _, ho, wo = plan.out_shape
     split = threads_for(2.0 * o * cg * kh * kw * ho * wo)       # per image
     if fused is not None and fused[1] is not None and tc.grid is not None:
+        assert epi is not None       # (``_in_registers`` keeps a compiled epilogue for a residual over a phase grid)
         fused = None                 # (a residual of the result's layout, not the wider grid's)
 
     memo = Memos()
@@ -580,6 +601,8 @@ def _taps_caller(site, plan, epi):
                 return out
             a = prepared_a(inputs[1], group, d, tc.inplace)
             # (a residual read where the result is written: the partial sums would overwrite it first)
+            if r is not None and epi is None and np.may_share_memory(r, out):
+                r = r.copy()         # (no compiled epilogue to fall back on: the kernel reads a copy)
             if r is None or (isinstance(r, np.ndarray) and r.shape == tc.shape and r.dtype == d and
                              r.flags.c_contiguous and not (out is not None and np.may_share_memory(r, out))):
                 bn = K.conv_affine(list(inputs[2:first]), eps, d) if has_bn else None
@@ -591,7 +614,7 @@ def _taps_caller(site, plan, epi):
                 return res
         a = prepared_a(inputs[1], group, d, tc.inplace)
         res = tc(inputs[0], a, out, split)
-        if epi is None:
+        if epi is None:              # (no epilogue at all: a plan with one in registers took the path above)
             return res
         return epi([res] + _affine_heads(inputs[2:first], eps, d) + list(inputs[first:]), res)
     go.conv = tc

@@ -42,6 +42,7 @@ from .build import (  # noqa: F401 - (re-exported: tests, servers, bench)
     STEPS,
     Compiled,
     compile_kernel,
+    compiled_level,
     kernel_cache,
     reset_cache,
     stats,
@@ -203,7 +204,7 @@ class Site:
                 kernel = self.kernel_ir(level, plan)
                 compiled = compile_kernel(kernel, level, self.info(shape, dtype, need=need, plan_s=plan.details.get(
                     "plan_s", 0.0), parse_s=time.perf_counter() - t0))
-                reasons.check_budget(level, time.thread_time() - c0, BUDGET_S[level])
+                reasons.check_budget(level, time.thread_time() - c0, BUDGET_S[compiled_level(kernel, level)])
                 if level == 3:
                     self.prepare_native(compiled, plan)
                 table[key] = compiled

@@ -10,6 +10,7 @@ tier policy that decides what to compile is ``tiers.Site``.
 from __future__ import annotations
 
 import atexit
+import copy
 import ctypes
 import os
 import queue
@@ -156,6 +157,15 @@ class Compiled:
         self.fn = prototype(kernel, self.addr)      # (callconv: the arguments it takes)
         self.gemm = _gemm_pointer(kernel.dtype, kernel.packed) if kernel.kind == "matmul" else None
 
+    def at(self, level: int) -> Compiled:
+        """This kernel as a site asked for it at ``level`` (one compiled at L3 serves an L2 site too:
+        ``compiled_level``); the same code, its own record of the tier."""
+        if level == self.level:
+            return self
+        c = copy.copy(self)
+        c.level = level
+        return c
+
 
 _blas: dict = {}
 
@@ -287,7 +297,7 @@ def compile_kernel(kernel, level: int, info: dict, cached_only: bool = False) ->
     if hit is not None:            # (another site, or an earlier Code, compiled it in this process)
         steps["Step7 Kernel Cache"] = time.perf_counter() - t0
         _announce_kernel(info, level, key, "memory", steps, time.perf_counter() - t_all, mapping, cache)
-        return hit
+        return hit.at(level)
     if log.debug_enabled() and not cached_only:
         need = info.get("need")
         log.logger.debug("JIT compiling %s (shape=%s, dtype=%s) at L%d%s...", info.get("op"), info.get("shape"),

@@ -328,12 +328,12 @@ def flat_ok(stride, wo: int, w: int, dtype) -> bool:
     return tuple(stride) == (1, 1) and wo == w and w < FLAT_ROWS * vec_width(codegen().features, TYPES[dtype_name(dtype)])
 
 
-@functools.lru_cache(maxsize=256)      # (shared by the sites of one shape: read-only)
-def flat_masks(dims, kh: int, kw: int, dil, width: int) -> np.ndarray:
+@functools.lru_cache(maxsize=256)      # (shared by the sites of one plane shape: read-only)
+def flat_masks(plane: tuple, kh: int, kw: int, dil, width: int) -> np.ndarray:
     """The flat kernel's lane masks: per output vector of ``width`` lanes (q = v * width + lane, over
     Ho * Wo) and per tap (i, j), an int32 whose bit ``lane`` says that output q's tap reads inside the
     plane (row oh + i * dh - pt in [0, H), column ow + j * dw - pl in [0, W)) and that q < Ho * Wo."""
-    _, h, w, ho, wo, pt, pl = dims[:7]
+    h, w, ho, wo, pt, pl = plane            # (a plan's dims[1:7])
     nvec = -(-ho * wo // width)
     oh, ow = np.divmod(np.arange(nvec * width), max(wo, 1))
     ih = oh + (np.arange(kh) * dil[0] - pt)[:, None]                  # [i][q]
@@ -346,6 +346,7 @@ def flat_masks(dims, kh: int, kw: int, dil, width: int) -> np.ndarray:
     return out
 
 
+@functools.lru_cache(maxsize=256)      # (a plan and a caller ask per site: programs repeat)
 def with_affine(program: tuple) -> tuple:
     """The epilogue program with the batch norm (inputs 1 and 2: scale and shift, [1, O, 1, 1])
     applied to the convolution first, ``conv * scale + shift``, as the L1 kernel applies it after
@@ -474,7 +475,7 @@ def caller(site, compiled, plan, output):
     fn, ptr = compiled.fn, site.ptr
     dims, planes = p["dims"], p["planes"]
     if cls[11]:                 # (the flat kernel's fifth pointer: its lane masks)
-        zrow = flat_masks(dims, cls[2], cls[3], cls[5], compiled.kernel.width)
+        zrow = flat_masks(dims[1:7], cls[2], cls[3], cls[5], compiled.kernel.width)
     else:
         zrow = np.zeros(max(dims[2], 1) + 64, dtype=d)
     zp = data_pointer(zrow)
@@ -622,6 +623,7 @@ def _taps_caller(site, plan, epi):
     return go
 
 
+@functools.lru_cache(maxsize=256)      # (a plan and a caller ask per site: programs repeat)
 def fused_epilogue(prog: tuple, has_bn: bool):
     """(bn, residual, lo, hi) where the epilogue program (the batch norm applied first: ``with_affine``)
     is ``min(max(conv [* scale + shift] [+ residual], lo), hi)`` as the taps kernel computes it in

@@ -26,11 +26,14 @@ site says why and runs the L1 kernel.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..bytecode.opcodes import BY_NAME
 from ..bytecode.program import evaluate
 from ..interp import kernels as K
+from .kir import dtype_name
 from .lower import Unsupported
 from .planning import Plan, _Shape, float_dtype, plan_elementwise
 
@@ -213,13 +216,13 @@ def plan(site, inputs) -> Plan:
             expand.append(True)
     ctx = q.shape[:-1] + (v.shape[-1],)
     out_shape = tuple(ctx[p] for p in layout) if layout else ctx
-    rows, n = int(np.prod(scores[:-1])), scores[-1]
+    rows, n = math.prod(scores[:-1]), scores[-1]
     fused = None
     if FUSE_SOFTMAX:                # (masks never expanded here)
         fused = row_operands(row_inputs(stages, extras, pre_vals, d), scores)
         if fused is not None:
             fused["programs"] = row_programs(stages)
-    cls = ("attn", str(d), tuple(e.cls if e is not None else "where" for e in epis), layout,
+    cls = ("attn", dtype_name(d), tuple(e.cls if e is not None else "where" for e in epis), layout,
            None if fused is None else ("softmax", fused["kinds"], fused["rowb"]))
     key = (cls, tuple(x.shape if type(x) is np.ndarray else None for x in inputs),
            tuple(x.shape for x in pre_vals if isinstance(x, np.ndarray)))
@@ -290,6 +293,6 @@ def row_operands(ops, scores) -> dict | None:
     if len(groups) > 3:
         return None
     groups = [[]] * (3 - len(groups)) + groups
-    n1, n2 = (int(np.prod([lead[i] for i in g])) if g else 1 for g in groups[1:])
+    n1, n2 = (math.prod([lead[i] for i in g]) if g else 1 for g in groups[1:])
     return {"kinds": tuple(kinds), "rowb": tuple(rowb), "n1": n1, "n2": n2,
             "strides": [tuple(s[g[-1]] if g else 0 for g in groups) for s in strides]}

@@ -42,6 +42,7 @@ import numpy as np
 from . import entry
 from .buffers import ALIGN, aligned_empty
 from .entry import data_pointer
+from .kir import dtype_name
 
 PARALLEL_MIN = 1 << 20          # elements: below this one thread is faster (MEASURED.md)
 RELEASE_MIN = 1 << 14           # elements from which a native entry lets other threads run (compiles)
@@ -447,7 +448,7 @@ def _packed_caller(p: dict, output, epi, packed, ptr, d):
     output, then the epilogue kernel over it in place."""
     from . import gemm as g
 
-    gemm = g.function(str(d))
+    gemm = g.function(dtype_name(d))
     m, k, n = p["m"], p["k"], p["n"]
     if g.threads(m, k, n, d) > 1:
         nr, isz = g.panel_width(d), d.itemsize

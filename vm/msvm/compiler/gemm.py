@@ -70,6 +70,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .kir import dtype_name
 from .lower import TYPES, Unsupported, vec_width
 
 NAME = "msvm_gemm_packed"
@@ -468,7 +469,7 @@ def use_packed(m: int, dtype) -> bool:
     measured on two cores (OPENBLAS_NUM_THREADS=2, shared machine): 1024x768 @ 768x768 36 ms here,
     57 / 58 ms OpenBLAS on one / two threads; 1024x768 @ 768x3072 198 / 269 / 209 ms; 2048x3072 @
     3072x768 232 / 371 / 232 ms."""
-    if not (ROWS[0] <= m and str(np.dtype(dtype)) in TYPES):
+    if not (ROWS[0] <= m and dtype_name(np.dtype(dtype)) in TYPES):
         return False
     if m <= ROWS[1]:
         return True

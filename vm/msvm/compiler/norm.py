@@ -37,6 +37,7 @@ import numpy as np
 
 from ..bytecode.code import Instr
 from ..bytecode.opcodes import BY_NAME, LEAVES
+from .kir import dtype_name
 
 # what may push a norm's weight (gamma, beta, w) in these patterns: a leaf (it pops nothing, so it moves
 # before the fused instruction as is), but not LOAD_SYM: a symbol's value is a number, never a weight row
@@ -148,7 +149,7 @@ def plan_rms_norm(site, inputs):
         raise Unsupported("w not a row of x's dtype, or a strided x")
     d = float_dtype([x])
     programs = tuple(site.args)
-    cls = ("row", "rms_norm", str(d), programs)
+    cls = ("row", "rms_norm", dtype_name(d), programs)
     return Plan(cls, (cls, x.shape), x.shape, d, {"op": "rms_norm", "gamma": True, "beta": False, "eps": 0.0,
                                                   "n": x.shape[-1], "rows": x.size // x.shape[-1],
                                                   "programs": programs})

@@ -12,6 +12,7 @@ changes it; the tier policy that calls it is ``tiers.Site``.
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import numpy as np
@@ -66,7 +67,7 @@ def plan_elementwise(site, inputs, program=None, out_shape=None):
     if col is None:
         raise Unsupported("more than 3 dims after collapsing")
     dims, bcast = col
-    kinds = tuple("t" if s is not None else "s" for s in shapes)
+    kinds = tuple(["t" if s is not None else "s" for s in shapes])
     total = dims[0] * dims[1] * dims[2]
     if (dims[0] == 1 and dims[1] == 1 and total >= PARALLEL_MIN and total % ROW == 0
             and all(not b or b == (True, True, False) for b in bcast)):
@@ -93,7 +94,7 @@ def plan_matmul(site, inputs):
     # of one row ran 4.6x slower than the packed kernel (a classifier, 1x1280 @ 1280x1000, one core,
     # AMD Zen 5: 275 against 48 us; onnxruntime's Gemm 61 us); so a decoder's steps after its prompt
     # keep the weight's pages out too
-    wt = site.weight_t and site.frozen(b) and (m * int(np.prod(a.shape[:-2])) > 1 or stored(b) or site.has_packed(b))
+    wt = site.weight_t and site.frozen(b) and (m * math.prod(a.shape[:-2]) > 1 or stored(b) or site.has_packed(b))
     n_ = b.shape[-2] if tb else b.shape[-1]
     batch_shape = np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) if batched else ()
     out_shape = tuple(batch_shape) + (m, n_)
@@ -111,10 +112,10 @@ def plan_matmul(site, inputs):
     same_batch = (not batched) or (a.shape[:-2] == b.shape[:-2] == tuple(batch_shape))
     # (issue 18) by a fixed weight packed once (compiler/gemm.py): a Dense's W (x @ W.T) or a B read as is
     packed = (bool(wt) or (not tb and not batched and b.ndim == 2 and site.frozen(b))) and not ta and use_packed(m, d)
-    batch = int(np.prod(batch_shape)) if batched else 1
+    batch = math.prod(batch_shape) if batched else 1
     tb_run = bool(tb) and not wt
     b_shape = b.shape[::-1] if wt else b.shape
-    cls = ("mm", bool(ta), tb_run, str(d), epi.cls, bool(wt), packed)
+    cls = ("mm", bool(ta), tb_run, dtype_name(d), epi.cls, bool(wt), packed)
     return Plan(cls, (cls, a.shape, b_shape, tuple(x.shape if isinstance(x, np.ndarray) else None for x in extras)),
             out_shape, d, {"m": m, "k": k, "n": n_, "batch": batch, "same_batch": same_batch, "epi": epi,
                            "tb": tb_run, "wt": bool(wt), "packed": packed})
@@ -140,7 +141,7 @@ def plan_row(site, inputs):
             if t is not None and (not isinstance(t, np.ndarray) or t.dtype != d or t.shape != x.shape[-1:]):
                 raise Unsupported("gamma/beta shape or dtype")
         extra = {"op": "layer_norm", "gamma": g is not None, "beta": b is not None, "eps": float(eps)}
-    cls = ("row", extra["op"], str(d), extra["gamma"], extra["beta"], extra["eps"])
+    cls = ("row", extra["op"], dtype_name(d), extra["gamma"], extra["beta"], extra["eps"])
     return Plan(cls, (cls, x.shape), x.shape, d, dict(extra, n=x.shape[-1], rows=x.size // max(x.shape[-1], 1)))
 
 
@@ -150,7 +151,7 @@ def kernel_ir(site, level: int, plan: Plan):
     if kind == "conv":                   # (issue 18: compiler/conv.py)
         return conv.kernel_ir(site, level, plan)
     d, p = plan.dtype, plan.details
-    dtype = str(d)
+    dtype = dtype_name(d)
     if kind == "elementwise":
         dims = p["dims"]
         stream = False

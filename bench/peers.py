@@ -335,7 +335,8 @@ def spawn(args, threads, batch, extra=()):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("models", nargs="*", default=CV[:2] + NLP[:2])
+    ap.add_argument("models", nargs="*", default=CV[:2] + NLP[:2], choices=CV + NLP,
+                    metavar="model", help=f"some of {', '.join(CV + NLP)}")
     ap.add_argument("--sizes", default="224,160,192,256")
     ap.add_argument("--lengths", default="16,37,64,128")
     ap.add_argument("--threads", default="1,2")

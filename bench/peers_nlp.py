@@ -44,7 +44,7 @@ def build(name, batch):
 
         def inputs(s):
             return [rng.integers(0, 50257, (batch, s)).astype(np.int32), np.ones((batch, s), np.int32)]
-    else:
+    elif name == "bert-layer":
         import os
         import sys
 
@@ -55,6 +55,8 @@ def build(name, batch):
 
         def inputs(s):
             return [rng.standard_normal((batch, s, 768)).astype(np.float32)]
+    else:            # (a misspelt name once ran the one-layer example in BERT-base's place)
+        raise ValueError(f"no NLP model {name!r}: bert, gpt2 or bert-layer")
     net.set_train(False)
     return net, names, inputs
 

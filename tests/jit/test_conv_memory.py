@@ -10,7 +10,7 @@ import msvm as ms
 import numpy as np
 import pytest
 from msvm import nn
-from msvm.compiler import conv
+from msvm.compiler import conv, gemm
 from msvm.interp import kernels as K
 from test_conv_tiers2 import Block, close, forward, reference
 
@@ -72,7 +72,7 @@ def fresh(monkeypatch):
 
 def _packed_bytes(shape, group):
     o, cg, kh, kw = shape
-    mr = conv._rows(np.float32)
+    mr = gemm.tile_rows(np.float32)
     return group * -(-(o // group) // mr) * mr * cg * kh * kw * 4
 
 
@@ -145,7 +145,7 @@ def test_weights_are_read_in_place_with_short_tiles_where_rows_alias(fresh, monk
     read with 8-row tiles. Both agree with the reference, at one and two threads."""
     monkeypatch.delenv(conv.A_ENV, raising=False)
     assert conv.a_in_place()
-    wide = conv._rows(np.float32) > conv.ALIAS_ROWS          # (AVX-512: 12-row tiles; AVX2's are 6)
+    wide = gemm.tile_rows(np.float32) > conv.ALIAS_ROWS          # (AVX-512: 12-row tiles; AVX2's are 6)
     assert conv.tile_rows_in_place(576, np.float32) == 0 and conv.tile_rows_in_place(2304, np.float32) == 0
     assert conv.tile_rows_in_place(1024, np.float32) == conv.tile_rows_in_place(512, np.float64) == \
         (conv.ALIAS_ROWS if wide else 0)

@@ -94,7 +94,7 @@ def test_a_row_split_agrees_bit_for_bit(xs, ws, pad, inplace):
     x[0, 2, 3, 4] = np.nan
     w = rng.standard_normal(ws).astype(np.float32)
     tc = conv.TapsConv(xs, ws, (1, 1), pad, (1, 1), 1, np.float32, inplace=inplace)
-    assert tc.row_cut is not None and tc.row_cut % (tc.rows or conv._rows(np.float32)) == 0
+    assert tc.row_cut is not None and tc.row_cut % (tc.rows or gemm.tile_rows(np.float32)) == 0
     a = conv.prepared_a(w, 1, np.float32, tc.inplace)
     scale, shift = rng.uniform(0.5, 2, ws[0]).astype(np.float32), rng.standard_normal(ws[0]).astype(np.float32)
     add = rng.standard_normal(tc.shape).astype(np.float32) if tc.grid is None else None

@@ -602,8 +602,10 @@ def _taps_caller(site, plan, epi):
                 return out
             a = prepared_a(inputs[1], group, d, tc.inplace)
             # (a residual read where the result is written: the partial sums would overwrite it first)
-            if r is not None and epi is None and np.may_share_memory(r, out):
-                r = r.copy()         # (no compiled epilogue to fall back on: the kernel reads a copy)
+            if r is not None and epi is None and (not r.flags.c_contiguous or np.may_share_memory(r, out)):
+                # (no compiled epilogue to fall back on: the plan checked its shape and dtype; a copy of
+                # it where it is the result's own buffer or a view)
+                r = np.array(r, order="C")
             if r is None or (isinstance(r, np.ndarray) and r.shape == tc.shape and r.dtype == d and
                              r.flags.c_contiguous and not (out is not None and np.may_share_memory(r, out))):
                 bn = K.conv_affine(list(inputs[2:first]), eps, d) if has_bn else None
@@ -991,7 +993,7 @@ def tile_rows_in_place(lda: int, d) -> int:
     """Rows per register tile of the in-place product over weight rows ``lda`` elements of dtype d
     apart: ALIAS_ROWS where they alias in L1 (see above), else 0 (gemm.shape's MR)."""
     alias = (lda * np.dtype(d).itemsize) % ALIAS_BYTES == 0
-    return ALIAS_ROWS if alias and ALIAS_ROWS < _rows(d) else 0      # (AVX2's tiles are 6 rows already)
+    return ALIAS_ROWS if alias and ALIAS_ROWS < tile_rows(d) else 0      # (AVX2's tiles are 6 rows already)
 
 
 def prepared_a(w, group, d, inplace=False):
@@ -1113,9 +1115,9 @@ class TapsConv:
         self.inplace = inplace = k.a_inplace
         self.rows = k.rows
         self.fn = gemm_taps(k)
-        self.nr = _panel(self.d)
+        self.nr = panel_width(self.d)
         self.acc = (o, ho * self.wq) if self.grid is not None else None
-        mr = _rows(self.d)
+        mr = tile_rows(self.d)
         # A elements per group: packed row blocks, or the weight's own rows
         self.gstride = (self.og if inplace else -(-self.og // mr) * mr) * self.lda
         self.row_cut = _row_cut(self.q, self.nr, self.og, self.rows or mr) if group == 1 else None
@@ -1567,14 +1569,6 @@ class Memos:
 MEMO_MISSES = 4
 
 
-
-
-def _rows(d) -> int:
-    return tile_rows(d)
-
-
-def _panel(d) -> int:
-    return panel_width(d)
 
 
 def taps_kernel(d, lda: int, inplace=None):

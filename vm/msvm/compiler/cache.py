@@ -61,7 +61,7 @@ _SAFE_OS = bool(_NOFOLLOW) and os.open in os.supports_dir_fd and os.listdir in o
 # GPU's, the convolutions' and the GEMMs': their kernel texts are descriptors, not the IR itself);
 # entry.py's native entries are keyed on their IR text and build.py's warm-up is never cached
 LOWERING_SOURCES = ("lower.py", "lower_gpu.py", "codegen.py", "kir.py", "lower_pow.py", "lower_conv.py", "gemm.py",
-                    "gemm_dot.py", "gemm_cout.py", "pool.py", "phases.py")
+                    "gemm_dot.py", "gemm_cout.py", "pool.py", "phases.py", "winograd.py")
 
 
 def _compiler_fingerprint() -> str:

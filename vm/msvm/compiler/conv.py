@@ -1068,7 +1068,7 @@ class TapsConv:
     panels, shared with the pool's thread by pool.share)."""
 
     def __init__(self, x_shape, w_shape, stride, pad, dil, group, d, mode=None, inplace=None, dot=None, cout=None,
-                 residual=False):
+                 residual=False, wino=None):
         n, c, h, w = x_shape
         o, cg, kh, kw = w_shape
         sh, sw = stride
@@ -1121,6 +1121,18 @@ class TapsConv:
         # A elements per group: packed row blocks, or the weight's own rows
         self.gstride = (self.og if inplace else -(-self.og // mr) * mr) * self.lda
         self.row_cut = _row_cut(self.q, self.nr, self.og, self.rows or mr) if group == 1 else None
+        # Winograd's F(2x2, 3x3) (compiler/winograd.py): 16 products on gemm_cout's tiles between two transforms
+        if wino is None:
+            wino = inplace and use_winograd(x_shape, w_shape, stride, pad, dil, group, self.d)
+        self.wino = bool(wino)
+        if self.wino:
+            from . import winograd
+
+            self.grid = self.acc = self.src = None
+            self.th, self.tw = winograd.tiles(ho, wo)
+            self.wgeom = (h, w, pt, pl)
+            self.wfn = {part: winograd.function(self.d, part) for part in ("in", "mm", "out")}
+            cout = dot = False
         # vectors over output channels (gemm_cout): the weight packed once in panels, the image read in place
         if cout is None:
             cout = (group == 1 and inplace and ho * wo > 0
@@ -1166,6 +1178,11 @@ class TapsConv:
             return res
         sbuf = None if self.src is None else workspace(0, self.src[0] * self.src[1], self.d).reshape(self.src)
         acc = None if self.acc is None else workspace(1, self.acc[0] * self.acc[1], self.d).reshape(self.acc)
+        if self.wino:
+            up, bad = prepared_wino(a, self.d, self.nr, self.c)
+            steps.keep += [up, a]
+            self._run_wino(x, a, up, bad, res, split, bn, add, lo, hi, steps)
+            return res
         if self.cout:
             a = prepared_cout(a, self.d, self.nr)
             steps.keep.append(a)
@@ -1228,6 +1245,46 @@ class TapsConv:
         else:
             steps.call(self.phases, (*head, 0, c))
         return sbuf
+
+    def _run_wino(self, x, a, up, bad, res, split, bn, add, lo, hi, steps):
+        """Per image, Winograd's three kernels (compiler/winograd.py) on the workspace: the image's
+        transform V [16][C][T] (slot 0, each part's flag in slot 2), the 16 products M [16][O][T] (slot
+        1), M's transform into the result with the epilogue; on two threads each in halves (of the
+        channels, the panels, the output channels). Where a part flags a non-finite V (or the weight
+        ``bad``: not finite), the products are skipped and the result is the direct sum of the image
+        and the weight ``a`` (its NaN and inf where L1 has them)."""
+        h, w, pt, pl = self.wgeom
+        th, tw, c, o = self.th, self.tw, self.c, self.o
+        t = th * tw
+        v, m = workspace(0, 16 * c * t, self.d), workspace(1, 16 * o * t, self.d)
+        vp, mp, ap = data_pointer(v), data_pointer(m), data_pointer(a)
+        fin, fmm, fout = self.wfn["in"], self.wfn["mm"], self.wfn["out"]
+        panels = -(-o // self.nr)
+        scp, bp = (data_pointer(bn[0]), data_pointer(bn[1])) if bn is not None else (None, None)
+        two = split > 1
+        halves = ((0, c // 2), (c // 2, c)) if two and c > 1 else ((0, c),)
+        flags = workspace(2, len(halves), np.int64)
+        fp, nf, isz = data_pointer(flags), len(halves), 8
+        for b in range(x.shape[0]):
+            xb = x[b] if x[b].flags.c_contiguous else steps.copied(np.ascontiguousarray(x[b]))
+            xp = data_pointer(xb)
+            tail = (h, w, pt, pl, th, tw, vp, c * t)
+            self._steps(steps, [(fin, (xp, c0, c1, *tail, fp + k * isz, int(bad))) for k, (c0, c1) in enumerate(halves)])
+            parts = ((0, panels // 2), (panels // 2, panels)) if two and panels > 1 else ((0, panels),)
+            self._steps(steps, [(fmm, (o, c, data_pointer(up), vp, t, mp, j0, j1, fp, nf)) for j0, j1 in parts])
+            rp = data_pointer(add[b]) if add is not None else None
+            tail = (th, tw, data_pointer(res[b]), self.ho, self.wo, bn is not None, scp, bp, rp, lo, hi, fp, nf,
+                    xp, c, h, w, pt, pl, ap)
+            outs = ((0, o // 2), (o // 2, o)) if two and o > 1 else ((0, o),)
+            self._steps(steps, [(fout, (mp, o * t, o0, o1, *tail)) for o0, o1 in outs])
+
+    @staticmethod
+    def _steps(steps, calls) -> None:
+        """One call, or two on two threads (pool.share)."""
+        if len(calls) == 1:
+            steps.call(*calls[0])
+        else:
+            steps.share([[c] for c in calls])
 
     def _run_cout(self, wp, src, cbuf, split, epi, steps):
         """One image on gemm_cout: the packed weight ``wp`` (``prepared_cout``) over the image's rows in
@@ -1339,22 +1396,66 @@ def prepared_cout(a, d, nr: int):
     [ceil(O/nr)][K][nr] (gemm.pack), once per read-only array (per call for a writable one); the
     Parameter's own pages are then spilled (msvm/weights.py: a stored array's values stay in its file
     and map back where something reads them), so the weight is held once, as the packed Dense weights are."""
+    return _prepared(_COUTW, a, lambda: pack(a.reshape(a.shape[0], -1).astype(d, copy=False), nr, transposed=True))
+
+
+def prepared_wino(a, d, nr: int, c: int):
+    """(U, bad): the 3x3 weight rows a [O, C * 9] as Winograd's products read them
+    (winograd.transform_weight: [16][ceil(O/nr)][C][nr]), and whether U is not finite (the
+    convolution then runs its direct sum: ``TapsConv._run_wino``), held as ``prepared_cout``'s are."""
+    from .winograd import transform_weight
+
+    def make():
+        u = transform_weight(a.reshape(a.shape[0], c, 3, 3).astype(d, copy=False), nr)
+        return u, not np.isfinite(u).all()
+
+    return _prepared(_WINOW, a, make)
+
+
+def _prepared(cache: dict, a, make):
+    """make()'s array for the weight a, kept in ``cache`` by a's identity while a lives where a is
+    read-only (the Parameter's own pages then spilled), else made per call."""
     import weakref
 
     from ..weights import spill
 
-    hit = _COUTW.get(id(a))
+    hit = cache.get(id(a))
     if hit is not None and hit[0]() is a:
         return hit[1]
-    a2 = a.reshape(a.shape[0], -1)
-    wp = pack(a2.astype(d, copy=False), nr, transposed=True)
+    wp = make()
     if K._frozen(a) or not a.flags.writeable:
         try:
-            _COUTW[id(a)] = (weakref.ref(a, lambda _r, k=id(a): _COUTW.pop(k, None)), wp)
+            cache[id(a)] = (weakref.ref(a, lambda _r, k=id(a): cache.pop(k, None)), wp)
         except TypeError:
             return wp
         spill(a)
     return wp
+
+
+_WINOW: dict = {}           # id(weight rows) -> (weakref, Winograd's transformed weight)
+
+
+def use_winograd(x_shape, w_shape, stride, pad, dil, group, d) -> bool:
+    """Whether a convolution runs Winograd's F(2x2, 3x3) (compiler/winograd.py, ``TapsConv._run_wino``):
+    a dense 3x3 one of stride 1 and dilation 1 whose output channels fill gemm_cout's panels, from
+    WINO_MIN_C input channels, on maps of at least WINO_MIN_PIXELS output pixels, on AVX-512 (gemm_cout's
+    tiles), unless MSVM_WINOGRAD=0."""
+    import os
+
+    from .codegen import codegen
+
+    o, cg, kh, kw = w_shape
+    if (kh, kw) != (3, 3) or tuple(stride) != (1, 1) or tuple(dil) != (1, 1) or group != 1 or os.environ.get(WINO_ENV) == "0":
+        return False
+    if np.dtype(d) not in (np.float32, np.float64) or o % panel_width(d) or cg < WINO_MIN_C:
+        return False
+    ho, wo = dims_of(x_shape, w_shape, stride, pad, dil)[:2]
+    return ho * wo >= WINO_MIN_PIXELS and "+avx512f" in codegen().features
+
+
+WINO_ENV = "MSVM_WINOGRAD"
+WINO_MIN_C = 64
+WINO_MIN_PIXELS = 64
 
 
 def use_dot(p: int, q: int, k: int, ntaps: int, nr: int, d) -> bool:

@@ -1,0 +1,214 @@
+"""Winograd's F(2x2, 3x3) for dense 3x3 convolutions of stride 1 (issue 18: compiler/winograd.py, conv.TapsConv
+``wino``). Its three kernels on random shapes (channels and maps not multiples of the vector, the panel
+or the tile; every padding; the epilogue's forms; the channel, panel and output-channel ranges two
+threads take) against a float64 numpy direct convolution; an image with NaN or inf (and a weight that
+is not finite) flags the direct sum, which gives NaN and inf where the direct convolution has them;
+blocks forced onto the route at L2, L3 and auto against L1 unfused and the numpy reference, with
+the route checked; one and two threads bit for bit; a stored weight held once (its Parameter
+spilled); the rule."""
+
+import numpy as np
+import pytest
+from msvm.compiler import conv, gemm, winograd
+from msvm.compiler.entry import data_pointer
+from test_conv_gemm import spec
+from test_conv_tiers2 import close, forward, images, make, reference
+
+
+def _ptr(a):
+    return data_pointer(a) if a is not None else None
+
+
+def direct(x, w, pt, pl, ho, wo):
+    """The 3x3 convolution of x [C, H, W] by w [O, C, 3, 3] in float64, zero past the borders."""
+    c, h, wd = x.shape
+    xq = np.zeros((c, ho + 2, wo + 2))
+    r0, r1, c0, c1 = pt, min(ho + 2, h + pt), pl, min(wo + 2, wd + pl)
+    xq[:, r0:r1, c0:c1] = x[:, r0 - pt:r1 - pt, c0 - pl:c1 - pl]
+    win = np.lib.stride_tricks.sliding_window_view(xq, (3, 3), axis=(1, 2))
+    with np.errstate(invalid="ignore"):
+        return np.einsum("chwij,ocij->ohw", win, w.astype(np.float64))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("seed", range(12))
+def test_kernels_against_float64_numpy(dtype, seed):
+    rng = np.random.default_rng(seed)
+    d = np.dtype(dtype)
+    nr = gemm.panel_width(d)
+    c, o = int(rng.integers(1, 70)), int(rng.choice([nr, 2 * nr, 3 * nr, nr + 5]))
+    h, w = int(rng.integers(1, 20)), int(rng.integers(1, 40))
+    pt, pb, pl, pr = (int(v) for v in rng.integers(0, 3, 4))
+    ho, wo = h + pt + pb - 2, w + pl + pr - 2
+    if ho < 1 or wo < 1:
+        ho, wo, pt, pl = h, w, 1, 1
+    x = rng.standard_normal((c, h, w)).astype(d)
+    wt = (rng.standard_normal((o, c, 3, 3)) / 3).astype(d)
+    special = seed % 3 == 1
+    if special:
+        x[c // 2, h // 2, w // 2], x[0, -1, 0] = np.inf, np.nan
+    if seed == 5:
+        wt[1, 0, 1, 1] = np.inf                             # (a weight not finite: U is not either)
+    th, tw = winograd.tiles(ho, wo)
+    t = th * tw
+    up = winograd.transform_weight(wt, nr)
+    force = int(not np.isfinite(up).all())
+    v = np.empty((16, c, t), d)
+    m = np.empty((16, o, t), d)
+    y = np.full((o, ho, wo + 3), -7.0, d)[:, :, :wo]        # (rows 3 apart past wo: nothing written there)
+    y = np.ascontiguousarray(y)
+    has_bn = seed % 2 == 0
+    scale, bias = (rng.standard_normal(o).astype(d), rng.standard_normal(o).astype(d)) if has_bn else (None, None)
+    res = rng.standard_normal((o, ho, wo)).astype(d) if seed % 4 < 2 else None
+    lo, hi = [(-np.inf, np.inf), (0.0, np.inf), (0.0, 6.0)][seed % 3]
+    fin, fmm, fout = (winograd.function(dtype, p) for p in ("in", "mm", "out"))
+    flags = np.full(2, -1, np.int64)
+    cut = int(rng.integers(0, c + 1))
+    for k, (c0, c1) in enumerate(((0, cut), (cut, c))):       # (two threads' halves, one after the other)
+        fin(data_pointer(x), c0, c1, h, w, pt, pl, th, tw, data_pointer(v), c * t, data_pointer(flags) + 8 * k, force)
+    assert set(flags) <= {0, 1} and flags.any() == (special or bool(force))
+    panels = -(-o // nr)
+    for j0, j1 in ((0, panels // 2), (panels // 2, panels)):
+        fmm(o, c, data_pointer(up), data_pointer(v), t, data_pointer(m), j0, j1, data_pointer(flags), 2)
+    split = int(rng.integers(0, o + 1))
+    for o0, o1 in ((0, split), (split, o)):
+        fout(data_pointer(m), o * t, o0, o1, th, tw, data_pointer(y), ho, wo, has_bn, _ptr(scale), _ptr(bias),
+             _ptr(res), lo, hi, data_pointer(flags), 2, data_pointer(x), c, h, w, pt, pl, data_pointer(wt))
+    want = direct(x, wt, pt, pl, ho, wo)
+    with np.errstate(invalid="ignore"):
+        if has_bn:
+            want = want * scale[:, None, None] + bias[:, None, None]
+        if res is not None:
+            want = want + res
+        want = np.where(want < lo, lo, want)
+        want = np.where(want > hi, hi, want)
+    np.testing.assert_array_equal(np.isnan(y), np.isnan(want))
+    fixed = np.isfinite(want)
+    np.testing.assert_array_equal(y[~fixed & ~np.isnan(want)], want[~fixed & ~np.isnan(want)])
+    tol = 1e-5 if d == np.float32 else 1e-12
+    scale_ = max(1.0, float(np.abs(want[fixed]).max(initial=0.0)))
+    np.testing.assert_allclose(y[fixed], want[fixed], rtol=tol, atol=tol * scale_ * (1 + c / 8))
+
+
+@pytest.fixture
+def winos(monkeypatch):
+    """Every TapsConv call as (on Winograd's route, threads, residual fused); the route taken wherever it
+    can run (WINO_MIN_C and WINO_MIN_PIXELS down to 1)."""
+    seen = []
+    orig = conv.TapsConv.__call__
+
+    def spy(self, x, a, out=None, split=1, bias=None, add=None, lo=-np.inf, hi=np.inf, steps=None):
+        seen.append((self.wino, split, add is not None))
+        return orig(self, x, a, out, split, bias, add, lo, hi, steps)
+    monkeypatch.setattr(conv.TapsConv, "__call__", spy)
+    monkeypatch.setattr(conv, "WINO_MIN_C", 1)
+    monkeypatch.setattr(conv, "WINO_MIN_PIXELS", 1)
+    monkeypatch.setenv(conv.ROUTE_ENV, "taps")
+    return seen
+
+
+WIDE = pytest.mark.skipif(not conv.use_winograd((1, 64, 8, 8), (64, 64, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1,
+                                                np.float32), reason="Winograd's route runs on AVX-512 targets")
+BLOCKS = {
+    "same_relu": spec(40, 32, 3),
+    "pad_residual": spec(32, 32, 3, pad_mode="pad", padding=1, residual=True, bias=True),
+    "pad2_relu6": spec(24, 64, 3, pad_mode="pad", padding=2, act="relu6"),
+    "valid_none": spec(33, 32, 3, pad_mode="valid", act="none"),
+}
+
+
+@WIDE
+@pytest.mark.parametrize("name", list(BLOCKS))
+@pytest.mark.parametrize("level", ["L2", "L3", "auto"])
+def test_blocks_match_l1_and_numpy(winos, name, level):
+    s = BLOCKS[name]
+    seed = sorted(BLOCKS).index(name)
+    rng = np.random.default_rng(500 + seed)
+    xs = images(rng, s["cin"], [(2, 16, 17), (1, 9, 30), (1, 5, 3)], special=seed % 2 == 0)
+    wants = [reference(make(s, seed), s, x) for x in xs]
+    l1 = forward(make(s, seed), "L1", False, xs)
+    winos.clear()
+    got = forward(make(s, seed), level, True, xs)
+    assert winos and {c[0] for c in winos} == {True}, winos
+    if s["residual"]:
+        assert all(c[2] for c in winos)
+    for g, w, r in zip(got, wants, l1):
+        close(g, w)
+        close(g, r, tol=1e-5)
+
+
+@WIDE
+def test_float64_a_strided_image_and_an_empty_batch(winos):
+    s = BLOCKS["pad_residual"]
+    rng = np.random.default_rng(9)
+    xs = images(rng, s["cin"], [(1, 9, 11), (0, 9, 11), (2, 6, 4)], special=True, dtype=np.float64)
+    xs.append(np.asfortranarray(rng.standard_normal((2, s["cin"], 7, 10))))
+    net = make(s, 3, np.float64)
+    got = forward(net, "L3", True, xs)
+    l1 = forward(make(s, 3, np.float64), "L1", False, xs)
+    assert {c[0] for c in winos} == {True}
+    for g, r, x in zip(got, l1, xs):
+        assert g.dtype == np.float64
+        close(g, reference(net, s, x), tol=1e-10)
+        close(g, r, tol=1e-6)
+    assert got[1].shape == (0, 32, 9, 11)
+
+
+@WIDE
+def test_one_and_two_threads_agree_bit_for_bit(winos, monkeypatch):
+    import os
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    s = BLOCKS["pad_residual"]
+    rng = np.random.default_rng(31)
+    xs = images(rng, s["cin"], [(2, 12, 9), (1, 7, 7)], special=True)
+    outs = {}
+    for threads in ("1", "2"):
+        monkeypatch.setenv("MSVM_THREADS", threads)
+        monkeypatch.setattr(conv, "SPLIT_MIN_FLOPS", 0.0)
+        winos.clear()
+        outs[threads] = forward(make(s, 4), "L3", True, xs)
+        assert {c[1] for c in winos} == {int(threads)} and {c[0] for c in winos} == {True}, winos
+    for a, b in zip(outs["1"], outs["2"]):
+        np.testing.assert_array_equal(a, b)
+
+
+@WIDE
+def test_a_stored_weight_is_held_once(winos):
+    """A Parameter stored in the weight file (weights.py, 1 MiB and more) and transformed for Winograd's
+    products is spilled: its pages leave the process; the transform is what the products read (the
+    direct sum of a flagged image maps the Parameter back)."""
+    from msvm import weights
+
+    s = spec(128, 256, 3)                         # (256 x 128 x 3 x 3 float32: 1.2 MB)
+    net = make(s, 5)
+    w = net.conv.weight.asnumpy()
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((1, 128, 10, 9)).astype(np.float32)
+    got = forward(net, "L3", True, [x])[0]
+    arr = net.conv.weight._data
+    if not weights.stored(arr):
+        pytest.skip("the weight store is off here (no private directory on a disk filesystem)")
+    assert weights.resident(arr) == 0
+    assert any(v[0]() is arr for v in conv._WINOW.values())
+    close(got, reference(net, s, x))
+    x[0, 3, 4, 5] = np.inf
+    close(forward(net, "L3", True, [x])[0], reference(net, s, x))
+    np.testing.assert_array_equal(net.conv.weight.asnumpy(), w)
+
+
+def test_the_rule():
+    from msvm.compiler.codegen import codegen
+
+    wide = "+avx512f" in codegen().features
+    f32, one, pad = np.float32, (1, 1), (1, 1, 1, 1)
+    assert conv.use_winograd((1, 64, 56, 56), (64, 64, 3, 3), one, pad, one, 1, f32) == wide
+    assert conv.use_winograd((1, 256, 14, 14), (256, 256, 3, 3), one, pad, one, 1, f32) == wide
+    assert not conv.use_winograd((1, 512, 7, 7), (512, 512, 3, 3), one, pad, one, 1, f32)   # 49 pixels
+    assert not conv.use_winograd((1, 64, 56, 56), (64, 64, 3, 3), (2, 2), pad, one, 1, f32)  # stride 2
+    assert not conv.use_winograd((1, 64, 56, 56), (64, 64, 3, 3), one, pad, (2, 2), 1, f32)  # dilation
+    assert not conv.use_winograd((1, 64, 56, 56), (64, 32, 3, 3), one, pad, one, 2, f32)     # groups
+    assert not conv.use_winograd((1, 64, 56, 56), (48, 64, 3, 3), one, pad, one, 1, f32)     # part of a panel
+    assert not conv.use_winograd((1, 32, 56, 56), (64, 32, 3, 3), one, pad, one, 1, f32)     # few channels
+    assert not conv.use_winograd((1, 64, 56, 56), (64, 64, 5, 5), one, pad, one, 1, f32)
+    assert not conv.use_winograd((1, 64, 56, 56), (64, 64, 3, 3), one, pad, one, 1, np.float16)

@@ -1445,7 +1445,9 @@ def use_winograd(x_shape, w_shape, stride, pad, dil, group, d) -> bool:
     from .codegen import codegen
 
     o, cg, kh, kw = w_shape
-    if (kh, kw) != (3, 3) or tuple(stride) != (1, 1) or tuple(dil) != (1, 1) or group != 1 or os.environ.get(WINO_ENV) == "0":
+    if (kh, kw) != (3, 3) or tuple(stride) != (1, 1) or tuple(dil) != (1, 1) or group != 1:
+        return False
+    if os.environ.get(WINO_ENV) == "0":
         return False
     if np.dtype(d) not in (np.float32, np.float64) or o % panel_width(d) or cg < WINO_MIN_C:
         return False

@@ -1403,11 +1403,11 @@ def prepared_wino(a, d, nr: int, c: int):
     """(U, bad): the 3x3 weight rows a [O, C * 9] as Winograd's products read them
     (winograd.transform_weight: [16][ceil(O/nr)][C][nr]), and whether U is not finite (the
     convolution then runs its direct sum: ``TapsConv._run_wino``), held as ``prepared_cout``'s are."""
-    from .winograd import transform_weight
+    from .winograd import finite, transform_weight
 
     def make():
-        u = transform_weight(a.reshape(a.shape[0], c, 3, 3).astype(d, copy=False), nr)
-        return u, not np.isfinite(u).all()
+        w = a.reshape(a.shape[0], c, 3, 3).astype(d, copy=False)
+        return transform_weight(w, nr), not finite(w)
 
     return _prepared(_WINOW, a, make)
 
@@ -1457,7 +1457,7 @@ def use_winograd(x_shape, w_shape, stride, pad, dil, group, d) -> bool:
 
 WINO_ENV = "MSVM_WINOGRAD"
 WINO_MIN_C = 64
-WINO_MIN_PIXELS = 64
+WINO_MIN_PIXELS = 16
 
 
 def use_dot(p: int, q: int, k: int, ntaps: int, nr: int, d) -> bool:

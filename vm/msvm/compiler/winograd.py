@@ -517,9 +517,41 @@ def tiles(ho: int, wo: int) -> tuple:
 
 def transform_weight(w: np.ndarray, nr: int) -> np.ndarray:
     """U = G g G^T of the weight w [O, C, 3, 3], each of its 16 points [O, C] packed for gemm_cout
-    (gemm.pack: [ceil(O/nr)][C][nr]), as one array [16][ceil(O/nr)][C][nr] (computed in float64)."""
-    from .gemm import pack
+    (gemm.pack's layout: [ceil(O/nr)][C][nr], zero past O), as one array [16][ceil(O/nr)][C][nr], made
+    per block of WEIGHT_BLOCK channels (their taps transposed to [C][3][3][O] there, in cache). With
+    G's halves and sums in the weight's dtype: its rounding is the transform's own. (On small pages:
+    a huge page's first touch waited 40 ms for the kernel's compaction in some calls, in a first call
+    at a new size.)"""
+    o, c = w.shape[:2]
+    panels, full = -(-o // nr), o // nr
+    u = np.empty((XI, panels, c, nr), w.dtype)
+    if o % nr:
+        u[:, full, :, o % nr:] = 0
+    half = w.dtype.type(0.5)
+    for c0 in range(0, c, WEIGHT_BLOCK):
+        c1 = min(c, c0 + WEIGHT_BLOCK)
+        wt = np.ascontiguousarray(w[:, c0:c1].reshape(o, -1).T).reshape(c1 - c0, 3, 3, o)
+        for a, ta in enumerate(_g_rows(wt, 1, half)):           # G over the kernel's rows, then its columns
+            for b, plane in enumerate(_g_rows(ta, 1, half)):    # [c1 - c0][O]
+                dst = u[4 * a + b, :, c0:c1]
+                dst[:full] = plane[:, :full * nr].reshape(c1 - c0, full, nr).transpose(1, 0, 2)
+                if full < panels:
+                    dst[full, :, :o % nr] = plane[:, full * nr:]
+    return u
 
-    g = np.asarray(G)
-    u = np.einsum("ai,ocij,bj->aboc", g, w.astype(np.float64), g).reshape(XI, w.shape[0], w.shape[1])
-    return np.stack([pack(u[xi].astype(w.dtype), nr, transposed=True) for xi in range(XI)])
+
+def _g_rows(t: np.ndarray, axis: int, half) -> list:
+    """G applied along ``axis`` (of length 3) of t: four arrays, t0, (t0 + t1 + t2) / 2, (t0 - t1 + t2) / 2, t2."""
+    t0, t1, t2 = (np.take(t, i, axis=axis) for i in range(3))
+    s = t0 + t2
+    return [t0, (s + t1) * half, (s - t1) * half, t2]
+
+
+WEIGHT_BLOCK = 32           # channels per block of transform_weight
+
+
+def finite(w: np.ndarray) -> bool:
+    """Whether the transform of w is finite (every weight finite and below a quarter of the dtype's
+    largest: G sums at most 2.25 times a weight)."""
+    with np.errstate(invalid="ignore"):
+        return bool(np.abs(w).max(initial=0) < np.finfo(w.dtype).max / 4)

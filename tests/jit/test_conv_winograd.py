@@ -72,7 +72,7 @@ def test_kernels_against_float64_numpy(dtype, seed):
         fmm(o, c, data_pointer(up), data_pointer(v), t, data_pointer(m), j0, j1, data_pointer(flags), 2)
     split = int(rng.integers(0, o + 1))
     for o0, o1 in ((0, split), (split, o)):
-        fout(data_pointer(m), o * t, o0, o1, th, tw, data_pointer(y), ho, wo, has_bn, _ptr(scale), _ptr(bias),
+        fout(data_pointer(m), o * t, o0, o1, th, tw, data_pointer(y), ho, wo, ho * wo, has_bn, _ptr(scale), _ptr(bias),
              _ptr(res), lo, hi, data_pointer(flags), 2, data_pointer(x), c, h, w, pt, pl, data_pointer(wt))
     want = direct(x, wt, pt, pl, ho, wo)
     with np.errstate(invalid="ignore"):
@@ -120,7 +120,12 @@ BLOCKS = {
 @WIDE
 @pytest.mark.parametrize("name", list(BLOCKS))
 @pytest.mark.parametrize("level", ["L2", "L3", "auto"])
-def test_blocks_match_l1_and_numpy(winos, name, level):
+@pytest.mark.parametrize("rows", ["map", "one"])
+def test_blocks_match_l1_and_numpy(winos, monkeypatch, name, level, rows):
+    """(rows: the whole map's tiles at once, or one tile row a block: V and M per block, the result's rows
+    and the direct sum's at the block's offset)"""
+    if rows == "one":
+        monkeypatch.setattr(conv, "WINO_BLOCK_BYTES", 1)
     s = BLOCKS[name]
     seed = sorted(BLOCKS).index(name)
     rng = np.random.default_rng(500 + seed)
@@ -159,6 +164,7 @@ def test_one_and_two_threads_agree_bit_for_bit(winos, monkeypatch):
     import os
 
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    monkeypatch.setattr(conv, "WINO_BLOCK_BYTES", 30_000)      # (blocks of a few tile rows, the last one short)
     s = BLOCKS["pad_residual"]
     rng = np.random.default_rng(31)
     xs = images(rng, s["cin"], [(2, 12, 9), (1, 7, 7)], special=True)

@@ -19,16 +19,20 @@ tiles, F(4x4, 3x3), multiply by up to 8 and lose about a digit).
 Three kernels a convolution calls per image (``conv.TapsConv`` with ``wino``), each over a range of
 channels or panels so that two threads share them:
 
-    in(x*, c0, c1, H, W, pt, pl, th, tw, V*, vs)       the image's channels [c0, c1) -> V (xi stride vs)
-    mm(o, ci, Up*, V*, T, M*, j0, j1)                  the 16 products, panels [j0, j1) of 32 channels
-    out(M*, ms, o0, o1, th, tw, Y*, H, W, hasb, scale*, bias*, res*, lo, hi)   M -> the NCHW result
+    in(x*, c0, c1, H, W, pt, pl, th, tw, V*, vs, flag*, force)   the image's channels [c0, c1) -> V (xi
+                                                       stride vs); flag: a V not finite (or force)
+    mm(o, ci, Up*, V*, T, M*, j0, j1, flags*, nf)      the 16 products, panels [j0, j1) of 32 channels
+    out(M*, ms, o0, o1, th, tw, Y*, H, W, ys, hasb, scale*, bias*, res*, lo, hi, flags*, nf, x*, C, Hin, Win,
+        pt, pl, w*)                                    M -> the NCHW result (channels ys apart), or the direct sum
 
 ``in`` runs vectors over a tile row (each tile's four columns: the even and odd columns of two
 loads, shifted by one lane), zero past the image's borders (masked loads: the padding is never
 copied); ``mm`` is gemm_cout's product (``ir_cout``, the weight packed in panels of 32 output
 channels per xi) 16 times; ``out`` runs vectors over a tile row again, interleaves each output row's
 even and odd pixels into place and applies the epilogue as gemm_cout's store does (* scale[o] +
-bias[o], + res, max lo, min hi with NaN kept) before a masked store.
+bias[o], + res, max lo, min hi with NaN kept) before a masked store. A block of tile rows [ty0, ty1)
+is the same call with the top padding pt - 2 ty0, th = ty1 - ty0 and the result's rows from 2 ty0
+(``conv.TapsConv._run_wino``: V and M of a block stay in L2 where a map's do not).
 """
 
 from __future__ import annotations
@@ -49,7 +53,7 @@ G = ((1, 0, 0), (0.5, 0.5, 0.5), (0.5, -0.5, 0.5), (0, 0, 1))
 AT = ((1, 1, 1, 0), (0, 1, -1, -1))
 SIGNATURES = {"in": ("ptr", "i64", "i64", "i64", "i64", "i64", "i64", "i64", "i64", "ptr", "i64", "ptr", "i64"),
               "mm": ("i64", "i64", "ptr", "ptr", "i64", "ptr", "i64", "i64", "ptr", "i64"),
-              "out": ("ptr", "i64", "i64", "i64", "i64", "i64", "ptr", "i64", "i64", "i64", "ptr", "ptr", "ptr",
+              "out": ("ptr", "i64", "i64", "i64", "i64", "i64", "ptr", "i64", "i64", "i64", "i64", "ptr", "ptr", "ptr",
                       "T", "T", "ptr", "i64", "ptr", "i64", "i64", "i64", "i64", "i64", "ptr")}
 
 
@@ -279,12 +283,11 @@ def ir_out(features: str, dtype: str = "float32", name: str = "msvm_wino_out") -
     lo_half = "<" + ", ".join(f"i32 {x // 2 + (w if x % 2 else 0)}" for x in range(w)) + ">"
     hi_half = "<" + ", ".join(f"i32 {half + x // 2 + (w if x % 2 else 0)}" for x in range(w)) + ">"
     L(f"define void @{name}({t}* noalias %M, i64 %ms, i64 %o0, i64 %o1, i64 %th, i64 %tw, {t}* noalias %Y, i64 %H, "
-      f"i64 %W, i64 %hasb0, {t}* %scale, {t}* %bias, {t}* %res, {t} %lo, {t} %hi, i64* noalias %flags, i64 %nf, "
+      f"i64 %W, i64 %ys, i64 %hasb0, {t}* %scale, {t}* %bias, {t}* %res, {t} %lo, {t} %hi, i64* noalias %flags, i64 %nf, "
       f"{t}* noalias %x, i64 %C, i64 %Hin, i64 %Win, i64 %pt, i64 %pl, {t}* noalias %wd) nounwind {{")
     L("entry:")
     _flagged(L, "entry")
     L("  %T = mul i64 %th, %tw")
-    L("  %HW = mul i64 %H, %W")
     L("  %hasb = icmp ne i64 %hasb0, 0")
     L(f"  %hasr = icmp ne {t}* %res, null")
     _splat(L, "lov", t, w, "%lo")
@@ -299,7 +302,7 @@ def ir_out(features: str, dtype: str = "float32", name: str = "msvm_wino_out") -
     L("ob:")
     L("  %mo = mul i64 %o, %T")
     L(f"  %mc = getelementptr {t}, {t}* %M, i64 %mo")
-    L("  %yo = mul i64 %o, %HW")
+    L("  %yo = mul i64 %o, %ys")
     L(f"  %sp = getelementptr {t}, {t}* %scale, i64 %o")
     L(f"  %bp = getelementptr {t}, {t}* %bias, i64 %o")
     L("  br i1 %hasb, label %ld, label %nold")

@@ -111,7 +111,9 @@ and how each is called. Algorithms chosen by measurement (one thread, this machi
   (``prepared_wino``). A non-finite patch or weight runs the direct sum natively. ResNet-50 at 224,
   one core, the layers' time in a forward against gemm_cout: 28x28 128 2.94 -> 1.68-1.80 ms, 14x14
   256 5.09 -> 3.58-3.98, 56x56 64 3.05 -> 2.14-2.34 (in blocks), 7x7 512 2.33 -> 2.27; at 160 the
-  5x5 512 1.48 -> 1.45, at 192 the 6x6 512 1.90 -> 1.42 (whole tiles).
+  5x5 512 1.48 -> 1.45, at 192 the 6x6 512 1.90 -> 1.42 (whole tiles). Maps from 81 pixels: the
+  512-channel layers' transformed weights (17 MB each, against 9.4 MB spilled) held 28 MB more at
+  ResNet-50's peak for those small maps' gains; without them 12 MB.
 - **Threads**: where the cores allow two (``threads_for``: the process's affinity, MSVM_THREADS),
   a product of at least SPLIT_MIN_FLOPS per image gives the second half of its output columns
   to the pool's thread (compiler/pool.py: a spinning hand-off, no OS wake-up), on either route:
@@ -1486,7 +1488,7 @@ def wino_rows(th: int, tw: int, c: int, o: int, d) -> int:
 WINO_BLOCK_BYTES = 512 << 10
 WINO_ENV = "MSVM_WINOGRAD"
 WINO_MIN_C = 64
-WINO_MIN_PIXELS = 16
+WINO_MIN_PIXELS = 81
 
 
 def use_dot(p: int, q: int, k: int, ntaps: int, nr: int, d) -> bool:

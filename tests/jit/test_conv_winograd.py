@@ -107,7 +107,7 @@ def winos(monkeypatch):
     return seen
 
 
-WIDE = pytest.mark.skipif(not conv.use_winograd((1, 64, 8, 8), (64, 64, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1,
+WIDE = pytest.mark.skipif(not conv.use_winograd((1, 64, 16, 16), (64, 64, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1,
                                                 np.float32), reason="Winograd's route runs on AVX-512 targets")
 BLOCKS = {
     "same_relu": spec(40, 32, 3),

@@ -79,6 +79,17 @@ def _lanes_below(L, name: str, w: int, first: str, limit: str) -> None:
     L(f"  %{name} = icmp slt <{w} x i64> %{name}i, %{name}n")
 
 
+def _tile_loop(L) -> None:
+    """From block %tyb into the loop over a tile row's w tiles at a time: %tx from 0 while < %tw, the
+    body at %txb (which steps %txn and branches back to %txl), left at %txd."""
+    L("  br label %txl")
+    L("txl:")
+    L("  %tx = phi i64 [ 0, %tyb ], [ %txn, %txb ]")
+    L("  %txc = icmp slt i64 %tx, %tw")
+    L("  br i1 %txc, label %txb, label %txd")
+    L("txb:")
+
+
 def _combine(L, vt: str, out: str, rows: tuple, ins: list) -> list:
     """Vectors ``%{out}{r}_k`` = sum_k rows[r][k] * ins[k] for coefficients 0, 1 or -1 (every row of
     BT and AT has a 1): from its first term of coefficient 1, then adds and subtracts in k order."""
@@ -141,12 +152,7 @@ def ir_in(features: str, dtype: str = "float32", name: str = "msvm_wino_in") -> 
         L(f"  %ok{i} = and i1 %ok{i}a, %ok{i}b")
         L(f"  %ro{i} = mul i64 %y{i}r, %W")
     L("  %tro = mul i64 %ty, %tw")
-    L("  br label %txl")
-    L("txl:")
-    L("  %tx = phi i64 [ 0, %tyb ], [ %txn, %txb ]")
-    L("  %txc = icmp slt i64 %tx, %tw")
-    L("  br i1 %txc, label %txb, label %txd")
-    L("txb:")
+    _tile_loop(L)
     L("  %b2 = shl i64 %tx, 1")
     L("  %base = sub i64 %b2, %pl")
     d = {}
@@ -337,12 +343,7 @@ def ir_out(features: str, dtype: str = "float32", name: str = "msvm_wino_out") -
         L(f"  %ok{a} = icmp slt i64 %y{a}r, %H")
         L(f"  %yo{a}a = mul i64 %y{a}r, %W")
         L(f"  %yo{a} = add i64 %yo{a}a, %yo")
-    L("  br label %txl")
-    L("txl:")
-    L("  %tx = phi i64 [ 0, %tyb ], [ %txn, %txb ]")
-    L("  %txc = icmp slt i64 %tx, %tw")
-    L("  br i1 %txc, label %txb, label %txd")
-    L("txb:")
+    _tile_loop(L)
     _lanes_below(L, "lm", w, "%tx", "%tw")
     L("  %to = add i64 %tro, %tx")
     m = {}

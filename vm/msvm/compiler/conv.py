@@ -1266,7 +1266,8 @@ class TapsConv:
         are the direct sum of the image and the weight ``a`` (its NaN and inf where L1 has them)."""
         h, w, pt, pl = self.wgeom
         th, tw, c, o, ho, wo = self.th, self.tw, self.c, self.o, self.ho, self.wo
-        rows = self.wrows
+        two = split > 1
+        rows = th if two else self.wrows          # (two threads: two L2s, and three hand-offs a block)
         t = rows * tw
         isz = self.d.itemsize
         v, m = workspace(0, 16 * c * t, self.d), workspace(1, 16 * o * t, self.d)
@@ -1274,7 +1275,6 @@ class TapsConv:
         fin, fmm, fout = self.wfn["in"], self.wfn["mm"], self.wfn["out"]
         panels = -(-o // self.nr)
         scp, bp = (data_pointer(bn[0]), data_pointer(bn[1])) if bn is not None else (None, None)
-        two = split > 1
         halves = ((0, c // 2), (c // 2, c)) if two and c > 1 else ((0, c),)
         parts = ((0, panels // 2), (panels // 2, panels)) if two and panels > 1 else ((0, panels),)
         outs = ((0, o // 2), (o // 2, o)) if two and o > 1 else ((0, o),)
@@ -1477,7 +1477,8 @@ def wino_rows(th: int, tw: int, c: int, o: int, d) -> int:
     it: from L2 then), else the whole map. Measured (AMD EPYC Zen 5, one core, ResNet-50 at 224, the
     layer's time in a forward, ms for its 3 / 3 / 5 / 2 layers, whole maps -> blocks of 512 KB):
     56x56 64 2.59 -> 2.16 (U 256 KB), 28x28 128 1.80 -> 1.90 (U 1 MB), 14x14 256 3.98 -> 3.87 (4 MB),
-    7x7 512 2.27 -> 3.00 (16 MB); 256 KB: 2.26 / 1.95 / 3.33 / 4.20."""
+    7x7 512 2.27 -> 3.00 (16 MB); 256 KB: 2.26 / 1.95 / 3.33 / 4.20. One core only: on two (two L2s,
+    three hand-offs a block) the 56x56 layers took 1.35-1.40 ms whole, 1.53-1.56 in blocks."""
     isz = np.dtype(d).itemsize
     row = 16 * (c + o) * tw * isz
     if row * th <= WINO_BLOCK_BYTES or 16 * c * o * isz > WINO_BLOCK_BYTES:

@@ -511,6 +511,36 @@ def test_a_larger_shape_moves_the_arena_once_per_call():
         assert ar.nbytes == B * 8 * 4 * len(code.memplan.slots) or grows == 0
 
 
+def test_a_region_has_room_for_a_somewhat_larger_shape():
+    """pages.room: a region's buffer is ROOM times its first layout, so a call at a somewhat larger
+    shape lays out in the same buffer (its pages touched before stay; a new buffer would fault every
+    page again); region_bytes counts what the layouts asked for, not the room; past the room, a new
+    buffer with room again. (On a thread of its own: a thread's regions are its own.)"""
+    import threading
+
+    from msvm import pages
+
+    code = memplan.apply(_chain_code())
+    bound = BoundCode(code, None, {}, None)
+    rng = np.random.default_rng(4)
+    seen = []
+
+    def run():
+        for B in (16, 20, 24, 40):          # (room 1.5: 20 and 24 fit in 16's buffer, 40 does not)
+            x = rng.standard_normal((B, 8)).astype(np.float32)
+            np.testing.assert_array_equal(bound.call([x]), _chain_ref(x))
+            r = bound.arenas[0].region
+            seen.append((r.gen, r.buf.ctypes.data, r.used, r.size, bound.arenas[0].nbytes))
+    t = threading.Thread(target=run)
+    t.start()
+    t.join()
+    assert len(seen) == 4 and all(used == nbytes for _, _, used, _, nbytes in seen)
+    assert seen[0][:2] == seen[1][:2] == seen[2][:2] and seen[0][2] < seen[1][2] < seen[2][2]
+    assert seen[0][3] == seen[2][3] == pages.room(seen[0][2])
+    assert seen[3][0] == seen[0][0] + 1 and seen[3][3] == pages.room(seen[3][2])
+    assert pages.room(100) == 192 and pages.ROOM == 1.5
+
+
 def test_huge_buffers_are_aligned_and_advised():
     """pages.empty: ALIGN-aligned n bytes; from HUGE bytes on the buffer starts on a 2 MB boundary (its
     whole extents advised to be huge pages), and the memory is what numpy's tracer sees."""

@@ -944,7 +944,7 @@ _WS_GEN = [0]        # bumped whenever a workspace grows (a ``Memo``'s pointers 
 
 def workspace(slot: int, n: int, d) -> np.ndarray:
     """A flat buffer of at least n elements of dtype d: the calling thread's for ``slot``, grown
-    (never shrunk) to the largest request; its contents are whatever the last user left."""
+    (never shrunk, with room: pages.room) to the largest request; its contents are whatever the last user left."""
     import threading
 
     global _WS
@@ -957,8 +957,9 @@ def workspace(slot: int, n: int, d) -> np.ndarray:
     nbytes = max(n, 1) * d.itemsize
     buf = bufs.get(slot)
     if buf is None or buf.nbytes < nbytes:
-        # (64-byte aligned, huge pages from 2 MB; the old buffer is freed once no view holds it)
-        buf = bufs[slot] = pages.empty(nbytes)[1]
+        # (64-byte aligned, huge pages from 2 MB, room to grow: pages.room; the old buffer is freed once
+        # no view holds it)
+        buf = bufs[slot] = pages.empty(pages.room(nbytes))[1]
         _WS_GEN[0] += 1
     return buf[:nbytes].view(d)
 

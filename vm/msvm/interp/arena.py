@@ -39,20 +39,30 @@ REGIONS: weakref.WeakSet = weakref.WeakSet()                             # every
 class Region:
     """The memory of one position of a thread's arena stack."""
 
-    __slots__ = ("raw", "buf", "size", "gen", "__weakref__")
+    __slots__ = ("raw", "buf", "size", "used", "gen", "__weakref__")
 
     def __init__(self):
         self.raw = self.buf = None
-        self.size = 0
+        self.size = 0                 # the buffer's bytes (pages.room: more than asked)
+        self.used = 0                 # the most bytes a layout in it asked for
         self.gen = 0
 
     def fresh(self, n: int) -> None:
-        """A new buffer of at least n bytes (the old one stays alive while views of it do)."""
-        n = max(n, self.size, ALIGN)
-        raw, self.buf = pages.empty(n)
-        self.raw, self.size = raw, n
+        """A new buffer of at least n bytes, with room to grow (the old one stays alive while views of
+        it do)."""
+        n = max(n, self.used, ALIGN)
+        cap = pages.room(n)
+        raw, self.buf = pages.empty(cap)
+        self.raw, self.size, self.used = raw, cap, n
         _RAWS[id(raw)] = raw
         self.gen += 1
+
+    def ask(self, n: int) -> None:
+        """A layout of n bytes in this buffer: the buffer is replaced where it is too small."""
+        if self.buf is None or self.size < n:
+            self.fresh(n)
+        elif self.used < n:
+            self.used = n
 
 
 class _Stack:
@@ -69,8 +79,9 @@ def _stack() -> _Stack:
 
 
 def region_bytes() -> int:
-    """Bytes held by every thread's arena regions."""
-    return sum(r.size for r in list(REGIONS))
+    """Bytes of every thread's arena regions that their layouts asked for (the most each touches; the
+    buffers' room beyond it is address space only: pages.room)."""
+    return sum(r.used for r in list(REGIONS))
 
 
 def _up(n: int) -> int:
@@ -111,8 +122,8 @@ class Arena:
         if self.region is not r:
             self.region = r
             self.gen = -1
-        if r.buf is None or r.size < self.total:
-            r.fresh(self.total)
+        if r.buf is None or r.used < self.total:
+            r.ask(self.total)
         if self.gen != r.gen:             # (another Code at this position moved the region)
             self.views.clear()
             self.cache.clear()
@@ -150,8 +161,10 @@ class Arena:
             off += c
         self.total = off
         r = self.region
-        if self.handed or r.size < off:
+        if self.handed:
             r.fresh(off)
+        else:
+            r.ask(off)
         self.views.clear()
         self.cache.clear()
         self.gen = r.gen

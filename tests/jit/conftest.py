@@ -12,6 +12,17 @@ def graph_mode():
     ms.set_context(mode=ms.GRAPH_MODE, jit_config={"jit_level": "auto", "enable_fusion": True})
 
 
+@pytest.fixture(autouse=True)
+def fresh_plans():
+    """Convolution plans are shared by every site of a shape in the process (conv.plan); tests patch
+    the routing rules, so each starts with none."""
+    from msvm.compiler import conv
+
+    conv.forget_plans()
+    yield
+    conv.forget_plans()
+
+
 @pytest.fixture
 def level():
     """``level(name)`` sets jit_level for one test; the defaults come back after it."""

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from msvm.compiler import conv, gemm
 from msvm.compiler.entry import data_pointer
-from test_conv_tiers2 import close, compiled_kinds, forward, images, make, reference
+from test_conv_tiers2 import close, compiled_kinds, conv_sites, forward, images, make, reference
 
 
 @pytest.fixture
@@ -400,3 +400,32 @@ def _site_inputs(net, site, x):
         site.__class__.__call__ = orig
         ms.set_context(jit_config={"jit_level": "L3"})
     return seen
+
+
+def test_sites_of_one_shape_share_a_plan_and_its_geometry_not_their_weights(calls):
+    """Two Cells of the same block (different weights) plan each input shape once between them
+    (conv.plan: MobileNet v2 repeats its blocks) and run one TapsConv; each still gets its own
+    weights' answer; a change of the route's knob plans again."""
+    s = BLOCKS["1x1_residual_relu"][0]
+    xs = images(np.random.default_rng(7), s["cin"], SIZES, special=True)
+    nets = [make(s, 11), make(s, 12)]
+    got = [forward(net, "L2", True, xs) for net in nets]        # (L2: compiled before the first call returns)
+    for net, outs in zip(nets, got):
+        for x, g in zip(xs, outs):
+            close(g, reference(net, s, x))
+    (a,), (b,) = (conv_sites(net) for net in nets)
+    assert a is not b and a.plans and a.plans.keys() == b.plans.keys()
+    for key, plan in a.plans.items():
+        assert b.plans[key] is plan
+        assert plan.details["taps"][0].mode == "direct"
+    assert {c[0] for c in calls} == {"direct"}
+    kept = dict(conv._PLANS)
+    calls.clear()
+    again = forward(make(s, 13), "L2", True, xs[:1])          # (the knob unchanged: the plans made above)
+    assert len(conv._PLANS) == len(kept) and calls
+    calls.clear()
+    import os
+    os.environ[conv.ROUTE_ENV] = "blas"          # (``calls`` restores it)
+    blas = forward(make(s, 13), "L2", True, xs[:1])
+    assert len(conv._PLANS) > len(kept) and not calls
+    close(again[0], blas[0], tol=1e-5)

@@ -35,6 +35,7 @@ what a site keeps per exact input layout and hands to a replay.
 from __future__ import annotations
 
 import ctypes
+import functools
 from typing import NamedTuple
 
 import numpy as np
@@ -228,12 +229,24 @@ def _same(x):
     return x
 
 
+@functools.lru_cache(maxsize=1024)
 def _contiguous_strides(shape, itemsize: int) -> tuple:
     out, step = [], itemsize
     for n in reversed(tuple(shape)):
         out.append(step)
         step *= max(int(n), 1)
     return tuple(reversed(out))
+
+
+def _conv():
+    """compiler/conv.py (convolutions and max pools, issue 18), which imports this module."""
+    from . import conv
+
+    _CONV.append(conv)
+    return conv
+
+
+_CONV: list = []
 
 
 def caller(site, compiled, plan):
@@ -258,8 +271,7 @@ def caller(site, compiled, plan):
             return out
     if k.kind == "elementwise" and site.op == "FUSED_ELEMENTWISE":
         return elementwise_caller(compiled, p, output, ptr)
-    from . import conv  # (issue 18: convolutions and max pools; conv imports this module)
-
+    conv = _CONV[0] if _CONV else _conv()
     if site.op in conv.OPS:
         return conv.caller(site, compiled, plan, output)
     if k.kind == "elementwise":          # L2 matmul: BLAS product, then the epilogue in place

@@ -166,6 +166,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import os
 import threading
 from dataclasses import dataclass
 
@@ -274,7 +275,31 @@ def dims_of(x_shape, w_shape, stride, pad, dil, width_step=1):
 
 def plan(site, inputs):
     """The Site plan of a FUSED_CONV (a depthwise kernel, or the BLAS product with a compiled
-    epilogue) or a MAX_POOL2D."""
+    epilogue) or a MAX_POOL2D. A function of the site's arguments and its inputs' shapes and dtypes
+    (the site's own table keys on them), so one is made per such key in the process and every site
+    of that key shares it: a model repeats its blocks (MobileNet v2 at a new input size: 52 sites,
+    29 plans), and a new size plans each shape once."""
+    key = (site.op, site.args, tuple([(x.shape, x.dtype) if type(x) is np.ndarray else type(x) for x in inputs]),
+           os.environ.get(ROUTE_ENV), AB[0])          # (the route's knobs: ``route``)
+    hit = _PLANS.get(key)
+    if hit is None:
+        if len(_PLANS) >= PLANS_KEPT:
+            _PLANS.clear()
+        hit = _PLANS[key] = _plan(site, inputs)
+    return hit
+
+
+PLANS_KEPT = 4096               # plans in ``_PLANS`` (then it starts over)
+_PLANS: dict = {}               # (op, args, input shapes and dtypes, route knobs) -> Plan
+
+
+def forget_plans() -> None:
+    """Drop the shared plans (and the TapsConv each holds): the next call plans afresh, as after a
+    change of the routing rules (tests patch them)."""
+    _PLANS.clear()
+
+
+def _plan(site, inputs):
     from .planning import Plan  # (planning imports this module: its names are read here)
 
     if site.op == "MAX_POOL2D":
@@ -541,6 +566,9 @@ def _gemm_caller(site, compiled, plan):
     epi = None if p["epi"] is None else elementwise_caller(
         compiled, p["epi"].details, None, lambda j, a: data_pointer(a) if j < heads else ptr(first + j - heads, a))
     taps = _taps_caller(site, plan, epi) if p["route"] == "taps" else None
+    if taps is not None and AB[0] is None:      # (the taps route alone; bench/conv_routes.py keeps both)
+        taps.taps = taps
+        return taps
 
     o, cg, kh, kw = p["w_shape"]
     depthwise = cg == 1 and o == group > 1          # (a product of one row per group: the L1 kernel's taps)
@@ -578,6 +606,22 @@ AB = [None]      # bench/conv_routes.py: "blas" runs the BLAS route where the ta
 #                  (side by side: set before the callers are made, so that they keep the BLAS route's epilogue)
 
 
+def _taps_geometry(site, plan):
+    """(TapsConv, its in-register epilogue or None) of a plan on the taps route."""
+    p = plan.details
+    stride, pad, dil, group = site.args[:4]
+    w_shape = p["w_shape"]
+    mode = taps_mode(p["x_shape"], w_shape, stride, pad, dil, group)
+    prog = with_affine(site.args[5]) if p["nbn"] else site.args[5]
+    fused = fused_epilogue(prog, p["nbn"] > 0)
+    tc = TapsConv(p["x_shape"], w_shape, tuple(stride), pad, tuple(dil), group, plan.dtype, mode,
+                  residual=fused is not None and fused[1] is not None)
+    if fused is not None and fused[1] is not None and tc.grid is not None:
+        assert p["epi"] is not None  # (``_in_registers`` keeps a compiled epilogue for a residual over a phase grid)
+        fused = None                 # (a residual of the result's layout, not the wider grid's)
+    return tc, fused
+
+
 def _taps_caller(site, plan, epi):
     """``go(inputs, out)`` of a dense or grouped convolution on msvm's GEMM (``TapsConv``): the
     epilogue in the kernel's registers where it is one ``fused_epilogue`` knows (a bias, a residual
@@ -587,19 +631,12 @@ def _taps_caller(site, plan, epi):
     stride, pad, dil, group = site.args[:4]
     eps, nbn = p["eps"], p["nbn"]
     first = 2 + nbn
-    w_shape = p["w_shape"]
-    mode = taps_mode(p["x_shape"], w_shape, stride, pad, dil, group)
-    prog = with_affine(site.args[5]) if nbn else site.args[5]
-    fused = fused_epilogue(prog, nbn > 0)
-    tc = TapsConv(p["x_shape"], w_shape, tuple(stride), pad, tuple(dil), group, d, mode,
-                  residual=fused is not None and fused[1] is not None)
-    o, cg, kh, kw = w_shape
-    n, _, ho, wo = plan.out_shape
-    split = threads_for(2.0 * o * cg * kh * kw * ho * wo)       # per image
-    if fused is not None and fused[1] is not None and tc.grid is not None:
-        assert epi is not None       # (``_in_registers`` keeps a compiled epilogue for a residual over a phase grid)
-        fused = None                 # (a residual of the result's layout, not the wider grid's)
-
+    shared = p.get("taps")          # (one per plan: the sites that share a plan share its geometry)
+    if shared is None:
+        shared = p["taps"] = _taps_geometry(site, plan)
+    tc, fused = shared
+    o, cg, kh, kw = p["w_shape"]
+    split = threads_for(2.0 * o * cg * kh * kw * plan.out_shape[2] * plan.out_shape[3])       # per image
     memo = Memos()
 
     def go(inputs, out):
@@ -698,8 +735,6 @@ def route(x_shape, w_shape, stride, pad, dil, group, d, wide=None) -> str:
       msvm's pool (``BlasConv``): the same machine, two cores, ResNet-50 at 224, wall clock per
       forward, taps split 138-162 ms, BLAS split 99-124 ms (the taps route on every split product
       was the rule before: 146.7 ms, slower than one thread's BLAS)."""
-    import os
-
     if np.dtype(d) not in (np.float32, np.float64):
         return "blas"
     forced = os.environ.get(ROUTE_ENV, "")
@@ -995,8 +1030,6 @@ ALIAS_ROWS = 8
 def a_in_place() -> bool:
     """Whether the taps product reads A from the Parameter itself (else from a packed copy held
     beside it, ``prepared_a``: MSVM_CONV_A=packed)."""
-    import os
-
     return os.environ.get(A_ENV, "") != "packed"
 
 
@@ -1457,8 +1490,6 @@ def use_winograd(x_shape, w_shape, stride, pad, dil, group, d) -> bool:
     a dense 3x3 one of stride 1 and dilation 1 whose output channels fill gemm_cout's panels, from
     WINO_MIN_C input channels, on maps of at least WINO_MIN_PIXELS output pixels, on AVX-512 (gemm_cout's
     tiles), unless MSVM_WINOGRAD=0."""
-    import os
-
     from .codegen import codegen
 
     o, cg, kh, kw = w_shape

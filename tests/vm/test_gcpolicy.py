@@ -71,3 +71,28 @@ def test_off_by_environment_and_with_the_collector_disabled(monkeypatch):
         gc.enable()
     call(net, 6)
     assert gc.get_freeze_count() > 0
+
+
+
+def test_the_collector_waits_out_a_call_that_resolves_a_new_signature(monkeypatch):
+    held = gcpolicy.hold()
+    assert held and not gc.isenabled()
+    gcpolicy.release(held, built=True)
+    assert gc.isenabled() and gc.get_freeze_count() > 0
+    gcpolicy.thaw()
+    gc.unfreeze()
+    net = Net()
+    a = gc.get_count()[0]
+    call(net, 3)                       # (a new signature: no collection walked what it built; it is settled)
+    assert gc.isenabled() and gc.get_count()[0] <= a + 50 and gc.get_freeze_count() > 0
+    gcpolicy.thaw()
+    gc.unfreeze()
+    from msvm.interp.interpreter import BoundCode
+
+    def fails(self, *a, **k):
+        assert not gc.isenabled()
+        raise RuntimeError("a kernel failed")
+    monkeypatch.setattr(BoundCode, "call", fails)
+    with pytest.raises(RuntimeError, match="a kernel failed"):
+        call(net, 5)
+    assert gc.isenabled() and gc.get_freeze_count() == 0     # (back after a call that raised; nothing settled)

@@ -197,8 +197,12 @@ def call(runner, args, kwargs, guarded: bool = False):
             if len(memo) >= MEMO_SIZE:
                 memo.clear()
             memo[tuple(sig)] = Signature(var, bound, env.copy())
-        out = _observed(var, bound, rt, env) if events._subs else bound.call(rt, env=env)
-        gcpolicy.settle()
+        held, built = gcpolicy.hold(), False
+        try:
+            out = _observed(var, bound, rt, env) if events._subs else bound.call(rt, env=env)
+            built = True
+        finally:
+            gcpolicy.release(held, built)
     return result(out)
 
 

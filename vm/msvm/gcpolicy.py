@@ -45,6 +45,28 @@ def settle() -> None:
         _frozen[0] = True
 
 
+def hold() -> bool:
+    """Before a call that resolves a new signature: the collector waits until it is over (``release``).
+    Such a call makes plans, callers and kernels' objects, all long-lived, so its young collections
+    walk them to no gain (MobileNet v2's first call at 160 after 224: three, 0.22 ms of a 7 ms call);
+    the garbage it makes is one call's. Returns whether it turned the collector off."""
+    if enabled():
+        gc.disable()
+        return True
+    return False
+
+
+def release(held: bool, built: bool) -> None:
+    """After the call that ``hold`` preceded: where it returned (``built``), what it built is settled
+    (``settle``) before the collector comes back, so that its first collection does not walk it
+    (a generation-0 walk of all of it: 0.26 ms); the collector as it was, whether it returned or raised."""
+    if built and (held or enabled()):
+        gc.freeze()
+        _frozen[0] = True
+    if held:
+        gc.enable()
+
+
 def thaw() -> None:
     """A Cell is being made: give the frozen objects back to the collector (see the module)."""
     if _frozen[0]:

@@ -429,3 +429,14 @@ def test_sites_of_one_shape_share_a_plan_and_its_geometry_not_their_weights(call
     blas = forward(make(s, 13), "L2", True, xs[:1])
     assert len(conv._PLANS) > len(kept) and not calls
     close(again[0], blas[0], tol=1e-5)
+
+
+def test_a_site_whose_arguments_are_not_hashable_still_plans():
+    """conv.plan's shared table keys on the site's arguments; one holding a list is planned on its own."""
+    class Site:
+        op, args = "MAX_POOL2D", ([3, 3], (2, 2), (1, 1, 1, 1))
+    x = np.zeros((1, 4, 9, 9), np.float32)
+    p = conv.plan(Site(), [x])
+    assert p.out_shape == (1, 4, 5, 5) and not conv._PLANS
+    Site.args = ((3, 3), (2, 2), (1, 1, 1, 1))
+    assert conv.plan(Site(), [x]) is conv.plan(Site(), [x]) and len(conv._PLANS) == 1

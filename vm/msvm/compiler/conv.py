@@ -281,7 +281,10 @@ def plan(site, inputs):
     29 plans), and a new size plans each shape once."""
     key = (site.op, site.args, tuple([(x.shape, x.dtype) if type(x) is np.ndarray else type(x) for x in inputs]),
            os.environ.get(ROUTE_ENV), AB[0])          # (the route's knobs: ``route``)
-    hit = _PLANS.get(key)
+    try:
+        hit = _PLANS.get(key)
+    except TypeError:           # (an argument that is not hashable: planned per site, as before)
+        return _plan(site, inputs)
     if hit is None:
         if len(_PLANS) >= PLANS_KEPT:
             _PLANS.clear()

@@ -5,8 +5,10 @@ A ResNet bottleneck's ``out += self.down_sample(x)`` (an ``nn.SequentialCell([co
 the add and the ReLU into the downsampling convolution's epilogue, its residual the main branch:
 FUSED_CONV_BN_ADD_RELU, parts mapped to the user's lines. A squeeze-excite gate ``x * gate(conv(s))``
 (the convolution's result [N, C, 1, 1], x larger) stays out of the convolution's epilogue; a
-subtraction's operands are not swapped. Each at L1, L2 and L3, fused and not, against a float64
-numpy reference, NaN and inf included, at several sizes through one bytecode."""
+subtraction's operands are not swapped. MobileNet v2's ``x + self.conv(x)`` (x loaded before the
+convolutions) has its add in the last convolution's epilogue too (fuse.py ``_sink_into_conv_run``),
+also where the name was written in between (``y = x; x = relu(x); y + self.conv(x)``). Each at L1,
+L2 and L3, fused and not, against a float64 numpy reference, NaN and inf included, at several sizes through one bytecode."""
 
 import msvm as ms
 import numpy as np
@@ -53,6 +55,33 @@ class Excite(nn.Cell):
         s = self.act(self.reduce(s))
         s = self.gate(self.expand(s))
         return x * s
+
+
+class Inverted(nn.Cell):
+    """mindcv's InvertedResidual: ``x + self.conv(x)`` (the input loaded before the layers run); ``kind``
+    "sub" subtracts instead, "store" keeps the input as y and rebinds x before the layers."""
+
+    def __init__(self, c, kind):
+        super().__init__()
+        self.conv = nn.SequentialCell([nn.Conv2d(c, 2 * c, 1), nn.BatchNorm2d(2 * c), nn.ReLU6(),
+                                       nn.Conv2d(2 * c, c, 1), nn.BatchNorm2d(c)])
+        self.kind = kind
+
+    def construct(self, x):
+        if self.kind == "add":
+            return x + self.conv(x)
+        if self.kind == "sub":
+            return x - self.conv(x)
+        y = x
+        x = ops.relu(x)
+        return y + self.conv(x)
+
+
+def want_inverted(p, x, kind):
+    h = np.clip(cv.batch_norm(cv.conv2d(np.maximum(x, 0) if kind == "store" else x, p["conv.0.weight"], None, 1, 0,
+                                        1, 1), p, "conv.1"), 0, 6)
+    y = cv.batch_norm(cv.conv2d(h, p["conv.3.weight"], None, 1, 0, 1, 1), p, "conv.4")
+    return x - y if kind == "sub" else x + y
 
 
 def weights(net, rng):
@@ -147,3 +176,25 @@ def test_excite_gate_stays_out_of_the_convolution(level, fusion):
     if level != "L1" and fusion:
         names = fused_names(net)
         assert not any("FUSED_CONV" in n and "MUL" in n.split("(")[0] for n in names), names
+
+
+@pytest.mark.parametrize("level,fusion", CONFIGS)
+@pytest.mark.parametrize("kind", ["add", "sub", "store"])
+def test_inverted_residual_add_joins_the_last_convolution(level, fusion, kind):
+    rng = np.random.default_rng(11)
+    net = Inverted(6, kind)
+    p = weights(net, rng)
+    xs = images(rng, 6)
+    for got, x in zip(run(net, level, fusion, xs), xs):
+        with np.errstate(invalid="ignore"):
+            close(got, want_inverted(p, x.astype(np.float64), kind))
+    if level != "L1" and fusion:
+        names = fused_names(net)
+        fused_add = [n for n in names if "FUSED_CONV_BN_ADD" in n]
+        if kind == "sub":               # (a - b is not b - a)
+            assert not fused_add and not any("FUSED_CONV_BN_SUB" in n for n in names), names
+        else:                           # (the add: the last convolution's epilogue, at the user's line)
+            src = open(__file__).read().splitlines()
+            line = next(i for i, t in enumerate(src, 1) if ("return x + self.conv(x)" if kind == "add"
+                                                            else "return y + self.conv(x)") in t)
+            assert any(f"test_container_fuse.py:{line}:" in n for n in fused_add), names

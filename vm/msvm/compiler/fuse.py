@@ -128,9 +128,11 @@ def _forward_stores(code: Code, targets, original: Code):
     the stack; so does a convolution's result stored, then loaded as the second operand of a
     commutative binary whose first is a local loaded in between (``out += self.down_sample(x)``:
     STORE t, LOAD out, LOAD t, ADD becomes LOAD out, ADD), so that the convolution's run reaches the
-    binary (its epilogue). Only after a convolution: other passes match their operands in order
-    (norm.py's ``x * r * w``)."""
-    while _forward_one(code, targets) or _swap_into_conv_run(code, targets):
+    binary (its epilogue); and a local loaded before a convolution's run whose result is the second
+    operand of a commutative binary is loaded after it instead (``x + self.conv(x)``, MobileNet v2's
+    residual: ``_sink_into_conv_run``). Only after a convolution: other passes match their operands in
+    order (norm.py's ``x * r * w``)."""
+    while _forward_one(code, targets) or _swap_into_conv_run(code, targets) or _sink_into_conv_run(code, targets):
         pass
 
 
@@ -166,6 +168,33 @@ def _swap_into_conv_run(code: Code, targets) -> bool:
             del code.instrs[i + 2]
             del code.instrs[i]
             return True
+    return False
+
+
+def _sink_into_conv_run(code: Code, targets) -> bool:
+    """One LOAD a; <a straight stretch that pushes one value, ending in CONV2D/BATCH_NORM, with no
+    STORE a>; <commutative> made <the stretch>; LOAD a; <commutative> (the same values, bit for bit:
+    OpInfo.commutative); whether there was one."""
+    for q in range(2, len(code.instrs)):
+        op = code.instrs[q]
+        if not op.op.commutative or code.instrs[q - 1].op.name not in ("CONV2D", "BATCH_NORM"):
+            continue
+        need, s = 1, q
+        while need > 0 and s > 0:          # (back to where the second operand's stretch starts)
+            s -= 1
+            ins = code.instrs[s]
+            need += ins.op.n_pops(ins.args) - ins.op.n_pushes(ins.args)
+        if need != 0 or s < 1:
+            continue
+        load, stretch = code.instrs[s - 1], code.instrs[s:q]
+        if load.op.name != "LOAD_TENSOR" or any(
+                i.op.terminator or i.op.label_operand is not None or i.op.effect
+                or (i.op.name == "STORE_TENSOR" and i.args[0] == load.args[0]) for i in stretch):
+            continue
+        if any(_is_target(code, targets, i) for i in code.instrs[s - 1:q + 1]):
+            continue
+        code.instrs[s - 1:q] = stretch + [load]
+        return True
     return False
 
 

@@ -402,7 +402,7 @@ def _site_inputs(net, site, x):
     return seen
 
 
-def test_sites_of_one_shape_share_a_plan_and_its_geometry_not_their_weights(calls):
+def test_sites_of_one_shape_share_a_plan_and_its_geometry_not_their_weights(calls, monkeypatch):
     """Two Cells of the same block (different weights) plan each input shape once between them
     (conv.plan: MobileNet v2 repeats its blocks) and run one TapsConv; each still gets its own
     weights' answer; a change of the route's knob plans again."""
@@ -424,8 +424,7 @@ def test_sites_of_one_shape_share_a_plan_and_its_geometry_not_their_weights(call
     again = forward(make(s, 13), "L2", True, xs[:1])          # (the knob unchanged: the plans made above)
     assert len(conv._PLANS) == len(kept) and calls
     calls.clear()
-    import os
-    os.environ[conv.ROUTE_ENV] = "blas"          # (``calls`` restores it)
+    monkeypatch.setenv(conv.ROUTE_ENV, "blas")
     blas = forward(make(s, 13), "L2", True, xs[:1])
     assert len(conv._PLANS) > len(kept) and not calls
     close(again[0], blas[0], tol=1e-5)

@@ -60,10 +60,10 @@ def release(held: bool, built: bool) -> None:
     """After the call that ``hold`` preceded: where it returned (``built``), what it built is settled
     (``settle``) before the collector comes back, so that its first collection does not walk it
     (a generation-0 walk of all of it: 0.26 ms); the collector as it was, whether it returned or raised."""
-    if built and (held or enabled()):
-        gc.freeze()
-        _frozen[0] = True
     if held:
+        if built:
+            gc.freeze()
+            _frozen[0] = True
         gc.enable()
 
 

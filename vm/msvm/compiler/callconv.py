@@ -238,17 +238,6 @@ def _contiguous_strides(shape, itemsize: int) -> tuple:
     return tuple(reversed(out))
 
 
-def _conv():
-    """compiler/conv.py (convolutions and max pools, issue 18), which imports this module."""
-    from . import conv
-
-    _CONV.append(conv)
-    return conv
-
-
-_CONV: list = []
-
-
 def caller(site, compiled, plan):
     """``go(inputs, out) -> out``: this kernel at this plan's shapes, with everything that does
     not change between calls (argument layout, strides, the BLAS pointer) decided here once."""
@@ -271,7 +260,8 @@ def caller(site, compiled, plan):
             return out
     if k.kind == "elementwise" and site.op == "FUSED_ELEMENTWISE":
         return elementwise_caller(compiled, p, output, ptr)
-    conv = _CONV[0] if _CONV else _conv()
+    from . import conv  # (issue 18: convolutions and max pools; conv imports this module)
+
     if site.op in conv.OPS:
         return conv.caller(site, compiled, plan, output)
     if k.kind == "elementwise":          # L2 matmul: BLAS product, then the epilogue in place

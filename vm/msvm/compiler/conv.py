@@ -570,7 +570,6 @@ def _gemm_caller(site, compiled, plan):
         compiled, p["epi"].details, None, lambda j, a: data_pointer(a) if j < heads else ptr(first + j - heads, a))
     taps = _taps_caller(site, plan, epi) if p["route"] == "taps" else None
     if taps is not None and AB[0] is None:      # (the taps route alone; bench/conv_routes.py keeps both)
-        taps.taps = taps
         return taps
 
     o, cg, kh, kw = p["w_shape"]

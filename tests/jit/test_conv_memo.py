@@ -13,13 +13,16 @@ import numpy as np
 import pytest
 from msvm import nn
 from msvm.compiler import conv, pool, tiers
+from msvm.interp import capture
 from test_conv_gemm import BLOCKS
 from test_conv_tiers2 import close, forward, images, make, reference
 
 
 @pytest.fixture
 def hits(monkeypatch):
-    """How many calls each Memo answered, and how many it refused."""
+    """How many calls each Memo answered, and how many it refused (with no capture: a captured
+    program runs a memo's calls without asking it, interp/capture.py)."""
+    monkeypatch.setattr(capture, "ENABLED", False)
     seen = {"hit": 0, "miss": 0}
     orig = conv.Memo.hit
 

@@ -184,7 +184,7 @@ def call(runner, args, kwargs, guarded: bool = False):
             elif (g is None or g.signature is not hit) and runner.vararg is None:
                 aim(runner, hit, vals, out)     # (a guard takes a fixed count of values: none for *args)
         elif rp is None and hit.interpreted >= REPLAY_AFTER:
-            hit.replay = replay.build(bound, env) or False
+            hit.replay = replay.build(bound, env, top=True) or False
             gcpolicy.settle()       # (what this signature built is long-lived: out of the collector's walks)
         if out is FALLBACK:
             hit.interpreted += 1

@@ -175,6 +175,7 @@ import numpy as np
 from .. import pages
 from ..bytecode.opcodes import KERNEL_KINDS
 from ..interp import kernels as K
+from ..interp.capture import TAP
 from .build import blas
 from .callconv import cores, elementwise_caller
 from .entry import data_pointer
@@ -1675,7 +1676,18 @@ class Memo:
                 return False
         for f in self.parts:
             f()
+        tap = TAP[0]
+        if tap is not None:             # (a capture is recording: interp/capture.py)
+            tap(self, arrays[OUT])
         return True
+
+    def frozen(self) -> tuple:
+        """The calls just run as private copies with the pointers they ran with (pool.Calls of their
+        own: a later hit may move this memo's), what they point at besides their arrays, and the
+        workspace generation they need: (calls, keep, (_WS_GEN, generation))."""
+        from .pool import Calls
+
+        return [Calls(c.tasks, c.here) for c in self.parts], self.keep, (_WS_GEN, self.gen)
 
     def _move(self, moved, arrays) -> bool:
         """Point the calls at the moved arrays, where the result (``arrays[OUT]``, written while the

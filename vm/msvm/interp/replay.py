@@ -24,6 +24,7 @@ replayed).
 from __future__ import annotations
 
 from ..bytecode.types import TensorType
+from . import capture
 from .arena import Arena
 from .interpreter import BoundCode, ComputeSpec
 from .symeval import compile_sym
@@ -37,24 +38,44 @@ class NotReplayable(Exception):
     """The path cannot be written straight (too long, or an instruction the replay does not take)."""
 
 
-def build(bound: BoundCode, env: dict):
+def build(bound: BoundCode, env: dict, top: bool = False, record: bool = False):
     """``replay(*args) -> result | FALLBACK`` for calls whose symbol bindings are ``env``; None when
     this Code's path cannot be replayed (among them a Code, or a sub-Cell's, with an instruction
     that has an effect: a replay that raises is run again by the interpreter, and an effect must
-    happen once)."""
+    happen once). ``top``: a call's own replay (callpath), which runs its capture (capture.py) once
+    it has one; ``record``: the variant that records what it calls (capture.step)."""
     if bound.code.has_effects():
         return None
     try:
-        return _Writer(bound, dict(env)).function()
+        return _Writer(bound, dict(env), top, record).function()
     except NotReplayable:
         return None
 
 
-def nested(callee: BoundCode):
+def nested(callee: BoundCode, record: bool = False):
     """How a replayed path calls a sub-Cell from one place: through the sub-Cell's own replays,
     one per symbol binding it is called with (the bindings fix the arguments' shapes; each
-    remembered caller inside checks the strides it was prepared for)."""
+    remembered caller inside checks the strides it was prepared for). ``record``: through their
+    recording variants, and a sub-Cell that cannot be replayed ends the recording."""
     replays: dict = {}
+
+    def recorded(args):
+        env = callee.fast_bind(args)
+        if env is None:
+            capture.refuse(f"{callee.code.name}: arguments its checks refuse")
+        key = tuple(env.items())
+        rp = replays.get(key)
+        if rp is None:
+            rp = replays[key] = build(callee, env, record=True) or False
+        if not rp:
+            capture.refuse(f"{callee.code.name}: its path is not replayable", permanent=True)
+        out = rp(*args)
+        if out is FALLBACK:
+            capture.refuse(f"{callee.code.name}: its replay fell back")
+        return out
+
+    if record:
+        return recorded
 
     def call(args):
         env = callee.fast_bind(args)
@@ -75,9 +96,12 @@ def nested(callee: BoundCode):
 
 
 class _Writer:
-    def __init__(self, bound: BoundCode, env: dict):
+    def __init__(self, bound: BoundCode, env: dict, top: bool = False, record: bool = False):
         self.bound, self.code, self.env = bound, bound.code, env
+        self.top, self.record = top and capture.ENABLED and not record, record
         self.ns: dict = {"FALLBACK": FALLBACK}
+        if record:
+            self.ns.update(R=capture.step, RP=capture.param, HIT=capture.hit, SLOW=capture.slow)
         self.lines: list = []
         self.n = 0
         self.bufs = False             # whether any instruction keeps an output buffer
@@ -95,6 +119,10 @@ class _Writer:
 
     def emit(self, line: str):
         self.lines.append("        " + line)
+
+    def call(self, f: str, args: str) -> str:
+        """The expression that calls f with args (in the recording variant: through capture.step)."""
+        return f"R({f}, {args})" if self.record else f"{f}({args})"
 
     def function(self):
         bound, code = self.bound, self.code
@@ -132,7 +160,8 @@ class _Writer:
                 obj = bound.attr_values[args[0]]
                 if hasattr(obj, "_data"):       # read at each call: set_data is honoured
                     v = self.fresh()
-                    self.emit(f"{v} = {self.const('p', obj)}._data")
+                    p = self.const('p', obj)
+                    self.emit(f"{v} = RP({p})" if self.record else f"{v} = {p}._data")
                     stack.append(v)
                 else:
                     stack.append(self.const("c", obj))
@@ -161,7 +190,7 @@ class _Writer:
             elif name == "CALL_CELL":
                 a = self.pop(stack, args[1])
                 v = self.fresh()
-                self.emit(f"{v} = {self.const('cell', nested(bound.callees[i]))}([{', '.join(a)}])")
+                self.emit(f"{v} = {self.const('cell', nested(bound.callees[i], self.record))}([{', '.join(a)}])")
                 stack.append(v)
             elif name == "RETURN":
                 result = stack.pop()
@@ -178,6 +207,12 @@ class _Writer:
                 stack.append(self.compute(i, spec, self.pop(stack, spec.n)))
             i = nxt
         head = [f"def replay({', '.join(params)}):"]
+        if self.top and self.bound.accelerator is not None:
+            bound, env = self.bound, dict(self.env)
+            self.ns.update(C=capture.Slot(lambda: build(bound, env, record=True), bound.accelerator.config),
+                           MISS=capture.MISS)
+            head += ["    if C.on:", f"        r = C({', '.join(params)})",      # (its captured program: capture.py)
+                     "        if r is not MISS:", "            return r"]
         if self.sites:
             head += self.guard()
         if self.bufs:
@@ -231,7 +266,7 @@ class _Writer:
         tail = f", *{self.const('o', ops)}" if ops else ""
         args = ", ".join(a)
         if spec.n == 0:          # FILL, ARANGE: no inputs
-            self.emit(f"{v} = {kern}(*{self.const('o', ops)})")
+            self.emit(f"{v} = {self.call(kern, '*' + self.const('o', ops))}")
         elif spec.planned is not None and self.plannable(spec):
             self.planned(i, spec, a, v, kern, tail)
         elif spec.site is not None:
@@ -246,6 +281,8 @@ class _Writer:
             self.emit(f"g = G[{j}]")
             self.emit(f"if g is not None and {strides} == S[{j}]:")
             self.emit("    ST['hits'] += 1")
+            if self.record:
+                self.emit("    HIT(ST)")
             # the kernel's native entry when it has one (callconv.Native): entry(*inputs, output), where
             # a kept output is the buffer the entry's allocator made last, if this slot still holds it
             self.emit("    n = g.native")
@@ -260,15 +297,18 @@ class _Writer:
                 self.emit("            al = n.alloc")
                 self.emit("            o = n.last = al(n.shape, n.dtype)")
                 self.emit("        e = n.entry")
-                self.emit(f"        {v} = {put}e({nat}, o)")
+                self.emit(f"        {v} = {put}{self.call('e', nat + ', o')}")
             else:
                 self.emit("        e, al = n.entry, n.alloc")
-                self.emit(f"        {v} = e({nat}, al(n.shape, n.dtype))")
+                self.emit(f"        {v} = {self.call('e', nat + ', al(n.shape, n.dtype)')}")
             self.emit("    else:")
             self.emit("        go = g.go")
-            self.emit(f"        {v} = {put}go([{args}], {out})")
+            self.emit(f"        {v} = {put}{self.call('go', f'[{args}], {out}')}")
             self.emit("else:")
-            self.emit(f"    {v} = {put}{site}([{args}], {self.const('ref', spec.reference)}, {out})")
+            if self.record:
+                self.emit("    SLOW()")
+            ref = self.const("ref", spec.reference)
+            self.emit(f"    {v} = {put}{self.call(site, f'[{args}], {ref}, {out}')}")
             self.emit("    if E[2]:")
             self.emit(f"        G[{j}] = {site}.fast_for([{args}])")
             self.emit(f"        S[{j}] = {strides}")
@@ -278,12 +318,12 @@ class _Writer:
             shapes = ", ".join(f"{x}.shape" for x in a)
             self.emit(f"e = bufs[{i}]")
             self.emit(f"if e is not None and e[:-1] == ({shapes},):")
-            self.emit(f"    {v} = {kern}({args}{tail}, out=e[-1])")
+            self.emit(f"    {v} = {self.call(kern, f'{args}{tail}, out=e[-1]')}")
             self.emit("else:")
-            self.emit(f"    {v} = {kern}({args}{tail})")
+            self.emit(f"    {v} = {self.call(kern, f'{args}{tail}')}")
             self.emit(f"    bufs[{i}] = ({shapes}, {v})")
         else:
-            self.emit(f"{v} = {kern}({args}{tail})")
+            self.emit(f"{v} = {self.call(kern, f'{args}{tail}')}")
         return v
 
     def plannable(self, spec: ComputeSpec) -> bool:
@@ -317,7 +357,7 @@ class _Writer:
         args = ", ".join(a)
         self.emit(f"o = V[{j}]")
         if spec.site is None:
-            self.emit(f"{v} = {kern}({args}{tail}, out=o)")
+            self.emit(f"{v} = {self.call(kern, f'{args}{tail}, out=o')}")
         else:
             g, site = self.sites, self.const("site", spec.site)
             self.sites += 1
@@ -327,20 +367,26 @@ class _Writer:
             self.emit(f"g = G[{g}]")
             self.emit(f"if g is not None and {strides} == S[{g}]:")
             self.emit("    ST['hits'] += 1")
+            if self.record:
+                self.emit("    HIT(ST)")
             self.emit("    n = g.native")
             self.emit("    if n is not None:")        # a native entry writes where it is told: the shape must be its own
             if wt:
                 self.emit("        w = n.weight")
             self.emit("        e, al = n.entry, n.alloc")
-            self.emit(f"        {v} = e({nat}, o if (n.shape, n.dtype) == {want} else al(n.shape, n.dtype))")
+            into = f"o if (n.shape, n.dtype) == {want} else al(n.shape, n.dtype)"
+            self.emit(f"        {v} = {self.call('e', f'{nat}, {into}')}")
             self.emit("    else:")
             self.emit("        go = g.go")
-            self.emit(f"        {v} = go([{args}], o)")
+            self.emit(f"        {v} = {self.call('go', f'[{args}], o')}")
             self.emit("else:")
-            self.emit(f"    {v} = {site}([{args}], {self.const('ref', spec.reference)}, o)")
+            if self.record:
+                self.emit("    SLOW()")
+            ref = self.const("ref", spec.reference)
+            self.emit(f"    {v} = {self.call(site, f'[{args}], {ref}, o')}")
             self.emit("    if E[2]:")
             self.emit(f"        G[{g}] = {site}.fast_for([{args}])")
             self.emit(f"        S[{g}] = {strides}")
             self.ns["ST"] = spec.site.stats
         self.emit(f"if o is not {v}:")            # (a kernel that did not write into o: arena memory it returned is moved)
-        self.emit(f"    {v} = ar.settle({v}, o)")
+        self.emit(f"    {v} = {self.call('ar.settle', f'{v}, o')}")

@@ -1,0 +1,329 @@
+"""A top-level replay's work captured once and run again as one straight list (as a CUDA graph is).
+
+A replay (replay.py) still runs Python around every kernel: each sub-Cell's replay with its symbol
+binding and arena, each site's prepared-caller check, each convolution caller's memo check. On
+MobileNet v2 at 160 that is ~0.8 ms of a 2-3 ms forward (AMD Zen 5), while the same native calls
+run back to back take the rest. For one exact signature every call does the same work on the
+same buffers, so after ``CAPTURE_AFTER`` replays the next call is *recorded*: a variant of the
+replay (``replay.build(..., record=True)``, the same path with every kernel, site and native-entry
+call made through ``step``, sub-Cells through their own recording variants) runs on private
+copies of the tensor arguments (``staging``), and each call it makes is kept with its arguments
+and result. A convolution caller whose memo hit (conv.Memo: its native calls were the whole
+convolution) is kept as private copies of those calls (``pool.Calls``), with the pointers they ran
+with. The ``Program`` made from them is one generated function of those steps over the recorded
+buffers; the sub-Cells' results, which a replay allocates per call, stay the recorded ones.
+
+A later call of that replay runs the program instead: it copies the tensor arguments into the
+staging arrays, runs the steps and returns copies of the recorded result (the caller may keep it;
+the program writes it again next call). A step is kept as one of:
+
+- native: the memo's calls (their pointers are the recorded buffers'),
+- rerun: the call again, where it returned one of its arguments (it wrote into ``out``),
+- copy: the call again and its result copied into the recorded one (a kernel that allocates),
+- nothing: a result that is a view of an argument (a reshape) or of no array at all (a constant).
+
+A value the data decides that is not an array (a Python number from a tensor) is refused. So is a
+path that leaves the straight line: a site without a prepared caller (its tier may still change),
+a sub-Cell the interpreter ran, a replay that fell back. A program runs only on the thread that
+recorded it (the arenas' regions and the convolution workspaces are the thread's), at the arena
+depth it was recorded at, at the same jit_level, while each Parameter holds the array it held
+(``set_data``), those arrays stay read-only (as conv.Memo asks) and no workspace has moved since;
+anything else is a ``MISS`` (the replay runs) and, where the program is stale, drops it (a later
+call records again). A step that raises drops it too, and the replay runs the call from the start
+(every step on a replayed path is pure). ``MSVM_CAPTURE=0`` turns capturing off.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import numpy as np
+
+from .arena import _stack
+
+MISS = object()
+CAPTURE_AFTER = 4       # replays of one signature before its work is recorded (then 2x as long after each refusal)
+TRIES = 6               # recordings one signature may try (not counting those that met a site still compiling)
+WAIT_MOST = 256         # the most replays between two recordings
+STEP_BYTES = 64 << 10   # bytes of arguments and result a program may copy per step it saves (else none is kept)
+ENABLED = os.environ.get("MSVM_CAPTURE", "1") != "0"
+
+TAP: list = [None]      # the recording's hook, called by a convolution memo that hit (conv.Memo.hit)
+_REC: list = [None]     # the recording in progress
+_lock = threading.Lock()
+
+
+class NotCapturable(Exception):
+    """This call's work cannot be captured; ``permanent``: nor any later call's of this signature."""
+
+    def __init__(self, why: str, permanent: bool = False):
+        super().__init__(why)
+        self.permanent = permanent
+
+
+def refuse(why: str, permanent: bool = False):
+    """Stop the recording (called from the recording replay, whose fallback ends it)."""
+    rec = _REC[0]
+    if rec is not None and rec.why is None:
+        rec.why, rec.permanent = why, permanent
+    raise NotCapturable(why, permanent)
+
+
+# ---------------------------------------------------------------- what the recording replay calls
+
+def step(f, *a, **kw):
+    """``f(*a, **kw)``, kept with its arguments and result (and the memo calls it ran)."""
+    rec = _REC[0]
+    n0 = len(rec.natives)
+    r = f(*a, **kw)
+    rec.add(f, a, kw, r, n0)
+    return r
+
+
+def param(p):
+    """A Parameter's array (``LOAD_PARAM``), kept with the Parameter: the program holds while it does."""
+    d = p._data
+    _REC[0].params[id(p)] = (p, d)
+    return d
+
+
+def hit(stats) -> None:
+    """A site's prepared caller ran (its kernel cache's hit count: the program counts it per run)."""
+    h = _REC[0].hits
+    h[id(stats)] = (stats, h.get(id(stats), (stats, 0))[1] + 1)
+
+
+def slow() -> None:
+    """A site call took the site's own checks (no prepared caller yet, or other strides): its tier may
+    still change, so this call makes no program (the recording replay's caches are warm next time)."""
+    rec = _REC[0]
+    if rec.why is None:
+        rec.why = "a site without a prepared caller"
+
+
+class _Recorder:
+    def __init__(self):
+        self.tid = threading.get_ident()
+        self.natives: list = []         # (memo's private calls, keep, workspace check, result) since the last step
+        self.items: list = []
+        self.params: dict = {}
+        self.hits: dict = {}
+        self.why, self.permanent = None, False
+
+    def tap(self, memo, out) -> None:
+        if threading.get_ident() == self.tid:
+            calls, keep, check = memo.frozen()
+            self.natives.append((calls, keep, check, out))
+
+    def add(self, f, a, kw, r, n0: int) -> None:
+        got = self.natives[n0:]
+        del self.natives[n0:]
+        if len(got) == 1 and r is got[0][3]:
+            self.items.append(("native", f, got[0]))
+        else:
+            self.items.append(("call", f, a, kw, r))
+
+
+# ---------------------------------------------------------------- the program
+
+def _arrays(x, out: list) -> list:
+    if type(x) is np.ndarray:
+        out.append(x)
+    elif type(x) in (tuple, list):
+        for y in x:
+            _arrays(y, out)
+    elif type(x) is dict:
+        for y in x.values():
+            _arrays(y, out)
+    return out
+
+
+def _copy(x):
+    if isinstance(x, np.ndarray):
+        return x.copy(order="K")
+    if type(x) in (tuple, list):
+        return type(x)(_copy(y) for y in x)
+    return x
+
+
+class Program:
+    """The recorded steps as one function, and what must hold for it to run (module doc)."""
+
+    def __init__(self, rec: _Recorder, staging: list, result, depth: int, config):
+        self.tid, self.depth, self.config = rec.tid, depth, config
+        self.level = config["jit_level"]
+        self.staging = staging
+        self.result = result
+        self.params = tuple(rec.params.values())
+        self.frozen = tuple({id(d): d for _p, d in self.params if type(d) is np.ndarray and not d.flags.writeable}.values())
+        self.hits = tuple(rec.hits.values())
+        ns: dict = {"copyto": np.copyto}
+        lines, keep, gens = [], [], {}
+        for item in rec.items:
+            if item[0] == "native":
+                _, f, (calls, kept, (ref, gen), out) = item
+                keep += [f, kept, out]
+                gens[id(ref)] = (ref, gen)
+                for c in calls:
+                    name = f"n{len(ns)}"
+                    ns[name] = c
+                    lines.append(f"    {name}()")
+                continue
+            _, f, a, kw, r = item
+            args = _arrays((a, kw), [])
+            keep += [f, a, kw, r]
+            call = self._call(ns, f, a, kw)
+            if any(r is x for x in args) or r is None:
+                lines.append(f"    {call}")                # (it wrote into an argument: out=, an arena view)
+                continue
+            outs = _arrays(r, [])
+            if type(r) is not np.ndarray and type(r) not in (tuple, list) or \
+                    type(r) is not np.ndarray and len(outs) != len(r):
+                if args:
+                    raise NotCapturable(f"{getattr(f, '__name__', f)} returned {type(r).__name__}, a value of the data",
+                                        permanent=True)
+                continue                                     # (a constant: no array went in)
+            fresh = [j for j, y in enumerate([r] if type(r) is np.ndarray else r)
+                     if args and not any(y is x or np.may_share_memory(y, x) for x in args)]
+            if not fresh:
+                continue                                     # (views of its arguments, or a constant)
+            lines.append(f"    r = {call}")
+            for j in fresh:
+                y = r if type(r) is np.ndarray else r[j]
+                if not y.flags.writeable:
+                    raise NotCapturable("a kernel's result is read-only", permanent=True)
+                name = f"y{len(ns)}"
+                ns[name] = y
+                got = "r" if type(r) is np.ndarray else f"r[{j}]"
+                lines += [f"    if {got} is not {name}:", f"        copyto({name}, {got})"]
+        self.gens = tuple(gens.values())
+        self.keep = keep
+        src = "def program():\n" + ("\n".join(lines) or "    pass") + "\n"
+        exec(compile(src, "<msvm captured program>", "exec"), ns)
+        self.fn = ns["program"]
+        self.fn.source = src
+        self.steps = len(lines)
+
+    @staticmethod
+    def _call(ns: dict, f, a, kw) -> str:
+        name = f"f{len(ns)}"
+        ns[name] = f
+        ns["a" + name], ns["k" + name] = a, kw
+        return f"{name}(*a{name}, **k{name})" if kw else f"{name}(*a{name})"
+
+    def valid(self) -> bool:
+        """Whether what the steps point at is still what they were recorded with (False: stale)."""
+        for p, d in self.params:
+            if p._data is not d:
+                return False
+        for d in self.frozen:
+            if d.flags.writeable:
+                return False
+        for ref, gen in self.gens:
+            if ref[0] != gen:
+                return False
+        return True
+
+
+class Slot:
+    """The capture of one top-level replay (one signature): counts its replays, records one, and
+    runs its Program from then on (``__call__``: the result, or MISS where the replay must run)."""
+
+    __slots__ = ("build", "on", "program", "wait", "count", "tries", "recorder", "config", "why")
+
+    def __init__(self, build, config):
+        self.build = build              # () -> the recording replay, or None where there is none
+        self.config = config            # the live jit_config
+        self.on = ENABLED
+        self.program = None
+        self.wait, self.count, self.tries = CAPTURE_AFTER, 0, 0
+        self.recorder = None            # the recording replay (built once: its caches warm on its first run)
+        self.why = None                 # why the last recording made no program, or why none is kept
+
+    def __call__(self, *args):
+        p = self.program
+        if p is not None:
+            if threading.get_ident() != p.tid or _stack().depth != p.depth or self.config["jit_level"] != p.level:
+                return MISS
+            if not p.valid():
+                self.program = None
+                return MISS
+            for k, s in p.staging:
+                np.copyto(s, args[k])
+            try:
+                p.fn()
+            except Exception:           # noqa: BLE001 - the replay runs the call again and names any error
+                self.program = None
+                return MISS
+            for stats, n in p.hits:
+                stats["hits"] += n
+            return _copy(p.result)
+        self.count += 1
+        if self.count < self.wait:
+            return MISS
+        self.count = 0
+        return self.record(args)
+
+    def record(self, args):
+        """Run this call through the recording replay on copies of its tensors; keep its Program."""
+        if self.tries >= TRIES:
+            self.on = False
+            return MISS
+        self.tries += 1
+        fresh, self.wait = self.recorder is None, min(self.wait * 2, WAIT_MOST)
+        staging, rargs = [], list(args)
+        for k, a in enumerate(args):
+            if type(a) is np.ndarray:
+                if not a.flags.c_contiguous:
+                    self.why = f"argument {k} is not C-contiguous"
+                    self.on = False             # (the copy's strides would be another signature's)
+                    return MISS
+                s = np.empty_like(a, order="C")
+                np.copyto(s, a)
+                staging.append((k, s))
+                rargs[k] = s
+        if not _lock.acquire(blocking=False):
+            return MISS
+        try:
+            fn = self.recorder
+            if fn is None:
+                fn = self.recorder = self.build() or False
+            if fn is False:
+                self.why = "no recording replay"
+                self.on = False
+                return MISS
+            from .replay import FALLBACK
+
+            rec = _REC[0] = _Recorder()
+            TAP[0] = rec.tap
+            depth = _stack().depth
+            try:
+                out = fn(*rargs)
+            finally:
+                _REC[0] = TAP[0] = None
+            if out is FALLBACK or rec.why is not None:
+                self.why = rec.why or "the recording replay fell back"
+                if rec.permanent:
+                    self.on = False
+                elif out is not FALLBACK:       # (a site not ready yet: not counted as a try)
+                    self.tries -= 1
+                    if fresh:           # (its first run filled the recording replay's caches: record the next call)
+                        self.wait = 1
+                return MISS if out is FALLBACK else _copy(out)
+            try:
+                p = Program(rec, staging, out, depth, self.config)
+            except NotCapturable as e:
+                self.why = str(e)
+                if e.permanent:
+                    self.on = False
+                return _copy(out)
+            copied = sum(s.nbytes for _k, s in staging) + sum(a.nbytes for a in _arrays(out, []))
+            if copied > STEP_BYTES * p.steps:     # (a few kernels over large tensors: the copies would cost more)
+                self.why = f"{copied} bytes copied for {p.steps} steps"
+                self.on = False
+            else:
+                self.program = p
+            return _copy(out)
+        finally:
+            _lock.release()

@@ -46,6 +46,8 @@ MISS = object()
 CAPTURE_AFTER = 4       # replays of one signature before its work is recorded (then 2x as long after each refusal)
 TRIES = 6               # recordings one signature may try (not counting those that met a site still compiling)
 WAIT_MOST = 256         # the most replays between two recordings
+SETTLE = 3              # replays after one that met a site still compiling (a new caller keeps its native
+#                         calls from its second call, conv.Memos: recorded sooner, it would be a Python step)
 STEP_BYTES = 64 << 10   # bytes of arguments and result a program may copy per step it saves (else none is kept)
 ENABLED = os.environ.get("MSVM_CAPTURE", "1") != "0"
 
@@ -78,6 +80,16 @@ def step(f, *a, **kw):
     n0 = len(rec.natives)
     r = f(*a, **kw)
     rec.add(f, a, kw, r, n0)
+    return r
+
+
+def step_into(f, inputs, out):
+    """``f(inputs, out)``, a site or caller (``out``: the buffer it writes, None: one it allocates), kept
+    as ``step`` keeps a call; the program passes it the recorded result as ``out``."""
+    rec = _REC[0]
+    n0 = len(rec.natives)
+    r = f(inputs, out)
+    rec.add(f, (inputs, out), None, r, n0, into=out is None)
     return r
 
 
@@ -116,13 +128,16 @@ class _Recorder:
             calls, keep, check = memo.frozen()
             self.natives.append((calls, keep, check, out))
 
-    def add(self, f, a, kw, r, n0: int) -> None:
+    def add(self, f, a, kw, r, n0: int, into: bool = False) -> None:
         got = self.natives[n0:]
         del self.natives[n0:]
         if len(got) == 1 and r is got[0][3]:
             self.items.append(("native", f, got[0]))
         else:
-            self.items.append(("call", f, a, kw, r))
+            into = into and type(r) is np.ndarray and r.flags.writeable
+            if into:
+                a = (a[0], r)           # (it allocated its result: it writes the recorded one instead)
+            self.items.append(("call", f, a, kw or {}, r, into))
 
 
 # ---------------------------------------------------------------- the program
@@ -170,10 +185,15 @@ class Program:
                     ns[name] = c
                     lines.append(f"    {name}()")
                 continue
-            _, f, a, kw, r = item
+            _, f, a, kw, r, into = item
             args = _arrays((a, kw), [])
             keep += [f, a, kw, r]
             call = self._call(ns, f, a, kw)
+            if into:                                         # (given its recorded result as out: written there?)
+                name = f"y{len(ns)}"
+                ns[name] = r
+                lines += [f"    r = {call}", f"    if r is not {name}:", f"        copyto({name}, r)"]
+                continue
             if any(r is x for x in args) or r is None:
                 lines.append(f"    {call}")                # (it wrote into an argument: out=, an arena view)
                 continue
@@ -308,8 +328,8 @@ class Slot:
                     self.on = False
                 elif out is not FALLBACK:       # (a site not ready yet: not counted as a try)
                     self.tries -= 1
-                    if fresh:           # (its first run filled the recording replay's caches: record the next call)
-                        self.wait = 1
+                    if fresh:           # (its first run filled the recording replay's caches)
+                        self.wait = SETTLE
                 return MISS if out is FALLBACK else _copy(out)
             try:
                 p = Program(rec, staging, out, depth, self.config)

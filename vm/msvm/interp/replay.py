@@ -101,7 +101,7 @@ class _Writer:
         self.top, self.record = top and capture.ENABLED and not record, record
         self.ns: dict = {"FALLBACK": FALLBACK}
         if record:
-            self.ns.update(R=capture.step, RP=capture.param, HIT=capture.hit, SLOW=capture.slow)
+            self.ns.update(R=capture.step, RO=capture.step_into, RP=capture.param, HIT=capture.hit, SLOW=capture.slow)
         self.lines: list = []
         self.n = 0
         self.bufs = False             # whether any instruction keeps an output buffer
@@ -120,9 +120,10 @@ class _Writer:
     def emit(self, line: str):
         self.lines.append("        " + line)
 
-    def call(self, f: str, args: str) -> str:
-        """The expression that calls f with args (in the recording variant: through capture.step)."""
-        return f"R({f}, {args})" if self.record else f"{f}({args})"
+    def call(self, f: str, args: str, into: bool = False) -> str:
+        """The expression that calls f with args (in the recording variant: through capture.step, or
+        capture.step_into where f is a site or caller, ``f(inputs, out)``)."""
+        return f"{'RO' if into else 'R'}({f}, {args})" if self.record else f"{f}({args})"
 
     def function(self):
         bound, code = self.bound, self.code
@@ -303,7 +304,7 @@ class _Writer:
                 self.emit(f"        {v} = {self.call('e', nat + ', al(n.shape, n.dtype)')}")
             self.emit("    else:")
             self.emit("        go = g.go")
-            self.emit(f"        {v} = {put}{self.call('go', f'[{args}], {out}')}")
+            self.emit(f"        {v} = {put}{self.call('go', f'[{args}], {out}', True)}")
             self.emit("else:")
             if self.record:
                 self.emit("    SLOW()")
@@ -378,7 +379,7 @@ class _Writer:
             self.emit(f"        {v} = {self.call('e', f'{nat}, {into}')}")
             self.emit("    else:")
             self.emit("        go = g.go")
-            self.emit(f"        {v} = {self.call('go', f'[{args}], o')}")
+            self.emit(f"        {v} = {self.call('go', f'[{args}], o', True)}")
             self.emit("else:")
             if self.record:
                 self.emit("    SLOW()")

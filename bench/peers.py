@@ -266,7 +266,8 @@ def measure_peaks(load):
     """(resident, transient) bytes of a serving process: ``load()`` builds the model (msvm: the Cell
     with its weights; onnxruntime: its session from the serialized graph, made before) and returns its
     forward, warmed here
-    (8 calls, compiles done); resident = the high-water mark of one steady forward above the
+    (16 calls, compiles done: msvm's forward is captured by then, interp/capture.py);
+    resident = the high-water mark of one steady forward above the
     process's resident set before ``load`` (weights, prepared weights, arenas, code, the call's
     buffers); transient = the same above the resident set just before that forward."""
     import gc
@@ -278,7 +279,7 @@ def measure_peaks(load):
     base = _status_kb("VmRSS") * 1024
     fn = load()
     gc.collect()
-    for _ in range(8):
+    for _ in range(16):
         fn()
         tiers.wait_for_compiles(120)
     gc.collect()

@@ -110,7 +110,8 @@ def test_a_captured_forward_answers_as_the_interpreter(eager):
     xs = _images(rng, 12)
     want = _answers(net, xs, "L1")
     _settle(net, xs[0])
-    assert _slot(net).program is not None, "nothing was captured"
+    laid = _slot(net).program.laid
+    assert laid is not None and laid[1] < laid[0], laid     # (the buffers the steps made, laid out by lifetime)
     got = _answers(net, xs, "auto")
     for g, w, x in zip(got, want, xs):
         assert_numpy_equal(g, w, rtol=2e-5, atol=2e-5)

@@ -46,7 +46,7 @@ from .arena import _stack
 
 MISS = object()
 CAPTURE_AFTER = 4       # replays of one signature before its work is recorded (then 2x as long after each refusal)
-TRIES = 6               # recordings one signature may try (not counting those that met a site still compiling)
+TRIES = 6               # recordings one signature may try (not counting the first, which fills the recording's caches)
 WAIT_MOST = 256         # the most replays between two recordings
 SETTLE = 3              # replays after one that met a site still compiling (a new caller keeps its native
 #                         calls from its second call, conv.Memos: recorded sooner, it would be a Python step)
@@ -459,10 +459,9 @@ class Slot:
                 self.why = rec.why or "the recording replay fell back"
                 if rec.permanent:
                     self.on = False
-                elif out is not FALLBACK:       # (a site not ready yet: not counted as a try)
-                    self.tries -= 1
-                    if fresh:           # (its first run filled the recording replay's caches)
-                        self.wait = SETTLE
+                elif out is not FALLBACK and fresh:     # (its first run filled the recording replay's caches:
+                    self.tries -= 1                     # not counted as a try)
+                    self.wait = SETTLE
                 return MISS if out is FALLBACK else out      # (no program holds it: the caller's)
             copied = sum(s.nbytes for _k, s in staging) + sum(a.nbytes for a in _arrays(out, []))
             steps = sum(len(i[2][0]) if i[0] == "native" else 1 for i in rec.items)

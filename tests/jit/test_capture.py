@@ -256,3 +256,28 @@ def test_random_source_programs_are_captured_at_all(eager):
     """(The test above would pass with nothing captured: most of these programs are.)"""
     made = [any(c.program is not None for c in _source_calls(seed)) for seed in range(0, 80, 8)]
     assert sum(made) >= len(made) // 2, made
+
+
+class WithConstant(nn.Cell):
+    """A tensor made in construct from no input (FILL: the program never makes it again), used after
+    sub-Cells whose results are laid out by lifetime (found on mindcv's DenseNet-121)."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = Block(8), Block(8)
+        self.stem = nn.Conv2d(3, 8, 3, pad_mode="same")
+
+    def construct(self, x):
+        ones = ops.ones((x.shape[0], 8, x.shape[2], x.shape[3]), ms.float32)
+        return self.b(self.a(self.stem(x)) + ones) * ones
+
+
+def test_a_constant_made_in_construct_keeps_its_value(eager):
+    net, rng = WithConstant(), np.random.default_rng(6)
+    net.set_train(False)
+    xs = _images(rng, 12)
+    want = _answers(net, xs, "L1")
+    _settle(net, xs[1])                        # (recorded on an image with NaN in it)
+    assert _slot(net).program is not None
+    for g, w in zip(_answers(net, xs, "auto"), want):
+        assert_numpy_equal(g, w, rtol=2e-5, atol=2e-5)

@@ -191,12 +191,14 @@ def _relocate(rec: _Recorder, result, outside: list):
     made: dict = {}                     # id -> [array, first step, last step]
     for k, item in enumerate(rec.items):
         res = item[2][3] if item[0] == "native" else item[4]
+        read = [] if item[0] == "native" else _arrays((item[2], item[3]), [])
         for y in _arrays(res, []):
-            if id(y) not in seen and y.base is None and y.nbytes and y.flags.c_contiguous:
+            # (a step that reads no array is a constant the program never runs again: its result stays put)
+            if id(y) not in seen and y.base is None and y.nbytes and y.flags.c_contiguous and \
+                    (read or item[0] == "native"):
                 made[id(y)] = [y, k, k]
             seen.add(id(y))
-        if item[0] == "call":
-            seen.update(id(x) for x in _arrays((item[2], item[3]), []))
+        seen.update(id(x) for x in read)
     if len(made) < 2:
         return result
     spans = sorted((*_span(b[0]), i) for i, b in made.items())
@@ -356,7 +358,6 @@ class Program:
         exec(compile(src, "<msvm captured program>", "exec"), ns)
         self.fn = ns["program"]
         self.fn.source = src
-        self.steps = len(lines)
 
     @staticmethod
     def _call(ns: dict, f, a, kw) -> str:
@@ -470,7 +471,7 @@ class Slot:
                 self.on = False
                 return out
             try:
-                self.program = Program(rec, staging, out, depth, self.config)
+                self.program, self.why = Program(rec, staging, out, depth, self.config), None
             except NotCapturable as e:
                 self.why = str(e)
                 if e.permanent:

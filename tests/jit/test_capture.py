@@ -177,6 +177,47 @@ def test_another_thread_and_another_level_run_the_replay(eager):
     assert eager["n"] == runs                 # (recorded at auto: L2 runs the replay)
 
 
+def _sites(net):
+    """Every tier Site of the net's Cells (their runners' bound codes)."""
+    out = []
+    for _name, cell in net.cells_and_names():
+        runner = cell.__dict__.get("_runner")
+        for var in (runner.variants.values() if runner is not None else ()):
+            for bound in [var.bound, *var.runs.values()]:
+                for code in bound.code.all_codes() if bound is not None else ():
+                    out += [s for s in code.jit_sites.values() if isinstance(s, tiers.Site)]
+    return out
+
+
+def test_a_stream_of_more_sizes_than_a_site_specializes_is_captured_at_each(eager):
+    """Four image sizes in turn (more than L3_SHAPES): the convolution sites go polymorphic and stay on
+    their L2 kernels, whose callers are then final, so every size's forward is still captured, and
+    each answers as the interpreter (NaN and inf in one image)."""
+    net, rng = _net(), np.random.default_rng(5)
+    sizes = [(13, 11), (9, 9), (16, 7), (11, 14)]
+    xs = {hw: rng.standard_normal((2, 3) + hw).astype(np.float32) for hw in sizes}
+    xs[(9, 9)][1, 2, 0, :2] = [np.nan, np.inf]
+    want = {hw: _answers(net, [x], "L1")[0] for hw, x in xs.items()}
+    ms.set_context(jit_config={"jit_level": "auto"})
+    memo = net.__dict__["_runner"].memo
+    for _ in range(60):
+        _answers(net, xs.values(), "auto")
+        tiers.wait_for_compiles()
+        slots = [sig.replay.__globals__["C"] for sig in memo.values() if sig.replay]
+        if len(slots) == len(sizes) and all(s.program is not None for s in slots):
+            break
+    assert [s.why for s in slots] == [None] * len(sizes) and all(s.program is not None for s in slots)
+    conv = [s for s in _sites(net) if s.op == "FUSED_CONV"]
+    assert conv and all(s.polymorphic and not any(isinstance(k, tiers.Compiled) for k in s.l3.values())
+                        for s in conv)
+    runs = eager["n"]
+    for _ in range(2):
+        got = {hw: _answers(net, [x], "auto")[0] for hw, x in xs.items()}
+        for hw in sizes:
+            assert_numpy_equal(got[hw], want[hw], rtol=2e-5, atol=2e-5)
+    assert eager["n"] - runs == 2 * len(sizes)
+
+
 class Flip(nn.Cell):
     def construct(self, x):
         return ops.transpose(x * 2.0, (0, 1, 3, 2))     # a view: the next Cell gets a strided tensor

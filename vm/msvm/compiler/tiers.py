@@ -8,7 +8,8 @@ concrete shapes the site queues an L3 compile (dims and strides are constants, t
 L3 passes, codegen O3, BLAS row blocks for matmul) and switches to it — for
 at most ``L3_SHAPES`` shapes: a site whose shapes keep changing is polymorphic and
 stays on its shape-generic L2 kernel (so a stream of new batch sizes costs one
-compile, not one per size). ``jit_level`` "L1" never
+compile, not one per size), whose prepared caller then serves each layout as an L3 one
+does (the fast path, a replay's remembered caller, a captured program). ``jit_level`` "L1" never
 compiles; "L2"/"L3" compile that tier synchronously and never change. A compile
 that fails or exceeds its budget is counted, logged, and the site stays on L1 for
 that shape class; results are the same in every tier.
@@ -81,7 +82,8 @@ class Site:
         self.l1_why: dict = {}   # why inputs of some layouts stay in the interpreter (the planner's reason)
         self.why: dict = {}      # (level, l2/l3 key) -> reasons.Reason its kernel was asked for, or failed
         self.callers: dict = {}  # (concrete key, output shape) -> Prepared (its kernel and go(inputs, out))
-        self.fast: dict = {}     # (shape, strides, dtype) per input -> Prepared, for shapes whose L3 kernel is loaded
+        self.fast: dict = {}     # (shape, strides, dtype) per input -> Prepared, for shapes whose L3 kernel is
+        #                          loaded, or, once the site is polymorphic, whose L2 kernel is final
         # a matmul by a transposed weight (Dense: x @ W.T) runs on a contiguous copy of W.T, which BLAS
         # multiplies faster for few rows; a Parameter's array is read-only, so the copy stays valid
         # while the same array is in place (``transposed``)
@@ -154,6 +156,12 @@ class Site:
                 self.compile(3, plan, sync=False)
         if isinstance(k2, Compiled):
             self.stats["hits"] += 1
+            if self.polymorphic and k3 is None and len(self.fast) < 16:
+                # a polymorphic site never specializes this shape: its L2 caller is final for this layout,
+                # the fast path's and a replay's (and so a captured program's: interp/capture.py)
+                pr = self.fast[exact] = self.caller_for(k2, plan)
+                gcpolicy.settle()
+                return pr.go(inputs, out)
             return self.run(k2, plan, inputs, out)
         self._miss(2, cls_key)
         return reference(*inputs)
@@ -321,15 +329,18 @@ class Site:
 
     # --- calling (callconv.py)
     def run(self, compiled: Compiled, plan: Plan, inputs, out):
-        # a caller is made for a kernel and an output shape: shapes with the same element count
-        # can share a kernel (their shape key), never an output
+        return self.caller_for(compiled, plan).go(inputs, out)
+
+    def caller_for(self, compiled: Compiled, plan: Plan) -> Prepared:
+        """This kernel's caller at this plan (made once). A caller is made for a kernel and an output
+        shape: shapes with the same element count can share a kernel (their shape key), never an output."""
         key = (plan.key, plan.out_shape)
         c = self.callers.get(key)
         if c is None or c.compiled is not compiled:
             if len(self.callers) > 64:        # a polymorphic L2 site: keep the table small
                 self.callers.clear()
             c = self.callers[key] = Prepared(compiled, self.caller(compiled, plan))
-        return c.go(inputs, out)
+        return c
 
     def caller(self, compiled: Compiled, plan: Plan):
         """``go(inputs, out) -> out`` for this kernel at this plan (``callconv.caller``)."""

@@ -108,12 +108,12 @@ def hit(stats) -> None:
     h[id(stats)] = (stats, h.get(id(stats), (stats, 0))[1] + 1)
 
 
-def slow() -> None:
+def slow(site) -> None:
     """A site call took the site's own checks (no prepared caller yet, or other strides): its tier may
     still change, so this call makes no program (the recording replay's caches are warm next time)."""
     rec = _REC[0]
     if rec.why is None:
-        rec.why = "a site without a prepared caller"
+        rec.why = f"a site without a prepared caller: {site.where()}"
 
 
 class _Recorder:

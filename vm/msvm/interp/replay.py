@@ -307,7 +307,7 @@ class _Writer:
             self.emit(f"        {v} = {put}{self.call('go', f'[{args}], {out}', True)}")
             self.emit("else:")
             if self.record:
-                self.emit("    SLOW()")
+                self.emit(f"    SLOW({site})")
             ref = self.const("ref", spec.reference)
             self.emit(f"    {v} = {put}{self.call(site, f'[{args}], {ref}, {out}')}")
             self.emit("    if E[2]:")
@@ -382,7 +382,7 @@ class _Writer:
             self.emit(f"        {v} = {self.call('go', f'[{args}], o', True)}")
             self.emit("else:")
             if self.record:
-                self.emit("    SLOW()")
+                self.emit(f"    SLOW({site})")
             ref = self.const("ref", spec.reference)
             self.emit(f"    {v} = {self.call(site, f'[{args}], {ref}, o')}")
             self.emit("    if E[2]:")

@@ -10,6 +10,7 @@ import threading
 import msvm as ms
 import numpy as np
 import pytest
+from attention_cells import STYLES, numpy_style, style_inputs
 from msvm import nn, ops
 from msvm.compiler import tiers
 from msvm.interp import capture
@@ -216,6 +217,56 @@ def test_a_stream_of_more_sizes_than_a_site_specializes_is_captured_at_each(eage
         for hw in sizes:
             assert_numpy_equal(got[hw], want[hw], rtol=2e-5, atol=2e-5)
     assert eager["n"] - runs == 2 * len(sizes)
+
+
+class WithTable(nn.Cell):
+    """An attention block that also returns a Parameter (as BertModel returns its embedding table)."""
+
+    def __init__(self, inner):
+        super().__init__()
+        self.inner = inner
+        self.table = ms.Parameter(ms.Tensor(np.arange(12, dtype=np.float32).reshape(3, 4)), name="table")
+
+    def construct(self, q, k, v, mask):
+        return self.inner(q, k, v, mask), self.table
+
+
+@pytest.mark.parametrize("style", sorted(STYLES))
+def test_attention_is_captured_at_each_length(eager, style):
+    """BERT's, GPT-2's and LLaMA's attention at four lengths in turn (more than L3_SHAPES): each length's
+    forward is captured with its attention site's final kernels, and answers as the interpreter and
+    float64 numpy (NaN in one query); the Parameter it returns is returned as it is, not copied."""
+    rng = np.random.default_rng(6)
+    h, d = 2, 8
+    net = WithTable(STYLES[style](d))
+    ins = {s: style_inputs(rng, style, 2, s, h, d) for s in (5, 7, 9, 11)}
+    ins[7][0][1, 2, 0, 0] = np.nan
+    ms.set_context(jit_config={"jit_level": "L1"})
+    with np.errstate(all="ignore"):
+        want = {s: net(*map(ms.Tensor, a))[0].asnumpy() for s, a in ins.items()}
+    ms.set_context(jit_config={"jit_level": "auto"})
+    memo = net.__dict__["_runner"].memo
+    for _ in range(60):
+        with np.errstate(all="ignore"):
+            for a in ins.values():
+                net(*map(ms.Tensor, a))
+        tiers.wait_for_compiles()
+        slots = [sig.replay.__globals__["C"] for sig in memo.values() if sig.replay]
+        if len(slots) == len(ins) and all(sl.program is not None for sl in slots):
+            break
+    assert [sl.why for sl in slots] == [None] * len(ins) and all(sl.program is not None for sl in slots)
+    runs = eager["n"]
+    for _ in range(2):
+        for s, a in ins.items():
+            with np.errstate(all="ignore"):
+                out, table = net(*map(ms.Tensor, a))
+            got = out.asnumpy()
+            assert_numpy_equal(got, want[s], rtol=2e-5, atol=2e-6)
+            ref = numpy_style(style, *a, d)
+            fin = np.isfinite(ref)
+            assert np.isnan(got[~fin]).all() and np.allclose(got[fin], ref[fin], rtol=1e-4, atol=1e-5)
+            assert table.asnumpy() is net.table._data
+    assert eager["n"] - runs == 2 * len(ins)
 
 
 class Flip(nn.Cell):

@@ -45,7 +45,9 @@ shape class. Every compile says why (``reasons.kernel_needed``), every kernel go
 kernel cache (memory and disk: ``compile_kernel``, so each has its key and its compile event in
 the profile), a call that waits for a kernel is a ``miss`` with its reason, and inputs the plan
 does not take are said once (``reasons.l1_only``). The tables hold a ``Kernels`` per shape class /
-shape: the stages' kernels and the row kernel, with one combined ``key``.
+shape: the stages' kernels and the row kernel, with one combined ``key``. Once a layout's kernels are
+final (its L3 ones, or a polymorphic site's L2 ones) a replay remembers the site's caller for it
+(``fast_for``), and a captured forward (interp/capture.py) runs it as one of its steps.
 """
 
 from __future__ import annotations
@@ -59,7 +61,7 @@ import numpy as np
 from .. import context, events, reasons
 from . import attention_plan
 from .build import BUDGET_S, blas, compile_kernel, worker
-from .callconv import _parallel, elementwise_caller
+from .callconv import Prepared, _parallel, elementwise_caller
 from .entry import data_pointer
 from .kir import Elementwise, RowKernel
 from .planning import Plan
@@ -95,8 +97,22 @@ class AttentionSite(Site):
         except Exception as e:  # noqa: BLE001 - a program the tiers cannot split runs the L1 kernel
             self.split = e
 
-    def fast_for(self, inputs):        # (a replay calls the site itself: no prepared caller, no native entry)
-        return None
+    def fast_for(self, inputs) -> Prepared | None:
+        """What a replay may call for inputs of this layout once their kernels are final (no native
+        entry): their L3 kernels, or a polymorphic site's L2 ones (it specializes no new shape)."""
+        p = self.plan(inputs)
+        if p is None:
+            return None
+        k = self.l3.get(p.key)
+        if not isinstance(k, Kernels):
+            k = self.l2.get(p.cls) if self.polymorphic and k is None else None
+            if not isinstance(k, Kernels):
+                return None
+        run = self.go
+
+        def go(inputs, out, k=k, p=p):
+            return run(k, p, inputs, out)
+        return Prepared(k, go)
 
     def _make_plan(self, inputs):
         if isinstance(self.split, Exception):
@@ -130,14 +146,14 @@ class AttentionSite(Site):
         k3 = self.l3.get(key)
         if isinstance(k3, Kernels) and level != "L2":
             self.stats["hits"] += 1
-            return self.go(k3, p, inputs)
+            return self.go(k3, p, inputs, out)
         if level == "L3":
             if k3 is None:
                 self.compile(3, p, sync=True)
                 k3 = self.l3.get(key)
                 if isinstance(k3, Kernels):
                     self.stats["misses"] += 1
-                    return self.go(k3, p, inputs)
+                    return self.go(k3, p, inputs, out)
             self._miss(3, key)
             return reference(*inputs)
         k2 = self.l2.get(cls)
@@ -154,7 +170,7 @@ class AttentionSite(Site):
                 self.compile(3, p, sync=False)
         if isinstance(k2, Kernels):
             self.stats["hits"] += 1
-            return self.go(k2, p, inputs)
+            return self.go(k2, p, inputs, out)
         self._miss(2, cls)
         return reference(*inputs)
 
@@ -246,7 +262,9 @@ class AttentionSite(Site):
                                                       lambda _j, a: data_pointer(a))
         return f
 
-    def go(self, kernels: Kernels, p, inputs):
+    def go(self, kernels: Kernels, p, inputs, out=None):
+        """The attention for these inputs: into ``out`` where it is a C-contiguous array of the result's
+        shape and dtype (a replay's buffer), else into a new array."""
         d, det = p.dtype, p.details
         q, k, v = inputs[0], inputs[1], inputs[-1]
         extras = inputs[2:-1]
@@ -292,7 +310,8 @@ class AttentionSite(Site):
         if fused is None:
             row_call(kernels.row.fn, two, det["rows"], det["n"], data_pointer(probs), data_pointer(scores), None, None)
         layout = det["layout"]
-        res = np.empty(p.out_shape, d)
+        res = out if (type(out) is _ND and out.shape == p.out_shape and out.dtype == d
+                      and out.flags.c_contiguous) else np.empty(p.out_shape, d)
         view = res.transpose(np.argsort(layout)) if layout else res
         if not (two and heads_product(probs, v, view)):
             np.matmul(probs, v, out=view)

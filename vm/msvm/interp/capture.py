@@ -157,11 +157,13 @@ def _arrays(x, out: list) -> list:
     return out
 
 
-def _copy(x):
+def _copy(x, own=frozenset()):
+    """x with each array copied but those whose id is in ``own`` (a Parameter's array the result
+    returns: the program never writes it, and a replay returns it as it is)."""
     if isinstance(x, np.ndarray):
-        return x.copy(order="K")
+        return x if id(x) in own else x.copy(order="K")
     if type(x) in (tuple, list):
-        return type(x)(_copy(y) for y in x)
+        return type(x)(_copy(y, own) for y in x)
     return x
 
 
@@ -300,6 +302,7 @@ class Program:
         self.level = config["jit_level"]
         self.staging = staging
         self.params = tuple(rec.params.values())
+        self.own = frozenset(id(d) for _p, d in self.params)     # (held by params: the ids stay theirs)
         try:
             result = _relocate(rec, result, [s for _k, s in staging] + [d for _p, d in self.params])
         except NotCapturable:           # (then the buffers stay where the recording made them)
@@ -412,7 +415,7 @@ class Slot:
                 return MISS
             for stats, n in p.hits:
                 stats["hits"] += n
-            return _copy(p.result)
+            return _copy(p.result, p.own)
         self.count += 1
         if self.count < self.wait:
             return MISS
@@ -464,7 +467,8 @@ class Slot:
                     self.tries -= 1                     # not counted as a try)
                     self.wait = SETTLE
                 return MISS if out is FALLBACK else out      # (no program holds it: the caller's)
-            copied = sum(s.nbytes for _k, s in staging) + sum(a.nbytes for a in _arrays(out, []))
+            own = {id(d) for _p, d in rec.params.values()}
+            copied = sum(s.nbytes for _k, s in staging) + sum(a.nbytes for a in _arrays(out, []) if id(a) not in own)
             steps = sum(len(i[2][0]) if i[0] == "native" else 1 for i in rec.items)
             if copied > STEP_BYTES * steps:     # (a few kernels over large tensors: the copies would cost more)
                 self.why = f"{copied} bytes copied for {steps} steps"
@@ -477,6 +481,6 @@ class Slot:
                 if e.permanent:
                     self.on = False
                 return out
-            return _copy(out)
+            return _copy(out, self.program.own)
         finally:
             _lock.release()

@@ -219,6 +219,38 @@ def test_a_stream_of_more_sizes_than_a_site_specializes_is_captured_at_each(eage
     assert eager["n"] - runs == 2 * len(sizes)
 
 
+def test_a_cell_keeps_at_most_programs_most_programs(eager, monkeypatch):
+    """Each program holds its own buffers: a Cell called at more signatures than PROGRAMS_MOST captures
+    that many, replays the rest (and says why), answers each as the interpreter; a program dropped
+    (a new Parameter array) makes room for another."""
+    monkeypatch.setattr(capture, "PROGRAMS_MOST", 2)
+    net, rng = _net(), np.random.default_rng(8)
+    xs = [rng.standard_normal((1, 3, 9 + k, 10)).astype(np.float32) for k in range(4)]
+    want = _answers(net, xs, "L1")
+    memo = net.__dict__["_runner"].memo
+    for _ in range(40):
+        _answers(net, xs, "auto")
+        tiers.wait_for_compiles()
+    slots = [sig.replay.__globals__["C"] for sig in memo.values() if sig.replay]
+    kept = [sl for sl in slots if sl.program is not None]
+    assert len(slots) == 4 and len(kept) == 2 and slots[0].alive == [2]
+    assert all("MSVM_CAPTURE_PROGRAMS=2" in sl.why for sl in slots if sl.program is None)
+    for g, w in zip(_answers(net, xs, "auto"), want):
+        assert_numpy_equal(g, w, rtol=2e-5, atol=2e-5)
+    w = net.fc.weight
+    w.set_data(ms.Tensor(w.asnumpy() * 2))
+    want = _answers(net, xs, "L1")
+    _answers(net, xs, "auto")                   # (the two programs are stale: dropped)
+    assert slots[0].alive == [0]
+    for sl in slots:
+        sl.on, sl.count, sl.tries, sl.wait = True, 0, 0, 1
+    for _ in range(3):
+        got = _answers(net, xs, "auto")
+    assert slots[0].alive == [2]
+    for g, w in zip(got, want):
+        assert_numpy_equal(g, w, rtol=2e-5, atol=2e-5)
+
+
 class WithTable(nn.Cell):
     """An attention block that also returns a Parameter (as BertModel returns its embedding table)."""
 

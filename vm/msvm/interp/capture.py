@@ -30,7 +30,9 @@ depth it was recorded at, at the same jit_level, while each Parameter holds the 
 (``set_data``), those arrays stay read-only (as conv.Memo asks) and no workspace has moved since;
 anything else is a ``MISS`` (the replay runs) and, where the program is stale, drops it (a later
 call records again). A step that raises drops it too, and the replay runs the call from the start
-(every step on a replayed path is pure). ``MSVM_CAPTURE=0`` turns capturing off.
+(every step on a replayed path is pure). Each program holds its own buffers, so at most
+``PROGRAMS_MOST`` of one Cell are alive (``MSVM_CAPTURE_PROGRAMS``); a signature met after that is
+replayed. ``MSVM_CAPTURE=0`` turns capturing off.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ import bisect
 import ctypes
 import os
 import threading
+import weakref
 
 import numpy as np
 
@@ -52,6 +55,10 @@ SETTLE = 3              # replays after one that met a site still compiling (a n
 #                         calls from its second call, conv.Memos: recorded sooner, it would be a Python step)
 STEP_BYTES = 64 << 10   # bytes of arguments and result a program may copy per step it saves (else none is kept)
 ENABLED = os.environ.get("MSVM_CAPTURE", "1") != "0"
+# programs of one Cell alive at once: each holds its own buffers (a forward's intermediates, which a
+# replay frees; BERT-base over a stream of 20 lengths held 51 MB more with 13 programs), so a stream of
+# many shapes captures its first PROGRAMS_MOST signatures and replays the rest
+PROGRAMS_MOST = int(os.environ.get("MSVM_CAPTURE_PROGRAMS", "8"))
 
 TAP: list = [None]      # the recording's hook, called by a convolution memo that hit (conv.Memo.hit)
 _REC: list = [None]     # the recording in progress
@@ -297,7 +304,7 @@ def _relocate(rec: _Recorder, result, outside: list):
 class Program:
     """The recorded steps as one function, and what must hold for it to run (module doc)."""
 
-    def __init__(self, rec: _Recorder, staging: list, result, depth: int, config):
+    def __init__(self, rec: _Recorder, staging: list, result, depth: int, config, alive: list):
         self.tid, self.depth, self.config = rec.tid, depth, config
         self.level = config["jit_level"]
         self.staging = staging
@@ -361,6 +368,8 @@ class Program:
         exec(compile(src, "<msvm captured program>", "exec"), ns)
         self.fn = ns["program"]
         self.fn.source = src
+        alive[0] += 1
+        weakref.finalize(self, _freed, alive)
 
     @staticmethod
     def _call(ns: dict, f, a, kw) -> str:
@@ -383,15 +392,31 @@ class Program:
         return True
 
 
+_ALIVE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def alive(bound) -> list:
+    """[programs alive] of this BoundCode's signatures (a Cell's), shared by their Slots."""
+    a = _ALIVE.get(bound)
+    if a is None:
+        a = _ALIVE[bound] = [0]
+    return a
+
+
+def _freed(count: list) -> None:
+    count[0] -= 1
+
+
 class Slot:
     """The capture of one top-level replay (one signature): counts its replays, records one, and
     runs its Program from then on (``__call__``: the result, or MISS where the replay must run)."""
 
-    __slots__ = ("build", "on", "program", "wait", "count", "tries", "recorder", "config", "why")
+    __slots__ = ("build", "on", "program", "wait", "count", "tries", "recorder", "config", "why", "alive")
 
-    def __init__(self, build, config):
+    def __init__(self, build, config, alive: list):
         self.build = build              # () -> the recording replay, or None where there is none
         self.config = config            # the live jit_config
+        self.alive = alive              # [programs alive] of every signature of this Cell's code
         self.on = ENABLED
         self.program = None
         self.wait, self.count, self.tries = CAPTURE_AFTER, 0, 0
@@ -474,8 +499,12 @@ class Slot:
                 self.why = f"{copied} bytes copied for {steps} steps"
                 self.on = False
                 return out
+            if self.alive[0] >= PROGRAMS_MOST:
+                self.why = f"{self.alive[0]} programs of this Cell are alive (MSVM_CAPTURE_PROGRAMS={PROGRAMS_MOST})"
+                self.on = False
+                return out
             try:
-                self.program, self.why = Program(rec, staging, out, depth, self.config), None
+                self.program, self.why = Program(rec, staging, out, depth, self.config, self.alive), None
             except NotCapturable as e:
                 self.why = str(e)
                 if e.permanent:

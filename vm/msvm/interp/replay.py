@@ -210,7 +210,8 @@ class _Writer:
         head = [f"def replay({', '.join(params)}):"]
         if self.top and self.bound.accelerator is not None:
             bound, env = self.bound, dict(self.env)
-            self.ns.update(C=capture.Slot(lambda: build(bound, env, record=True), bound.accelerator.config),
+            self.ns.update(C=capture.Slot(lambda: build(bound, env, record=True), bound.accelerator.config,
+                                          capture.alive(bound)),
                            MISS=capture.MISS)
             head += ["    if C.on:", f"        r = C({', '.join(params)})",      # (its captured program: capture.py)
                      "        if r is not MISS:", "            return r"]

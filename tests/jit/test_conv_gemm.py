@@ -13,6 +13,7 @@ import msvm as ms
 import numpy as np
 import pytest
 from msvm.compiler import conv, gemm
+from msvm.compiler.codegen import codegen
 from msvm.compiler.entry import data_pointer
 from test_conv_tiers2 import close, compiled_kinds, conv_sites, forward, images, make, reference
 
@@ -201,8 +202,9 @@ def test_depthwise_and_pool_planes_split_over_two_threads_agree(monkeypatch):
 
 
 def test_route(monkeypatch):
-    """Without MSVM_CONV_GEMM: the taps route for float32 and float64 whatever the shape where msvm's
-    tiles are wider than BLAS's, else only for few channels per tap (the RGB stem), whatever the
+    """Without MSVM_CONV_GEMM: the taps route for float32 and float64 whatever the shape on a target
+    with msvm's wide tiles (AVX-512, whatever OpenBLAS's kernels), else only for few channels per
+    tap (the RGB stem), whatever the
     threads (the BLAS route splits its products too); BLAS for other dtypes (conv.route's docstring
     has the figures); MSVM_CONV_GEMM=blas keeps BLAS, =taps takes taps."""
     monkeypatch.delenv(conv.ROUTE_ENV, raising=False)
@@ -220,6 +222,8 @@ def test_route(monkeypatch):
                 for d in (np.float32, np.float64):
                     assert r(x, w, st, pad, (1, 1), 1, d, wide) == want, (x, w, wide, cores)
                 assert r(x, w, st, pad, (1, 1), 1, np.float16, wide) == "blas"
+    avx512 = "+avx512f" in codegen().features          # (OpenBLAS's own kernels are not asked)
+    assert r(*shapes[1], (1, 1), 1, np.float32) == ("taps" if avx512 else "blas")
     monkeypatch.setenv(conv.ROUTE_ENV, "blas")
     assert r(*shapes[0], (1, 1), 1, np.float32, True) == "blas"
     monkeypatch.setenv(conv.ROUTE_ENV, "taps")

@@ -179,7 +179,7 @@ from ..interp.capture import TAP
 from .build import blas
 from .callconv import cores, elementwise_caller
 from .entry import data_pointer
-from .gemm import TapsGemm, pack, pack_rows, packs_b, panel_width, taps_function, tile_rows, wider_than_blas
+from .gemm import TapsGemm, pack, pack_rows, packs_b, panel_width, taps_function, tile_rows, wide_tiles
 from .kir import dtype_name
 from .lower import BINARY, TYPES, UNARY, Unsupported, vec_width
 from .phases import function as phases_function
@@ -728,8 +728,14 @@ def route(x_shape, w_shape, stride, pad, dil, group, d, wide=None) -> str:
     "blas" (OpenBLAS: ``BlasConv``, or the L1 kernel's conv_gemm for dtypes BLAS lacks); BLAS for dtypes other
     than float32 and float64; ``MSVM_CONV_GEMM`` forces either. By measurement (the module doc):
 
-    - taps where msvm's tiles are wider than OpenBLAS's kernels (``wide``: gemm.wider_than_blas, an
-      AVX-512 target with OpenBLAS on its Haswell kernels: 1.7x BLAS on ResNet-50's forward);
+    - taps on an AVX-512 target (``wide``: gemm.wide_tiles, msvm's 12 x 32 register tiles), whatever
+      kernels OpenBLAS runs there: with OpenBLAS on its Haswell kernels (AMD EPYC Zen 5) 1.7x BLAS on
+      ResNet-50's forward; with OpenBLAS on its own AVX-512 kernels (an Intel Xeon, OpenBLAS 0.3.31
+      "skylakex"; one and two cores, alternating processes, ms per forward at 224 / 160, msvm over
+      onnxruntime in the same process) ResNet-50 one core BLAS 82.3 / 50.5 (1.44-1.60x ort), taps
+      69.4-71.8 / 40.9-42.7 (1.22-1.31x); two cores 54.6 / 33.3 against 49.5 / 31.6; MobileNet v2
+      one core 11.1 / 7.0 against 9.1 / 5.5, two cores 8.8 / 6.2 against 7.4 / 5.2 (this rule took
+      BLAS there before: taps only where OpenBLAS's tiles were narrower, ``wider_than_blas``);
     - taps on few channels per tap (FEW_CHANNELS: RGB stems, 1.15-1.5x BLAS's im2col);
     - else BLAS: on an AVX2 target both run 6 x 16 register tiles and OpenBLAS's packed operands
       beat reading A and B where they lie (AMD EPYC Zen 3, one core, ResNet-50's convolutions,
@@ -746,7 +752,7 @@ def route(x_shape, w_shape, stride, pad, dil, group, d, wide=None) -> str:
     if w_shape[1] <= FEW_CHANNELS:
         return "taps"
     if wide is None:
-        wide = wider_than_blas()
+        wide = wide_tiles()
     return "taps" if wide else "blas"
 
 

@@ -478,6 +478,15 @@ def use_packed(m: int, dtype) -> bool:
     return cores() >= 2 or wider_than_blas()
 
 
+def wide_tiles(features: str | None = None) -> bool:
+    """Whether this target runs the 12 x 32 register tiles (AVX-512: 32 vector registers; ``shape``)."""
+    if features is None:
+        from .codegen import codegen
+
+        features = codegen().features
+    return "+avx512f" in features
+
+
 AVX512_BLAS = ("skylakex", "cooperlake", "sapphirerapids")   # OpenBLAS's kernel families with AVX-512 tiles
 
 

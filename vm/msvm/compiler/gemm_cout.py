@@ -42,7 +42,7 @@ NAME = "msvm_gemm_cout"
 ROWS = 12                   # pixels per register tile (12 x 2 vectors: 24 accumulators)
 PREFETCH = 32               # elements ahead in the tile's channel row that each k step prefetches (0: none; ``_tile``)
 STORE_PREFETCH = 32         # elements ahead in each channel's row of C (and of the residual) that the store prefetches
-VERSION = 4                 # (in the kernel text, so the cache key: bump it when ir_cout changes)
+VERSION = 5                 # (in the kernel text, so the cache key: bump it when ir_cout changes)
 ARGS = ("i64", "i64", "i64", "ptr", "ptr", "ptr", "i64", "i64", "i64", "i64", "ptr", "i64", "i64", "i64",
         "i64", "ptr", "ptr", "ptr", "T", "T")
 
@@ -141,15 +141,47 @@ def _store(L, name, t, w, vt, mload, mstore):
     L(f"  %lov = shufflevector {vt} %lob, {vt} undef, <{w} x i32> zeroinitializer")
     L(f"  %hib = insertelement {vt} undef, {t} %hi, i32 0")
     L(f"  %hiv = shufflevector {vt} %hib, {vt} undef, <{w} x i32> zeroinitializer")
+    # (the tile's 2w scales and biases as four vectors, applied to the tile's rows before the transpose:
+    # per channel after it, a broadcast each, the store ran out of registers and spilled)
+    L(f"  %ob = insertelement <{w} x i64> undef, i64 %o, i32 0")
+    L(f"  %ov = shufflevector <{w} x i64> %ob, <{w} x i64> undef, <{w} x i32> zeroinitializer")
+    L(f"  %cb = insertelement <{w} x i64> undef, i64 %c0, i32 0")
+    L(f"  %cv = shufflevector <{w} x i64> %cb, <{w} x i64> undef, <{w} x i32> zeroinitializer")
+    L("  br i1 %hasb, label %pre, label %b0")
+    L("pre:")
+    for v in range(2):
+        L(f"  %cl{v} = add <{w} x i64> %cv, <" + ", ".join(f"i64 {v * w + x}" for x in range(w)) + ">")
+        L(f"  %cm{v} = icmp slt <{w} x i64> %cl{v}, %ov")
+        L(f"  %co{v} = add i64 %c0, {v * w}")
+        for nm, arr in (("sc", "scale"), ("bc", "bias")):
+            L(f"  %{nm}p{v} = getelementptr {t}, {t}* %{arr}, i64 %co{v}")
+            L(f"  %{nm}q{v} = bitcast {t}* %{nm}p{v} to {vt}*")
+            L(f"  %{nm}{v} = call {vt} {mload}({vt}* %{nm}q{v}, i32 4, <{w} x i1> %cm{v}, {vt} zeroinitializer)")
     L("  br label %b0")
     for v in range(2):
         L(f"b{v}:")
+        if v == 0:
+            for nm in ("sc", "bc"):
+                for u in range(2):
+                    L(f"  %{nm}h{u} = phi {vt} [ zeroinitializer, %entry ], [ %{nm}{u}, %pre ]")
         rows = []
         for i in range(w):
             L(f"  %l{v}_{i}p = getelementptr {t}, {t}* %buf, i64 {(i * 2 + v) * w}")
             L(f"  %l{v}_{i}q = bitcast {t}* %l{v}_{i}p to {vt}*")
             L(f"  %l{v}_{i} = load {vt}, {vt}* %l{v}_{i}q, align 64")
             rows.append(f"%l{v}_{i}")
+        # (the batch norm on each pixel's row of channels, before the transpose: a vector of scales and one
+        # of biases per block, the same multiply and add per element as gemm's epilogue)
+        L(f"  br i1 %hasb, label %s{v}, label %x{v}")
+        L(f"s{v}:")
+        for i in range(w):
+            L(f"  %m{v}_{i} = fmul {vt} %l{v}_{i}, %sch{v}")
+            L(f"  %a{v}_{i} = fadd {vt} %m{v}_{i}, %bch{v}")
+        L(f"  br label %x{v}")
+        L(f"x{v}:")
+        for i in range(w):
+            L(f"  %y{v}_{i} = phi {vt} [ %l{v}_{i}, %b{v} ], [ %a{v}_{i}, %s{v} ]")
+        rows = [f"%y{v}_{i}" for i in range(w)]
         cols = _transpose(L, t, w, rows, f"tr{v}_")
         L(f"  br label %c{v}_0")
         for lane in range(w):
@@ -160,21 +192,7 @@ def _store(L, name, t, w, vt, mload, mstore):
             L(f"  %in{tag} = icmp slt i64 %ch{tag}, %o")
             L(f"  br i1 %in{tag}, label %e{tag}, label %{nxt}")
             L(f"e{tag}:")
-            L(f"  %sp{tag} = getelementptr {t}, {t}* %scale, i64 %ch{tag}")
-            L(f"  %bp{tag} = getelementptr {t}, {t}* %bias, i64 %ch{tag}")
-            L(f"  br i1 %hasb, label %eb{tag}, label %ebx{tag}")
-            L(f"eb{tag}:")
-            L(f"  %ss{tag} = load {t}, {t}* %sp{tag}")
-            L(f"  %bs{tag} = load {t}, {t}* %bp{tag}")
-            L(f"  %si{tag} = insertelement {vt} undef, {t} %ss{tag}, i32 0")
-            L(f"  %sv{tag} = shufflevector {vt} %si{tag}, {vt} undef, <{w} x i32> zeroinitializer")
-            L(f"  %bi{tag} = insertelement {vt} undef, {t} %bs{tag}, i32 0")
-            L(f"  %bv{tag} = shufflevector {vt} %bi{tag}, {vt} undef, <{w} x i32> zeroinitializer")
-            L(f"  %fs{tag} = fmul {vt} {cols[lane]}, %sv{tag}")        # (a multiply, then an add: gemm's epilogue)
-            L(f"  %fb{tag} = fadd {vt} %fs{tag}, %bv{tag}")
-            L(f"  br label %ebx{tag}")
-            L(f"ebx{tag}:")
-            L(f"  %g{tag} = phi {vt} [ {cols[lane]}, %e{tag} ], [ %fb{tag}, %eb{tag} ]")
+            g = cols[lane]
             L(f"  %offm{tag} = mul i64 %ch{tag}, %P")
             L(f"  %off{tag} = add i64 %offm{tag}, %p0")
             L(f"  br i1 %hasr, label %er{tag}, label %erx{tag}")
@@ -187,10 +205,10 @@ def _store(L, name, t, w, vt, mload, mstore):
             L(f"  %rp{tag} = getelementptr {t}, {t}* %res, i64 %off{tag}")
             L(f"  %rq{tag} = bitcast {t}* %rp{tag} to {vt}*")
             L(f"  %rl{tag} = call {vt} {mload}({vt}* %rq{tag}, i32 4, <{w} x i1> %lm, {vt} zeroinitializer)")
-            L(f"  %gr{tag} = fadd {vt} %g{tag}, %rl{tag}")
+            L(f"  %gr{tag} = fadd {vt} {g}, %rl{tag}")
             L(f"  br label %erx{tag}")
             L(f"erx{tag}:")
-            L(f"  %h{tag} = phi {vt} [ %g{tag}, %ebx{tag} ], [ %gr{tag}, %er{tag} ]")
+            L(f"  %h{tag} = phi {vt} [ {g}, %e{tag} ], [ %gr{tag}, %er{tag} ]")
             clamp(L, w, vt, tag)
             if STORE_PREFETCH:
                 L(f"  %cf{tag}o = add i64 %off{tag}, {STORE_PREFETCH}")
@@ -218,7 +236,8 @@ def ir_cout(features: str, dtype: str = "float32", name: str = NAME) -> str:
     lines = [f"declare {vt} {fma}({vt}, {vt}, {vt})",
              f"declare {vt} {mload}({vt}*, i32, <{w} x i1>, {vt})",
              f"declare void {mstore}({vt}, {vt}*, i32, <{w} x i1>)",
-             "declare void @llvm.prefetch.p0i8(i8*, i32, i32, i32)"]
+             "declare void @llvm.prefetch.p0i8(i8*, i32, i32, i32)",
+             "declare void @llvm.memset.p0i8.i64(i8*, i8, i64, i1)"]
     L = lines.append
     for r in range(1, mr + 1):
         _tile(L, name, t, w, r, vt, fma)
@@ -231,6 +250,11 @@ def ir_cout(features: str, dtype: str = "float32", name: str = NAME) -> str:
     L("  %hasb = icmp ne i64 %hasb0, 0")
     L(f"  %buf = alloca {vt}, i64 {2 * w}, align 64")
     L(f"  %bufp = bitcast {vt}* %buf to {t}*")
+    # (zeroed once: a tile writes its r rows and the store transposes all w, so rows r.. of a stack left
+    # unwritten were arithmetic on whatever lay there: denormals, each a microcode assist on an Intel Xeon,
+    # where the stem's batch norm then took 1.8x its product's time)
+    L("  %bufc = bitcast <{w} x {t}>* %buf to i8*".format(w=w, t=t))
+    L(f"  call void @llvm.memset.p0i8.i64(i8* align 64 %bufc, i8 0, i64 {2 * w * w * (4 if t == 'float' else 8)}, i1 false)")
     L("  %K = mul i64 %ci, %ntaps")
     L("  %one = icmp eq i64 %ntaps, 1")
     L("  br label %jl")

@@ -1436,12 +1436,11 @@ def use_cout(o: int, k: int, ntaps: int, nr: int, d, residual: bool = False, p: 
     202, 2048 -> 512 at 7x7 147 / 147 / 147, 256 -> 128 at 56x56 231 / 115 / 214. In ResNet-50 at 224
     (the layer's time in a forward, one core, two runs): 28x28 3x3 207-200 -> 225-222 GFLOP/s, 56x56
     208-197 -> 215-210, 3x3 stride 2 at 56 174-165 -> 197-186."""
-    from .codegen import codegen
 
     if np.dtype(d) not in (np.float32, np.float64) or o % nr or k < (COUT_MIN_K if ntaps > 1 else COUT_MIN_K_1X1):
         return False
     one = not residual and COUT_1X1_PIXELS[0] <= p <= COUT_1X1_PIXELS[1]
-    return (ntaps > 1 or one) and "+avx512f" in codegen().features
+    return (ntaps > 1 or one) and wide_tiles()
 
 
 COUT_MIN_K = 128
@@ -1499,7 +1498,6 @@ def use_winograd(x_shape, w_shape, stride, pad, dil, group, d) -> bool:
     a dense 3x3 one of stride 1 and dilation 1 whose output channels fill gemm_cout's panels, from
     WINO_MIN_C input channels, on maps of at least WINO_MIN_PIXELS output pixels, on AVX-512 (gemm_cout's
     tiles), unless MSVM_WINOGRAD=0."""
-    from .codegen import codegen
 
     o, cg, kh, kw = w_shape
     if (kh, kw) != (3, 3) or tuple(stride) != (1, 1) or tuple(dil) != (1, 1) or group != 1:
@@ -1509,7 +1507,7 @@ def use_winograd(x_shape, w_shape, stride, pad, dil, group, d) -> bool:
     if np.dtype(d) not in (np.float32, np.float64) or o % panel_width(d) or cg < WINO_MIN_C:
         return False
     ho, wo = dims_of(x_shape, w_shape, stride, pad, dil)[:2]
-    return ho * wo >= WINO_MIN_PIXELS and "+avx512f" in codegen().features
+    return ho * wo >= WINO_MIN_PIXELS and wide_tiles()
 
 
 def wino_rows(th: int, tw: int, c: int, o: int, d) -> int:
@@ -1548,12 +1546,11 @@ def use_dot(p: int, q: int, k: int, ntaps: int, nr: int, d) -> bool:
     taps / dot: 64 -> 384 at 10x10 144 / 86, 96 -> 576 at 10x10 170 / 124; onnxruntime's Conv 147, 183;
     K = 160 ties, 145 / 135 at 5x5, 154 / 156 at 6x6; MobileNet v2 at 160, one core, alternating
     processes: 0.93x a forward, at 192 and 224 even)."""
-    from .codegen import codegen
 
     if ntaps != 1 or np.dtype(d) not in (np.float32, np.float64) or p == 0 or k < DOT_MIN_K:
         return False
     used = p / (-(-q // nr) * nr)
-    return (used < DOT_USED or (used < DOT_USED_LONG and k >= DOT_LONG_K)) and "+avx512f" in codegen().features
+    return (used < DOT_USED or (used < DOT_USED_LONG and k >= DOT_LONG_K)) and wide_tiles()
 
 
 DOT_USED = 0.8              # 1x1: the taps product's share of used lanes below which dot runs (use_dot)

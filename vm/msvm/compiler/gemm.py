@@ -93,7 +93,7 @@ _compiled: dict = {}        # dtype -> build.Compiled
 def shape(features: str, dtype: str = "float32") -> tuple:
     """(w, V, MR): vector lanes, vectors per panel row (NR = w * V) and rows per register tile."""
     w = vec_width(features, TYPES[dtype])
-    wide = "+avx512f" in features        # 32 vector registers (else 16)
+    wide = wide_tiles(features)
     return w, 2, 12 if wide else 6
 
 
@@ -510,7 +510,7 @@ def wider_than_blas(features: str | None = None, core: str | None = "ask") -> bo
         from .build import blas_core
 
         core = blas_core()
-    return "+avx512f" in features and core is not None and core not in AVX512_BLAS
+    return wide_tiles(features) and core is not None and core not in AVX512_BLAS
 
 
 @dataclass(frozen=True)
@@ -972,11 +972,7 @@ def packs_b(features: str | None = None) -> bool:
     128x512x784 0.60 -> 0.66, 256x1024x196 0.52 -> 0.57, 512x2048x49 0.54 -> 0.57, 2048x512x49
     0.62 -> 0.67, 1024^3 0.47 -> 0.55, 256x64x3136 0.67 -> 0.69, 64x256x3136 0.84 -> 0.80. On an AVX-512
     target (32-float panels, a 12-way L1) the same copy measured 0.83-1.0x: not there."""
-    if features is None:
-        from .codegen import codegen
-
-        features = codegen().features
-    return "+avx512f" not in features
+    return not wide_tiles(features)
 
 
 @functools.lru_cache(maxsize=64)       # (a plan and a caller ask per site: str(dtype) is slow)

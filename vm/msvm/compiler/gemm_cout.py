@@ -253,7 +253,7 @@ def ir_cout(features: str, dtype: str = "float32", name: str = NAME) -> str:
     # (zeroed once: a tile writes its r rows and the store transposes all w, so rows r.. of a stack left
     # unwritten were arithmetic on whatever lay there: denormals, each a microcode assist on an Intel Xeon,
     # where the stem's batch norm then took 1.8x its product's time)
-    L("  %bufc = bitcast <{w} x {t}>* %buf to i8*".format(w=w, t=t))
+    L(f"  %bufc = bitcast {vt}* %buf to i8*")
     L(f"  call void @llvm.memset.p0i8.i64(i8* align 64 %bufc, i8 0, i64 {2 * w * w * (4 if t == 'float' else 8)}, i1 false)")
     L("  %K = mul i64 %ci, %ntaps")
     L("  %one = icmp eq i64 %ntaps, 1")

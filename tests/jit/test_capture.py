@@ -177,6 +177,39 @@ def test_another_thread_and_another_level_run_the_replay(eager):
     assert eager["n"] == runs                 # (recorded at auto: L2 runs the replay)
 
 
+def test_a_thread_that_reuses_an_exited_threads_identifier_does_not_run_its_program(eager):
+    """A program recorded on a thread points into that thread's arenas and convolution workspaces,
+    freed when it exits; the next thread often gets the same identifier. It replays (and answers
+    as the interpreter) instead of running the exited thread's program."""
+    from test_conv_memo import run_on_a_thread_with_the_identifier_of
+
+    net, rng = _net(), np.random.default_rng(6)
+    xs = _images(rng, 3)
+    want = _answers(net, xs, "L1")
+    ms.set_context(jit_config={"jit_level": "auto"})
+    first = {}
+
+    def a():
+        first["id"] = threading.get_ident()
+        _settle(net, xs[0])
+        first["program"] = _slot(net).program is not None
+    t = threading.Thread(target=a)
+    t.start()
+    t.join()
+    assert first["program"]
+
+    def b():
+        runs = eager["n"]
+        with np.errstate(all="ignore"):
+            out = [net(ms.Tensor(x)).asnumpy() for x in xs]
+        return eager["n"] - runs, out
+    r = run_on_a_thread_with_the_identifier_of(first["id"], b)
+    assert r is not None, "no new thread got the exited thread's identifier"
+    assert r[0] == 0, "the exited thread's program ran on the new one"
+    for g, w in zip(r[1], want):
+        assert_numpy_equal(g, w, rtol=2e-5, atol=2e-5)
+
+
 def _sites(net):
     """Every tier Site of the net's Cells (their runners' bound codes)."""
     out = []

@@ -132,13 +132,12 @@ def test_a_workspace_grown_by_another_layer_is_not_read_through_stale_pointers(h
     s, _, _ = BLOCKS["1x1"]
     rng = np.random.default_rng(8)
     small, big = make(s, 1), make(s, 2)
-    if conv._WS is not None:                 # (this thread's workspaces as a fresh thread has them: none)
-        getattr(conv._WS, "bufs", {}).clear()
+    conv.thread_workspace().bufs.clear()     # (this thread's workspaces as a fresh thread has them: none)
     xs = _new_images(rng, s["cin"], 1, (6, 6), 3)
     forward(small, "L3", True, xs)
-    gen = conv._WS_GEN[0]
+    gen = conv.thread_workspace().gen
     forward(big, "L3", True, images(rng, s["cin"], [(1, 40, 40)], special=False))   # (grows the workspace)
-    assert conv._WS_GEN[0] > gen
+    assert conv.thread_workspace().gen > gen
     for x in xs:
         close(small(ms.Tensor(x)).asnumpy(), reference(small, s, x))
     assert hits["miss"] > 0
@@ -277,3 +276,54 @@ def test_calls_run_packed_and_move_a_pointer():
     halves()
     np.testing.assert_array_equal(dst[:2], a.T[:2])
     np.testing.assert_array_equal(dst[2:], b.T[2:])
+
+
+def run_on_a_thread_with_the_identifier_of(ident, fn, tries=50):
+    """fn() on a new thread whose ``threading.get_ident()`` is ``ident`` (an exited thread's: the C
+    library hands the next thread the exited one's stack and control block, though not always the
+    first time); its result, or None where no thread got that identifier in ``tries`` threads."""
+    got = {}
+
+    def body():
+        if threading.get_ident() == ident:
+            got["r"] = fn()
+    for _ in range(tries):
+        t = threading.Thread(target=body)
+        t.start()
+        t.join()
+        if "r" in got:
+            return got["r"]
+    return None
+
+
+def test_a_thread_that_reuses_an_exited_threads_identifier_does_not_run_its_memos(hits, monkeypatch):
+    """A memo's pointers lead into its thread's workspace, which is freed when the thread exits; the
+    next thread often gets the same identifier, and a memo checked by identifier ran into the freed
+    buffers (wrong answers, a corrupted heap). The new thread's first call makes its own calls."""
+    _route(monkeypatch, "taps")
+    s, _, _ = BLOCKS["1x1_s2"]                 # (stride 2: the image's phases are copied into the workspace)
+    net = make(s, 13)
+    rng = np.random.default_rng(13)
+    xs = _new_images(rng, s["cin"], 1, (9, 11), 4)
+    forward(net, "L3", True, xs[:1])
+    want = reference(net, s, xs[0])
+    first = {}
+
+    def a():
+        first["id"] = threading.get_ident()
+        for x in xs:
+            net(ms.Tensor(x))
+        first["hits"] = hits["hit"]
+    t = threading.Thread(target=a)
+    t.start()
+    t.join()
+    assert first["hits"] > 0                   # (memos were made and used on that thread)
+
+    def b():
+        before = hits["hit"]
+        out = net(ms.Tensor(xs[0])).asnumpy()
+        return hits["hit"] - before, out
+    r = run_on_a_thread_with_the_identifier_of(first["id"], b)
+    assert r is not None, "no new thread got the exited thread's identifier"
+    assert r[0] == 0, "a memo made on the exited thread ran on the new one"
+    close(r[1], want)

@@ -168,6 +168,7 @@ import ctypes
 import functools
 import os
 import threading
+import weakref
 from dataclasses import dataclass
 
 import numpy as np
@@ -982,36 +983,58 @@ class BlasConv:
 # The convolutions' padded images, phase images, im2col matrices and cropped accumulators live in one
 # buffer per thread and slot, grown to the largest layer's need (not one per layer and caller: ResNet-50
 # kept ~19 MB of them); a layer writes the borders it reads before each use (compiler/phases.py).
-_WS = None
-_WS_GEN = [0]        # bumped whenever a workspace grows (a ``Memo``'s pointers into the old one are stale)
+
+
+class Workspace:
+    """One thread's workspaces: its buffers by slot, and how many times one was replaced (``gen``: a
+    ``Memo``'s pointers into an older one are stale). A ``Memo`` or a captured program holds a weak
+    reference to the one it was made on and runs only where the calling thread's is that same object:
+    a thread's identifier (``threading.get_ident``) is reused by the next thread once it exits, and
+    the exited thread's buffers are freed with it (a memo keyed by the identifier wrote into them)."""
+
+    __slots__ = ("bufs", "gen", "__weakref__")
+
+    def __init__(self):
+        self.bufs: dict = {}
+        self.gen = 0
+
+
+_WS = threading.local()
+
+
+def thread_workspace() -> Workspace:
+    """The calling thread's ``Workspace``."""
+    s = getattr(_WS, "s", None)
+    if s is None:
+        s = _WS.s = Workspace()
+    return s
+
+
+def stale(ws, gen: int) -> bool:
+    """Whether pointers taken into the workspace ``ws`` (a weak reference) at generation ``gen`` no
+    longer point at the calling thread's live workspace."""
+    s = ws()
+    return s is None or s is not getattr(_WS, "s", None) or s.gen != gen
 
 
 def workspace(slot: int, n: int, d) -> np.ndarray:
     """A flat buffer of at least n elements of dtype d: the calling thread's for ``slot``, grown
     (never shrunk, with room: pages.room) to the largest request; its contents are whatever the last user left."""
-    import threading
-
-    global _WS
-    if _WS is None:
-        _WS = threading.local()
-    bufs = getattr(_WS, "bufs", None)
-    if bufs is None:
-        bufs = _WS.bufs = {}
+    s = thread_workspace()
     d = np.dtype(d)
     nbytes = max(n, 1) * d.itemsize
-    buf = bufs.get(slot)
+    buf = s.bufs.get(slot)
     if buf is None or buf.nbytes < nbytes:
         # (64-byte aligned, huge pages from 2 MB, room to grow: pages.room; the old buffer is freed once
         # no view holds it)
-        buf = bufs[slot] = pages.empty(pages.room(nbytes))[1]
-        _WS_GEN[0] += 1
+        buf = s.bufs[slot] = pages.empty(pages.room(nbytes))[1]
+        s.gen += 1
     return buf[:nbytes].view(d)
 
 
 def workspace_bytes() -> int:
     """The calling thread's conv workspaces, in bytes (tests, the memory report)."""
-    bufs = getattr(_WS, "bufs", None) if _WS is not None else None
-    return sum(b.base.nbytes for b in (bufs or {}).values())
+    return sum(b.base.nbytes for b in thread_workspace().bufs.values())
 
 
 # ---------------------------------------------------------------- dense convolutions on msvm's own GEMM
@@ -1056,8 +1079,6 @@ def prepared_a(w, group, d, inplace=False):
     converted copy; packed, per group its rows in blocks of MR (gemm.pack_rows), the groups one after
     the other, in dtype d. A copy is made once per read-only array (``set_data`` gives a new one;
     the entry goes with the array), per call for a writable one."""
-    import weakref
-
     w = np.asarray(w)
     if inplace:
         a = np.ascontiguousarray(w, dtype=d)
@@ -1473,8 +1494,6 @@ def prepared_wino(a, d, nr: int, c: int):
 def _prepared(cache: dict, a, make):
     """make()'s array for the weight a, kept in ``cache`` by a's identity while a lives where a is
     read-only (the Parameter's own pages then spilled), else made per call."""
-    import weakref
-
     from ..weights import spill
 
     hit = cache.get(id(a))
@@ -1623,15 +1642,17 @@ class Memo:
     result, the model's input) is ``movable``: its pointer arguments are moved with it. Made only
     where the calls are the whole convolution (``Steps.whole``), every fixed input is read-only (as
     ``_cached`` asks) and the result went into the caller's buffer; used by the thread that made them
-    (the workspace is the thread's) while no workspace has grown since (``_WS_GEN``). A MobileNet v2
+    (its ``Workspace``: a weak reference, not the thread's identifier, which the next thread reuses)
+    while that workspace has not grown since. A MobileNet v2
     1x1 layer's call 9.7 -> 3.4 us (AMD Zen 5, one core)."""
 
-    __slots__ = ("tid", "gen", "fixed", "ptrs", "parts", "moves", "keep")
+    __slots__ = ("ws", "gen", "fixed", "ptrs", "parts", "moves", "keep")
 
     def __init__(self, fixed, arrays, steps: Steps, movable):
         from .pool import Calls
 
-        self.tid, self.gen = threading.get_ident(), _WS_GEN[0]
+        ws = thread_workspace()
+        self.ws, self.gen = weakref.ref(ws), ws.gen
         self.fixed = tuple(fixed)
         self.ptrs = [(data_pointer(a), a.strides, a.shape) if a is not None else None for a in arrays]
         spans = [(k, self.ptrs[k][0], *_bounds(arrays[k], self.ptrs[k][0])) for k in movable if arrays[k] is not None]
@@ -1656,7 +1677,7 @@ class Memo:
         self.parts.append(calls)
 
     def hit(self, fixed, arrays) -> bool:
-        if self.gen != _WS_GEN[0] or self.tid != threading.get_ident():
+        if stale(self.ws, self.gen):
             return False
         for a, b in zip(fixed, self.fixed):
             if a is not b or a.flags.writeable:
@@ -1687,10 +1708,11 @@ class Memo:
     def frozen(self) -> tuple:
         """The calls just run as private copies with the pointers they ran with (pool.Calls of their
         own: a later hit may move this memo's), what they point at besides their arrays, and the
-        workspace generation they need: (calls, keep, (_WS_GEN, generation))."""
+        workspace they need: (calls, keep, (weak reference to the thread's ``Workspace``, its generation)),
+        stale where the reference is dead or the generation moved (``stale``)."""
         from .pool import Calls
 
-        return [Calls(c.tasks, c.here) for c in self.parts], self.keep, (_WS_GEN, self.gen)
+        return [Calls(c.tasks, c.here) for c in self.parts], self.keep, (self.ws, self.gen)
 
     def _move(self, moved, arrays) -> bool:
         """Point the calls at the moved arrays, where the result (``arrays[OUT]``, written while the

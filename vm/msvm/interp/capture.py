@@ -25,7 +25,8 @@ the program writes it again next call). A step is kept as one of:
 A value the data decides that is not an array (a Python number from a tensor) is refused. So is a
 path that leaves the straight line: a site without a prepared caller (its tier may still change),
 a sub-Cell the interpreter ran, a replay that fell back. A program runs only on the thread that
-recorded it (the arenas' regions and the convolution workspaces are the thread's), at the arena
+recorded it (the arenas' regions and the convolution workspaces are the thread's; known by its
+arena stack, not by its identifier, which the next thread reuses once it exits), at the arena
 depth it was recorded at, at the same jit_level, while each Parameter holds the array it held
 (``set_data``), those arrays stay read-only (as conv.Memo asks) and no workspace has moved since;
 anything else is a ``MISS`` (the replay runs) and, where the program is stale, drops it (a later
@@ -125,7 +126,7 @@ def slow(site) -> None:
 
 class _Recorder:
     def __init__(self):
-        self.tid = threading.get_ident()
+        self.owner = _stack()           # (the thread's own object: its identifier is reused once it exits)
         self.natives: list = []         # (memo's private calls, keep, workspace check, result) since the last step
         self.items: list = []
         self.params: dict = {}
@@ -134,7 +135,7 @@ class _Recorder:
         self.laid = None                # (bytes of the buffers the steps made, bytes of the one they share)
 
     def tap(self, memo, out) -> None:
-        if threading.get_ident() == self.tid:
+        if _stack() is self.owner:
             calls, keep, check = memo.frozen()
             self.natives.append((calls, keep, check, out))
 
@@ -305,7 +306,7 @@ class Program:
     """The recorded steps as one function, and what must hold for it to run (module doc)."""
 
     def __init__(self, rec: _Recorder, staging: list, result, depth: int, config, alive: list):
-        self.tid, self.depth, self.config = rec.tid, depth, config
+        self.owner, self.depth, self.config = weakref.ref(rec.owner), depth, config
         self.level = config["jit_level"]
         self.staging = staging
         self.params = tuple(rec.params.values())
@@ -322,9 +323,9 @@ class Program:
         lines, keep, gens = [], [], {}
         for item in rec.items:
             if item[0] == "native":
-                _, f, (calls, kept, (ref, gen), out) = item
+                _, f, (calls, kept, (ws, gen), out) = item
                 keep += [f, kept, out]
-                gens[id(ref)] = (ref, gen)
+                gens[id(ws)] = (ws, gen)
                 for c in calls:
                     name = f"n{len(ns)}"
                     ns[name] = c
@@ -386,8 +387,9 @@ class Program:
         for d in self.frozen:
             if d.flags.writeable:
                 return False
-        for ref, gen in self.gens:
-            if ref[0] != gen:
+        for ws, gen in self.gens:          # (the recording thread's conv.Workspace, weakly: grown since?)
+            w = ws()
+            if w is None or w.gen != gen:
                 return False
         return True
 
@@ -426,7 +428,8 @@ class Slot:
     def __call__(self, *args):
         p = self.program
         if p is not None:
-            if threading.get_ident() != p.tid or _stack().depth != p.depth or self.config["jit_level"] != p.level:
+            st = _stack()
+            if p.owner() is not st or st.depth != p.depth or self.config["jit_level"] != p.level:
                 return MISS
             if not p.valid():
                 self.program = None

@@ -37,6 +37,28 @@ def test_heads_product_matches_numpy(seed, dtype):
     np.testing.assert_array_equal(np.isnan(out), np.isnan(want))
 
 
+def test_heads_product_holds_its_blas_arguments_while_another_thread_clears_them(monkeypatch):
+    """The BLAS's by-reference arguments (m, n, k, the leading dims) live in a table that another
+    thread may clear while this one's product runs: the product holds them until it returns. (The
+    other thread is played here by clearing the table as the calls start, then allocating over
+    the freed memory.)"""
+    import ctypes
+
+    real = attention_site.share
+
+    def cleared_first(tasks):
+        attention_site._SCALARS.clear()
+        junk = [ctypes.c_int64(-1) for _ in range(4096)]       # (over the freed values, where they were kept nowhere)
+        real(tasks)
+        del junk
+    monkeypatch.setattr(attention_site, "share", cleared_first)
+    rng = np.random.default_rng(30)
+    a, b = _views(rng, (2, 3), 17, 33, 29, np.float32, False, True)
+    out = np.full((2, 3, 17, 29), 7.0, np.float32)
+    assert attention_site.heads_product(a, b, out)
+    np.testing.assert_allclose(out, np.matmul(a, b), rtol=1e-5, atol=1e-5)
+
+
 def test_heads_product_leaves_what_it_cannot_take_to_numpy():
     rng = np.random.default_rng(1)
     a, b = rng.standard_normal((2, 5, 6)).astype(np.float32), rng.standard_normal((2, 6, 4)).astype(np.float32)

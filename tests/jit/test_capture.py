@@ -179,35 +179,46 @@ def test_another_thread_and_another_level_run_the_replay(eager):
 
 def test_a_thread_that_reuses_an_exited_threads_identifier_does_not_run_its_program(eager):
     """A program recorded on a thread points into that thread's arenas and convolution workspaces,
-    freed when it exits; the next thread often gets the same identifier. It replays (and answers
-    as the interpreter) instead of running the exited thread's program."""
+    freed when it exits; the next thread often gets the same identifier. That thread never runs the
+    exited thread's program: the program is dropped, the call replays (and answers as the
+    interpreter), and a program of the caller's own is recorded."""
     from test_conv_memo import run_on_a_thread_with_the_identifier_of
 
     net, rng = _net(), np.random.default_rng(6)
     xs = _images(rng, 3)
     want = _answers(net, xs, "L1")
     ms.set_context(jit_config={"jit_level": "auto"})
-    first = {}
+    first, ran = {}, []
 
     def a():
         first["id"] = threading.get_ident()
         _settle(net, xs[0])
-        first["program"] = _slot(net).program is not None
+        first["program"] = p = _slot(net).program
+        fn = p.fn
+        p.fn = lambda: (ran.append(1), fn())[1]
     t = threading.Thread(target=a)
     t.start()
     t.join()
-    assert first["program"]
+    assert first["program"] is not None
 
     def b():
-        runs = eager["n"]
         with np.errstate(all="ignore"):
             out = [net(ms.Tensor(x)).asnumpy() for x in xs]
-        return eager["n"] - runs, out
+        p = _slot(net).program
+        return out, p is None or p.owner() is capture._stack()
     r = run_on_a_thread_with_the_identifier_of(first["id"], b)
     assert r is not None, "no new thread got the exited thread's identifier"
-    assert r[0] == 0, "the exited thread's program ran on the new one"
-    for g, w in zip(r[1], want):
+    assert not ran, "the exited thread's program ran on the new one"
+    assert r[1] and _slot(net).program is not first["program"]
+    for g, w in zip(r[0], want):
         assert_numpy_equal(g, w, rtol=2e-5, atol=2e-5)
+    _settle(net, xs[0])                       # (and on this thread: a program of its own)
+    assert _slot(net).program is not None and _slot(net).program.owner() is capture._stack()
+    runs = eager["n"]
+    for g, w in zip(_answers(net, xs, "auto"), want):
+        assert_numpy_equal(g, w, rtol=2e-5, atol=2e-5)
+    assert eager["n"] == runs + len(xs)
+    assert not ran
 
 
 def _sites(net):

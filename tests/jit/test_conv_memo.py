@@ -327,3 +327,38 @@ def test_a_thread_that_reuses_an_exited_threads_identifier_does_not_run_its_memo
     assert r is not None, "no new thread got the exited thread's identifier"
     assert r[0] == 0, "a memo made on the exited thread ran on the new one"
     close(r[1], want)
+
+
+def test_threads_taking_turns_do_not_stop_a_callers_memos(hits, monkeypatch):
+    """Two threads that call one Cell in turn replace each other's memo (each is its thread's); that is
+    not a miss of the caller's arrays, and once one thread is left its memos run again."""
+    _route(monkeypatch, "taps")
+    s, _, _ = BLOCKS["1x1_residual_relu"]
+    net = make(s, 14)
+    rng = np.random.default_rng(14)
+    xs = _new_images(rng, s["cin"], 1, (7, 9), 4)
+    forward(net, "L3", True, xs[:1])
+    want = [reference(net, s, x) for x in xs]
+    turns = [threading.Event() for _ in range(2)]
+    got = {}
+
+    def run(k):
+        for i in range(3 * conv.MEMO_MISSES):
+            turns[k].wait()
+            turns[k].clear()
+            got[k, i] = net(ms.Tensor(xs[i % len(xs)])).asnumpy()
+            turns[1 - k].set()
+    ts = [threading.Thread(target=run, args=(k,)) for k in (0, 1)]
+    for t in ts:
+        t.start()
+    turns[0].set()
+    for t in ts:
+        t.join()
+    for (_k, i), g in got.items():
+        close(g, want[i % len(xs)])
+    for x in xs:
+        net(ms.Tensor(x))
+    hits.update(hit=0, miss=0)
+    for x, w in zip(xs, want):
+        close(net(ms.Tensor(x)).asnumpy(), w)
+    assert hits["hit"] >= len(xs), hits

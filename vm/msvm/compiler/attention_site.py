@@ -372,7 +372,8 @@ def heads_product(a, b, out) -> bool:
     from .conv import _blas_gemm  # (conv imports the planners, which import this module's plan)
 
     (tb, ldb), (ta, lda) = ops
-    args = _scalars(str(a.dtype), tb, ta, n, m, kk, ldb, lda, ldc)
+    # (``keep`` held until the product ran: another thread may clear the table while it runs)
+    args, keep = _scalars(str(a.dtype), tb, ta, n, m, kk, ldb, lda, ldc)
     fn = _blas_gemm(str(a.dtype))
     pa, pb, pc = data_pointer(a), data_pointer(b), data_pointer(out)
     calls = []
@@ -384,6 +385,7 @@ def heads_product(a, b, out) -> bool:
                            args[8], pc + oc, args[9])))
     h = (len(calls) + 1) // 2
     share([calls[:h], calls[h:]])
+    del keep
     return True
 
 
@@ -391,8 +393,10 @@ _SCALARS: dict = {}
 
 
 def _scalars(dtype: str, tb: bytes, ta: bytes, m: int, n: int, k: int, lda: int, ldb: int, ldc: int) -> tuple:
-    """The addresses of the Fortran xgemm's by-reference arguments (transa, transb, m, n, k, alpha, lda,
-    ldb, beta, ldc), kept per combination for the process (a replay asks the same ones every call)."""
+    """(addresses, values): the addresses of the Fortran xgemm's by-reference arguments (transa, transb,
+    m, n, k, alpha, lda, ldb, beta, ldc) and the ctypes values behind them, kept per combination (a
+    replay asks the same ones every call) until the table is full; the caller holds the values while
+    its calls run."""
     key = (dtype, tb, ta, m, n, k, lda, ldb, ldc)
     hit = _SCALARS.get(key)
     if hit is None:
@@ -403,4 +407,4 @@ def _scalars(dtype: str, tb: bytes, ta: bytes, m: int, n: int, k: int, lda: int,
         if len(_SCALARS) >= 1024:
             _SCALARS.clear()
         hit = _SCALARS[key] = (tuple(ctypes.addressof(v) for v in keep), keep)
-    return hit[0]
+    return hit

@@ -289,14 +289,15 @@ def caller(site, compiled, plan):
         if not extras:
             def go(inputs, out):
                 out = output(out)
-                fn(gemm, ptr(0, inputs[0]), ptr(1, weight(inputs[1])), data_pointer(out))
+                w = weight(inputs[1])           # (held while the kernel reads it)
+                fn(gemm, ptr(0, inputs[0]), ptr(1, w), data_pointer(out))
                 return out
             return go
 
         def go(inputs, out):
             out = output(out)
-            fn(gemm, ptr(0, inputs[0]), ptr(1, weight(inputs[1])), data_pointer(out),
-               *_epilogue_operands(extras, inputs, ptr))
+            w = weight(inputs[1])
+            fn(gemm, ptr(0, inputs[0]), ptr(1, w), data_pointer(out), *_epilogue_operands(extras, inputs, ptr))
             return out
         return go
     rows, n, layer_norm = p["rows"], p["n"], p["op"] != "softmax"   # (a layer norm's x, gamma, beta; RMS: x, w)
@@ -456,15 +457,14 @@ def _packed_caller(p: dict, output, epi, packed, ptr, d):
         nr, isz = g.panel_width(d), d.itemsize
 
         def go(inputs, out):
-            out = output(out)
-            g.run_split(gemm, m, k, n, ptr(0, inputs[0]), k, data_pointer(packed(inputs[1])), data_pointer(out), n,
-                        nr, isz)
+            out, b = output(out), packed(inputs[1])      # (b held while the kernel reads it)
+            g.run_split(gemm, m, k, n, ptr(0, inputs[0]), k, data_pointer(b), data_pointer(out), n, nr, isz)
             return epi([out] + list(inputs[2:]), out)
         return go
 
     def go(inputs, out):
-        out = output(out)
-        gemm(m, k, n, ptr(0, inputs[0]), k, data_pointer(packed(inputs[1])), data_pointer(out), n)
+        out, b = output(out), packed(inputs[1])
+        gemm(m, k, n, ptr(0, inputs[0]), k, data_pointer(b), data_pointer(out), n)
         return epi([out] + list(inputs[2:]), out)
     return go
 
@@ -492,8 +492,8 @@ def _split_caller(compiled, output, weight, ptr, extras):
 
     def go(inputs, out):
         out = output(out)
-        cp = data_pointer(out)
-        g.run_split(fn, m, kk, n, ptr(0, inputs[0]), kk, ptr(1, weight(inputs[1])), cp, n, nr, isz)
+        cp, w = data_pointer(out), weight(inputs[1])
+        g.run_split(fn, m, kk, n, ptr(0, inputs[0]), kk, ptr(1, w), cp, n, nr, isz)
         if epi is not None:
             epi(0, m, 1, n, cp, cp, n, 0, *_epilogue_operands(order, inputs, ptr))
         return out

@@ -1092,8 +1092,9 @@ def prepared_a(w, group, d, inplace=False):
     a = np.ascontiguousarray(w, dtype=d) if inplace else _packed(w, group, d)
     if K._frozen(w):
         a.flags.writeable = False    # (read by kernels only; prepared_cout caches what it makes of it)
-        for k in [k for k, v in _TAPW.items() if k[0] == id(w) and v[0]() is not w]:
-            del _TAPW[k]             # (a stale entry of a recycled id)
+        # (over a copy: another thread, or a weak reference's callback, may change the table meanwhile)
+        for k in [k for k, v in _TAPW.copy().items() if k[0] == id(w) and v[0]() is not w]:
+            _TAPW.pop(k, None)       # (a stale entry of a recycled id)
         try:
             _TAPW[key] = (weakref.ref(w, lambda _r, k=key: _TAPW.pop(k, None)), a)
         except TypeError:            # (an array type without weak references: not cached)
@@ -1762,7 +1763,10 @@ class Memos:
         return True
 
     def made(self, fixed, arrays, steps: Steps, movable=()) -> None:
-        if self.last is not None and not self.used:
+        last = self.last
+        # (a memo another thread made, or one from before this thread's workspace grew, is not a miss
+        # of this caller's arrays: threads taking turns would otherwise stop its memos for good)
+        if last is not None and not self.used and not stale(last.ws, last.gen):
             self.misses += 1
         self.last, self.used = None, False
         self.calls += 1
@@ -1773,8 +1777,6 @@ class Memos:
 
 
 MEMO_MISSES = 4
-
-
 
 
 def taps_kernel(d, lda: int, inplace=None):

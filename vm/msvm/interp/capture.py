@@ -428,8 +428,11 @@ class Slot:
     def __call__(self, *args):
         p = self.program
         if p is not None:
-            st = _stack()
-            if p.owner() is not st or st.depth != p.depth or self.config["jit_level"] != p.level:
+            st, owner = _stack(), p.owner()
+            if owner is None:           # (its thread exited: another records its own)
+                self.program, self.tries, self.wait, self.count = None, 0, CAPTURE_AFTER, 0
+                return MISS
+            if owner is not st or st.depth != p.depth or self.config["jit_level"] != p.level:
                 return MISS
             if not p.valid():
                 self.program = None

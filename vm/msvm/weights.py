@@ -48,7 +48,11 @@ import threading
 
 import numpy as np
 
-STORE_MIN = 1 << 20          # bytes: smaller arrays stay in anonymous memory
+# bytes: smaller arrays stay in anonymous memory. 64 KB (16 pages): ResNet-50's 3x3 weights of 64 and 128
+# channels (147 and 590 KB) are prepared (Winograd's transform, gemm_cout's panels) like the large ones, and
+# were held twice below 1 MB (peak resident of a steady forward at 224, one core, bench/peers.py's memory
+# child, Intel Xeon: 141.8 -> 137.7 MB, onnxruntime 135.7)
+STORE_MIN = 64 << 10
 # bytes per write: the page cache keeps the file in pieces of this size (folios), and a read maps the
 # piece around it. Written at once, ext4 on Linux 6.18 made 2 MB pieces: 16 random rows of GPT-2's
 # 154 MB token table (a gather) mapped 27 MB, 144 rows 131 MB (all of it at S=128); in 64 KB writes

@@ -205,13 +205,18 @@ def test_a_moved_input_that_overlaps_the_output_is_refused():
     assert not m.hit((a.copy(),), (x, out, None))
 
 
+def _warmed(name, seed, rng_seed, calls, warm=1, hw=(7, 9)):
+    """(net, images, answers): BLOCKS[name] made with ``seed``, ``calls`` new images (``_new_images``)
+    with their float64 references, compiled at L3 on the first ``warm`` of them."""
+    s, _, _ = BLOCKS[name]
+    net = make(s, seed)
+    xs = _new_images(np.random.default_rng(rng_seed), s["cin"], 1, hw, calls)
+    forward(net, "L3", True, xs[:warm])
+    return net, xs, [reference(net, s, x) for x in xs]
+
+
 def test_two_caller_threads(hits):
-    s, _, _ = BLOCKS["1x1_residual_relu"]
-    net = make(s, 7)
-    rng = np.random.default_rng(10)
-    xs = _new_images(rng, s["cin"], 1, (7, 9), 8)
-    forward(net, "L3", True, xs[:2])
-    want = [reference(net, s, x) for x in xs]
+    net, xs, want = _warmed("1x1_residual_relu", 7, 10, 8, warm=2)
     got = {}
 
     def run(k):
@@ -301,12 +306,8 @@ def test_a_thread_that_reuses_an_exited_threads_identifier_does_not_run_its_memo
     next thread often gets the same identifier, and a memo checked by identifier ran into the freed
     buffers (wrong answers, a corrupted heap). The new thread's first call makes its own calls."""
     _route(monkeypatch, "taps")
-    s, _, _ = BLOCKS["1x1_s2"]                 # (stride 2: the image's phases are copied into the workspace)
-    net = make(s, 13)
-    rng = np.random.default_rng(13)
-    xs = _new_images(rng, s["cin"], 1, (9, 11), 4)
-    forward(net, "L3", True, xs[:1])
-    want = reference(net, s, xs[0])
+    # (stride 2: the image's phases are copied into the workspace)
+    net, xs, want = _warmed("1x1_s2", 13, 13, 4, hw=(9, 11))
     first = {}
 
     def a():
@@ -326,19 +327,14 @@ def test_a_thread_that_reuses_an_exited_threads_identifier_does_not_run_its_memo
     r = run_on_a_thread_with_the_identifier_of(first["id"], b)
     assert r is not None, "no new thread got the exited thread's identifier"
     assert r[0] == 0, "a memo made on the exited thread ran on the new one"
-    close(r[1], want)
+    close(r[1], want[0])
 
 
 def test_threads_taking_turns_do_not_stop_a_callers_memos(hits, monkeypatch):
     """Two threads that call one Cell in turn replace each other's memo (each is its thread's); that is
     not a miss of the caller's arrays, and once one thread is left its memos run again."""
     _route(monkeypatch, "taps")
-    s, _, _ = BLOCKS["1x1_residual_relu"]
-    net = make(s, 14)
-    rng = np.random.default_rng(14)
-    xs = _new_images(rng, s["cin"], 1, (7, 9), 4)
-    forward(net, "L3", True, xs[:1])
-    want = [reference(net, s, x) for x in xs]
+    net, xs, want = _warmed("1x1_residual_relu", 14, 14, 4)
     turns = [threading.Event() for _ in range(2)]
     got = {}
 

@@ -971,7 +971,10 @@ def packs_b(features: str | None = None) -> bool:
     one pinned core, taps / OpenBLAS, medians of 40 interleaved calls, A in place, m x k x n):
     128x512x784 0.60 -> 0.66, 256x1024x196 0.52 -> 0.57, 512x2048x49 0.54 -> 0.57, 2048x512x49
     0.62 -> 0.67, 1024^3 0.47 -> 0.55, 256x64x3136 0.67 -> 0.69, 64x256x3136 0.84 -> 0.80. On an AVX-512
-    target (32-float panels, a 12-way L1) the same copy measured 0.83-1.0x: not there."""
+    target (32-float panels, a 12-way L1) the same copy measured 0.83-1.0x on AMD Zen 5; on an Intel Xeon
+    (Emerald Rapids, one core) the 1x1 products alone ran 1.04-1.23x faster with it at maps from 16x16 to
+    64x64 (a plane's row stride there puts a k block in few L1 sets), but ResNet-50's forward not (CPU time,
+    three alternating pairs of processes: 224 64.7-65.5 -> 64.8-68.0 ms, 256 86.5-89.1 -> 84.4-87.5): not there."""
     return not wide_tiles(features)
 
 

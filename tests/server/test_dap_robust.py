@@ -112,3 +112,61 @@ def test_children_end_when_the_adapter_is_killed(adapter, tmp_path):
     adapter.proc.kill()                   # no disconnect, no stdin EOF seen by the adapter: the debuggee notices
     adapter.proc.wait()
     wait_until(lambda: not any(alive(p) for p in [debuggee, *pids]), 30, "the program and its children ending")
+
+
+SLEEPER = "import time\nprint('READY', flush=True)\ntime.sleep(600)\n"
+
+
+def test_a_request_the_program_never_answers_is_answered_when_it_dies(adapter, tmp_path):
+    """A request relayed to the program gets an answer even when the program dies before it
+    answers (CI: a ``threads`` right after ``disconnect`` went to the dying program and the
+    client waited forever). The program is frozen with SIGSTOP so the request is surely in flight."""
+    import signal
+
+    prog = tmp_path / "sleeper.py"
+    prog.write_text(SLEEPER)
+    adapter.dap_request("initialize", {"adapterID": "msvm"})
+    adapter.dap_request("launch", {"program": str(prog), "pythonDebugging": False})
+    adapter.dap_event("initialized")
+    adapter.dap_request("configurationDone")
+    adapter.dap_event("output", lambda m: m["body"]["output"].startswith("READY"))
+    pid = adapter.dap_event("process")["body"]["systemProcessId"]
+    os.kill(pid, signal.SIGSTOP)
+    wait_until(lambda: _state(pid) == "T", 30, "the program stopped by SIGSTOP")
+    adapter.seq += 1
+    asked = adapter.seq
+    adapter.send({"seq": asked, "type": "request", "command": "threads"})
+    adapter.seq += 1
+    evaluated = adapter.seq
+    adapter.send({"seq": evaluated, "type": "request", "command": "evaluate", "arguments": {"expression": "1"}})
+    os.kill(pid, signal.SIGKILL)
+    r = adapter.wait(lambda m: m.get("type") == "response" and m.get("request_seq") == asked, 30, "threads")
+    assert r["success"] and r["body"]["threads"] == []
+    r = adapter.wait(lambda m: m.get("type") == "response" and m.get("request_seq") == evaluated, 30, "evaluate")
+    assert r["success"] is False and "ended" in r["message"]
+    adapter.dap_event("terminated")
+    assert adapter.dap_request("threads")["body"]["threads"] == []
+
+
+def _state(pid: int) -> str:
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rpartition(")")[2].split()[0]
+
+
+@pytest.mark.parametrize("how", ["disconnect", "terminate"])
+def test_requests_right_after_the_end_are_answered(adapter, tmp_path, how):
+    """The client may ask at once after disconnect/terminate, before the adapter has seen the
+    program's end: every request still gets its answer."""
+    prog = tmp_path / "sleeper.py"
+    prog.write_text(SLEEPER)
+    adapter.dap_request("initialize", {"adapterID": "msvm"})
+    adapter.dap_request("launch", {"program": str(prog), "pythonDebugging": False})
+    adapter.dap_event("initialized")
+    adapter.dap_request("configurationDone")
+    adapter.dap_event("output", lambda m: m["body"]["output"].startswith("READY"))
+    first = adapter.seq + 1
+    for k, cmd in enumerate([how, "threads", "stackTrace", "threads"]):
+        adapter.send({"seq": first + k, "type": "request", "command": cmd, "arguments": {"threadId": 1}})
+    adapter.seq = first + 3
+    for k in range(4):
+        adapter.wait(lambda m, s=first + k: m.get("type") == "response" and m.get("request_seq") == s, 30, f"#{k}")

@@ -92,3 +92,30 @@ def test_a_missing_internal_is_named_and_connect_refuses_before_connecting():
     assert out[0] == "['_pydevd_bundle.pydevd_constants.NO_SUCH_NAME', 'PyDB.no_such_method']"
     assert out[1] == (f"debugpy {glue.version()} lacks _pydevd_bundle.pydevd_constants.NO_SUCH_NAME, "
                       "PyDB.no_such_method, which msvm's mixed-mode debugging uses")
+
+
+def test_a_request_debugpy_never_answers_gets_a_failure_when_its_adapter_dies():
+    """PyLink's callbacks run once each: with the response, or with a failure when debugpy's
+    adapter is gone first (frozen by SIGSTOP so the request is surely unanswered, then killed),
+    and at once for a request sent after that."""
+    import signal
+    import threading
+
+    from msvm_server.dap.pylink import PyLink
+
+    link = PyLink(lambda msg: None)
+    try:
+        assert link.request("initialize", {"adapterID": "msvm-python"})["success"]
+        os.kill(link.proc.pid, signal.SIGSTOP)
+        got, done = [], threading.Event()
+        link.send("threads", {}, lambda msg: (got.append(msg), done.set()))
+        link.proc.kill()
+        assert done.wait(30), "the callback of the unanswered request never ran"
+        assert got[0]["success"] is False and "ended" in got[0]["message"]
+        link.reader.join(30)
+        late = []
+        link.send("threads", {}, late.append)
+        assert len(late) == 1 and late[0]["success"] is False
+        assert len(got) == 1
+    finally:
+        link.close()

@@ -30,7 +30,7 @@ import threading
 
 from . import debugpy_glue
 from .mixed import Mixer
-from .wire import BadMessage, Channel, response
+from .wire import BadMessage, Channel, InFlight, response
 
 CAPABILITIES = {
     "supportsConfigurationDoneRequest": True,
@@ -59,6 +59,7 @@ class Adapter:
     def __init__(self, reader, writer):
         self.client = Channel(reader, writer)
         self.child: Channel | None = None
+        self.in_flight = InFlight()          # requests relayed to the program, not answered yet
         self.proc: subprocess.Popen | None = None
         self.group_killed = False
         self.sock_dir = None
@@ -103,7 +104,7 @@ class Adapter:
                     if src.get("path") and not os.path.isabs(src["path"]):   # the debuggee runs in another cwd
                         src["path"] = os.path.abspath(src["path"])
                     if self.mixer is None or not self.mixer.route(req):
-                        self.child.write(req, renumber=False)
+                        self.to_child(req)
                 elif cmd in _AFTER_EXIT:      # the client may still ask after the program ended
                     self.respond(req, _AFTER_EXIT[cmd])
                 else:
@@ -226,6 +227,18 @@ class Adapter:
         for line in iter(stream.readline, b""):
             self.event("output", {"category": category, "output": line.decode("utf-8", errors="replace")})
 
+    def to_child(self, req: dict):
+        """Relay a request to the program. One it cannot answer any more (it died, or dies
+        before it answers) is answered here as if by the program: see ``_unanswered``."""
+        if not self.in_flight.send(self.child, req, req.get("command")):
+            self._from_child(_unanswered(req.get("seq"), req.get("command")))
+
+    def _from_child(self, msg: dict):
+        if msg.get("type") == "response":
+            self.in_flight.take(msg.get("request_seq"))
+        if self.mixer is None or not self.mixer.from_msvm(msg):
+            self.client.write(msg)
+
     def _pump_child(self):
         while True:
             try:
@@ -233,10 +246,13 @@ class Adapter:
             except BadMessage as e:
                 print(f"msvm debug adapter: from the program: {e}", file=sys.stderr, flush=True)
                 continue
+            except OSError:                   # the program died mid-message (connection reset)
+                msg = None
             if msg is None:
                 break
-            if self.mixer is None or not self.mixer.from_msvm(msg):
-                self.client.write(msg)
+            self._from_child(msg)
+        for seq, command in self.in_flight.close():
+            self._from_child(_unanswered(seq, command))
 
     def _wait_exit(self):
         code = self.proc.wait()
@@ -277,6 +293,16 @@ class Adapter:
                     self.event("terminated")
         if self.sock_dir:
             shutil.rmtree(self.sock_dir, ignore_errors=True)
+
+
+def _unanswered(seq, command) -> dict:
+    """The answer to a request the program will never answer: what a client may still ask
+    after the end (threads, stack, ...) is answered empty, anything else fails."""
+    if command in _AFTER_EXIT:
+        return {"type": "response", "request_seq": seq, "command": command, "success": True,
+                "body": _AFTER_EXIT[command]}
+    return response({"seq": seq, "command": command},
+                    error=f"{command}: the program ended before it answered", show=False)
 
 
 def _signal_group(p: subprocess.Popen, sig: int):

@@ -118,7 +118,7 @@ class Mixer:
         if callback is not None:
             with self.lock:
                 self.pending[req["seq"]] = callback
-        self.ad.child.write(req, renumber=False)
+        self.ad.to_child(req)
 
     def _py(self, req: dict, arguments: dict | None = None, after=None, then=None):
         """Send the client's request to debugpy; its answer goes back with our ids (after(body) may

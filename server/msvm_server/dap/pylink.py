@@ -22,7 +22,7 @@ import subprocess
 import threading
 
 from . import debugpy_glue
-from .wire import BadMessage, Channel
+from .wire import BadMessage, Channel, InFlight
 
 PY_BASE = 1 << 30          # ids at or above this are debugpy's; msvm's are below
 ANSWER_TIMEOUT_S = 30
@@ -106,7 +106,7 @@ class PyLink:
         self.ch = Channel(self.proc.stdout, self.proc.stdin)
         self.lock = threading.Lock()
         self.seq = 0
-        self.waiting: dict = {}
+        self.waiting = InFlight()            # seq -> the callback of its response
         self.seen: dict = {}                 # event name -> body, for wait_event
         self.cond = threading.Condition()
         self.ids = Ids()
@@ -114,13 +114,14 @@ class PyLink:
         self.reader.start()
 
     def send(self, command: str, arguments: dict | None = None, callback=None):
+        """Each callback is called once: with debugpy's response, or with a failure when
+        debugpy's adapter is gone before it answered."""
         with self.lock:
             self.seq += 1
             seq = self.seq
-            if callback is not None:
-                self.waiting[seq] = callback
-        self.ch.write({"seq": seq, "type": "request", "command": command, "arguments": arguments or {}},
-                      renumber=False)
+        req = {"seq": seq, "type": "request", "command": command, "arguments": arguments or {}}
+        if not self.waiting.send(self.ch, req, callback) and callback is not None:
+            callback(_gone(seq, command))
 
     def request(self, command: str, arguments: dict | None = None, timeout: float = ANSWER_TIMEOUT_S) -> dict:
         done, box = threading.Event(), {}
@@ -146,12 +147,13 @@ class PyLink:
                 msg = self.ch.read()
             except BadMessage:
                 continue
+            except OSError:
+                msg = None
             if msg is None:
                 break
             kind = msg.get("type")
             if kind == "response":
-                with self.lock:
-                    cb = self.waiting.pop(msg.get("request_seq"), None)
+                cb = self.waiting.take(msg.get("request_seq"))
                 if cb is not None:
                     cb(msg)
             elif kind == "event":
@@ -162,6 +164,9 @@ class PyLink:
             elif kind == "request":          # reverse requests (runInTerminal, startDebugging): not offered
                 self.ch.write({"type": "response", "request_seq": msg.get("seq"), "command": msg.get("command"),
                                "success": False, "message": "not supported by the msvm adapter"})
+        for seq, cb in self.waiting.close():
+            if cb is not None:
+                cb(_gone(seq, None))
         with self.cond:
             self.cond.notify_all()
         if self.on_end:
@@ -171,3 +176,8 @@ class PyLink:
         if self.proc.poll() is None:
             self.proc.kill()
         self.proc.wait()
+
+
+def _gone(seq: int, command) -> dict:
+    return {"type": "response", "request_seq": seq, "command": command, "success": False,
+            "message": "debugpy's adapter ended before it answered"}

@@ -99,6 +99,49 @@ class Channel:
                 return False
 
 
+class InFlight:
+    """Requests written to a peer and not answered yet, so that each gets exactly one answer:
+    the peer's response takes its entry; when the peer is gone (its stream ended, a write
+    failed), ``close`` hands back the rest, to be answered here with a failure. A request
+    relayed to a program that dies before it answers is never left waiting."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.items: dict = {}
+        self.open = True
+
+    def add(self, seq, item) -> bool:
+        """Record a request about to be written; False once the peer is gone (answer it now)."""
+        with self.lock:
+            if self.open:
+                self.items[seq] = item
+            return self.open
+
+    def take(self, seq):
+        """The entry of the request ``seq`` answers (None: not ours, or already answered)."""
+        with self.lock:
+            return self.items.pop(seq, None)
+
+    def close(self) -> list:
+        """The peer is gone: every unanswered (seq, item), which nobody else will answer now."""
+        with self.lock:
+            self.open = False
+            left, self.items = list(self.items.items()), {}
+        return left
+
+    def send(self, channel: Channel, req: dict, item) -> bool:
+        """Write ``req`` (its own seq) on ``channel``, recorded as ``item``. False when the
+        caller must answer it itself: the peer is gone and nobody else will."""
+        seq = req.get("seq")
+        added = self.add(seq, item)
+        if added and channel.write(req, renumber=False):
+            return True
+        if not added:
+            return False
+        with self.lock:                      # not written: ours to answer, unless close() took it first
+            return self.items.pop(seq, self) is self
+
+
 def response(req: dict, body=None, error: str | None = None, show: bool = False) -> dict:
     """The DAP response to ``req``: its body, or a failure whose message the client may show."""
     msg = {"type": "response", "request_seq": req.get("seq"), "command": req.get("command"), "success": error is None}

@@ -143,7 +143,8 @@ def test_a_request_the_program_never_answers_is_answered_when_it_dies(adapter, t
     r = adapter.wait(lambda m: m.get("type") == "response" and m.get("request_seq") == asked, 30, "threads")
     assert r["success"] and r["body"]["threads"] == []
     r = adapter.wait(lambda m: m.get("type") == "response" and m.get("request_seq") == evaluated, 30, "evaluate")
-    assert r["success"] is False and "ended" in r["message"]
+    # (relayed and failed when the program died, or, read after the adapter saw the end, refused)
+    assert r["success"] is False and ("ended" in r["message"] or "no program is running" in r["message"])
     adapter.dap_event("terminated")
     assert adapter.dap_request("threads")["body"]["threads"] == []
 

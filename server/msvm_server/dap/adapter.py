@@ -252,7 +252,10 @@ class Adapter:
                 break
             self._from_child(msg)
         for seq, command in self.in_flight.close():
-            self._from_child(_unanswered(seq, command))
+            try:
+                self._from_child(_unanswered(seq, command))
+            except Exception as e:  # noqa: BLE001 - one failing answer must not leave the others unanswered
+                print(f"msvm debug adapter: answering {command!r}: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
 
     def _wait_exit(self):
         code = self.proc.wait()

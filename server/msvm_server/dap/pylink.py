@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import secrets
 import subprocess
+import sys
 import threading
 
 from . import debugpy_glue
@@ -166,7 +167,11 @@ class PyLink:
                                "success": False, "message": "not supported by the msvm adapter"})
         for seq, cb in self.waiting.close():
             if cb is not None:
-                cb(_gone(seq, None))
+                try:
+                    cb(_gone(seq, None))
+                except Exception as e:  # noqa: BLE001 - one failing callback must not leave the others waiting
+                    print(f"msvm debug adapter: debugpy's answer {seq}: {type(e).__name__}: {e}", file=sys.stderr,
+                          flush=True)
         with self.cond:
             self.cond.notify_all()
         if self.on_end:

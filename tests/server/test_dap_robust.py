@@ -117,12 +117,8 @@ def test_children_end_when_the_adapter_is_killed(adapter, tmp_path):
 SLEEPER = "import time\nprint('READY', flush=True)\ntime.sleep(600)\n"
 
 
-def test_a_request_the_program_never_answers_is_answered_when_it_dies(adapter, tmp_path):
-    """A request relayed to the program gets an answer even when the program dies before it
-    answers (CI: a ``threads`` right after ``disconnect`` went to the dying program and the
-    client waited forever). The program is frozen with SIGSTOP so the request is surely in flight."""
-    import signal
-
+def start_sleeper(adapter, tmp_path) -> int:
+    """A program that sleeps, launched and running (msvm alone): its pid."""
     prog = tmp_path / "sleeper.py"
     prog.write_text(SLEEPER)
     adapter.dap_request("initialize", {"adapterID": "msvm"})
@@ -130,19 +126,34 @@ def test_a_request_the_program_never_answers_is_answered_when_it_dies(adapter, t
     adapter.dap_event("initialized")
     adapter.dap_request("configurationDone")
     adapter.dap_event("output", lambda m: m["body"]["output"].startswith("READY"))
-    pid = adapter.dap_event("process")["body"]["systemProcessId"]
+    return adapter.dap_event("process")["body"]["systemProcessId"]
+
+
+def ask(adapter, command, arguments=None) -> int:
+    """Send a request without waiting for its answer: its seq."""
+    adapter.seq += 1
+    adapter.send({"seq": adapter.seq, "type": "request", "command": command, "arguments": arguments or {}})
+    return adapter.seq
+
+
+def answer(adapter, seq, what):
+    return adapter.wait(lambda m: m.get("type") == "response" and m.get("request_seq") == seq, 30, what)
+
+
+def test_a_request_the_program_never_answers_is_answered_when_it_dies(adapter, tmp_path):
+    """A request relayed to the program gets an answer even when the program dies before it
+    answers (CI: a ``threads`` right after ``disconnect`` went to the dying program and the
+    client waited forever). The program is frozen with SIGSTOP so the request is surely in flight."""
+    import signal
+
+    pid = start_sleeper(adapter, tmp_path)
     os.kill(pid, signal.SIGSTOP)
     wait_until(lambda: _state(pid) == "T", 30, "the program stopped by SIGSTOP")
-    adapter.seq += 1
-    asked = adapter.seq
-    adapter.send({"seq": asked, "type": "request", "command": "threads"})
-    adapter.seq += 1
-    evaluated = adapter.seq
-    adapter.send({"seq": evaluated, "type": "request", "command": "evaluate", "arguments": {"expression": "1"}})
+    asked, evaluated = ask(adapter, "threads"), ask(adapter, "evaluate", {"expression": "1"})
     os.kill(pid, signal.SIGKILL)
-    r = adapter.wait(lambda m: m.get("type") == "response" and m.get("request_seq") == asked, 30, "threads")
+    r = answer(adapter, asked, "the answer to threads")
     assert r["success"] and r["body"]["threads"] == []
-    r = adapter.wait(lambda m: m.get("type") == "response" and m.get("request_seq") == evaluated, 30, "evaluate")
+    r = answer(adapter, evaluated, "the answer to evaluate")
     # (relayed and failed when the program died, or, read after the adapter saw the end, refused)
     assert r["success"] is False and ("ended" in r["message"] or "no program is running" in r["message"])
     adapter.dap_event("terminated")
@@ -158,16 +169,6 @@ def _state(pid: int) -> str:
 def test_requests_right_after_the_end_are_answered(adapter, tmp_path, how):
     """The client may ask at once after disconnect/terminate, before the adapter has seen the
     program's end: every request still gets its answer."""
-    prog = tmp_path / "sleeper.py"
-    prog.write_text(SLEEPER)
-    adapter.dap_request("initialize", {"adapterID": "msvm"})
-    adapter.dap_request("launch", {"program": str(prog), "pythonDebugging": False})
-    adapter.dap_event("initialized")
-    adapter.dap_request("configurationDone")
-    adapter.dap_event("output", lambda m: m["body"]["output"].startswith("READY"))
-    first = adapter.seq + 1
-    for k, cmd in enumerate([how, "threads", "stackTrace", "threads"]):
-        adapter.send({"seq": first + k, "type": "request", "command": cmd, "arguments": {"threadId": 1}})
-    adapter.seq = first + 3
-    for k in range(4):
-        adapter.wait(lambda m, s=first + k: m.get("type") == "response" and m.get("request_seq") == s, 30, f"#{k}")
+    start_sleeper(adapter, tmp_path)
+    for cmd, seq in [(cmd, ask(adapter, cmd, {"threadId": 1})) for cmd in (how, "threads", "stackTrace", "threads")]:
+        answer(adapter, seq, f"the answer to {cmd}")

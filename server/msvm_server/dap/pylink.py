@@ -23,7 +23,7 @@ import sys
 import threading
 
 from . import debugpy_glue
-from .wire import BadMessage, Channel, InFlight
+from .wire import BadMessage, Channel, InFlight, response
 
 PY_BASE = 1 << 30          # ids at or above this are debugpy's; msvm's are below
 ANSWER_TIMEOUT_S = 30
@@ -184,5 +184,4 @@ class PyLink:
 
 
 def _gone(seq: int, command) -> dict:
-    return {"type": "response", "request_seq": seq, "command": command, "success": False,
-            "message": "debugpy's adapter ended before it answered"}
+    return response({"seq": seq, "command": command}, error="debugpy's adapter ended before it answered")

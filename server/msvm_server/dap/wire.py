@@ -101,9 +101,10 @@ class Channel:
 
 class InFlight:
     """Requests written to a peer and not answered yet, so that each gets exactly one answer:
-    the peer's response takes its entry; when the peer is gone (its stream ended, a write
-    failed), ``close`` hands back the rest, to be answered here with a failure. A request
-    relayed to a program that dies before it answers is never left waiting."""
+    the peer's response takes its entry (``take``); a request whose write fails is the sender's
+    to answer (``send`` returns False); when the peer's stream ends (``close``), the rest are
+    handed back to be answered by the reader. A request relayed to a program that dies before
+    it answers is never left waiting."""
 
     def __init__(self):
         self.lock = threading.Lock()

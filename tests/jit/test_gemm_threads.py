@@ -136,8 +136,8 @@ def test_one_and_two_threads_give_the_same_bits(tier, model, monkeypatch):
 
 
 def test_the_replay_splits_through_the_caller_and_small_products_stay_native(monkeypatch):
-    """A replayed signature: a split product's site has no native entry (its caller splits), a
-    small one keeps its native entry and never splits."""
+    """A replayed signature: a split product's site has no native entry (its caller splits, then its
+    epilogue's rows over the same two threads), a small one keeps its native entry and never splits."""
     import os
 
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})   # (two cores even where CI has one)
@@ -160,9 +160,13 @@ def test_the_replay_splits_through_the_caller_and_small_products_stay_native(mon
         got = small(ms.Tensor(xs)).asnumpy()
     assert gemm.splits[0] == before
     np.testing.assert_allclose(got, xs @ small.weight.asnumpy() + small.bias.asnumpy(), rtol=1e-5, atol=1e-5)
+    rows = []          # (the bias epilogue of 48 x 1536 elements: its rows split too, callconv.EPILOGUE_SPLIT_MIN)
+    spread = callconv._parallel
+    monkeypatch.setattr(callconv, "_parallel", lambda fn, n, *rest: (rows.append(n), spread(fn, n, *rest)))
     for _ in range(3):
         got = big(ms.Tensor(xb)).asnumpy()
     assert gemm.splits[0] == before + 3
+    assert 48 * 1536 >= callconv.EPILOGUE_SPLIT_MIN and rows == [48] * 3
     np.testing.assert_allclose(got, xb @ big.weight.asnumpy() + big.bias.asnumpy(), rtol=1e-4, atol=1e-3)
 
 

@@ -29,7 +29,8 @@ def test_packed_kernel_matches_numpy_on_random_shapes(dtype):
     _w, nv, mr = gemm.shape(codegen().features, str(np.dtype(dtype)))
     nr = _w * nv
     ms_ = sorted({0, 1, 2, mr - 1, mr, mr + 1, 2 * mr + 3, 37, 130})
-    ns = sorted({1, 5, nr - 1, nr, nr + 1, 2 * nr + 3, 70})
+    # n: panel edges, and past one column block of gemm.NB panels (a short last block)
+    ns = sorted({1, 5, nr - 1, nr, nr + 1, 2 * nr + 3, 70, gemm.NB * nr, gemm.NB * nr + nr + 3})
     # k: every remainder of the tiles' unrolled loop (gemm.UNROLL), none, one, and past a k block (gemm.KC)
     ks = [0, 1, 2, 3, 4, 5, 6, 7, 9, 90, gemm.KC - 1, gemm.KC + 3, 2 * gemm.KC + 1]
     for j, m in enumerate(ms_):
@@ -45,13 +46,13 @@ def test_packed_kernel_matches_numpy_on_random_shapes(dtype):
 
 
 def test_packed_kernel_over_several_row_blocks():
-    """Rows past one block of A (gemm.A_BLOCK_BYTES) take the next block: every row, with k past a
-    k block, against numpy."""
+    """Rows past one block of A (gemm.A_BLOCK_BYTES of a k block) take the next block: every row, with
+    k past a k block and columns past a column block, against numpy."""
     rng = np.random.default_rng(8)
     k = 2 * gemm.KC + 1
-    mc = gemm.A_BLOCK_BYTES // 4 // k
+    mc = gemm.A_BLOCK_BYTES // 4 // gemm.KC
     a = rng.standard_normal((2 * mc + 7, k)).astype(np.float32)
-    w = rng.standard_normal((37, k)).astype(np.float32)
+    w = rng.standard_normal((gemm.NB * 32 + 37, k)).astype(np.float32)
     np.testing.assert_allclose(_run(a, w), a.astype(np.float64) @ w.T.astype(np.float64), rtol=1e-5,
                                atol=1e-5 * math.sqrt(k))
 

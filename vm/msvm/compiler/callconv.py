@@ -46,6 +46,7 @@ from .entry import data_pointer
 from .kir import dtype_name
 
 PARALLEL_MIN = 1 << 20          # elements: below this one thread is faster (MEASURED.md)
+EPILOGUE_SPLIT_MIN = 1 << 15    # elements of a split product's epilogue from which its rows are split too (_split_caller)
 RELEASE_MIN = 1 << 14           # elements from which a native entry lets other threads run (compiles)
 
 # ---------------------------------------------------------------- the convention
@@ -490,11 +491,15 @@ def _split_caller(compiled, output, weight, ptr, extras):
         epi = prototype(k.epilogue, compiled.addrs[f"{compiled.name}_epi"])
         order = [e for j in elementwise_order(k.epilogue.kinds) if j > 0 for e in extras if e[0] == j]
 
+    two = epi is not None and m >= 2 and m * n >= EPILOGUE_SPLIT_MIN
+
     def go(inputs, out):
         out = output(out)
         cp, w = data_pointer(out), weight(inputs[1])
         g.run_split(fn, m, kk, n, ptr(0, inputs[0]), kk, ptr(1, w), cp, n, nr, isz)
-        if epi is not None:
+        if two:
+            _parallel(epi, m, 1, n, cp, cp, n, 0, *_epilogue_operands(order, inputs, ptr))
+        elif epi is not None:
             epi(0, m, 1, n, cp, cp, n, 0, *_epilogue_operands(order, inputs, ptr))
         return out
     return go

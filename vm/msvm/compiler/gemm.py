@@ -34,7 +34,9 @@ and two panels, its panels are shared: the first half of whole panels in the cal
 rest on msvm's kernel pool (Bp and C offset by the first half, ldc unchanged). Each element is
 computed by one thread with the same tiles in the same k order, so one and two threads give the
 same bits. At L2 the epilogue kernel then runs over the output; at L3 the kernel's own epilogue
-(``{name}_epi``) runs once over all rows (callconv._split_caller), and such a site has no native
+(``{name}_epi``) runs over all rows, split by rows over the same two threads from
+callconv.EPILOGUE_SPLIT_MIN elements (callconv._split_caller: GPT-2 small at S=128 spent 4.5 ms of a
+~100 ms forward in its 48 epilogues on one thread, GELU's tanh most of it), and such a site has no native
 entry: the replay calls its caller, which splits. On two cores every row count runs here
 (``use_packed``), not only 1..256.
 
@@ -74,7 +76,7 @@ from .kir import dtype_name
 from .lower import TYPES, Unsupported, vec_width
 
 NAME = "msvm_gemm_packed"
-A_BLOCK_BYTES = 1 << 20     # rows of A per pass over the panels: about this many bytes (L2)
+A_BLOCK_BYTES = 1 << 20     # rows of A per block: their k block (rows x KC) about this many bytes (L2)
 PREFETCH_ROWS = 24          # panel rows ahead that the tiles prefetch (8, 16, 24, 32, 40, 64 measured)
 UNROLL = 4                  # k steps per trip of a packed tile's loop (1, 2, 4 measured: see ``_tiles``)
 UNROLL_WIDE = 1             # the same with AVX-512's 12-row tiles (``_tiles``: 4 spilled, 1.7x slower)
@@ -86,6 +88,7 @@ HALF_PANEL = True
 RES_PREFETCH = True         # the taps tiles prefetch their residual's lines one panel on (``_tile_head``)
 A_PREFETCH = 64             # k steps ahead that the taps tiles prefetch their A (0: none)
 KC = 256                    # k per block: a panel's k block (KC x NR) stays in L1 across the row tiles
+NB = 4                      # panels per column block (``_packed_driver``)
 _lock = threading.Lock()
 _compiled: dict = {}        # dtype -> build.Compiled
 
@@ -377,27 +380,33 @@ def _row_blocks(L, k: str, a_block: int, mr: int, head: str = "entry") -> None:
 
 
 def _packed_driver(L, name, t, mr, nr, dtype):
-    # the driver: A blocks of mc rows (L2) x panels (each read once from memory, front to back) x k blocks
-    # of KC (the panel's k block, KC x NR, stays in L1 while every row tile of the A block multiplies it)
+    # the driver: A blocks of mc rows x column blocks of NB panels x k blocks of KC x the block's panels x
+    # row tiles: A's k block (mc x KC) stays in L2 across the block's panels, each panel's k block (KC x NR)
+    # in L1 across the row tiles, C's block (mc x NB NR) in L2 across the k blocks, and the weight is read
+    # once for up to mc = A_BLOCK_BYTES / KC rows. (Before, row blocks of A_BLOCK_BYTES over all of k, each
+    # panel's k blocks in turn: a K=3072 product of 128 rows was two row blocks, the 9.4 MB weight read
+    # twice. Measured, Intel Xeon, one core, 12 weights in turn, GFLOP/s old -> new / onnxruntime's MatMul
+    # by a constant: 128x3072x768 128-130 -> 140-142 / 144-146, 128x768x768 151-157 -> 152-154 / 142-152,
+    # 128x768x3072 148 -> 146 / 143; two cores 128x3072x768 251 -> 273-281 / 286-291. NB = 1, 2, 4, 8
+    # measured within 2% of each other at 128 rows.)
     a_block = A_BLOCK_BYTES // np.dtype(dtype).itemsize
     L(f"define void @{name}(i64 %m, i64 %k, i64 %n, {t}* noalias %A, i64 %lda, {t}* noalias %B, {t}* noalias %C, "
       f"i64 %ldc) nounwind {{")
     L("entry:")
-    _row_blocks(L, "%k", a_block, mr)
-    L("ploop:")
-    L("  %j = phi i64 [ 0, %ibody ], [ %jn, %kdone ]")
-    L("  %pc = icmp slt i64 %j, %n")
+    L(f"  %kshort = icmp slt i64 %k, {KC}")
+    L(f"  %kb = select i1 %kshort, i64 %k, i64 {KC}")
+    _row_blocks(L, "%kb", a_block, mr)
+    L("ploop:")             # (column blocks of NB panels)
+    L("  %jb = phi i64 [ 0, %ibody ], [ %jbn, %kdone ]")
+    L("  %pc = icmp slt i64 %jb, %n")
     L("  br i1 %pc, label %pbody, label %pdone")
     L("pbody:")
-    L("  %left = sub i64 %n, %j")
-    L(f"  %pidx = udiv i64 %j, {nr}")
-    L("  %pstride = mul i64 %pidx, %k")
-    L(f"  %poff = mul i64 %pstride, {nr}")
-    L(f"  %panel = getelementptr {t}, {t}* %B, i64 %poff")
-    L(f"  %cj = getelementptr {t}, {t}* %C, i64 %j")
+    L(f"  %jbe0 = add i64 %jb, {NB * nr}")
+    L("  %jbo = icmp sgt i64 %jbe0, %n")
+    L("  %jbe = select i1 %jbo, i64 %n, i64 %jbe0")
     L("  br label %kloop")
     L("kloop:")           # (runs once when k = 0: the tiles then store zeros)
-    L("  %k0 = phi i64 [ 0, %pbody ], [ %k0n, %rdone ]")
+    L("  %k0 = phi i64 [ 0, %pbody ], [ %k0n, %jdone ]")
     L("  %kin = icmp slt i64 %k0, %k")
     L("  %first = icmp eq i64 %k0, 0")
     L("  %kgo = or i1 %kin, %first")
@@ -408,10 +417,22 @@ def _packed_driver(L, name, t, mr, nr, dtype):
     L(f"  %kc = select i1 %kcs, i64 %kleft, i64 {KC}")
     L(f"  %ak = getelementptr {t}, {t}* %A, i64 %k0")
     L(f"  %bk0 = mul i64 %k0, {nr}")
+    L("  br label %jloop")
+    L("jloop:")           # (the block's panels)
+    L("  %j = phi i64 [ %jb, %kbody ], [ %jn, %rdone ]")
+    L("  %jc = icmp slt i64 %j, %jbe")
+    L("  br i1 %jc, label %jbody, label %jdone")
+    L("jbody:")
+    L("  %left = sub i64 %n, %j")
+    L(f"  %pidx = udiv i64 %j, {nr}")
+    L("  %pstride = mul i64 %pidx, %k")
+    L(f"  %poff = mul i64 %pstride, {nr}")
+    L(f"  %panel = getelementptr {t}, {t}* %B, i64 %poff")
     L(f"  %bk = getelementptr {t}, {t}* %panel, i64 %bk0")
+    L(f"  %cj = getelementptr {t}, {t}* %C, i64 %j")
     L("  br label %rloop")
     L("rloop:")
-    L("  %i = phi i64 [ %i0, %kbody ], [ %in, %rnext ]")
+    L("  %i = phi i64 [ %i0, %jbody ], [ %in, %rnext ]")
     L("  %rc = icmp slt i64 %i, %iend")
     L("  br i1 %rc, label %rbody, label %rdone")
     L("rbody:")
@@ -433,10 +454,13 @@ def _packed_driver(L, name, t, mr, nr, dtype):
     L(f"  %in = add i64 %i, {mr}")
     L("  br label %rloop")
     L("rdone:")
+    L(f"  %jn = add i64 %j, {nr}")
+    L("  br label %jloop")
+    L("jdone:")
     L(f"  %k0n = add i64 %k0, {KC}")
     L("  br label %kloop")
     L("kdone:")
-    L(f"  %jn = add i64 %j, {nr}")
+    L(f"  %jbn = add i64 %jb, {NB * nr}")
     L("  br label %ploop")
     L("pdone:")
     L("  %i0n = add i64 %i0, %mc")

@@ -37,26 +37,42 @@ def test_heads_product_matches_numpy(seed, dtype):
     np.testing.assert_array_equal(np.isnan(out), np.isnan(want))
 
 
-def test_heads_product_holds_its_blas_arguments_while_another_thread_clears_them(monkeypatch):
+def test_heads_product_holds_its_blas_arguments_while_another_thread_clears_them():
     """The BLAS's by-reference arguments (m, n, k, the leading dims) live in a table that another
-    thread may clear while this one's product runs: the product holds them until it returns. (The
-    other thread is played here by clearing the table as the calls start, then allocating over
-    the freed memory.)"""
+    thread may clear: the calls heads_product keeps for a geometry and its addresses hold them. (The
+    other thread is played here by clearing the table between two products on the same buffers,
+    then allocating over the freed memory.)"""
     import ctypes
 
-    real = attention_site.share
-
-    def cleared_first(tasks):
-        attention_site._SCALARS.clear()
-        junk = [ctypes.c_int64(-1) for _ in range(4096)]       # (over the freed values, where they were kept nowhere)
-        real(tasks)
-        del junk
-    monkeypatch.setattr(attention_site, "share", cleared_first)
     rng = np.random.default_rng(30)
     a, b = _views(rng, (2, 3), 17, 33, 29, np.float32, False, True)
     out = np.full((2, 3, 17, 29), 7.0, np.float32)
     assert attention_site.heads_product(a, b, out)
+    attention_site._SCALARS.clear()
+    junk = [ctypes.c_int64(-1) for _ in range(4096)]       # (over the freed values, where they were kept nowhere)
+    out[...] = 7.0
+    assert attention_site.heads_product(a, b, out)
+    del junk
     np.testing.assert_allclose(out, np.matmul(a, b), rtol=1e-5, atol=1e-5)
+
+
+def test_heads_product_keeps_the_calls_of_the_same_buffers_only():
+    """A second product on the same buffers runs the kept calls (the values they read may change);
+    other buffers of the same geometry get calls of their own."""
+    rng = np.random.default_rng(31)
+    a, b = _views(rng, (1, 4), 9, 16, 12, np.float32, False, True)
+    out = np.empty((1, 4, 9, 12), np.float32)
+    attention_site._HEADS.clear()
+    assert attention_site.heads_product(a, b, out)
+    kept = dict(attention_site._HEADS)
+    a[...] = rng.standard_normal(a.shape)
+    assert attention_site.heads_product(a, b, out)
+    assert attention_site._HEADS == kept
+    np.testing.assert_allclose(out, np.matmul(a, b), rtol=1e-5, atol=1e-5)
+    a2, out2 = a.copy(), np.empty_like(out)
+    assert attention_site.heads_product(a2, b, out2)
+    assert len(attention_site._HEADS) == len(kept) + 1
+    np.testing.assert_allclose(out2, np.matmul(a2, b), rtol=1e-5, atol=1e-5)
 
 
 def test_heads_product_leaves_what_it_cannot_take_to_numpy():

@@ -1,7 +1,8 @@
 """Two threads on msvm's packed product (compiler/gemm.py ``run_split``, issue 18): the kernel's
 two column halves against one call bit for bit; nn.Dense (BERT's feed-forward) and GPT-2's
 Conv1D at L2, L3 and auto, also through the replay, give the same bits with MSVM_THREADS=1 and 2;
-the split happens where the product is large enough (a spy on gemm.splits) and not below."""
+the split happens where the product is large enough (a spy on gemm.splits) and not below, and so
+does its epilogue's (L3: its rows; L2: its rows in halves, ``callconv._halves``)."""
 
 import msvm as ms
 import numpy as np
@@ -123,11 +124,16 @@ def test_one_and_two_threads_give_the_same_bits(tier, model, monkeypatch):
         x = rng.standard_normal((48, 384)).astype(np.float32)
     _copy(one, two)
     calls = 12 if tier == "auto" else 4
+    halves, real = [], callconv._halves        # (an L2 epilogue over (1, rows, n): its rows in halves)
+    monkeypatch.setattr(callconv, "_halves", lambda fn, d1, *rest: (halves.append(d1), real(fn, d1, *rest)))
     a, split_one = _run(one, x, calls, monkeypatch, 1)
+    assert not halves
     b, split_two = _run(two, x, calls, monkeypatch, 2)
     assert split_one == 0
     assert _sites(two), "the products did not run packed"
     assert split_two >= calls // 2, "two threads did not share the product"
+    if tier != "auto":                         # (auto: L2 until its L3 kernel lands)
+        assert (48 in halves) == (tier == "L2"), halves
     np.testing.assert_array_equal(b, a)
     w = [q.asnumpy().astype(np.float64) for q in one.get_parameters()]
     if model == "conv1d":

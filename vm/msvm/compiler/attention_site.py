@@ -65,7 +65,7 @@ from .callconv import Prepared, _parallel, elementwise_caller
 from .entry import data_pointer
 from .kir import Elementwise, RowKernel
 from .planning import Plan
-from .pool import share
+from .pool import Calls
 from .tiers import _JIT, L3_SHAPES, Site
 
 _ND = np.ndarray
@@ -350,7 +350,19 @@ def heads_product(a, b, out) -> bool:
     rows or columns are not unit-stride, the batch shapes differ, or a dim is 0: numpy's matmul then.
     Measured (AMD EPYC Zen 5, two cores, GPT-2 small at S=128, batch 1, medians of 15 forwards, two
     runs of each in alternating processes): 60.7-63.8 ms against 64.1-65.3 with the heads on one
-    thread (attention took ~8 ms of the forward there, serial)."""
+    thread (attention took ~8 ms of the forward there, serial).
+
+    The calls of one geometry at one set of addresses are kept, packed (``pool.Calls``, at most
+    HEADS_KEPT): a replay multiplies the same buffers every call, and making the 12 heads' calls and
+    looking their batch up took 61 us a product inside GPT-2 small's forward (Intel Xeon, S=128: 1.5
+    ms of a ~100 ms forward; the same code alone took 15-20: a forward's weights leave little of
+    the interpreter's objects in cache)."""
+    key = (a.shape, a.strides, b.shape, b.strides, out.shape, out.strides, a.dtype, b.dtype, out.dtype,
+           data_pointer(a), data_pointer(b), data_pointer(out))
+    hit = _HEADS.get(key)
+    if hit is not None:
+        hit[0]()
+        return True
     isz = a.itemsize
     if not (a.shape[:-2] == b.shape[:-2] == out.shape[:-2] and a.dtype == b.dtype == out.dtype) or 0 in a.shape \
             or 0 in b.shape or out.strides[-1] != isz:
@@ -369,13 +381,14 @@ def heads_product(a, b, out) -> bool:
     ldc = out.strides[-2] // isz
     if out.strides[-2] % isz or ldc < max(1, n):
         return False
+    from .callconv import blas_once
     from .conv import _blas_gemm  # (conv imports the planners, which import this module's plan)
 
     (tb, ldb), (ta, lda) = ops
-    # (``keep`` held until the product ran: another thread may clear the table while it runs)
+    # (``keep``, the by-reference scalars, held with the calls: another thread may clear their table)
     args, keep = _scalars(str(a.dtype), tb, ta, n, m, kk, ldb, lda, ldc)
     fn = _blas_gemm(str(a.dtype))
-    pa, pb, pc = data_pointer(a), data_pointer(b), data_pointer(out)
+    pa, pb, pc = key[-3:]
     calls = []
     for idx in np.ndindex(*a.shape[:-2]):
         oa = sum(i * st for i, st in zip(idx, a.strides))
@@ -384,9 +397,17 @@ def heads_product(a, b, out) -> bool:
         calls.append((fn, (args[0], args[1], args[2], args[3], args[4], args[5], pb + ob, args[6], pa + oa, args[7],
                            args[8], pc + oc, args[9])))
     h = (len(calls) + 1) // 2
-    share([calls[:h], calls[h:]])
-    del keep
+    blas_once()
+    run = Calls([calls[:h], calls[h:]], here=False)
+    if len(_HEADS) >= HEADS_KEPT:
+        _HEADS.clear()
+    _HEADS[key] = (run, keep)
+    run()
     return True
+
+
+HEADS_KEPT = 256         # (geometry, addresses) whose packed calls heads_product keeps
+_HEADS: dict = {}
 
 
 _SCALARS: dict = {}

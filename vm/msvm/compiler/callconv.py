@@ -269,7 +269,8 @@ def caller(site, compiled, plan):
         ta, tb, wt, transposed = site.args[0], p["tb"], p["wt"], site.transposed
         # the epilogue's input 0 is the product, i.e. the output: its pointer is not kept
         epi = elementwise_caller(compiled, p["epi"].details, None,
-                                 lambda j, a: data_pointer(a) if j == 0 else ptr(j, a))
+                                 lambda j, a: data_pointer(a) if j == 0 else ptr(j, a),
+                                 two=p["packed"] and _packed_split(p, d))
         matmul, swap = np.matmul, np.swapaxes
         if p["packed"]:          # (issue 18: the packed product, then the epilogue in place)
             return _packed_caller(p, output, epi, site.packed, ptr, d)
@@ -346,14 +347,33 @@ def _epilogue_operands(extras, inputs, ptr) -> list:
     return args
 
 
-def elementwise_caller(compiled, p: dict, output, ptr):
+def elementwise_caller(compiled, p: dict, output, ptr, two: bool = False):
     """``go(inputs, out)`` for an elementwise kernel; ``output`` (when given) picks or makes the
-    output buffer, else the caller's ``out`` is written in place."""
+    output buffer, else the caller's ``out`` is written in place. ``two``: the epilogue of a product
+    two threads shared (an L2 one too), split in halves from EPILOGUE_SPLIT_MIN elements, by its
+    first dim or else its second (``_halves``)."""
     dims, kinds, strides = p["dims"], p["kinds"], p["strides"]
     spec = [(j, kinds[j], strides[j]) for j in elementwise_order(kinds)]
     fn = compiled.fn
     d0, d1, d2 = dims
     split = compiled.level >= 3 and d0 * d1 * d2 >= PARALLEL_MIN and d0 >= 2
+    big = two and d0 * d1 * d2 >= EPILOGUE_SPLIT_MIN
+    split = split or (big and d0 >= 2)
+    if big and not split and d1 >= 2:
+        isz = np.dtype(compiled.kernel.dtype).itemsize
+
+        def go(inputs, out):
+            if output is not None:
+                out = output(out)
+            args = []
+            for j, kind, s in spec:
+                if kind == "t":
+                    args += [ptr(j, inputs[j]), s[0], s[1]]
+                else:
+                    args.append(float(inputs[j]))
+            _halves(fn, d1, d2, data_pointer(out), args, spec, isz)
+            return out
+        return go
 
     def go(inputs, out):
         if output is not None:
@@ -371,6 +391,22 @@ def elementwise_caller(compiled, p: dict, output, ptr):
             fn(0, d0, d1, d2, po, *args)
         return out
     return go
+
+
+def _halves(fn, d1: int, d2: int, po: int, args: list, spec: list, isz: int) -> None:
+    """An elementwise kernel over dims (1, d1, d2) in two calls of d1 / 2 rows on this thread and
+    the pool's: the second's output and tensor inputs start h rows on (h times their row stride)."""
+    h, second, at = d1 // 2, [], 0
+    for _j, kind, s in spec:
+        if kind == "t":
+            second += [args[at] + h * s[1] * isz, args[at + 1], args[at + 2]]
+            at += 3
+        else:
+            second.append(args[at])
+            at += 1
+    from .pool import share
+
+    share([[(fn, (0, 1, h, d2, po, *args))], [(fn, (0, 1, d1 - h, d2, po + h * d2 * isz, *second))]])
 
 
 # ---------------------------------------------------------------- native entries
@@ -454,7 +490,7 @@ def _packed_caller(p: dict, output, epi, packed, ptr, d):
 
     gemm = g.function(dtype_name(d))
     m, k, n = p["m"], p["k"], p["n"]
-    if g.threads(m, k, n, d) > 1:
+    if _packed_split(p, d):
         nr, isz = g.panel_width(d), d.itemsize
 
         def go(inputs, out):
@@ -468,6 +504,13 @@ def _packed_caller(p: dict, output, epi, packed, ptr, d):
         gemm(m, k, n, ptr(0, inputs[0]), k, data_pointer(b), data_pointer(out), n)
         return epi([out] + list(inputs[2:]), out)
     return go
+
+
+def _packed_split(p: dict, d) -> bool:
+    """Whether the L2 product by a packed weight of plan details p runs on two threads (gemm.threads)."""
+    from . import gemm as g
+
+    return g.threads(p["m"], p["k"], p["n"], d) > 1
 
 
 def _packed_threads(k) -> int:

@@ -359,21 +359,8 @@ def elementwise_caller(compiled, p: dict, output, ptr, two: bool = False):
     split = compiled.level >= 3 and d0 * d1 * d2 >= PARALLEL_MIN and d0 >= 2
     big = two and d0 * d1 * d2 >= EPILOGUE_SPLIT_MIN
     split = split or (big and d0 >= 2)
-    if big and not split and d1 >= 2:
-        isz = np.dtype(compiled.kernel.dtype).itemsize
-
-        def go(inputs, out):
-            if output is not None:
-                out = output(out)
-            args = []
-            for j, kind, s in spec:
-                if kind == "t":
-                    args += [ptr(j, inputs[j]), s[0], s[1]]
-                else:
-                    args.append(float(inputs[j]))
-            _halves(fn, d1, d2, data_pointer(out), args, spec, isz)
-            return out
-        return go
+    halves = big and not split and d1 >= 2
+    isz = np.dtype(compiled.kernel.dtype).itemsize if halves else 0
 
     def go(inputs, out):
         if output is not None:
@@ -387,6 +374,8 @@ def elementwise_caller(compiled, p: dict, output, ptr, two: bool = False):
         po = data_pointer(out)
         if split:
             _parallel(fn, d0, d1, d2, po, *args)
+        elif halves:
+            _halves(fn, d1, d2, po, args, spec, isz)
         else:
             fn(0, d0, d1, d2, po, *args)
         return out

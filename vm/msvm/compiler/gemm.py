@@ -88,7 +88,7 @@ HALF_PANEL = True
 RES_PREFETCH = True         # the taps tiles prefetch their residual's lines one panel on (``_tile_head``)
 A_PREFETCH = 64             # k steps ahead that the taps tiles prefetch their A (0: none)
 KC = 256                    # k per block: a panel's k block (KC x NR) stays in L1 across the row tiles
-NB = 4                      # panels per column block (``_packed_driver``)
+NB = 4                      # panels per column block where A is past A_BLOCK_BYTES (``_packed_driver``)
 _lock = threading.Lock()
 _compiled: dict = {}        # dtype -> build.Compiled
 
@@ -383,7 +383,9 @@ def _packed_driver(L, name, t, mr, nr, dtype):
     # the driver: A blocks of mc rows x column blocks of NB panels x k blocks of KC x the block's panels x
     # row tiles: A's k block (mc x KC) stays in L2 across the block's panels, each panel's k block (KC x NR)
     # in L1 across the row tiles, C's block (mc x NB NR) in L2 across the k blocks, and the weight is read
-    # once for up to mc = A_BLOCK_BYTES / KC rows. (Before, row blocks of A_BLOCK_BYTES over all of k, each
+    # once for up to mc = A_BLOCK_BYTES / KC rows. Where all of A fits in A_BLOCK_BYTES a block is one
+    # panel: its k blocks follow each other in memory, so the panel streams front to back under the
+    # tiles' prefetch (few rows: the weight's bandwidth is the bound). (Before, row blocks of A_BLOCK_BYTES over all of k, each
     # panel's k blocks in turn: a K=3072 product of 128 rows was two row blocks, the 9.4 MB weight read
     # twice. Measured, Intel Xeon, one core, 12 weights in turn, GFLOP/s old -> new / onnxruntime's MatMul
     # by a constant: 128x3072x768 128-130 -> 140-142 / 144-146, 128x768x768 151-157 -> 152-154 / 142-152,
@@ -395,13 +397,16 @@ def _packed_driver(L, name, t, mr, nr, dtype):
     L("entry:")
     L(f"  %kshort = icmp slt i64 %k, {KC}")
     L(f"  %kb = select i1 %kshort, i64 %k, i64 {KC}")
+    L("  %mk = mul i64 %m, %k")                 # (all of A in L2: one panel a block, streamed front to back)
+    L(f"  %afits = icmp sle i64 %mk, {a_block}")
+    L(f"  %nbw = select i1 %afits, i64 {nr}, i64 {NB * nr}")
     _row_blocks(L, "%kb", a_block, mr)
     L("ploop:")             # (column blocks of NB panels)
     L("  %jb = phi i64 [ 0, %ibody ], [ %jbn, %kdone ]")
     L("  %pc = icmp slt i64 %jb, %n")
     L("  br i1 %pc, label %pbody, label %pdone")
     L("pbody:")
-    L(f"  %jbe0 = add i64 %jb, {NB * nr}")
+    L("  %jbe0 = add i64 %jb, %nbw")
     L("  %jbo = icmp sgt i64 %jbe0, %n")
     L("  %jbe = select i1 %jbo, i64 %n, i64 %jbe0")
     L("  br label %kloop")
@@ -460,7 +465,7 @@ def _packed_driver(L, name, t, mr, nr, dtype):
     L(f"  %k0n = add i64 %k0, {KC}")
     L("  br label %kloop")
     L("kdone:")
-    L(f"  %jbn = add i64 %jb, {NB * nr}")
+    L("  %jbn = add i64 %jb, %nbw")
     L("  br label %ploop")
     L("pdone:")
     L("  %i0n = add i64 %i0, %mc")

@@ -380,17 +380,17 @@ def _row_blocks(L, k: str, a_block: int, mr: int, head: str = "entry") -> None:
 
 
 def _packed_driver(L, name, t, mr, nr, dtype):
-    # the driver: A blocks of mc rows x column blocks of NB panels x k blocks of KC x the block's panels x
-    # row tiles: A's k block (mc x KC) stays in L2 across the block's panels, each panel's k block (KC x NR)
-    # in L1 across the row tiles, C's block (mc x NB NR) in L2 across the k blocks, and the weight is read
-    # once for up to mc = A_BLOCK_BYTES / KC rows. Where all of A fits in A_BLOCK_BYTES a block is one
-    # panel: its k blocks follow each other in memory, so the panel streams front to back under the
-    # tiles' prefetch (few rows: the weight's bandwidth is the bound). (Before, row blocks of
-    # A_BLOCK_BYTES over all of k, each panel's k blocks in turn: a K=3072 product of 128 rows was two row blocks, the 9.4 MB weight read
-    # twice. Measured, Intel Xeon, one core, 12 weights in turn, GFLOP/s old -> new / onnxruntime's MatMul
-    # by a constant: 128x3072x768 128-130 -> 140-142 / 144-146, 128x768x768 151-157 -> 152-154 / 142-152,
-    # 128x768x3072 148 -> 146 / 143; two cores 128x3072x768 251 -> 273-281 / 286-291. NB = 1, 2, 4, 8
-    # measured within 2% of each other at 128 rows.)
+    # the driver: A blocks of mc rows x column blocks of NB panels x k blocks of KC x the block's panels x row
+    # tiles: A's k block (mc x KC) stays in L2 across the block's panels, each panel's k block (KC x NR) in L1
+    # across the row tiles, C's block (mc x NB NR) in L2 across the k blocks, and the weight is read once for
+    # up to mc = A_BLOCK_BYTES / KC rows. Where all of A fits in A_BLOCK_BYTES a block is one panel: its k
+    # blocks follow each other in memory, so the panel streams front to back under the tiles' prefetch (few
+    # rows: the weight's bandwidth is the bound). (Before, row blocks of A_BLOCK_BYTES over all of k, each
+    # panel's k blocks in turn: a K=3072 product of 128 rows was two row blocks, the 9.4 MB weight read twice.
+    # Measured, Intel Xeon, one core, 12 weights in turn, GFLOP/s old -> new / onnxruntime's MatMul by a
+    # constant: 128x3072x768 128-130 -> 140-142 / 144-146, 128x768x768 151-157 -> 152-154 / 142-152,
+    # 128x768x3072 148 -> 146 / 143; two cores 128x3072x768 251 -> 273-281 / 286-291. NB = 1, 2, 4, 8 measured
+    # within 2% of each other at 128 rows.)
     a_block = A_BLOCK_BYTES // np.dtype(dtype).itemsize
     L(f"define void @{name}(i64 %m, i64 %k, i64 %n, {t}* noalias %A, i64 %lda, {t}* noalias %B, {t}* noalias %C, "
       f"i64 %ldc) nounwind {{")

@@ -268,12 +268,12 @@ def caller(site, compiled, plan):
     if k.kind == "elementwise":          # L2 matmul: BLAS product, then the epilogue in place
         ta, tb, wt, transposed = site.args[0], p["tb"], p["wt"], site.transposed
         # the epilogue's input 0 is the product, i.e. the output: its pointer is not kept
+        two = p["packed"] and _packed_split(p, d)
         epi = elementwise_caller(compiled, p["epi"].details, None,
-                                 lambda j, a: data_pointer(a) if j == 0 else ptr(j, a),
-                                 two=p["packed"] and _packed_split(p, d))
+                                 lambda j, a: data_pointer(a) if j == 0 else ptr(j, a), two=two)
         matmul, swap = np.matmul, np.swapaxes
         if p["packed"]:          # (issue 18: the packed product, then the epilogue in place)
-            return _packed_caller(p, output, epi, site.packed, ptr, d)
+            return _packed_caller(p, output, epi, site.packed, ptr, d, two)
 
         def go(inputs, out):
             out = output(out)
@@ -472,14 +472,14 @@ def _weight(site, p: dict):
     return site.packed if p.get("packed") else site.transposed if p.get("wt") else _same
 
 
-def _packed_caller(p: dict, output, epi, packed, ptr, d):
+def _packed_caller(p: dict, output, epi, packed, ptr, d, two: bool):
     """``go(inputs, out)`` of an L2 matmul by a packed weight: compiler/gemm.py's product into the
-    output, then the epilogue kernel over it in place."""
+    output (on two threads where ``two``: ``_packed_split``), then the epilogue kernel over it in place."""
     from . import gemm as g
 
     gemm = g.function(dtype_name(d))
     m, k, n = p["m"], p["k"], p["n"]
-    if _packed_split(p, d):
+    if two:
         nr, isz = g.panel_width(d), d.itemsize
 
         def go(inputs, out):

@@ -51,8 +51,8 @@ def test_kernels_against_float64_numpy(dtype, seed):
         wt[1, 0, 1, 1] = np.inf                             # (a weight not finite: U is not either)
     th, tw = winograd.tiles(ho, wo)
     t = th * tw
-    up = winograd.transform_weight(wt, nr)
-    force = int(not np.isfinite(up).all())
+    up = winograd.pack_weight(wt, nr)
+    force = int(not winograd.finite(wt))
     v = np.empty((16, c, t), d)
     m = np.empty((16, o, t), d)
     y = np.full((o, ho, wo + 3), -7.0, d)[:, :, :wo]        # (rows 3 apart past wo: nothing written there)
@@ -68,8 +68,10 @@ def test_kernels_against_float64_numpy(dtype, seed):
         fin(data_pointer(x), c0, c1, h, w, pt, pl, th, tw, data_pointer(v), c * t, data_pointer(flags) + 8 * k, force)
     assert set(flags) <= {0, 1} and flags.any() == (special or bool(force))
     panels = -(-o // nr)
-    for j0, j1 in ((0, panels // 2), (panels // 2, panels)):
-        fmm(o, c, data_pointer(up), data_pointer(v), t, data_pointer(m), j0, j1, data_pointer(flags), 2)
+    scratch = np.empty((2, 16, c, nr), d)                  # (each task's own)
+    for k, (j0, j1) in enumerate(((0, panels // 2), (panels // 2, panels))):
+        fmm(o, c, data_pointer(up), data_pointer(v), t, data_pointer(m), j0, j1, data_pointer(flags), 2,
+            data_pointer(scratch[k]))
     split = int(rng.integers(0, o + 1))
     for o0, o1 in ((0, split), (split, o)):
         fout(data_pointer(m), o * t, o0, o1, th, tw, data_pointer(y), ho, wo, ho * wo, has_bn, _ptr(scale), _ptr(bias),
@@ -88,6 +90,42 @@ def test_kernels_against_float64_numpy(dtype, seed):
     tol = 1e-5 if d == np.float32 else 1e-12
     scale_ = max(1.0, float(np.abs(want[fixed]).max(initial=0.0)))
     np.testing.assert_allclose(y[fixed], want[fixed], rtol=tol, atol=tol * scale_ * (1 + c / 8))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_the_products_transform_the_weight_as_numpy_does(dtype):
+    """The products' kernel transforms each panel of the packed weight (pack_weight) into its scratch as
+    transform_weight does in numpy: the same bits, zeros past O; inf and NaN weights included. Given U
+    itself (no scratch: conv.prepared_wino's form for a small weight) its products are the same bits."""
+    rng = np.random.default_rng(3)
+    d = np.dtype(dtype)
+    nr = gemm.panel_width(d)
+    c, o, t = 37, 2 * nr + 3, 5
+    wt = (rng.standard_normal((o, c, 3, 3)) * 10.0 ** rng.integers(-30, 30, (o, c, 3, 3))).astype(d)
+    wt[0, 1, 2, 2], wt[4, 0, 0, 1] = np.nan, -np.inf
+    want = winograd.transform_weight(wt, nr)                      # [16][panels][C][nr]
+    g = winograd.pack_weight(wt, nr)
+    assert g.shape == (3, c, 9, nr) and g.nbytes == 3 * nr * c * 9 * d.itemsize
+    v, m = np.zeros((16, c, t), d), np.empty((16, o, t), d)
+    flags = np.zeros(1, np.int64)
+    fmm = winograd.function(dtype, "mm")
+    for j in range(3):
+        scratch = np.full((16, c, nr), 7.0, d)
+        fmm(o, c, data_pointer(g), data_pointer(v), t, data_pointer(m), j, j + 1, data_pointer(flags), 1,
+            data_pointer(scratch))
+        np.testing.assert_array_equal(scratch, want[:, j])
+    wt = (rng.standard_normal((o, c, 3, 3)) / 3).astype(d)
+    v = rng.standard_normal((16, c, t)).astype(d)
+    got = {}
+    for form, weight, scratch in (("packed", winograd.pack_weight(wt, nr), np.empty((16, c, nr), d)),
+                                  ("U", winograd.transform_weight(wt, nr), None)):
+        m = np.full((16, o, t), np.nan, d)
+        fmm(o, c, data_pointer(weight), data_pointer(v), t, data_pointer(m), 0, 3, data_pointer(flags), 1,
+            _ptr(scratch))
+        got[form] = m
+    np.testing.assert_array_equal(got["packed"], got["U"])
+    np.testing.assert_allclose(got["U"], np.einsum("xoc,xct->xot", winograd.transform_weight(wt, nr).transpose(
+        0, 1, 3, 2).reshape(16, -1, c)[:, :o], v), rtol=1e-5 if d == np.float32 else 1e-12, atol=1e-4)
 
 
 @pytest.fixture
@@ -196,7 +234,8 @@ def test_a_stored_weight_is_held_once(winos):
     if not weights.stored(arr):
         pytest.skip("the weight store is off here (no private directory on a disk filesystem)")
     assert weights.resident(arr) == 0
-    assert any(v[0]() is arr for v in conv._WINOW.values())
+    held = [v[1][0] for v in conv._WINOW.values() if v[0]() is arr]
+    assert len(held) == 1 and held[0].nbytes == w.nbytes      # (packed at the weight's own size, not U's 16/9)
     close(got, reference(net, s, x))
     x[0, 3, 4, 5] = np.inf
     close(forward(net, "L3", True, [x])[0], reference(net, s, x))

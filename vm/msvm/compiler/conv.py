@@ -185,6 +185,7 @@ from .kir import dtype_name
 from .lower import BINARY, TYPES, UNARY, Unsupported, vec_width
 from .phases import function as phases_function
 from .pool import parts, share
+from .winograd import XI
 
 OPS = frozenset(op for op, kind in KERNEL_KINDS.items() if kind == "conv")   # the rows whose Site plans here
 # a grouped convolution of few input channels per group runs the direct kernel (the depthwise one,
@@ -1255,9 +1256,9 @@ class TapsConv:
         sbuf = None if self.src is None else workspace(0, self.src[0] * self.src[1], self.d).reshape(self.src)
         acc = None if self.acc is None else workspace(1, self.acc[0] * self.acc[1], self.d).reshape(self.acc)
         if self.wino:
-            up, bad = prepared_wino(a, self.d, self.nr, self.c)
+            up, bad, pre = prepared_wino(a, self.d, self.nr, self.c)
             steps.keep += [up, a]
-            self._run_wino(x, a, up, bad, res, split, bn, add, lo, hi, steps)
+            self._run_wino(x, a, up, bad, pre, res, split, bn, add, lo, hi, steps)
             return res
         if self.cout:
             a = prepared_cout(a, self.d, self.nr)
@@ -1322,10 +1323,12 @@ class TapsConv:
             steps.call(self.phases, (*head, 0, c))
         return sbuf
 
-    def _run_wino(self, x, a, up, bad, res, split, bn, add, lo, hi, steps):
+    def _run_wino(self, x, a, up, bad, pre, res, split, bn, add, lo, hi, steps):
         """Per image and block of tile rows (``wino_rows``), Winograd's three kernels (compiler/winograd.py)
         on the workspace: the image's transform V [16][C][T] (slot 0, each part's flag in slot 2), the 16
-        products M [16][O][T] (slot 1), M's transform into the result's rows with the epilogue; on two
+        products M [16][O][T] (slot 1; each task transforms its panels of the weight ``up`` into its own
+        scratch in slot 3 unless ``pre``: ``up`` is U, ``prepared_wino``), M's transform into the result's
+        rows with the epilogue; on two
         threads each in halves (of the channels, the panels, the output channels). Where a part flags a
         non-finite V (or the weight ``bad``: not finite), the products are skipped and the block's rows
         are the direct sum of the image and the weight ``a`` (its NaN and inf where L1 has them)."""
@@ -1339,12 +1342,14 @@ class TapsConv:
         vp, mp, ap, upp = data_pointer(v), data_pointer(m), data_pointer(a), data_pointer(up)
         fin, fmm, fout = self.wfn["in"], self.wfn["mm"], self.wfn["out"]
         panels = -(-o // self.nr)
+        su = XI * c * self.nr                # (a task's scratch: one panel's transformed weight)
         scp, bp = (data_pointer(bn[0]), data_pointer(bn[1])) if bn is not None else (None, None)
         halves = ((0, c // 2), (c // 2, c)) if two and c > 1 else ((0, c),)
         parts = ((0, panels // 2), (panels // 2, panels)) if two and panels > 1 else ((0, panels),)
         outs = ((0, o // 2), (o // 2, o)) if two and o > 1 else ((0, o),)
         flags = workspace(2, len(halves), np.int64)
         fp, nf = data_pointer(flags), len(halves)
+        sp = None if pre else data_pointer(workspace(3, su * len(parts), self.d))
         for b in range(x.shape[0]):
             xb = x[b] if x[b].flags.c_contiguous else steps.copied(np.ascontiguousarray(x[b]))
             xp, yp = data_pointer(xb), data_pointer(res[b])
@@ -1354,7 +1359,8 @@ class TapsConv:
                 tb, ptb = n * tw, pt - 2 * ty0
                 self._steps(steps, [(fin, (xp, c0, c1, h, w, ptb, pl, n, tw, vp, c * tb, fp + 8 * k, int(bad)))
                                     for k, (c0, c1) in enumerate(halves)])
-                self._steps(steps, [(fmm, (o, c, upp, vp, tb, mp, j0, j1, fp, nf)) for j0, j1 in parts])
+                self._steps(steps, [(fmm, (o, c, upp, vp, tb, mp, j0, j1, fp, nf, sp and sp + k * su * isz))
+                                    for k, (j0, j1) in enumerate(parts)])
                 tail = (n, tw, yp + y0, min(2 * n, ho - 2 * ty0), wo, ho * wo, bn is not None, scp, bp,
                         rp and rp + y0, lo, hi, fp, nf, xp, c, h, w, ptb, pl, ap)
                 self._steps(steps, [(fout, (mp, o * tb, o0, o1, *tail)) for o0, o1 in outs])
@@ -1480,14 +1486,21 @@ def prepared_cout(a, d, nr: int):
 
 
 def prepared_wino(a, d, nr: int, c: int):
-    """(U, bad): the 3x3 weight rows a [O, C * 9] as Winograd's products read them
-    (winograd.transform_weight: [16][ceil(O/nr)][C][nr]), and whether U is not finite (the
-    convolution then runs its direct sum: ``TapsConv._run_wino``), held as ``prepared_cout``'s are."""
-    from .winograd import finite, transform_weight
+    """(weight, bad, transformed): the 3x3 weight rows a [O, C * 9] as Winograd's products read them, whether
+    its transform is not finite (the convolution then runs its direct sum: ``TapsConv._run_wino``), and
+    which form it is: U itself (winograd.transform_weight, [16][ceil(O/nr)][C][nr]) where it fits in
+    WINO_BLOCK_BYTES, else the weight packed in panels (winograd.pack_weight, [ceil(O/nr)][C][9][nr]) that
+    the products transform a panel at a time per call. Held as ``prepared_cout``'s are. U is 16/9 of the
+    weight: held for ResNet-50's 3x3 layers it was 24.9 MB where the packed weights are 14 (the process
+    held 145.4 MB at a steady forward's peak, onnxruntime 135.5); a small U is kept, since a map in blocks
+    of tile rows (``wino_rows``: where U fits in WINO_BLOCK_BYTES) would transform it once per block
+    (ResNet-50's 56x56 64-channel layers 9-12% slower, one core)."""
+    from .winograd import finite, pack_weight, transform_weight
 
     def make():
         w = a.reshape(a.shape[0], c, 3, 3).astype(d, copy=False)
-        return transform_weight(w, nr), not finite(w)
+        small = XI * c * -(-w.shape[0] // nr) * nr * np.dtype(d).itemsize <= WINO_BLOCK_BYTES
+        return (transform_weight if small else pack_weight)(w, nr), not finite(w), small
 
     return _prepared(_WINOW, a, make)
 
@@ -1510,7 +1523,7 @@ def _prepared(cache: dict, a, make):
     return wp
 
 
-_WINOW: dict = {}           # id(weight rows) -> (weakref, Winograd's transformed weight)
+_WINOW: dict = {}           # id(weight rows) -> (weakref, (Winograd's weight, not finite, is U))
 
 
 def use_winograd(x_shape, w_shape, stride, pad, dil, group, d) -> bool:

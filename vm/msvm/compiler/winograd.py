@@ -46,13 +46,13 @@ from .gemm import clamp
 from .gemm_cout import ir_cout
 from .lower import TYPES, vec_width
 
-VERSION = 1                 # (in the kernel text, so the cache key: bump it when the IR changes)
+VERSION = 2                 # (in the kernel text, so the cache key: bump it when the IR changes)
 XI = 16                     # the products: 4 x 4 points
 BT = ((1, 0, -1, 0), (0, 1, 1, 0), (0, -1, 1, 0), (0, 1, 0, -1))
 G = ((1, 0, 0), (0.5, 0.5, 0.5), (0.5, -0.5, 0.5), (0, 0, 1))
 AT = ((1, 1, 1, 0), (0, 1, -1, -1))
 SIGNATURES = {"in": ("ptr", "i64", "i64", "i64", "i64", "i64", "i64", "i64", "i64", "ptr", "i64", "ptr", "i64"),
-              "mm": ("i64", "i64", "ptr", "ptr", "i64", "ptr", "i64", "i64", "ptr", "i64"),
+              "mm": ("i64", "i64", "ptr", "ptr", "i64", "ptr", "i64", "i64", "ptr", "i64", "ptr"),
               "out": ("ptr", "i64", "i64", "i64", "i64", "i64", "ptr", "i64", "i64", "i64", "i64", "ptr", "ptr", "ptr",
                       "T", "T", "ptr", "i64", "ptr", "i64", "i64", "i64", "i64", "i64", "ptr")}
 
@@ -237,45 +237,132 @@ def _flagged(L, head: str) -> None:
 
 
 def ir_mm(features: str, dtype: str = "float32", name: str = "msvm_wino_mm") -> str:
-    """The 16 products: gemm_cout (``ir_cout``, as ``{name}_c``) once per xi over the panels [j0, j1)."""
+    """The 16 products over the panels [j0, j1), per panel: gemm_cout (``ir_cout``, as ``{name}_c``) once
+    per xi on that one panel, reading the panel's U [C][nr] of each xi. Where the scratch S is given, Gp
+    is the packed weight (``pack_weight``) and each panel's U [16][C][nr] is transformed into S first
+    (``{name}_u``: G g G^T), gemm_cout reading S with its base moved back by j panels (so that its panel
+    offset lands on S); where S is null, Gp is U itself ([16][panels][C][nr], ``transform_weight``)."""
     t = TYPES[dtype]
-    nr = 2 * vec_width(features, t)
-    text = ir_cout(features, dtype, f"{name}_c")
+    w = vec_width(features, t)
+    nr = 2 * w
+    text = ir_cout(features, dtype, f"{name}_c") + _ir_transform(t, w, f"{name}_u")
     lines = []
     L = lines.append
-    L(f"define void @{name}(i64 %o, i64 %ci, {t}* noalias %Up, {t}* noalias %V, i64 %T, {t}* noalias %M, "
-      f"i64 %j0, i64 %j1, i64* noalias %flags, i64 %nf) nounwind {{")
+    L(f"define void @{name}(i64 %o, i64 %ci, {t}* noalias %Gp, {t}* noalias %V, i64 %T, {t}* noalias %M, "
+      f"i64 %j0, i64 %j1, i64* noalias %flags, i64 %nf, {t}* noalias %S) nounwind {{")
     L("entry:")
     L("  %tap = alloca i64")
     L("  store i64 0, i64* %tap")
     _flagged(L, "entry")
     L("  br i1 %bad, label %done, label %go")
     L("go:")
+    L(f"  %pre = icmp eq {t}* %S, null")
+    L(f"  %us = mul i64 %ci, {nr}")              # (one xi's panel: C x nr)
+    L("  %gs = mul i64 %us, 9")                 # (one panel of the packed weight: C x 9 x nr)
     L(f"  %pn0 = add i64 %o, {nr - 1}")
     L(f"  %pn = udiv i64 %pn0, {nr}")
-    L(f"  %us0 = mul i64 %pn, {nr}")
-    L("  %us = mul i64 %us0, %ci")
+    L("  %ua = mul i64 %pn, %us")               # (one xi of U: every panel)
     L("  %vs = mul i64 %ci, %T")
     L("  %ms = mul i64 %o, %T")
+    L("  br label %jl")
+    L("jl:")
+    L("  %j = phi i64 [ %j0, %go ], [ %jn, %xd ]")
+    L("  %jc = icmp slt i64 %j, %j1")
+    L("  br i1 %jc, label %jb, label %done")
+    L("jb:")
+    L("  %back = mul i64 %j, %us")
+    L("  br i1 %pre, label %xl, label %jt")
+    L("jt:")
+    L("  %go0 = mul i64 %j, %gs")
+    L(f"  %gp = getelementptr {t}, {t}* %Gp, i64 %go0")
+    L(f"  call void @{name}_u({t}* %gp, {t}* %S, i64 %ci)")
     L("  br label %xl")
     L("xl:")
-    L("  %xi = phi i64 [ 0, %go ], [ %xn, %xb ]")
+    L("  %xi = phi i64 [ 0, %jb ], [ 0, %jt ], [ %xn, %xb ]")
     L(f"  %xc = icmp slt i64 %xi, {XI}")
-    L("  br i1 %xc, label %xb, label %done")
+    L("  br i1 %xc, label %xb, label %xd")
     L("xb:")
-    for s, base, stride in (("u", "Up", "us"), ("v", "V", "vs"), ("m", "M", "ms")):
-        L(f"  %{s}o = mul i64 %xi, %{stride}")
-        L(f"  %{s}p = getelementptr {t}, {t}* %{base}, i64 %{s}o")
+    L("  %uq = mul i64 %xi, %ua")
+    L("  %uo0 = mul i64 %xi, %us")
+    L("  %ut = sub i64 %uo0, %back")
+    L("  %uo = select i1 %pre, i64 %uq, i64 %ut")
+    L(f"  %ub = select i1 %pre, {t}* %Gp, {t}* %S")
+    L(f"  %up = getelementptr {t}, {t}* %ub, i64 %uo")
+    for s_, base, stride in (("v", "V", "vs"), ("m", "M", "ms")):
+        L(f"  %{s_}o = mul i64 %xi, %{stride}")
+        L(f"  %{s_}p = getelementptr {t}, {t}* %{base}, i64 %{s_}o")
+    L("  %j1p = add i64 %j, 1")
     inf = "0x7FF0000000000000"
     L(f"  call void @{name}_c(i64 %o, i64 %ci, i64 1, i64* %tap, {t}* %up, {t}* %vp, i64 %T, i64 1, i64 %T, "
-      f"i64 %T, {t}* %mp, i64 %T, i64 %j0, i64 %j1, i64 0, {t}* null, {t}* null, {t}* null, {t} 0xFFF0000000000000, "
+      f"i64 %T, {t}* %mp, i64 %T, i64 %j, i64 %j1p, i64 0, {t}* null, {t}* null, {t}* null, {t} 0xFFF0000000000000, "
       f"{t} {inf})")
     L("  %xn = add i64 %xi, 1")
     L("  br label %xl")
+    L("xd:")
+    L("  %jn = add i64 %j, 1")
+    L("  br label %jl")
     L("done:")
     L("  ret void")
     L("}")
     return text + "\n".join(lines) + "\n"
+
+
+def _ir_transform(t: str, w: int, name: str) -> str:
+    """``void name(t* g, t* S, i64 C)``: one panel's U = G g G^T, S[xi][c][lane] for its nr = 2w output
+    channels (lanes), from g [C][9][nr] (``pack_weight``): per channel and half-panel vector, the
+    kernel's rows combined by G (t0, (t0 + t2 + t1) / 2, (t0 + t2 - t1) / 2, t2), then each result's
+    columns the same way; the same operations in the same order as ``transform_weight``, so the same
+    bits."""
+    vt = f"<{w} x {t}>"
+    nr = 2 * w
+    lines = []
+    L = lines.append
+    L(f"define internal void @{name}({t}* noalias %g, {t}* noalias %S, i64 %ci) nounwind {{")
+    L("entry:")
+    _splat(L, "half", t, w, "0x3FE0000000000000")
+    L("  br label %cl")
+    L("cl:")
+    L("  %c = phi i64 [ 0, %entry ], [ %cn, %cb ]")
+    L("  %cc = icmp slt i64 %c, %ci")
+    L("  br i1 %cc, label %cb, label %done")
+    L("cb:")
+    L(f"  %gc = mul i64 %c, {9 * nr}")
+    L(f"  %sc = mul i64 %c, {nr}")
+    L(f"  %xs = mul i64 %ci, {nr}")
+    for hv in range(2):
+        g = {}
+        for k in range(9):
+            L(f"  %o{hv}_{k} = add i64 %gc, {k * nr + hv * w}")
+            L(f"  %p{hv}_{k} = getelementptr {t}, {t}* %g, i64 %o{hv}_{k}")
+            L(f"  %q{hv}_{k} = bitcast {t}* %p{hv}_{k} to {vt}*")
+            L(f"  %g{hv}_{k} = load {vt}, {vt}* %q{hv}_{k}, align {4 if t == 'float' else 8}")
+            g[k] = f"%g{hv}_{k}"
+
+        def grows(pre, r0, r1, r2):
+            """G over three vectors: [r0, (r0 + r2 + r1) * 1/2, (r0 + r2 - r1) * 1/2, r2]."""
+            L(f"  %{pre}s = fadd {vt} {r0}, {r2}")
+            L(f"  %{pre}a = fadd {vt} %{pre}s, {r1}")
+            L(f"  %{pre}b = fsub {vt} %{pre}s, {r1}")
+            L(f"  %{pre}1 = fmul {vt} %{pre}a, %half")
+            L(f"  %{pre}2 = fmul {vt} %{pre}b, %half")
+            return [r0, f"%{pre}1", f"%{pre}2", r2]
+        cols = [grows(f"r{hv}_{jj}_", g[jj], g[3 + jj], g[6 + jj]) for jj in range(3)]    # G over the rows, per column
+        for a in range(4):
+            u = grows(f"u{hv}_{a}_", cols[0][a], cols[1][a], cols[2][a])                  # then over the columns
+            for b in range(4):
+                xi = 4 * a + b
+                L(f"  %so{hv}_{xi}_a = mul i64 %xs, {xi}")
+                L(f"  %so{hv}_{xi}_b = add i64 %so{hv}_{xi}_a, %sc")
+                L(f"  %so{hv}_{xi} = add i64 %so{hv}_{xi}_b, {hv * w}")
+                L(f"  %sp{hv}_{xi} = getelementptr {t}, {t}* %S, i64 %so{hv}_{xi}")
+                L(f"  %sq{hv}_{xi} = bitcast {t}* %sp{hv}_{xi} to {vt}*")
+                L(f"  store {vt} {u[b]}, {vt}* %sq{hv}_{xi}, align {4 if t == 'float' else 8}")
+    L("  %cn = add i64 %c, 1")
+    L("  br label %cl")
+    L("done:")
+    L("  ret void")
+    L("}")
+    return "\n".join(lines) + "\n"
 
 
 def ir_out(features: str, dtype: str = "float32", name: str = "msvm_wino_out") -> str:
@@ -542,6 +629,19 @@ def transform_weight(w: np.ndarray, nr: int) -> np.ndarray:
                 if full < panels:
                     dst[full, :, :o % nr] = plane[:, full * nr:]
     return u
+
+
+def pack_weight(w: np.ndarray, nr: int) -> np.ndarray:
+    """The weight w [O, C, 3, 3] as the products' transform reads it (``ir_mm``): per panel of nr output
+    channels, per channel and tap, the panel's nr weights, [ceil(O/nr)][C][9][nr] (zero past O): the
+    weight's own size (U, ``transform_weight``, is 16/9 of it), so the prepared weight is held at the
+    size of the Parameter it replaces (its pages spilled) and each call transforms one panel at a time
+    into the task's scratch (``conv.TapsConv._run_wino``)."""
+    o, c = w.shape[:2]
+    panels = -(-o // nr)
+    g = np.zeros((panels * nr, c, 9), w.dtype)
+    g[:o] = w.reshape(o, c, 9)
+    return np.ascontiguousarray(g.reshape(panels, nr, c, 9).transpose(0, 2, 3, 1))
 
 
 def _g_rows(t: np.ndarray, axis: int, half) -> list:

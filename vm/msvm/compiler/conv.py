@@ -107,13 +107,14 @@ and how each is called. Algorithms chosen by measurement (one thread, this machi
 - **Winograd's F(2x2, 3x3)** (compiler/winograd.py, ``use_winograd``): a dense 3x3 convolution of stride 1
   whose output channels fill gemm_cout's panels, from WINO_MIN_C input channels, on maps of
   WINO_MIN_PIXELS: 16 products on gemm_cout's tiles between the image's and the output's transforms
-  (``TapsConv._run_wino``; blocks of tile rows: ``wino_rows``), the weight transformed once
-  (``prepared_wino``). A non-finite patch or weight runs the direct sum natively. ResNet-50 at 224,
+  (``TapsConv._run_wino``; blocks of tile rows: ``wino_rows``), the weight packed once at its own
+  size and transformed a panel at a time per call (``prepared_wino``; a small U held). A non-finite
+  patch or weight runs the direct sum natively. ResNet-50 at 224,
   one core, the layers' time in a forward against gemm_cout: 28x28 128 2.94 -> 1.68-1.80 ms, 14x14
   256 5.09 -> 3.58-3.98, 56x56 64 3.05 -> 2.14-2.34 (in blocks), 7x7 512 2.33 -> 2.27; at 160 the
   5x5 512 1.48 -> 1.45, at 192 the 6x6 512 1.90 -> 1.42 (whole tiles). Maps from 81 pixels: the
   512-channel layers' transformed weights (17 MB each, against 9.4 MB spilled) held 28 MB more at
-  ResNet-50's peak for those small maps' gains; without them 12 MB.
+  ResNet-50's peak for those small maps' gains (then held transformed; now transformed per call).
 - **Threads**: where the cores allow two (``threads_for``: the process's affinity, MSVM_THREADS),
   a product of at least SPLIT_MIN_FLOPS per image gives the second half of its output columns
   to the pool's thread (compiler/pool.py: a spinning hand-off, no OS wake-up), on either route:

@@ -5,7 +5,7 @@ multiplies a channel pair; Winograd's minimal filtering (Lavin & Gray, "Fast Alg
 Convolutional Neural Networks", 2016) does it with 16, as 16 independent matrix products:
 
     V[xi][c][t] = (B^T d_(c,t) B)[xi]         the image's patches, t = ty * tw + tx (tiles of 2x2 pixels)
-    U[xi][o][c] = (G g_(o,c) G^T)[xi]         the weight, once per Parameter array (``prepared``)
+    U[xi][o][c] = (G g_(o,c) G^T)[xi]         the weight, a panel of 32 output channels at a time per call
     M[xi][o][t] = sum_c U[xi][o][c] V[xi][c][t]   16 products, gemm_cout's tiles (vectors over o)
     Y[o][2ty + a][2tx + b] = (A^T M_(o,t) A)[a][b], then the convolution's epilogue
 
@@ -21,14 +21,17 @@ channels or panels so that two threads share them:
 
     in(x*, c0, c1, H, W, pt, pl, th, tw, V*, vs, flag*, force)   the image's channels [c0, c1) -> V (xi
                                                        stride vs); flag: a V not finite (or force)
-    mm(o, ci, Up*, V*, T, M*, j0, j1, flags*, nf)      the 16 products, panels [j0, j1) of 32 channels
+    mm(o, ci, Gp*, V*, T, M*, j0, j1, flags*, nf, S*)  the 16 products, panels [j0, j1) of 32 channels,
+                                                       each panel's U transformed into the scratch S first
     out(M*, ms, o0, o1, th, tw, Y*, H, W, ys, hasb, scale*, bias*, res*, lo, hi, flags*, nf, x*, C, Hin, Win,
         pt, pl, w*)                                    M -> the NCHW result (channels ys apart), or the direct sum
 
 ``in`` runs vectors over a tile row (each tile's four columns: the even and odd columns of two
 loads, shifted by one lane), zero past the image's borders (masked loads: the padding is never
-copied); ``mm`` is gemm_cout's product (``ir_cout``, the weight packed in panels of 32 output
-channels per xi) 16 times; ``out`` runs vectors over a tile row again, interleaves each output row's
+copied); ``mm`` transforms a panel of the weight (packed [panel][C][9][32], ``pack_weight``: U would be
+16/9 of the weight, held for every call) into its 16 points [16][C][32] in S, then runs gemm_cout's
+product (``ir_cout``) on that panel 16 times (given U itself, S null, it reads U: a small weight,
+conv.prepared_wino); ``out`` runs vectors over a tile row again, interleaves each output row's
 even and odd pixels into place and applies the epilogue as gemm_cout's store does (* scale[o] +
 bias[o], + res, max lo, min hi with NaN kept) before a masked store. A block of tile rows [ty0, ty1)
 is the same call with the top padding pt - 2 ty0, th = ty1 - ty0 and the result's rows from 2 ty0

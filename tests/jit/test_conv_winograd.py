@@ -250,7 +250,8 @@ def test_the_rule():
     assert conv.use_winograd((1, 64, 56, 56), (64, 64, 3, 3), one, pad, one, 1, f32) == wide
     assert conv.use_winograd((1, 256, 14, 14), (256, 256, 3, 3), one, pad, one, 1, f32) == wide
     assert conv.use_winograd((1, 128, 9, 9), (128, 128, 3, 3), one, pad, one, 1, f32) == wide
-    assert not conv.use_winograd((1, 512, 8, 8), (512, 512, 3, 3), one, pad, one, 1, f32)   # 64 pixels
+    assert conv.use_winograd((1, 512, 6, 6), (512, 512, 3, 3), one, pad, one, 1, f32) == wide   # 36 pixels
+    assert not conv.use_winograd((1, 512, 5, 5), (512, 512, 3, 3), one, pad, one, 1, f32)   # 25 pixels
     assert not conv.use_winograd((1, 64, 56, 56), (64, 64, 3, 3), (2, 2), pad, one, 1, f32)  # stride 2
     assert not conv.use_winograd((1, 64, 56, 56), (64, 64, 3, 3), one, pad, (2, 2), 1, f32)  # dilation
     assert not conv.use_winograd((1, 64, 56, 56), (64, 32, 3, 3), one, pad, one, 2, f32)     # groups

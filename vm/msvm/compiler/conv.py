@@ -1531,7 +1531,13 @@ def use_winograd(x_shape, w_shape, stride, pad, dil, group, d) -> bool:
     """Whether a convolution runs Winograd's F(2x2, 3x3) (compiler/winograd.py, ``TapsConv._run_wino``):
     a dense 3x3 one of stride 1 and dilation 1 whose output channels fill gemm_cout's panels, from
     WINO_MIN_C input channels, on maps of at least WINO_MIN_PIXELS output pixels, on AVX-512 (gemm_cout's
-    tiles), unless MSVM_WINOGRAD=0."""
+    tiles), unless MSVM_WINOGRAD=0. The maps started at 81 pixels while U was held (the 512-channel
+    layers' U, 17 MB each, for little gain); transformed per panel it costs no memory, and ResNet-50's
+    last 3x3 layers gained (Intel Xeon, one process, both settings alternating with onnxruntime, forward
+    / onnxruntime's): one core at 224 (7x7) 1.20 -> 1.14, 192 (6x6) 1.23 -> 1.10, 256 (8x8) 1.26 -> 1.22,
+    160 (5x5) 1.23 -> 1.24; two cores at 224 1.27 -> 1.13, 192 1.15 -> 1.11, 160 1.36 -> 1.33. The layer
+    alone (caches flushed, one core, ms cout / Winograd): 5x5 3.11 / 2.85, 6x6 2.92 / 2.26, 7x7 3.92 /
+    3.41, 8x8 2.79 / 2.42; 5x5 stays on cout for the forward's sake."""
 
     o, cg, kh, kw = w_shape
     if (kh, kw) != (3, 3) or tuple(stride) != (1, 1) or tuple(dil) != (1, 1) or group != 1:
@@ -1562,7 +1568,7 @@ def wino_rows(th: int, tw: int, c: int, o: int, d) -> int:
 WINO_BLOCK_BYTES = 512 << 10
 WINO_ENV = "MSVM_WINOGRAD"
 WINO_MIN_C = 64
-WINO_MIN_PIXELS = 81
+WINO_MIN_PIXELS = 36        # (6x6: see use_winograd)
 
 
 def use_dot(p: int, q: int, k: int, ntaps: int, nr: int, d) -> bool:

@@ -82,6 +82,13 @@ def _lanes_below(L, name: str, w: int, first: str, limit: str) -> None:
     L(f"  %{name} = icmp slt <{w} x i64> %{name}i, %{name}n")
 
 
+def _vptr(L, name: str, t: str, vt: str, base: str, off: str) -> str:
+    """%{name}: a vector pointer at element ``off`` of ``base`` (a t*)."""
+    L(f"  %{name}e = getelementptr {t}, {t}* {base}, i64 {off}")
+    L(f"  %{name} = bitcast {t}* %{name}e to {vt}*")
+    return f"%{name}"
+
+
 def _tile_loop(L) -> None:
     """From block %tyb into the loop over a tile row's w tiles at a time: %tx from 0 while < %tw, the
     body at %txb (which steps %txn and branches back to %txl), left at %txd."""
@@ -187,9 +194,8 @@ def ir_in(features: str, dtype: str = "float32", name: str = "msvm_wino_in") -> 
         for a in range(4):
             xi = 4 * a + j
             L(f"  %so{xi} = add i64 %vx{xi}, %to")
-            L(f"  %sp{xi} = getelementptr {t}, {t}* %vc, i64 %so{xi}")
-            L(f"  %sq{xi} = bitcast {t}* %sp{xi} to {vt}*")
-            L(f"  call void {mstore}({vt} {col[a]}, {vt}* %sq{xi}, i32 4, <{w} x i1> %lm)")
+            q = _vptr(L, f"sq{xi}", t, vt, "%vc", f"%so{xi}")
+            L(f"  call void {mstore}({vt} {col[a]}, {vt}* {q}, i32 4, <{w} x i1> %lm)")
     # (a non-finite V, from an inf or NaN in the image or an overflow, sets the flag: their sum times 0 is NaN)
     acc = vs[0]
     for k, v in enumerate(vs[1:]):
@@ -317,7 +323,7 @@ def _ir_transform(t: str, w: int, name: str) -> str:
     columns the same way; the same operations in the same order as ``transform_weight``, so the same
     bits."""
     vt = f"<{w} x {t}>"
-    nr = 2 * w
+    nr, isz = 2 * w, 4 if t == "float" else 8
     lines = []
     L = lines.append
     L(f"define internal void @{name}({t}* noalias %g, {t}* noalias %S, i64 %ci) nounwind {{")
@@ -336,9 +342,8 @@ def _ir_transform(t: str, w: int, name: str) -> str:
         g = {}
         for k in range(9):
             L(f"  %o{hv}_{k} = add i64 %gc, {k * nr + hv * w}")
-            L(f"  %p{hv}_{k} = getelementptr {t}, {t}* %g, i64 %o{hv}_{k}")
-            L(f"  %q{hv}_{k} = bitcast {t}* %p{hv}_{k} to {vt}*")
-            L(f"  %g{hv}_{k} = load {vt}, {vt}* %q{hv}_{k}, align {4 if t == 'float' else 8}")
+            q = _vptr(L, f"q{hv}_{k}", t, vt, "%g", f"%o{hv}_{k}")
+            L(f"  %g{hv}_{k} = load {vt}, {vt}* {q}, align {isz}")
             g[k] = f"%g{hv}_{k}"
 
         def grows(pre, r0, r1, r2):
@@ -357,9 +362,8 @@ def _ir_transform(t: str, w: int, name: str) -> str:
                 L(f"  %so{hv}_{xi}_a = mul i64 %xs, {xi}")
                 L(f"  %so{hv}_{xi}_b = add i64 %so{hv}_{xi}_a, %sc")
                 L(f"  %so{hv}_{xi} = add i64 %so{hv}_{xi}_b, {hv * w}")
-                L(f"  %sp{hv}_{xi} = getelementptr {t}, {t}* %S, i64 %so{hv}_{xi}")
-                L(f"  %sq{hv}_{xi} = bitcast {t}* %sp{hv}_{xi} to {vt}*")
-                L(f"  store {vt} {u[b]}, {vt}* %sq{hv}_{xi}, align {4 if t == 'float' else 8}")
+                q = _vptr(L, f"sq{hv}_{xi}", t, vt, "%S", f"%so{hv}_{xi}")
+                L(f"  store {vt} {u[b]}, {vt}* {q}, align {isz}")
     L("  %cn = add i64 %c, 1")
     L("  br label %cl")
     L("done:")

@@ -272,10 +272,12 @@ def measure_peaks(load):
     buffers); transient = the same above the resident set just before that forward."""
     import gc
 
-    from msvm.compiler import tiers
+    from msvm.compiler import build, tiers
     from timing import _status_kb, peak_rss
 
-    gc.collect()
+    build.warm_up()                     # (msvm's compiler started and idle, its start-up's pages given
+    tiers.wait_for_compiles(120)        # back, build.release_compiler_memory: a process's fixed cost,
+    gc.collect()                        # as importing either runtime is, before the base is read)
     base = _status_kb("VmRSS") * 1024
     fn = load()
     gc.collect()

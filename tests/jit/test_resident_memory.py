@@ -95,3 +95,56 @@ def test_one_row_by_a_fixed_weight_keeps_no_transposed_copy(level, tier, rng):
     for e in four.wcache.values():
         assert not e[1].flags.writeable        # (a prepared weight is as fixed as its Parameter)
     np.testing.assert_allclose(net(ms.Tensor(x1)).asnumpy(), x1 @ w.T + b, rtol=1e-5, atol=1e-6)
+
+
+def _llvm_code_kb() -> int:
+    """Resident KB of libllvmlite's read-only mappings (its code and constants) that are the file's
+    pages (Rss less Anonymous: the relocated read-only part is the process's own, and stays)."""
+    total, cur = 0, False
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            head = line.split()
+            if head and "-" in head[0] and not head[0].endswith(":") and len(head) >= 5:
+                cur = head[1] in ("r-xp", "r--p") and len(head) > 5 and "libllvmlite" in head[5]
+            elif cur and head and head[0] in ("Rss:", "Anonymous:"):
+                total += int(head[1]) * (1 if head[0] == "Rss:" else -1)
+    return total
+
+
+@pytest.mark.skipif(not __import__("sys").platform.startswith("linux"), reason="smaps and madvise: Linux")
+@pytest.mark.parametrize("where", ["caller", "worker"])
+def test_the_idle_compiler_gives_its_code_back(where, monkeypatch, rng):
+    """Once the compiler is idle (build.release_compiler_memory: after the worker's last queued task, or
+    after LLVM compiled or linked on another thread, codegen.ON_USE), LLVM's code pages leave the
+    resident set: a compile touched megabytes of them, and wait_for_compiles returns with none left. A
+    compile after that faults them back and its function runs; with MSVM_RELEASE_COMPILER=0 they stay."""
+    import ctypes
+
+    from msvm.compiler import build
+    from msvm.compiler.codegen import codegen
+
+    monkeypatch.delenv(build.RELEASE_ENV, raising=False)
+    build.wait_for_compiles(60)
+
+    def compiled(k: int) -> int:
+        name = f"msvm_test_release_{k}"
+        ir = (f"define i64 @{name}(i64 %x) {{\nentry:\n  %y = mul i64 %x, {k}\n  %z = add i64 %y, 7\n"
+              f"  ret i64 %z\n}}\n")
+        out = {}
+
+        def task():
+            cg = codegen()
+            out.update(cg.load(cg.compile(ir, 3)[0], [name]))
+        if where == "worker":
+            build.worker().submit(task)
+        else:
+            task()
+        build.wait_for_compiles(60)
+        assert ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_int64)(out[name])(5) == 5 * k + 7
+        return _llvm_code_kb()
+
+    k = int(rng.integers(1000, 10**6))
+    assert compiled(k) < 256
+    assert compiled(k + 1) < 256                 # (faulted back in, then given back again)
+    monkeypatch.setenv(build.RELEASE_ENV, "0")
+    assert compiled(k + 2) > 1024

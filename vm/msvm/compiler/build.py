@@ -77,9 +77,11 @@ class _Worker:
         self.thread.start()
 
     def loop(self):
-        self.warm()
-        release_compiler_memory()
-        self.ready.set()
+        try:
+            self.warm()
+            _release()
+        finally:
+            self.ready.set()
         while True:
             task = self.q.get()
             if task is None:
@@ -94,7 +96,7 @@ class _Worker:
             finally:
                 if self.q.empty():          # (before task_done: wait_for_compiles returns after it)
                     self.nudged = False     # (a use after this point queues another release)
-                    release_compiler_memory()
+                    _release()
                 self.busy.clear()
                 self.q.task_done()
 
@@ -150,6 +152,14 @@ def _nothing() -> None:
     pass
 
 
+def _release() -> None:
+    """``release_compiler_memory`` on the worker: a failure there is logged, never the worker's end."""
+    try:
+        release_compiler_memory()
+    except Exception as e:  # noqa: BLE001 - memory given back or not, compiles go on
+        log.logger.debug("JIT worker: releasing the compiler's memory failed: %s", e)
+
+
 RELEASE_ENV = "MSVM_RELEASE_COMPILER"     # "0": LLVM's pages and freed heap stay resident when idle
 _LLVM_TEXT: list = []                     # [(start, end)] of libllvmlite's read-only file mappings, once read
 
@@ -199,28 +209,39 @@ _LIBC: list = []
 
 def _llvm_text() -> list:
     """[(start, end)]: libllvmlite's read-only file mappings (its code and constants) with no page of
-    their own (smaps' Anonymous: 0; a relocated read-only part has some, written before it was made
-    read-only, and is left alone), read from /proc/self/smaps once (a library's mappings do not move)."""
+    their own, in memory or swapped out (smaps' Anonymous and Swap both 0: a relocated read-only part
+    has pages of its own, written before it was made read-only, and is left alone), read from
+    /proc/self/smaps once (a library's mappings do not move; read as bytes: a path need not be UTF-8)."""
     if _LLVM_TEXT:
         return _LLVM_TEXT[0]
     out, cur = [], None
     try:
-        with open("/proc/self/smaps") as f:
+        with open("/proc/self/smaps", "rb") as f:
             for line in f:
-                head = line.split()
-                if head and "-" in head[0] and len(head) >= 5 and not head[0].endswith(":"):
-                    perms, path = head[1], head[5] if len(head) > 5 else ""
+                head = line.split(None, 5)
+                if len(head) >= 5 and b"-" in head[0] and not head[0].endswith(b":"):
+                    path = head[5].strip() if len(head) > 5 else b""
                     cur = None
-                    if perms in ("r-xp", "r--p") and os.path.basename(path).startswith("libllvmlite"):
-                        a, b = (int(v, 16) for v in head[0].split("-"))
-                        cur = [a, b, None]
+                    if head[1] in (b"r-xp", b"r--p") and os.path.basename(path).startswith(b"libllvmlite"):
+                        a, b = (int(v, 16) for v in head[0].split(b"-"))
+                        cur = [a, b, 0, 0]
                         out.append(cur)
-                elif cur is not None and head and head[0] == "Anonymous:":
-                    cur[2] = int(head[1])
+                elif cur is not None and head and head[0] in (b"Anonymous:", b"Swap:"):
+                    cur[2 if head[0] == b"Anonymous:" else 3] = int(head[1])
     except OSError:
         pass
-    _LLVM_TEXT.append([(a, b) for a, b, anon in out if anon == 0])
+    _LLVM_TEXT.append([(a, b) for a, b, anon, swap in out if anon == 0 and swap == 0])
     return _LLVM_TEXT[0]
+
+
+def _after_fork() -> None:        # (the worker's thread is not in a forked child: a new one there)
+    global _worker, _lock
+    _worker = None
+    _lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)
 
 
 def worker() -> _Worker:
@@ -232,7 +253,8 @@ def worker() -> _Worker:
                 atexit.register(_worker.stop)
                 from .codegen import ON_USE
 
-                ON_USE.append(llvm_used)
+                if llvm_used not in ON_USE:        # (a forked child's new worker: once)
+                    ON_USE.append(llvm_used)
     return _worker
 
 

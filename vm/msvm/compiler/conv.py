@@ -1328,7 +1328,7 @@ class TapsConv:
         """Per image and block of tile rows (``wino_rows``), Winograd's three kernels (compiler/winograd.py)
         on the workspace: the image's transform V [16][C][T] (slot 0, each part's flag in slot 2), the 16
         products M [16][O][T] (slot 1; each task transforms its panels of the weight ``up`` into its own
-        scratch in slot 3 unless ``pre``: ``up`` is U, ``prepared_wino``), M's transform into the result's
+        scratch past M in that slot unless ``pre``: ``up`` is U, ``prepared_wino``), M's transform into the result's
         rows with the epilogue; on two
         threads each in halves (of the channels, the panels, the output channels). Where a part flags a
         non-finite V (or the weight ``bad``: not finite), the products are skipped and the block's rows
@@ -1339,18 +1339,20 @@ class TapsConv:
         rows = th if two else self.wrows          # (two threads: two L2s, and three hand-offs a block)
         t = rows * tw
         isz = self.d.itemsize
-        v, m = workspace(0, 16 * c * t, self.d), workspace(1, 16 * o * t, self.d)
+        panels = -(-o // self.nr)
+        parts = ((0, panels // 2), (panels // 2, panels)) if two and panels > 1 else ((0, panels),)
+        su = 0 if pre else XI * c * self.nr  # (a task's scratch: one panel's transformed weight)
+        # (M and the tasks' scratch in one slot: the small maps' M leaves room that another layer's grew,
+        # so ResNet-50's 7x7 layers take none: 1 MB less at its peak than a slot of their own)
+        v, m = workspace(0, 16 * c * t, self.d), workspace(1, 16 * o * t + su * len(parts), self.d)
         vp, mp, ap, upp = data_pointer(v), data_pointer(m), data_pointer(a), data_pointer(up)
         fin, fmm, fout = self.wfn["in"], self.wfn["mm"], self.wfn["out"]
-        panels = -(-o // self.nr)
-        su = XI * c * self.nr                # (a task's scratch: one panel's transformed weight)
         scp, bp = (data_pointer(bn[0]), data_pointer(bn[1])) if bn is not None else (None, None)
         halves = ((0, c // 2), (c // 2, c)) if two and c > 1 else ((0, c),)
-        parts = ((0, panels // 2), (panels // 2, panels)) if two and panels > 1 else ((0, panels),)
         outs = ((0, o // 2), (o // 2, o)) if two and o > 1 else ((0, o),)
         flags = workspace(2, len(halves), np.int64)
         fp, nf = data_pointer(flags), len(halves)
-        sp = None if pre else data_pointer(workspace(3, su * len(parts), self.d))
+        sp = None if pre else mp + 16 * o * t * isz
         for b in range(x.shape[0]):
             xb = x[b] if x[b].flags.c_contiguous else steps.copied(np.ascontiguousarray(x[b]))
             xp, yp = data_pointer(xb), data_pointer(res[b])

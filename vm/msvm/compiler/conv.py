@@ -1328,11 +1328,11 @@ class TapsConv:
         """Per image and block of tile rows (``wino_rows``), Winograd's three kernels (compiler/winograd.py)
         on the workspace: the image's transform V [16][C][T] (slot 0, each part's flag in slot 2), the 16
         products M [16][O][T] (slot 1; each task transforms its panels of the weight ``up`` into its own
-        scratch past M in that slot unless ``pre``: ``up`` is U, ``prepared_wino``), M's transform into the result's
-        rows with the epilogue; on two
-        threads each in halves (of the channels, the panels, the output channels). Where a part flags a
-        non-finite V (or the weight ``bad``: not finite), the products are skipped and the block's rows
-        are the direct sum of the image and the weight ``a`` (its NaN and inf where L1 has them)."""
+        scratch past M in that slot, unless ``pre``: ``up`` is U, ``prepared_wino``), M's transform into
+        the result's rows with the epilogue; on two threads each in halves (of the channels, the panels,
+        the output channels). Where a part flags a non-finite V (or the weight ``bad``: not finite), the
+        products are skipped and the block's rows are the direct sum of the image and the weight ``a``
+        (its NaN and inf where L1 has them)."""
         h, w, pt, pl = self.wgeom
         th, tw, c, o, ho, wo = self.th, self.tw, self.c, self.o, self.ho, self.wo
         two = split > 1
@@ -1502,7 +1502,7 @@ def prepared_wino(a, d, nr: int, c: int):
 
     def make():
         w = a.reshape(a.shape[0], c, 3, 3).astype(d, copy=False)
-        small = XI * c * -(-w.shape[0] // nr) * nr * np.dtype(d).itemsize <= WINO_BLOCK_BYTES
+        small = small_u(c, -(-w.shape[0] // nr) * nr, d)
         return (transform_weight if small else pack_weight)(w, nr), not finite(w), small
 
     return _prepared(_WINOW, a, make)
@@ -1560,11 +1560,17 @@ def wino_rows(th: int, tw: int, c: int, o: int, d) -> int:
     56x56 64 2.59 -> 2.16 (U 256 KB), 28x28 128 1.80 -> 1.90 (U 1 MB), 14x14 256 3.98 -> 3.87 (4 MB),
     7x7 512 2.27 -> 3.00 (16 MB); 256 KB: 2.26 / 1.95 / 3.33 / 4.20. One core only: on two (two L2s,
     three hand-offs a block) the 56x56 layers took 1.35-1.40 ms whole, 1.53-1.56 in blocks."""
-    isz = np.dtype(d).itemsize
-    row = 16 * (c + o) * tw * isz
-    if row * th <= WINO_BLOCK_BYTES or 16 * c * o * isz > WINO_BLOCK_BYTES:
+    row = XI * (c + o) * tw * np.dtype(d).itemsize
+    if row * th <= WINO_BLOCK_BYTES or not small_u(c, o, d):
         return th
     return max(1, WINO_BLOCK_BYTES // row)
+
+
+def small_u(c: int, o: int, d) -> bool:
+    """Whether Winograd's transformed weight U of o output channels (a multiple of the panel, as
+    ``use_winograd`` asks) and c input channels fits in WINO_BLOCK_BYTES: a map then runs in blocks of
+    tile rows (``wino_rows``), each reading all of U, which is held transformed (``prepared_wino``)."""
+    return XI * c * o * np.dtype(d).itemsize <= WINO_BLOCK_BYTES
 
 
 WINO_BLOCK_BYTES = 512 << 10

@@ -329,6 +329,7 @@ def _ir_transform(t: str, w: int, name: str) -> str:
     L(f"define internal void @{name}({t}* noalias %g, {t}* noalias %S, i64 %ci) nounwind {{")
     L("entry:")
     _splat(L, "half", t, w, "0x3FE0000000000000")
+    L(f"  %xs = mul i64 %ci, {nr}")              # (one xi of S)
     L("  br label %cl")
     L("cl:")
     L("  %c = phi i64 [ 0, %entry ], [ %cn, %cb ]")
@@ -337,7 +338,6 @@ def _ir_transform(t: str, w: int, name: str) -> str:
     L("cb:")
     L(f"  %gc = mul i64 %c, {9 * nr}")
     L(f"  %sc = mul i64 %c, {nr}")
-    L(f"  %xs = mul i64 %ci, {nr}")
     for hv in range(2):
         g = {}
         for k in range(9):

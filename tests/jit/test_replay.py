@@ -187,6 +187,33 @@ def test_the_replay_is_built_once_per_signature(level, rng, monkeypatch):
     assert len(built) == 2
 
 
+def test_a_path_written_again_at_new_sizes_is_compiled_once(level, rng, monkeypatch):
+    """Each size of one path writes the same text (its shapes are names bound in its namespace,
+    not literals: interp/source.py): Python compiles it once, and each size's replay still has its
+    own constants and gives its own answers."""
+    level("auto")
+    from msvm.interp import source
+
+    compiled = []
+    real = compile
+    monkeypatch.setattr(source, "compile", lambda *a: compiled.append(a[:2]) or real(*a), raising=False)
+    monkeypatch.setattr(source, "_CODES", {})
+    net = Outer(8)
+    outs = {}
+    for b in (5, 6, 7):
+        x = rng.standard_normal((b, 8)).astype(np.float32)
+        for _ in range(4):
+            outs[b] = (net(ms.Tensor(x), 2, training=True).asnumpy(), _outer_ref(net, x, 2, True))
+    for out, want in outs.values():
+        np.testing.assert_allclose(out, want, rtol=2e-5, atol=2e-5)
+    reps = [e.replay for e in _entries(net)]
+    assert len(reps) == 3 and all(callable(r) for r in reps)
+    assert len({r.__code__ for r in reps}) == 1, "one compiled path for every size"
+    assert len({id(r.__globals__) for r in reps}) == 3, "each size binds its own constants"
+    assert len(compiled) == len(set(compiled)), "no text compiled twice"
+    assert [f for _src, f in compiled].count("<msvm replay of Outer.construct>") in (1, 2)   # (2: a capture's too)
+
+
 class _Flip(nn.Cell):
     def construct(self, x):
         return ops.transpose(x * 2.0, (1, 0))     # a view: the caller gets a non-contiguous tensor

@@ -47,6 +47,7 @@ import weakref
 import numpy as np
 
 from .arena import _stack
+from .source import define
 
 MISS = object()
 CAPTURE_AFTER = 4       # replays of one signature before its work is recorded (then 2x as long after each refusal)
@@ -366,9 +367,7 @@ class Program:
         self.gens = tuple(gens.values())
         self.keep = keep
         src = "def program():\n" + ("\n".join(lines) or "    pass") + "\n"
-        exec(compile(src, "<msvm captured program>", "exec"), ns)
-        self.fn = ns["program"]
-        self.fn.source = src
+        self.fn = define(src, "<msvm captured program>", ns, "program")
         alive[0] += 1
         weakref.finalize(self, _freed, alive)
 

@@ -27,6 +27,7 @@ from ..bytecode.types import TensorType
 from . import capture
 from .arena import Arena
 from .interpreter import BoundCode, ComputeSpec
+from .source import define
 from .symeval import compile_sym
 
 MAX_STEPS = 2048          # instructions on the path (unrolled loops); longer paths stay interpreted
@@ -236,10 +237,7 @@ class _Writer:
             tail += ["    ar.close()", "    AP.append(ar)"]
         tail.append(f"    return {result}")
         src = "\n".join(head + (self.lines or ["        pass"]) + tail) + "\n"
-        exec(compile(src, f"<msvm replay of {code.name}>", "exec"), self.ns)
-        fn = self.ns["replay"]
-        fn.source = src
-        return fn
+        return define(src, f"<msvm replay of {code.name}>", self.ns, "replay")
 
     def guard(self) -> list:
         """The check each call starts with: at jit_level L2 no remembered (L3) caller is used or

@@ -242,6 +242,37 @@ def test_a_stored_weight_is_held_once(winos):
     np.testing.assert_array_equal(net.conv.weight.asnumpy(), w)
 
 
+@WIDE
+def test_one_packed_weight_serves_winograd_and_gemm_cout():
+    """A layer that runs Winograd at one size (a 10x9 map) and gemm_cout at another (5x5: under
+    WINO_MIN_PIXELS) holds one packed array: Winograd's is gemm_cout's seen per channel and tap
+    (conv.prepared_wino); the answers at both sizes are the reference's, in either order."""
+    s = spec(128, 256, 3)                         # (U of 256 x 128 is 2 MB: held packed, not transformed)
+    rng = np.random.default_rng(9)
+    for sizes in ([(10, 9), (5, 5)], [(5, 5), (10, 9)]):
+        net = make(s, 5)
+        arr, seen = net.conv.weight._data, []
+        orig = conv.TapsConv.__call__
+
+        def spy(self, *a, seen=seen, orig=orig, **k):
+            seen.append("wino" if self.wino else "cout" if self.cout else "other")
+            return orig(self, *a, **k)
+        conv.TapsConv.__call__ = spy
+        try:
+            for h, w in sizes:
+                x = rng.standard_normal((1, 128, h, w)).astype(np.float32)
+                close(forward(net, "L3", True, [x])[0], reference(net, s, x))
+        finally:
+            conv.TapsConv.__call__ = orig
+        assert {"wino", "cout"} <= set(seen), seen
+        packed = [v[1] for v in conv._COUTW.values() if v[0]() is arr]
+        held = [v[1][0] for v in conv._WINOW.values() if v[0]() is arr]
+        assert len(packed) == 1 and len(held) == 1
+        assert np.shares_memory(held[0], packed[0]), "Winograd reads gemm_cout's array"
+        np.testing.assert_array_equal(held[0], winograd.pack_weight(net.conv.weight.asnumpy(), gemm.panel_width(
+            np.float32)))
+
+
 def test_the_rule():
     from msvm.compiler.codegen import codegen
 

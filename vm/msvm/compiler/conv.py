@@ -1492,18 +1492,24 @@ def prepared_wino(a, d, nr: int, c: int):
     """(weight, bad, transformed): the 3x3 weight rows a [O, C * 9] as Winograd's products read them, whether
     its transform is not finite (the convolution then runs its direct sum: ``TapsConv._run_wino``), and
     which form it is: U itself (winograd.transform_weight, [16][ceil(O/nr)][C][nr]) where it fits in
-    WINO_BLOCK_BYTES, else the weight packed in panels (winograd.pack_weight, [ceil(O/nr)][C][9][nr]) that
+    WINO_BLOCK_BYTES, else the weight packed in panels, [ceil(O/nr)][C][9][nr] (winograd.pack_weight), that
     the products transform a panel at a time per call. Held as ``prepared_cout``'s are. U is 16/9 of the
     weight: held for ResNet-50's 3x3 layers it was 24.9 MB where the packed weights are 14 (the process
     held 145.4 MB at a steady forward's peak, onnxruntime 135.5); a small U is kept, since a map in blocks
     of tile rows (``wino_rows``: where U fits in WINO_BLOCK_BYTES) would transform it once per block
-    (ResNet-50's 56x56 64-channel layers 9-12% slower, one core)."""
-    from .winograd import finite, pack_weight, transform_weight
+    (ResNet-50's 56x56 64-channel layers 9-12% slower, one core). The packed form is gemm_cout's own array
+    (``prepared_cout``), seen per channel and tap: a layer that runs Winograd at one size and gemm_cout
+    at another (ResNet-50's 512-channel layers: 7x7 maps at 224, 5x5 at 160) holds its weight once, and
+    a first call at the new size does not pack it again (ResNet-50 at 160 after 224, one core: four
+    weights of 9.4 MB packed, ~28 ms of the first call, most of it first touches of new pages)."""
+    from .winograd import finite, transform_weight
 
     def make():
         w = a.reshape(a.shape[0], c, 3, 3).astype(d, copy=False)
-        small = small_u(c, -(-w.shape[0] // nr) * nr, d)
-        return (transform_weight if small else pack_weight)(w, nr), not finite(w), small
+        if small_u(c, -(-w.shape[0] // nr) * nr, d):
+            return transform_weight(w, nr), not finite(w), True
+        panels = prepared_cout(a, d, nr)
+        return panels.reshape(panels.shape[0], c, 9, nr), not finite(w), False
 
     return _prepared(_WINOW, a, make)
 

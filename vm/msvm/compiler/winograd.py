@@ -45,7 +45,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .gemm import clamp
+from .gemm import clamp, pack
 from .gemm_cout import ir_cout
 from .lower import TYPES, vec_width
 
@@ -643,12 +643,11 @@ def pack_weight(w: np.ndarray, nr: int) -> np.ndarray:
     channels, per channel and tap, the panel's nr weights, [ceil(O/nr)][C][9][nr] (zero past O): the
     weight's own size (U, ``transform_weight``, is 16/9 of it), so the prepared weight is held at the
     size of the Parameter it replaces (its pages spilled) and each call transforms one panel at a time
-    into the task's scratch (``conv.TapsConv._run_wino``)."""
+    into the task's scratch (``conv.TapsConv._run_wino``). It is gemm_cout's packed weight, [ceil(O/nr)][C
+    * 9][nr] (gemm.pack of the rows [O, C * 9]), seen per channel and tap: one array serves both routes
+    (``conv.prepared_wino``)."""
     o, c = w.shape[:2]
-    panels = -(-o // nr)
-    g = np.zeros((panels * nr, c, 9), w.dtype)
-    g[:o] = w.reshape(o, c, 9)
-    return np.ascontiguousarray(g.reshape(panels, nr, c, 9).transpose(0, 2, 3, 1))
+    return pack(w.reshape(o, c * 9), nr, transposed=True).reshape(-(-o // nr), c, 9, nr)
 
 
 def _g_rows(t: np.ndarray, axis: int, half) -> list:

@@ -99,6 +99,37 @@ def test_blocks_with_the_weight_read_in_place(calls, monkeypatch, name):
         close(g, r, tol=1e-5)
 
 
+ALIASING = {         # (a 1x1 stride-1 block, the output channels a group, conv.ALIASED_MIN_O and over or not)
+    "wide": spec(24, 128, 1, pad_mode="valid"),
+    "wide_residual_relu": spec(128, 128, 1, pad_mode="valid", bias=True, residual=True),
+    "wide_groups2_hswish": spec(16, 256, 1, pad_mode="valid", group=2, act="hswish"),
+    "narrow": spec(48, 32, 1, pad_mode="valid"),
+}
+
+
+@pytest.mark.parametrize("name", list(ALIASING))
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_planes_of_a_multiple_of_4k_are_read_copied(calls, name, dtype):
+    """A 1x1 stride-1 product with many output channels reads a plane of a multiple of conv.ALIASED
+    bytes (a 32x32 float32 map, a 32x16 float64 one) copied into rows of an odd number of cache lines
+    ("sub": conv.taps_mode), other planes (and every plane of a product with few output channels) in
+    place; the answers are the reference's and L1's either way."""
+    s = ALIASING[name]
+    d = np.dtype(dtype)
+    wide, f64 = name != "narrow", d.itemsize == 8
+    seed = sorted(ALIASING).index(name)
+    rng = np.random.default_rng(200 + seed)
+    for (n, h, w), aliased in (((1, 32, 32), True), ((2, 32, 16), f64), ((1, 16, 16), False), ((1, 31, 33), False)):
+        x = images(rng, s["cin"], [(n, h, w)], special=True, dtype=d)
+        want = reference(make(s, seed, d), s, x[0])
+        l1 = forward(make(s, seed, d), "L1", False, x)[0]
+        calls.clear()
+        got = forward(make(s, seed, d), "L3", True, x)[0]
+        assert calls and {c[0] for c in calls} == {"sub" if aliased and wide else "direct"}, ((h, w), calls)
+        close(got, want, tol=1e-10 if f64 else 2e-5)
+        close(got, l1, tol=1e-6 if f64 else 1e-5)      # (L1 unfused: its batch norm's own rounding)
+
+
 def test_float64_an_empty_batch_and_the_interpreter_agree(calls):
     s = spec(16, 16, 3, bias=True, act="relu6", residual=True)
     rng = np.random.default_rng(7)

@@ -9,7 +9,7 @@ image size, and again when its program was captured)."""
 
 from __future__ import annotations
 
-KEPT = 512                # texts kept (the oldest dropped first)
+KEPT = 256                # texts kept (the oldest dropped first; a path's text is the same at every size)
 _CODES: dict = {}         # (text, filename) -> the compiled module code
 
 
@@ -20,7 +20,8 @@ def define(src: str, filename: str, ns: dict, name: str):
     code = _CODES.get(key)
     if code is None:
         if len(_CODES) >= KEPT:
-            del _CODES[next(iter(_CODES))]
+            for old in list(_CODES)[:len(_CODES) - KEPT + 1]:     # (list(): one step, whatever other threads do)
+                _CODES.pop(old, None)
         code = _CODES[key] = compile(src, filename, "exec")
     exec(code, ns)
     fn = ns[name]

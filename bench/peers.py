@@ -27,7 +27,8 @@ single BERT-base layer at S = 16, 37, 64, 128 (bench/peers_nlp.py). Every config
   runs minutes apart.
 
 Then, per CNN, **a new size**: a fresh Cell and an empty kernel cache, warmed at the first size only,
-meets each other size once: the first call's time over that size's steady time, for msvm and for a
+meets each other size once: the first call's time over that size's steady time (on one core both on
+CPU time: the first call's counts every thread's, its compiles' too, timing.timed_work), for msvm and for a
 fresh onnxruntime session warmed the same way (each child touches 1 GiB first, timing.prefault: on a VM
 the first touch of guest memory costs either peer ~14 us a page), and the most compiles any one kernel needed over the
 whole stream. And **peak memory** of one forward (batch 1, first size, one thread), measured the same
@@ -207,7 +208,7 @@ def _new_sizes(name, sizes, xs, weights, med, model, threads):
     import mindcv
     import msvm as ms
     from msvm.compiler import tiers
-    from timing import timed
+    from timing import timed_work
     from zoo_cv import build
 
     with tempfile.TemporaryDirectory() as d:
@@ -217,7 +218,7 @@ def _new_sizes(name, sizes, xs, weights, med, model, threads):
         for _ in range(8):
             net(ms.Tensor(xs[sizes[0]]))
             tiers.wait_for_compiles(120)
-        first = {s: timed(lambda s=s: net(ms.Tensor(xs[s])).asnumpy()) * 1e3 for s in sizes[1:]}
+        first = {s: timed_work(lambda s=s: net(ms.Tensor(xs[s])).asnumpy()) * 1e3 for s in sizes[1:]}
         tiers.wait_for_compiles(120)
         most = compiles_per_kernel(net)
         tiers.reset_cache()
@@ -226,7 +227,7 @@ def _new_sizes(name, sizes, xs, weights, med, model, threads):
         sess = ort_session(model, threads)
         for _ in range(3):
             sess.run(None, {"image": xs[sizes[0]]})
-        ort_first = {s: timed(lambda s=s: sess.run(None, {"image": xs[s]})) * 1e3 for s in sizes[1:]}
+        ort_first = {s: timed_work(lambda s=s: sess.run(None, {"image": xs[s]})) * 1e3 for s in sizes[1:]}
     for s in sizes[1:]:
         o = f", ort {ort_first[s]:.1f} ms = {ort_first[s] / med['ort'][s]:.2f}x" if s in ort_first else ""
         print(f"  new size {s}: msvm first call {first[s]:.1f} ms = {first[s] / med['msvm'][s]:.2f}x its steady"

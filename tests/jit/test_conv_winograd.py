@@ -7,6 +7,7 @@ blocks forced onto the route at L2, L3 and auto against L1 unfused and the numpy
 the route checked; one and two threads bit for bit; a stored weight held once (its Parameter
 spilled); the rule."""
 
+import msvm as ms
 import numpy as np
 import pytest
 from msvm.compiler import conv, gemm, winograd
@@ -271,6 +272,13 @@ def test_one_packed_weight_serves_winograd_and_gemm_cout():
         assert np.shares_memory(held[0], packed[0]), "Winograd reads gemm_cout's array"
         np.testing.assert_array_equal(held[0], winograd.pack_weight(net.conv.weight.asnumpy(), gemm.panel_width(
             np.float32)))
+    w = net.conv.weight.asnumpy().copy()
+    w[3, 5, 1, 1] = np.inf                  # (a weight whose transform is not finite: the direct sum, from the panels' flag)
+    net.conv.weight.set_data(ms.Tensor(w))
+    x = rng.standard_normal((1, 128, 10, 9)).astype(np.float32)
+    close(forward(net, "L3", True, [x])[0], reference(net, s, x))
+    bad = [v[1][1] for v in conv._WINOW.values() if v[0]() is net.conv.weight._data]
+    assert bad == [True]
 
 
 def test_the_rule():

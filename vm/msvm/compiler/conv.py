@@ -1509,8 +1509,8 @@ def prepared_wino(a, d, nr: int, c: int):
         w = a.reshape(a.shape[0], c, 3, 3).astype(d, copy=False)
         if small_u(c, -(-w.shape[0] // nr) * nr, d):
             return transform_weight(w, nr), not finite(w), True
-        panels = prepared_cout(a, d, nr)
-        return panels.reshape(panels.shape[0], c, 9, nr), not finite(w), False
+        panels = prepared_cout(a, d, nr)     # (its values, zero past O: read, not the weight it spilled)
+        return panels.reshape(panels.shape[0], c, 9, nr), not finite(panels), False
 
     return _prepared(_WINOW, a, make)
 

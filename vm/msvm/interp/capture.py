@@ -367,7 +367,7 @@ class Program:
         self.gens = tuple(gens.values())
         self.keep = keep
         src = "def program():\n" + ("\n".join(lines) or "    pass") + "\n"
-        self.fn = define(src, "<msvm captured program>", ns, "program")
+        self.fn = define(src, "<msvm captured program>", ns, "program", keep=False)
         alive[0] += 1
         weakref.finalize(self, _freed, alive)
 

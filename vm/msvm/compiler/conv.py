@@ -1833,7 +1833,7 @@ def gemm_taps(k):
     return taps_function(k.dtype, k.kc, k.a_inplace, k.rows, k.pack_b)
 
 
-def taps_mode(x_shape, w_shape, stride, pad, dil, group, d=np.float32) -> str:
+def taps_mode(x_shape, w_shape, stride, pad, dil, group, d) -> str:
     """Which layout of B the taps product reads for this convolution (``TapsConv``): a 1x1 one at
     stride 1 reads the image's planes in place ("direct") unless a plane is a whole multiple of
     ALIASED bytes (32x32 and 64x64 float32 maps) and the product has ALIASED_MIN_O output channels a group

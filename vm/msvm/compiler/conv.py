@@ -115,6 +115,20 @@ and how each is called. Algorithms chosen by measurement (one thread, this machi
   5x5 512 1.48 -> 1.45, at 192 the 6x6 512 1.90 -> 1.42 (whole tiles). Maps from 81 pixels: the
   512-channel layers' transformed weights (17 MB each, against 9.4 MB spilled) held 28 MB more at
   ResNet-50's peak for those small maps' gains (then held transformed; now transformed per call).
+- **The im2col route** (``use_im2col``, ``TapsConv._run_im2col``): a weight of 4 MB or more on a map of at
+  most 64 pixels (ResNet-50's 512-channel 3x3 layers on 5x5 to 8x8 maps, its 1x1 layers to and from 2048
+  channels) runs the packed Dense product (compiler/gemm.py) on the image's windows copied as rows (gemm_dot's
+  ``xt``; ``xt1`` for a 1x1 of stride 1), by gemm_cout's own packed panels, a block of images at a time,
+  then stores the [rows][channels] product transposed into the NCHW result with the epilogue
+  (gemm_cout.ir_rows). gemm_cout's tiles there are a short row's pixels (5 of a 5x5 map) and each tile
+  reads its panel again (the panel of a 3x3 512 layer is 590 KB: from L2 at 25 B a cycle); the Dense
+  product's 12-row tiles run over every image's pixels, its blocks reading each panel once. Layers alone
+  (Intel Xeon, one core, copy + product against the route replaced, batch 1 / 8): 3x3 stride 2 512 at
+  160 0.67 / 0.61, 192 0.70 / 0.70, 224 0.85 / 0.90; 3x3 512 on 5x5 0.93 / 0.70 (gemm_cout), on 7x7 0.91 /
+  0.87 (Winograd); 1x1 2048 -> 512 on 7x7 0.80 / 0.94 (dot). ResNet-50, one core, msvm / onnxruntime,
+  alternating processes: at 160 1.14 -> 1.09-1.10, at 224 1.12 -> 1.11, at 160 batch 8 1.17 -> 1.09;
+  two cores at 160 1.29-1.31 -> 1.20-1.26. Below 4 MB (1024 -> 512 at 14x14: 1.04-1.10) or past 64 pixels
+  the copy of the windows (0.8-0.9 ns an element) outweighs the gain.
 - **Threads**: where the cores allow two (``threads_for``: the process's affinity, MSVM_THREADS),
   a product of at least SPLIT_MIN_FLOPS per image gives the second half of its output columns
   to the pool's thread (compiler/pool.py: a spinning hand-off, no OS wake-up), on either route:
@@ -1146,7 +1160,7 @@ class TapsConv:
     panels, shared with the pool's thread by pool.share)."""
 
     def __init__(self, x_shape, w_shape, stride, pad, dil, group, d, mode=None, inplace=None, dot=None, cout=None,
-                 residual=False, wino=None):
+                 residual=False, wino=None, im2col=None):
         n, c, h, w = x_shape
         o, cg, kh, kw = w_shape
         sh, sw = stride
@@ -1212,6 +1226,23 @@ class TapsConv:
             self.wrows = wino_rows(self.th, self.tw, c, o, self.d)
             self.wfn = {part: winograd.function(self.d, part) for part in ("in", "mm", "out")}
             cout = dot = False
+        # the image's windows as rows and the packed Dense product (``use_im2col``): small maps, large weights
+        if im2col is None:
+            im2col = (group == 1 and inplace and not (self.wino and ho * wo >= IM2COL_MAX_PIXELS)
+                      and use_im2col(o, self.lda, ho * wo, self.nr, self.d))
+        self.im2col = bool(im2col) and group == 1
+        if self.im2col:
+            from .gemm import function as gemm_function
+            from .gemm_cout import rows_function
+            from .gemm_dot import function as dot_function
+
+            self.wino = False
+            self.grid = self.acc = self.src = None
+            self.xt1 = kh == kw == 1 and (sh, sw) == (1, 1) and unpadded     # (a transpose of the planes)
+            self.xt = dot_function(self.d, "xt1" if self.xt1 else "xt")
+            self.geom = (c, h, w, kh, kw, sh, sw, pt, pl, dil[0], dil[1], ho, wo)
+            self.gemmfn, self.rowsfn = gemm_function(dtype_name(self.d)), rows_function(self.d)
+            cout = dot = False
         # vectors over output channels (gemm_cout): the weight packed once in panels, the image read in place
         if cout is None:
             cout = (group == 1 and inplace and ho * wo > 0
@@ -1254,6 +1285,11 @@ class TapsConv:
         assert add is None or (self.grid is None and add.shape == self.shape and add.flags.c_contiguous)
         if self.dot:
             self._run_dot(x, a, res, split, bn, add, lo, hi, steps)
+            return res
+        if self.im2col:
+            a = prepared_cout(a, self.d, self.nr)
+            steps.keep.append(a)
+            self._run_im2col(x, a, res, split, bn, add, lo, hi, steps)
             return res
         sbuf = None if self.src is None else workspace(0, self.src[0] * self.src[1], self.d).reshape(self.src)
         acc = None if self.acc is None else workspace(1, self.acc[0] * self.acc[1], self.d).reshape(self.acc)
@@ -1369,6 +1405,47 @@ class TapsConv:
                         rp and rp + y0, lo, hi, fp, nf, xp, c, h, w, ptb, pl, ap)
                 self._steps(steps, [(fout, (mp, o * tb, o0, o1, *tail)) for o0, o1 in outs])
 
+    def _run_im2col(self, x, wp, res, split, bn, add, lo, hi, steps):
+        """A block of images at a time (IM2COL_BLOCK_BYTES of windows): their windows as rows, A [rows][K]
+        (gemm_dot's ``xt``, or ``xt1`` for a 1x1 convolution of stride 1: a transpose of its planes; slot
+        1), the packed Dense product of A by ``wp`` (``prepared_cout``: the same panels) into Cw [rows][O]
+        (slot 0), then Cw's transposed store with the epilogue into the result (gemm_cout.ir_rows); on two
+        threads the copies in halves of each image's rows, the product and the store in halves of the panels."""
+        isz, o, k, p, n, nr = self.d.itemsize, self.o, self.lda, self.ho * self.wo, x.shape[0], self.nr
+        g = max(1, min(n, IM2COL_BLOCK_BYTES // max(p * k * isz, 1)))
+        ap = data_pointer(workspace(1, g * p * k, self.d))
+        cp = data_pointer(workspace(0, g * p * o, self.d))
+        wpp, panels, two = data_pointer(wp), -(-o // nr), split > 1
+        halves = ((0, panels // 2), (panels // 2, panels)) if two and panels > 1 else ((0, panels),)
+        hasb = bn is not None
+        scp, bp = (data_pointer(bn[0]), data_pointer(bn[1])) if hasb else (None, None)
+        c, h, w = self.geom[:3]
+        for b0 in range(0, n, g):
+            gg = min(g, n - b0)
+            copies: list = [[], []] if two else [[]]
+            for b in range(b0, b0 + gg):
+                xb = x[b] if x[b].flags.c_contiguous else steps.copied(np.ascontiguousarray(x[b]))
+                xp, dst = data_pointer(xb), ap + (b - b0) * p * k * isz
+                last = p if self.xt1 else self.ho
+                cuts = ((0, last // 2), (last // 2, last)) if two else ((0, last),)
+                for t, (r0, r1) in enumerate(cuts):
+                    copies[t].append((self.xt, (c, h * w, xp, dst, r0, r1) if self.xt1 else (*self.geom, xp, dst, r0, r1)))
+            self._tasks(steps, copies)
+            self._tasks(steps, [[(self.gemmfn, (gg * p, k, min(j1 * nr, o) - j0 * nr, ap, k, wpp + j0 * k * nr * isz,
+                                                cp + j0 * nr * isz, o))] for j0, j1 in halves])
+            rp = data_pointer(add[b0]) if add is not None else None
+            self._tasks(steps, [[(self.rowsfn, (o, cp, o, gg, p, data_pointer(res[b0]), j0, j1, hasb, scp, bp, rp,
+                                                lo, hi))] for j0, j1 in halves])
+
+    @staticmethod
+    def _tasks(steps, tasks) -> None:
+        """One task's calls in turn, or tasks over two threads (pool.share)."""
+        if len(tasks) == 1:
+            for fn, args in tasks[0]:
+                steps.call(fn, args)
+        else:
+            steps.share(tasks)
+
     @staticmethod
     def _steps(steps, calls) -> None:
         """One call, or two on two threads (pool.share)."""
@@ -1475,6 +1552,28 @@ def use_cout(o: int, k: int, ntaps: int, nr: int, d, residual: bool = False, p: 
     return (ntaps > 1 or one) and wide_tiles()
 
 
+def use_im2col(o: int, k: int, p: int, nr: int, d) -> bool:
+    """Whether a convolution of o output channels, K = k and p output pixels an image takes the im2col route
+    (``TapsConv._run_im2col``: the windows as rows, the packed Dense product by gemm_cout's panels, a
+    transposed store): a weight of IM2COL_MIN_WEIGHT_BYTES or more (from memory in a forward: the Dense
+    product's blocks read each panel once for every row) on a map of at most IM2COL_MAX_PIXELS pixels
+    (where gemm_cout's tiles are a map's short rows and its panels are read again for each), whole panels of
+    output channels, on AVX-512. Measured (Intel Xeon, AVX-512, one core, thread CPU time, medians of 11-15
+    interleaved calls, the copy and the product against the route it replaced; batch 1 / 8): ResNet-50's
+    3x3 stride 2 512 at 224 0.85 / 0.90 (cout), at 192 0.70 / 0.70, at 160 0.67 / 0.61, at 256 (8x8) 0.77 /
+    0.84; 3x3 512 at 7x7 0.91 / 0.87 (Winograd), 6x6 0.82 / 0.88, 5x5 0.93 / 0.70 (cout); 1x1 2048 -> 512 at
+    7x7 0.80 / 0.94 (dot), 5x5 0.79 / 0.70, 8x8 0.91 / 0.99 (taps); 512 -> 2048 at 7x7 0.83 / 0.81, 8x8 0.91
+    / 0.93. Not taken: 1x1 1024 -> 512 at 14x14 (2 MB) 1.04 / 1.10, 1024 -> 256 at 10x10 1.08 / 1.15, 3x3
+    256 at 10x10 1.48 (Winograd), 3x3 stride 2 128 at 40 -> 20 1.20 (the windows' copy, 0.8-0.9 ns an
+    element, outweighs the product's gain there), 3x3 512 at 8x8 1.07 / 1.17 (Winograd stays: ``TapsConv``)."""
+    if np.dtype(d) not in (np.float32, np.float64) or o % nr or p > IM2COL_MAX_PIXELS:
+        return False
+    return o * k * np.dtype(d).itemsize >= IM2COL_MIN_WEIGHT_BYTES and wide_tiles()
+
+
+IM2COL_MIN_WEIGHT_BYTES = 4 << 20
+IM2COL_MAX_PIXELS = 64
+IM2COL_BLOCK_BYTES = 8 << 20    # the windows of a block of images (``TapsConv._run_im2col``)
 COUT_MIN_K = 128
 COUT_MIN_K_1X1 = 256
 COUT_1X1_PIXELS = (100, 1024)   # the 1x1 maps that gemm_cout takes (use_cout)

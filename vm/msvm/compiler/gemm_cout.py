@@ -43,6 +43,9 @@ ROWS = 12                   # pixels per register tile (12 x 2 vectors: 24 accum
 PREFETCH = 32               # elements ahead in the tile's channel row that each k step prefetches (0: none; ``_tile``)
 STORE_PREFETCH = 32         # elements ahead in each channel's row of C (and of the residual) that the store prefetches
 VERSION = 5                 # (in the kernel text, so the cache key: bump it when ir_cout changes)
+ROWS_NAME = "msvm_gemm_rows"
+ROWS_VERSION = 1            # (the same for ir_rows)
+ROWS_ARGS = ("i64", "ptr", "i64", "i64", "i64", "ptr", "i64", "i64", "i64", "ptr", "ptr", "ptr", "T", "T")
 ARGS = ("i64", "i64", "i64", "ptr", "ptr", "ptr", "i64", "i64", "i64", "i64", "ptr", "i64", "i64", "i64",
         "i64", "ptr", "ptr", "ptr", "T", "T")
 
@@ -125,12 +128,14 @@ def _tile(L, name, t, w, r, vt, fma, one=False):
     L("}")
 
 
-def _store(L, name, t, w, vt, mload, mstore):
+def _store(L, name, t, w, vt, mload, mstore, ld=False):
     """@{name}_st(buf*, r, c0, o, C*, P, p0, hasb, scale*, bias*, res*, lo, hi): the tile in buf (w rows
     of 2w, rows >= r unused) per block of w channels transposed, each channel c = c0 + l < o a vector
-    of its r pixels: the epilogue, then a store of r lanes at C + c * P + p0."""
+    of its r pixels: the epilogue, then a store of r lanes at C + c * P + p0. ``ld``: @{name}_sts, the
+    same with the tile's rows %ld elements apart (an argument after buf) instead of 2w."""
     iota = "<" + ", ".join(f"i64 {x}" for x in range(w)) + ">"
-    L(f"define internal void @{name}_st({t}* noalias %buf, i64 %r, i64 %c0, i64 %o, {t}* noalias %C, i64 %P, "
+    L(f"define internal void @{name}_{'sts' if ld else 'st'}({t}* noalias %buf, {'i64 %ld, ' if ld else ''}i64 %r, "
+      f"i64 %c0, i64 %o, {t}* noalias %C, i64 %P, "
       f"i64 %p0, i1 %hasb, {t}* %scale, {t}* %bias, {t}* %res, {t} %lo, {t} %hi) nounwind {{")
     L("entry:")
     L(f"  %rb = insertelement <{w} x i64> undef, i64 %r, i32 0")
@@ -166,9 +171,14 @@ def _store(L, name, t, w, vt, mload, mstore):
                     L(f"  %{nm}h{u} = phi {vt} [ zeroinitializer, %entry ], [ %{nm}{u}, %pre ]")
         rows = []
         for i in range(w):
-            L(f"  %l{v}_{i}p = getelementptr {t}, {t}* %buf, i64 {(i * 2 + v) * w}")
+            if ld:
+                L(f"  %l{v}_{i}o = mul i64 %ld, {i}")
+                L(f"  %l{v}_{i}q0 = add i64 %l{v}_{i}o, {v * w}")
+                L(f"  %l{v}_{i}p = getelementptr {t}, {t}* %buf, i64 %l{v}_{i}q0")
+            else:
+                L(f"  %l{v}_{i}p = getelementptr {t}, {t}* %buf, i64 {(i * 2 + v) * w}")
             L(f"  %l{v}_{i}q = bitcast {t}* %l{v}_{i}p to {vt}*")
-            L(f"  %l{v}_{i} = load {vt}, {vt}* %l{v}_{i}q, align 64")
+            L(f"  %l{v}_{i} = load {vt}, {vt}* %l{v}_{i}q, align {4 if ld else 64}")
             rows.append(f"%l{v}_{i}")
         # (the batch norm on each pixel's row of channels, before the transpose: a vector of scales and one
         # of biases per block, the same multiply and add per element as gemm's epilogue)
@@ -318,6 +328,109 @@ def ir_cout(features: str, dtype: str = "float32", name: str = NAME) -> str:
     return "\n".join(lines) + "\n"
 
 
+def ir_rows(features: str, dtype: str = "float32", name: str = ROWS_NAME) -> str:
+    """The LLVM IR of ``name``, the transposed store of a product whose rows are pixels (``conv.TapsConv``'s
+    im2col route: the packed Dense product of the image's windows as rows by ``prepared_cout``'s panels):
+
+        rows(o, Cw*, ldc, nimg, P, Y*, j0, j1, hasb, scale*, bias*, res*, lo, hi)
+        Y[b][c][p] = epi(Cw[(b * P + p) * ldc + c])       (b < nimg, p < P, panels j0 <= j < j1)
+
+    per image, per tile of w pixels and per panel of 2w channels, gemm_cout's store (``_store``, its rows
+    ldc apart): the same epilogue (* scale[c] + bias[c], + res, max lo, min hi) and masked stores into
+    the NCHW result. A tile of fewer than w pixels is copied to a stack tile first, so that no row past
+    the product is read."""
+    t = TYPES[dtype]
+    w = vec_width(features, t)
+    vt = f"<{w} x {t}>"
+    sfx = f"v{w}f{32 if t == 'float' else 64}"
+    mload, mstore = f"@llvm.masked.load.{sfx}.p0{sfx}", f"@llvm.masked.store.{sfx}.p0{sfx}"
+    lines = [f"declare {vt} {mload}({vt}*, i32, <{w} x i1>, {vt})",
+             f"declare void {mstore}({vt}, {vt}*, i32, <{w} x i1>)",
+             "declare void @llvm.memset.p0i8.i64(i8*, i8, i64, i1)"]
+    L = lines.append
+    _store(L, name, t, w, vt, mload, mstore, ld=True)
+    L(f"define void @{name}(i64 %o, {t}* noalias %Cw, i64 %ldc, i64 %nimg, i64 %P, {t}* noalias %Y, i64 %j0, "
+      f"i64 %j1, i64 %hasb0, {t}* %scale, {t}* %bias, {t}* %res, {t} %lo, {t} %hi) nounwind {{")
+    L("entry:")
+    L("  %hasb = icmp ne i64 %hasb0, 0")
+    L("  %hasr = icmp ne {t}* %res, null".format(t=t))
+    L(f"  %buf = alloca {vt}, i64 {2 * w}, align 64")
+    L(f"  %bufp = bitcast {vt}* %buf to {t}*")
+    L(f"  %bufc = bitcast {vt}* %buf to i8*")
+    L(f"  call void @llvm.memset.p0i8.i64(i8* align 64 %bufc, i8 0, i64 {2 * w * w * (4 if t == 'float' else 8)}, i1 false)")
+    L("  %OP = mul i64 %o, %P")
+    L("  %PL = mul i64 %P, %ldc")
+    L("  br label %bl")
+    L("bl:")
+    L("  %b = phi i64 [ 0, %entry ], [ %bn, %pd ]")
+    L("  %bc = icmp slt i64 %b, %nimg")
+    L("  br i1 %bc, label %bb, label %done")
+    L("bb:")
+    L("  %yo = mul i64 %b, %OP")
+    L(f"  %yb = getelementptr {t}, {t}* %Y, i64 %yo")
+    L(f"  %rb0 = getelementptr {t}, {t}* %res, i64 %yo")
+    L(f"  %rb = select i1 %hasr, {t}* %rb0, {t}* null")
+    L("  %co = mul i64 %b, %PL")
+    L(f"  %cb = getelementptr {t}, {t}* %Cw, i64 %co")
+    L("  br label %pl")
+    L("pl:")
+    L("  %p0 = phi i64 [ 0, %bb ], [ %p0n, %jd ]")
+    L("  %pc = icmp slt i64 %p0, %P")
+    L("  br i1 %pc, label %pb, label %pd")
+    L("pb:")
+    L("  %left = sub i64 %P, %p0")
+    L(f"  %few = icmp slt i64 %left, {w}")
+    L(f"  %r = select i1 %few, i64 %left, i64 {w}")
+    L("  %to = mul i64 %p0, %ldc")
+    L(f"  %tp = getelementptr {t}, {t}* %cb, i64 %to")
+    L("  br label %jl")
+    L("jl:")
+    L("  %j = phi i64 [ %j0, %pb ], [ %jn, %jx ]")
+    L("  %jc = icmp slt i64 %j, %j1")
+    L("  br i1 %jc, label %jb, label %jd")
+    L("jb:")
+    L(f"  %c0 = mul i64 %j, {2 * w}")
+    L(f"  %src = getelementptr {t}, {t}* %tp, i64 %c0")
+    L("  br i1 %few, label %cp, label %jf")
+    L("jf:")
+    L(f"  call void @{name}_sts({t}* %src, i64 %ldc, i64 %r, i64 %c0, i64 %o, {t}* %yb, i64 %P, i64 %p0, i1 %hasb, "
+      f"{t}* %scale, {t}* %bias, {t}* %rb, {t} %lo, {t} %hi)")
+    L("  br label %jx")
+    L("cp:")
+    L("  %i = phi i64 [ 0, %jb ], [ %in, %cp ]")
+    L("  %io = mul i64 %i, %ldc")
+    L(f"  %ib = mul i64 %i, {2 * w}")
+    for v in range(2):
+        L(f"  %so{v} = add i64 %io, {v * w}")
+        L(f"  %sp{v} = getelementptr {t}, {t}* %src, i64 %so{v}")
+        L(f"  %sq{v} = bitcast {t}* %sp{v} to {vt}*")
+        L(f"  %sv{v} = load {vt}, {vt}* %sq{v}, align 4")
+        L(f"  %do{v} = add i64 %ib, {v * w}")
+        L(f"  %dp{v} = getelementptr {t}, {t}* %bufp, i64 %do{v}")
+        L(f"  %dq{v} = bitcast {t}* %dp{v} to {vt}*")
+        L(f"  store {vt} %sv{v}, {vt}* %dq{v}, align 64")
+    L("  %in = add i64 %i, 1")
+    L("  %ic = icmp slt i64 %in, %r")
+    L("  br i1 %ic, label %cp, label %cs")
+    L("cs:")
+    L(f"  call void @{name}_sts({t}* %bufp, i64 {2 * w}, i64 %r, i64 %c0, i64 %o, {t}* %yb, i64 %P, i64 %p0, i1 %hasb, "
+      f"{t}* %scale, {t}* %bias, {t}* %rb, {t} %lo, {t} %hi)")
+    L("  br label %jx")
+    L("jx:")
+    L("  %jn = add i64 %j, 1")
+    L("  br label %jl")
+    L("jd:")
+    L(f"  %p0n = add i64 %p0, {w}")
+    L("  br label %pl")
+    L("pd:")
+    L("  %bn = add i64 %b, 1")
+    L("  br label %bl")
+    L("done:")
+    L("  ret void")
+    L("}")
+    return "\n".join(lines) + "\n"
+
+
 @dataclass(frozen=True)
 class CoutGemm:
     """The kernel-cache entry of ``ir_cout`` (one per dtype and target)."""
@@ -342,3 +455,29 @@ def function(dtype: str):
     from .kir import dtype_name
 
     return kernel_function(CoutGemm(dtype_name(dtype)), "GEMM_COUT", ARGS)
+
+
+@dataclass(frozen=True)
+class RowsStore:
+    """The kernel-cache entry of ``ir_rows`` (one per dtype and target)."""
+    dtype: str
+
+    kind = "gemm"
+    opt_level = 3
+    name = "gemm_rows"
+
+    def text(self) -> str:
+        return f"gemm_rows v{ROWS_VERSION} dtype={self.dtype} store_prefetch={STORE_PREFETCH}"
+
+    def lower(self, name: str, features: str) -> str:
+        return ir_rows(features, self.dtype, name)
+
+
+@functools.lru_cache(maxsize=64)
+def rows_function(dtype: str):
+    """ctypes ``rows(o, Cw, ldc, nimg, P, Y, j0, j1, hasb, scale, bias, res, lo, hi)`` (``ir_rows``),
+    compiled (or loaded from the kernel cache) once per process."""
+    from .build import kernel_function
+    from .kir import dtype_name
+
+    return kernel_function(RowsStore(dtype_name(dtype)), "GEMM_ROWS", ROWS_ARGS)

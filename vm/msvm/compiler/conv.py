@@ -1216,7 +1216,13 @@ class TapsConv:
         # Winograd's F(2x2, 3x3) (compiler/winograd.py): 16 products on gemm_cout's tiles between two transforms
         if wino is None:
             wino = inplace and use_winograd(x_shape, w_shape, stride, pad, dil, group, self.d)
-        self.wino = bool(wino)
+        # the image's windows as rows and the packed Dense product (``use_im2col``): small maps, large weights
+        # (Winograd keeps the maps of IM2COL_MAX_PIXELS)
+        if im2col is None:
+            im2col = (group == 1 and inplace and not (wino and ho * wo >= IM2COL_MAX_PIXELS)
+                      and use_im2col(o, self.lda, ho * wo, self.nr, self.d))
+        self.im2col = bool(im2col) and group == 1
+        self.wino = bool(wino) and not self.im2col
         if self.wino:
             from . import winograd
 
@@ -1226,17 +1232,11 @@ class TapsConv:
             self.wrows = wino_rows(self.th, self.tw, c, o, self.d)
             self.wfn = {part: winograd.function(self.d, part) for part in ("in", "mm", "out")}
             cout = dot = False
-        # the image's windows as rows and the packed Dense product (``use_im2col``): small maps, large weights
-        if im2col is None:
-            im2col = (group == 1 and inplace and not (self.wino and ho * wo >= IM2COL_MAX_PIXELS)
-                      and use_im2col(o, self.lda, ho * wo, self.nr, self.d))
-        self.im2col = bool(im2col) and group == 1
         if self.im2col:
             from .gemm import function as gemm_function
             from .gemm_cout import rows_function
             from .gemm_dot import function as dot_function
 
-            self.wino = False
             self.grid = self.acc = self.src = None
             self.xt1 = kh == kw == 1 and (sh, sw) == (1, 1) and unpadded     # (a transpose of the planes)
             self.xt = dot_function(self.d, "xt1" if self.xt1 else "xt")

@@ -90,21 +90,24 @@ def test_the_copies_bit_for_bit(dtype, seed):
     x = rng.standard_normal((c, h, w)).astype(d)
     x[0, 0, 0] = np.nan
     want = _im2col_t(x, kh, kw, stride, pad, dil, ho, wo)
-    got = np.full_like(want, 7.0)
+    extra = [0, 3, 16][seed % 3]                      # (rows further apart than K: the im2col route's)
+    got = np.full((want.shape[0], want.shape[1] + extra), 7.0, d)
     xt = gemm_dot.function(dtype, "xt")
     cut = int(rng.integers(0, ho + 1))               # (two row ranges, as two threads would)
     for r0, r1 in ((0, cut), (cut, ho)):
-        xt(c, h, w, kh, kw, *stride, *pad, *dil, ho, wo, data_pointer(x), data_pointer(got), r0, r1)
-    np.testing.assert_array_equal(got, want)
+        xt(c, h, w, kh, kw, *stride, *pad, *dil, ho, wo, data_pointer(x), data_pointer(got), r0, r1, got.shape[1])
+    np.testing.assert_array_equal(got[:, :want.shape[1]], want)
+    assert (got[:, want.shape[1]:] == 7.0).all()
     # the 1x1 transpose of [c][row] planes, columns in two ranges
     p = int(rng.integers(1, 70))
     src = rng.standard_normal((c, p + int(rng.integers(0, 9)))).astype(d)
-    dst = np.full((p, c), 7.0, d)
+    dst = np.full((p, c + extra), 7.0, d)
     xt1 = gemm_dot.function(dtype, "xt1")
     cut = int(rng.integers(0, p + 1))
     for p0, p1 in ((0, cut), (cut, p)):
-        xt1(c, src.shape[1], data_pointer(src), data_pointer(dst), p0, p1)
-    np.testing.assert_array_equal(dst, src[:, :p].T)
+        xt1(c, src.shape[1], data_pointer(src), data_pointer(dst), p0, p1, c + extra)
+    np.testing.assert_array_equal(dst[:, :c], src[:, :p].T)
+    assert (dst[:, c:] == 7.0).all()
 
 
 @pytest.fixture(params=["dot", "cout"])

@@ -263,17 +263,17 @@ def test_calls_run_packed_and_move_a_pointer():
     its words."""
     from msvm.compiler import gemm_dot
 
-    fn = gemm_dot.function("float32", "xt1")           # (c, row, src*, dst*, p0, p1): a transpose
+    fn = gemm_dot.function("float32", "xt1")           # (c, row, src*, dst*, p0, p1, ldd): a transpose
     a = np.arange(12, dtype=np.float32).reshape(3, 4)
     b = a + 100
     dst = np.zeros((4, 3), np.float32)
-    calls = pool.Calls([[(fn, (3, 4, conv.data_pointer(a), conv.data_pointer(dst), 0, 4))]], True)
+    calls = pool.Calls([[(fn, (3, 4, conv.data_pointer(a), conv.data_pointer(dst), 0, 4, 3))]], True)
     calls()
     np.testing.assert_array_equal(dst, a.T)
     calls.set(0, 2, conv.data_pointer(b))
     calls()
     np.testing.assert_array_equal(dst, b.T)
-    halves = pool.Calls([[(fn, (3, 4, conv.data_pointer(a), conv.data_pointer(dst), p0, p1))] for p0, p1 in
+    halves = pool.Calls([[(fn, (3, 4, conv.data_pointer(a), conv.data_pointer(dst), p0, p1, 3))] for p0, p1 in
                          ((0, 2), (2, 4))], False)
     halves()
     np.testing.assert_array_equal(dst, a.T)

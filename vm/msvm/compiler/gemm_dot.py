@@ -39,7 +39,7 @@ from .lower import TYPES, vec_width
 NAME = "msvm_gemm_dot"
 TI, TJ = 6, 4               # rows of A x rows of B per register tile
 KC = 1024                   # k per block: TI rows of A (24 KB in float32) stay in L1 across the column tiles
-VERSION = 2                 # (in the kernel text, so the cache key: bump it when ir_dot changes)
+VERSION = 3                 # (in the kernel text, so the cache key: bump it when ir_dot changes)
 ARGS = ("i64", "i64", "i64", "ptr", "i64", "ptr", "i64", "ptr", "i64", "i64", "ptr", "ptr", "ptr", "i64", "T", "T")
 
 
@@ -302,19 +302,20 @@ def ir_dot(features: str, dtype: str = "float32", name: str = NAME, kc: int = KC
 def ir_xt(dtype: str = "float32", name: str = NAME + "_xt") -> str:
     """The LLVM IR of ``name``, one image's columns as rows (B^T of ``dot``, "im2col" transposed):
 
-        xt(c, h, w, kh, kw, sh, sw, pt, pl, dh, dw, ho, wo, x*, dst*, oh0, oh1)
-        dst[p * K + (ci * kh + i) * kw + j] = x[ci, oh * sh - pt + i * dh, ow * sw - pl + j * dw]  (0 past the borders)
+        xt(c, h, w, kh, kw, sh, sw, pt, pl, dh, dw, ho, wo, x*, dst*, oh0, oh1, ldd)
+        dst[p * ldd + (ci * kh + i) * kw + j] = x[ci, oh * sh - pt + i * dh, ow * sw - pl + j * dw]  (0 past the borders)
 
     for the output rows oh0 <= oh < oh1 (p = oh * wo + ow, K = c * kh * kw: the weight's own (ci, kh, kw)
-    order). Output columns in blocks of 16 inside each (channel, tap), so a block reads along one input
-    row and writes 16 rows of dst that stay in L1 across the channels; an address past a border is
-    clamped to a real element and its value replaced by zero (no branch in the inner loop)."""
+    order; ldd >= K: the rows' stride). Output columns in blocks of 16 inside each (channel, tap), so a
+    block reads along one input row and writes 16 rows of dst that stay in L1 across the channels; an
+    address past a border is clamped to a real element and its value replaced by zero (no branch in the
+    inner loop)."""
     t = TYPES[dtype]
     zero = "0.0"
     L = []
     a = L.append
     a(f"define void @{name}(i64 %c, i64 %h, i64 %w, i64 %kh, i64 %kw, i64 %sh, i64 %sw, i64 %pt, i64 %pl, "
-      f"i64 %dh, i64 %dw, i64 %ho, i64 %wo, {t}* noalias %x, {t}* noalias %dst, i64 %oh0, i64 %oh1) nounwind {{")
+      f"i64 %dh, i64 %dw, i64 %ho, i64 %wo, {t}* noalias %x, {t}* noalias %dst, i64 %oh0, i64 %oh1, i64 %ldd) nounwind {{")
     a("entry:")
     a("  %taps = mul i64 %kh, %kw")
     a("  %K = mul i64 %c, %taps")
@@ -384,7 +385,7 @@ def ir_xt(dtype: str = "float32", name: str = NAME + "_xt") -> str:
     a(f"  %xv = load {t}, {t}* %xp")
     a(f"  %v = select i1 %ok, {t} %xv, {t} {zero}")
     a("  %p = add i64 %prow, %ow")
-    a("  %pk = mul i64 %p, %K")
+    a("  %pk = mul i64 %p, %ldd")
     a("  %d = add i64 %pk, %kij")
     a(f"  %dp = getelementptr {t}, {t}* %dst, i64 %d")
     a(f"  store {t} %v, {t}* %dp")
@@ -436,7 +437,7 @@ def _transpose(L, t, w, rows: list, tag: str) -> list:
 def ir_xt1(features: str, dtype: str = "float32", name: str = NAME + "_xt1") -> str:
     """The LLVM IR of ``name``, a 1x1 convolution's columns as rows (B^T of ``dot``): a transpose,
 
-        xt1(c, row, src*, dst*, p0, p1)        dst[p * c + ci] = src[ci * row + p]   (p0 <= p < p1)
+        xt1(c, row, src*, dst*, p0, p1, ldd)   dst[p * ldd + ci] = src[ci * row + p]   (p0 <= p < p1)
 
     in blocks of w channels x w columns, each loaded as w vectors (lanes past p1 masked), transposed
     in registers (``_transpose``) and stored as w rows of dst (lanes past c masked)."""
@@ -449,7 +450,8 @@ def ir_xt1(features: str, dtype: str = "float32", name: str = NAME + "_xt1") -> 
     L = [f"declare {vt} {mload}({vt}*, i32, <{w} x i1>, {vt})",
          f"declare void {mstore}({vt}, {vt}*, i32, <{w} x i1>)"]
     a = L.append
-    a(f"define void @{name}(i64 %c, i64 %row, {t}* noalias %src, {t}* noalias %dst, i64 %p0, i64 %p1) nounwind {{")
+    a(f"define void @{name}(i64 %c, i64 %row, {t}* noalias %src, {t}* noalias %dst, i64 %p0, i64 %p1, "
+      f"i64 %ldd) nounwind {{")
     a("entry:")
     a("  br label %pl")
     a("pl:")
@@ -488,7 +490,7 @@ def ir_xt1(features: str, dtype: str = "float32", name: str = NAME + "_xt1") -> 
         a(f"  %pq{q} = add i64 %pb, {q}")
         a(f"  %pk{q} = icmp slt i64 %pq{q}, %p1")
         a(f"  %m{q} = select i1 %pk{q}, <{w} x i1> %cm, <{w} x i1> zeroinitializer")
-        a(f"  %do{q}_0 = mul i64 %pq{q}, %c")
+        a(f"  %do{q}_0 = mul i64 %pq{q}, %ldd")
         a(f"  %do{q} = add i64 %do{q}_0, %cb")
         a(f"  %dp{q} = getelementptr {t}, {t}* %dst, i64 %do{q}")
         a(f"  %dq{q} = bitcast {t}* %dp{q} to {vt}*")
@@ -532,15 +534,15 @@ class DotGemm:
         return ir_dot(features, self.dtype, name, self.kc)
 
 
-SIGNATURES = {"dot": ARGS, "xt": ("i64",) * 13 + ("ptr", "ptr", "i64", "i64"),
-              "xt1": ("i64", "i64", "ptr", "ptr", "i64", "i64")}
+SIGNATURES = {"dot": ARGS, "xt": ("i64",) * 13 + ("ptr", "ptr", "i64", "i64", "i64"),
+              "xt1": ("i64", "i64", "ptr", "ptr", "i64", "i64", "i64")}
 
 
 @functools.lru_cache(maxsize=64)      # (every caller at a new shape asks: the entry is hashed)
 def function(dtype: str, part: str = "dot", kc: int = KC):
     """ctypes function of ``part`` (DotGemm) for dtype: ``dot(m, n, k, A, lda, B, ldb, C, ldc, hasb,
     scale, bias, res, ldr, lo, hi)``, ``xt(c, h, w, kh, kw, sh, sw, pt, pl, dh, dw, ho, wo, x, dst,
-    oh0, oh1)`` or ``xt1(c, row, src, dst, p0, p1)``; compiled (or loaded from the kernel cache) once
+    oh0, oh1, ldd)`` or ``xt1(c, row, src, dst, p0, p1, ldd)``; compiled (or loaded from the kernel cache) once
     per process."""
     from .build import kernel_function
     from .kir import dtype_name

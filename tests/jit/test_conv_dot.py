@@ -6,8 +6,8 @@ packed in panels of output channels, the image read in place, each tile transpos
 result with its epilogue). The kernels on random shapes (not multiples of the tile or panel, K over
 several blocks, K not a multiple of the vector) against float64 numpy with NaN and inf; the copies bit
 for bit against numpy's; the conv blocks of test_conv_gemm forced onto each route at L2, L3 and auto
-against L1 unfused and the numpy reference; one and two threads bit for bit; a stored weight packed
-for ``cout`` leaves the process (held once); the routes' rules."""
+against L1 unfused and the numpy reference (and on the im2col route: test_conv_im2col.py); one and two
+threads bit for bit; a stored weight packed for ``cout`` leaves the process (held once); the routes' rules."""
 
 import msvm as ms
 import numpy as np
@@ -15,7 +15,7 @@ import pytest
 from msvm.compiler import conv, gemm, gemm_cout, gemm_dot
 from msvm.compiler.entry import data_pointer
 from test_conv_gemm import BLOCKS, SIZES
-from test_conv_tiers2 import close, forward, images, make, reference
+from test_conv_tiers2 import close, forward, images, make, reference, with_epilogue
 
 
 def _ptr(a):
@@ -41,13 +41,7 @@ def test_dot_kernel_against_float64_numpy(dtype, seed):
     bias = rng.standard_normal(m).astype(d) if scale is not None else None
     res = rng.standard_normal((m, n + 2)).astype(d) if seed % 4 < 2 else None
     lo, hi = [(-np.inf, np.inf), (0.0, np.inf), (0.0, 6.0)][seed % 3]
-    if scale is not None:
-        want = want * scale[:, None] + bias[:, None]
-    if res is not None:
-        want = want + res[:, :n]
-    with np.errstate(invalid="ignore"):
-        want = np.where(want < lo, lo, want)
-        want = np.where(want > hi, hi, want)
+    want = with_epilogue(want, scale, bias, res if res is None else res[:, :n], lo, hi)
     c = np.full((m, ldc), -7.0, d)
     fn(m, n, k, data_pointer(a), lda, data_pointer(b), ldb, data_pointer(c), ldc, scale is not None, _ptr(scale),
        _ptr(bias), _ptr(res), n + 2, lo, hi)
@@ -110,10 +104,11 @@ def test_the_copies_bit_for_bit(dtype, seed):
     assert (dst[:, c:] == 7.0).all()
 
 
-@pytest.fixture(params=["dot", "cout"])
+@pytest.fixture(params=["dot", "cout", "im2col"])
 def dots(monkeypatch, request):
-    """Every convolution on the route of the param where it can run it (group 1), each call's (mode, on
-    that route, threads, residual fused)."""
+    """Every convolution on the route of the param where it can run it (group 1; Winograd off), each call's
+    (mode, on that route, threads, residual fused). "im2col": conv.TapsConv ``im2col`` (the windows as rows
+    by ``xt``/``xt1``, the packed Dense product by gemm_cout's panels, gemm_cout's ``rows`` store)."""
     seen = []
     orig = conv.TapsConv.__call__
     route = request.param
@@ -124,6 +119,8 @@ def dots(monkeypatch, request):
     monkeypatch.setattr(conv.TapsConv, "__call__", spy)
     monkeypatch.setattr(conv, "use_dot", lambda *a: route == "dot")
     monkeypatch.setattr(conv, "use_cout", lambda *a: route == "cout")
+    monkeypatch.setattr(conv, "use_im2col", lambda *a: route == "im2col")
+    monkeypatch.setattr(conv, "use_winograd", lambda *a: False)
     monkeypatch.setenv(conv.ROUTE_ENV, "taps")
     return seen
 
@@ -163,7 +160,7 @@ def test_float64_and_an_empty_batch(dots):
     assert got[1].shape == (0, 16, 9, 11)
 
 
-@pytest.mark.parametrize("name", ["1x1", "1x1_s2", "3x3_s2"])
+@pytest.mark.parametrize("name", ["1x1", "1x1_s2", "3x3_s2", "7x7_s2_stem"])
 def test_one_and_two_threads_agree_bit_for_bit(dots, monkeypatch, name):
     import os
 
@@ -236,13 +233,7 @@ def test_cout_kernel_against_float64_numpy(dtype, seed):
     bias = rng.standard_normal(o).astype(d) if scale is not None else None
     res = rng.standard_normal((o, ho * wo)).astype(d) if seed % 2 == 0 else None
     lo, hi = [(-np.inf, np.inf), (0.0, np.inf), (0.0, 6.0)][seed % 3]
-    if scale is not None:
-        want = want * scale[:, None] + bias[:, None]
-    if res is not None:
-        want = want + res
-    with np.errstate(invalid="ignore"):
-        want = np.where(want < lo, lo, want)
-        want = np.where(want > hi, hi, want)
+    want = with_epilogue(want, scale, bias, res, lo, hi)
     panels = -(-o // nr)
     j0 = int(rng.integers(0, panels))
     c = np.full((o, ho * wo), -7.0, d)

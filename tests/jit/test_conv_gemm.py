@@ -15,7 +15,7 @@ import pytest
 from msvm.compiler import conv, gemm
 from msvm.compiler.codegen import codegen
 from msvm.compiler.entry import data_pointer
-from test_conv_tiers2 import close, compiled_kinds, conv_sites, forward, images, make, reference
+from test_conv_tiers2 import close, compiled_kinds, conv_sites, forward, images, make, reference, with_epilogue
 
 
 @pytest.fixture
@@ -319,11 +319,7 @@ def test_taps_kernel_against_float64_numpy(dtype, seed, a_layout, pack_b):
     want = sum(a.reshape(m, ci, ntaps)[:, :, t].astype(np.float64) @ src[:, off:off + q].astype(np.float64)
                for t, off in enumerate(taps))
     scale = rng.standard_normal(m).astype(d) if bias is not None else None
-    want = want * (scale[:, None] if scale is not None else 1) + (bias[:, None] if bias is not None else 0) + \
-        (res if res is not None else 0)
-    with np.errstate(invalid="ignore"):
-        want = np.where(want < lo, lo, want)
-        want = np.where(want > hi, hi, want)
+    want = with_epilogue(want, scale, bias, res, lo, hi)
     # (in place: the rows as they are; else packed in row blocks)
     ap = gemm.pack_rows(a, mr) if a_layout == "packed" else a
     j0 = nr * int(rng.integers(0, -(-q // nr)))       # a column range that starts on a panel

@@ -49,6 +49,18 @@ def make(s, seed, dtype=np.float32):
     return net
 
 
+def with_epilogue(want, scale, bias, res, lo, hi):
+    """The kernels' epilogue on a float64 product whose channels are axis -2: * scale + bias, + res, max
+    lo, min hi (NaN kept, as numpy keeps it)."""
+    if scale is not None:
+        want = want * scale[:, None] + bias[:, None]
+    if res is not None:
+        want = want + res
+    with np.errstate(invalid="ignore"):
+        want = np.where(want < lo, lo, want)
+        return np.where(want > hi, hi, want)
+
+
 def reference(net, s, x):
     p = {k: v.asnumpy().astype(np.float64) for k, v in net.parameters_dict().items()}
     pad = "same" if s["pad_mode"] == "same" else s["padding"]

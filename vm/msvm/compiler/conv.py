@@ -1234,14 +1234,14 @@ class TapsConv:
             cout = dot = False
         if self.im2col:
             from .gemm import function as gemm_function
-            from .gemm_cout import rows_function
+            from .gemm_cout import function as cout_function
             from .gemm_dot import function as dot_function
 
             self.grid = self.acc = self.src = None
             self.xt1 = kh == kw == 1 and (sh, sw) == (1, 1) and unpadded     # (a transpose of the planes)
             self.xt = dot_function(self.d, "xt1" if self.xt1 else "xt")
             self.geom = (c, h, w, kh, kw, sh, sw, pt, pl, dil[0], dil[1], ho, wo)
-            self.gemmfn, self.rowsfn = gemm_function(dtype_name(self.d)), rows_function(self.d)
+            self.gemmfn, self.rowsfn = gemm_function(dtype_name(self.d)), cout_function(self.d, "rows")
             cout = dot = False
         # vectors over output channels (gemm_cout): the weight packed once in panels, the image read in place
         if cout is None:

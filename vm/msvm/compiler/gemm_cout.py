@@ -433,51 +433,36 @@ def ir_rows(features: str, dtype: str = "float32", name: str = ROWS_NAME) -> str
 
 @dataclass(frozen=True)
 class CoutGemm:
-    """The kernel-cache entry of ``ir_cout`` (one per dtype and target)."""
+    """The kernel-cache entry of one of this module's functions (one per dtype and target): ``part`` "cout"
+    the product (``ir_cout``), "rows" the transposed store of a product whose rows are pixels (``ir_rows``)."""
     dtype: str
+    part: str = "cout"
 
     kind = "gemm"
     opt_level = 3
-    name = "gemm_cout"
+
+    @property
+    def name(self) -> str:
+        return f"gemm_{self.part}"
 
     def text(self) -> str:
+        if self.part == "rows":
+            return f"gemm_rows v{ROWS_VERSION} dtype={self.dtype} store_prefetch={STORE_PREFETCH}"
         return f"gemm_cout v{VERSION} dtype={self.dtype} rows={ROWS} prefetch={PREFETCH} store_prefetch={STORE_PREFETCH}"
 
     def lower(self, name: str, features: str) -> str:
-        return ir_cout(features, self.dtype, name)
+        return (ir_rows if self.part == "rows" else ir_cout)(features, self.dtype, name)
+
+
+SIGNATURES = {"cout": ARGS, "rows": ROWS_ARGS}
 
 
 @functools.lru_cache(maxsize=64)      # (every caller at a new shape asks: the entry is hashed)
-def function(dtype: str):
+def function(dtype: str, part: str = "cout"):
     """ctypes ``cout(o, ci, ntaps, taps, Wp, src, row, ho, wo, wq, C, P, j0, j1, hasb, scale, bias, res,
-    lo, hi)`` (``ir_cout``), compiled (or loaded from the kernel cache) once per process."""
+    lo, hi)`` (``ir_cout``) or ``rows(o, Cw, ldc, nimg, P, Y, j0, j1, hasb, scale, bias, res, lo, hi)``
+    (``ir_rows``), compiled (or loaded from the kernel cache) once per process."""
     from .build import kernel_function
     from .kir import dtype_name
 
-    return kernel_function(CoutGemm(dtype_name(dtype)), "GEMM_COUT", ARGS)
-
-
-@dataclass(frozen=True)
-class RowsStore:
-    """The kernel-cache entry of ``ir_rows`` (one per dtype and target)."""
-    dtype: str
-
-    kind = "gemm"
-    opt_level = 3
-    name = "gemm_rows"
-
-    def text(self) -> str:
-        return f"gemm_rows v{ROWS_VERSION} dtype={self.dtype} store_prefetch={STORE_PREFETCH}"
-
-    def lower(self, name: str, features: str) -> str:
-        return ir_rows(features, self.dtype, name)
-
-
-@functools.lru_cache(maxsize=64)
-def rows_function(dtype: str):
-    """ctypes ``rows(o, Cw, ldc, nimg, P, Y, j0, j1, hasb, scale, bias, res, lo, hi)`` (``ir_rows``),
-    compiled (or loaded from the kernel cache) once per process."""
-    from .build import kernel_function
-    from .kir import dtype_name
-
-    return kernel_function(RowsStore(dtype_name(dtype)), "GEMM_ROWS", ROWS_ARGS)
+    return kernel_function(CoutGemm(dtype_name(dtype), part), f"GEMM_{part.upper()}", SIGNATURES[part])

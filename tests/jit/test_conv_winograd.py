@@ -199,23 +199,44 @@ def test_float64_a_strided_image_and_an_empty_batch(winos):
 
 
 @WIDE
-def test_one_and_two_threads_agree_bit_for_bit(winos, monkeypatch):
+@pytest.mark.parametrize("blocks", [30_000, 80_000, 1 << 30])
+@pytest.mark.parametrize("special", [True, False])
+def test_one_and_two_threads_agree_bit_for_bit(winos, monkeypatch, blocks, special):
+    """One thread (blocks of WINO_BLOCK_BYTES: a few tile rows, or the whole map), two threads by tile rows
+    (each its own V and M) and two by channels and panels: the same bits, with an inf and a NaN in one
+    block only (the image's direct sum then, whichever blocks there are) and without."""
     import os
 
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
-    monkeypatch.setattr(conv, "WINO_BLOCK_BYTES", 30_000)      # (blocks of a few tile rows, the last one short)
+    monkeypatch.setattr(conv, "WINO_BLOCK_BYTES", blocks)
     s = BLOCKS["pad_residual"]
     rng = np.random.default_rng(31)
-    xs = images(rng, s["cin"], [(2, 12, 9), (1, 7, 7)], special=True)
+    xs = images(rng, s["cin"], [(2, 12, 9), (1, 7, 7), (1, 16, 5)], special=special)
+    shared = []
+    orig = conv.Steps.share
+
+    def spy(self, tasks):
+        shared.append(max(len(t) for t in tasks))
+        return orig(self, tasks)
+    monkeypatch.setattr(conv.Steps, "share", spy)
     outs = {}
-    for threads in ("1", "2"):
+    for threads, rows_bytes in (("1", 1 << 30), ("2", 1 << 30), ("2", 0)):
         monkeypatch.setenv("MSVM_THREADS", threads)
         monkeypatch.setattr(conv, "SPLIT_MIN_FLOPS", 0.0)
+        monkeypatch.setattr(conv, "WINO_ROWS_SPLIT_BYTES", rows_bytes)
         winos.clear()
-        outs[threads] = forward(make(s, 4), "L3", True, xs)
+        shared.clear()
+        outs[threads, rows_bytes] = forward(make(s, 4), "L3", True, xs)
         assert {c[1] for c in winos} == {int(threads)} and {c[0] for c in winos} == {True}, winos
-    for a, b in zip(outs["1"], outs["2"]):
-        np.testing.assert_array_equal(a, b)
+        if threads == "2":       # (by rows: each task all three kernels of its blocks; else one call a task)
+            assert (max(shared) >= 3) == bool(rows_bytes), shared
+    want = outs["1", 1 << 30]
+    for key, got in outs.items():
+        for a, b in zip(want, got):
+            np.testing.assert_array_equal(a, b, err_msg=str(key))
+    net = make(s, 4)
+    for a, x in zip(want, xs):
+        close(a, reference(net, s, x))
 
 
 @WIDE

@@ -1363,47 +1363,73 @@ class TapsConv:
 
     def _run_wino(self, x, a, up, bad, pre, res, split, bn, add, lo, hi, steps):
         """Per image and block of tile rows (``wino_rows``), Winograd's three kernels (compiler/winograd.py)
-        on the workspace: the image's transform V [16][C][T] (slot 0, each part's flag in slot 2), the 16
+        on the workspace: the image's transform V [16][C][T] (slot 0; each block's flag in slot 2), the 16
         products M [16][O][T] (slot 1; each task transforms its panels of the weight ``up`` into its own
         scratch past M in that slot, unless ``pre``: ``up`` is U, ``prepared_wino``), M's transform into
-        the result's rows with the epilogue; on two threads each in halves (of the channels, the panels,
-        the output channels). Where a part flags a non-finite V (or the weight ``bad``: not finite), the
-        products are skipped and the block's rows are the direct sum of the image and the weight ``a``
-        (its NaN and inf where L1 has them)."""
+        the result's rows with the epilogue. On two threads, where U is at most WINO_ROWS_SPLIT_BYTES, each
+        thread runs all three on its half of the tile rows (V and M of its own: nothing read across cores,
+        one hand-off an image); else each kernel in halves (of the channels, the panels, the output
+        channels). Then, where any block flagged a non-finite V (or the weight ``bad``: not finite), the
+        image's result is the direct sum of the image and the weight ``a`` instead (its NaN and inf where
+        L1 has them): one call after the blocks, so the answer does not depend on the blocks, nor on
+        the threads."""
         h, w, pt, pl = self.wgeom
         th, tw, c, o, ho, wo = self.th, self.tw, self.c, self.o, self.ho, self.wo
-        two = split > 1
-        rows = th if two else self.wrows          # (two threads: two L2s, and three hand-offs a block)
-        t = rows * tw
         isz = self.d.itemsize
         panels = -(-o // self.nr)
-        parts = ((0, panels // 2), (panels // 2, panels)) if two and panels > 1 else ((0, panels),)
+        two = split > 1
+        by_rows = two and th > 1 and XI * c * panels * self.nr * isz <= WINO_ROWS_SPLIT_BYTES
+        if by_rows:
+            half = -(-th // 2)
+            spans, rows = ((0, half), (half, th)), min(self.wrows, half)
+        else:
+            spans, rows = ((0, th),), th if two else self.wrows     # (two threads: two L2s, three hand-offs a block)
+        t = rows * tw
+        wide = two and not by_rows
+        parts = ((0, panels // 2), (panels // 2, panels)) if wide and panels > 1 else ((0, panels),)
+        halves = ((0, c // 2), (c // 2, c)) if wide and c > 1 else ((0, c),)
+        outs = ((0, o // 2), (o // 2, o)) if wide and o > 1 else ((0, o),)
         su = 0 if pre else XI * c * self.nr  # (a task's scratch: one panel's transformed weight)
         # (M and the tasks' scratch in one slot: the small maps' M leaves room that another layer's grew,
         # so ResNet-50's 7x7 layers take none: 1 MB less at its peak than a slot of their own)
-        v, m = workspace(0, 16 * c * t, self.d), workspace(1, 16 * o * t + su * len(parts), self.d)
-        vp, mp, ap, upp = data_pointer(v), data_pointer(m), data_pointer(a), data_pointer(up)
+        vs, ms = 16 * c * t, 16 * o * t + su * len(parts)
+        v, m = workspace(0, len(spans) * vs, self.d), workspace(1, len(spans) * ms, self.d)
+        nf = sum(-(-(s1 - s0) // rows) for s0, s1 in spans) * len(halves)
+        fp = data_pointer(workspace(2, nf, np.int64))
+        upp, ap = data_pointer(up), data_pointer(a)
         fin, fmm, fout = self.wfn["in"], self.wfn["mm"], self.wfn["out"]
         scp, bp = (data_pointer(bn[0]), data_pointer(bn[1])) if bn is not None else (None, None)
-        halves = ((0, c // 2), (c // 2, c)) if two and c > 1 else ((0, c),)
-        outs = ((0, o // 2), (o // 2, o)) if two and o > 1 else ((0, o),)
-        flags = workspace(2, len(halves), np.int64)
-        fp, nf = data_pointer(flags), len(halves)
-        sp = None if pre else mp + 16 * o * t * isz
         for b in range(x.shape[0]):
             xb = x[b] if x[b].flags.c_contiguous else steps.copied(np.ascontiguousarray(x[b]))
             xp, yp = data_pointer(xb), data_pointer(res[b])
             rp = data_pointer(add[b]) if add is not None else None
-            for ty0 in range(0, th, rows):
-                n, y0 = min(rows, th - ty0), 2 * ty0 * wo * isz
-                tb, ptb = n * tw, pt - 2 * ty0
-                self._steps(steps, [(fin, (xp, c0, c1, h, w, ptb, pl, n, tw, vp, c * tb, fp + 8 * k, int(bad)))
-                                    for k, (c0, c1) in enumerate(halves)])
-                self._steps(steps, [(fmm, (o, c, upp, vp, tb, mp, j0, j1, fp, nf, sp and sp + k * su * isz))
-                                    for k, (j0, j1) in enumerate(parts)])
-                tail = (n, tw, yp + y0, min(2 * n, ho - 2 * ty0), wo, ho * wo, bn is not None, scp, bp,
-                        rp and rp + y0, lo, hi, fp, nf, xp, c, h, w, ptb, pl, ap)
-                self._steps(steps, [(fout, (mp, o * tb, o0, o1, *tail)) for o0, o1 in outs])
+            tasks: list = [[] for _ in spans]
+            f = 0
+            for k, (s0, s1) in enumerate(spans):
+                vp, mp = data_pointer(v) + k * vs * isz, data_pointer(m) + k * ms * isz
+                sp = None if pre else mp + 16 * o * t * isz
+                for ty0 in range(s0, s1, rows):
+                    n, y0 = min(rows, s1 - ty0), 2 * ty0 * wo * isz
+                    tb, ptb = n * tw, pt - 2 * ty0
+                    ins = [(fin, (xp, c0, c1, h, w, ptb, pl, n, tw, vp, c * tb, fp + 8 * (f + j), int(bad)))
+                           for j, (c0, c1) in enumerate(halves)]
+                    f += len(halves)
+                    # (the flags are read once, after every block: ``mm`` and ``out`` run on whatever V holds)
+                    mms = [(fmm, (o, c, upp, vp, tb, mp, j0, j1, fp, 0, sp and sp + q * su * isz))
+                           for q, (j0, j1) in enumerate(parts)]
+                    tail = (n, tw, yp + y0, min(2 * n, ho - 2 * ty0), wo, ho * wo, bn is not None, scp, bp,
+                            rp and rp + y0, lo, hi, fp, 0, xp, c, h, w, ptb, pl, ap)
+                    outs_ = [(fout, (mp, o * tb, o0, o1, *tail)) for o0, o1 in outs]
+                    if by_rows:
+                        tasks[k] += ins + mms + outs_
+                    else:
+                        for calls in (ins, mms, outs_):
+                            self._steps(steps, calls)
+            if by_rows:
+                steps.share(tasks)
+            # (M null: nothing where no flag is set, else the whole image's direct sum)
+            steps.call(fout, (None, 0, 0, o, th, tw, yp, ho, wo, ho * wo, bn is not None, scp, bp, rp, lo, hi, fp, nf,
+                              xp, c, h, w, pt, pl, ap))
 
     def _run_im2col(self, x, wp, res, split, bn, add, lo, hi, steps):
         """A block of images at a time (IM2COL_BLOCK_BYTES of windows): their windows as rows, A [rows][K]
@@ -1686,6 +1712,13 @@ def small_u(c: int, o: int, d) -> bool:
 
 
 WINO_BLOCK_BYTES = 512 << 10
+# Two threads split Winograd's tile rows (each its V and M: nothing read across cores) where U is at most this
+# many bytes, else each kernel in halves of its channels or panels (``TapsConv._run_wino``). Measured (Intel Xeon,
+# two cores, the layer alone, wall clock, medians of 41 interleaved calls; one thread / channels / rows, ms):
+# 64 at 40x40 0.697 / 0.497 / 0.374, 56x56 1.372 / 0.891 / 0.677, 128 at 20x20 0.574 / 0.382 / 0.331, 28x28
+# 1.075 / 0.650 / 0.590; but 256 at 10x10 0.705 / 0.426 / 0.537, 14x14 1.152 / 0.690 / 0.813 (U of 4 MB read
+# by both cores, each panel transformed twice), 12x12 0.959 / 0.597 / 0.592
+WINO_ROWS_SPLIT_BYTES = 1 << 20
 WINO_ENV = "MSVM_WINOGRAD"
 WINO_MIN_C = 64
 WINO_MIN_PIXELS = 36        # (6x6: see use_winograd)

@@ -49,7 +49,7 @@ from .gemm import clamp, pack
 from .gemm_cout import ir_cout
 from .lower import TYPES, vec_width
 
-VERSION = 2                 # (in the kernel text, so the cache key: bump it when the IR changes)
+VERSION = 3                 # (in the kernel text, so the cache key: bump it when the IR changes)
 XI = 16                     # the products: 4 x 4 points
 BT = ((1, 0, -1, 0), (0, 1, 1, 0), (0, -1, 1, 0), (0, 1, 0, -1))
 G = ((1, 0, 0), (0.5, 0.5, 0.5), (0.5, -0.5, 0.5), (0, 0, 1))
@@ -387,6 +387,13 @@ def ir_out(features: str, dtype: str = "float32", name: str = "msvm_wino_out") -
       f"{t}* noalias %x, i64 %C, i64 %Hin, i64 %Win, i64 %pt, i64 %pl, {t}* noalias %wd) nounwind {{")
     L("entry:")
     _flagged(L, "entry")
+    # (M null: the whole map's check after its blocks, conv.TapsConv._run_wino: the direct sum where a flag
+    # is set, else nothing)
+    L(f"  %mnull = icmp eq {t}* %M, null")
+    L("  %good = xor i1 %bad, true")
+    L("  %skip = and i1 %mnull, %good")
+    L("  br i1 %skip, label %done, label %go")
+    L("go:")
     L("  %T = mul i64 %th, %tw")
     L("  %hasb = icmp ne i64 %hasb0, 0")
     L(f"  %hasr = icmp ne {t}* %res, null")
@@ -396,7 +403,7 @@ def ir_out(features: str, dtype: str = "float32", name: str = "msvm_wino_out") -
         L(f"  %mx{xi} = mul i64 %ms, {xi}")
     L("  br label %ol")
     L("ol:")
-    L("  %o = phi i64 [ %o0, %fd ], [ %on, %od ]")
+    L("  %o = phi i64 [ %o0, %go ], [ %on, %od ]")
     L("  %oc = icmp slt i64 %o, %o1")
     L("  br i1 %oc, label %ob, label %done")
     L("ob:")

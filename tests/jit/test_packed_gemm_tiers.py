@@ -45,6 +45,21 @@ def test_packed_kernel_matches_numpy_on_random_shapes(dtype):
                                        err_msg=f"m={m} k={k} n={n}")
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_a_row_has_the_same_bits_in_products_of_any_row_count(dtype):
+    """Each row's sums run in the same k order whichever tile holds it: the last MR + 1 to MR + 3 rows in
+    two tiles of about half (gemm.SPLIT_REST), a remainder alone, or whole tiles. A row of A gives the same
+    bits in products of every row count, past one k block and across panels."""
+    rng = np.random.default_rng(21)
+    _w, nv, mr = gemm.shape(codegen().features, str(np.dtype(dtype)))
+    k, n = gemm.KC + 37, 3 * _w * nv + 5
+    a = rng.standard_normal((4 * mr, k)).astype(dtype)
+    w = rng.standard_normal((n, k)).astype(dtype)
+    whole = _run(a, w)
+    for m in sorted({1, 2, 3, mr - 1, mr + 1, mr + 2, mr + 3, mr + 4, 2 * mr + 1, 2 * mr + 3, 3 * mr + 2}):
+        np.testing.assert_array_equal(_run(a[:m], w), whole[:m], err_msg=f"m={m}")
+
+
 def test_packed_kernel_over_several_row_blocks():
     """Rows past one block of A (gemm.A_BLOCK_BYTES of a k block) take the next block: every row, with
     k past a k block and columns past a column block, against numpy."""

@@ -88,6 +88,10 @@ HALF_PANEL = True
 RES_PREFETCH = True         # the taps tiles prefetch their residual's lines one panel on (``_tile_head``)
 A_PREFETCH = 64             # k steps ahead that the taps tiles prefetch their A (0: none)
 KC = 256                    # k per block: a panel's k block (KC x NR) stays in L1 across the row tiles
+# The last MR + r rows, r <= SPLIT_REST, run as two tiles of about half on AVX-512 (``_packed_driver``): a tile
+# of r rows alone leaves the FMA units idle, each of its 2 r accumulators waiting on the FMA before (Intel
+# Xeon, one core, 37 rows of 768 x 2304: the 37th row cost 3-4.6x a row of the 36 before it)
+SPLIT_REST = 3
 NB = 4                      # panels per column block where A is past A_BLOCK_BYTES (``_packed_driver``)
 _lock = threading.Lock()
 _compiled: dict = {}        # dtype -> build.Compiled
@@ -443,7 +447,18 @@ def _packed_driver(L, name, t, mr, nr, dtype):
     L("rbody:")
     L("  %rem = sub i64 %iend, %i")
     L(f"  %few = icmp slt i64 %rem, {mr}")
-    L(f"  %rows = select i1 %few, i64 %rem, i64 {mr}")
+    L(f"  %rows0 = select i1 %few, i64 %rem, i64 {mr}")
+    if mr >= 12:
+        # (the last MR + 1 to MR + 3 rows as two tiles of about half: a tile of 1-3 rows alone has 2-6
+        # accumulators, each FMA waiting on the one before; each element's sum is the same either way)
+        L(f"  %tail = icmp sgt i64 %rem, {mr}")
+        L(f"  %tail2 = icmp slt i64 %rem, {mr + SPLIT_REST + 1}")
+        L("  %halve = and i1 %tail, %tail2")
+        L("  %half0 = add i64 %rem, 1")
+        L("  %half = lshr i64 %half0, 1")
+        L("  %rows = select i1 %halve, i64 %half, i64 %rows0")
+    else:
+        L("  %rows = add i64 %rows0, 0")
     L("  %aoff = mul i64 %i, %lda")
     L(f"  %ai = getelementptr {t}, {t}* %ak, i64 %aoff")
     L("  %coff = mul i64 %i, %ldc")
@@ -456,7 +471,7 @@ def _packed_driver(L, name, t, mr, nr, dtype):
           "i1 %first)")
         L("  br label %rnext")
     L("rnext:")
-    L(f"  %in = add i64 %i, {mr}")
+    L("  %in = add i64 %i, %rows")
     L("  br label %rloop")
     L("rdone:")
     L(f"  %jn = add i64 %j, {nr}")
@@ -552,7 +567,7 @@ class PackedGemm:
 
     def text(self) -> str:
         return (f"gemm_packed dtype={self.dtype} a_block={A_BLOCK_BYTES} kc={KC} "
-                f"prefetch={PREFETCH_ROWS} unroll={UNROLL}/{UNROLL_WIDE}")
+                f"prefetch={PREFETCH_ROWS} unroll={UNROLL}/{UNROLL_WIDE} split_rest={SPLIT_REST}")
 
 
 def lower_gemm(k, name: str, features: str) -> str:
@@ -844,7 +859,18 @@ def ir_taps(features: str, dtype: str = "float32", name: str = TAPS_NAME, kc: in
     L("rbody:")
     L("  %rem = sub i64 %iend, %i")
     L(f"  %few = icmp slt i64 %rem, {mr}")
-    L(f"  %rows = select i1 %few, i64 %rem, i64 {mr}")
+    L(f"  %rows0 = select i1 %few, i64 %rem, i64 {mr}")
+    if mr >= 12:
+        # (the last MR + 1 to MR + 3 rows as two tiles of about half: a tile of 1-3 rows alone has 2-6
+        # accumulators, each FMA waiting on the one before; each element's sum is the same either way)
+        L(f"  %tail = icmp sgt i64 %rem, {mr}")
+        L(f"  %tail2 = icmp slt i64 %rem, {mr + SPLIT_REST + 1}")
+        L("  %halve = and i1 %tail, %tail2")
+        L("  %half0 = add i64 %rem, 1")
+        L("  %half = lshr i64 %half0, 1")
+        L("  %rows = select i1 %halve, i64 %half, i64 %rows0")
+    else:
+        L("  %rows = add i64 %rows0, 0")
     L("  %aoff = mul i64 %i, %lda")          # (row block i / MR starts at i * lda: MR rows of lda)
     L(f"  %ai = getelementptr {t}, {t}* %ak, i64 %aoff")
     L("  %coff = mul i64 %i, %ldc")
@@ -875,7 +901,7 @@ def ir_taps(features: str, dtype: str = "float32", name: str = TAPS_NAME, kc: in
                   f"{t}* %bi_, i1 %hasr, {t}* %ri_, i64 %ldr, {t} %lo, {t} %hi)")
                 L("  br label %rnext")
     L("rnext:")
-    L(f"  %in = add i64 %i, {mr}")
+    L("  %in = add i64 %i, %rows")
     L("  br label %rloop")
     L("rdone:")
     L("  %k0n = add i64 %k0, %kcc")

@@ -859,18 +859,7 @@ def ir_taps(features: str, dtype: str = "float32", name: str = TAPS_NAME, kc: in
     L("rbody:")
     L("  %rem = sub i64 %iend, %i")
     L(f"  %few = icmp slt i64 %rem, {mr}")
-    L(f"  %rows0 = select i1 %few, i64 %rem, i64 {mr}")
-    if mr >= 12:
-        # (the last MR + 1 to MR + 3 rows as two tiles of about half: a tile of 1-3 rows alone has 2-6
-        # accumulators, each FMA waiting on the one before; each element's sum is the same either way)
-        L(f"  %tail = icmp sgt i64 %rem, {mr}")
-        L(f"  %tail2 = icmp slt i64 %rem, {mr + SPLIT_REST + 1}")
-        L("  %halve = and i1 %tail, %tail2")
-        L("  %half0 = add i64 %rem, 1")
-        L("  %half = lshr i64 %half0, 1")
-        L("  %rows = select i1 %halve, i64 %half, i64 %rows0")
-    else:
-        L("  %rows = add i64 %rows0, 0")
+    L(f"  %rows = select i1 %few, i64 %rem, i64 {mr}")
     L("  %aoff = mul i64 %i, %lda")          # (row block i / MR starts at i * lda: MR rows of lda)
     L(f"  %ai = getelementptr {t}, {t}* %ak, i64 %aoff")
     L("  %coff = mul i64 %i, %ldc")
@@ -901,7 +890,7 @@ def ir_taps(features: str, dtype: str = "float32", name: str = TAPS_NAME, kc: in
                   f"{t}* %bi_, i1 %hasr, {t}* %ri_, i64 %ldr, {t} %lo, {t} %hi)")
                 L("  br label %rnext")
     L("rnext:")
-    L("  %in = add i64 %i, %rows")
+    L(f"  %in = add i64 %i, {mr}")
     L("  br label %rloop")
     L("rdone:")
     L("  %k0n = add i64 %k0, %kcc")

@@ -30,7 +30,7 @@ def test_rows_store_against_float64_numpy(dtype, seed):
     nr = gemm.panel_width(d)
     o, nimg, p = int(rng.integers(1, 80)), int(rng.integers(1, 4)), int(rng.choice([1, 7, 16, 25, 33, 49]))
     panels = -(-o // nr)
-    ldc = panels * nr + int(rng.integers(0, 3)) * nr
+    ldc = panels * nr + int(rng.integers(0, 3)) * nr          # (the route's: whole panels, ldc = panels * nr)
     cw = rng.standard_normal((nimg * p, ldc)).astype(d)
     if seed % 2:
         cw[0, 0] = np.nan
@@ -42,11 +42,12 @@ def test_rows_store_against_float64_numpy(dtype, seed):
     lo, hi = [(-np.inf, np.inf), (0.0, np.inf), (0.0, 6.0)][seed % 3]
     want = with_epilogue(want, scale, bias, res, lo, hi)
     j0 = int(rng.integers(0, panels))
+    j1 = int(rng.integers(j0 + 1, panels + 1))
     y = np.full((nimg, o, p), -7.0, d)
-    fn(o, data_pointer(cw), ldc, nimg, p, data_pointer(y), j0, panels, scale is not None, _ptr(scale), _ptr(bias),
+    fn(o, data_pointer(cw), ldc, nimg, p, data_pointer(y), j0, j1, scale is not None, _ptr(scale), _ptr(bias),
        _ptr(res), lo, hi)
-    assert (y[:, :j0 * nr] == -7.0).all()             # (panels before j0 untouched)
-    got, exp = y[:, j0 * nr:], want[:, j0 * nr:]
+    assert (y[:, :j0 * nr] == -7.0).all() and (y[:, j1 * nr:] == -7.0).all()    # (other panels untouched)
+    got, exp = y[:, j0 * nr:j1 * nr], want[:, j0 * nr:j1 * nr]
     np.testing.assert_array_equal(np.isnan(got), np.isnan(exp))
     tol = 1e-6 if d == np.float32 else 1e-14
     fin = np.where(np.isfinite(exp), exp, 0)
@@ -77,6 +78,33 @@ def test_images_in_blocks(monkeypatch, name, block):
     net = make(s, 6)
     close(forward(net, "L3", True, [x])[0], reference(net, s, x))
     assert set(seen) == {True}
+
+
+@pytest.mark.parametrize("k, stride", [(1, 1), (3, 2)])
+@pytest.mark.parametrize("split", [1, 2])
+def test_a_strided_batch(monkeypatch, k, stride, split):
+    """A batch whose images are not C-contiguous (Fortran order: each copied before its windows, and
+    alive until they are copied, a block of four at once): the bits of the same batch made contiguous."""
+    import os
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    monkeypatch.setenv("MSVM_THREADS", str(split))
+    rng = np.random.default_rng(41)
+    x = rng.standard_normal((4, 32, 7, 9)).astype(np.float32)
+    w = (rng.standard_normal((64, 32, k, k)) / 10).astype(np.float32)
+    w.flags.writeable = False
+    tc = conv.TapsConv(x.shape, w.shape, (stride, stride), (k // 2,) * 4, (1, 1), 1, np.float32, im2col=True)
+    a = conv.prepared_a(w, 1, np.float32, tc.inplace)
+    want = tc(np.ascontiguousarray(x), a, None, split)
+    got = tc(np.asfortranarray(x), a, None, split)
+    np.testing.assert_array_equal(got, want)
+    close(want, conv_reference(x, w, stride, k // 2))
+
+
+def conv_reference(x, w, stride, pad):
+    from refs import cv
+
+    return cv.conv2d(x.astype(np.float64), w.astype(np.float64), None, stride, pad, 1, 1)
 
 
 def test_the_route_rule():

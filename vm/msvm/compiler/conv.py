@@ -116,10 +116,10 @@ and how each is called. Algorithms chosen by measurement (one thread, this machi
   512-channel layers' transformed weights (17 MB each, against 9.4 MB spilled) held 28 MB more at
   ResNet-50's peak for those small maps' gains (then held transformed; now transformed per call).
 - **The im2col route** (``use_im2col``, ``TapsConv._run_im2col``): a weight of 4 MB or more on a map of at
-  most 64 pixels (ResNet-50's 512-channel 3x3 layers on 5x5 to 8x8 maps, its 1x1 layers to and from 2048
-  channels) runs the packed Dense product (compiler/gemm.py) on the image's windows copied as rows (gemm_dot's
-  ``xt``; ``xt1`` for a 1x1 of stride 1), by gemm_cout's own packed panels, a block of images at a time,
-  then stores the [rows][channels] product transposed into the NCHW result with the epilogue
+  most 64 pixels (ResNet-50's 512-channel 3x3 layers on 5x5-7x7 maps, and of stride 2 to 8x8; its 1x1 layers
+  to and from 2048 channels) runs the packed Dense product (compiler/gemm.py) on the image's windows copied
+  as rows (gemm_dot's ``xt``; ``xt1`` for a 1x1 of stride 1), by gemm_cout's own packed panels, a block of
+  images at a time, then stores the [rows][channels] product transposed into the NCHW result with the epilogue
   (gemm_cout.ir_rows). gemm_cout's tiles there are a short row's pixels (5 of a 5x5 map) and each tile
   reads its panel again (the panel of a 3x3 512 layer is 590 KB: from L2 at 25 B a cycle); the Dense
   product's 12-row tiles run over every image's pixels, its blocks reading each panel once. Layers alone
@@ -1214,14 +1214,15 @@ class TapsConv:
         self.gstride = (self.og if inplace else -(-self.og // mr) * mr) * self.lda
         self.row_cut = _row_cut(self.q, self.nr, self.og, self.rows or mr) if group == 1 else None
         # Winograd's F(2x2, 3x3) (compiler/winograd.py): 16 products on gemm_cout's tiles between two transforms
+        asked = wino
         if wino is None:
             wino = inplace and use_winograd(x_shape, w_shape, stride, pad, dil, group, self.d)
         # the image's windows as rows and the packed Dense product (``use_im2col``): small maps, large weights
-        # (Winograd keeps the maps of IM2COL_MAX_PIXELS)
+        # (Winograd keeps the maps of IM2COL_MAX_PIXELS, and those it was asked to run)
         if im2col is None:
-            im2col = (group == 1 and inplace and not (wino and ho * wo >= IM2COL_MAX_PIXELS)
+            im2col = (group == 1 and inplace and not asked and not (wino and ho * wo >= IM2COL_MAX_PIXELS)
                       and use_im2col(o, self.lda, ho * wo, self.nr, self.d))
-        self.im2col = bool(im2col) and group == 1
+        self.im2col = bool(im2col) and group == 1 and inplace       # (gemm_cout's panels of the weight in place)
         self.wino = bool(wino) and not self.im2col
         if self.wino:
             from . import winograd
@@ -1432,19 +1433,21 @@ class TapsConv:
                               xp, c, h, w, pt, pl, ap))
 
     def _run_im2col(self, x, wp, res, split, bn, add, lo, hi, steps):
-        """A block of images at a time (IM2COL_BLOCK_BYTES of windows): their windows as rows, A [rows][K]
+        """A block of images at a time (IM2COL_BLOCK_BYTES of windows, and of products): their windows as rows, A [rows][K]
         (rows of an odd number of cache lines: ``_odd_lines``)
         (gemm_dot's ``xt``, or ``xt1`` for a 1x1 convolution of stride 1: a transpose of its planes; slot
-        1), the packed Dense product of A by ``wp`` (``prepared_cout``: the same panels) into Cw [rows][O]
-        (slot 0), then Cw's transposed store with the epilogue into the result (gemm_cout.ir_rows); on two
+        1), the packed Dense product of A by ``wp`` (``prepared_cout``: the same panels) into Cw [rows][whole
+        panels] (slot 0), then Cw's transposed store with the epilogue into the result (gemm_cout.ir_rows); on two
         threads the copies in halves of each image's rows, then each thread a half of the panels' product and
         its store (two hand-offs a block)."""
         isz, o, k, p, n, nr = self.d.itemsize, self.o, self.lda, self.ho * self.wo, x.shape[0], self.nr
         lda = _odd_lines(k, isz)       # (A's rows a multiple of 1-4 KB apart alias: the product 4-11% slower)
-        g = max(1, min(n, IM2COL_BLOCK_BYTES // max(p * lda * isz, 1)))
+        panels = -(-o // nr)
+        ldc = panels * nr              # (whole panels a row: the store reads a panel's width of every row)
+        g = max(1, min(n, IM2COL_BLOCK_BYTES // max(p * max(lda, ldc) * isz, 1)))
         ap = data_pointer(workspace(1, g * p * lda, self.d))
-        cp = data_pointer(workspace(0, g * p * o, self.d))
-        wpp, panels, two = data_pointer(wp), -(-o // nr), split > 1
+        cp = data_pointer(workspace(0, g * p * ldc, self.d))
+        wpp, two = data_pointer(wp), split > 1
         halves = ((0, panels // 2), (panels // 2, panels)) if two and panels > 1 else ((0, panels),)
         hasb = bn is not None
         scp, bp = (data_pointer(bn[0]), data_pointer(bn[1])) if hasb else (None, None)
@@ -1452,8 +1455,10 @@ class TapsConv:
         for b0 in range(0, n, g):
             gg = min(g, n - b0)
             copies: list = [[], []] if two else [[]]
+            held = []                  # (an image copied contiguous lives until its windows are copied)
             for b in range(b0, b0 + gg):
                 xb = x[b] if x[b].flags.c_contiguous else steps.copied(np.ascontiguousarray(x[b]))
+                held.append(xb)
                 xp, dst = data_pointer(xb), ap + (b - b0) * p * lda * isz
                 last = p if self.xt1 else self.ho
                 cuts = ((0, last // 2), (last // 2, last)) if two else ((0, last),)
@@ -1461,11 +1466,12 @@ class TapsConv:
                     args = (c, h * w, xp, dst, r0, r1, lda) if self.xt1 else (*self.geom, xp, dst, r0, r1, lda)
                     copies[t].append((self.xt, args))
             self._tasks(steps, copies)
+            del held
             # (each half of the panels: its product, then its store, which reads only the columns it wrote)
             rp = data_pointer(add[b0]) if add is not None else None
             self._tasks(steps, [[(self.gemmfn, (gg * p, k, min(j1 * nr, o) - j0 * nr, ap, lda, wpp + j0 * k * nr * isz,
-                                                cp + j0 * nr * isz, o)),
-                                 (self.rowsfn, (o, cp, o, gg, p, data_pointer(res[b0]), j0, j1, hasb, scp, bp, rp,
+                                                cp + j0 * nr * isz, ldc)),
+                                 (self.rowsfn, (o, cp, ldc, gg, p, data_pointer(res[b0]), j0, j1, hasb, scp, bp, rp,
                                                 lo, hi))] for j0, j1 in halves])
 
     @staticmethod

@@ -338,7 +338,8 @@ def ir_rows(features: str, dtype: str = "float32", name: str = ROWS_NAME) -> str
     per image, per tile of w pixels and per panel of 2w channels, gemm_cout's store (``_store``, its rows
     ldc apart): the same epilogue (* scale[c] + bias[c], + res, max lo, min hi) and masked stores into
     the NCHW result. A tile of fewer than w pixels is copied to a stack tile first, so that no row past
-    the product is read."""
+    the product is read; each row is read a panel (2w) wide from its panel's start, so ldc holds whole
+    panels (the caller's: conv.TapsConv._run_im2col)."""
     t = TYPES[dtype]
     w = vec_width(features, t)
     vt = f"<{w} x {t}>"

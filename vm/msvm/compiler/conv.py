@@ -1424,8 +1424,8 @@ class TapsConv:
                     if by_rows:
                         tasks[k] += ins + mms + outs_
                     else:
-                        for calls in (ins, mms, outs_):
-                            self._steps(steps, calls)
+                        for calls in (ins, mms, outs_):     # (each a call, or two over two threads)
+                            self._tasks(steps, [[c] for c in calls])
             if by_rows:
                 steps.share(tasks)
             # (M null: nothing where no flag is set, else the whole image's direct sum)
@@ -1433,13 +1433,13 @@ class TapsConv:
                               xp, c, h, w, pt, pl, ap))
 
     def _run_im2col(self, x, wp, res, split, bn, add, lo, hi, steps):
-        """A block of images at a time (IM2COL_BLOCK_BYTES of windows, and of products): their windows as rows, A [rows][K]
-        (rows of an odd number of cache lines: ``_odd_lines``)
-        (gemm_dot's ``xt``, or ``xt1`` for a 1x1 convolution of stride 1: a transpose of its planes; slot
-        1), the packed Dense product of A by ``wp`` (``prepared_cout``: the same panels) into Cw [rows][whole
-        panels] (slot 0), then Cw's transposed store with the epilogue into the result (gemm_cout.ir_rows); on two
-        threads the copies in halves of each image's rows, then each thread a half of the panels' product and
-        its store (two hand-offs a block)."""
+        """A block of images at a time (at most IM2COL_BLOCK_BYTES of windows, and of products): their
+        windows as rows, A [rows][K] (gemm_dot's ``xt``, or ``xt1`` for a 1x1 convolution of stride 1: a
+        transpose of its planes; rows an odd number of cache lines apart; slot 1), the packed Dense product
+        of A by ``wp`` (``prepared_cout``: the same panels) into Cw [rows][whole panels] (slot 0), then
+        Cw's transposed store with the epilogue into the result (gemm_cout.ir_rows). On two threads the
+        copies in halves of each image's rows, then each thread half of the panels: its product and its
+        store (two hand-offs a block)."""
         isz, o, k, p, n, nr = self.d.itemsize, self.o, self.lda, self.ho * self.wo, x.shape[0], self.nr
         lda = _odd_lines(k, isz)       # (A's rows a multiple of 1-4 KB apart alias: the product 4-11% slower)
         panels = -(-o // nr)
@@ -1482,14 +1482,6 @@ class TapsConv:
                 steps.call(fn, args)
         else:
             steps.share(tasks)
-
-    @staticmethod
-    def _steps(steps, calls) -> None:
-        """One call, or two on two threads (pool.share)."""
-        if len(calls) == 1:
-            steps.call(*calls[0])
-        else:
-            steps.share([[c] for c in calls])
 
     def _run_cout(self, wp, src, cbuf, split, epi, steps):
         """One image on gemm_cout: the packed weight ``wp`` (``prepared_cout``) over the image's rows in

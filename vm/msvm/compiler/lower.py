@@ -131,22 +131,29 @@ class Vals:
         return self._pick("olt", a, b)
 
     # composite functions
-    def exp(self, x: str) -> str:
+    def exp(self, x: str, lo: str | None = None) -> str:
+        """e^x; with ``lo``, e^(x + lo), lo added after the range reduction: x - n ln2 is exact (Cody
+        and Waite), so an x of magnitude 80 loses nothing to the sum's rounding (5e-6 relative)."""
         if self.t == "double":
-            return self.call("exp", x)
+            return self.call("exp", x if lo is None else self.bin("fadd", x, lo))
         # Cephes expf: x = n ln2 + r, e^r by a degree-6 polynomial, 2^n through the exponent bits in
         # two factors (n in [-150, 129]), so the result overflows to inf above 88.72 and is
         # subnormal, then 0, below -87.34 as numpy's; NaN computes on 89 and is put back at the end.
         # Below -104 the result rounds to 0: those lanes compute on 0 and are set to 0 at the end, since
         # products that underflow take a microcode assist (softmax rows under a -1e4 or -inf mask ran 3.7x
         # slower than unmasked ones)
-        x0 = x
-        x = self.select_cmp("ole", x, self.const(89.0), x, self.const(89.0))      # (NaN -> 89)
-        zero = self.b.op(f"fcmp olt {self.vt} {x}, {self.const(-104.0)}")
-        x = self.select(zero, self.const(0.0), x)
-        xl = self.b.op(f"fmul {self.vt} {x}, {self.const(1.44269504088896341)}")
+        x0 = s = x if lo is None else self.bin("fadd", x, lo)
+        big = self.b.op(f"fcmp ugt {self.vt} {s}, {self.const(89.0)}")            # (NaN -> 89)
+        zero = self.b.op(f"fcmp olt {self.vt} {s}, {self.const(-104.0)}")
+        x = self.select(zero, self.const(0.0), self.select(big, self.const(89.0), x))
+        if lo is not None:         # (n from the sum; a clamped lane drops lo)
+            clamped = self.b.op(f"or {self.it} {big}, {zero}")
+            lo, s = self.select(clamped, self.const(0.0), lo), self.select(clamped, x, s)
+        xl = self.b.op(f"fmul {self.vt} {x if lo is None else s}, {self.const(1.44269504088896341)}")
         fx = self.call("floor", self.b.op(f"fadd {self.vt} {xl}, {self.const(0.5)}"))
         r = self.b.op(f"fsub {self.vt} {x}, {self.b.op(f'fmul {self.vt} {fx}, {self.const(0.693359375)}')}")
+        if lo is not None:
+            r = self.bin("fadd", r, lo)
         r = self.b.op(f"fsub {self.vt} {r}, {self.b.op(f'fmul {self.vt} {fx}, {self.const(-2.12194440e-4)}')}")
         z = self.b.op(f"fmul {self.vt} {r}, {r}")
         y = self.const(1.9875691500e-4)
@@ -241,7 +248,7 @@ class Vals:
         e = self.exp(self.b.op(f"fneg {self.vt} {x}"))
         return self.recip(self.b.op(f"fadd {self.vt} {e}, {self.const(1.0)}"))
 
-    def erf(self, x: str, near_zero: bool = True) -> str:
+    def erf(self, x: str) -> str:
         if self.t == "double":
             raise Unsupported("ERF in float64 (no vector erf; stays in the interpreter)")
         # |x| >= 1: Abramowitz & Stegun 7.1.26, |error| <= 1.5e-7
@@ -251,24 +258,41 @@ class Vals:
         y = self.bin("fmul", self.poly(t, (1.061405429, -1.453152027, 1.421413741, -0.284496736, 0.254829592)), t)
         e = self.exp(self.b.op(f"fneg {self.vt} {self.b.op(f'fmul {self.vt} {ax}, {ax}')}"))
         r = self.call("copysign", self.bin("fsub", self.const(1.0), self.bin("fmul", y, e)), x)
-        if not near_zero:      # (for 1 + erf: its relative accuracy near 0 does not show)
-            return r
         # |x| < 1: Cephes' x T(x^2), exact in relative terms near 0 (tiny and subnormal x, -0.0)
         small = self.bin("fmul", x, self.poly(self.bin("fmul", x, x), (
             7.853861353153693e-5, -8.010193625184903e-4, 5.188327685732524e-3, -2.685381193529856e-2,
             1.128358514861418e-1, -3.761262582423300e-1, 1.128379165726710)))
         return self.select_cmp("olt", ax, self.const(1.0), small, r)
 
+    def erfc_half_square(self, ax: str) -> str:
+        """erfc(ax / sqrt 2) for ax >= 0 (NaN kept), in relative terms: Numerical Recipes' erfcc
+        (t e^(P(t) - a^2), t = 1 / (1 + a / 2), relative error 1.2e-7), with a^2 = ax^2 / 2 split
+        exactly into hi + lo by an FMA, so the steep tail keeps its accuracy (3e-7 measured)."""
+        if self.t == "double":
+            raise Unsupported("ERFC in float64 (no vector erfc; stays in the interpreter)")
+        cap = self.const(15.6)        # (erfc(11) rounds to 0)
+        ax = self.select_cmp("ogt", ax, cap, cap, ax)
+        t = self.recip(self.mad(ax, self.const(0.5 / math.sqrt(2)), self.const(1.0)))
+        p = self.poly(t, (0.17087277, -0.82215223, 1.48851587, -1.13520398, 0.27886807, -0.18628806,
+                          0.09678418, 0.37409196, 1.00002368, -1.26551223))
+        hi = self.bin("fmul", ax, ax)
+        lo = self.call("fma", ax, ax, self.b.op(f"fneg {self.vt} {hi}"))
+        half = self.const(-0.5)
+        return self.bin("fmul", t, self.exp(self.bin("fmul", hi, half), self.mad(lo, half, p)))
 
-def _gelu(v, x):      # as the reference: ((erf(x / sqrt 2) + 1) * x) * 0.5
-    e = v.erf(v.bin("fmul", x, v.const(1 / math.sqrt(2))), near_zero=False)
-    return v.bin("fmul", v.bin("fmul", v.bin("fadd", e, v.const(1.0)), x), v.const(0.5))
+
+def _gelu(v, x):
+    """As the reference: x (erfc(-x / sqrt 2) / 2), erfc(-a) = 2 - erfc(a) for x >= 0 (no cancellation
+    in the negative tail, where 1 + erf(x / sqrt 2) loses all its digits below -5 in float32)."""
+    c = v.erfc_half_square(v.call("fabs", x))
+    e = v.select_cmp("olt", x, v.const(0.0), c, v.bin("fsub", v.const(2.0), c))
+    return v.bin("fmul", v.bin("fmul", e, v.const(0.5)), x)
 
 
-def _gelu_tanh(v, x):   # as the reference: ((tanh((x * x * 0.044715 + 1) * x * sqrt(2/pi)) + 1) * x) * 0.5
+def _gelu_tanh(v, x):   # as the reference: sigmoid((x * x * 0.044715 + 1) * x * (2 sqrt(2/pi))) * x
     inner = v.bin("fadd", v.bin("fmul", v.bin("fmul", x, x), v.const(0.044715)), v.const(1.0))
-    inner = v.bin("fmul", v.bin("fmul", inner, x), v.const(math.sqrt(2 / math.pi)))
-    return v.bin("fmul", v.bin("fmul", v.bin("fadd", v.tanh(inner, near_zero=False), v.const(1.0)), x), v.const(0.5))
+    inner = v.bin("fmul", v.bin("fmul", inner, x), v.const(2 * math.sqrt(2 / math.pi)))
+    return v.bin("fmul", v.sigmoid(inner), x)
 
 
 UNARY = {

@@ -71,13 +71,18 @@ def _warm(net, xs, calls=8):
         tiers.wait_for_compiles(60)
 
 
-def _two_nets(make):
-    nets = {}
-    for plan in (True, False):
-        ms.set_context(jit_config={"memory_plan": plan})
-        nets[plan] = make()
-    ms.set_context(jit_config={"memory_plan": True})
-    return nets
+def _unplanned(net, xs, calls=8) -> list:
+    """net's results for xs with the memory plan off (warmed through the tiers first), the option set
+    back on after: what the planned net must give bit for bit. (The option is read when a Cell
+    compiles, and changing it compiles every Cell again: a net made with the plan off and first
+    called with it on was planned, and these tests compared the plan with itself.)"""
+    ms.set_context(jit_config={"memory_plan": False})
+    try:
+        _warm(net, xs, calls)
+        assert _planned_ops(net) == set()
+        return [net(x).asnumpy() for x in xs]
+    finally:
+        ms.set_context(jit_config={"memory_plan": True})
 
 
 def _planned_ops(net) -> set:
@@ -138,26 +143,25 @@ def test_a_conv_net_writes_fused_conv_into_the_arena(jit_level, monkeypatch):
     monkeypatch.setattr(conv.BlasConv, "__call__", spy_blas)
     monkeypatch.setattr(conv.TapsConv, "__call__", spy_taps)
     ms.set_context(jit_config={"jit_level": jit_level})
-    base = DenseConvNet()
-    nets = _two_nets(lambda: DenseConvNet())
-    for net in nets.values():
-        for (_n, p), (_, q) in zip(net.parameters_and_names(), base.parameters_and_names()):
+    base, off, net = DenseConvNet(), DenseConvNet(), DenseConvNet()
+    for other in (off, net):
+        for (_n, p), (_, q) in zip(other.parameters_and_names(), base.parameters_and_names()):
             p.set_data(ms.Tensor(q.asnumpy()))
     rng = np.random.default_rng(7)
     xs = [ms.Tensor(rng.standard_normal((b, 3, s, s)).astype(np.float32)) for b, s in ((2, 16), (1, 12), (3, 16))]
-    for net in nets.values():
-        _warm(net, xs, 3 if jit_level != "auto" else 8)
+    want = _unplanned(off, xs, 3 if jit_level != "auto" else 8)
+    _warm(net, xs, 3 if jit_level != "auto" else 8)
     wrote.clear()
     for x in xs:
-        nets[True](x)
+        net(x)
     assert wrote and all(wrote), wrote
-    first = nets[True](xs[0])
+    first = net(xs[0])
     snapshot = first.asnumpy().copy()
-    for x in xs:
-        assert bits(nets[True](x).asnumpy()) == bits(nets[False](x).asnumpy())
+    for x, w in zip(xs, want):
+        assert bits(net(x).asnumpy()) == bits(w)
     np.testing.assert_array_equal(first.asnumpy(), snapshot)
-    assert "FUSED_CONV" in _planned_ops(nets[True])
-    assert memory.report(nets[True])["arena_bytes"] > 0
+    assert "FUSED_CONV" in _planned_ops(net)
+    assert memory.report(net)["arena_bytes"] > 0
 
 
 class Mlp(nn.Cell):
@@ -188,13 +192,12 @@ def np_mlp(net, x):
 
 
 def test_replayed_calls_keep_results_and_threads_never_share_an_arena():
-    nets = _two_nets(Mlp)
     rng = np.random.default_rng(9)
     shapes = [(4, 32), (7, 32), (4, 32)]
     xs = [ms.Tensor(rng.standard_normal(s).astype(np.float32)) for s in shapes]
-    for net in nets.values():
-        _warm(net, xs)
-    net = nets[True]
+    unplanned = _unplanned(Mlp(), xs)
+    net = Mlp()
+    _warm(net, xs)
     assert {"FUSED_MATMUL", "SOFTMAX"} <= _planned_ops(net) or "FUSED_ELEMENTWISE" in _planned_ops(net)
     hit = next(h for h in net._runner.memo.values() if h.replay)
     assert "ar.bind(KEY, LAY)" in hit.replay.source          # the replay runs on the arena
@@ -204,11 +207,11 @@ def test_replayed_calls_keep_results_and_threads_never_share_an_arena():
         net(x)
     for f, s in zip(firsts, snaps):
         np.testing.assert_array_equal(f.asnumpy(), s)      # no later call wrote over an earlier result
-    for x in xs:
-        assert bits(net(x).asnumpy()) == bits(nets[False](x).asnumpy())
+    for x, w in zip(xs, unplanned):
+        assert bits(net(x).asnumpy()) == bits(w)
         np.testing.assert_allclose(net(x).asnumpy(), np_mlp(net, x.asnumpy()), rtol=2e-4, atol=2e-4)
     # two threads, each its own inputs and shapes, through the replays and native entries
-    want = {id(x): nets[False](x).asnumpy() for x in xs}
+    want = {id(x): w for x, w in zip(xs, unplanned)}
     bad = []
     start = threading.Barrier(2)
 
@@ -255,7 +258,6 @@ def test_resnet18_agrees_with_the_plan_on_and_off():
     nets = {}
     weights = None
     for plan in (True, False):
-        ms.set_context(jit_config={"memory_plan": plan})
         net = mindcv.create_model("resnet18")
         net.set_train(False)
         params = net.parameters_dict()
@@ -263,13 +265,12 @@ def test_resnet18_agrees_with_the_plan_on_and_off():
         for k, v in weights.items():
             params[k].set_data(ms.Tensor(v))
         nets[plan] = net
-    ms.set_context(jit_config={"memory_plan": True})
     rng = np.random.default_rng(11)
     xs = [ms.Tensor(rng.standard_normal((1, 3, s, s)).astype(np.float32)) for s in (64, 48)]
-    for net in nets.values():
-        _warm(net, xs, 6)
-    for x in xs:
-        assert bits(nets[True](x).asnumpy()) == bits(nets[False](x).asnumpy())
+    want = _unplanned(nets[False], xs, 6)
+    _warm(nets[True], xs, 6)
+    for x, w in zip(xs, want):
+        assert bits(nets[True](x).asnumpy()) == bits(w)
     rep = memory.report(nets[True])
     slack = 64 * sum(c["buffers"] for c in rep["codes"])
     assert rep["codes"] and 0 < rep["arena_bytes"] <= rep["unplanned_bytes"] + slack

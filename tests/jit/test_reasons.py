@@ -37,6 +37,15 @@ class Weighted(nn.Cell):
         return ops.relu(ops.matmul(x, self.w) + 1.0)
 
 
+class TwoLayers(Weighted):
+    def __init__(self):
+        super().__init__()
+        self.w2 = ms.Parameter(ms.Tensor(np.ones((4, 3), F32)), name="w2")
+
+    def construct(self, x):
+        return ops.matmul(ops.relu(ops.matmul(x, self.w) + 1.0), self.w2) * 2.0
+
+
 class Flagged(nn.Cell):
     def construct(self, x, training=True):
         y = x * 2.0
@@ -272,6 +281,39 @@ def test_parameter_reshaped_discards_variants(tmp_path):
     assert "1 compiled variant discarded: Parameter w changed shape (8, 4) -> (8, 6)" in v["reason"]
     assert seen.logged("Compiled Weighted.construct", "Parameter w changed shape (8, 4) -> (8, 6)")
     assert "Parameter w changed shape (8, 4) -&gt; (8, 6)" in render_html(seen.report)
+
+
+@pytest.mark.parametrize("option", ["enable_fusion", "memory_plan"])
+def test_a_changed_option_compiles_cells_that_already_ran(option, tmp_path):
+    """The Code a Cell runs depends on jit_config's enable_fusion and memory_plan: changing either
+    compiles every Cell again at its next call, and says so (a Cell first called with fusion off kept
+    its unfused Code when fusion was turned on: its convolutions and products ran in the interpreter)."""
+    def fused(net):
+        return {i.op.name for v in net._runner.variants.values() for c in v.code.all_codes() for i in c.instrs
+                if i.op.kind == "fused"}
+
+    def planned(net):
+        return any(c.memplan is not None for v in net._runner.variants.values() for c in v.code.all_codes())
+
+    probe = fused if option == "enable_fusion" else planned
+    net = TwoLayers()
+    ms.set_context(jit_config={option: False})
+    try:
+        net(t(2, 8))
+        assert not probe(net)
+        with Seen(tmp_path / "k") as seen:
+            ms.set_context(jit_config={option: False})          # (the same value: nothing to compile)
+            net(t(2, 8))
+        assert not seen.variants("discarded") and not probe(net)
+        with Seen(tmp_path / "k") as seen:
+            ms.set_context(jit_config={option: True})
+            out = net(t(2, 8))
+    finally:
+        ms.set_context(jit_config={option: True})
+    assert probe(net)
+    assert np.array_equal(out.asnumpy(), np.full((2, 3), 72, F32))
+    (v,) = seen.variants("discarded")
+    assert f"1 compiled variant discarded: set_context changed jit_config {option} False -> True" in v["reason"]
 
 
 def test_new_flags(tmp_path):

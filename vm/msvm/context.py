@@ -85,6 +85,20 @@ def _select_device(target: str, device_id) -> str:
     return target
 
 
+# the jit_config options the compiled Code of a Cell depends on (fusion, the memory plan): a change of
+# one compiles every Cell again at its next call, as a change of device links them again (jit_level is
+# read by each site at every call instead)
+RECOMPILE = ("enable_fusion", "memory_plan")
+
+
+def _recompile(changed) -> None:
+    from . import reasons
+    from .tensor import PARAMETER_SHAPES
+
+    reasons.option_changed(changed)
+    PARAMETER_SHAPES[0] += 1            # (every runner drops its variants at its next call: callpath.call)
+
+
 def set_context(**kwargs) -> None:
     for k, v in kwargs.items():
         if k not in _KNOWN:
@@ -113,7 +127,11 @@ def set_context(**kwargs) -> None:
                 raise ValueError(f"jit_config: unknown keys {sorted(unknown)}; known: {sorted(JIT_DEFAULTS)}")
             if "jit_level" in v and v["jit_level"] not in ("auto", "L1", "L2", "L3"):
                 raise ValueError(f"jit_config: jit_level must be 'auto', 'L1', 'L2' or 'L3', got {v['jit_level']!r}")
+            changed = [(name, _ctx["jit_config"][name], v[name]) for name in RECOMPILE
+                       if name in v and bool(v[name]) != bool(_ctx["jit_config"][name])]
             _ctx["jit_config"].update(v)
+            if changed:
+                _recompile(changed)
             if "jit_log_level" in v:
                 log.set_level(v["jit_log_level"])
         else:

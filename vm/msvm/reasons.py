@@ -317,9 +317,15 @@ def attribute_set(cell: str, name: str) -> None:
     _param_change[0] = f"{cell}.{name} was set"
 
 
+def option_changed(changed) -> None:
+    """jit_config options the compiled Code depends on changed (``changed``: (name, old, new) each):
+    every Cell is compiled again, and the next compile says which option it was."""
+    _param_change[0] = "set_context changed jit_config " + ", ".join(f"{n} {o} -> {v}" for n, o, v in changed)
+
+
 def variants_dropped(n: int) -> str | None:
-    """The clause for a compile after ``n`` variants were dropped because a Parameter changed shape
-    or a compiled Cell's attribute was set."""
+    """The clause for a compile after ``n`` variants were dropped because a Parameter changed shape,
+    a compiled Cell's attribute was set or a jit_config option the Code depends on changed."""
     if not n:
         return None
     what = _param_change[0] or "a Parameter changed shape"

@@ -122,3 +122,29 @@ def test_attributes_set_before_any_call_compile_nothing_again():
     net.set_train(True)
     net.set_train(False)
     assert PARAMETER_SHAPES[0] == before
+
+
+def test_a_plain_attribute_may_be_set_before_init_a_parameter_or_cell_may_not():
+    """As MindSpore's Cell: mindcv's SKNet sets ``self.sk_kwargs`` before ``super().__init__()``."""
+    class Early(Scale):
+        def __init__(self):
+            self.note = {"k": 2.0}
+            super().__init__(self.note["k"])
+
+    net = Early()
+    assert net.note == {"k": 2.0}
+    np.testing.assert_array_equal(net(ms.Tensor(np.ones(3, np.float32))).asnumpy(), np.full(3, 3.0, np.float32))
+
+    class EarlyParameter(nn.Cell):
+        def __init__(self):
+            self.w = ms.Parameter(ms.Tensor(np.ones(2, np.float32)), "w")
+            super().__init__()
+
+    class EarlyCell(nn.Cell):
+        def __init__(self):
+            self.inner = Scale(1.0)
+            super().__init__()
+
+    for cls, what in ((EarlyParameter, "Parameter 'w'"), (EarlyCell, "Scale 'inner'")):
+        with pytest.raises(RuntimeError, match=f"call super\\(\\).__init__\\(\\) before assigning the {what}"):
+            cls()

@@ -653,11 +653,22 @@ class FunctionCompiler:
         self.assign(node.target, self.expr(node.value))
 
     def stmt_AugAssign(self, node):
-        if not isinstance(node.target, ast.Name):
-            raise self.error("augmented assignment works on plain names only", node)
-        cur = self.name_value(node.target)
+        target = node.target
+        if isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name):
+            # x[index] op= v: x[index] = x[index] op v, the index evaluated once (rexnet's x[:, 0:c] += shortcut)
+            base = self.expr(target.value)
+            if isinstance(base, GraphValue) and isinstance(base.type, TensorType):
+                self.loc = self.node_loc(target)
+                cur = self.tensor_index(base, target.slice, target)
+                value = self.binop(type(node.op), cur, self.expr(node.value), node)
+                self.loc = self.node_loc(target)
+                self.store(target.value.id, self.slice_assign(base, target.slice, value, target), target.value)
+                return
+        if not isinstance(target, ast.Name):
+            raise self.error("augmented assignment works on plain names and tensor items (x[index] += v) only", node)
+        cur = self.name_value(target)
         value = self.binop(type(node.op), cur, self.expr(node.value), node)
-        self.assign(node.target, value)
+        self.assign(target, value)
 
     def assign(self, target, value):
         if isinstance(target, ast.Name):
@@ -676,13 +687,16 @@ class FunctionCompiler:
             raise self.error("assigning to attributes inside construct is not supported (Cells are stateless "
                              "while they run)", target)
         elif isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name):
-            base, index = self.expr(target.value), self.expr(target.slice)
-            if not (isinstance(base, GraphValue) and isinstance(base.type, TensorType) and isinstance(index, GraphValue)
-                    and isinstance(index.type, TensorType) and index.type.dtype == dt.bool_):
-                raise self.error("assigning to an item in construct: only x[mask] = value, with mask a bool tensor "
-                                 "over x's leading dims, is supported", target)
+            base = self.expr(target.value)
+            if not (isinstance(base, GraphValue) and isinstance(base.type, TensorType)):
+                raise self.error("assigning to an item in construct: x must be a tensor (x[mask] = value, x[index] = "
+                                 "value)", target)
+            index = self.expr(target.slice) if not isinstance(target.slice, (ast.Slice, ast.Tuple)) else None
             self.loc = self.node_loc(target)
-            self.store(target.value.id, self.mask_assign(base, index, value, target), target.value)
+            if isinstance(index, GraphValue) and isinstance(index.type, TensorType) and index.type.dtype == dt.bool_:
+                self.store(target.value.id, self.mask_assign(base, index, value, target), target.value)
+            else:
+                self.store(target.value.id, self.slice_assign(base, target.slice, value, target), target.value)
         else:
             raise self.error(f"cannot assign to {_describe(target)}", target)
 
@@ -1037,27 +1051,31 @@ class FunctionCompiler:
         except (TypeError, IndexError, KeyError) as e:
             raise self.error(f"cannot index {type(base).__name__} with {index!r}: {e}", node) from None
 
-    def tensor_index(self, base, sl, node):
-        from .graph import trace_op
-
-        items = sl.elts if isinstance(sl, ast.Tuple) else [sl]
-        spec = []
-        for k, it in enumerate(items):
+    def index_items(self, sl) -> list:
+        """(ast item, what it is) per item of a tensor subscript: ("s", start, stop, step), ("i", k),
+        ("n",), ("e",) for basic indexing, else the item's value (a tensor or a symbolic Expr)."""
+        out = []
+        for it in (sl.elts if isinstance(sl, ast.Tuple) else [sl]):
             if isinstance(it, ast.Slice):
                 parts = [None if p is None else _index_int(self.expr(p)) for p in (it.lower, it.upper, it.step)]
                 for p in parts:
                     if p is not None and not isinstance(p, (int, Expr)):
                         raise self.error("slice bounds must be ints or expressions over shapes and int "
                                          f"arguments, got {type(p).__name__}", it)
-                spec.append(("s", *parts))
+                out.append((it, ("s", *parts)))
                 continue
             v = _index_int(self.expr(it))
-            if v is None:
-                spec.append(("n",))
-            elif v is Ellipsis:
-                spec.append(("e",))
-            elif isinstance(v, int):
-                spec.append(("i", v))
+            out.append((it, ("n",) if v is None else ("e",) if v is Ellipsis else ("i", v) if isinstance(v, int) else v))
+        return out
+
+    def tensor_index(self, base, sl, node):
+        from .graph import trace_op
+
+        items = self.index_items(sl)
+        spec = []
+        for k, (it, v) in enumerate(items):
+            if isinstance(v, tuple):
+                spec.append(v)
             elif isinstance(v, GraphValue) and isinstance(v.type, TensorType) and v.type.dtype == dt.bool_:
                 # x[mask] (MindSpore's getitem by a bool tensor): the rows where mask is True, a first dim
                 # the data decides (a fresh symbol, bound when BOOL_INDEX runs)
@@ -1067,10 +1085,8 @@ class FunctionCompiler:
             elif isinstance(v, GraphValue) and isinstance(v.type, TensorType) and v.type.dtype.kind in "iu":
                 # x[idx], x[:, idx], x[idx, :] with an int tensor: a GATHER along that axis (the other
                 # items are full slices, or ... after it)
-                rest = items[k + 1:]
                 if any(s != ("s", None, None, None) for s in spec) or not all(
-                        (isinstance(r, ast.Slice) and r.lower is None and r.upper is None and r.step is None)
-                        or (isinstance(r, ast.Constant) and r.value is Ellipsis) for r in rest):
+                        r in (("s", None, None, None), ("e",)) for _, r in items[k + 1:]):
                     raise self.error("an int tensor index goes with full slices only (x[idx], x[:, idx], x[idx, :]);"
                                      " use ops.gather for the rest", it)
                 return trace_op("GATHER", (base, v), (len(spec),))
@@ -1080,6 +1096,66 @@ class FunctionCompiler:
             else:
                 raise self.error("tensor indices must be ints, slices, None, ..., or an int tensor", it)
         return trace_op("SLICE", (base,), (tuple(spec),))
+
+    def slice_assign(self, x: GraphValue, sl, value, node) -> GraphValue:
+        """``x[index] = value`` by basic indexing (ints, slices of step 1, ...), as MindSpore's setitem:
+        value, cast to x's dtype and broadcast to x[index]'s shape, in that region and x elsewhere.
+        Each sliced axis in turn is cut into the parts before, in and after the region (SLICE), the
+        middle one holds the rest, and CONCAT joins them (rexnet's ``x[:, 0:c] += shortcut``)."""
+        from ..ops import functional as F
+        from .graph import trace_op
+
+        spec = [v for _, v in self.index_items(sl)]
+        if not all(isinstance(v, tuple) and v[0] != "n" and (v[0] != "s" or v[3] in (None, 1)) for v in spec) or \
+                sum(1 for v in spec if v[0] == "e") > 1:
+            raise self.error("assigning to an item in construct: x[mask] = value (a bool tensor mask), or x[index] = "
+                             "value by ints and slices of step 1 (and one ...)", node)
+        xt = x.type
+        real = [v for v in spec if v[0] != "e"]
+        if len(real) > xt.rank:
+            raise self.error(f"x[index] = value: {len(real)} indices for a tensor of rank {xt.rank}", node)
+        full, cut = [], []
+        for v in spec:
+            full += [("s", None, None, None)] * (xt.rank - len(real)) if v[0] == "e" else [v]
+        full += [("s", None, None, None)] * (xt.rank - len(full))
+        for v in full:       # an int index k: the region's axis of length 1, [k, k + 1) (k = -1: [-1, end))
+            cut.append(("s", v[1], None if v[1] == -1 else v[1] + 1, None) if v[0] == "i" else ("s", v[1], v[2], None))
+        try:
+            region = trace_op("SLICE", (x,), (tuple(cut),))
+            if isinstance(value, Expr) or (isinstance(value, GraphValue) and isinstance(value.type, ScalarType)):
+                value = F.scalar_to_tensor(value, xt.dtype)         # (an int argument, a dim)
+            if isinstance(value, GraphValue) and isinstance(value.type, TensorType):
+                if value.type.dtype != xt.dtype:
+                    value = trace_op("CAST", (value,), (xt.dtype,))
+                kept = [d for d, v in zip(region.type.shape, full) if v[0] != "i"]
+                if value.type.rank > len(kept):
+                    raise self.error(f"x[index] = value: value {value.type} does not broadcast to the region's shape "
+                                     f"{tuple(kept)}", node)
+                value = F.reshape(F.broadcast_to(value, tuple(kept)), tuple(region.type.shape))
+            elif isinstance(value, (bool, int, float, np.number)) and not isinstance(value, GraphValue):
+                value = F.full_like(region, {"b": bool, "i": int, "u": int}.get(xt.dtype.kind, float)(value))
+            else:
+                raise self.error(f"x[index] = value: value must be a number or a tensor, got {type(value).__name__}",
+                                 node)
+            return self._put(x, cut, value)
+        except ShapeError as e:
+            raise self.error(str(e), node) from None
+
+    def _put(self, x, cut, value):
+        """x with ``value`` in the region ``cut`` (per axis ("s", start, stop, None); value of its shape)."""
+        from .graph import trace_op
+
+        axis = next((k for k, v in enumerate(cut) if v[1:3] not in ((None, None), (0, None))), None)
+        if axis is None:
+            return value
+        _, lo, hi, _ = cut[axis]
+        whole = [("s", None, None, None)] * len(cut)
+
+        def part(a, b):
+            return trace_op("SLICE", (x,), (tuple(whole[:axis] + [("s", a, b, None)] + whole[axis + 1:]),))
+        mid = self._put(part(lo, hi), whole[:axis] + [whole[axis]] + cut[axis + 1:], value)
+        parts = ([] if lo in (None, 0) else [part(None, lo)]) + [mid] + ([] if hi is None else [part(hi, None)])
+        return parts[0] if len(parts) == 1 else trace_op("CONCAT", tuple(parts), (len(parts), axis))
 
     def mask_assign(self, x: GraphValue, mask: GraphValue, value, node) -> GraphValue:
         """``x[mask] = value`` (MindSpore's setitem by a bool tensor): value, cast to x's dtype, where

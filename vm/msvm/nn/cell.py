@@ -35,7 +35,13 @@ class Cell:
     def __setattr__(self, name, value):
         d = self.__dict__
         if "_params" not in d:
-            raise RuntimeError(f"{type(self).__name__}: call super().__init__() before assigning attributes")
+            # as MindSpore's: a plain value may be set before Cell.__init__ (mindcv's SKNet sets one), a
+            # Parameter or a Cell may not (there is nowhere to register it yet)
+            if isinstance(value, (Parameter, Cell)):
+                raise RuntimeError(f"{type(self).__name__}: call super().__init__() before assigning the "
+                                   f"{type(value).__name__} {name!r}")
+            object.__setattr__(self, name, value)
+            return
         if isinstance(value, Parameter):
             if value.name is None:
                 value.name = name

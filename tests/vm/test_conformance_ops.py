@@ -408,6 +408,37 @@ def test_declared_dynamic_dims_compile_for_exact_shapes_too(rng):
     assert net._runner.exact_shapes and len(net._runner.variants) == 2
 
 
+class PosMask(nn.Cell):
+    """edgenext's position encoding: a sub-Cell given its caller's dims as ints, which makes numpy arrays
+    of them (``np.zeros((B, H, W))``) and inverts a Tensor made in construct."""
+
+    def construct(self, B, H, W):
+        mask = ms.Tensor(np.zeros((B, H, W))).astype(ms.bool_)
+        return (~mask).cumsum(1, dtype=ms.float32)
+
+
+class WithPos(nn.Cell):
+    def __init__(self):
+        super().__init__()
+        self.pos = PosMask()
+
+    def construct(self, x):
+        B, C, H, W = x.shape
+        return x + self.pos(B, H, W).reshape(B, 1, H, W)
+
+
+def test_a_sub_cell_that_needs_its_int_arguments_values(rng):
+    """The ints are baked into the sub-Cell's compile where the call site knows them; the caller,
+    whose dims are symbolic, compiles per exact shape for it."""
+    net = WithPos()
+    for shape in [(2, 3, 4, 5), (1, 2, 3, 3), (2, 3, 4, 5)]:
+        x = rng.standard_normal(shape).astype(np.float32)
+        b, _, h, w = shape
+        want = x + np.cumsum(np.ones((b, h, w), np.float32), 1).reshape(b, 1, h, w)
+        np.testing.assert_array_equal(net(ms.Tensor(x)).asnumpy(), want)
+    assert net._runner.exact_shapes and len(net._runner.variants) == 2
+
+
 class _Inner(nn.Cell):
     def construct(self, a, b):
         return a * b + 1.0

@@ -43,6 +43,15 @@ from .ratio import Ratio, ratio_binop
 # ---------------------------------------------------------------- sources
 
 
+def _known_int(v):
+    """v's value where it is an int known here (a Python int, a constant dim or a graph scalar of one), else None."""
+    if isinstance(v, GraphValue) and isinstance(v.type, ScalarType) and v.type.kind == "i":
+        v = v.type.value if isinstance(v.type.value, Expr) else None
+    if isinstance(v, Expr):
+        return v.const_value()
+    return int(v) if isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)) else None
+
+
 def _index_int(v):
     """An index or slice bound as an int or a symbolic Expr (numpy ints and constant exprs become ints)."""
     if isinstance(v, Expr):
@@ -1250,8 +1259,9 @@ class FunctionCompiler:
             return -v
         if isinstance(node.op, ast.UAdd):
             return v
-        if isinstance(node.op, ast.Invert) and (isinstance(v, GraphValue) or isinstance(v, (int, np.integer))):
-            return ~v
+        if isinstance(node.op, ast.Invert) and (isinstance(v, (GraphValue, int, np.integer)) or
+                                                 getattr(v, "_data", None) is not None):
+            return ~v           # (and a Tensor made in construct from numpy: edgenext's ``~mask``)
         raise self.error("operator ~ is not supported on this value", node)
 
     def expr_BoolOp(self, node):
@@ -1491,13 +1501,22 @@ class FunctionCompiler:
         except FrontendError as e:
             # (model zoo) a bool flag that decides the structure of a value (``if output_attentions:
             # outputs += (w,)``) cannot stay a run-time flag: the Python bools given at this call site
-            # are baked in instead, as MindSpore's graph mode does with every bool
-            baked = [k for k, ((_, default), v) in enumerate(zip(params, values))
-                     if isinstance(v, (bool, np.bool_)) and specs[k].kind == "scalar"]
-            if "holds different Python objects" not in str(e) or not baked:
+            # are baked in instead, as MindSpore's graph mode does with every bool. An int the sub-Cell
+            # needs the value of (edgenext's ``np.zeros((B, H, W))`` of ints its caller passes) is baked
+            # in where this call site knows it; where it does not, the error asks this Code for exact
+            # shapes (the executor's retry), where it does
+            if "holds different Python objects" in str(e):
+                baked = {k: bool(v) for k, v in enumerate(values)
+                         if isinstance(v, (bool, np.bool_)) and specs[k].kind == "scalar"}
+            elif getattr(e, "needs_known_dims", False):
+                baked = {k: c for k, c in ((k, _known_int(v)) for k, v in enumerate(values))
+                         if c is not None and specs[k].kind == "scalar"}
+            else:
+                baked = {}
+            if not baked:
                 raise
-            for k in baked:
-                specs[k] = ArgSpec("const", value=bool(values[k]))
+            for k, c in baked.items():
+                specs[k] = ArgSpec("const", value=c)
             runtime = [r for spec, v in zip(specs, values) for r in _runtime_values(spec, v)]
             sub = self.cell_compiler(cell, specs, generation=self.generation)
         key = (path, id(sub))

@@ -21,10 +21,12 @@ could not be decided statically; the VM checks them on entry). Errors are
 
 from __future__ import annotations
 
+import heapq
+
 from ..errors import VerifyError
 from .code import Code
 from .operands import const_problem
-from .symbolic import Expr, Pred, SymbolicError, fmt_shape, sym, work_limit
+from .symbolic import Expr, Pred, SymbolicError, fmt_shape, select, sym, work_limit
 from .types import NONE, ScalarType, ShapeEnv, ShapeError, TensorType, TupleType, simplify_dim
 
 MAX_STACK = 1024
@@ -158,7 +160,11 @@ class _Ctx:
         pass
 
 
-def _merge(a, b, where: str, what: str):
+def _merge(a, b, where: str, what: str, pred=None):
+    """a and b of two paths that meet. ``pred``: the paths are the two sides of one BRANCH_IF_SYMBOLIC
+    (a where pred holds, b where it does not): a dim that differs is ``select(pred, a's, b's)``, the
+    frontend's own type for the name after its if (``FunctionCompiler.merge_types``), which the VM
+    evaluates from the call's symbols. Otherwise (a loop's back edge) it is a fresh ``join`` symbol."""
     if a == b:
         return a
     if a is UNDEF or b is UNDEF:
@@ -166,12 +172,12 @@ def _merge(a, b, where: str, what: str):
     if isinstance(a, TensorType) and isinstance(b, TensorType):
         if a.rank != b.rank or a.dtype is not b.dtype:
             raise ShapeError(f"{what} is {a} on one path and {b} on another ({where})")
-        return TensorType(tuple(x if x == y else sym(f"join{where}_{i}") for i, (x, y) in
-                                enumerate(zip(a.shape, b.shape))), a.dtype)
+        return TensorType(tuple(x if x == y else select(pred, x, y) if pred is not None else sym(f"join{where}_{i}")
+                                for i, (x, y) in enumerate(zip(a.shape, b.shape))), a.dtype)
     if isinstance(a, ScalarType) and isinstance(b, ScalarType) and a.kind == b.kind:
         return ScalarType(a.kind)
     if isinstance(a, TupleType) and isinstance(b, TupleType) and len(a.items) == len(b.items):
-        return TupleType(tuple(_merge(x, y, where, what) for x, y in zip(a.items, b.items)))
+        return TupleType(tuple(_merge(x, y, where, what, pred) for x, y in zip(a.items, b.items)))
     raise ShapeError(f"{what} is {a} on one path and {b} on another ({where})")
 
 
@@ -297,20 +303,31 @@ def _verify(code: Code, env: ShapeEnv | None) -> Code:
             raise VerifyError(f"parameter {pname!r} has no local slot", code.filename, code.firstlineno, 0)
         entry_locals[slots[pname]] = t
     leaders = _leaders(code)
-    block_in = {0: ((), entry_locals, frozenset())}   # (stack, locals, symbols SET_SYM bound) at each leader
+    # (stack, locals, symbols SET_SYM bound, the branches taken: ((pred, held), ...)) at each leader
+    block_in = {0: ((), entry_locals, frozenset(), ())}
     pre: list = [None] * n             # (stack, symbols) before each reachable instruction
-    work = [0]
+    # blocks in bytecode order (a heap): an if's end is typed after both of its sides reached it, so its
+    # instructions are not first checked on one side's types alone; and an instruction checked again
+    # on a merged state drops the entry checks it made before (``made``: they were about the old state)
+    work, queued, made = [0], {0}, {}
     results = []
     while work:
-        i = work.pop()
-        stack, ctx.locals, syms = block_in[i]
+        i = heapq.heappop(work)
+        queued.discard(i)
+        stack, ctx.locals, syms, path = block_in[i]
         ctx.own_locals = False         # copied on the first store (most blocks store nothing)
         while True:                    # one basic block: straight-line until the next leader
             ins = code.instrs[i]
             pre[i] = (stack, syms)
             ctx.offset = ins.offset
             try:
+                stale = made.pop(i, None)
+                if stale:
+                    env.assumptions[:] = [a for a in env.assumptions if not any(a is b for b in stale)]
+                n_assumed = len(env.assumptions)
                 new_stack, succ = _step(code, ctx, env, ins, i, stack, results)
+                if len(env.assumptions) > n_assumed:
+                    made[i] = env.assumptions[n_assumed:]
                 ctx.spend(len(new_stack))
                 if ins.op.name == "SET_SYM" or ins.op.binds:
                     syms = syms | {code.names[ins.args[0]]}
@@ -320,16 +337,21 @@ def _verify(code: Code, env: ShapeEnv | None) -> Code:
                     stack, i = new_stack, i + 1
                     continue
                 for j in succ:
-                    new = (new_stack, ctx.locals, syms)
+                    taken = path
+                    if ins.op.name == "BRANCH_IF_SYMBOLIC":      # (i + 1 where the predicate holds)
+                        taken = path + ((code.decode_args(ins)[0], j == i + 1),)
+                    new = (new_stack, ctx.locals, syms, taken)
                     old = block_in.get(j)
                     if old is None:
                         block_in[j] = new
-                        work.append(j)
-                        continue
-                    merged = _merge_state(old, new, code, j, ctx)
-                    if merged != old:
+                    else:
+                        merged = _merge_state(old, new, code, j, ctx)
+                        if merged == old:
+                            continue
                         block_in[j] = merged
-                        work.append(j)
+                    if j not in queued:
+                        queued.add(j)
+                        heapq.heappush(work, j)
             except (ShapeError, SymbolicError) as e:
                 raise _fail(code, ins, f"{ins.op.name}: {e}" if isinstance(e, SymbolicError) else str(e)) from None
             break
@@ -402,19 +424,27 @@ def _step(code: Code, ctx, env: ShapeEnv, ins, i: int, stack: tuple, results: li
 
 
 def _merge_state(old, new, code, j, ctx):
-    (s1, l1, y1), (s2, l2, y2) = old, new
+    (s1, l1, y1, p1), (s2, l2, y2, p2) = old, new
     where = f"@{code.instrs[j].offset:04x}"
     if len(s1) != len(s2):
         raise ShapeError(f"stack depth {len(s1)} and {len(s2)} meet at offset 0x{code.instrs[j].offset:04x}")
-    stack = s1 if s1 == s2 else tuple(_merge(a, b, where, "a stack value") for a, b in zip(s1, s2))
+    common = 0
+    while common < min(len(p1), len(p2)) and p1[common] == p2[common]:
+        common += 1
+    pred = None          # the two sides of one branch meet (an if's end): differing dims are selects on it
+    if len(p1) == len(p2) == common + 1 and p1[common][0] == p2[common][0]:
+        pred = p1[common][0]
+        if not p1[common][1]:
+            (s1, l1, p1), (s2, l2, p2) = (s2, l2, p2), (s1, l1, p1)
+    stack = s1 if s1 == s2 else tuple(_merge(a, b, where, "a stack value", pred) for a, b in zip(s1, s2))
     if l1 is l2 or l1 == l2:
         local_types = l1
     else:
         ctx.spend(len(l1) + len(l2))
         local_types = {}
         for k in set(l1) | set(l2):
-            local_types[k] = _merge(l1.get(k, UNDEF), l2.get(k, UNDEF), where, f"local {code.varnames[k]!r}")
-    return stack, local_types, y1 & y2
+            local_types[k] = _merge(l1.get(k, UNDEF), l2.get(k, UNDEF), where, f"local {code.varnames[k]!r}", pred)
+    return stack, local_types, y1 & y2, p1[:common]
 
 
 def describe_stack(types) -> list:

@@ -288,8 +288,10 @@ class FunctionCompiler:
                 raise self.error(f"{fn.name} must take self", fn)
             self.vars[params[0]] = self.self_obj
             params = params[1:]
-        if fn.args.kwarg or fn.args.kwonlyargs or fn.args.posonlyargs:
-            raise self.error("**kwargs and keyword-only parameters are not supported in construct", fn)
+        if fn.args.kwonlyargs or fn.args.posonlyargs:
+            raise self.error("keyword-only and positional-only parameters are not supported in construct", fn)
+        if fn.args.kwarg:      # (mindcv's mobilevit: construct(self, x, *args, **kwargs)) no keyword reaches it
+            self.vars[fn.args.kwarg.arg] = {}
         vararg, n_fixed = (fn.args.vararg.arg if fn.args.vararg else None), len(params)
         if vararg is not None:     # *inputs: one parameter per extra argument; construct sees their tuple
             params = [p for p, _ in expand_params([(p, None) for p in params] + [(vararg, VARARGS)],
@@ -792,8 +794,11 @@ class FunctionCompiler:
                 continue
             ga, gb = isinstance(va, GraphValue), isinstance(vb, GraphValue)
             if ga and gb:
-                merged[name] = GraphValue(self.merge_types(pred, va.type, vb.type, name, node),
-                                          ("local", self.cb.local(self.scope + name)))
+                slot = self.cb.local(self.scope + name)
+                for v, fix in ((va, fix_a), (vb, fix_b)):    # (a value not in the name's slot yet: an inlined
+                    if not (v.node == ("local", slot) and v.tmp is None):   # helper's argument) goes there
+                        fix.append((name, v))
+                merged[name] = GraphValue(self.merge_types(pred, va.type, vb.type, name, node), ("local", slot))
             elif _is_int(va) and _is_int(vb):
                 merged[name] = S.select(pred, Expr.of(int(va) if not isinstance(va, Expr) else va),
                                         Expr.of(int(vb) if not isinstance(vb, Expr) else vb))
@@ -958,6 +963,18 @@ class FunctionCompiler:
 
     def expr_List(self, node):
         return ListValue(self.expr(e) for e in node.elts)
+
+    def expr_Dict(self, node):
+        """A dict literal with constant keys: a read-only mapping of compile-time values, as a tuple is
+        (mindcv's mobilevit passes shapes and flags between its helpers in one)."""
+        out = {}
+        for k, v in zip(node.keys, node.values):
+            key = self.expr(k) if k is not None else None
+            if k is None or isinstance(key, (GraphValue, Expr, Pred)) or not isinstance(key, (str, int, bool, tuple)):
+                raise self.error("a dict literal in construct needs constant keys (strings, ints), no ** unpacking",
+                                 k if k is not None else v)
+            out[key] = self.expr(v)
+        return pytypes.MappingProxyType(out)
 
     def list_method(self, node) -> bool:
         """``name.append(v)`` / ``name.extend(vs)`` / ``name.insert(i, v)`` on a list literal's value:
@@ -1477,6 +1494,10 @@ class FunctionCompiler:
 
     def call_cell(self, cell, args, kwargs, node):
         path = find_cell_path(self.self_obj, cell) if self.self_obj is not None else None
+        if path is None and not cell.__dict__.get("_params") and not cell.__dict__.get("_cells"):
+            # a Cell made in construct with nothing to keep (mobilevit's ``nn.Softmax(axis=-1)(attn)``): its
+            # construct runs inline, as a helper method's
+            return self.inline(cell.construct, args, kwargs, node)
         if path is None:
             raise self.error(f"{type(cell).__name__} is not a sub-Cell of {type(self.self_obj).__name__}: create it in "
                              "__init__ and assign it to an attribute", node)
@@ -1573,6 +1594,9 @@ class FunctionCompiler:
             return ArgSpec("tensor", TensorType(tuple(dims), v.type.dtype), may_be_one=ones)
         if isinstance(v, GraphValue) and isinstance(v.type, TupleType):
             raise ShapeError(f"argument {pname}: passing a tuple of tensors to a sub-Cell is not supported")
+        if isinstance(v, (dict, pytypes.MappingProxyType)) and _has_graph(tuple(v.values())):
+            raise ShapeError(f"argument {pname}: passing a dict holding run-time values to a sub-Cell is not "
+                             "supported (pass them as arguments)")
         if isinstance(v, (Pred, bool, np.bool_)) or (isinstance(v, GraphValue) and v.type == ScalarType("b")):
             return ArgSpec("scalar", ScalarType("b", S.flag(pname)))
         if isinstance(v, GraphValue) and isinstance(v.type, ScalarType) and v.type.kind == "b":
@@ -1731,9 +1755,10 @@ VARARGS = _VarArgs()
 
 
 def signature_params(sig: inspect.Signature) -> list:
-    """[(name, default or inspect._empty or VARARGS)] of a signature (bound methods: without self)."""
+    """[(name, default or inspect._empty or VARARGS)] of a signature (bound methods: without self); a
+    ``**kwargs`` is left out: a call's keywords bind the named parameters only (construct sees {})."""
     return [(p.name, VARARGS if p.kind is inspect.Parameter.VAR_POSITIONAL else p.default)
-            for p in sig.parameters.values()]
+            for p in sig.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
 
 
 def construct_params(cell) -> list:

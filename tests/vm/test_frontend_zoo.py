@@ -1,0 +1,95 @@
+"""What mindcv's other models write in construct (tried beyond the four the zoo tests check), each
+against numpy at L1 and compiled, through one bytecode over several shapes:
+
+- mobilevit: ``construct(self, x, *args, **kwargs)``; a Cell made and called in construct
+  (``nn.Softmax(axis=-1)(attn)``); a dict literal carrying shapes between helpers; a helper method
+  whose argument is reassigned under a shape condition;
+- rexnet and skresnet: tests/vm/test_slice_assign.py and test_cell_attributes.py; edgenext:
+  test_conformance_ops.py (a sub-Cell that needs its int arguments' values)."""
+
+import msvm as ms
+import numpy as np
+import pytest
+from msvm import nn, ops
+
+
+class Block(nn.Cell):
+    def construct(self, x, *args, **kwargs):
+        return x + 1.0 if not kwargs else x
+
+
+class Folding(nn.Cell):
+    """mobilevit's MobileViTBlock in miniature: unfold (a helper returning a dict), a Cell made in
+    construct, fold (a helper reading the dict), a width made even under a shape condition."""
+
+    def __init__(self):
+        super().__init__()
+        self.block = Block()
+
+    def unfold(self, x):
+        b, c, h, w = x.shape
+        padded = False
+        if w % 2 != 0:                       # (a symbolic condition: the argument x reassigned in one branch)
+            x = ops.pad(x, (0, 1))
+            padded = True
+        info = {"batch": b, "width": w, "padded": padded}
+        return ops.reshape(x, (b, c, -1)), info
+
+    def fold(self, x, info):
+        x = ops.reshape(x, (info["batch"], x.shape[1], -1, info["width"] + (1 if info["padded"] else 0)))
+        return x
+
+    def construct(self, x):
+        y, info = self.unfold(x)
+        y = nn.Softmax(axis=-1)(self.block(y))
+        return self.fold(y, info)
+
+
+def folding_ref(x):
+    b, c, h, w = x.shape
+    if w % 2:
+        x = np.pad(x, ((0, 0), (0, 0), (0, 0), (0, 1)))
+    y = x.reshape(b, c, -1) + 1.0
+    e = np.exp(y - y.max(-1, keepdims=True))
+    return (e / e.sum(-1, keepdims=True)).reshape(b, c, h, -1)
+
+
+@pytest.mark.parametrize("level", ["L1", "auto"])
+def test_mobilevits_constructs(level, rng):
+    ms.set_context(jit_config={"jit_level": level})
+    try:
+        net = Folding()
+        for shape in ((2, 3, 4, 5), (3, 2, 3, 4), (2, 3, 4, 5), (2, 3, 2, 7)):
+            x = rng.standard_normal(shape).astype(np.float32)
+            np.testing.assert_allclose(net(ms.Tensor(x)).asnumpy(), folding_ref(x), rtol=1e-6, atol=1e-7)
+        assert len(net._runner.variants) == 1         # one bytecode: the width's parity is a branch in it
+    finally:
+        ms.set_context(jit_config={"jit_level": "auto"})
+
+
+def test_a_keyword_into_kwargs_or_a_dict_with_a_computed_key_is_refused():
+    class KwCaller(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.block = Block()
+
+        def construct(self, x):
+            return self.block(x, extra=1)
+
+    with pytest.raises(ms.MsvmError, match="unexpected keyword argument 'extra'"):
+        KwCaller()(ms.Tensor(np.zeros(2, np.float32)))
+
+    def computed_key(x):
+        return {x.shape[0]: x}[2]
+
+    with pytest.raises(ms.MsvmError, match="constant keys"):
+        ms.jit(computed_key)(ms.Tensor(np.zeros(2, np.float32)))
+
+
+def test_a_cell_with_parameters_made_in_construct_is_still_refused():
+    class Makes(nn.Cell):
+        def construct(self, x):
+            return nn.Dense(2, 2)(x)
+
+    with pytest.raises(ms.MsvmError, match="is not a sub-Cell of Makes"):
+        Makes()(ms.Tensor(np.zeros((1, 2), np.float32)))

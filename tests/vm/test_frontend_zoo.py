@@ -4,6 +4,7 @@ against numpy at L1 and compiled, through one bytecode over several shapes:
 - mobilevit: ``construct(self, x, *args, **kwargs)``; a Cell made and called in construct
   (``nn.Softmax(axis=-1)(attn)``); a dict literal carrying shapes between helpers; a helper method
   whose argument is reassigned under a shape condition;
+- poolformer: nn.GroupNorm; hrnet: ops.ResizeNearestNeighbor;
 - rexnet and skresnet: tests/vm/test_slice_assign.py and test_cell_attributes.py; edgenext:
   test_conformance_ops.py (a sub-Cell that needs its int arguments' values)."""
 
@@ -93,3 +94,44 @@ def test_a_cell_with_parameters_made_in_construct_is_still_refused():
 
     with pytest.raises(ms.MsvmError, match="is not a sub-Cell of Makes"):
         Makes()(ms.Tensor(np.zeros((1, 2), np.float32)))
+
+
+class NormResize(nn.Cell):
+    """poolformer's nn.GroupNorm and hrnet's ops.ResizeNearestNeighbor((height, width))."""
+
+    def __init__(self):
+        super().__init__()
+        self.norm = nn.GroupNorm(2, 6, eps=1e-5)
+        self.norm.gamma.set_data(ms.Tensor(np.linspace(0.5, 1.5, 6, dtype=np.float32)))
+        self.norm.beta.set_data(ms.Tensor(np.linspace(-1, 1, 6, dtype=np.float32)))
+
+    def construct(self, x, like):
+        _, _, h, w = like.shape
+        return ops.ResizeNearestNeighbor((h, w))(self.norm(x))
+
+
+def norm_resize_ref(x, h, w):
+    n, c = x.shape[:2]
+    g = x.astype(np.float64).reshape(n, 2, -1)
+    d = g - g.mean(-1, keepdims=True)
+    y = (d / np.sqrt((d * d).mean(-1, keepdims=True) + 1e-5)).reshape(x.shape)
+    y = y * np.linspace(0.5, 1.5, 6)[None, :, None, None] + np.linspace(-1, 1, 6)[None, :, None, None]
+    rows = np.floor(np.arange(h) * (x.shape[2] / h)).astype(int)
+    cols = np.floor(np.arange(w) * (x.shape[3] / w)).astype(int)
+    return y[:, :, rows][:, :, :, cols]
+
+
+@pytest.mark.parametrize("level", ["L1", "auto", "pynative"])
+def test_group_norm_and_nearest_resize_match_numpy(level, rng):
+    ms.set_context(mode=ms.PYNATIVE_MODE if level == "pynative" else ms.GRAPH_MODE,
+                   jit_config={"jit_level": "auto" if level == "pynative" else level})
+    try:
+        net = NormResize()
+        for (n, h, w), (oh, ow) in (((2, 5, 4), (10, 8)), ((3, 4, 4), (3, 7)), ((2, 5, 4), (10, 8))):
+            x = rng.standard_normal((n, 6, h, w)).astype(np.float32)
+            got = net(ms.Tensor(x), ms.Tensor(np.zeros((1, 1, oh, ow), np.float32))).asnumpy()
+            np.testing.assert_allclose(got, norm_resize_ref(x, oh, ow), rtol=2e-5, atol=2e-5)
+    finally:
+        ms.set_context(mode=ms.GRAPH_MODE, jit_config={"jit_level": "auto"})
+    with pytest.raises(ValueError, match="multiple of num_groups"):
+        nn.GroupNorm(4, 6)

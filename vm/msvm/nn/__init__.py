@@ -42,6 +42,7 @@ from .layers import (
     Dropout,
     Embedding,
     Flatten,
+    GroupNorm,
     HSigmoid,
     HSwish,
     Identity,
@@ -58,7 +59,7 @@ from .layers import (
 )
 
 __all__ = ["ELU", "GELU", "AdaptiveAvgPool2d", "AvgPool2d", "BatchNorm1d", "BatchNorm2d", "Cell", "CellList",
-           "Conv1d", "Conv2d", "Dense", "Dropout", "Embedding", "Flatten", "HSigmoid", "HSwish", "Identity",
+           "Conv1d", "Conv2d", "Dense", "Dropout", "Embedding", "Flatten", "GroupNorm", "HSigmoid", "HSwish", "Identity",
            "LayerNorm", "LeakyReLU", "MaxPool2d", "ReLU", "ReLU6", "SequentialCell", "SiLU", "Sigmoid", "Softmax",
            "Softplus", "Tanh", "CELU", "FastGelu", "Hardtanh", "HShrink", "KLDivLoss", "LogSoftmax", "Mish", "SeLU",
            "SmoothL1Loss", "Softmax2d", "Softsign", "SoftShrink", "Tanhshrink",

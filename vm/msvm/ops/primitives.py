@@ -353,6 +353,21 @@ class LayerNorm(Primitive):
 globals().update(registry.primitives(Primitive))
 
 
+class ResizeNearestNeighbor(Primitive):
+    """Nearest-neighbour resize of [N, C, H, W] to ``size``, the source index floor(dst * in / out)
+    (``ops.interpolate``'s 'nearest'; mindcv's hrnet fuses its branches with it)."""
+
+    def __init__(self, size, align_corners=False, half_pixel_centers=False):
+        super().__init__(size=size, align_corners=align_corners, half_pixel_centers=half_pixel_centers)
+        if align_corners or half_pixel_centers:
+            raise NotImplementedError("ResizeNearestNeighbor: align_corners and half_pixel_centers are not "
+                                      "supported yet (the floor(dst * in / out) mapping is)")
+        self.size = tuple(size)
+
+    def __call__(self, x):
+        return F.interpolate(x, size=self.size, mode="nearest")
+
+
 class PrimitiveWithInfer(Primitive):
     """Base of primitives defined in user code the MindSpore way (``@prim_attr_register``
     ``__init__``, ``infer_shape``/``infer_dtype``): calling one runs msvm's implementation of the

@@ -4,7 +4,9 @@ against numpy at L1 and compiled, through one bytecode over several shapes:
 - mobilevit: ``construct(self, x, *args, **kwargs)``; a Cell made and called in construct
   (``nn.Softmax(axis=-1)(attn)``); a dict literal carrying shapes between helpers; a helper method
   whose argument is reassigned under a shape condition;
-- poolformer: nn.GroupNorm; hrnet: ops.ResizeNearestNeighbor;
+- poolformer: nn.GroupNorm; hrnet: ops.ResizeNearestNeighbor; pvt: a sub-Cell returning (H, W) used as dims
+  and in a shape condition, a helper returning on both sides of it, ops.ResizeBilinear; cmt: a Cell
+  class of its own made in construct;
 - rexnet and skresnet: tests/vm/test_slice_assign.py and test_cell_attributes.py; edgenext:
   test_conformance_ops.py (a sub-Cell that needs its int arguments' values)."""
 
@@ -135,3 +137,85 @@ def test_group_norm_and_nearest_resize_match_numpy(level, rng):
         ms.set_context(mode=ms.GRAPH_MODE, jit_config={"jit_level": "auto"})
     with pytest.raises(ValueError, match="multiple of num_groups"):
         nn.GroupNorm(4, 6)
+
+
+class Embed(nn.Cell):
+    """pvt's patch embedding: returns the tokens and the grid's (H, W), ints a caller uses as dims."""
+
+    def construct(self, x):
+        b, c, h, w = x.shape
+        h, w = h // 2, w // 2
+        return ops.reshape(x[:, :, :2 * h, :2 * w], (b, c * 4, h * w)), (h, w)
+
+
+class Pool(nn.Cell):
+    """A Cell of the user's own, made in construct (cmt's ``GlobalAvgPooling()(x)``)."""
+
+    def construct(self, x):
+        return ops.mean(x, (2, 3), True)
+
+
+class Pyramid(nn.Cell):
+    def __init__(self):
+        super().__init__()
+        self.embed = Embed()
+        self.grid = 4          # the grid the position table was made for
+
+    def position(self, pos, h, w):
+        if h * w == self.grid:                 # returns on both sides of a shape condition
+            return pos
+        else:
+            p = ops.ResizeBilinear((h, w))(ops.reshape(pos, (1, 1, 2, 2)))
+            return ops.reshape(p, (1, 1, h * w))
+
+    def construct(self, x, pos):
+        t, (h, w) = self.embed(x)
+        t = t + self.position(pos, h, w)
+        return Pool()(ops.reshape(t, (x.shape[0], -1, h, w)))
+
+
+def _bilinear_asymmetric(a, oh, ow):
+    h, w = a.shape[-2:]
+    sy, sx = np.arange(oh) * (h / oh), np.arange(ow) * (w / ow)
+    y0, x0 = np.floor(sy).astype(int), np.floor(sx).astype(int)
+    y1, x1 = np.minimum(y0 + 1, h - 1), np.minimum(x0 + 1, w - 1)
+    fy, fx = (sy - y0)[:, None], (sx - x0)[None, :]
+    return (a[..., y0, :][..., x0] * (1 - fx) + a[..., y0, :][..., x1] * fx) * (1 - fy) + \
+        (a[..., y1, :][..., x0] * (1 - fx) + a[..., y1, :][..., x1] * fx) * fy
+
+
+def pyramid_ref(x, pos):
+    b, c, h, w = x.shape
+    h, w = h // 2, w // 2
+    t = x[:, :, :2 * h, :2 * w].reshape(b, c * 4, h * w)
+    p = pos if h * w == 4 else _bilinear_asymmetric(pos.reshape(1, 1, 2, 2), h, w).reshape(1, 1, h * w)
+    return (t + p).reshape(b, -1, h, w).mean((2, 3), keepdims=True)
+
+
+@pytest.mark.parametrize("level", ["L1", "auto"])
+def test_a_sub_cells_ints_a_helper_returning_on_both_sides_and_a_cell_made_in_construct(level, rng):
+    """pvt's and cmt's forms: the returned (H, W) take part in shapes and in a shape condition, the
+    helper's value is the merge of its two returns, and the legacy ResizeBilinear samples at dst * in / out."""
+    ms.set_context(jit_config={"jit_level": level})
+    try:
+        net = Pyramid()
+        pos = rng.standard_normal((1, 1, 4)).astype(np.float32)
+        for shape in ((2, 3, 4, 4), (2, 3, 6, 9), (3, 3, 4, 5), (2, 3, 6, 9)):
+            x = rng.standard_normal(shape).astype(np.float32)
+            np.testing.assert_allclose(net(ms.Tensor(x), ms.Tensor(pos)).asnumpy(), pyramid_ref(x, pos),
+                                       rtol=1e-5, atol=1e-6)
+    finally:
+        ms.set_context(jit_config={"jit_level": "auto"})
+
+
+def test_resize_bilinears_three_mappings(rng):
+    a = rng.standard_normal((2, 3, 4, 5)).astype(np.float32)
+    x = ms.Tensor(a)
+    np.testing.assert_allclose(ops.ResizeBilinear((7, 3))(x).asnumpy(), _bilinear_asymmetric(a, 7, 3), rtol=1e-5,
+                               atol=1e-6)
+    np.testing.assert_allclose(ops.ResizeBilinear((7, 3), align_corners=True)(x).asnumpy(),
+                               ops.interpolate(x, size=(7, 3), mode="bilinear", align_corners=True).asnumpy())
+    np.testing.assert_allclose(ops.ResizeBilinear((7, 3), half_pixel_centers=True)(x).asnumpy(),
+                               ops.interpolate(x, size=(7, 3), mode="bilinear").asnumpy())
+    with pytest.raises(ValueError, match="cannot both be True"):
+        ops.ResizeBilinear((2, 2), True, True)

@@ -269,8 +269,8 @@ def pool2d(ctx, ins, args, *, name):
 def resize(ctx, ins, args):
     x = _nchw(ins[0], "RESIZE")
     size, scale, mode, _ = args
-    if mode not in ("nearest", "bilinear"):
-        raise ShapeError(f"RESIZE: mode must be 'nearest' or 'bilinear', got {mode!r}")
+    if mode not in ("nearest", "bilinear", "bilinear_asymmetric"):
+        raise ShapeError(f"RESIZE: mode must be 'nearest', 'bilinear' or 'bilinear_asymmetric', got {mode!r}")
     n, c, h, w = (ctx.env.norm(d) for d in x.shape)
     if size is not None:
         oh, ow = (Expr.of(d) for d in size)

@@ -518,7 +518,11 @@ class FunctionCompiler:
         for k in range(n):
             slot = self.cb.local(f"{self.scope}{hint}.{k}")
             self.emit("STORE_TENSOR", slot)
-            out.append(GraphValue(self.env.norm_type(value.type.items[k]), ("local", slot)))
+            t = self.env.norm_type(value.type.items[k])
+            # an int or bool whose value the types know (a sub-Cell's returned H, W: pvt's patch embeddings)
+            # is that expression, as x.shape[i] is: it takes part in shapes and shape predicates
+            known = isinstance(t, ScalarType) and isinstance(t.value, (Expr, Pred))
+            out.append(t.value if known else GraphValue(t, ("local", slot)))
         return tuple(out)
 
     def emit_return(self, value):
@@ -745,6 +749,12 @@ class FunctionCompiler:
         self.cb.place(l_else)
         self.vars = dict(before)
         else_vars, else_ret = self.sub_block(node.orelse)
+        returned = (then_ret == _INLINE_RETURN) + (else_ret == _INLINE_RETURN)
+        if returned == 1:
+            raise self.error("an inlined helper function that returns inside one branch of a shape condition "
+                             "must return in the other too (or return once at its end)", node)
+        if returned:            # (an inlined helper returns on both sides: its value is the merge's)
+            then_ret = else_ret = False
         if then_ret and else_ret:
             self.cb.place(l_fix)
             raise _AllReturned()
@@ -770,16 +780,21 @@ class FunctionCompiler:
             self.cb.place(l_fix)
         self.cb.place(l_end)
         self.vars = merged
+        if returned:
+            raise _Returned(merged.pop(_RETURN_VALUE))
 
     def sub_block(self, stmts):
+        """(the branch's names, whether it returned: True, or _INLINE_RETURN where an inlined helper
+        returned, its value under the name _RETURN_VALUE for the merge)."""
         try:
             self.block(stmts)
         except _AllReturned:
             return self.vars, True
-        except _Returned:
+        except _Returned as r:
             if self.inline_depth:
-                raise self.error("return inside a branch of an inlined helper function is not supported; "
-                                 "return once at its end") from None
+                self.vars = dict(self.vars)
+                self.vars[_RETURN_VALUE] = r.args[0] if r.args else None
+                return self.vars, _INLINE_RETURN
             return self.vars, True
         return self.vars, False
 
@@ -1444,6 +1459,13 @@ class FunctionCompiler:
         if _is_msvm(fn) or getattr(type(fn), "__msvm_primitive__", False) \
                 or isinstance(fn, pytypes.MethodType) and isinstance(fn.__self__, GraphValue):
             return fn(*args, **kwargs)
+        if isinstance(fn, type) and getattr(fn, "__msvm_cell__", False):
+            # a Cell class made in construct (cmt's ``GlobalAvgPooling()(x)``), with arguments known when
+            # compiling: made here, once per compile; calling it runs its construct inline (call_cell)
+            if any(isinstance(a, (GraphValue, Expr, Pred)) for a in list(args) + list(kwargs.values())):
+                raise self.error(f"making {fn.__name__} in construct from run-time values or dims is not supported",
+                                 node)
+            return fn(*args, **kwargs)
         if callable(fn) and getattr(fn, "__module__", "").split(".")[0] in _FOLD_MODULES:
             if any(isinstance(a, (GraphValue, Expr, Pred)) for a in list(args) + list(kwargs.values())):
                 raise self.error(f"{fn.__module__}.{getattr(fn, '__name__', '?')} cannot take msvm tensors or "
@@ -1615,6 +1637,10 @@ RAISABLE = frozenset({"ValueError", "TypeError", "RuntimeError", "IndexError", "
 
 class _AllReturned(Exception):
     """Internal: every path of an if returned."""
+
+
+_INLINE_RETURN = "inline"          # (sub_block: an inlined helper's branch returned)
+_RETURN_VALUE = "%return"          # (the name its value is merged under)
 
 
 class _Conflict:

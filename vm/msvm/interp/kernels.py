@@ -437,11 +437,14 @@ def avg_pool2d(x, kernel, stride, pad, count_pad, out=None):
     return np.ascontiguousarray(total / count)
 
 
-def _source(n_out, n_in, align, nearest):
-    """Where each output index samples its input (MindSpore's and PyTorch's conventions)."""
+def _source(n_out, n_in, align, nearest, asymmetric=False):
+    """Where each output index samples its input (MindSpore's and PyTorch's conventions; ``asymmetric``:
+    dst * in / out, MindSpore's ResizeBilinear and TensorFlow's legacy resize)."""
     i = np.arange(n_out, dtype=np.float64)
     if nearest:
         return np.minimum(np.floor(i * (n_in / n_out)).astype(np.int64), n_in - 1)
+    if asymmetric:
+        return i * (n_in / n_out)
     if align:
         return i * ((n_in - 1) / (n_out - 1)) if n_out > 1 else np.zeros(n_out)
     return np.maximum((i + 0.5) * (n_in / n_out) - 0.5, 0.0)
@@ -455,7 +458,8 @@ def resize(x, size, scale, mode, align_corners, out=None):
     oh, ow = (int(size[0]), int(size[1])) if size is not None else (h * scale[0], w * scale[1])
     if mode == "nearest":
         return np.ascontiguousarray(x[:, :, _source(oh, h, False, True)][:, :, :, _source(ow, w, False, True)])
-    sy, sx = _source(oh, h, align_corners, False), _source(ow, w, align_corners, False)
+    asym = mode == "bilinear_asymmetric"
+    sy, sx = _source(oh, h, align_corners, False, asym), _source(ow, w, align_corners, False, asym)
     y0 = np.minimum(np.floor(sy).astype(np.int64), h - 1)
     x0 = np.minimum(np.floor(sx).astype(np.int64), w - 1)
     y1, x1 = np.minimum(y0 + 1, h - 1), np.minimum(x0 + 1, w - 1)

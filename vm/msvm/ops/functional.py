@@ -75,7 +75,17 @@ def _dims(shape):
         return (shape,)
     if isinstance(shape, Tensor):
         return tuple(int(v) for v in shape.asnumpy().ravel())
-    return tuple(shape)
+    return tuple(_dim_of(d) for d in shape)
+
+
+def _dim_of(d):
+    """A dim as given, or, for a run-time int whose value the types know (an int a sub-Cell returns:
+    pvt's ``x, (H, W) = self.patch_embed(x)``), that expression."""
+    if is_graph(d):
+        t = d.type
+        if getattr(t, "kind", None) == "i" and isinstance(getattr(t, "value", None), Expr):
+            return t.value
+    return d
 
 
 # ---------------------------------------------------------------- elementwise

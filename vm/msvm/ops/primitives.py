@@ -368,6 +368,24 @@ class ResizeNearestNeighbor(Primitive):
         return F.interpolate(x, size=self.size, mode="nearest")
 
 
+class ResizeBilinear(Primitive):
+    """Bilinear resize of [N, C, H, W] to ``size``, MindSpore's ResizeBilinear: by default the source
+    coordinate dst * in / out (TensorFlow's legacy mapping), ``align_corners`` the corners'
+    (in - 1) / (out - 1), ``half_pixel_centers`` (dst + 0.5) * in / out - 0.5 (mindcv's pvt)."""
+
+    def __init__(self, size, align_corners=False, half_pixel_centers=False):
+        super().__init__(size=size, align_corners=align_corners, half_pixel_centers=half_pixel_centers)
+        if align_corners and half_pixel_centers:
+            raise ValueError("ResizeBilinear: align_corners and half_pixel_centers cannot both be True")
+        self.size, self.align_corners, self.half_pixel_centers = tuple(size), align_corners, half_pixel_centers
+
+    def __call__(self, x):
+        if self.align_corners or self.half_pixel_centers:
+            return F.interpolate(x, size=self.size, mode="bilinear", align_corners=self.align_corners)
+        return F.apply("RESIZE", (x,), (tuple(F._plain(F._dim_of(d)) for d in self.size), None,
+                                        "bilinear_asymmetric", False))
+
+
 class PrimitiveWithInfer(Primitive):
     """Base of primitives defined in user code the MindSpore way (``@prim_attr_register``
     ``__init__``, ``infer_shape``/``infer_dtype``): calling one runs msvm's implementation of the

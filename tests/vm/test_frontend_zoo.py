@@ -6,7 +6,7 @@ against numpy at L1 and compiled, through one bytecode over several shapes:
   whose argument is reassigned under a shape condition;
 - poolformer: nn.GroupNorm; hrnet: ops.ResizeNearestNeighbor; pvt: a sub-Cell returning (H, W) used as dims
   and in a shape condition, a helper returning on both sides of it, ops.ResizeBilinear; cmt: a Cell
-  class of its own made in construct;
+  class of its own made in construct; swin: mindspore.numpy.roll;
 - rexnet and skresnet: tests/vm/test_slice_assign.py and test_cell_attributes.py; edgenext:
   test_conformance_ops.py (a sub-Cell that needs its int arguments' values)."""
 
@@ -219,3 +219,52 @@ def test_resize_bilinears_three_mappings(rng):
                                ops.interpolate(x, size=(7, 3), mode="bilinear").asnumpy())
     with pytest.raises(ValueError, match="cannot both be True"):
         ops.ResizeBilinear((2, 2), True, True)
+
+
+class Shifted(nn.Cell):
+    """swin's shifted windows: ``mindspore.numpy.roll`` on the spatial axes, there and back."""
+
+    def __init__(self):
+        super().__init__()
+        import mindspore.numpy  # (msvm's face of it: compat's alias, installed by the fixture)
+
+        self.mnp = mindspore.numpy
+
+    def construct(self, x):
+        mnp = self.mnp
+        y = mnp.roll(x, (-3, -3), (1, 2)) * 2.0
+        return mnp.roll(y, (3, 3), (1, 2)) + mnp.arange(x.shape[-1], dtype=mnp.float32)
+
+
+@pytest.fixture
+def mindspore_alias():
+    from msvm import compat
+
+    was = compat.is_active()
+    ms.as_mindspore()
+    yield
+    if not was:
+        import sys
+
+        sys.meta_path[:] = [f for f in sys.meta_path if f is not compat._FINDER]
+        for name in [n for n in sys.modules if n.split(".")[0] in ("mindspore", "mindcv")]:
+            del sys.modules[name]
+
+
+@pytest.mark.parametrize("level", ["L1", "auto", "pynative"])
+def test_roll_matches_numpy(level, rng, mindspore_alias):
+    ms.set_context(mode=ms.PYNATIVE_MODE if level == "pynative" else ms.GRAPH_MODE,
+                   jit_config={"jit_level": "auto" if level == "pynative" else level})
+    try:
+        net = Shifted()
+        for shape in ((2, 7, 7, 3), (1, 4, 9, 2), (2, 0, 5, 3), (2, 7, 7, 3), (3, 2, 2, 4)):
+            x = rng.standard_normal(shape).astype(np.float32)
+            want = np.roll(np.roll(x, (-3, -3), (1, 2)) * 2.0, (3, 3), (1, 2)) + np.arange(shape[-1])
+            np.testing.assert_array_equal(net(ms.Tensor(x)).asnumpy(), want.astype(np.float32))
+    finally:
+        ms.set_context(mode=ms.GRAPH_MODE, jit_config={"jit_level": "auto"})
+    a = rng.standard_normal((3, 4)).astype(np.float32)
+    for shift, dims in ((5, None), (-1, 0), ((1, 2), (0, 1)), (4, 1)):
+        np.testing.assert_array_equal(ops.roll(ms.Tensor(a), shift, dims).asnumpy(), np.roll(a, shift, dims))
+    with pytest.raises(ValueError, match="2 shifts for 1 dims"):
+        ops.roll(ms.Tensor(a), (1, 2), 0)

@@ -72,6 +72,7 @@ MODULES = {
     "mindspore.ops.operations.other_ops": "msvm.ops.primitives",
     "mindspore.ops.function.random_func": "msvm.ops",
     "mindspore.ops._primitive_cache": "msvm.ops._primitive_cache",
+    "mindspore.numpy": "msvm.numpy_api",
 }
 
 # attributes MindSpore has under another name in msvm, per mindspore module

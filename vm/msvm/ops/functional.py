@@ -15,7 +15,7 @@ import numpy as np
 
 from .. import device as _device
 from .. import dtype as dt
-from ..bytecode.symbolic import Expr, product, smin
+from ..bytecode.symbolic import Expr, product, smax, smin
 from ..errors import UnknownDim
 from ..frontend.graph import is_graph, trace_op
 from ..interp.kernels import KERNELS
@@ -705,6 +705,36 @@ def concat(tensors, axis=0):
 
 
 cat = concat
+
+
+def roll(input, shifts, dims=None):
+    """Elements shifted along ``dims`` by ``shifts``, wrapping around (numpy.roll; dims None: over the
+    flattened tensor): per axis, the two parts around the cut joined the other way round (SLICE and
+    CONCAT), shifts ints, dims of any size (swin's shifted windows)."""
+    shifts = (shifts,) if isinstance(shifts, (int, Expr)) else tuple(shifts)
+    if dims is None:
+        return reshape(roll(reshape(input, (-1,)), sum_(shifts), 0), _shape(input))
+    dims = (dims,) if isinstance(dims, int) else tuple(dims)
+    if len(shifts) != len(dims):
+        raise ValueError(f"ops.roll: {len(shifts)} shifts for {len(dims)} dims")
+    out, rank = input, _rank(input)
+    for s, d in zip(shifts, dims):
+        if not -rank <= d < rank:
+            raise ValueError(f"ops.roll: dim {d} is out of range for rank {rank}")
+        d %= rank
+        n = _shape(out)[d]
+        if isinstance(n, int):
+            if n == 0 or s % n == 0:
+                continue
+            cut = n - s % n
+        else:                          # (an empty dim cuts nowhere: the modulus is at least 1)
+            m = smax(n, 1)
+            cut = (m - Expr.of(s) % m) % m
+        whole = [("s", None, None, None)] * d
+        head = apply("SLICE", (out,), (tuple(whole + [("s", None, _plain(cut) if isinstance(cut, Expr) else cut, None)]),))
+        tail = apply("SLICE", (out,), (tuple(whole + [("s", _plain(cut) if isinstance(cut, Expr) else cut, None, None)]),))
+        out = concat((tail, head), d)
+    return out
 
 
 def stack(tensors, axis=0):

@@ -6,7 +6,8 @@ against numpy at L1 and compiled, through one bytecode over several shapes:
   whose argument is reassigned under a shape condition;
 - poolformer: nn.GroupNorm; hrnet: ops.ResizeNearestNeighbor; pvt: a sub-Cell returning (H, W) used as dims
   and in a shape condition, a helper returning on both sides of it, ops.ResizeBilinear; cmt: a Cell
-  class of its own made in construct; swin: mindspore.numpy.roll;
+  class of its own made in construct; swin: mindspore.numpy.roll; coat: mindspore.numpy.split, Parameter.data;
+  BiT: nn.Conv2d.conv2d, nn.ConstantPad2d; pnasnet: init_parameters_data; halonet: Tensor(init=Initializer);
 - rexnet and skresnet: tests/vm/test_slice_assign.py and test_cell_attributes.py; edgenext:
   test_conformance_ops.py (a sub-Cell that needs its int arguments' values)."""
 
@@ -268,3 +269,69 @@ def test_roll_matches_numpy(level, rng, mindspore_alias):
         np.testing.assert_array_equal(ops.roll(ms.Tensor(a), shift, dims).asnumpy(), np.roll(a, shift, dims))
     with pytest.raises(ValueError, match="2 shifts for 1 dims"):
         ops.roll(ms.Tensor(a), (1, 2), 0)
+
+
+class StdConv(nn.Conv2d):
+    """BiT's StdConv2d: the weight standardized in construct, then MindSpore's ``self.conv2d``."""
+
+    def construct(self, x):
+        w = self.weight
+        m = ops.mean(w, (1, 2, 3), True)
+        w = (w - m) / ops.sqrt(ops.mean((w - m) * (w - m), (1, 2, 3), True) + 1e-10)
+        return self.conv2d(x, w)
+
+
+class Coat(nn.Cell):
+    """coat's channel split at fixed indices (``mindspore.numpy.split``) and BiT's nn.ConstantPad2d."""
+
+    def __init__(self):
+        super().__init__()
+        import mindspore.numpy
+
+        self.mnp = mindspore.numpy
+        self.pad = nn.ConstantPad2d((1, 0, 2, 1), 0.5)
+        self.conv = StdConv(6, 4, 3, pad_mode="pad", padding=1)
+
+    def construct(self, x):
+        a, b, c = self.mnp.split(x, [1, 3], axis=1)
+        return self.conv(self.pad(ops.concat((c, a, b), 1)))
+
+
+def coat_ref(net, x):
+    w = net.conv.weight.asnumpy().astype(np.float64)
+    m = w.mean((1, 2, 3), keepdims=True)
+    w = (w - m) / np.sqrt(((w - m) ** 2).mean((1, 2, 3), keepdims=True) + 1e-10)
+    y = np.concatenate((x[:, 3:], x[:, :1], x[:, 1:3]), 1)
+    y = np.pad(y, ((0, 0), (0, 0), (2, 1), (1, 0)), constant_values=0.5)
+    y = np.pad(y, ((0, 0), (0, 0), (1, 1), (1, 1)))
+    n, _, h, wd = y.shape
+    out = np.zeros((n, 4, h - 2, wd - 2))
+    for i in range(3):
+        for j in range(3):
+            out += np.einsum("nchw,oc->nohw", y[:, :, i:i + h - 2, j:j + wd - 2], w[:, :, i, j])
+    return out
+
+
+@pytest.mark.parametrize("level", ["L1", "auto", "pynative"])
+def test_coats_split_bits_standardized_conv_and_constant_pad(level, rng, mindspore_alias):
+    ms.set_context(mode=ms.PYNATIVE_MODE if level == "pynative" else ms.GRAPH_MODE,
+                   jit_config={"jit_level": "auto" if level == "pynative" else level})
+    try:
+        net = Coat()
+        for shape in ((2, 6, 5, 4), (1, 6, 3, 7), (2, 6, 5, 4)):
+            x = rng.standard_normal(shape).astype(np.float32)
+            np.testing.assert_allclose(net(ms.Tensor(x)).asnumpy(), coat_ref(net, x), rtol=1e-4, atol=1e-4)
+    finally:
+        ms.set_context(mode=ms.GRAPH_MODE, jit_config={"jit_level": "auto"})
+
+
+def test_what_model_inits_ask_of_parameters_and_cells():
+    """coat and convit read ``param.data.shape``; pnasnet calls ``self.init_parameters_data()``;
+    halonet makes ``Tensor(shape=..., init=TruncatedNormal(sigma=.02))``."""
+    from msvm.common.initializer import TruncatedNormal
+
+    net = StdConv(2, 3, 1)
+    assert net.weight.data is net.weight and net.weight.data.shape == (3, 2, 1, 1)
+    assert net.init_parameters_data() == {p: p for p in net.get_parameters()}
+    t = ms.Tensor(shape=(200, 50), dtype=ms.float32, init=TruncatedNormal(sigma=0.02)).asnumpy()
+    assert t.shape == (200, 50) and 0.015 < t.std() < 0.025 and np.abs(t).max() <= 2.0     # (bounds absolute)

@@ -84,3 +84,20 @@ def cumsum(a, axis=None, dtype=None):
 
 def clip(a, a_min, a_max):
     return F.clip(a, a_min, a_max)
+
+
+def split(x, indices_or_sections, axis=0):
+    """numpy.split: ``indices_or_sections`` equal parts (the axis's size known), or the parts between
+    the given cut indices (any axis size: mindcv's coat cuts its channels at fixed indices)."""
+    rank = len(x.shape)
+    if not -rank <= axis < rank:
+        raise ValueError(f"numpy.split: axis {axis} is out of range for rank {rank}")
+    axis %= rank
+    if isinstance(indices_or_sections, int):
+        _, n = F._known_dim(x, axis, "numpy.split")
+        if indices_or_sections <= 0 or n % indices_or_sections:
+            raise ValueError(f"numpy.split: {n} cannot be split into {indices_or_sections} equal parts")
+        return F.split(x, n // indices_or_sections, axis)
+    whole = (("s", None, None, None),) * axis
+    cuts = [None, *indices_or_sections, None]
+    return tuple(F.apply("SLICE", (x,), (whole + (("s", a, b, None),),)) for a, b in zip(cuts, cuts[1:]))

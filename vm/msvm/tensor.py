@@ -243,8 +243,10 @@ class Tensor(TensorMethods):
             arr = np.ones(shape)
         elif init == "normal":
             arr = np.random.normal(0.0, 0.01, shape)
-        else:
-            raise ValueError(f"unknown init {init!r}")
+        else:                           # an Initializer object or another name (halonet's TruncatedNormal(sigma=.02))
+            from .common.initializer import as_initializer
+
+            arr = as_initializer(init)(shape)
         self._data = _device.current().from_host(arr.astype(self._dtype.np))
         self._pshape = None
 
@@ -432,6 +434,12 @@ class Parameter(Tensor):
 
                 reasons.parameter_reshaped(self.name, old.shape, self._data.shape)
             PARAMETER_SHAPES[0] += 1
+        return self
+
+    @property
+    def data(self):
+        """The Parameter itself, as MindSpore's ``Parameter.data`` (mindcv's coat and convit read
+        ``self.cls_token.data.shape`` to initialize it)."""
         return self
 
     def value(self):

@@ -36,6 +36,7 @@ from .layers import (
     AvgPool2d,
     BatchNorm1d,
     BatchNorm2d,
+    ConstantPad2d,
     Conv1d,
     Conv2d,
     Dense,
@@ -56,12 +57,15 @@ from .layers import (
     Softmax,
     Softplus,
     Tanh,
+    ZeroPad2d,
 )
 
 __all__ = ["ELU", "GELU", "AdaptiveAvgPool2d", "AvgPool2d", "BatchNorm1d", "BatchNorm2d", "Cell", "CellList",
-           "Conv1d", "Conv2d", "Dense", "Dropout", "Embedding", "Flatten", "GroupNorm", "HSigmoid", "HSwish", "Identity",
+           "ConstantPad2d", "Conv1d", "Conv2d", "Dense", "Dropout", "Embedding", "Flatten", "GroupNorm", "HSigmoid",
+           "HSwish", "Identity",
            "LayerNorm", "LeakyReLU", "MaxPool2d", "ReLU", "ReLU6", "SequentialCell", "SiLU", "Sigmoid", "Softmax",
-           "Softplus", "Tanh", "CELU", "FastGelu", "Hardtanh", "HShrink", "KLDivLoss", "LogSoftmax", "Mish", "SeLU",
+           "Softplus", "Tanh", "ZeroPad2d", "CELU", "FastGelu", "Hardtanh", "HShrink", "KLDivLoss", "LogSoftmax", "Mish",
+           "SeLU",
            "SmoothL1Loss", "Softmax2d", "Softsign", "SoftShrink", "Tanhshrink",
            "TimeDistributed",
            # issue 21 (nn/apis.py)

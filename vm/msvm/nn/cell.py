@@ -150,6 +150,11 @@ class Cell:
         for _, p in self.parameters_and_names(expand=expand):
             yield p
 
+    def init_parameters_data(self, auto_parallel_mode=False) -> dict:
+        """MindSpore initializes parameters made with a deferred initializer here; msvm's have their data
+        when they are made: ``{param: param}`` (mindcv's pnasnet and nasnet call it in __init__)."""
+        return {p: p for p in self.get_parameters()}
+
     def trainable_params(self, recurse=True) -> list:
         return [p for p in self.get_parameters() if p.requires_grad]
 

@@ -128,6 +128,26 @@ class GroupNorm(Cell):
         return y * ops.reshape(self.gamma, per_channel) + ops.reshape(self.beta, per_channel)
 
 
+class ConstantPad2d(Cell):
+    """MindSpore's nn.ConstantPad2d: the last two dims padded with ``value`` by ``padding`` (an int, or
+    (left, right, top, bottom)); negative pads crop (mindcv's BiT)."""
+
+    def __init__(self, padding, value):
+        super().__init__()
+        pads = (padding,) * 4 if isinstance(padding, int) else tuple(int(p) for p in padding)
+        if len(pads) != 4:
+            raise ValueError(f"nn.ConstantPad2d: padding must be an int or 4 ints, got {padding!r}")
+        self.padding, self.value = pads, float(value)
+
+    def construct(self, x):
+        return ops.pad(x, self.padding, value=self.value)
+
+
+class ZeroPad2d(ConstantPad2d):
+    def __init__(self, padding):
+        super().__init__(padding, 0.0)
+
+
 class ReLU(Cell):
     def construct(self, x):
         return ops.relu(x)
@@ -193,6 +213,10 @@ class Conv2d(_Conv):
         self._setup(in_channels, out_channels, _pair(kernel_size, "Conv2d: kernel_size"),
                     _pair(stride, "Conv2d: stride"), pad_mode, padding, _pair(dilation, "Conv2d: dilation"),
                     group, has_bias, weight_init, bias_init, dtype)
+        # MindSpore's attribute: subclasses in model zoos call it with a weight of their own (mindcv's BiT:
+        # StdConv2d standardizes self.weight, then self.conv2d(x, w))
+        self.conv2d = ops.Conv2D(self.out_channels, self.kernel_size, pad_mode=pad_mode, pad=padding,
+                                 stride=self.stride, dilation=self.dilation, group=self.group)
 
     def construct(self, x):
         out = apply("CONV2D", (x, self.weight), (self.stride, self.pad, self.dilation, self.group))

@@ -8,6 +8,7 @@ against numpy at L1 and compiled, through one bytecode over several shapes:
   and in a shape condition, a helper returning on both sides of it, ops.ResizeBilinear; cmt: a Cell
   class of its own made in construct; swin: mindspore.numpy.roll; coat: mindspore.numpy.split, Parameter.data;
   BiT: nn.Conv2d.conv2d, nn.ConstantPad2d; pnasnet: init_parameters_data; halonet: Tensor(init=Initializer);
+  convit: ops.constexpr, ops.eye, a Parameter edited by item; xcit: numpy array methods while compiling;
 - rexnet and skresnet: tests/vm/test_slice_assign.py and test_cell_attributes.py; edgenext:
   test_conformance_ops.py (a sub-Cell that needs its int arguments' values)."""
 
@@ -335,3 +336,43 @@ def test_what_model_inits_ask_of_parameters_and_cells():
     assert net.init_parameters_data() == {p: p for p in net.get_parameters()}
     t = ms.Tensor(shape=(200, 50), dtype=ms.float32, init=TruncatedNormal(sigma=0.02)).asnumpy()
     assert t.shape == (200, 50) and 0.015 < t.std() < 0.025 and np.abs(t).max() <= 2.0     # (bounds absolute)
+
+
+def test_constexpr_runs_while_compiling_and_eye(rng):
+    """convit's ``@constexpr get_rel_indices(num_patches)``: run once per compile on its constant argument,
+    its Tensor a constant of the bytecode; ``ops.eye`` for its weight init."""
+    calls = []
+
+    @ops.constexpr
+    def ramp(n):
+        calls.append(n)
+        return ms.Tensor(np.arange(n, dtype=np.float32)) + ops.eye(1, n, ms.float32)
+
+    class Ramp(nn.Cell):
+        def construct(self, x):
+            return x * ramp(4)
+
+    net = Ramp()
+    for b in (2, 3, 2):
+        x = rng.standard_normal((b, 4)).astype(np.float32)
+        np.testing.assert_array_equal(net(ms.Tensor(x)).asnumpy(), x * (np.arange(4) + np.eye(1, 4)).astype(np.float32))
+    assert calls == [4]                       # (one bytecode for both batch sizes: one compile)
+
+    class Symbolic(nn.Cell):
+        def construct(self, x):
+            return x * ramp(x.shape[1])
+
+    sym = Symbolic()           # (a dim: compiled for each exact shape, as construct code that needs a dim's value)
+    for n in (4, 3):
+        np.testing.assert_array_equal(sym(ms.Tensor(np.ones((2, n), np.float32))).asnumpy(),
+                                      np.broadcast_to(np.arange(n) + np.eye(1, n), (2, n)).astype(np.float32))
+    assert sym._runner.exact_shapes
+
+    class FromTensor(nn.Cell):
+        def construct(self, x):
+            return x * ramp(x)
+
+    with pytest.raises(ms.MsvmError, match="must be known when compiling"):
+        FromTensor()(ms.Tensor(np.zeros((2, 4), np.float32)))
+    with pytest.raises(TypeError, match="non-negative ints"):
+        ops.eye(-1)

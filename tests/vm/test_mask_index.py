@@ -84,13 +84,17 @@ def test_setitem_by_mask_matches_numpy(rng):
         assert got_i.dtype == ms.int32
 
 
-def test_setitem_eagerly_is_in_place_and_parameters_refuse():
+def test_setitem_eagerly_is_in_place_and_a_parameter_takes_it_through_set_data():
     t = ms.Tensor(np.arange(6, dtype=np.float32))
     t[t > 2.5] = -1.0
     np.testing.assert_array_equal(t.asnumpy(), [0, 1, 2, -1, -1, -1])
     p = ms.Parameter(ms.Tensor(np.zeros(3, np.float32)), name="w")
-    with pytest.raises(TypeError, match="set_data"):
-        p[ms.Tensor(np.array([True, False, True]))] = 1.0
+    old, version = p._data, p.version
+    p[ms.Tensor(np.array([True, False, True]))] = 1.0
+    p.data[1] = 2.0                       # (convit edits its weights so while it initializes)
+    np.testing.assert_array_equal(p.asnumpy(), [1, 2, 1])
+    assert p.version == version + 2 and p._data is not old and not p._data.flags.writeable
+    np.testing.assert_array_equal(old, [0, 0, 0])         # (what was prepared from the old array stays as it was)
 
 
 def test_a_count_used_with_an_arguments_dim_is_checked_when_it_runs():

@@ -349,9 +349,9 @@ class Tensor(TensorMethods):
 
     def __setitem__(self, index, value):
         """``x[index] = value`` eagerly (PYNATIVE), in place as MindSpore's; value cast to x's dtype.
-        A Parameter changes through set_data."""
-        if isinstance(self, Parameter):
-            raise TypeError(f"cannot assign into Parameter {self.name}: use set_data")
+        A Parameter (mindcv's convit edits ``weight.data[i, j]`` while it initializes) takes the edited
+        copy through set_data: a new read-only array and version, so nothing prepared from the old one
+        (a packed or transposed weight, a compiled convolution's folded weight) is used again."""
         self._need_data()
         dev = _device.device_of(self._data) or _device.current()
         data = self._data.copy()           # (the array may be shared with numpy or read-only)
@@ -362,7 +362,10 @@ class Tensor(TensorMethods):
         else:
             value = dev.from_host(np.asarray(value, data.dtype))
         data[index] = value
-        self._data = data
+        if isinstance(self, Parameter):
+            self.set_data(data)
+        else:
+            self._data = data
 
     def __repr__(self):
         if self._data is None:
@@ -419,8 +422,9 @@ class Parameter(Tensor):
         self.requires_grad = requires_grad
         self.version = 0        # bumped by every write (set_data, assign_value)
 
-    def set_data(self, data):
-        """The new value, kept on this Parameter's device (host data is copied there)."""
+    def set_data(self, data, slice_shape=False):
+        """The new value, kept on this Parameter's device (host data is copied there). ``slice_shape``
+        is MindSpore's for a Parameter sliced across devices: one device here, nothing to do."""
         new = data._data if isinstance(data, Tensor) else data
         old = self._data
         dev = (_device.device_of(old) if old is not None else None) or _device.current()

@@ -1425,6 +1425,15 @@ class FunctionCompiler:
     def call(self, fn, args, kwargs, node):
         if is_cell(fn):
             return self.call_cell(fn, args, kwargs, node)
+        if getattr(fn, "__msvm_constexpr__", False):          # (ops.constexpr: run now, its result a constant)
+            vals = list(args) + list(kwargs.values())
+            if any(isinstance(a, GraphValue) for a in vals):
+                raise self.error(f"@constexpr {getattr(fn, '__name__', fn)}: its arguments must be known when "
+                                 "compiling (constants or dims, not tensors)", node)
+            if any(isinstance(a, (Expr, Pred)) for a in vals):     # (a dim: the caller compiles for exact shapes)
+                raise UnknownDim(f"@constexpr {getattr(fn, '__name__', fn)} is given a symbolic dim")
+            with using(None):
+                return fn(*args, **kwargs)
         if hasattr(type(fn), "__msvm_inline__") or isinstance(getattr(fn, "__msvm_jit__", None), pytypes.FunctionType):
             return self.inline(fn, args, kwargs, node)      # (an ms.jit function is inlined as its function)
         if fn is builtins.len:
@@ -1466,9 +1475,13 @@ class FunctionCompiler:
                 raise self.error(f"making {fn.__name__} in construct from run-time values or dims is not supported",
                                  node)
             return fn(*args, **kwargs)
-        if callable(fn) and getattr(fn, "__module__", "").split(".")[0] in _FOLD_MODULES:
+        if callable(fn) and ((getattr(fn, "__module__", None) or "").split(".")[0] in _FOLD_MODULES
+                             or isinstance(getattr(fn, "__self__", None), (np.ndarray, np.generic))):
+            # (math and numpy functions, and methods of numpy arrays made while compiling: xcit's
+            # ``np.zeros((B, H, W)).astype(bool)``, run on values known here)
             if any(isinstance(a, (GraphValue, Expr, Pred)) for a in list(args) + list(kwargs.values())):
-                raise self.error(f"{fn.__module__}.{getattr(fn, '__name__', '?')} cannot take msvm tensors or "
+                where = getattr(fn, "__module__", None) or type(getattr(fn, "__self__", None)).__name__
+                raise self.error(f"{where}.{getattr(fn, '__name__', '?')} cannot take msvm tensors or "
                                  "symbolic dims inside construct; use msvm.ops", node)
             return fn(*args, **kwargs)
         if isinstance(fn, (pytypes.FunctionType, pytypes.MethodType)) or hasattr(fn, "__msvm_inline__"):

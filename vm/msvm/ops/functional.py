@@ -581,7 +581,10 @@ def reshape(input, shape):
     if any(isinstance(d, int) and d == -1 for d in shape):
         known = product(d for d in shape if not (isinstance(d, int) and d == -1))
         total = product(src)
-        rest = total // known
+        try:
+            rest = total // known
+        except ZeroDivisionError:
+            raise ValueError(f"ops.reshape: cannot infer the -1 in {shape}: the other dims multiply to 0") from None
         shape = tuple(rest if (isinstance(d, int) and d == -1) else d for d in shape)
     shape = tuple(_plain(d) for d in shape)
     return apply("RESHAPE", (input,), (shape,))
@@ -705,6 +708,25 @@ def concat(tensors, axis=0):
 
 
 cat = concat
+
+
+def eye(n, m=None, dtype=None):
+    """The n x m identity matrix (m defaults to n), MindSpore's ops.eye; n and m ints known when it is
+    made (outside construct or from constants in it)."""
+    m = n if m is None else m
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in (n, m)):
+        raise TypeError(f"ops.eye: n and m must be non-negative ints, got {n!r}, {m!r}")
+    return Tensor(np.eye(n, m, dtype=dt.as_dtype(dtype or dt.float32).np))
+
+
+def constexpr(fn=None, *, get_instance=True, reuse_result=True, check=True):
+    """MindSpore's ``ops.constexpr``: a function construct calls with arguments known when compiling runs
+    then, and its result (a Python value or a Tensor) is a constant of the bytecode (mindcv's convit
+    builds its relative position indices so)."""
+    def mark(f):
+        f.__msvm_constexpr__ = True
+        return f
+    return mark(fn) if fn is not None else mark
 
 
 def roll(input, shifts, dims=None):

@@ -10,6 +10,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 # compile budgets are about latency, which bench/ measures: on a loaded machine a compile past its
 # budget would leave a site on L1 and change what a test sees (this process and its subprocesses)
 os.environ.setdefault("MSVM_COMPILE_BUDGET_SCALE", "20")
+from mindspore_alias import mindcv  # noqa: E402, F401 - the fixture (mindcv under the alias, per module)
 from paths import EXAMPLES  # noqa: E402
 
 if EXAMPLES not in sys.path:

@@ -10,9 +10,6 @@ perturbed by 1e-7, so it is not in this list).
 
 The alias is installed for this module only, as in the zoo tests."""
 
-import importlib.util
-import sys
-
 import msvm as ms
 import numpy as np
 import pytest
@@ -22,24 +19,6 @@ from refs import cv
 MODELS = ["rexnet_09", "skresnet18", "swin_tiny", "pvt_v2_b0", "coat_lite_tiny", "convit_tiny",
           "xcit_tiny_12_p16_224", "poolformer_s12"]
 TOL = 1e-4          # max |compiled - L1| relative to the max |logit|
-
-
-@pytest.fixture(scope="module")
-def mindcv():
-    if importlib.util.find_spec("mindcv") is None:
-        pytest.fail("mindcv is not installed: `make` installs it (pip install --no-deps mindcv==0.3.0)")
-    from msvm import compat
-
-    was_active = compat.is_active()
-    ms.as_mindspore()
-    try:
-        import mindcv
-        yield mindcv
-    finally:
-        if not was_active:
-            sys.meta_path[:] = [f for f in sys.meta_path if f is not compat._FINDER]
-            for name in [n for n in sys.modules if n.split(".")[0] in ("mindspore", "mindcv")]:
-                del sys.modules[name]
 
 
 @pytest.mark.parametrize("name", MODELS)

@@ -12,10 +12,24 @@ against numpy at L1 and compiled, through one bytecode over several shapes:
 - rexnet and skresnet: tests/vm/test_slice_assign.py and test_cell_attributes.py; edgenext:
   test_conformance_ops.py (a sub-Cell that needs its int arguments' values)."""
 
+import contextlib
+
 import msvm as ms
 import numpy as np
 import pytest
+from mindspore_alias import installed
 from msvm import nn, ops
+
+
+@contextlib.contextmanager
+def at(level):
+    """jit_level ``level`` in graph mode, or ("pynative") the eager mode, for the block; then the defaults."""
+    ms.set_context(mode=ms.PYNATIVE_MODE if level == "pynative" else ms.GRAPH_MODE,
+                   jit_config={"jit_level": "auto" if level == "pynative" else level})
+    try:
+        yield
+    finally:
+        ms.set_context(mode=ms.GRAPH_MODE, jit_config={"jit_level": "auto"})
 
 
 class Block(nn.Cell):
@@ -61,15 +75,12 @@ def folding_ref(x):
 
 @pytest.mark.parametrize("level", ["L1", "auto"])
 def test_mobilevits_constructs(level, rng):
-    ms.set_context(jit_config={"jit_level": level})
-    try:
+    with at(level):
         net = Folding()
         for shape in ((2, 3, 4, 5), (3, 2, 3, 4), (2, 3, 4, 5), (2, 3, 2, 7)):
             x = rng.standard_normal(shape).astype(np.float32)
             np.testing.assert_allclose(net(ms.Tensor(x)).asnumpy(), folding_ref(x), rtol=1e-6, atol=1e-7)
         assert len(net._runner.variants) == 1         # one bytecode: the width's parity is a branch in it
-    finally:
-        ms.set_context(jit_config={"jit_level": "auto"})
 
 
 def test_a_keyword_into_kwargs_or_a_dict_with_a_computed_key_is_refused():
@@ -127,16 +138,12 @@ def norm_resize_ref(x, h, w):
 
 @pytest.mark.parametrize("level", ["L1", "auto", "pynative"])
 def test_group_norm_and_nearest_resize_match_numpy(level, rng):
-    ms.set_context(mode=ms.PYNATIVE_MODE if level == "pynative" else ms.GRAPH_MODE,
-                   jit_config={"jit_level": "auto" if level == "pynative" else level})
-    try:
+    with at(level):
         net = NormResize()
         for (n, h, w), (oh, ow) in (((2, 5, 4), (10, 8)), ((3, 4, 4), (3, 7)), ((2, 5, 4), (10, 8))):
             x = rng.standard_normal((n, 6, h, w)).astype(np.float32)
             got = net(ms.Tensor(x), ms.Tensor(np.zeros((1, 1, oh, ow), np.float32))).asnumpy()
             np.testing.assert_allclose(got, norm_resize_ref(x, oh, ow), rtol=2e-5, atol=2e-5)
-    finally:
-        ms.set_context(mode=ms.GRAPH_MODE, jit_config={"jit_level": "auto"})
     with pytest.raises(ValueError, match="multiple of num_groups"):
         nn.GroupNorm(4, 6)
 
@@ -198,16 +205,13 @@ def pyramid_ref(x, pos):
 def test_a_sub_cells_ints_a_helper_returning_on_both_sides_and_a_cell_made_in_construct(level, rng):
     """pvt's and cmt's forms: the returned (H, W) take part in shapes and in a shape condition, the
     helper's value is the merge of its two returns, and the legacy ResizeBilinear samples at dst * in / out."""
-    ms.set_context(jit_config={"jit_level": level})
-    try:
+    with at(level):
         net = Pyramid()
         pos = rng.standard_normal((1, 1, 4)).astype(np.float32)
         for shape in ((2, 3, 4, 4), (2, 3, 6, 9), (3, 3, 4, 5), (2, 3, 6, 9)):
             x = rng.standard_normal(shape).astype(np.float32)
             np.testing.assert_allclose(net(ms.Tensor(x), ms.Tensor(pos)).asnumpy(), pyramid_ref(x, pos),
                                        rtol=1e-5, atol=1e-6)
-    finally:
-        ms.set_context(jit_config={"jit_level": "auto"})
 
 
 def test_resize_bilinears_three_mappings(rng):
@@ -240,31 +244,19 @@ class Shifted(nn.Cell):
 
 @pytest.fixture
 def mindspore_alias():
-    from msvm import compat
+    with installed():
+        yield
 
-    was = compat.is_active()
-    ms.as_mindspore()
-    yield
-    if not was:
-        import sys
-
-        sys.meta_path[:] = [f for f in sys.meta_path if f is not compat._FINDER]
-        for name in [n for n in sys.modules if n.split(".")[0] in ("mindspore", "mindcv")]:
-            del sys.modules[name]
 
 
 @pytest.mark.parametrize("level", ["L1", "auto", "pynative"])
 def test_roll_matches_numpy(level, rng, mindspore_alias):
-    ms.set_context(mode=ms.PYNATIVE_MODE if level == "pynative" else ms.GRAPH_MODE,
-                   jit_config={"jit_level": "auto" if level == "pynative" else level})
-    try:
+    with at(level):
         net = Shifted()
         for shape in ((2, 7, 7, 3), (1, 4, 9, 2), (2, 0, 5, 3), (2, 7, 7, 3), (3, 2, 2, 4)):
             x = rng.standard_normal(shape).astype(np.float32)
             want = np.roll(np.roll(x, (-3, -3), (1, 2)) * 2.0, (3, 3), (1, 2)) + np.arange(shape[-1])
             np.testing.assert_array_equal(net(ms.Tensor(x)).asnumpy(), want.astype(np.float32))
-    finally:
-        ms.set_context(mode=ms.GRAPH_MODE, jit_config={"jit_level": "auto"})
     a = rng.standard_normal((3, 4)).astype(np.float32)
     for shift, dims in ((5, None), (-1, 0), ((1, 2), (0, 1)), (4, 1)):
         np.testing.assert_array_equal(ops.roll(ms.Tensor(a), shift, dims).asnumpy(), np.roll(a, shift, dims))
@@ -315,15 +307,11 @@ def coat_ref(net, x):
 
 @pytest.mark.parametrize("level", ["L1", "auto", "pynative"])
 def test_coats_split_bits_standardized_conv_and_constant_pad(level, rng, mindspore_alias):
-    ms.set_context(mode=ms.PYNATIVE_MODE if level == "pynative" else ms.GRAPH_MODE,
-                   jit_config={"jit_level": "auto" if level == "pynative" else level})
-    try:
+    with at(level):
         net = Coat()
         for shape in ((2, 6, 5, 4), (1, 6, 3, 7), (2, 6, 5, 4)):
             x = rng.standard_normal(shape).astype(np.float32)
             np.testing.assert_allclose(net(ms.Tensor(x)).asnumpy(), coat_ref(net, x), rtol=1e-4, atol=1e-4)
-    finally:
-        ms.set_context(mode=ms.GRAPH_MODE, jit_config={"jit_level": "auto"})
 
 
 def test_what_model_inits_ask_of_parameters_and_cells():

@@ -6,9 +6,6 @@ architectures (tests/refs/cv.py) that read the same weights by parameter name.
 The alias is installed for this module only: the fixture takes its finder off
 ``sys.meta_path`` and forgets every ``mindspore*``/``mindcv*`` module afterwards."""
 
-import importlib.util
-import sys
-
 import msvm as ms
 import numpy as np
 import pytest
@@ -18,25 +15,6 @@ from refs import cv
 SIZES = {"resnet18": (224, 160, 192), "resnet50": (224, 160), "mobilenet_v2_100": (224, 160, 192),
          "mobilenet_v3_large_100": (224, 160, 192)}
 TOL = 1e-4          # max |msvm - reference| relative to the reference's max |logit|
-
-
-@pytest.fixture(scope="module")
-def mindcv():
-    if importlib.util.find_spec("mindcv") is None:
-        pytest.fail("mindcv is not installed: `make` installs it (pip install --no-deps mindcv==0.3.0)")
-    from msvm import compat
-
-    was_active = compat.is_active()
-    ms.as_mindspore()
-    try:
-        import mindcv
-        yield mindcv
-    finally:
-        if not was_active:
-            sys.meta_path[:] = [f for f in sys.meta_path if f is not compat._FINDER]
-            for name in [n for n in sys.modules if n.split(".")[0] in ("mindspore", "mindcv")]:
-                del sys.modules[name]
-            assert not compat.is_active()
 
 
 _BUILT: dict = {}      # model -> (net, float64 weights, {size: (image, reference logits)})

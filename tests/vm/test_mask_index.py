@@ -94,7 +94,7 @@ def test_setitem_eagerly_is_in_place_and_a_parameter_takes_it_through_set_data()
     p.data[1] = 2.0                       # (convit edits its weights so while it initializes)
     np.testing.assert_array_equal(p.asnumpy(), [1, 2, 1])
     assert p.version == version + 2 and p._data is not old
-    np.testing.assert_array_equal(old, [0, 0, 0])         # (what was prepared from the old array stays as it was)
+    np.testing.assert_array_equal(ms.Tensor(old).asnumpy(), [0, 0, 0])    # (what was made from the old array stays)
 
 
 def test_a_count_used_with_an_arguments_dim_is_checked_when_it_runs():

@@ -364,3 +364,38 @@ def test_constexpr_runs_while_compiling_and_eye(rng):
         FromTensor()(ms.Tensor(np.zeros((2, 4), np.float32)))
     with pytest.raises(TypeError, match="non-negative ints"):
         ops.eye(-1)
+
+
+class Sides(nn.Cell):
+    """A helper returning a different tuple on each side of a shape condition; a dict that keeps the x
+    it was made with; a check inside one side before a reshape after the if."""
+
+    def helper(self, x):
+        if x.shape[0] == 2:
+            return x * 2.0, x.shape[0]
+        else:
+            return x + 100.0, 7
+
+    def construct(self, x):
+        d = {"a": x}
+        y, n = self.helper(x)
+        x = x + 1.0
+        w = y
+        if x.shape[0] % 2 == 1:
+            assert x.shape[0] < 9, "nine rows"
+            w = ops.pad(y, (0, 1))
+        return d["a"] * 10.0 + x + y * n, ops.reshape(w, (-1,))
+
+
+@pytest.mark.parametrize("level", ["L1", "auto"])
+def test_sides_of_a_shape_condition(level):
+    with at(level):
+        net = Sides()
+        for n in (2, 3, 5, 2):
+            x = np.arange(n, dtype=np.float32)
+            y, k = (x * 2, n) if n == 2 else (x + 100, 7)
+            a, b = net(ms.Tensor(x))
+            np.testing.assert_array_equal(a.asnumpy(), x * 10 + x + 1 + y * k)
+            np.testing.assert_array_equal(b.asnumpy(), np.pad(y, (0, 1)) if n % 2 else y)
+        with pytest.raises(AssertionError, match="nine rows"):
+            net(ms.Tensor(np.zeros(9, np.float32)))

@@ -114,3 +114,60 @@ def test_what_it_does_not_take_is_refused_at_its_line(fn, match):
     with pytest.raises(ms.MsvmError, match=match) as e:
         ms.jit(fn)(ms.Tensor(np.zeros((2, 4), np.float32)))
     assert "test_slice_assign.py" in str(e.value)
+
+
+def _empty(x):
+    x[3:1] = 7.0
+    return x
+
+
+def _empty_from_the_end(x):
+    x[-1:2] = 7.0
+    return x
+
+
+def _inner(x):
+    x[1:-1, 0] += 1.0
+    return x
+
+
+def _last_column(x):
+    x[..., -1] = 7.0
+    return x
+
+
+def _tail(x):
+    x[-2:] = 3.0
+    return x
+
+
+def _past_the_end(x):
+    x[1:100] = 2.0
+    return x
+
+
+def _row_five(x):
+    x[5] = 7.0
+    return x
+
+
+def _row_minus_six(x):
+    x[-6, 1] = 7.0
+    return x
+
+
+@pytest.mark.parametrize("fn", [_empty, _empty_from_the_end, _inner, _last_column, _tail, _past_the_end, _row_five,
+                                _row_minus_six])
+def test_bounds_as_numpy_takes_them(fn):
+    """An empty region leaves x as it is, bounds past the end are clamped, an int index out of range
+    raises IndexError when it runs (the dims are symbols), as numpy's in-place assignment."""
+    f = ms.jit(fn)
+    for shape in ((5, 2), (4, 3), (5, 2)):
+        x = np.arange(np.prod(shape), dtype=np.float32).reshape(shape)
+        try:
+            want = fn(x.copy())
+        except IndexError:
+            with pytest.raises(IndexError, match="out of range"):
+                f(ms.Tensor(x))
+            continue
+        np.testing.assert_array_equal(f(ms.Tensor(x)).asnumpy(), want)

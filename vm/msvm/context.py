@@ -81,6 +81,9 @@ def _select_device(target: str, device_id) -> str:
     else:
         dev = device.get(target, device_id if target != "CPU" else 0)
     if device.use(dev) is not dev:
+        from . import reasons
+
+        reasons.device_changed(target)
         PARAMETER_SHAPES[0] += 1        # Codes linked for the old device are stale: Cells link again
     return target
 

@@ -317,6 +317,11 @@ def attribute_set(cell: str, name: str) -> None:
     _param_change[0] = f"{cell}.{name} was set"
 
 
+def device_changed(target: str) -> None:
+    """The device changed: every Cell links again, and the next compile says so."""
+    _param_change[0] = f"set_context changed device_target to {target}"
+
+
 def option_changed(changed) -> None:
     """jit_config options the compiled Code depends on changed (``changed``: (name, old, new) each):
     every Cell is compiled again, and the next compile says which option it was."""

@@ -306,10 +306,10 @@ def _verify(code: Code, env: ShapeEnv | None) -> Code:
     # (stack, locals, symbols SET_SYM bound, the branches taken: ((pred, held), ...)) at each leader
     block_in = {0: ((), entry_locals, frozenset(), ())}
     pre: list = [None] * n             # (stack, symbols) before each reachable instruction
-    # blocks in bytecode order (a heap): an if's end is typed after both of its sides reached it, so its
-    # instructions are not first checked on one side's types alone; and an instruction checked again
-    # on a merged state drops the entry checks it made before (``made``: they were about the old state)
-    work, queued, made = [0], {0}, {}
+    # blocks in bytecode order (a heap): an if's end is typed once, after both of its sides reached it,
+    # so its instructions are never first checked on one side's types alone (an entry check made so would
+    # stay: a reshape after ``if w % 2: x = pad(x)`` failed on the other side's element count)
+    work, queued = [0], {0}
     results = []
     while work:
         i = heapq.heappop(work)
@@ -321,13 +321,7 @@ def _verify(code: Code, env: ShapeEnv | None) -> Code:
             pre[i] = (stack, syms)
             ctx.offset = ins.offset
             try:
-                stale = made.pop(i, None)
-                if stale:
-                    env.assumptions[:] = [a for a in env.assumptions if not any(a is b for b in stale)]
-                n_assumed = len(env.assumptions)
                 new_stack, succ = _step(code, ctx, env, ins, i, stack, results)
-                if len(env.assumptions) > n_assumed:
-                    made[i] = env.assumptions[n_assumed:]
                 ctx.spend(len(new_stack))
                 if ins.op.name == "SET_SYM" or ins.op.binds:
                     syms = syms | {code.names[ins.args[0]]}
@@ -431,8 +425,10 @@ def _merge_state(old, new, code, j, ctx):
     common = 0
     while common < min(len(p1), len(p2)) and p1[common] == p2[common]:
         common += 1
-    pred = None          # the two sides of one branch meet (an if's end): differing dims are selects on it
-    if len(p1) == len(p2) == common + 1 and p1[common][0] == p2[common][0]:
+    # the two sides of one branch meet (an if's end; a side may have passed checks of its own since, an
+    # assert's or an op's): differing dims are selects on the branch's predicate
+    pred = None
+    if common < min(len(p1), len(p2)) and p1[common][0] == p2[common][0]:
         pred = p1[common][0]
         if not p1[common][1]:
             (s1, l1, p1), (s2, l2, p2) = (s2, l2, p2), (s1, l1, p1)

@@ -43,6 +43,19 @@ from .ratio import Ratio, ratio_binop
 # ---------------------------------------------------------------- sources
 
 
+def _slice_bound(b, n, default):
+    """A slice bound on an axis of size n (an int or a symbol) as numpy takes it: None the default, a
+    negative int from the end, clamped to [0, n]; a symbolic bound as it is (the SLICE's entry checks
+    that it fits)."""
+    if b is None:
+        return default
+    if isinstance(b, Expr):
+        return b
+    if isinstance(n, int):
+        return max(0, min(b + n if b < 0 else b, n))
+    return S.smax(n + b, 0) if b < 0 else S.smin(Expr.of(b), n)
+
+
 def _known_int(v):
     """v's value where it is an int known here (a Python int, a constant dim or a graph scalar of one), else None."""
     if isinstance(v, GraphValue) and isinstance(v.type, ScalarType) and v.type.kind == "i":
@@ -486,6 +499,8 @@ class FunctionCompiler:
             self.vars[name] = GraphValue(self.env.norm_type(value.type), ("local", slot))
         elif isinstance(value, tuple) and _has_graph(value):
             self.vars[name] = self.pin_tuple(value, name)
+        elif isinstance(value, pytypes.MappingProxyType) and _has_graph(tuple(value.values())):
+            self.vars[name] = self.pin_mapping(value, name)
         else:
             self.vars[name] = value
         if node is not None:
@@ -498,6 +513,8 @@ class FunctionCompiler:
         for k, v in enumerate(value):
             if isinstance(v, tuple):
                 out.append(self.pin_tuple(v, f"{hint}.{k}"))
+            elif isinstance(v, pytypes.MappingProxyType):
+                out.append(self.pin_mapping(v, f"{hint}.{k}"))
             elif isinstance(v, GraphValue):
                 slot = self.cb.local(f"{self.scope}{hint}.{k}")
                 if not (v.node[0] == "local" and v.node[1] == slot and v.tmp is None):
@@ -509,6 +526,11 @@ class FunctionCompiler:
         for slot in reversed(stores):
             self.emit("STORE_TENSOR", slot)
         return ListValue(out) if isinstance(value, ListValue) else tuple(out)
+
+    def pin_mapping(self, value, hint: str):
+        """A dict literal's graph values pinned as a tuple's are (``pin_tuple``): a dict holding x keeps
+        the x it was made with after x is reassigned."""
+        return pytypes.MappingProxyType(dict(zip(value.keys(), self.pin_tuple(tuple(value.values()), hint))))
 
     def unpack_graph_tuple(self, value: GraphValue, hint: str) -> tuple:
         n = len(value.type.items)
@@ -744,7 +766,7 @@ class FunctionCompiler:
             then_vars, then_ret = self.sub_block(node.body)
         finally:
             self.branch_preds.pop()
-        if not then_ret:
+        if then_ret is not True:       # (an inlined helper's return too: its value is merged at the end)
             self.emit("JUMP", l_fix, loc=self.node_loc(node.test))
         self.cb.place(l_else)
         self.vars = dict(before)
@@ -755,6 +777,11 @@ class FunctionCompiler:
                              "must return in the other too (or return once at its end)", node)
         if returned:            # (an inlined helper returns on both sides: its value is the merge's)
             then_ret = else_ret = False
+            shape = _return_shape(then_vars[_RETURN_VALUE], else_vars[_RETURN_VALUE])
+            if shape is None:
+                raise self.error("an inlined helper returns values of different kinds or lengths on the two sides of "
+                                 "a shape condition", node)
+            then_vars, else_vars = _spread_return(then_vars), _spread_return(else_vars)
         if then_ret and else_ret:
             self.cb.place(l_fix)
             raise _AllReturned()
@@ -781,7 +808,11 @@ class FunctionCompiler:
         self.cb.place(l_end)
         self.vars = merged
         if returned:
-            raise _Returned(merged.pop(_RETURN_VALUE))
+            value = _gather_return(merged, shape)
+            if any(isinstance(v, _Conflict) for v in _leaves(value)):
+                raise self.error("an inlined helper returns values of different kinds on the two sides of a shape "
+                                 "condition", node)
+            raise _Returned(value)
 
     def sub_block(self, stmts):
         """(the branch's names, whether it returned: True, or _INLINE_RETURN where an inlined helper
@@ -1159,8 +1190,22 @@ class FunctionCompiler:
         for v in spec:
             full += [("s", None, None, None)] * (xt.rank - len(real)) if v[0] == "e" else [v]
         full += [("s", None, None, None)] * (xt.rank - len(full))
-        for v in full:       # an int index k: the region's axis of length 1, [k, k + 1) (k = -1: [-1, end))
-            cut.append(("s", v[1], None if v[1] == -1 else v[1] + 1, None) if v[0] == "i" else ("s", v[1], v[2], None))
+        for axis, v in enumerate(full):    # each axis's region as [start, stop), 0 <= start <= stop <= its size
+            n = xt.shape[axis]
+            n = n.const_value() if n.is_const() else n
+            if v[0] == "i":                # an int index k: the region's axis of length 1 (k checked in range)
+                k = v[1]
+                if isinstance(n, int) and not -n <= k < n:
+                    raise self.error(f"x[index] = value: index {k} is out of range for axis {axis} of size {n}", node)
+                if not isinstance(n, int):
+                    self.check((n + k >= 0) if k < 0 else (Expr.of(k) < n), "IndexError",
+                               (f"x[index] = value: index {k} is out of range for axis {axis} of size ", n))
+                lo = n + k if k < 0 else k
+                cut.append(("s", lo, lo + 1, None))
+            else:
+                lo, hi = _slice_bound(v[1], n, 0), _slice_bound(v[2], n, n)
+                cut.append(("s", lo, hi if isinstance(hi, int) and isinstance(lo, int) and hi >= lo else
+                            hi if isinstance(hi, int) and isinstance(lo, int) else S.smax(hi, lo), None))
         try:
             region = trace_op("SLICE", (x,), (tuple(cut),))
             if isinstance(value, Expr) or (isinstance(value, GraphValue) and isinstance(value.type, ScalarType)):
@@ -1186,7 +1231,10 @@ class FunctionCompiler:
         """x with ``value`` in the region ``cut`` (per axis ("s", start, stop, None); value of its shape)."""
         from .graph import trace_op
 
-        axis = next((k for k, v in enumerate(cut) if v[1:3] not in ((None, None), (0, None))), None)
+        def whole_axis(k, v):          # (the region covers the axis: [0, its size))
+            return v[1] in (None, 0) and (v[2] is None or (isinstance(v[2], Expr) and v[2] == x.type.shape[k]) or
+                                          (isinstance(v[2], int) and x.type.shape[k] == Expr.of(v[2])))
+        axis = next((k for k, v in enumerate(cut) if not whole_axis(k, v)), None)
         if axis is None:
             return value
         _, lo, hi, _ = cut[axis]
@@ -1195,7 +1243,7 @@ class FunctionCompiler:
         def part(a, b):
             return trace_op("SLICE", (x,), (tuple(whole[:axis] + [("s", a, b, None)] + whole[axis + 1:]),))
         mid = self._put(part(lo, hi), whole[:axis] + [whole[axis]] + cut[axis + 1:], value)
-        parts = ([] if lo in (None, 0) else [part(None, lo)]) + [mid] + ([] if hi is None else [part(hi, None)])
+        parts = ([] if lo in (None, 0) else [part(None, lo)]) + [mid] + [part(hi, None)]
         return parts[0] if len(parts) == 1 else trace_op("CONCAT", tuple(parts), (len(parts), axis))
 
     def mask_assign(self, x: GraphValue, mask: GraphValue, value, node) -> GraphValue:
@@ -1426,7 +1474,7 @@ class FunctionCompiler:
         if is_cell(fn):
             return self.call_cell(fn, args, kwargs, node)
         if getattr(fn, "__msvm_constexpr__", False):          # (ops.constexpr: run now, its result a constant)
-            vals = list(args) + list(kwargs.values())
+            vals = _leaves(tuple(args) + tuple(kwargs.values()))
             if any(isinstance(a, GraphValue) for a in vals):
                 raise self.error(f"@constexpr {getattr(fn, '__name__', fn)}: its arguments must be known when "
                                  "compiling (constants or dims, not tensors)", node)
@@ -1529,7 +1577,8 @@ class FunctionCompiler:
 
     def call_cell(self, cell, args, kwargs, node):
         path = find_cell_path(self.self_obj, cell) if self.self_obj is not None else None
-        if path is None and not cell.__dict__.get("_params") and not cell.__dict__.get("_cells"):
+        if path is None and not cell.__dict__.get("_params") and not cell.__dict__.get("_cells") and \
+                not any(hasattr(v, "_data") for v in vars(cell).values()):       # (no Tensor attributes)
             # a Cell made in construct with nothing to keep (mobilevit's ``nn.Softmax(axis=-1)(attn)``): its
             # construct runs inline, as a helper method's
             return self.inline(cell.construct, args, kwargs, node)
@@ -1653,7 +1702,41 @@ class _AllReturned(Exception):
 
 
 _INLINE_RETURN = "inline"          # (sub_block: an inlined helper's branch returned)
-_RETURN_VALUE = "%return"          # (the name its value is merged under)
+_RETURN_VALUE = "%return"          # (the name its value is merged under; a tuple's items under %return.0 ...)
+
+
+def _return_shape(a, b):
+    """The nesting both sides' returned values share (None: a leaf, a tuple: per item), or None where
+    they differ (then the merge cannot pair them)."""
+    if isinstance(a, tuple) and isinstance(b, tuple):
+        if len(a) != len(b):
+            return None
+        items = [_return_shape(x, y) for x, y in zip(a, b)]
+        return None if any(i is None for i in items) else tuple(items)
+    return "leaf" if not isinstance(a, tuple) and not isinstance(b, tuple) else None
+
+
+def _spread_return(vars_: dict) -> dict:
+    """vars with the returned value's leaves under names of their own (merged one by one)."""
+    out = dict(vars_)
+    todo = [(_RETURN_VALUE, out.pop(_RETURN_VALUE))]
+    while todo:
+        name, v = todo.pop()
+        if isinstance(v, tuple):
+            todo += [(f"{name}.{k}", x) for k, x in enumerate(v)]
+        else:
+            out[name] = v
+    return out
+
+
+def _gather_return(merged: dict, shape, name: str = _RETURN_VALUE):
+    if shape == "leaf":
+        return merged.pop(name)
+    return tuple(_gather_return(merged, s, f"{name}.{k}") for k, s in enumerate(shape))
+
+
+def _leaves(v):
+    return [x for item in v for x in _leaves(item)] if isinstance(v, (tuple, list)) else [v]
 
 
 class _Conflict:

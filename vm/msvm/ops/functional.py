@@ -714,9 +714,9 @@ def eye(n, m=None, dtype=None):
     """The n x m identity matrix (m defaults to n), MindSpore's ops.eye; n and m ints known when it is
     made (outside construct or from constants in it)."""
     m = n if m is None else m
-    if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in (n, m)):
+    if not all(isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)) and v >= 0 for v in (n, m)):
         raise TypeError(f"ops.eye: n and m must be non-negative ints, got {n!r}, {m!r}")
-    return Tensor(np.eye(n, m, dtype=dt.as_dtype(dtype or dt.float32).np))
+    return Tensor(np.eye(int(n), int(m), dtype=dt.as_dtype(dtype or dt.float32).np))
 
 
 def constexpr(fn=None, *, get_instance=True, reuse_result=True, check=True):

@@ -365,7 +365,7 @@ class ResizeNearestNeighbor(Primitive):
         self.size = tuple(size)
 
     def __call__(self, x):
-        return F.interpolate(x, size=self.size, mode="nearest")
+        return F.interpolate(x, size=tuple(F._dim_of(d) for d in self.size), mode="nearest")
 
 
 class ResizeBilinear(Primitive):

@@ -70,6 +70,7 @@ def bind_callee(env: ShapeEnv, callee: Code, ins: list, where: str) -> dict:
     if len(ins) != len(callee.params):
         raise ShapeError(f"{where}: {callee.name} takes {len(callee.params)} arguments, got {len(ins)}")
     mapping: dict = {}
+    checks = []            # (a dim given, the callee's expression for it): checked once every symbol is mapped
     for (pname, pt), at in zip(callee.params, ins):
         at = env.norm_type(at)
         if isinstance(pt, TensorType):
@@ -79,10 +80,9 @@ def bind_callee(env: ShapeEnv, callee: Code, ins: list, where: str) -> dict:
                 name = d_callee.as_symbol()
                 if name and name not in mapping:
                     mapping[name] = d_caller
-                else:
-                    env.require_eq(d_caller, d_callee.subs(mapping),
-                                   f"{where}: argument {pname} of {callee.name} must be {fmt_shape(pt.shape)}, "
-                                   f"got {fmt_shape(at.shape)}")
+                else:          # (a dim over a later argument's symbol: mindcv's nasnet, x's dims (x_prev2 - 1) // 2 + 1)
+                    checks.append((d_caller, d_callee, f"{where}: argument {pname} of {callee.name} must be "
+                                                       f"{fmt_shape(pt.shape)}, got {fmt_shape(at.shape)}"))
         elif isinstance(pt, ScalarType):
             if not isinstance(at, ScalarType):
                 raise ShapeError(f"{where}: argument {pname} of {callee.name} must be a scalar, got {at}")
@@ -92,6 +92,8 @@ def bind_callee(env: ShapeEnv, callee: Code, ins: list, where: str) -> dict:
                 mapping[pt.value.args[0]] = at.value if isinstance(at.value, Pred) else Pred("flag", (f"{pname}?",))
         elif pt != at:
             raise ShapeError(f"{where}: argument {pname} of {callee.name} must be {pt}, got {at}")
+    for d_caller, d_callee, why in checks:
+        env.require_eq(d_caller, d_callee.subs(mapping), why)
     for a, b, why in callee.assumptions:
         env.require_eq(a.subs(mapping), b.subs(mapping), f"{where}: {why}")
     return mapping

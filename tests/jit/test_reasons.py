@@ -285,9 +285,10 @@ def test_parameter_reshaped_discards_variants(tmp_path):
 
 @pytest.mark.parametrize("option", ["enable_fusion", "memory_plan"])
 def test_a_changed_option_compiles_cells_that_already_ran(option, tmp_path):
-    """The Code a Cell runs depends on jit_config's enable_fusion and memory_plan: changing either
-    compiles every Cell again at its next call, and says so (a Cell first called with fusion off kept
-    its unfused Code when fusion was turned on: its convolutions and products ran in the interpreter)."""
+    """The Code a Cell runs depends on jit_config's enable_fusion and memory_plan: after a change a
+    Cell's next call compiles for the new values and says so, and a change back runs the variant it
+    had (a Cell first called with fusion off kept its unfused Code when fusion was turned on: its
+    convolutions and products ran in the interpreter)."""
     def fused(net):
         return {i.op.name for v in net._runner.variants.values() for c in v.code.all_codes() for i in c.instrs
                 if i.op.kind == "fused"}
@@ -313,7 +314,17 @@ def test_a_changed_option_compiles_cells_that_already_ran(option, tmp_path):
     assert probe(net)
     assert np.array_equal(out.asnumpy(), np.full((2, 3), 72, F32))
     (v,) = seen.variants("discarded")
-    assert f"1 compiled variant discarded: set_context changed jit_config {option} False -> True" in v["reason"]
+    assert f"compiled again: set_context changed jit_config {option} False -> True (the variants for the old " \
+           "values are kept)" in v["reason"]
+    ms.set_context(jit_config={option: False})
+    try:
+        with Seen(tmp_path / "k3") as seen:             # (and back: the first variant again, nothing compiled)
+            np.testing.assert_array_equal(net(t(2, 8)).asnumpy(), np.full((2, 3), 72, F32))
+        assert not probe(net) and not seen.report["compiles"] and not seen.variants("discarded")
+    finally:
+        ms.set_context(jit_config={option: True})
+    net(t(2, 8))
+    assert probe(net)
 
 
 def test_new_flags(tmp_path):

@@ -34,6 +34,7 @@ import numpy as np
 
 from . import context, events, gcpolicy, log, reasons
 from . import dtype as dt
+from .context import OPTIONS_EPOCH, compile_options
 from .interp import replay
 from .interp.replay import FALLBACK
 from .tensor import PARAMETER_SHAPES, Tensor, wrap
@@ -67,11 +68,12 @@ class Guard:
     """The native front of one Signature: ``fn(*values, **by_name)`` returns the replay's result
     (an array of the expected dtype as a Tensor), ``no`` for any other call, or FALLBACK."""
 
-    __slots__ = ("fn", "no", "keep", "signature", "generation")
+    __slots__ = ("fn", "no", "keep", "signature", "generation", "options")
 
     def __init__(self, fn, no, keep, signature, generation):
         self.fn, self.no, self.signature, self.generation = fn, no, signature, generation
         self.keep = keep          # what the guard's constants point at, alive while it lives
+        self.options = OPTIONS_EPOCH[0]      # (made under the jit options of this epoch: context.RECOMPILE)
 
 
 def result(out):
@@ -90,7 +92,8 @@ def cell_call(self, *args, **kwargs):
     d = self.__dict__
     g = d["_guard"]
     guarded = False
-    if g is not None and not _SLOW and PARAMETER_SHAPES[0] == g.generation and _CTX["mode"] != 1:
+    if g is not None and not _SLOW and PARAMETER_SHAPES[0] == g.generation and OPTIONS_EPOCH[0] == g.options \
+            and _CTX["mode"] != 1:
         out = g.fn(*args, **kwargs)
         if type(out) is Tensor:
             return out
@@ -116,7 +119,7 @@ def jit_call(self, *args, **kwargs):
     """``JitFunction.__call__``: the guard, then the runner's ``call``."""
     g = self._guard
     guarded = False
-    if g is not None and not _SLOW and PARAMETER_SHAPES[0] == g.generation:
+    if g is not None and not _SLOW and PARAMETER_SHAPES[0] == g.generation and OPTIONS_EPOCH[0] == g.options:
         out = g.fn(*args, **kwargs)
         if type(out) is Tensor:
             return out
@@ -139,8 +142,11 @@ def call(runner, args, kwargs, guarded: bool = False):
         runner.dropped = reasons.variants_dropped(len(runner.variants))   # (the next compile says so)
         runner.variants.clear()
         runner.memo.clear()
+        runner.stash = {}
         runner.shapes_seen = PARAMETER_SHAPES[0]
         point(runner, None)
+    if runner.epoch != OPTIONS_EPOCH[0]:              # jit options changed since this runner's last call
+        options(runner)
     vals = args if (not kwargs and len(args) == runner.n) else runner.values(args, kwargs)
     g = runner.guard
     if g is not None and not guarded and not _SLOW and _JIT["jit_level"] != "L1":
@@ -241,6 +247,24 @@ def aim(runner, hit: Signature, vals, out) -> None:
             hit.guard = state = False
     if state:
         point(runner, state)
+
+
+def options(runner) -> None:
+    """The runner's variants, memo and guard for the jit options now (context.RECOMPILE): a Cell keeps
+    them per options, so one called under two settings in turn (bench/peers.py's fused and unfused
+    nets, a test of fusion on and off) compiles each once; the first call under new ones says why."""
+    now = compile_options()
+    if runner.options is not None and now != runner.options:
+        if "stash" not in runner.__dict__:
+            runner.stash = {}
+        runner.stash[runner.options] = (runner.variants, runner.memo, runner.guard)
+        runner.variants, runner.memo, guard = runner.stash.pop(now, ({}, {}, None))
+        if not runner.variants:
+            runner.dropped = reasons.options_now()
+        point(runner, guard)
+    runner.options, runner.epoch = now, OPTIONS_EPOCH[0]
+    if runner.guard is not None:
+        runner.guard.options = OPTIONS_EPOCH[0]
 
 
 def point(runner, guard: Guard | None) -> None:

@@ -88,18 +88,24 @@ def _select_device(target: str, device_id) -> str:
     return target
 
 
-# the jit_config options the compiled Code of a Cell depends on (fusion, the memory plan): a change of
-# one compiles every Cell again at its next call, as a change of device links them again (jit_level is
-# read by each site at every call instead)
+# the jit_config options the compiled Code of a Cell depends on (fusion, the memory plan): a Cell keeps
+# its compiled variants per their values (callpath.call), so after a change its next call compiles for
+# the new ones, and a change back finds the old ones (jit_level is read by each site at every call instead)
 RECOMPILE = ("enable_fusion", "memory_plan")
+OPTIONS_EPOCH = [0]          # bumped by each change of them: a Cell's guard made under other values steps aside
+
+
+def compile_options() -> tuple:
+    """The values of the RECOMPILE options now."""
+    c = _ctx["jit_config"]
+    return bool(c["enable_fusion"]), bool(c["memory_plan"])
 
 
 def _recompile(changed) -> None:
     from . import reasons
-    from .tensor import PARAMETER_SHAPES
 
     reasons.option_changed(changed)
-    PARAMETER_SHAPES[0] += 1            # (every runner drops its variants at its next call: callpath.call)
+    OPTIONS_EPOCH[0] += 1
 
 
 def set_context(**kwargs) -> None:

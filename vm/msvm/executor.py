@@ -293,6 +293,9 @@ class _Runner:
     shapes_seen = 0     # PARAMETER_SHAPES when the variants were compiled
     guard = None        # callpath.Guard: the last signature that ran its replay
     owner = None        # the Cell or JitFunction that calls this runner (and holds the guard too)
+    options = None      # the jit options (context.compile_options) the variants, memo and guard are for,
+    epoch = -1          # at this context.OPTIONS_EPOCH;
+    stash: dict = {}    # and those of other options (callpath.options; a runner's own dict once it has one)
 
 
 def _short(v) -> str:

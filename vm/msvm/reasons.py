@@ -322,10 +322,18 @@ def device_changed(target: str) -> None:
     _param_change[0] = f"set_context changed device_target to {target}"
 
 
+_option_change: list = [None]
+
+
 def option_changed(changed) -> None:
-    """jit_config options the compiled Code depends on changed (``changed``: (name, old, new) each):
-    every Cell is compiled again, and the next compile says which option it was."""
-    _param_change[0] = "set_context changed jit_config " + ", ".join(f"{n} {o} -> {v}" for n, o, v in changed)
+    """jit_config options the compiled Code depends on changed (``changed``: (name, old, new) each): a
+    Cell's next call under them compiles for them (its variants for the old ones are kept), and says so."""
+    _option_change[0] = "set_context changed jit_config " + ", ".join(f"{n} {o} -> {v}" for n, o, v in changed)
+
+
+def options_now() -> str:
+    """The clause for a Cell's first compile under jit options it has not run with yet."""
+    return (_option_change[0] or "set_context changed jit_config") + " (the variants for the old values are kept)"
 
 
 def variants_dropped(n: int) -> str | None:

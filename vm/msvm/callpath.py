@@ -142,7 +142,7 @@ def call(runner, args, kwargs, guarded: bool = False):
         runner.dropped = reasons.variants_dropped(len(runner.variants))   # (the next compile says so)
         runner.variants.clear()
         runner.memo.clear()
-        runner.stash = {}
+        runner.stash = None
         runner.shapes_seen = PARAMETER_SHAPES[0]
         point(runner, None)
     if runner.epoch != OPTIONS_EPOCH[0]:              # jit options changed since this runner's last call
@@ -255,7 +255,7 @@ def options(runner) -> None:
     nets, a test of fusion on and off) compiles each once; the first call under new ones says why."""
     now = compile_options()
     if runner.options is not None and now != runner.options:
-        if "stash" not in runner.__dict__:
+        if runner.stash is None:
             runner.stash = {}
         runner.stash[runner.options] = (runner.variants, runner.memo, runner.guard)
         runner.variants, runner.memo, guard = runner.stash.pop(now, ({}, {}, None))

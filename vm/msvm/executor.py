@@ -295,7 +295,7 @@ class _Runner:
     owner = None        # the Cell or JitFunction that calls this runner (and holds the guard too)
     options = None      # the jit options (context.compile_options) the variants, memo and guard are for,
     epoch = -1          # at this context.OPTIONS_EPOCH;
-    stash: dict = {}    # and those of other options (callpath.options; a runner's own dict once it has one)
+    stash = None        # and those of other options: {options: (variants, memo, guard)} (callpath.options)
 
 
 def _short(v) -> str:

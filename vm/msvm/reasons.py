@@ -338,7 +338,7 @@ def options_now() -> str:
 
 def variants_dropped(n: int) -> str | None:
     """The clause for a compile after ``n`` variants were dropped because a Parameter changed shape,
-    a compiled Cell's attribute was set or a jit_config option the Code depends on changed."""
+    a compiled Cell's attribute was set or the device changed."""
     if not n:
         return None
     what = _param_change[0] or "a Parameter changed shape"

@@ -14,6 +14,7 @@ import builtins
 
 from .. import dtype as dt
 from .opcodes import BY_NAME
+from .shapes import RESIZE_MODES
 from .symbolic import Expr, Pred
 
 
@@ -121,8 +122,7 @@ CONST_OPERANDS = {
                  "None or a pair of positive ints or symbolic dims"),
     "scale": (lambda v: v is None or (isinstance(v, tuple) and len(v) == 2 and all(_is_int(d) and d > 0 for d in v)),
               "None or a pair of positive ints"),
-    "RESIZE.mode": (lambda v: v in ("nearest", "bilinear", "bilinear_asymmetric"),
-                    "'nearest', 'bilinear' or 'bilinear_asymmetric'"),
+    "RESIZE.mode": (lambda v: v in RESIZE_MODES, f"one of {RESIZE_MODES}"),
     "align_corners": (lambda v: isinstance(v, bool), "a bool"),
     # conformance ops (issue 21)
     "lower": (_is_int, "an int (-1: no limit)"),

@@ -266,11 +266,14 @@ def pool2d(ctx, ins, args, *, name):
     return TensorType((n, c, ctx.env.norm(Expr.of(ho)), ctx.env.norm(Expr.of(wo))), d)
 
 
+RESIZE_MODES = ("nearest", "bilinear", "bilinear_asymmetric")    # (bilinear_asymmetric: source dst * in / out)
+
+
 def resize(ctx, ins, args):
     x = _nchw(ins[0], "RESIZE")
     size, scale, mode, _ = args
-    if mode not in ("nearest", "bilinear", "bilinear_asymmetric"):
-        raise ShapeError(f"RESIZE: mode must be 'nearest', 'bilinear' or 'bilinear_asymmetric', got {mode!r}")
+    if mode not in RESIZE_MODES:
+        raise ShapeError(f"RESIZE: mode must be one of {RESIZE_MODES}, got {mode!r}")
     n, c, h, w = (ctx.env.norm(d) for d in x.shape)
     if size is not None:
         oh, ow = (Expr.of(d) for d in size)

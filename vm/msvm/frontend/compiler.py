@@ -692,7 +692,7 @@ class FunctionCompiler:
     def stmt_AugAssign(self, node):
         target = node.target
         if isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name):
-            # x[index] op= v: x[index] = x[index] op v, the index evaluated once (rexnet's x[:, 0:c] += shortcut)
+            # x[index] op= v: x[index] = x[index] op v (rexnet's x[:, 0:c] += shortcut)
             base = self.expr(target.value)
             if isinstance(base, GraphValue) and isinstance(base.type, TensorType):
                 self.loc = self.node_loc(target)
@@ -1203,9 +1203,9 @@ class FunctionCompiler:
                 lo = n + k if k < 0 else k
                 cut.append(("s", lo, lo + 1, None))
             else:
-                lo, hi = _slice_bound(v[1], n, 0), _slice_bound(v[2], n, n)
-                cut.append(("s", lo, hi if isinstance(hi, int) and isinstance(lo, int) and hi >= lo else
-                            hi if isinstance(hi, int) and isinstance(lo, int) else S.smax(hi, lo), None))
+                lo, hi = _slice_bound(v[1], n, 0), _slice_bound(v[2], n, n)     # (an empty region: at lo)
+                cut.append(("s", lo, max(hi, lo) if isinstance(hi, int) and isinstance(lo, int) else S.smax(hi, lo),
+                            None))
         try:
             region = trace_op("SLICE", (x,), (tuple(cut),))
             if isinstance(value, Expr) or (isinstance(value, GraphValue) and isinstance(value.type, ScalarType)):
@@ -1706,7 +1706,7 @@ _RETURN_VALUE = "%return"          # (the name its value is merged under; a tupl
 
 
 def _return_shape(a, b):
-    """The nesting both sides' returned values share (None: a leaf, a tuple: per item), or None where
+    """The nesting both sides' returned values share ("leaf", or a tuple of the items'), or None where
     they differ (then the merge cannot pair them)."""
     if isinstance(a, tuple) and isinstance(b, tuple):
         if len(a) != len(b):

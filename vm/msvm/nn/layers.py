@@ -121,7 +121,10 @@ class GroupNorm(Cell):
 
     def construct(self, x):
         shape = x.shape
-        g = ops.reshape(x, (shape[0], self.num_groups, -1))
+        per_group = self.num_channels // self.num_groups
+        for d in shape[2:]:
+            per_group = per_group * d          # (not -1: an empty batch has no size to infer it from)
+        g = ops.reshape(x, (shape[0], self.num_groups, per_group))
         d = g - ops.mean(g, -1, True)
         y = ops.reshape(d / ops.sqrt(ops.mean(d * d, -1, True) + self.eps), shape)
         per_channel = (1, self.num_channels) + (1,) * (len(shape) - 2)

@@ -15,7 +15,7 @@ import numpy as np
 
 from .. import device as _device
 from .. import dtype as dt
-from ..bytecode.symbolic import Expr, product, smax, smin
+from ..bytecode.symbolic import Expr, SymbolicError, product, smax, smin
 from ..errors import UnknownDim
 from ..frontend.graph import is_graph, trace_op
 from ..interp.kernels import KERNELS
@@ -583,7 +583,7 @@ def reshape(input, shape):
         total = product(src)
         try:
             rest = total // known
-        except ZeroDivisionError:
+        except (ZeroDivisionError, SymbolicError):
             raise ValueError(f"ops.reshape: cannot infer the -1 in {shape}: the other dims multiply to 0") from None
         shape = tuple(rest if (isinstance(d, int) and d == -1) else d for d in shape)
     shape = tuple(_plain(d) for d in shape)
@@ -753,8 +753,9 @@ def roll(input, shifts, dims=None):
             m = smax(n, 1)
             cut = (m - Expr.of(s) % m) % m
         whole = [("s", None, None, None)] * d
-        head = apply("SLICE", (out,), (tuple(whole + [("s", None, _plain(cut) if isinstance(cut, Expr) else cut, None)]),))
-        tail = apply("SLICE", (out,), (tuple(whole + [("s", _plain(cut) if isinstance(cut, Expr) else cut, None, None)]),))
+        cut = _plain(cut)
+        head = apply("SLICE", (out,), (tuple(whole + [("s", None, cut, None)]),))
+        tail = apply("SLICE", (out,), (tuple(whole + [("s", cut, None, None)]),))
         out = concat((tail, head), d)
     return out
 

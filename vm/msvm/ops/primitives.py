@@ -380,10 +380,10 @@ class ResizeBilinear(Primitive):
         self.size, self.align_corners, self.half_pixel_centers = tuple(size), align_corners, half_pixel_centers
 
     def __call__(self, x):
+        size = tuple(F._plain(F._dim_of(d)) for d in self.size)    # (ints a sub-Cell returned: their expressions)
         if self.align_corners or self.half_pixel_centers:
-            return F.interpolate(x, size=self.size, mode="bilinear", align_corners=self.align_corners)
-        return F.apply("RESIZE", (x,), (tuple(F._plain(F._dim_of(d)) for d in self.size), None,
-                                        "bilinear_asymmetric", False))
+            return F.interpolate(x, size=size, mode="bilinear", align_corners=self.align_corners)
+        return F.apply("RESIZE", (x,), (size, None, "bilinear_asymmetric", False))
 
 
 class PrimitiveWithInfer(Primitive):

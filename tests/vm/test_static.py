@@ -684,3 +684,31 @@ def test_constructor_time_ops_on_known_sizes():
     (cls,) = [c for c in cell.classes if c.name == "Causal"]
     obj = cell.instantiate(cls, [], {})
     assert [str(d) for d in obj.big.placeholder_shape] == ["1", "1", "big", "big"]
+
+
+def test_a_cell_made_in_construct_is_read_not_run(tmp_path):
+    """The editor's views of a Cell that makes another in construct (mobilevit's ``nn.Softmax(-1)(x)``,
+    cmt's ``Pool()(x)``) and edits an item (rexnet's ``x[:, 0:c] += s``): compiled from source, the
+    made Cell's construct inlined, and its __init__ (here, a file write) never run."""
+    marker = tmp_path / "ran"
+    src = P.HEAD + f'''
+
+class Twice(nn.Cell):
+    def __init__(self):
+        super().__init__()
+        open({str(marker)!r}, "w").write("__init__ ran")
+
+    def construct(self, x):
+        return x * 2.0
+
+
+class Net(nn.Cell):
+    def construct(self, x):
+        x[:, 0:2] += 1.0
+        return Twice()(x) + nn.Softmax(axis=-1)(x)
+'''
+    e, _ = entry(src, "Net", str(tmp_path / "net.py"))
+    assert e.error is None, e.error
+    names = {ins.op.name for c in e.code.all_codes() for ins in c.instrs}
+    assert {"SLICE", "CONCAT", "SOFTMAX"} <= names, names
+    assert not marker.exists()

@@ -1580,8 +1580,10 @@ class FunctionCompiler:
         if path is None and not cell.__dict__.get("_params") and not cell.__dict__.get("_cells") and \
                 not any(hasattr(v, "_data") for v in vars(cell).values()):       # (no Tensor attributes)
             # a Cell made in construct with nothing to keep (mobilevit's ``nn.Softmax(axis=-1)(attn)``): its
-            # construct runs inline, as a helper method's
-            return self.inline(cell.construct, args, kwargs, node)
+            # construct runs inline, as a helper method's (a Cell built from source, in the editor's views,
+            # gives its construct as the frontend reads its attributes)
+            getter = getattr(cell, "__msvm_getattr__", None)
+            return self.inline(getter("construct") if getter is not None else cell.construct, args, kwargs, node)
         if path is None:
             raise self.error(f"{type(cell).__name__} is not a sub-Cell of {type(self.self_obj).__name__}: create it in "
                              "__init__ and assign it to an attribute", node)

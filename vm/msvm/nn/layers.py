@@ -104,53 +104,6 @@ class LayerNorm(Cell):
                      (self.begin_norm_axis, self.begin_params_axis, self.epsilon))
 
 
-class GroupNorm(Cell):
-    """MindSpore's nn.GroupNorm on [N, C, *]: each of ``num_groups`` groups of channels normalized over
-    its channels and positions (mean, biased variance, ``eps`` inside the root), then ``gamma`` and
-    ``beta`` per channel (mindcv's poolformer)."""
-
-    def __init__(self, num_groups, num_channels, eps=1e-5, affine=True, gamma_init="ones", beta_init="zeros",
-                 dtype=dt.float32):
-        super().__init__()
-        if num_groups < 1 or num_channels % num_groups:
-            raise ValueError(f"nn.GroupNorm: num_channels ({num_channels}) must be a multiple of num_groups "
-                             f"({num_groups})")
-        self.num_groups, self.num_channels, self.eps, self.affine = int(num_groups), int(num_channels), float(eps), affine
-        self.gamma = Parameter(_init(gamma_init, (num_channels,), dtype, 1), name="gamma", requires_grad=affine)
-        self.beta = Parameter(_init(beta_init, (num_channels,), dtype, 1), name="beta", requires_grad=affine)
-
-    def construct(self, x):
-        shape = x.shape
-        per_group = self.num_channels // self.num_groups
-        for d in shape[2:]:
-            per_group = per_group * d          # (not -1: an empty batch has no size to infer it from)
-        g = ops.reshape(x, (shape[0], self.num_groups, per_group))
-        d = g - ops.mean(g, -1, True)
-        y = ops.reshape(d / ops.sqrt(ops.mean(d * d, -1, True) + self.eps), shape)
-        per_channel = (1, self.num_channels) + (1,) * (len(shape) - 2)
-        return y * ops.reshape(self.gamma, per_channel) + ops.reshape(self.beta, per_channel)
-
-
-class ConstantPad2d(Cell):
-    """MindSpore's nn.ConstantPad2d: the last two dims padded with ``value`` by ``padding`` (an int, or
-    (left, right, top, bottom)); negative pads crop (mindcv's BiT)."""
-
-    def __init__(self, padding, value):
-        super().__init__()
-        pads = (padding,) * 4 if isinstance(padding, int) else tuple(int(p) for p in padding)
-        if len(pads) != 4:
-            raise ValueError(f"nn.ConstantPad2d: padding must be an int or 4 ints, got {padding!r}")
-        self.padding, self.value = pads, float(value)
-
-    def construct(self, x):
-        return ops.pad(x, self.padding, value=self.value)
-
-
-class ZeroPad2d(ConstantPad2d):
-    def __init__(self, padding):
-        super().__init__(padding, 0.0)
-
-
 class ReLU(Cell):
     def construct(self, x):
         return ops.relu(x)
@@ -439,3 +392,49 @@ class Dropout(Cell):
     def construct(self, x):
         return x
 
+
+class GroupNorm(Cell):
+    """MindSpore's nn.GroupNorm on [N, C, *]: each of ``num_groups`` groups of channels normalized over
+    its channels and positions (mean, biased variance, ``eps`` inside the root), then ``gamma`` and
+    ``beta`` per channel (mindcv's poolformer)."""
+
+    def __init__(self, num_groups, num_channels, eps=1e-5, affine=True, gamma_init="ones", beta_init="zeros",
+                 dtype=dt.float32):
+        super().__init__()
+        if num_groups < 1 or num_channels % num_groups:
+            raise ValueError(f"nn.GroupNorm: num_channels ({num_channels}) must be a multiple of num_groups "
+                             f"({num_groups})")
+        self.num_groups, self.num_channels, self.eps, self.affine = int(num_groups), int(num_channels), float(eps), affine
+        self.gamma = Parameter(_init(gamma_init, (num_channels,), dtype, 1), name="gamma", requires_grad=affine)
+        self.beta = Parameter(_init(beta_init, (num_channels,), dtype, 1), name="beta", requires_grad=affine)
+
+    def construct(self, x):
+        shape = x.shape
+        per_group = self.num_channels // self.num_groups
+        for d in shape[2:]:
+            per_group = per_group * d          # (not -1: an empty batch has no size to infer it from)
+        g = ops.reshape(x, (shape[0], self.num_groups, per_group))
+        d = g - ops.mean(g, -1, True)
+        y = ops.reshape(d / ops.sqrt(ops.mean(d * d, -1, True) + self.eps), shape)
+        per_channel = (1, self.num_channels) + (1,) * (len(shape) - 2)
+        return y * ops.reshape(self.gamma, per_channel) + ops.reshape(self.beta, per_channel)
+
+
+class ConstantPad2d(Cell):
+    """MindSpore's nn.ConstantPad2d: the last two dims padded with ``value`` by ``padding`` (an int, or
+    (left, right, top, bottom)); negative pads crop (mindcv's BiT)."""
+
+    def __init__(self, padding, value):
+        super().__init__()
+        pads = (padding,) * 4 if isinstance(padding, int) else tuple(int(p) for p in padding)
+        if len(pads) != 4:
+            raise ValueError(f"nn.ConstantPad2d: padding must be an int or 4 ints, got {padding!r}")
+        self.padding, self.value = pads, float(value)
+
+    def construct(self, x):
+        return ops.pad(x, self.padding, value=self.value)
+
+
+class ZeroPad2d(ConstantPad2d):
+    def __init__(self, padding):
+        super().__init__(padding, 0.0)

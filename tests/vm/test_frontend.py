@@ -189,6 +189,7 @@ def test_int_argument_is_a_runtime_symbol():
 
 BAD = {
     "while": "        while True:\n            x = x + 1\n        return x\n",
+    "while_tensor": "        while x.sum() > 0:\n            x = x - 1\n        return x\n",
     "try": "        try:\n            x = x + 1\n        except Exception:\n            pass\n        return x\n",
     "listcomp": "        ys = [x for _ in range(3)]\n        return x\n",
     "lambda": "        f = lambda t: t\n        return x\n",
@@ -197,7 +198,9 @@ BAD = {
     "undefined": "        return x + zzz\n",
     "numpy_on_tensor": "        return np.exp(x)\n",
 }
-EXPECT = {"while": "while loops are not supported", "try": "try/except", "listcomp": "list comprehension",
+EXPECT = {"while": "while loop still running after 4096 passes",
+          "while_tensor": "a while loop on a tensor's values is not supported", "try": "try/except",
+          "listcomp": "list comprehension",
           "lambda": "lambda",
           "tensor_if": "branching on a tensor", "attr_assign": "assigning to attributes",
           "undefined": "name 'zzz' is not defined", "numpy_on_tensor": "numpy.exp cannot take msvm tensors"}

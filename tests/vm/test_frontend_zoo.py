@@ -404,3 +404,143 @@ def test_sides_of_a_shape_condition(level):
             np.testing.assert_array_equal(b.asnumpy(), np.pad(y, (0, 1)) if n % 2 else y)
         with pytest.raises(AssertionError, match="nine rows"):
             net(ms.Tensor(np.zeros(9, np.float32)))
+
+
+def unfold_ref(x, k, s, r, same):
+    """ExtractImagePatches on NCHW, written out: the windows' depth (row, column, channel)."""
+    n, c, h, w = x.shape
+    (kh, kw), (sh, sw), (rh, rw) = k, s, r
+    eh, ew = (kh - 1) * rh + 1, (kw - 1) * rw + 1
+    if same:
+        oh, ow = -(-h // sh), -(-w // sw)
+        ph, pw = max((oh - 1) * sh + eh - h, 0), max((ow - 1) * sw + ew - w, 0)
+        x = np.pad(x, ((0, 0), (0, 0), (ph // 2, ph - ph // 2), (pw // 2, pw - pw // 2)))
+    else:
+        oh, ow = (h - eh) // sh + 1, (w - ew) // sw + 1
+    out = np.zeros((n, kh * kw * c, oh, ow), x.dtype)
+    for i in range(kh):
+        for j in range(kw):
+            for a in range(oh):
+                for b in range(ow):
+                    out[:, (i * kw + j) * c:(i * kw + j + 1) * c, a, b] = x[:, :, a * sh + i * rh, b * sw + j * rw]
+    return out
+
+
+@pytest.mark.parametrize("level", ["L1", "auto", "pynative"])
+def test_unfold_takes_every_window_as_channels(level, rng):
+    """volo's and halonet's nn.Unfold: valid and same, strides and rates, over set_inputs' None dims."""
+    cases = [((3, 3), (1, 1), (1, 1), "valid"), ((2, 3), (2, 1), (1, 2), "same"), ((4, 4), (2, 2), (1, 1), "valid"),
+             ((3, 3), (3, 3), (1, 1), "same"), ((1, 1), (3, 2), (1, 1), "same")]
+    with at(level):
+        for k, s, r, pad in cases:
+            net = nn.Unfold([1, *k, 1], [1, *s, 1], [1, *r, 1], pad)
+            net.set_inputs(ms.Tensor(shape=[None, 3, None, None], dtype=ms.float32))
+            for shape in ((2, 3, 7, 9), (1, 3, 8, 8), (2, 3, 5, 11)):
+                x = rng.standard_normal(shape).astype(np.float32)
+                np.testing.assert_array_equal(net(ms.Tensor(x)).asnumpy(), unfold_ref(x, k, s, r, pad == "same"))
+    with pytest.raises(ValueError, match=r"ksizes must be \[1, ksize_row, ksize_col, 1\]"):
+        nn.Unfold([3, 3], [1, 1, 1, 1], [1, 1, 1, 1])
+    with pytest.raises(ValueError, match="padding must be 'same' or 'valid'"):
+        nn.Unfold([1, 3, 3, 1], [1, 1, 1, 1], [1, 1, 1, 1], "pad")
+
+
+class HaloBits(nn.Cell):
+    """halonet's relative logits: mindspore.numpy.tensordot, MindSpore 1.x's ``ops.pad(x, paddings=...)``
+    (pairs from the first dim), ``ops.squeeze(x, axis=())`` on dims that may be 1; volo's Cell made in
+    construct from the input's dims."""
+
+    def __init__(self, mnp):
+        super().__init__()
+        self.mnp = mnp
+
+    def construct(self, q, rel_k):
+        b, h, w, _ = q.shape
+        x = self.mnp.tensordot(q, ops.transpose(rel_k, (1, 0)), axes=1)
+        x = ops.pad(x, paddings=((0, 0), (0, 0), (0, 0), (0, 1)))
+        x = ops.squeeze(ops.expand_dims(x, 1), axis=())
+        return Scaled((h, w))(x)
+
+
+class Scaled(nn.Cell):
+    def __init__(self, size):
+        super().__init__()
+        self.scale = float(size[0] * size[1])       # (Python arithmetic on the dims: needs them known)
+
+    def construct(self, x):
+        return x * self.scale
+
+
+@pytest.mark.parametrize("level", ["L1", "auto", "pynative"])
+def test_halonets_tensordot_old_pad_and_squeeze_and_a_cell_made_from_dims(level, rng, mindspore_alias):
+    import mindspore.numpy as mnp
+
+    with at(level):
+        net = HaloBits(mnp)
+        net.set_inputs(ms.Tensor(shape=[None, None, None, 4], dtype=ms.float32),
+                       ms.Tensor(shape=[5, 4], dtype=ms.float32))
+        for shape in ((2, 3, 3, 4), (1, 1, 2, 4), (2, 3, 3, 4), (1, 2, 1, 4)):
+            q = rng.standard_normal(shape).astype(np.float32)
+            k = rng.standard_normal((5, 4)).astype(np.float32)
+            want = np.pad(np.tensordot(q, k.T, 1), ((0, 0), (0, 0), (0, 0), (0, 1)))
+            want = np.squeeze(want[:, None]) * float(shape[1] * shape[2])
+            np.testing.assert_allclose(net(ms.Tensor(q), ms.Tensor(k)).asnumpy(), want, rtol=1e-5, atol=1e-5)
+    a = rng.standard_normal((2, 3, 4)).astype(np.float32)
+    b = rng.standard_normal((4, 3, 5)).astype(np.float32)
+    for axes in (((1, 2), (1, 0)), 0, ([2], [0])):
+        got = ops.tensordot(ms.Tensor(a), ms.Tensor(b if axes != ([2], [0]) else b), axes).asnumpy()
+        np.testing.assert_allclose(got, np.tensordot(a, b, axes), rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="does not match"):
+        ops.tensordot(ms.Tensor(a), ms.Tensor(b), ((1,), (0,)))
+    with pytest.raises(ValueError, match="pairs, one per dim"):
+        ops.pad(ms.Tensor(a), paddings=((0, 1), (2,)))
+
+
+class Fold(nn.Cell):
+    """volo's Fold, shortened: made in construct from the input's dims, with a fixed float16 Tensor (not a
+    Parameter) and a P.Conv2DTranspose: every window channel added back at its place (torch's fold)."""
+
+    def __init__(self, channels, output_size, k, stride):
+        super().__init__()
+        self.h = int((output_size[0] + 2 - k) / stride + 1)      # (Python arithmetic: the dims must be known)
+        self.size, self.c, self.k = output_size, channels, k
+        w = np.zeros((channels * k * k, 1, k, k))
+        for i in range(channels * k * k):
+            w[i, 0, (i % (k * k)) // k, i % k] = 1
+        self.weight = ms.Tensor(w, ms.float16)
+        self.fold = ops.Conv2DTranspose(channels * k * k, k, pad_mode="pad", pad=(1, 1, 1, 1), stride=stride,
+                                        group=channels)
+
+    def construct(self, x):
+        b = x.shape[0]
+        x = ops.reshape(x, (b, self.c * self.k * self.k, self.h, -1))
+        return self.fold(x, self.weight, (b, self.c, self.size[0], self.size[1]))
+
+
+class Folder(nn.Cell):
+    def construct(self, x, cols):
+        b, c, h, w = x.shape
+        return Fold(c, (h, w), 3, 2)(cols) + x
+
+
+def fold_ref(x, cols):
+    b, c, h, w = x.shape
+    oh, ow = (h - 1) // 2 + 1, (w - 1) // 2 + 1
+    cols = cols.reshape(b, c, 3, 3, oh, ow)
+    out = np.zeros((b, c, h + 2, w + 2))
+    for i in range(3):
+        for j in range(3):
+            out[:, :, i:i + 2 * oh - 1:2, j:j + 2 * ow - 1:2] += cols[:, :, i, j]
+    return out[:, :, 1:h + 1, 1:w + 1] + x
+
+
+@pytest.mark.parametrize("level", ["L1", "auto"])
+def test_a_cell_made_in_construct_with_a_tensor_from_the_inputs_dims(level, rng):
+    with at(level):
+        net = Folder()
+        net.set_inputs(ms.Tensor(shape=[None, 2, None, None], dtype=ms.float32),
+                       ms.Tensor(shape=[None, 18, None], dtype=ms.float32))
+        for h, w in ((5, 6), (4, 4), (5, 6)):
+            x = rng.standard_normal((2, 2, h, w)).astype(np.float32)
+            cols = rng.standard_normal((2, 18, ((h - 1) // 2 + 1) * ((w - 1) // 2 + 1))).astype(np.float32)
+            np.testing.assert_allclose(net(ms.Tensor(x), ms.Tensor(cols)).asnumpy(), fold_ref(x, cols), rtol=1e-5,
+                                       atol=1e-5)

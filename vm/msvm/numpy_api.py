@@ -21,6 +21,10 @@ matmul, dot, tril, triu, tile, reshape = F.matmul, F.dot, F.tril, F.triu, F.tile
 zeros_like, ones_like, expand_dims = F.zeros_like, F.ones_like, F.expand_dims
 
 
+def tensordot(a, b, axes=2):
+    return F.tensordot(a, b, axes)
+
+
 def arange(start, stop=None, step=None, dtype=None):
     return F.arange(start, stop, 1 if step is None else step, dtype=dtype)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 
 from .. import dtype as dt
-from .symbolic import Expr, fmt_shape, product, smax, smin, sym
+from .symbolic import Expr, UnknownValue, fmt_shape, product, smax, smin, sym
 from .types import NONE, ScalarType, ShapeError, TensorType, TupleType, type_of_const
 
 # ---------------------------------------------------------------- helpers
@@ -384,10 +384,12 @@ def squeeze(ctx, ins, args):
     t = _tensor(ins[0], "SQUEEZE")
     axes = args[0]
     if axes is None or axes == ():
-        drop = {i for i, d in enumerate(t.shape) if d == 1}
-        if any(not d.is_const() for d in t.shape):
-            unknown = [str(d) for d in t.shape if not d.is_const()]
-            raise ShapeError(f"SQUEEZE: without axes it needs constant dims, {fmt_shape(t.shape)} has {', '.join(unknown)}")
+        # (a dim known not to be 1 stays; one that may be 1 needs the call's exact shapes: UnknownValue)
+        unknown = [str(d) for d in t.shape if not d.is_const() and not ctx.env.not_one(d)]
+        if unknown:
+            raise UnknownValue(f"SQUEEZE without axes drops the dims of size 1: {fmt_shape(t.shape)} has "
+                               f"{', '.join(unknown)}, which may be 1")
+        drop = {i for i, d in enumerate(t.shape) if d.is_const() and d == 1}
     else:
         drop = set(_axes(axes, t.rank, "SQUEEZE"))
         for i in drop:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import contextlib
 import inspect
 import math
 import operator
@@ -181,6 +182,14 @@ class _Returned(Exception):
     """Internal: control left the block through a return."""
 
 
+class _Break(Exception):
+    """Internal: a ``break`` of the loop being unrolled."""
+
+
+class _Continue(Exception):
+    """Internal: a ``continue`` of the loop being unrolled."""
+
+
 _BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
            ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow,
            ast.MatMult: operator.matmul,
@@ -264,6 +273,8 @@ class FunctionCompiler:
         self.scope = ""            # prefix of local slot names inside inlined helpers
         self.inlines = 0
         self.loop_syms = 0
+        self.loops: list = []      # the loops being compiled: (unrolled, len(branch_preds) at their start)
+        self.made_cells: set = set()   # ids of the Cells made in construct and run inline (call_cell)
         self._callee_index: dict = {}
         self.hover: list = []      # (Loc, name, type) for the language server
         # Cell.to_float's dtype: float tensor arguments and Parameters are cast to it on entry
@@ -738,23 +749,28 @@ class FunctionCompiler:
             raise self.error(f"cannot assign to {_describe(target)}", target)
 
     def stmt_If(self, node):
-        test = self.expr(node.test)
+        test = self.condition(node.test, "branching")
+        if isinstance(test, bool):
+            self.block(node.body if test else node.orelse)
+            return
+        self.symbolic_if(test, node)
+
+    def condition(self, node, what: str):
+        """An if's or a while's test: a bool where it is known while compiling, else the shape predicate
+        (a Pred) it depends on; a test on a tensor's values is an error."""
+        test = self.expr(node)
         if isinstance(test, GraphValue):
             if isinstance(test.type, ScalarType) and test.type.kind == "b" and test.type.value is not None:
                 test = test.type.value
             else:
-                raise self.error("branching on a tensor's values is not supported; branch on shapes "
-                                 "(x.shape[0] > 32) or on bool arguments", node.test)
+                raise self.error(f"{what} on a tensor's values is not supported; test shapes "
+                                 "(x.shape[0] > 32) or bool arguments", node)
         if not isinstance(test, Pred):
             test = _truth(test)
         if isinstance(test, bool):
-            self.block(node.body if test else node.orelse)
-            return
+            return test
         c = test.const_value()
-        if c is not None:
-            self.block(node.body if c else node.orelse)
-            return
-        self.symbolic_if(test, node)
+        return test if c is None else bool(c)
 
     def symbolic_if(self, pred: Pred, node):
         self.loc = self.node_loc(node.test)
@@ -878,8 +894,6 @@ class FunctionCompiler:
                          "give it the same rank and dtype", node)
 
     def stmt_For(self, node):
-        if node.orelse:
-            raise self.error("for ... else is not supported", node)
         it = node.iter
         if (isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "range"
                 and self.lookup_global("range") is builtins.range):
@@ -901,11 +915,77 @@ class FunctionCompiler:
         self.unrolled(node, items)
 
     def unrolled(self, node, items):
+        """A for loop over values known while compiling: its body once per item, in order (``break`` and
+        ``continue`` under conditions known while compiling end the unrolling or the item; the else
+        clause runs where no break did)."""
         if len(items) > self.MAX_UNROLL:
             raise self.error(f"loop of {len(items)} iterations is too long to unroll (limit {self.MAX_UNROLL})", node)
-        for v in items:
-            self.assign(node.target, v)
-            self.block(node.body)
+        with self.loop(True):
+            for v in items:
+                self.assign(node.target, v)
+                if not self.iteration(node.body):
+                    return
+        self.block(node.orelse)
+
+    @contextlib.contextmanager
+    def loop(self, unrolled: bool):
+        self.loops.append((unrolled, len(self.branch_preds)))
+        try:
+            yield
+        finally:
+            self.loops.pop()
+
+    def iteration(self, body) -> bool:
+        """One pass of an unrolled loop's body; False where it ended in a ``break``."""
+        try:
+            self.block(body)
+        except _Continue:
+            pass
+        except _Break:
+            return False
+        return True
+
+    def stmt_While(self, node):
+        """A while loop whose test is known while compiling at each pass (the counters and the lists of
+        edgenext's ``while begin + width < C``): unrolled, as a for loop over constants is. A test on
+        symbolic dims needs the loop's count: the caller compiles for the call's exact shapes."""
+        passes = 0
+        with self.loop(True):
+            while True:
+                go = self.condition(node.test, "a while loop")
+                if not isinstance(go, bool):
+                    raise UnknownDim(f"the while loop at line {self.node_loc(node).line} tests symbolic dims "
+                                     f"({ast.unparse(node.test)}): the loop needs its count known (the caller "
+                                     "compiles for exact shapes)")
+                if not go:
+                    break
+                passes += 1
+                if passes > self.MAX_UNROLL:
+                    raise self.error(f"while loop still running after {self.MAX_UNROLL} passes while compiling "
+                                     "(it is unrolled: its test must become false)", node)
+                if not self.iteration(node.body):
+                    return
+        self.block(node.orelse)
+
+    def stmt_Break(self, node):
+        self.jump(node, _Break)
+
+    def stmt_Continue(self, node):
+        self.jump(node, _Continue)
+
+    def jump(self, node, kind) -> None:
+        """break / continue: of an unrolled loop, under conditions known while compiling, it ends the loop or
+        the pass; under a shape condition, or in a loop over a symbolic range, the loop needs its count and
+        the conditions known (the caller compiles for exact shapes)."""
+        word = "break" if kind is _Break else "continue"
+        if not self.loops:
+            raise self.error(f"'{word}' outside a loop", node)
+        unrolled, depth = self.loops[-1]
+        if not unrolled or len(self.branch_preds) > depth:
+            raise UnknownDim(f"'{word}' at line {self.node_loc(node).line} "
+                             + ("in a loop over a symbolic range" if not unrolled else "under a shape condition")
+                             + ": the loop needs its count known (the caller compiles for exact shapes)")
+        raise kind()
 
     def symbolic_loop(self, node, args):
         if not isinstance(node.target, ast.Name):
@@ -924,7 +1004,8 @@ class FunctionCompiler:
         self.cb.place(top)
         self.emit("BRANCH_IF_SYMBOLIC", self.cb.const(S.compare("<", i, Expr.of(stop))), end)
         self.vars[node.target.id] = i
-        self.block(node.body)
+        with self.loop(False):
+            self.block(node.body)
         for name, v in list(self.vars.items()):
             if name == node.target.id or name not in entry or entry[name] is v:
                 continue
@@ -946,6 +1027,7 @@ class FunctionCompiler:
         self.emit("JUMP", top)
         self.cb.place(end)
         self.vars = {k: v for k, v in self.vars.items() if k != node.target.id}
+        self.block(node.orelse)         # (no break reaches here: one makes the caller compile exact shapes)
 
     def narrow_loop_type(self, name, old, new):
         """A loop-carried tensor whose dim that may be 1 (a set_inputs None dim) broadcasts in the body
@@ -959,9 +1041,6 @@ class FunctionCompiler:
                     self.env.require_eq(a, b, f"'{name}' keeps its shape across iterations of a loop")
                 except ShapeError:
                     pass
-
-    def stmt_While(self, node):
-        raise self.error("while loops are not supported in construct; use for i in range(n)", node)
 
     # --- expressions
     def expr(self, node):
@@ -1092,6 +1171,8 @@ class FunctionCompiler:
             v = cell_getattr(cell, attr)
         except AttributeError:
             raise self.error(f"{type(cell).__name__} has no attribute '{attr}'", node) from None
+        if _is_tensor(v) and id(cell) in self.made_cells and getattr(v, "_data", None) is not None:
+            return lift(v, self)              # (a Tensor of a Cell made in construct: a constant, made with it)
         if _is_tensor(v):
             if cell is not self.self_obj:     # self.embedding.embedding_table: linked by its path
                 sub = find_cell_path(self.self_obj, cell)
@@ -1519,23 +1600,39 @@ class FunctionCompiler:
         if isinstance(fn, type) and getattr(fn, "__msvm_cell__", False):
             # a Cell class made in construct (cmt's ``GlobalAvgPooling()(x)``), with arguments known when
             # compiling: made here, once per compile; calling it runs its construct inline (call_cell)
-            if any(isinstance(a, (GraphValue, Expr, Pred)) for a in list(args) + list(kwargs.values())):
-                raise self.error(f"making {fn.__name__} in construct from run-time values or dims is not supported",
-                                 node)
+            self.known_while_compiling(args, kwargs, f"making {fn.__name__} in construct", node)
             return fn(*args, **kwargs)
         if callable(fn) and ((getattr(fn, "__module__", None) or "").split(".")[0] in _FOLD_MODULES
                              or isinstance(getattr(fn, "__self__", None), (np.ndarray, np.generic))):
             # (math and numpy functions, and methods of numpy arrays made while compiling: xcit's
             # ``np.zeros((B, H, W)).astype(bool)``, run on values known here)
-            if any(isinstance(a, (GraphValue, Expr, Pred)) for a in list(args) + list(kwargs.values())):
-                where = getattr(fn, "__module__", None) or type(getattr(fn, "__self__", None)).__name__
-                raise self.error(f"{where}.{getattr(fn, '__name__', '?')} cannot take msvm tensors or "
-                                 "symbolic dims inside construct; use msvm.ops", node)
+            where = getattr(fn, "__module__", None) or type(getattr(fn, "__self__", None)).__name__
+            self.known_while_compiling(args, kwargs, f"{where}.{getattr(fn, '__name__', '?')}", node,
+                                       " inside construct; use msvm.ops")
             return fn(*args, **kwargs)
         if isinstance(fn, (pytypes.FunctionType, pytypes.MethodType)) or hasattr(fn, "__msvm_inline__"):
             return self.inline(fn, args, kwargs, node)
         raise self.error(f"calling {getattr(fn, '__qualname__', type(fn).__name__)} is not supported in construct",
                          node)
+
+    def known_while_compiling(self, args, kwargs, what: str, node, hint: str = "") -> None:
+        """Arguments of a call that runs while compiling (a Cell class made in construct, a numpy or math
+        function), items of tuples, lists and dicts included: a tensor's values are an error; a symbolic
+        dim (volo's ``Fold(C, (H, W), ...)``) makes the caller compile for the call's exact shapes."""
+        todo, dims = list(args) + list(kwargs.values()), False
+        while todo:
+            a = todo.pop()
+            if isinstance(a, GraphValue):
+                raise self.error(f"{what} cannot take msvm tensors (run-time values){hint}", node)
+            if isinstance(a, (Expr, Pred, Ratio)):
+                dims = True
+            elif isinstance(a, (tuple, list)):
+                todo.extend(a)
+            elif isinstance(a, dict):
+                todo.extend(a.values())
+        if dims:
+            raise UnknownDim(f"{what} runs while compiling and is given symbolic dims: the caller compiles for "
+                             "exact shapes")
 
     # --- helpers and sub-Cells
     def inline(self, fn, args, kwargs, node):
@@ -1557,9 +1654,10 @@ class FunctionCompiler:
         except TypeError as e:
             raise self.error(f"{src.qualname}: {e}", node) from None
         ba.apply_defaults()
-        saved = (self.src, self.vars, self.self_obj, self.scope)
+        saved = (self.src, self.vars, self.self_obj, self.scope, self.loops)
         self.src = src
         self.vars = dict(ba.arguments)
+        self.loops = []                 # (a helper's break and continue are its own loops')
         self.inlines += 1
         self.scope = f"{src.node.name}#{self.inlines}."
         if bound_self is not None:
@@ -1572,16 +1670,17 @@ class FunctionCompiler:
             result = r.args[0] if r.args else None
         finally:
             self.inline_depth -= 1
-            self.src, self.vars, self.self_obj, self.scope = saved
+            self.src, self.vars, self.self_obj, self.scope, self.loops = saved
         return result
 
     def call_cell(self, cell, args, kwargs, node):
         path = find_cell_path(self.self_obj, cell) if self.self_obj is not None else None
-        if path is None and not cell.__dict__.get("_params") and not cell.__dict__.get("_cells") and \
-                not any(hasattr(v, "_data") for v in vars(cell).values()):       # (no Tensor attributes)
+        if path is None and not cell.__dict__.get("_params") and not cell.__dict__.get("_cells"):
             # a Cell made in construct with nothing to keep (mobilevit's ``nn.Softmax(axis=-1)(attn)``): its
             # construct runs inline, as a helper method's (a Cell built from source, in the editor's views,
-            # gives its construct as the frontend reads its attributes)
+            # gives its construct as the frontend reads its attributes); its Tensors (not Parameters: volo's
+            # Fold and its fixed weight) are constants of the code, made with it while compiling (cell_attr)
+            self.made_cells.add(id(cell))
             getter = getattr(cell, "__msvm_getattr__", None)
             return self.inline(getter("construct") if getter is not None else cell.construct, args, kwargs, node)
         if path is None:

@@ -10,7 +10,7 @@ import numpy as np
 from .. import dtype as dt
 from .. import ops
 from ..common.initializer import as_initializer
-from ..ops.functional import _pair, apply, conv_pad
+from ..ops.functional import _conv_transpose, _pair, apply, conv_pad
 from ..tensor import Parameter, Tensor
 from .cell import Cell
 
@@ -438,3 +438,94 @@ class ConstantPad2d(Cell):
 class ZeroPad2d(ConstantPad2d):
     def __init__(self, padding):
         super().__init__(padding, 0.0)
+
+
+class Unfold(Cell):
+    """MindSpore's nn.Unfold (ExtractImagePatches) on NCHW: every ``ksizes`` window, its taps ``rates``
+    apart, ``strides`` apart, as channels: out[n, (i * kw + j) * C + c, oh, ow] = x[n, c, oh * sh + i * rh,
+    ow * sw + j * rw], the windows' depth laid out (row, column, channel) as TensorFlow's and MindSpore's
+    kernels lay it out; "valid" takes the windows inside the image, "same" ceil(H / sh) x ceil(W / sw) of
+    them over a zero border split as evenly as it goes, the extra on the bottom and right (mindcv's volo and
+    halonet)."""
+
+    def __init__(self, ksizes, strides, rates, padding="valid"):
+        super().__init__()
+        vals = []
+        for name, v in (("ksizes", ksizes), ("strides", strides), ("rates", rates)):
+            if not isinstance(v, (tuple, list)) or len(v) != 4 or v[0] != 1 or v[3] != 1 or \
+                    not all(isinstance(d, int) and d >= 1 for d in v[1:3]):
+                raise ValueError(f"nn.Unfold: {name} must be [1, {name[:-1]}_row, {name[:-1]}_col, 1] of positive "
+                                 f"ints, got {v!r}")
+            vals.append((int(v[1]), int(v[2])))
+        if not isinstance(padding, str) or padding.lower() not in ("same", "valid"):
+            raise ValueError(f"nn.Unfold: padding must be 'same' or 'valid', got {padding!r}")
+        (self.kh, self.kw), (self.sh, self.sw), (self.rh, self.rw) = vals
+        self.same = padding.lower() == "same"
+
+    def construct(self, x):
+        n, c, h, w = x.shape
+        eh, ew = (self.kh - 1) * self.rh + 1, (self.kw - 1) * self.rw + 1        # (the windows' extent)
+        if self.same:
+            oh, ow = (h + self.sh - 1) // self.sh, (w + self.sw - 1) // self.sw
+            ph, pw = max((oh - 1) * self.sh + eh - h, 0), max((ow - 1) * self.sw + ew - w, 0)
+            x = ops.pad(x, (pw // 2, pw - pw // 2, ph // 2, ph - ph // 2))
+        else:
+            oh, ow = (h - eh) // self.sh + 1, (w - ew) // self.sw + 1
+        parts = []
+        for i in range(self.kh):
+            for j in range(self.kw):
+                r0, c0 = i * self.rh, j * self.rw
+                parts.append(x[:, :, r0:r0 + (oh - 1) * self.sh + 1:self.sh, c0:c0 + (ow - 1) * self.sw + 1:self.sw])
+        return ops.concat(parts, axis=1)
+
+
+class Conv2dTranspose(_Conv):
+    """MindSpore's nn.Conv2dTranspose (NCHW): weight [in, out / group, kh, kw]; the result H * stride high in
+    'same' (the default), H * stride + max(e - stride, 0) in 'valid' (e = dilation * (k - 1) + 1), (H - 1) *
+    stride + e - (top + bottom) in 'pad', then ``output_padding`` rows and columns of zeros at the bottom and
+    right ('pad' only), as MindSpore's layer adds them (ops.conv_transpose2d computes them instead)."""
+
+    def __init__(self, in_channels, out_channels, kernel_size, stride=1, pad_mode="same", padding=0,
+                 output_padding=0, dilation=1, group=1, has_bias=False, weight_init=None, bias_init=None,
+                 dtype=dt.float32):
+        super().__init__()
+        ksize, stride = _pair(kernel_size, "Conv2dTranspose: kernel_size"), _pair(stride, "Conv2dTranspose: stride")
+        dilation = _pair(dilation, "Conv2dTranspose: dilation")
+        self._setup(out_channels, in_channels, ksize, stride, pad_mode, padding, dilation, group, has_bias,
+                    weight_init, bias_init, dtype)
+        # (_setup made the weight [in, out / group, kh, kw] and the names the other way round)
+        self.in_channels, self.out_channels = int(in_channels), int(out_channels)
+        if self.has_bias:
+            self.bias = Parameter(_init(bias_init if bias_init is not None else "zeros", (self.out_channels,), dtype,
+                                        1), name="bias")
+        self.output_padding = _pair(output_padding, "Conv2dTranspose: output_padding")
+        self.pads_output = any(self.output_padding)
+        self.valid = str(pad_mode).lower() == "valid"
+        if self.pads_output and str(pad_mode).lower() != "pad":
+            raise ValueError("nn.Conv2dTranspose: output_padding needs pad_mode 'pad'")
+        for op, s, d in zip(self.output_padding, stride, dilation):
+            if not 0 <= op < max(s, d):
+                raise ValueError(f"nn.Conv2dTranspose: output_padding {op} must be in [0, max(stride, dilation))")
+
+    def construct(self, x):
+        _, _, h, w = x.shape
+        size, pads = [], []
+        for i, n in enumerate((h, w)):
+            e = self.dilation[i] * (self.kernel_size[i] - 1) + 1
+            s = self.stride[i]
+            if self.pad == ("same",):
+                size.append(n * s)
+                pads.append(max(e - s, 0) // 2)
+            elif self.valid:
+                size.append(n * s + max(e - s, 0))
+                pads.append(0)
+            else:
+                lo, hi = self.pad[2 * i], self.pad[2 * i + 1]
+                size.append((n - 1) * s + e - lo - hi)
+                pads.append(lo)
+        out = _conv_transpose(x, self.weight, tuple(size), self.stride, tuple(pads), self.dilation, self.group)
+        if self.pads_output:
+            out = ops.pad(out, (0, self.output_padding[1], 0, self.output_padding[0]))
+        if self.has_bias:
+            out = out + ops.reshape(self.bias, (1, -1, 1, 1))
+        return out

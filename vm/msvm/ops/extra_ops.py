@@ -200,9 +200,17 @@ def mirror_pad(x, paddings, mode="REFLECT"):
     return pad_pairs(x, _pairs_of(paddings, "MirrorPad"), m)
 
 
-def pad(input_x, padding, mode="constant", value=None):
+def pad(input_x, padding=None, mode="constant", value=None, *, paddings=None):
     """ops.pad: pairs from the last dim backwards (left, right, top, bottom, ...); modes constant,
-    reflect, replicate, circular."""
+    reflect, replicate, circular. MindSpore 1.x's form, ``paddings`` as (before, after) pairs from the
+    first dim, P.Pad's (mindcv's volo and halonet: ``ops.pad(x, paddings=((0, 0), (0, 1)))``), is taken too."""
+    if (padding is None) == (paddings is None):
+        raise TypeError("ops.pad: give padding (or MindSpore 1.x's paddings), once")
+    padding = paddings if padding is None else padding
+    if isinstance(padding, (tuple, list)) and padding and all(isinstance(p, (tuple, list)) for p in padding):
+        if not all(len(p) == 2 for p in padding):
+            raise ValueError(f"ops.pad: paddings must be (before, after) pairs, one per dim, got {padding!r}")
+        padding = tuple(v for p in reversed(padding) for v in p)
     if mode == "constant":
         return F.pad(input_x, padding, mode, value)
     flat = tuple(int(v) for v in (padding.asnumpy().tolist() if isinstance(padding, Tensor) else padding))

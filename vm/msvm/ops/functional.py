@@ -181,6 +181,43 @@ def matmul(input, other):
     raise ValueError(f"ops.matmul: rank-{ra} @ rank-{rb} is not supported (needs rank >= 2 on both sides)")
 
 
+def tensordot(x1, x2, axes):
+    """MindSpore's ops.tensordot (numpy.tensordot): the sum of products over ``axes`` (an int n: x1's last n
+    dims with x2's first n; or two sequences of dims, paired in order), the result's dims x1's others then
+    x2's others, each in order: both operands transposed and flattened to one product (halonet's relative
+    position logits)."""
+    r1, r2 = _rank(x1), _rank(x2)
+    if isinstance(axes, (int, np.integer)) and not isinstance(axes, bool):
+        if not 0 <= axes <= builtins.min(r1, r2):
+            raise ValueError(f"ops.tensordot: axes {axes} out of range for ranks {r1} and {r2}")
+        a1, a2 = list(range(r1 - axes, r1)), list(range(axes))
+    else:
+        try:
+            a1, a2 = axes
+        except (TypeError, ValueError):
+            raise TypeError(f"ops.tensordot: axes must be an int or two sequences of dims, got {axes!r}") from None
+        a1 = [a1] if isinstance(a1, (int, np.integer)) else list(a1)
+        a2 = [a2] if isinstance(a2, (int, np.integer)) else list(a2)
+        if len(a1) != len(a2):
+            raise ValueError(f"ops.tensordot: {len(a1)} dims of x1 against {len(a2)} of x2")
+        a1, a2 = [_tensordot_dim(a, r1, "x1") for a in a1], [_tensordot_dim(a, r2, "x2") for a in a2]
+    s1, s2 = _shape(x1), _shape(x2)
+    for i, j in zip(a1, a2):
+        if isinstance(s1[i], int) and isinstance(s2[j], int) and s1[i] != s2[j]:
+            raise ValueError(f"ops.tensordot: x1's dim {i} ({s1[i]}) does not match x2's dim {j} ({s2[j]})")
+    f1, f2 = [i for i in range(r1) if i not in a1], [j for j in range(r2) if j not in a2]
+    k = product([s1[i] for i in a1])
+    left = reshape(transpose(x1, tuple(f1 + a1)), (product([s1[i] for i in f1]), k))
+    right = reshape(transpose(x2, tuple(a2 + f2)), (k, product([s2[j] for j in f2])))
+    return reshape(matmul(left, right), tuple(s1[i] for i in f1) + tuple(s2[j] for j in f2))
+
+
+def _tensordot_dim(a, rank: int, name: str) -> int:
+    if not isinstance(a, (int, np.integer)) or isinstance(a, bool) or not -rank <= a < rank:
+        raise ValueError(f"ops.tensordot: dim {a!r} of {name} is out of range for rank {rank}")
+    return int(a) % rank
+
+
 def bmm(input_x, mat2):
     return apply("BATCH_MATMUL", (input_x, mat2), (False, False))
 
@@ -284,6 +321,49 @@ def conv2d(input, weight, bias=None, stride=1, pad_mode="valid", padding=0, dila
     if bias is not None:
         out = out + reshape(bias, (1, -1, 1, 1))
     return out
+
+
+def _conv_transpose(x, weight, size, stride, pads, dilation, group):
+    """The transposed convolution (the adjoint of conv2d(., weight, stride, pads, dilation, group)) of x
+    [N, Cin, H, W] by ``weight`` [Cin, Cout / group, kh, kw], ``size`` (h, w) of the result: out[o] =
+    sum over i, k with o = i * s + k * d - pad of x[i] * weight[k], per channel group. Composed of ops:
+    x spread ``stride`` apart (zeros between), bordered (or cropped) so that a valid convolution of
+    stride 1 by the flipped weight, its in and out channels swapped per group, gives rows pad ..
+    pad + h of the full adjoint (zeros past it). ``pads`` (top, left): where the result starts in it."""
+    n, cin, h, w = _shape(x)
+    ci, cog, kh, kw = _shape(weight)
+    if not all(isinstance(d, int) for d in (ci, cog, kh, kw)):
+        raise ValueError(f"conv_transpose: the weight's shape must be known, got {(ci, cog, kh, kw)}")
+    if ci % group:
+        raise ValueError(f"conv_transpose: the weight's {ci} input channels are not divisible by group {group}")
+    (sh, sw), (dh, dw), (pt, pl), (lh, lw) = stride, dilation, pads, size
+    if x.dtype != weight.dtype:               # (volo's Fold keeps a float16 weight for float32 images)
+        weight = cast(weight, x.dtype)
+    if sh > 1 or sw > 1:                      # x spread: [N, C, H, 1, W, 1] + zeros -> [N, C, H * sh, W * sw]
+        y = reshape(x, (n, cin, h, 1, w, 1))
+        if sh > 1:
+            y = concat((y, _fill((n, cin, h, sh - 1, w, 1), 0, x.dtype)), 3)
+        if sw > 1:
+            y = concat((y, _fill((n, cin, h, sh, w, sw - 1), 0, x.dtype)), 5)
+        x = reshape(y, (n, cin, h * sh, w * sw))
+    eh, ew = dh * (kh - 1) + 1, dw * (kw - 1) + 1
+    x = pad(x, (ew - 1 - pl, lw + pl - w * sw, eh - 1 - pt, lh + pt - h * sh))
+    wt = reshape(transpose(reshape(weight, (group, ci // group, cog, kh, kw)), (0, 2, 1, 3, 4)),
+                 (group * cog, ci // group, kh, kw))
+    wt = apply("SLICE", (wt,), ((("s", None, None, None),) * 2 + (("s", None, None, -1),) * 2,))
+    return apply("CONV2D", (x, wt), ((1, 1), (0, 0, 0, 0), (dh, dw), int(group)))
+
+
+def conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
+    """MindSpore's ops.conv_transpose2d (torch's semantics): the result (H - 1) * stride - 2 * padding +
+    dilation * (k - 1) + output_padding + 1 high (and wide), every row of it computed."""
+    s, p = _pair(stride, "conv_transpose2d: stride"), _pair(padding, "conv_transpose2d: padding")
+    op, d = _pair(output_padding, "conv_transpose2d: output_padding"), _pair(dilation, "conv_transpose2d: dilation")
+    _, _, h, w = _shape(input)
+    kh, kw = _shape(weight)[2:]
+    size = tuple((n - 1) * s[i] - 2 * p[i] + d[i] * (k - 1) + op[i] + 1 for i, (n, k) in enumerate(((h, kh), (w, kw))))
+    out = _conv_transpose(input, weight, size, s, p, d, int(groups))
+    return out if bias is None else out + reshape(bias, (1, -1, 1, 1))
 
 
 def max_pool2d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):

@@ -162,6 +162,37 @@ class Conv2D(Primitive):
         return F.apply("CONV2D", (x, w), (self.stride, self.pad, self.dilation, int(self.group)))
 
 
+class Conv2DTranspose(Primitive):
+    """MindSpore's ``P.Conv2DTranspose(out_channel, kernel_size, pad_mode='valid', pad=0, pad_list=None, mode=1,
+    stride=1, dilation=1, group=1)`` (Conv2DBackpropInput): ``(dout, weight, input_size)``, the transposed
+    convolution of dout by the forward convolution's weight into ``input_size``'s shape; the padding is the
+    forward convolution's ('same': as much as a forward convolution of input_size would pad, half on top)."""
+
+    def __init__(self, out_channel, kernel_size, pad_mode="valid", pad=0, pad_list=None, mode=1, stride=1,
+                 dilation=1, group=1, data_format="NCHW"):
+        if data_format != "NCHW":
+            raise NotImplementedError("Conv2DTranspose: only data_format='NCHW' is supported")
+        super().__init__(out_channel=out_channel, kernel_size=kernel_size, pad_mode=pad_mode, pad=pad,
+                         stride=stride, dilation=dilation, group=group)
+        self.out_channel, self.kernel_size = int(out_channel), F._pair(kernel_size, "Conv2DTranspose: kernel_size")
+        self.pad = F.conv_pad(pad_mode, pad if pad_list is None else pad_list, "Conv2DTranspose")
+        self.stride = F._pair(_hw(stride), "Conv2DTranspose: stride")
+        self.dilation, self.group = F._pair(_hw(dilation), "Conv2DTranspose: dilation"), int(group)
+
+    def __call__(self, dout, weight, input_size):
+        size = tuple(input_size)
+        if len(size) != 4:
+            raise ValueError(f"Conv2DTranspose: input_size must be (N, C, H, W), got {input_size!r}")
+        _, _, h, w = F._shape(dout)
+        if self.pad == ("same",):
+            need = [(n - 1) * s + d * (k - 1) + 1 - out for n, s, d, k, out in
+                    zip((h, w), self.stride, self.dilation, self.kernel_size, size[2:])]
+            pads = tuple(max(v, 0) // 2 if isinstance(v, int) else F.smax(v, 0) // 2 for v in need)
+        else:
+            pads = (self.pad[0], self.pad[2])
+        return F._conv_transpose(dout, weight, size[2:], self.stride, pads, self.dilation, self.group)
+
+
 def _hw(v):
     """MindSpore's strides may be (1, 1, sh, sw)."""
     return tuple(v)[2:] if isinstance(v, (tuple, list)) and len(v) == 4 else v

@@ -1,0 +1,222 @@
+"""Loops in construct beyond ``for i in range(n)``: while loops, break, continue and the else clauses
+(edgenext's ``while begin + width < C``, real code's searches and early exits), against numpy, at L1,
+compiled and in pynative; a loop whose count hangs on symbolic dims compiles for the call's exact shapes,
+and the errors say what and where."""
+
+import contextlib
+
+import msvm as ms
+import numpy as np
+import pytest
+from msvm import nn, ops
+from msvm.errors import FrontendError
+
+
+@contextlib.contextmanager
+def at(level):
+    ms.set_context(mode=ms.PYNATIVE_MODE if level == "pynative" else ms.GRAPH_MODE,
+                   jit_config={"jit_level": "auto" if level == "pynative" else level})
+    try:
+        yield
+    finally:
+        from msvm.compiler import tiers
+
+        tiers.wait_for_compiles(120)
+        ms.set_context(mode=ms.GRAPH_MODE, jit_config={"jit_level": "auto"})
+
+
+LEVELS = ["L1", "auto", "pynative"]
+
+
+class Split(nn.Cell):
+    """edgenext's SDTAEncoder.ssplit: channel chunks of ``width`` by a while loop over ints, then a
+    loop over the chunks with a running sum."""
+
+    def __init__(self, width):
+        super().__init__()
+        self.width = width
+
+    def ssplit(self, x, width):
+        b, c, h, w = x.shape
+        begin = 0
+        temp = []
+        while begin + width < c:
+            temp.append(x[:, begin: begin + width, :, :])
+            begin += width
+        temp.append(x[:, begin:, :, :])
+        return temp
+
+    def construct(self, x):
+        parts = self.ssplit(x, self.width)
+        out = None
+        for i in range(len(parts)):
+            sp = parts[i] if i == 0 else parts[i] + out[:, :parts[i].shape[1]]
+            out = sp if out is None else ops.concat((out, sp), axis=1)
+        return out
+
+
+def split_ref(x, width):
+    c = x.shape[1]
+    begin, parts = 0, []
+    while begin + width < c:
+        parts.append(x[:, begin:begin + width])
+        begin += width
+    parts.append(x[:, begin:])
+    out = None
+    for i, p in enumerate(parts):
+        sp = p if i == 0 else p + out[:, :p.shape[1]]
+        out = sp if out is None else np.concatenate((out, sp), axis=1)
+    return out
+
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_a_while_loop_over_ints_is_unrolled(level, rng):
+    net = Split(3)
+    with at(level):
+        for shape in [(2, 8, 4, 4), (1, 8, 5, 3), (3, 8, 2, 6)]:
+            x = rng.standard_normal(shape).astype(np.float32)
+            for _ in range(3):
+                np.testing.assert_allclose(net(ms.Tensor(x)).asnumpy(), split_ref(x, 3), rtol=1e-6, atol=1e-6)
+
+
+class Jumps(nn.Cell):
+    """break, continue and both else clauses over constants and attributes."""
+
+    def __init__(self, stop=3):
+        super().__init__()
+        self.stop = stop
+        self.skip = (1,)
+
+    def construct(self, x):
+        y = x
+        for i in range(6):
+            if i in self.skip:
+                continue
+            if i == self.stop:
+                break
+            y = y * 2.0 + i
+        else:
+            y = y - 100.0               # (where no break: self.stop past the range)
+        n = 0
+        while True:
+            n += 1
+            if n > 2:
+                break
+            y = y + n
+        for j in (4, 5):
+            if j == 7:
+                break
+        else:
+            y = y + j                   # (reached: no break)
+        k = 0
+        while k < 2:
+            k += 1
+        else:
+            y = y * k
+        return y
+
+
+def jumps_ref(x, stop=3):
+    y = x
+    for i in range(6):
+        if i == 1:
+            continue
+        if i == stop:
+            break
+        y = y * 2.0 + i
+    else:
+        y = y - 100.0
+    return ((y + 1 + 2) + 5) * 2
+
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_break_continue_and_else_run_as_python_runs_them(level, rng):
+    x = rng.standard_normal((3, 4)).astype(np.float32)
+    for stop in (3, 9):
+        with at(level):
+            np.testing.assert_allclose(Jumps(stop)(ms.Tensor(x)).asnumpy(), jumps_ref(x, stop), rtol=1e-6)
+
+
+class ShapeStop(nn.Cell):
+    """A loop's count hanging on a dim: a while loop on it, and a break under a shape condition in a
+    for loop. With set_inputs' None dims the bytecode cannot hold the count: the caller compiles the
+    call's exact shapes."""
+
+    def construct(self, x):
+        n = x.shape[0]
+        y = x
+        k = 1
+        while k < n:
+            y = y + k
+            k *= 2
+        for i in range(4):
+            if x.shape[1] <= i:
+                break
+            y = y * 1.5
+        return y
+
+
+def shape_stop_ref(x):
+    y, k = x, 1
+    while k < x.shape[0]:
+        y = y + k
+        k *= 2
+    for i in range(4):
+        if x.shape[1] <= i:
+            break
+        y = y * 1.5
+    return y
+
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_a_loop_counted_by_symbolic_dims_compiles_exact_shapes(level, rng):
+    net = ShapeStop()
+    net.set_inputs(ms.Tensor(shape=[None, None], dtype=ms.float32))
+    with at(level):
+        for shape in [(5, 2), (1, 6), (9, 3), (5, 2)]:
+            x = rng.standard_normal(shape).astype(np.float32)
+            np.testing.assert_allclose(net(ms.Tensor(x)).asnumpy(), shape_stop_ref(x), rtol=1e-6)
+
+
+class BreakInSymbolicLoop(nn.Cell):
+    def construct(self, x):
+        y = x
+        for i in range(x.shape[0]):
+            if i == 2:
+                break
+            y = y + 1.0
+        return y
+
+
+def test_a_break_in_a_symbolic_range_compiles_exact_shapes(rng):
+    net = BreakInSymbolicLoop()
+    net.set_inputs(ms.Tensor(shape=[None, 3], dtype=ms.float32))
+    for n in (1, 2, 5):
+        x = rng.standard_normal((n, 3)).astype(np.float32)
+        np.testing.assert_allclose(net(ms.Tensor(x)).asnumpy(), x + min(n, 2), rtol=1e-6)
+
+
+class Endless(nn.Cell):
+    def construct(self, x):
+        k = 0
+        while k >= 0:
+            k += 1
+        return x
+
+
+class OnValues(nn.Cell):
+    def construct(self, x):
+        while x.sum() > 0:
+            x = x - 1.0
+        return x
+
+
+@pytest.mark.parametrize("cell, words", [
+    (Endless, "while loop still running after 4096 passes"),
+    (OnValues, "a while loop on a tensor's values is not supported"),
+])
+def test_a_loop_that_cannot_be_unrolled_says_where(cell, words):
+    with pytest.raises(FrontendError) as e:
+        cell()(ms.Tensor(np.ones((2, 2), np.float32)))
+    assert words in e.value.message
+    assert e.value.filename.endswith("test_loops.py") and e.value.line > 0

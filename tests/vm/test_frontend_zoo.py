@@ -544,3 +544,55 @@ def test_a_cell_made_in_construct_with_a_tensor_from_the_inputs_dims(level, rng)
             cols = rng.standard_normal((2, 18, ((h - 1) // 2 + 1) * ((w - 1) // 2 + 1))).astype(np.float32)
             np.testing.assert_allclose(net(ms.Tensor(x), ms.Tensor(cols)).asnumpy(), fold_ref(x, cols), rtol=1e-5,
                                        atol=1e-5)
+
+
+class Branches(nn.Cell):
+    """crossvit's per-branch Parameters in a ParameterTuple, read by index and by iteration, and its
+    ``interpolate(x, size) if H != size else x``: a conditional expression on a shape predicate giving
+    tensors (and ints)."""
+
+    def __init__(self, rng):
+        super().__init__()
+        self.pos = ms.ParameterTuple([ms.Parameter(ms.Tensor(rng.standard_normal((1, i + 2, 4)).astype(np.float32)),
+                                                   name=f"pos_embed.{i}") for i in range(2)])
+
+    def construct(self, x):
+        c = x.shape[1]
+        x = ops.concat((x, x), 1) if c < 3 else x * 2.0
+        k = c * 2 if c < 3 else c
+        outs = []
+        for i in range(2):
+            outs.append(x[:, :i + 2] + self.pos[i])
+        total = 0.0
+        for p in self.pos:
+            total = total + p.sum()
+        return ops.concat(outs, 1) * total, k
+
+
+def branches_ref(net, x):
+    c = x.shape[1]
+    x = np.concatenate((x, x), 1) if c < 3 else x * 2
+    ps = [p.asnumpy() for p in net.pos]
+    return np.concatenate([x[:, :i + 2] + ps[i] for i in range(2)], 1) * sum(p.sum() for p in ps), (c * 2 if c < 3
+                                                                                                       else c)
+
+
+@pytest.mark.parametrize("level", ["L1", "auto", "pynative"])
+def test_a_parameter_tuple_and_a_conditional_expression_of_tensors(level, rng):
+    net = Branches(rng)
+    assert sorted(net.parameters_dict()) == ["pos_embed.0", "pos_embed.1"]
+    net.set_inputs(ms.Tensor(shape=[None, None, 4], dtype=ms.float32))
+    with at(level):
+        for shape in ((2, 2, 4), (1, 5, 4), (2, 2, 4)):
+            x = rng.standard_normal(shape).astype(np.float32)
+            got, k = net(ms.Tensor(x))
+            want, wk = branches_ref(net, x)
+            np.testing.assert_allclose(got.asnumpy(), want, rtol=1e-5)
+            assert int(k) == wk
+        net.pos[1].set_data(ms.Tensor(np.full((1, 3, 4), 0.5, np.float32)))       # (a new value is read)
+        x = rng.standard_normal((1, 5, 4)).astype(np.float32)
+        np.testing.assert_allclose(net(ms.Tensor(x))[0].asnumpy(), branches_ref(net, x)[0], rtol=1e-5)
+    with pytest.raises(TypeError, match="must be Parameters"):
+        ms.ParameterTuple([ms.Tensor(np.ones(2, np.float32))])
+    with pytest.raises(ValueError, match="names must differ"):
+        ms.ParameterTuple([ms.Parameter(ms.Tensor(np.ones(2, np.float32)), name="a")] * 2)

@@ -37,7 +37,7 @@ from .interp.interpreter import set_trace
 from .interp.rng import get_seed, set_seed  # noqa: F401 - MindSpore's global seed (issue 21)
 from .jitfn import jit
 from .ops.extra_ops import mutable  # noqa: F401 - (issue 21)
-from .tensor import Parameter, Tensor
+from .tensor import Parameter, ParameterTuple, Tensor
 
 __version__ = "0.1.0"
 
@@ -63,7 +63,8 @@ def cache_stats() -> dict:
 
 
 __all__ = ["GRAPH_MODE", "PYNATIVE_MODE", "BytecodeError", "ExecutionError", "FrontendError", "MsvmError",
-           "Parameter", "ShapeMismatch", "Tensor", "VerifyError", "as_mindspore", "bool_", "bytecode", "cache_stats",
+           "Parameter", "ParameterTuple", "ShapeMismatch", "Tensor", "VerifyError", "as_mindspore", "bool_", "bytecode",
+           "cache_stats",
            "common", "double", "dtype_to_nptype", "events", "float16", "float32", "float64", "float_", "get_context",
            "half", "int8", "int16", "int32", "int64", "int_", "jit", "load_checkpoint", "load_param_into_net", "nn",
            "ops", "save_checkpoint", "set_context", "set_trace", "single", "uint8", "uint16", "uint32", "uint64",

@@ -87,8 +87,7 @@ OUT_OF_SCOPE = ("mindspore.dataset", "mindspore.train", "mindspore.amp", "mindsp
                 "mindspore.nn.dynamic_lr", "mindspore.nn.wrap", "mindspore.export", "mindspore.profiler")
 # names (any dotted part) of MindSpore's gradient, training and export machinery
 TRAINING = frozenset({"GradOperation", "grad", "value_and_grad", "vjp", "jvp", "jacfwd", "jacrev", "_grad_ops",
-                      "export", "load_checkpoint", "save_checkpoint", "TrainOneStepCell",
-                      "ParameterTuple"})
+                      "export", "load_checkpoint", "save_checkpoint", "TrainOneStepCell"})
 
 
 class MindSporeGap(MsvmError, NotImplementedError):

@@ -494,6 +494,33 @@ def _copied(a):
     return (dev.creation()["array"] if dev is not None else np.array)(a, order="C", copy=True)
 
 
+class ParameterTuple(tuple):
+    """MindSpore's ParameterTuple: a tuple of Parameters (unique names) a Cell holds as one attribute;
+    each is the Cell's Parameter ``<attribute>.<index>`` (its path, as a CellList's Cells are), and
+    construct reads ``self.attr[i]`` as it reads any Parameter (mindcv's crossvit keeps its per-branch
+    position embeddings and class tokens so)."""
+
+    def __new__(cls, iterable=()):
+        items = tuple(iterable)
+        for p in items:
+            if not isinstance(p, Parameter):
+                raise TypeError(f"ParameterTuple: its items must be Parameters, got {type(p).__name__}")
+        names = [p.name for p in items if p.name is not None]
+        if len(set(names)) != len(names):
+            raise ValueError(f"ParameterTuple: the Parameters' names must differ, got {names}")
+        return super().__new__(cls, items)
+
+    def clone(self, prefix, init="same"):
+        """A ParameterTuple of copies named ``prefix.<name>`` (``init``: 'same', or an initializer name)."""
+        from .common.initializer import initializer
+
+        out = []
+        for p in self:
+            data = Tensor(np.array(p._data)) if init == "same" else initializer(init, p.shape, p.dtype)
+            out.append(Parameter(data, name=f"{prefix}.{p.name}", requires_grad=p.requires_grad))
+        return ParameterTuple(out)
+
+
 def _frozen(a):
     """A Parameter's new array (set at its making and by ``set_data``): a C-contiguous private copy
     on a's device, read-only where the device can say so (numpy can); a large numpy one is in the

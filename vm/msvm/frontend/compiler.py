@@ -37,6 +37,7 @@ from ..bytecode.symbolic import Expr, Pred, SymbolicError
 from ..bytecode.types import NONE, ScalarType, ShapeEnv, ShapeError, TensorType, TupleType
 from ..bytecode.verify import bind_callee, subs_type, verify
 from ..errors import ArgumentError, FrontendError, FrontendValueError, UnknownDim
+from ..tensor import Parameter, ParameterTuple
 from .argspec import ArgSpec
 from .graph import GraphValue, builtin_print, lift, note_consumer, trace_op, using
 from .ratio import Ratio, ratio_binop
@@ -477,9 +478,9 @@ class FunctionCompiler:
 
     def param_object(self, attr):
         """The Parameter behind ``self.<attr>`` (None for a plain tensor attribute)."""
-        from ..tensor import Parameter
-
-        v = cell_getattr(self.self_obj, attr) if self.self_obj is not None else None
+        v = self.self_obj
+        for part in attr.split(".") if v is not None else ():     # (a ParameterTuple's item: attr.<index>)
+            v = v[int(part)] if part.isdigit() and isinstance(v, tuple) else cell_getattr(v, part)
         return v if isinstance(v, Parameter) else None
 
     def push(self, value, loc=None):
@@ -1174,20 +1175,27 @@ class FunctionCompiler:
         if _is_tensor(v) and id(cell) in self.made_cells and getattr(v, "_data", None) is not None:
             return lift(v, self)              # (a Tensor of a Cell made in construct: a constant, made with it)
         if _is_tensor(v):
-            if cell is not self.self_obj:     # self.embedding.embedding_table: linked by its path
-                sub = find_cell_path(self.self_obj, cell)
-                if sub is None:
-                    raise self.error(f"tensor attribute '{attr}' of a Cell that is not a sub-Cell of "
-                                     f"{type(self.self_obj).__name__}", node)
-                attr = f"{sub}.{attr}"
-            t = tensor_type(v)
-            self.cb.code.attr_types[attr] = t
-            g = GraphValue(t, ("param", attr))
-            self.param_reads.setdefault(attr, []).append((g, len(self.branch_preds)))
-            return trace_op("CAST", (g,), (self.mixed,)) if self.needs_mixed_cast(g) else g
+            return self.attr_read(cell, attr, v, node)
+        if isinstance(v, ParameterTuple):           # (crossvit's per-branch Parameters: each read by its path)
+            return tuple(self.attr_read(cell, f"{attr}.{i}", p, node) for i, p in enumerate(v))
         if isinstance(v, pytypes.MethodType) and v.__self__ is cell and not _is_msvm(v.__func__):
             return v
         return v
+
+    def attr_read(self, cell, attr, v, node):
+        """The graph value reading tensor attribute ``attr`` (a dotted path) of ``cell``, by its path from
+        self (LOAD_PARAM binds it when the Code runs)."""
+        if cell is not self.self_obj:     # self.embedding.embedding_table: linked by its path
+            sub = find_cell_path(self.self_obj, cell)
+            if sub is None:
+                raise self.error(f"tensor attribute '{attr}' of a Cell that is not a sub-Cell of "
+                                 f"{type(self.self_obj).__name__}", node)
+            attr = f"{sub}.{attr}"
+        t = tensor_type(v)
+        self.cb.code.attr_types[attr] = t
+        g = GraphValue(t, ("param", attr))
+        self.param_reads.setdefault(attr, []).append((g, len(self.branch_preds)))
+        return trace_op("CAST", (g,), (self.mixed,)) if self.needs_mixed_cast(g) else g
 
     def expr_Subscript(self, node):
         base = self.expr(node.value)
@@ -1500,16 +1508,25 @@ class FunctionCompiler:
         if isinstance(test, Pred):
             c = test.const_value()
             if c is None:
-                a, b = self.expr(node.body), self.expr(node.orelse)
-                if _is_int(a) and _is_int(b):
-                    return S.select(test, Expr.of(a) if not isinstance(a, Expr) else a,
-                                    Expr.of(b) if not isinstance(b, Expr) else b)
-                raise self.error("a conditional expression on a symbolic predicate must give ints; use an if "
-                                 "statement for tensors", node)
+                return self.symbolic_ifexp(test, node)
             test = c
         if isinstance(test, GraphValue):
             raise self.error("a conditional expression on a tensor's value is not supported; use ops.where", node)
         return self.expr(node.body) if _truth(test) else self.expr(node.orelse)
+
+    def symbolic_ifexp(self, pred, node):
+        """``a if pred else b`` on a shape predicate, as the if statement ``t = a`` / ``t = b`` is compiled:
+        each side only on its own path, ints merged into select(pred, a, b), tensors of one rank and dtype
+        into a slot whose dims are selects (crossvit's ``interpolate(x, size) if H != size else x``)."""
+        self.inlines += 1
+        name = f"%ifexp{self.inlines}"
+
+        def assign(value):
+            return ast.copy_location(ast.Assign(targets=[ast.copy_location(ast.Name(id=name, ctx=ast.Store()), value)],
+                                                value=value), value)
+        self.symbolic_if(pred, ast.copy_location(ast.If(test=node.test, body=[assign(node.body)],
+                                                        orelse=[assign(node.orelse)]), node))
+        return self.vars.pop(name)
 
     def expr_JoinedStr(self, node):
         parts = []

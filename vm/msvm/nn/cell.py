@@ -11,7 +11,7 @@ from __future__ import annotations
 import inspect
 
 from .. import callpath, reasons
-from ..tensor import PARAMETER_SHAPES, Parameter, Tensor
+from ..tensor import PARAMETER_SHAPES, Parameter, ParameterTuple, Tensor
 
 
 class Cell:
@@ -42,11 +42,20 @@ class Cell:
                                    f"{type(value).__name__} {name!r}")
             object.__setattr__(self, name, value)
             return
+        for key in [k for k in d["_params"] if k.startswith(name + ".")]:       # (a ParameterTuple's, replaced)
+            del d["_params"][key]
         if isinstance(value, Parameter):
             if value.name is None:
                 value.name = name
             d["_params"][name] = value
             d["_cells"].pop(name, None)
+        elif isinstance(value, ParameterTuple):      # each item the Parameter at path name.<index>
+            d["_params"].pop(name, None)
+            d["_cells"].pop(name, None)
+            for i, p in enumerate(value):
+                if p.name is None:
+                    p.name = f"{name}.{i}"
+                d["_params"][f"{name}.{i}"] = p
         elif isinstance(value, Cell):
             d["_cells"][name] = value
             d["_params"].pop(name, None)

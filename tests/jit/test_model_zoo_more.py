@@ -4,7 +4,7 @@ attribute before ``super().__init__()``, swin's ``mindspore.numpy.roll``, pvt_v2
 coat's ``numpy.split`` and ``Parameter.data``, convit's ``@constexpr`` and weight edits, xcit's numpy
 array methods, poolformer's ``nn.GroupNorm``, nasnet's ``init_parameters_data`` and a sub-Cell argument
 whose dims are expressions over a later argument's, edgenext's while loop, volo's Fold made in construct
-from the input's dims, crossvit's ParameterTuple), each built from the package
+from the input's dims, crossvit's ParameterTuple, mobilevit's sub-Cell given dims in a tuple), each built from the package
 with seeded weights and run at 224 with fusion and the compiled tiers against the interpreter without
 fusion, on a batch of two (every model here is conditioned well enough there: 1e-6 of its largest logit
 apart in a session's sweep; efficientnet_v2_s with these weights is not: its float32 logits move 76% for
@@ -20,7 +20,7 @@ from refs import cv
 
 MODELS = ["rexnet_09", "skresnet18", "swin_tiny", "pvt_v2_b0", "coat_lite_tiny", "convit_tiny",
           "xcit_tiny_12_p16_224", "poolformer_s12", "nasnet_a_4x1056", "edgenext_xx_small",
-          "volo_d1", "crossvit_9"]
+          "volo_d1", "crossvit_9", "mobilevit_xx_small"]
 TOL = 1e-4          # max |compiled - L1| relative to the max |logit|
 
 

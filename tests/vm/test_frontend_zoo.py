@@ -596,3 +596,40 @@ def test_a_parameter_tuple_and_a_conditional_expression_of_tensors(level, rng):
         ms.ParameterTuple([ms.Tensor(np.ones(2, np.float32))])
     with pytest.raises(ValueError, match="names must differ"):
         ms.ParameterTuple([ms.Parameter(ms.Tensor(np.ones(2, np.float32)), name="a")] * 2)
+
+
+class Up(nn.Cell):
+    def construct(self, x, size=None):
+        return ops.interpolate(x, size=size, mode="nearest")
+
+
+class Skip(nn.Cell):
+    """An FPN's top-down step (mobilevit's folding too): a sub-Cell given the caller's dims in a tuple
+    (``size=(H, W)``). Passed whole as a constant, the caller's dim symbols were read as the sub-Cell's
+    own of the same names (its input's), and the resize kept the small map's size: a wrong answer, or
+    a false ShapeMismatch where a check followed."""
+
+    def __init__(self):
+        super().__init__()
+        self.up = Up()
+
+    def construct(self, x, small):
+        h, w = x.shape[2], x.shape[3]
+        return self.up(small, size=(h, w)) * 2.0, self.up(small, size=[h // 2, w])
+
+
+@pytest.mark.parametrize("level", ["L1", "auto"])
+def test_a_sub_cell_given_the_callers_dims_in_a_tuple(level, rng):
+    net = Skip()
+    net.set_inputs(ms.Tensor(shape=[None, 2, None, None], dtype=ms.float32),
+                   ms.Tensor(shape=[None, 2, None, None], dtype=ms.float32))
+    with at(level):
+        for hw, small in (((8, 6), (2, 3)), ((4, 4), (2, 2)), ((8, 6), (2, 3))):
+            x = rng.standard_normal((1, 2, *hw)).astype(np.float32)
+            s = rng.standard_normal((1, 2, *small)).astype(np.float32)
+            a, b = net(ms.Tensor(x), ms.Tensor(s))
+            rows = (np.arange(hw[0]) * small[0]) // hw[0]
+            cols = (np.arange(hw[1]) * small[1]) // hw[1]
+            np.testing.assert_array_equal(a.asnumpy(), s[:, :, rows][:, :, :, cols] * 2.0)
+            rows2 = (np.arange(hw[0] // 2) * small[0]) // (hw[0] // 2)
+            np.testing.assert_array_equal(b.asnumpy(), s[:, :, rows2][:, :, :, cols])

@@ -1780,7 +1780,10 @@ class FunctionCompiler:
         return out
 
     def callee_spec(self, pname, v, sym_names: dict) -> ArgSpec:
-        if isinstance(v, tuple) and _has_graph(v):      # (model zoo) a tuple holding run-time values
+        if isinstance(v, (tuple, list)) and _has_runtime(v):
+            # (model zoo) a tuple holding run-time values or dims (mobilevit's ``self.interpolate(x, size=(new_h,
+            # new_w))``): each item its own argument. Passed whole as a constant, a dim's expression would name
+            # this Code's symbols inside the callee, where its own symbols of those names took their place.
             return ArgSpec("tuple", value=[self.callee_spec(f"{pname}_{j}", x, sym_names) for j, x in enumerate(v)])
         if isinstance(v, GraphValue) and isinstance(v.type, TensorType):
             dims, ones = [], set()
@@ -1807,6 +1810,9 @@ class FunctionCompiler:
             return ArgSpec("scalar", ScalarType("i", S.sym(pname)))
         if isinstance(v, float) or isinstance(v, GraphValue):
             return ArgSpec("scalar", ScalarType("f"))
+        if _holds_dims(v):          # (a dict or an object holding dims: the callee needs them as values)
+            raise UnknownDim(f"argument {pname} of a sub-Cell holds symbolic dims inside a {type(v).__name__}: the "
+                             "caller compiles for exact shapes")
         return ArgSpec("const", value=v)
 
 
@@ -1883,6 +1889,23 @@ _RATIO_OPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/"}
 
 def _has_graph(v) -> bool:
     return any(isinstance(x, GraphValue) or (isinstance(x, tuple) and _has_graph(x)) for x in v)
+
+
+def _has_runtime(v) -> bool:
+    """Whether a tuple or list holds (at any depth) a run-time value or a symbolic dim or predicate."""
+    return any(isinstance(x, GraphValue) or (isinstance(x, (Expr, Pred)) and x.const_value() is None)
+               or (isinstance(x, (tuple, list)) and _has_runtime(x)) for x in v)
+
+
+def _holds_dims(v) -> bool:
+    """Whether a dict (at any depth of its values, tuples and lists) holds a symbolic dim or predicate."""
+    if isinstance(v, (Expr, Pred)):
+        return v.const_value() is None
+    if isinstance(v, dict):
+        return any(_holds_dims(x) for x in v.values())
+    if isinstance(v, (tuple, list)):
+        return any(_holds_dims(x) for x in v)
+    return False
 
 
 def _flag_like(v) -> bool:

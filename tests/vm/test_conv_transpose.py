@@ -74,9 +74,11 @@ def test_conv2d_transpose_layer_in_each_pad_mode(level, rng):
                     elif mode == "valid":
                         want = window(full, 0, 0, *(hw[i] * ss[i] + max(e[i] - ss[i], 0) for i in (0, 1)))
                     else:
-                        want = window(full, p, p, *((hw[i] - 1) * ss[i] + e[i] - 2 * p for i in (0, 1)))
-                        want = np.pad(want, ((0, 0), (0, 0), (0, op), (0, op)))
-                    np.testing.assert_allclose(net(ms.Tensor(x)).asnumpy(), want + bias, rtol=1e-4, atol=1e-4,
+                        want = window(full, p, p, *((hw[i] - 1) * ss[i] + e[i] - 2 * p for i in (0, 1))) + bias
+                        want = np.pad(want, ((0, 0), (0, 0), (0, op), (0, op)))       # (zeros: after the bias)
+                    if mode != "pad":
+                        want = want + bias
+                    np.testing.assert_allclose(net(ms.Tensor(x)).asnumpy(), want, rtol=1e-4, atol=1e-4,
                                                err_msg=f"{mode}: {ci, co, k, s, d, g, p, op} at {hw}")
 
 

@@ -633,3 +633,33 @@ def test_a_sub_cell_given_the_callers_dims_in_a_tuple(level, rng):
             np.testing.assert_array_equal(a.asnumpy(), s[:, :, rows][:, :, :, cols] * 2.0)
             rows2 = (np.arange(hw[0] // 2) * small[0]) // (hw[0] // 2)
             np.testing.assert_array_equal(b.asnumpy(), s[:, :, rows2][:, :, :, cols])
+
+
+class Contract(nn.Cell):
+    def __init__(self, axes):
+        super().__init__()
+        self.axes = axes
+
+    def construct(self, a, b):
+        return ops.tensordot(a, b, self.axes)
+
+
+class SqueezeAll(nn.Cell):
+    def construct(self, x):
+        return ops.squeeze(x) * 2.0
+
+
+@pytest.mark.parametrize("level", ["L1", "auto"])
+def test_contracted_dims_pair_up_and_squeeze_drops_every_dim_of_one(level):
+    """ops.tensordot checks each contracted pair, not only their products (2 x 3 against 3 x 2 reshaped to
+    one k of 6 gave a number); ops.squeeze(x) on set_inputs' None dims drops those that are 1 at the call
+    (it kept them, a result of the wrong rank)."""
+    with at(level):
+        a, b = np.ones((2, 3), np.float32), np.arange(6, dtype=np.float32).reshape(3, 2)
+        with pytest.raises(ValueError, match="dim 0"):
+            Contract(([0, 1], [0, 1]))(ms.Tensor(a), ms.Tensor(b))
+        net = SqueezeAll()
+        net.set_inputs(ms.Tensor(shape=[None, 1, None], dtype=ms.float32))
+        for shape in ((1, 1, 3), (2, 1, 1), (1, 1, 1), (2, 1, 3)):
+            x = np.full(shape, 1.5, np.float32)
+            assert net(ms.Tensor(x)).shape == np.squeeze(x).shape, shape

@@ -220,3 +220,44 @@ def test_a_loop_that_cannot_be_unrolled_says_where(cell, words):
         cell()(ms.Tensor(np.ones((2, 2), np.float32)))
     assert words in e.value.message
     assert e.value.filename.endswith("test_loops.py") and e.value.line > 0
+
+
+class FlagBreak(nn.Cell):
+    """A bool argument decides a break and a while loop's passes: compiled per flag value."""
+
+    def construct(self, x, flag=True):
+        for _ in range(4):
+            if flag:
+                break
+            x = x + 1.0
+        n = 0
+        go = not flag
+        while go:
+            x = x * 2.0
+            n += 1
+            go = n < 2
+        return x
+
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_a_flag_argument_decides_a_break_and_a_while(level):
+    net = FlagBreak()
+    x = np.ones((2, 3), np.float32)
+    with at(level):
+        for flag in (True, False, True, False):
+            np.testing.assert_array_equal(net(ms.Tensor(x), flag).asnumpy(), x if flag else (x + 4.0) * 4.0)
+
+
+class Nested(nn.Cell):
+    def construct(self, x):
+        k = 0
+        for _ in range(300):
+            for _ in range(300):
+                k += 1
+        return x * k
+
+
+def test_nested_unrolled_loops_are_held_to_a_total():
+    with pytest.raises(FrontendError) as e:
+        Nested()(ms.Tensor(np.ones(2, np.float32)))
+    assert "the loops unroll more than 65536 passes" in e.value.message and e.value.line > 0

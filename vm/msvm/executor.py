@@ -307,20 +307,23 @@ def exact_specs(specs, vals) -> list:
     """specs with each tensor's dims fixed to this call's shape, and each int argument baked in: for
     code that needs a dim's or an int's value while compiling (ops.split into that many parts, vmap's
     loop, P.Renorm(p, axis) with p an argument, a shape tensor's length that sets a random draw's
-    rank), which symbols cannot give; set_inputs' None dims too (the compile would fail otherwise)."""
+    rank), which symbols cannot give; set_inputs' None dims too (the compile would fail otherwise); and
+    each bool flag (a loop's break under ``if flag:``, ``while flag:``)."""
     out = []
     for s, v in zip(specs, vals):
         if s.kind == "tensor" and isinstance(v, Tensor) and not v.is_placeholder:
             s = ArgSpec("tensor", TensorType(tuple(Expr.const(n) for n in v.shape), s.type.dtype))
         elif s.kind == "scalar" and type(v) is int:    # (issue 21) an int a primitive's attribute needs
             s = ArgSpec("const", value=v)
+        elif s.kind == "scalar" and type(v) in (bool, np.bool_):    # a bool flag a loop's break tests
+            s = ArgSpec("const", value=bool(v))
         out.append(s)
     return out
 
 
 def _exact_key(vals) -> tuple:
-    return ("exact",) + tuple(tuple(v.shape) if isinstance(v, Tensor) else v if type(v) is int else None
-                              for v in vals)
+    return ("exact",) + tuple(tuple(v.shape) if isinstance(v, Tensor) else v if type(v) is int else
+                              bool(v) if type(v) in (bool, np.bool_) else None for v in vals)
 
 
 class CellRunner(_Runner):

@@ -257,6 +257,7 @@ class FunctionCompiler:
     """Compiles one function body for one argument signature."""
 
     MAX_UNROLL = 4096
+    MAX_PASSES = 1 << 16       # unrolled loop bodies in one compile, nested loops' passes together
 
     def __init__(self, src: FunctionSource, self_obj, specs: list, name: str, cell_compiler=None,
                  generation: int = 0):
@@ -275,7 +276,9 @@ class FunctionCompiler:
         self.inlines = 0
         self.loop_syms = 0
         self.loops: list = []      # the loops being compiled: (unrolled, len(branch_preds) at their start)
-        self.made_cells: set = set()   # ids of the Cells made in construct and run inline (call_cell)
+        self.made_cells: dict = {}     # id -> the Cells made in construct and run inline (call_cell; held, so
+        #                                that no other object takes a made Cell's id during the compile)
+        self.passes = 0                # unrolled loop bodies compiled (count_pass)
         self._callee_index: dict = {}
         self.hover: list = []      # (Loc, name, type) for the language server
         # Cell.to_float's dtype: float tensor arguments and Parameters are cast to it on entry
@@ -923,10 +926,19 @@ class FunctionCompiler:
             raise self.error(f"loop of {len(items)} iterations is too long to unroll (limit {self.MAX_UNROLL})", node)
         with self.loop(True):
             for v in items:
+                self.count_pass(node)
                 self.assign(node.target, v)
                 if not self.iteration(node.body):
                     return
         self.block(node.orelse)
+
+    def count_pass(self, node) -> None:
+        """One more pass of an unrolled loop's body: nested loops multiply, so all of a compile's passes
+        together are held to MAX_PASSES (4096 x 4096 would compile for minutes)."""
+        self.passes += 1
+        if self.passes > self.MAX_PASSES:
+            raise self.error(f"the loops unroll more than {self.MAX_PASSES} passes of their bodies in all while "
+                             "compiling; use a loop over a symbolic range, or fewer nested passes", node)
 
     @contextlib.contextmanager
     def loop(self, unrolled: bool):
@@ -955,15 +967,16 @@ class FunctionCompiler:
             while True:
                 go = self.condition(node.test, "a while loop")
                 if not isinstance(go, bool):
-                    raise UnknownDim(f"the while loop at line {self.node_loc(node).line} tests symbolic dims "
+                    raise UnknownDim(f"the while loop at line {self.node_loc(node).line} tests symbolic dims or flags "
                                      f"({ast.unparse(node.test)}): the loop needs its count known (the caller "
-                                     "compiles for exact shapes)")
+                                     "compiles for exact shapes and flags)")
                 if not go:
                     break
                 passes += 1
                 if passes > self.MAX_UNROLL:
                     raise self.error(f"while loop still running after {self.MAX_UNROLL} passes while compiling "
                                      "(it is unrolled: its test must become false)", node)
+                self.count_pass(node)
                 if not self.iteration(node.body):
                     return
         self.block(node.orelse)
@@ -983,9 +996,9 @@ class FunctionCompiler:
             raise self.error(f"'{word}' outside a loop", node)
         unrolled, depth = self.loops[-1]
         if not unrolled or len(self.branch_preds) > depth:
-            raise UnknownDim(f"'{word}' at line {self.node_loc(node).line} "
-                             + ("in a loop over a symbolic range" if not unrolled else "under a shape condition")
-                             + ": the loop needs its count known (the caller compiles for exact shapes)")
+            where = "in a loop over a symbolic range" if not unrolled else "under a condition on shapes or flags"
+            raise UnknownDim(f"'{word}' at line {self.node_loc(node).line} {where}: the loop needs its count known "
+                             "(the caller compiles for exact shapes and flags)")
         raise kind()
 
     def symbolic_loop(self, node, args):
@@ -1697,7 +1710,7 @@ class FunctionCompiler:
             # construct runs inline, as a helper method's (a Cell built from source, in the editor's views,
             # gives its construct as the frontend reads its attributes); its Tensors (not Parameters: volo's
             # Fold and its fixed weight) are constants of the code, made with it while compiling (cell_attr)
-            self.made_cells.add(id(cell))
+            self.made_cells[id(cell)] = cell
             getter = getattr(cell, "__msvm_getattr__", None)
             return self.inline(getter("construct") if getter is not None else cell.construct, args, kwargs, node)
         if path is None:

@@ -482,8 +482,8 @@ class Unfold(Cell):
 class Conv2dTranspose(_Conv):
     """MindSpore's nn.Conv2dTranspose (NCHW): weight [in, out / group, kh, kw]; the result H * stride high in
     'same' (the default), H * stride + max(e - stride, 0) in 'valid' (e = dilation * (k - 1) + 1), (H - 1) *
-    stride + e - (top + bottom) in 'pad', then ``output_padding`` rows and columns of zeros at the bottom and
-    right ('pad' only), as MindSpore's layer adds them (ops.conv_transpose2d computes them instead)."""
+    stride + e - (top + bottom) in 'pad', then, after the bias, ``output_padding`` rows and columns of zeros at
+    the bottom and right ('pad' only), as MindSpore's layer adds them (ops.conv_transpose2d computes them)."""
 
     def __init__(self, in_channels, out_channels, kernel_size, stride=1, pad_mode="same", padding=0,
                  output_padding=0, dilation=1, group=1, has_bias=False, weight_init=None, bias_init=None,
@@ -524,8 +524,8 @@ class Conv2dTranspose(_Conv):
                 size.append((n - 1) * s + e - lo - hi)
                 pads.append(lo)
         out = _conv_transpose(x, self.weight, tuple(size), self.stride, tuple(pads), self.dilation, self.group)
-        if self.pads_output:
-            out = ops.pad(out, (0, self.output_padding[1], 0, self.output_padding[0]))
         if self.has_bias:
             out = out + ops.reshape(self.bias, (1, -1, 1, 1))
+        if self.pads_output:             # (after the bias, as MindSpore's layer: the rows it adds are zeros)
+            out = ops.pad(out, (0, self.output_padding[1], 0, self.output_padding[0]))
         return out

@@ -208,8 +208,9 @@ def pad(input_x, padding=None, mode="constant", value=None, *, paddings=None):
         raise TypeError("ops.pad: give padding (or MindSpore 1.x's paddings), once")
     padding = paddings if padding is None else padding
     if isinstance(padding, (tuple, list)) and padding and all(isinstance(p, (tuple, list)) for p in padding):
-        if not all(len(p) == 2 for p in padding):
-            raise ValueError(f"ops.pad: paddings must be (before, after) pairs, one per dim, got {padding!r}")
+        if not all(len(p) == 2 for p in padding) or len(padding) != F._rank(input_x):
+            raise ValueError(f"ops.pad: paddings must be (before, after) pairs, one per dim of the rank-"
+                             f"{F._rank(input_x)} input, got {padding!r}")
         padding = tuple(v for p in reversed(padding) for v in p)
     if mode == "constant":
         return F.pad(input_x, padding, mode, value)

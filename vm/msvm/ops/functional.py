@@ -17,7 +17,7 @@ from .. import device as _device
 from .. import dtype as dt
 from ..bytecode.symbolic import Expr, SymbolicError, product, smax, smin
 from ..errors import UnknownDim
-from ..frontend.graph import is_graph, trace_op
+from ..frontend.graph import current, is_graph, trace_op
 from ..interp.kernels import KERNELS
 from ..tensor import Tensor, unwrap, wrap
 
@@ -203,12 +203,14 @@ def tensordot(x1, x2, axes):
         a1, a2 = [_tensordot_dim(a, r1, "x1") for a in a1], [_tensordot_dim(a, r2, "x2") for a in a2]
     s1, s2 = _shape(x1), _shape(x2)
     for i, j in zip(a1, a2):
-        if isinstance(s1[i], int) and isinstance(s2[j], int) and s1[i] != s2[j]:
+        if _known_differ(s1[i], s2[j]):
             raise ValueError(f"ops.tensordot: x1's dim {i} ({s1[i]}) does not match x2's dim {j} ({s2[j]})")
+        b = current()
+        if b is not None and (isinstance(s1[i], Expr) or isinstance(s2[j], Expr)):     # (each pair, not the products)
+            b.env.require_eq(s1[i], s2[j], f"ops.tensordot: x1's dim {i} must match x2's dim {j}")
     f1, f2 = [i for i in range(r1) if i not in a1], [j for j in range(r2) if j not in a2]
-    k = product([s1[i] for i in a1])
-    left = reshape(transpose(x1, tuple(f1 + a1)), (product([s1[i] for i in f1]), k))
-    right = reshape(transpose(x2, tuple(a2 + f2)), (k, product([s2[j] for j in f2])))
+    left = reshape(transpose(x1, tuple(f1 + a1)), (product([s1[i] for i in f1]), product([s1[i] for i in a1])))
+    right = reshape(transpose(x2, tuple(a2 + f2)), (product([s2[j] for j in a2]), product([s2[j] for j in f2])))
     return reshape(matmul(left, right), tuple(s1[i] for i in f1) + tuple(s2[j] for j in f2))
 
 
@@ -702,10 +704,10 @@ def unsqueeze(input, dim):
 
 def squeeze(input, axis=None):
     if axis is None and is_graph(input):
-        # in bytecode: the dims the signature knows are 1; a symbolic dim stays (the result's rank is fixed)
-        axis = tuple(i for i, d in enumerate(_shape(input)) if (d.const_value() if isinstance(d, Expr) else d) == 1)
-        if not axis:
-            return input
+        # in bytecode: SQUEEZE without axes drops the dims known to be 1 and keeps those known not to be; a dim
+        # that may be 1 (a set_inputs None dim) makes the Cell compile for exact shapes (shapes.squeeze), where
+        # keeping it gave a result of the wrong rank when it was 1
+        axis = ()
     return apply("SQUEEZE", (input,), (_axes(axis, "ops.squeeze: axis"),))
 
 

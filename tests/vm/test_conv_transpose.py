@@ -3,25 +3,11 @@ with output_padding, ops.conv_transpose2d (torch's sizes) and P.Conv2DTranspose 
 forward convolution's padding, the result's size given), grouped, strided, dilated, over set_inputs' None
 dims, against the adjoint written out in float64, at L1, compiled and in pynative."""
 
-import contextlib
-
 import msvm as ms
 import numpy as np
 import pytest
+from levels import at
 from msvm import nn, ops
-
-
-@contextlib.contextmanager
-def at(level):
-    ms.set_context(mode=ms.PYNATIVE_MODE if level == "pynative" else ms.GRAPH_MODE,
-                   jit_config={"jit_level": "auto" if level == "pynative" else level})
-    try:
-        yield
-    finally:
-        from msvm.compiler import tiers
-
-        tiers.wait_for_compiles(120)
-        ms.set_context(mode=ms.GRAPH_MODE, jit_config={"jit_level": "auto"})
 
 
 def full_adjoint(x, w, s, d, g):

@@ -12,27 +12,12 @@ against numpy at L1 and compiled, through one bytecode over several shapes:
 - rexnet and skresnet: tests/vm/test_slice_assign.py and test_cell_attributes.py; edgenext:
   test_conformance_ops.py (a sub-Cell that needs its int arguments' values)."""
 
-import contextlib
-
 import msvm as ms
 import numpy as np
 import pytest
+from levels import at
 from mindspore_alias import installed
 from msvm import nn, ops
-
-
-@contextlib.contextmanager
-def at(level):
-    """jit_level ``level`` in graph mode, or ("pynative") the eager mode, for the block; then the defaults."""
-    ms.set_context(mode=ms.PYNATIVE_MODE if level == "pynative" else ms.GRAPH_MODE,
-                   jit_config={"jit_level": "auto" if level == "pynative" else level})
-    try:
-        yield
-    finally:
-        from msvm.compiler import tiers
-
-        tiers.wait_for_compiles(120)          # (no compile of these Cells lands in a later test's records)
-        ms.set_context(mode=ms.GRAPH_MODE, jit_config={"jit_level": "auto"})
 
 
 class Block(nn.Cell):

@@ -3,27 +3,12 @@
 compiled and in pynative; a loop whose count hangs on symbolic dims compiles for the call's exact shapes,
 and the errors say what and where."""
 
-import contextlib
-
 import msvm as ms
 import numpy as np
 import pytest
+from levels import at
 from msvm import nn, ops
 from msvm.errors import FrontendError
-
-
-@contextlib.contextmanager
-def at(level):
-    ms.set_context(mode=ms.PYNATIVE_MODE if level == "pynative" else ms.GRAPH_MODE,
-                   jit_config={"jit_level": "auto" if level == "pynative" else level})
-    try:
-        yield
-    finally:
-        from msvm.compiler import tiers
-
-        tiers.wait_for_compiles(120)
-        ms.set_context(mode=ms.GRAPH_MODE, jit_config={"jit_level": "auto"})
-
 
 LEVELS = ["L1", "auto", "pynative"]
 

@@ -113,7 +113,10 @@ def test_eager_updates_change_the_tensor_itself():
     out = ops.ScatterNdAdd()(p, ms.Tensor(np.array([[1], [3]], np.int32)), ms.Tensor(np.array([5, 7], np.int32)))
     assert out is p and p.version == 1
     np.testing.assert_array_equal(p.asnumpy(), [0, 5, 0, 7])
-    assert not p.asnumpy().flags.writeable            # a Parameter's array stays read-only
+    assert not p._data.flags.writeable                  # a Parameter's array stays read-only;
+    mine = p.asnumpy()                                  # asnumpy gives a writable copy (MindSpore's is writable)
+    mine[0] = 99
+    np.testing.assert_array_equal(p.asnumpy(), [0, 5, 0, 7])
     ops.assign(p, 3)                                    # a number fills it, in its dtype
     np.testing.assert_array_equal(p.asnumpy(), [3, 3, 3, 3])
     assert p.dtype == ms.int32 and p.version == 2

@@ -381,7 +381,7 @@ def _array(name, value) -> np.ndarray:
     if isinstance(value, Tensor):
         if value.is_placeholder:
             raise ValueError(f"save_checkpoint: '{name}' is a placeholder with no data")
-        arr = value.asnumpy()
+        arr = value._host()                      # (read, not copied: a Parameter's array as it is)
     elif isinstance(value, np.ndarray):
         arr = value
     elif isinstance(value, (bool, int, float)):

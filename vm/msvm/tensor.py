@@ -315,7 +315,16 @@ class Tensor(TensorMethods):
         return self
 
     def asnumpy(self) -> np.ndarray:
-        """The data as numpy: the array itself on the CPU, a copy from a device's memory."""
+        """The data as numpy: the array itself on the CPU, a copy from a device's memory; a copy where the
+        array is read-only (a Parameter's, or a view of one: ``param.view(...).asnumpy()``), writable as
+        MindSpore's is. Writing into a Parameter's copy does not change the Parameter; ``set_data`` (or
+        ``ops.assign``) does, as MindSpore code must on Ascend and GPU, where asnumpy copies too (mindyolo's
+        heads edit their biases so: ``b = conv.bias.asnumpy(); b[:nc] = ...; ops.assign(conv.bias, Tensor(b))``)."""
+        a = self._host()
+        return a if a is not self._data or a.flags.writeable else a.copy()
+
+    def _host(self) -> np.ndarray:
+        """The data as a host numpy array, as it is (read-only for a Parameter): for reading."""
         self._need_data()
         a = self._data
         return a if type(a) is np.ndarray else _device.to_host(a)
@@ -324,7 +333,7 @@ class Tensor(TensorMethods):
         return self.asnumpy()
 
     def __array__(self, dtype=None, copy=None):
-        a = self.asnumpy()
+        a = self._host() if not copy else self.asnumpy()
         return a if dtype is None else a.astype(dtype)
 
     def item(self):

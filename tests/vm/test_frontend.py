@@ -191,7 +191,7 @@ BAD = {
     "while": "        while True:\n            x = x + 1\n        return x\n",
     "while_tensor": "        while x.sum() > 0:\n            x = x - 1\n        return x\n",
     "try": "        try:\n            x = x + 1\n        except Exception:\n            pass\n        return x\n",
-    "listcomp": "        ys = [x for _ in range(3)]\n        return x\n",
+    "setcomp": "        ys = {1 for _ in range(3)}\n        return x\n",
     "lambda": "        f = lambda t: t\n        return x\n",
     "tensor_if": "        if x > 0:\n            x = x + 1\n        return x\n",
     "attr_assign": "        self.y = x\n        return x\n",
@@ -200,7 +200,7 @@ BAD = {
 }
 EXPECT = {"while": "while loop still running after 4096 passes",
           "while_tensor": "a while loop on a tensor's values is not supported", "try": "try/except",
-          "listcomp": "list comprehension",
+          "setcomp": "set comprehension",
           "lambda": "lambda",
           "tensor_if": "branching on a tensor", "attr_assign": "assigning to attributes",
           "undefined": "name 'zzz' is not defined", "numpy_on_tensor": "numpy.exp cannot take msvm tensors"}

@@ -648,3 +648,46 @@ def test_contracted_dims_pair_up_and_squeeze_drops_every_dim_of_one(level):
         for shape in ((1, 1, 3), (2, 1, 1), (1, 1, 1), (2, 1, 3)):
             x = np.full(shape, 1.5, np.float32)
             assert net(ms.Tensor(x)).shape == np.squeeze(x).shape, shape
+
+
+def _resize_nn(x, scale=0, shape=None):
+    """mindocr's DBFPN helper: an early return under a shape condition, the rest of the function its else."""
+    if scale == 1 or shape == x.shape[2:]:
+        return x
+    if scale:
+        shape = (x.shape[2] * scale, x.shape[3] * scale)
+    return ops.ResizeNearestNeighbor(shape)(x)
+
+
+class DBFPN(nn.Cell):
+    """mindocr's DBFPN top-down path: list items assigned and augmented (``features[i] += ...``)."""
+
+    def construct(self, a, b, c):
+        features = [a, b, c]
+        for i in range(3):
+            features[i] = features[i] * 2.0
+        for i in range(1, -1, -1):
+            features[i] += _resize_nn(features[i + 1], shape=features[i].shape[2:])
+        features[1:] = [features[2], features[1]]
+        return features[0], features[1], features[2], _resize_nn(c, scale=2)
+
+
+def dbfpn_ref(a, b, c):
+    def nearest(x, h, w):
+        return x[:, :, (np.arange(h) * x.shape[2]) // h][:, :, :, (np.arange(w) * x.shape[3]) // w]
+    f = [a * 2, b * 2, c * 2]
+    for i in (1, 0):
+        f[i] = f[i] + nearest(f[i + 1], *f[i].shape[2:])
+    return f[0], f[2], f[1], nearest(c, c.shape[2] * 2, c.shape[3] * 2)
+
+
+@pytest.mark.parametrize("level", ["L1", "auto", "pynative"])
+def test_list_items_assigned_and_an_early_return_under_a_shape_condition(level, rng):
+    net = DBFPN()
+    spec = ms.Tensor(shape=[1, 2, None, None], dtype=ms.float32)
+    net.set_inputs(spec, spec, spec)
+    with at(level):
+        for sizes in ((8, 4, 2), (4, 4, 4), (6, 3, 3), (8, 4, 2)):
+            a, b, c = (rng.standard_normal((1, 2, s, s)).astype(np.float32) for s in sizes)
+            for got, want in zip(net(ms.Tensor(a), ms.Tensor(b), ms.Tensor(c)), dbfpn_ref(a, b, c)):
+                np.testing.assert_allclose(got.asnumpy(), want, rtol=1e-5, atol=1e-5)

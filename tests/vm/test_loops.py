@@ -246,3 +246,60 @@ def test_nested_unrolled_loops_are_held_to_a_total():
     with pytest.raises(FrontendError) as e:
         Nested()(ms.Tensor(np.ones(2, np.float32)))
     assert "the loops unroll more than 65536 passes" in e.value.message and e.value.line > 0
+
+
+class Strides(nn.Cell):
+    """mindyolo's heads: ``for i, s in enumerate(self.stride)`` over a Parameter, zip with a tensor, a loop over
+    a tensor's rows, comprehensions (list, generator, dict) whose values are pinned as they are made and whose
+    loop names do not leak, ops.stop_gradient."""
+
+    def __init__(self):
+        super().__init__()
+        self.stride = ms.Parameter(ms.Tensor(np.array([8, 16, 32], np.int32)), requires_grad=False)
+
+    def construct(self, x, feats):
+        i = 100
+        out = []
+        for k, s in enumerate(self.stride):
+            out.append(x * s.astype(ms.float32) + k)
+        for a, b in zip(feats, self.stride):
+            out.append(a.sum() * b.astype(ms.float32))
+        rows = [ops.stop_gradient(r) * 2.0 for r in x]
+        flat = ops.concat([o.reshape((1, -1)) for o in out[:3] if o.shape[0] == 2], 1)
+        total = sum(r.sum() for r in rows)
+        named = {f"r{i}": r for i, r in enumerate(rows)}
+        pairs = [a * b for a in (1.0, 2.0) for b in (3.0, 4.0) if a < b]
+        return flat, out[3], out[5], total, named["r1"], pairs[-1] + x[0, 0] * 0.0, i
+
+
+def strides_ref(x, feats):
+    out = [x * s + k for k, s in enumerate((8, 16, 32))] + [a.sum() * b for a, b in zip(feats, (8, 16, 32))]
+    rows = [r * 2.0 for r in x]
+    flat = np.concatenate([o.reshape(1, -1) for o in out[:3]], 1)
+    return flat, out[3], out[5], sum(r.sum() for r in rows), rows[1], 8.0, 100
+
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_iterating_over_tensors_and_comprehensions(level, rng):
+    net = Strides()
+    with at(level):
+        for shape in ((2, 3), (2, 5)):
+            x = rng.standard_normal(shape).astype(np.float32)
+            f = rng.standard_normal((4, 3)).astype(np.float32)
+            for got, want in zip(net(ms.Tensor(x), ms.Tensor(f)), strides_ref(x, f)):
+                got = got.asnumpy() if hasattr(got, "asnumpy") else got
+                np.testing.assert_allclose(np.asarray(got, np.float64), want, rtol=1e-5, atol=1e-5)
+    assert ops.stop_gradient is not None and ops.StopGradient()(ms.Tensor(np.ones(2, np.float32))).shape == (2,)
+
+
+class LongRows(nn.Cell):
+    def construct(self, x):
+        return ops.concat([r * 2.0 for r in x], 0)
+
+
+def test_iterating_over_a_symbolic_dim_compiles_exact_shapes(rng):
+    net = LongRows()
+    net.set_inputs(ms.Tensor(shape=[None, 3], dtype=ms.float32))
+    for n in (2, 4, 2):
+        x = rng.standard_normal((n, 3)).astype(np.float32)
+        np.testing.assert_allclose(net(ms.Tensor(x)).asnumpy(), (x * 2.0).reshape(-1), rtol=1e-6)

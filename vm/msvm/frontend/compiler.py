@@ -570,7 +570,15 @@ class FunctionCompiler:
 
     # --- statements
     def block(self, stmts):
-        for st in stmts:
+        stmts = list(stmts)
+        for k, st in enumerate(stmts):
+            if isinstance(st, ast.If) and k + 1 < len(stmts) and _returns(st.body) and not _returns(st.orelse):
+                # ``if c: return a`` then more statements: those are the if's else (as Python runs them), so an
+                # inlined helper that returns early under a shape condition (mindocr's ``_resize_nn``) returns
+                # on both sides of it
+                self.stmt(ast.copy_location(ast.If(test=st.test, body=st.body, orelse=list(st.orelse) + stmts[k + 1:]),
+                                            st))
+                return
             self.stmt(st)
 
     def stmt(self, node):
@@ -716,8 +724,13 @@ class FunctionCompiler:
                 self.loc = self.node_loc(target)
                 self.store(target.value.id, self.slice_assign(base, target.slice, value, target), target.value)
                 return
+            if isinstance(base, ListValue):          # feats[i] += v on a list's item (an int index)
+                value = self.binop(type(node.op), self.expr(target), self.expr(node.value), node)
+                self.assign(target, value)
+                return
         if not isinstance(target, ast.Name):
-            raise self.error("augmented assignment works on plain names and tensor items (x[index] += v) only", node)
+            raise self.error("augmented assignment works on plain names, tensor items (x[index] += v) and list "
+                             "items only", node)
         cur = self.name_value(target)
         value = self.binop(type(node.op), cur, self.expr(node.value), node)
         self.assign(target, value)
@@ -738,6 +751,10 @@ class FunctionCompiler:
         elif isinstance(target, ast.Attribute):
             raise self.error("assigning to attributes inside construct is not supported (Cells are stateless "
                              "while they run)", target)
+        elif isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name) and \
+                isinstance(self.expr(target.value), ListValue):
+            self.store(target.value.id, self.list_item_assign(self.expr(target.value), target.slice, value, target),
+                       target.value)
         elif isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name):
             base = self.expr(target.value)
             if not (isinstance(base, GraphValue) and isinstance(base.type, TensorType)):
@@ -751,6 +768,27 @@ class FunctionCompiler:
                 self.store(target.value.id, self.slice_assign(base, target.slice, value, target), target.value)
         else:
             raise self.error(f"cannot assign to {_describe(target)}", target)
+
+    def list_item_assign(self, items: ListValue, sl, value, node) -> ListValue:
+        """``feats[i] = v`` (or ``feats[a:b] = vs``) on a list in construct (an FPN's levels, mindocr's DBFPN):
+        the name bound to a new list with that item replaced, by an index known while compiling (a loop over
+        a symbolic range compiles exact shapes first), as Python replaces it."""
+        if isinstance(sl, ast.Slice):
+            parts = [None if p is None else _index_int(self.expr(p)) for p in (sl.lower, sl.upper, sl.step)]
+            index = slice(*parts)
+        else:
+            index = _index_int(self.expr(sl))
+        if isinstance(index, Expr) or (isinstance(index, slice) and any(isinstance(p, Expr) for p in
+                                                                          (index.start, index.stop, index.step))):
+            raise UnknownDim("a list's item assigned at a symbolic index: the caller compiles for exact shapes")
+        if not isinstance(index, (int, slice)):
+            raise self.error(f"a list's item is assigned by an int or a slice, got {type(index).__name__}", node)
+        out = list(items)
+        try:
+            out[index] = list(value) if isinstance(index, slice) else value
+        except (IndexError, TypeError, ValueError) as e:
+            raise self.error(f"list item assignment: {e}", node) from None
+        return ListValue(out)
 
     def stmt_If(self, node):
         test = self.condition(node.test, "branching")
@@ -911,12 +949,103 @@ class FunctionCompiler:
             raise self.error("range() bounds must be ints or shape expressions", it)
         seq = self.expr(it)
         if isinstance(seq, GraphValue):
-            raise self.error("iterating over a tensor is not supported; use a range over its shape", it)
+            seq = self.rows(seq, it)
         try:
             items = list(seq)
         except TypeError:
             raise self.error(f"cannot iterate over {type(seq).__name__}", it) from None
         self.unrolled(node, items)
+
+    def items_of(self, it) -> list:
+        """The values a comprehension's ``for`` runs over, all known while compiling: a range of ints, a tuple
+        or list, a tensor's rows; a range over a symbolic dim needs the count (exact shapes)."""
+        seq = self.expr(it)
+        if isinstance(seq, range):
+            return list(seq)
+        if isinstance(seq, GraphValue):
+            return list(self.rows(seq, it))
+        try:
+            return list(seq)
+        except TypeError:
+            raise self.error(f"cannot iterate over {type(seq).__name__}", it) from None
+
+    def comprehension(self, generators, make) -> list:
+        """The values ``make()`` gives for each pass of a comprehension's ``for`` clauses (unrolled, in order,
+        each ``if`` clause known while compiling), as Python computes them; its loop names are its own (a
+        scope of their own: slots apart from the enclosing names, which are as they were afterwards)."""
+        self.inlines += 1
+        saved_scope, saved = self.scope, {}
+        self.scope = f"{self.scope}<comp{self.inlines}>."
+        out: list = []
+
+        def run(k):
+            if k == len(generators):       # (each value pinned: the loop names' slots are written again next pass)
+                out.append(self.pin_tuple((make(),), f"%made{len(out)}")[0])
+                return
+            gen = generators[k]
+            if getattr(gen, "is_async", 0):
+                raise self.error("an async comprehension is not supported in construct", gen)
+            items = self.items_of(gen.iter)
+            if len(items) > self.MAX_UNROLL:
+                raise self.error(f"a comprehension over {len(items)} items is too long to unroll (limit "
+                                 f"{self.MAX_UNROLL})", gen.iter)
+            for name in _target_names(gen.target):
+                if name not in saved:
+                    saved[name] = self.vars.get(name, _UNBOUND)
+            for v in items:
+                self.count_pass(gen)
+                self.assign(gen.target, v)
+                keep = True
+                for cond in gen.ifs:
+                    c = self.condition(cond, "a comprehension's if")
+                    if not isinstance(c, bool):
+                        raise UnknownDim(f"a comprehension's condition ({ast.unparse(cond)}) tests symbolic dims: the "
+                                         "caller compiles for exact shapes")
+                    if not c:
+                        keep = False
+                        break
+                if keep:
+                    run(k + 1)
+        try:
+            run(0)
+        finally:
+            self.scope = saved_scope
+            for name, v in saved.items():
+                if v is _UNBOUND:
+                    self.vars.pop(name, None)
+                else:
+                    self.vars[name] = v
+        return out
+
+    def expr_ListComp(self, node):
+        return ListValue(self.comprehension(node.generators, lambda: self.expr(node.elt)))
+
+    def expr_GeneratorExp(self, node):
+        # (a generator is consumed where it is made: ``tuple(f(x) for x in xs)``, ``sum(...)``, ``max(...)``)
+        return tuple(self.comprehension(node.generators, lambda: self.expr(node.elt)))
+
+    def expr_DictComp(self, node):
+        out = {}
+        for k, v in self.comprehension(node.generators, lambda: (self.expr(node.key), self.expr(node.value))):
+            if isinstance(k, (GraphValue, Expr, Pred)) or not isinstance(k, (str, int, bool, tuple)):
+                raise self.error("a dict comprehension in construct needs keys known while compiling (strings, ints)",
+                                 node.key)
+            out[k] = v
+        return out
+
+    def rows(self, v: GraphValue, node) -> tuple:
+        """A tensor iterated over (``for s in strides``, ``enumerate(t)``, ``zip(a, t)``): its rows along dim 0
+        (x[0], x[1], ...), as MindSpore's graph mode unrolls them; a dim 0 known only when the Cell runs makes
+        the caller compile for exact shapes (where it is an int)."""
+        if not isinstance(v.type, TensorType):
+            raise self.error(f"cannot iterate over {v.type}", node)
+        if v.type.rank == 0:
+            raise self.error("iterating over a 0-d tensor", node)
+        n = self.env.norm(v.type.shape[0])
+        if not n.is_const():
+            raise UnknownDim(f"iterating over a tensor of {n} rows: the loop needs its count known (the caller "
+                             "compiles for exact shapes)")
+        return tuple(trace_op("SLICE", (v,), ((("i", k),),)) for k in range(n.const_value()))
 
     def unrolled(self, node, items):
         """A for loop over values known while compiling: its body once per item, in order (``break`` and
@@ -1619,6 +1748,11 @@ class FunctionCompiler:
             return builtin_print(*args, **kwargs)
         if fn is builtins.isinstance and len(args) == 2 and isinstance(args[0], (GraphValue, Expr, Pred)):
             return _isinstance_of_runtime(args[0], args[1])
+        if fn in (builtins.enumerate, builtins.zip, builtins.list, builtins.tuple, builtins.reversed) and \
+                any(isinstance(a, GraphValue) and isinstance(a.type, TensorType) for a in args):
+            args = [self.rows(a, node) if isinstance(a, GraphValue) and isinstance(a.type, TensorType) else a
+                    for a in args]                  # (a tensor's rows: mindyolo's ``enumerate(self.stride)``)
+            return fn(*args, **kwargs)
         if any(fn is getattr(builtins, n, None) for n in _SAFE_BUILTINS):
             if any(isinstance(a, (GraphValue, Expr, Pred)) for a in args):
                 raise self.error(f"{getattr(fn, '__name__', fn)}() of a symbolic or run-time value is not "
@@ -1898,6 +2032,23 @@ def _subst_const(c, subst):
 
 _LIST_GROW = ("append", "extend", "insert")
 _RATIO_OPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/"}
+
+
+_UNBOUND = object()         # (comprehension: a loop name that had no value before it)
+
+
+def _returns(body) -> bool:
+    """Whether a block always ends in a return (its last statement is one)."""
+    return bool(body) and isinstance(body[-1], ast.Return)
+
+
+def _target_names(target) -> list:
+    """The names an assignment target binds (``i``, ``(i, (a, b))``)."""
+    if isinstance(target, ast.Name):
+        return [target.id]
+    if isinstance(target, (ast.Tuple, ast.List)):
+        return [n for t in target.elts for n in _target_names(t)]
+    return []
 
 
 def _has_graph(v) -> bool:

@@ -641,6 +641,12 @@ def depend(value, expr):
     return value
 
 
+def stop_gradient(value):
+    """MindSpore's ops.stop_gradient: no gradient flows through it; msvm runs forward passes, where it is the
+    value itself (mindyolo's yolov10 head detaches its one-to-one branch so)."""
+    return value
+
+
 def addmm(input, mat1, mat2, *, beta=1, alpha=1):
     """beta * input + alpha * (mat1 @ mat2)."""
     prod = matmul(mat1, mat2)

@@ -17,6 +17,7 @@ format and JSON.
 from __future__ import annotations
 
 import contextvars
+import functools
 import math
 from contextlib import contextmanager
 from typing import Iterable, Mapping, Union
@@ -110,25 +111,35 @@ def _operand_str(e) -> str:
 class Atom:
     """A leaf of a polynomial: a named symbol or an opaque operation."""
 
-    __slots__ = ("op", "args", "_key", "_size")
+    __slots__ = ("op", "args", "_key", "_size", "_hash", "_rkey")
 
     def __init__(self, op: str, args: tuple):
         self.op = op
         self.args = args
         self._size = _size_of(args)
         self._key = (op, tuple(a.key() if isinstance(a, (Expr, Pred)) else a for a in args))
+        # (the hash from the operands' own, each computed once: hashing the nested key, as every dict of
+        # powers and terms did, cost time in its size; ResNet-sized towers of // took minutes to verify)
+        self._hash = hash((op, tuple(a._hash if isinstance(a, (Expr, Pred)) else a for a in args)))
+        self._rkey = None
 
     def key(self):
         return self._key
 
+    def rkey(self) -> str:
+        """repr(key()), made once: the canonical order of atoms sorts by it."""
+        if self._rkey is None:
+            self._rkey = repr(self._key)
+        return self._rkey
+
     def __eq__(self, other):
-        return isinstance(other, Atom) and self._key == other._key
+        return self is other or (isinstance(other, Atom) and self._hash == other._hash and self._key == other._key)
 
     def __hash__(self):
-        return hash(self._key)
+        return self._hash
 
     def __lt__(self, other):
-        return repr(self._key) < repr(other._key)
+        return self.rkey() < other.rkey()
 
     def __str__(self):
         if self.op == "sym":
@@ -182,18 +193,37 @@ def _mono_key(mono):
     return tuple((a.key(), p) for a, p in mono)
 
 
+def _sorted_mono(pairs) -> tuple:
+    """A monomial's (atom, power) pairs in the canonical order (by the atoms' reprs; one atom, as most
+    monomials are, needs no repr: a deep atom's is long)."""
+    pairs = tuple(pairs)
+    return pairs if len(pairs) < 2 else tuple(sorted(pairs, key=lambda ap: ap[0].rkey()))
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _mono_repr(mono) -> str:
+    """repr(_mono_key(mono)), built from the atoms' own reprs (made once each): the terms' canonical order
+    sorts by it, and repr of the nested keys on every Expr made was most of a deep model's compile."""
+    parts = [f"({a.rkey()}, {p!r})" for a, p in mono]
+    return f"({parts[0]},)" if len(parts) == 1 else "(" + ", ".join(parts) + ")"
+
+
 class Expr:
     """An integer polynomial over atoms, in canonical form. Immutable, hashable."""
 
-    __slots__ = ("terms", "_hash")
+    __slots__ = ("terms", "_hash", "_key")
 
     def __init__(self, terms: dict):
         # terms: {monomial: coeff}, monomial = tuple of (Atom, power) sorted by atom
         _charge(len(terms))
         items = [(m, c) for m, c in terms.items() if c != 0]
-        items.sort(key=lambda mc: (len(mc[0]), repr(_mono_key(mc[0]))))
+        if len(items) > 1:     # (by degree, then by repr: only terms of one degree need their reprs)
+            degrees = [len(m) for m, _ in items]
+            items.sort(key=(lambda mc: len(mc[0])) if len(set(degrees)) == len(degrees) else
+                       (lambda mc: (len(mc[0]), _mono_repr(mc[0]))))
         self.terms = tuple(items)
-        self._hash = hash(tuple((_mono_key(m), c) for m, c in self.terms))
+        self._hash = hash(tuple((tuple((a._hash, p) for a, p in m), c) for m, c in self.terms))
+        self._key = None
 
     # construction
     @staticmethod
@@ -214,7 +244,9 @@ class Expr:
 
     # queries
     def key(self):
-        return ("expr", tuple((_mono_key(m), c) for m, c in self.terms))
+        if self._key is None:
+            self._key = ("expr", tuple((_mono_key(m), c) for m, c in self.terms))
+        return self._key
 
     def is_const(self) -> bool:
         return all(m == () for m, _ in self.terms)
@@ -257,7 +289,7 @@ class Expr:
     def __eq__(self, other):
         if isinstance(other, int) and not isinstance(other, bool):
             other = Expr.const(other)
-        return isinstance(other, Expr) and self.key() == other.key()
+        return self is other or (isinstance(other, Expr) and self._hash == other._hash and self.key() == other.key())
 
     def __hash__(self):
         return self._hash
@@ -290,7 +322,7 @@ class Expr:
                 powers: dict = {}
                 for a, p in m1 + m2:
                     powers[a] = powers.get(a, 0) + p
-                mono = tuple(sorted(powers.items(), key=lambda ap: repr(ap[0].key())))
+                mono = _sorted_mono(powers.items())
                 terms[mono] = terms.get(mono, 0) + c1 * c2
         return Expr(terms)
 
@@ -311,7 +343,7 @@ class Expr:
                 if powers.get(a, 0) < p:
                     return None
                 powers[a] -= p
-            new = tuple(sorted(((a, p) for a, p in powers.items() if p), key=lambda ap: repr(ap[0].key())))
+            new = _sorted_mono((a, p) for a, p in powers.items() if p)
             out[new] = out.get(new, 0) + c // dc
         return Expr(out)
 
@@ -439,7 +471,7 @@ def _common_factor(a: Expr, b: Expr):
         powers = mp if powers is None else {x: min(p, mp[x]) for x, p in powers.items() if x in mp}
     if not g or powers is None or (g == 1 and not powers):
         return None
-    mono = tuple(sorted(((x, p) for x, p in powers.items() if p), key=lambda ap: repr(ap[0].key())))
+    mono = _sorted_mono((x, p) for x, p in powers.items() if p)
     return Expr({mono: g})
 
 
@@ -531,22 +563,23 @@ _NEGATE = {"<": ">=", "<=": ">", ">": "<=", ">=": "<", "==": "!=", "!=": "=="}
 class Pred:
     """A boolean over symbols: cmp / flag / const / and / or / not."""
 
-    __slots__ = ("op", "args", "_key", "_size")
+    __slots__ = ("op", "args", "_key", "_size", "_hash")
 
     def __init__(self, op: str, args: tuple):
         self.op = op
         self.args = args
         self._size = _size_of(args)
         self._key = ("pred", op, tuple(a.key() if isinstance(a, (Expr, Pred)) else a for a in args))
+        self._hash = hash(("pred", op, tuple(a._hash if isinstance(a, (Expr, Pred)) else a for a in args)))
 
     def key(self):
         return self._key
 
     def __eq__(self, other):
-        return isinstance(other, Pred) and self._key == other._key
+        return self is other or (isinstance(other, Pred) and self._hash == other._hash and self._key == other._key)
 
     def __hash__(self):
-        return hash(self._key)
+        return self._hash
 
     def const_value(self) -> bool | None:
         if self.op == "const":
@@ -805,7 +838,7 @@ def _poly(data, depth, budget) -> Expr:
             powers[a] = powers.get(a, 0) + power
             if powers[a] > MAX_POWER:
                 raise SymbolicError(f"{a} has power {powers[a]} in one monomial; the limit is {MAX_POWER}")
-        mono = tuple(sorted(powers.items(), key=lambda ap: repr(ap[0].key())))
+        mono = _sorted_mono(powers.items())
         terms[mono] = terms.get(mono, 0) + coeff
     return Expr(terms)
 

@@ -71,13 +71,15 @@ MODULES = {
     "mindspore.ops.operations.image_ops": "msvm.ops.primitives",
     "mindspore.ops.operations.other_ops": "msvm.ops.primitives",
     "mindspore.ops.function.random_func": "msvm.ops",
+    "mindspore.ops.primitive": "msvm.ops",          # (constexpr, Primitive: mindocr imports them from there)
     "mindspore.ops._primitive_cache": "msvm.ops._primitive_cache",
     "mindspore.numpy": "msvm.numpy_api",
 }
 
 # attributes MindSpore has under another name in msvm, per mindspore module
 RENAMES = {
-    "mindspore": {"ms_function": "jit"},
+    # (mindspore.tensor(data, dtype) makes a Tensor; msvm.tensor is msvm's module of it)
+    "mindspore": {"ms_function": "jit", "tensor": "Tensor"},
 }
 
 _MISSING = object()
@@ -185,6 +187,8 @@ class _Alias(types.ModuleType):
         self.__path__ = []                 # a package: submodules go through the finder
         if target is not None and hasattr(target, "__all__"):
             self.__all__ = list(target.__all__)
+        if name == "mindspore":            # (the MindSpore whose API msvm mirrors: version checks pick its branch)
+            self.__version__ = compat_api.version()
 
     def __getattr__(self, attr):
         if attr.startswith("__"):

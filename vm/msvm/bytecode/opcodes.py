@@ -261,8 +261,9 @@ _op("CUMSUM", 0x79, ["axis:const", "exclusive:const", "reverse:const"], 1, 1, S.
     compiled="l1")
 _op("RESIZE", 0x7A, ["out_size:const", "scale:const", "mode:const", "align_corners:const"], 1, 1, S.resize, "conv",
     "pop x [N, C, H, W]; push it resized to out_size (or H, W times the int scale) by nearest or bilinear "
-    "sampling (PyTorch/MindSpore's source coordinates; align_corners for bilinear; bilinear_asymmetric: the "
-    "source dst * in / out, ResizeBilinear's default)", compiled="l1", fresh=True)
+    "sampling (PyTorch/MindSpore's source coordinates; align_corners for bilinear, and for nearest rounding "
+    "dst * (in - 1) / (out - 1); bilinear_asymmetric: the source dst * in / out, ResizeBilinear's default; "
+    "nearest_half_pixel: floor((dst + 0.5) * in / out))", compiled="l1", fresh=True)
 
 # --- boolean-mask indexing (issue 16): a result whose first dim depends on the data ------------------
 _op("BOOL_INDEX", 0x7E, ["symbol:name"], 2, 1, S.bool_index, "layout",

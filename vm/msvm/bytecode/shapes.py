@@ -266,7 +266,8 @@ def pool2d(ctx, ins, args, *, name):
     return TensorType((n, c, ctx.env.norm(Expr.of(ho)), ctx.env.norm(Expr.of(wo))), d)
 
 
-RESIZE_MODES = ("nearest", "bilinear", "bilinear_asymmetric")    # (bilinear_asymmetric: source dst * in / out)
+# (bilinear_asymmetric: source dst * in / out; nearest_half_pixel: floor((dst + 0.5) * in / out))
+RESIZE_MODES = ("nearest", "bilinear", "bilinear_asymmetric", "nearest_half_pixel")
 
 
 def resize(ctx, ins, args):

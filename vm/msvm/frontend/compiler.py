@@ -1738,6 +1738,12 @@ class FunctionCompiler:
                 isinstance(args[0], (Ratio, Expr)):        # int((H - 1) / stride + 1), math.ceil(h / p)
             r = args[0]
             return r if isinstance(r, Expr) else r.ceil() if fn is math.ceil else r.floor()
+        if fn in (builtins.int, builtins.round, math.floor, math.ceil, math.trunc) and args and \
+                isinstance(args[0], GraphValue) and isinstance(args[0].type, ScalarType) and args[0].type.kind in "if":
+            # (a dim's arithmetic with floats, ``int(x.shape[-2] * self.scales + 0.5)``: a run-time float here; with
+            # the call's exact shapes it is a Python number, as MindSpore's graph mode folds it)
+            raise UnknownDim(f"{fn.__name__}() of a number computed when the Cell runs (a dim's arithmetic with "
+                             "floats): the caller compiles for exact shapes")
         if fn in (builtins.min, builtins.max) and args and all(_is_int(a) for a in args) \
                 and any(isinstance(a, Expr) for a in args):
             out = Expr.of(args[0]) if not isinstance(args[0], Expr) else args[0]
@@ -1776,6 +1782,12 @@ class FunctionCompiler:
             return fn(*args, **kwargs)
         if isinstance(fn, (pytypes.FunctionType, pytypes.MethodType)) or hasattr(fn, "__msvm_inline__"):
             return self.inline(fn, args, kwargs, node)
+        gap = fn.__dict__.get("__gap__") if isinstance(fn, type) else getattr(fn, "_name", None) \
+            if type(fn).__name__ == "_GapValue" else None
+        if gap is not None:                  # (a MindSpore API msvm lacks: say so, as outside construct)
+            from ..compat import MindSporeGap
+
+            raise self.error(str(MindSporeGap(gap)), node)
         raise self.error(f"calling {getattr(fn, '__qualname__', type(fn).__name__)} is not supported in construct",
                          node)
 
@@ -1875,14 +1887,14 @@ class FunctionCompiler:
             # needs the value of (edgenext's ``np.zeros((B, H, W))`` of ints its caller passes) is baked
             # in where this call site knows it; where it does not, the error asks this Code for exact
             # shapes (the executor's retry), where it does
-            if "holds different Python objects" in str(e):
-                baked = {k: bool(v) for k, v in enumerate(values)
-                         if isinstance(v, (bool, np.bool_)) and specs[k].kind == "scalar"}
-            elif getattr(e, "needs_known_dims", False):
+            if getattr(e, "needs_known_dims", False):
                 baked = {k: c for k, c in ((k, _known_int(v)) for k, v in enumerate(values))
                          if c is not None and specs[k].kind == "scalar"}
             else:
-                baked = {}
+                # (and any other error with a Python bool given: the branch it rules out may not compile for
+                # these arguments at all, visionlan's ``if is_train: return self.emb(pos)`` with pos None)
+                baked = {k: bool(v) for k, v in enumerate(values)
+                         if isinstance(v, (bool, np.bool_)) and specs[k].kind == "scalar"}
             if not baked:
                 raise
             for k, c in baked.items():

@@ -441,6 +441,11 @@ def _source(n_out, n_in, align, nearest, asymmetric=False):
     """Where each output index samples its input (MindSpore's and PyTorch's conventions; ``asymmetric``:
     dst * in / out, MindSpore's ResizeBilinear and TensorFlow's legacy resize)."""
     i = np.arange(n_out, dtype=np.float64)
+    if nearest == "half_pixel":          # (TensorFlow's and MindSpore's nearest with half_pixel_centers)
+        return np.minimum(np.floor((i + 0.5) * (n_in / n_out)).astype(np.int64), n_in - 1)
+    if nearest and align:                # (the corners aligned, each source rounded: round(dst * (in-1)/(out-1)))
+        return np.minimum(np.floor(i * ((n_in - 1) / (n_out - 1)) + 0.5).astype(np.int64) if n_out > 1
+                          else np.zeros(n_out, np.int64), n_in - 1)
     if nearest:
         return np.minimum(np.floor(i * (n_in / n_out)).astype(np.int64), n_in - 1)
     if asymmetric:
@@ -456,8 +461,10 @@ def resize(x, size, scale, mode, align_corners, out=None):
         x = x.astype(np.float32)
     h, w = x.shape[2:]
     oh, ow = (int(size[0]), int(size[1])) if size is not None else (h * scale[0], w * scale[1])
-    if mode == "nearest":
-        return np.ascontiguousarray(x[:, :, _source(oh, h, False, True)][:, :, :, _source(ow, w, False, True)])
+    if mode in ("nearest", "nearest_half_pixel"):
+        near = "half_pixel" if mode == "nearest_half_pixel" else True
+        return np.ascontiguousarray(x[:, :, _source(oh, h, align_corners, near)][:, :, :,
+                                                                               _source(ow, w, align_corners, near)])
     asym = mode == "bilinear_asymmetric"
     sy, sx = _source(oh, h, align_corners, False, asym), _source(ow, w, align_corners, False, asym)
     y0 = np.minimum(np.floor(sy).astype(np.int64), h - 1)

@@ -170,6 +170,13 @@ class Cell:
     def cells(self):
         return list(self._cells.values())
 
+    def apply(self, fn):
+        """MindSpore's Cell.apply: ``fn`` on every sub-Cell (depth first), then on this one; this Cell."""
+        for cell in self.cells():
+            cell.apply(fn)
+        fn(self)
+        return self
+
     def name_cells(self) -> dict:
         return dict(self._cells)
 

@@ -386,17 +386,35 @@ globals().update(registry.primitives(Primitive))
 
 class ResizeNearestNeighbor(Primitive):
     """Nearest-neighbour resize of [N, C, H, W] to ``size``, the source index floor(dst * in / out)
-    (``ops.interpolate``'s 'nearest'; mindcv's hrnet fuses its branches with it)."""
+    (``ops.interpolate``'s 'nearest'; mindcv's hrnet fuses its branches with it); ``align_corners``
+    round(dst * (in - 1) / (out - 1)) (mindocr's PP-OCRv3 neck), ``half_pixel_centers`` floor((dst + 0.5) *
+    in / out), as TensorFlow's and MindSpore's kernels map them."""
 
     def __init__(self, size, align_corners=False, half_pixel_centers=False):
         super().__init__(size=size, align_corners=align_corners, half_pixel_centers=half_pixel_centers)
-        if align_corners or half_pixel_centers:
-            raise NotImplementedError("ResizeNearestNeighbor: align_corners and half_pixel_centers are not "
-                                      "supported yet (the floor(dst * in / out) mapping is)")
-        self.size = tuple(size)
+        if align_corners and half_pixel_centers:
+            raise ValueError("ResizeNearestNeighbor: align_corners and half_pixel_centers cannot both be True")
+        self.size, self.align_corners, self.half_pixel_centers = tuple(size), bool(align_corners), half_pixel_centers
 
     def __call__(self, x):
-        return F.interpolate(x, size=tuple(F._dim_of(d) for d in self.size), mode="nearest")
+        size = tuple(F._plain(F._dim_of(d)) for d in self.size)
+        if not (self.align_corners or self.half_pixel_centers):
+            return F.interpolate(x, size=size, mode="nearest")
+        mode = "nearest_half_pixel" if self.half_pixel_centers else "nearest"
+        return F.apply("RESIZE", (x,), (size, None, mode, self.align_corners))
+
+
+class ResizeBilinearV2(Primitive):
+    """MindSpore's ResizeBilinearV2(align_corners, half_pixel_centers)(x, size): ResizeBilinear with the size
+    an input (a tuple, or an int Tensor known while compiling) (mindocr's EAST and PSENet necks)."""
+
+    def __init__(self, align_corners=False, half_pixel_centers=False):
+        super().__init__(align_corners=align_corners, half_pixel_centers=half_pixel_centers)
+        self.align_corners, self.half_pixel_centers = align_corners, half_pixel_centers
+
+    def __call__(self, x, size):
+        size = tuple(int(v) for v in size.asnumpy().reshape(-1)) if hasattr(size, "asnumpy") else tuple(size)
+        return ResizeBilinear(size, self.align_corners, self.half_pixel_centers)(x)
 
 
 class ResizeBilinear(Primitive):

@@ -187,8 +187,8 @@ class _Alias(types.ModuleType):
         self.__path__ = []                 # a package: submodules go through the finder
         if target is not None and hasattr(target, "__all__"):
             self.__all__ = list(target.__all__)
-        if name == "mindspore":            # (the MindSpore whose API msvm mirrors: version checks pick its branch)
-            self.__version__ = compat_api.version()
+        if name in ("mindspore", "mindspore.version"):      # (the MindSpore whose API msvm mirrors: version
+            self.__version__ = compat_api.version()        # checks pick its branch)
 
     def __getattr__(self, attr):
         if attr.startswith("__"):

@@ -724,7 +724,7 @@ class FunctionCompiler:
                 self.loc = self.node_loc(target)
                 self.store(target.value.id, self.slice_assign(base, target.slice, value, target), target.value)
                 return
-            if isinstance(base, ListValue):          # feats[i] += v on a list's item (an int index)
+            if isinstance(base, tuple):              # feats[i] += v on a list's item (an int index)
                 value = self.binop(type(node.op), self.expr(target), self.expr(node.value), node)
                 self.assign(target, value)
                 return
@@ -752,7 +752,9 @@ class FunctionCompiler:
             raise self.error("assigning to attributes inside construct is not supported (Cells are stateless "
                              "while they run)", target)
         elif isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name) and \
-                isinstance(self.expr(target.value), ListValue):
+                isinstance(self.expr(target.value), tuple):
+            # (a list: a construct's own, or one passed in, which arrives as a tuple: mindocr's DBFPN assigns
+            # ``features[i]`` of the backbone's list)
             self.store(target.value.id, self.list_item_assign(self.expr(target.value), target.slice, value, target),
                        target.value)
         elif isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name):
@@ -769,7 +771,7 @@ class FunctionCompiler:
         else:
             raise self.error(f"cannot assign to {_describe(target)}", target)
 
-    def list_item_assign(self, items: ListValue, sl, value, node) -> ListValue:
+    def list_item_assign(self, items: tuple, sl, value, node) -> ListValue:
         """``feats[i] = v`` (or ``feats[a:b] = vs``) on a list in construct (an FPN's levels, mindocr's DBFPN):
         the name bound to a new list with that item replaced, by an index known while compiling (a loop over
         a symbolic range compiles exact shapes first), as Python replaces it."""

@@ -61,6 +61,7 @@ from .layers import (
     Unfold,
     ZeroPad2d,
 )
+from .rnns import GRU, LSTM, RNN
 
 __all__ = ["ELU", "GELU", "AdaptiveAvgPool2d", "AvgPool2d", "BatchNorm1d", "BatchNorm2d", "Cell", "CellList",
            "ConstantPad2d", "Conv1d", "Conv2d", "Conv2dTranspose", "Dense", "Dropout", "Embedding", "Flatten", "GroupNorm",
@@ -72,6 +73,7 @@ __all__ = ["ELU", "GELU", "AdaptiveAvgPool2d", "AvgPool2d", "BatchNorm1d", "Batc
            "SeLU",
            "SmoothL1Loss", "Softmax2d", "Softsign", "SoftShrink", "Tanhshrink",
            "TimeDistributed",
+           "GRU", "LSTM", "RNN",
            # issue 21 (nn/apis.py)
            "AdaptiveMaxPool1d", "AdaptiveMaxPool2d", "BiDense", "Conv3d", "Norm", "OneHot", "Pad", "Range", "RReLU",
            "SoftmaxCrossEntropyWithLogits"]

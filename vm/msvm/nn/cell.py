@@ -16,6 +16,8 @@ from ..tensor import PARAMETER_SHAPES, Parameter, ParameterTuple, Tensor
 
 class Cell:
     __msvm_cell__ = True
+    _amp_level = "O0"       # (MindSpore's mixed-precision level, which construct code reads: msvm's to_float sets
+    #                         a Cell's dtype, not a level; mindocr's RNN neck tests it)
 
     def __init__(self, auto_prefix=True, flags=None):
         object.__setattr__(self, "_params", {})

@@ -153,7 +153,7 @@ async def test_diagnostics_for_concat_reshape_and_unsupported_syntax(client, tmp
     cases = {
         "ops.concat((y, y), axis=n)": "axis",
         "ops.reshape(y, (7, 5))": "reshape",
-        "[v for v in (y, y)][0]": "",
+        "{v for v in (y, y)}": "set comprehension",
     }
     for k, (expr, word) in enumerate(cases.items()):
         text = BAD_CELL.replace("        return ops.relu(y)",

@@ -192,7 +192,7 @@ BAD = {
     "while_tensor": "        while x.sum() > 0:\n            x = x - 1\n        return x\n",
     "try": "        try:\n            x = x + 1\n        except Exception:\n            pass\n        return x\n",
     "setcomp": "        ys = {1 for _ in range(3)}\n        return x\n",
-    "lambda": "        f = lambda t: t\n        return x\n",
+    "lambda": "        f = lambda *t: t\n        return x\n",
     "tensor_if": "        if x > 0:\n            x = x + 1\n        return x\n",
     "attr_assign": "        self.y = x\n        return x\n",
     "undefined": "        return x + zzz\n",

@@ -691,3 +691,35 @@ def test_list_items_assigned_and_an_early_return_under_a_shape_condition(level, 
             a, b, c = (rng.standard_normal((1, 2, s, s)).astype(np.float32) for s in sizes)
             for got, want in zip(net(ms.Tensor(a), ms.Tensor(b), ms.Tensor(c)), dbfpn_ref(a, b, c)):
                 np.testing.assert_allclose(got.asnumpy(), want, rtol=1e-5, atol=1e-5)
+
+
+class Picks(nn.Cell):
+    """mindyolo's yolov10 postprocess ``boxes[batch_ids, index // nc]`` (int tensors side by side, broadcast),
+    an int tensor among basic indices (``x[:, idx, 1:2]``, ``x[-1, idx]``), and lambdas (mindocr's table head):
+    a default value, a name read from construct, one passed on to a helper."""
+
+    def construct(self, boxes, index):
+        i = ops.arange(boxes.shape[0])[..., None]
+        scale = lambda t, k=2.0: t * k + boxes.shape[1]      # noqa: E731 - the form under test
+        twice = lambda: index * 2                             # noqa: E731
+        return (boxes[i, index // 3], boxes[:, index[0], 1:2], scale(boxes[0, index[0]]), boxes[-1, index],
+                boxes[i, -1 - index % 2, :2], apply_to(twice))
+
+
+def apply_to(fn):
+    return fn() + 1
+
+
+@pytest.mark.parametrize("level", ["L1", "auto", "pynative"])
+def test_int_tensor_indices_side_by_side_and_lambdas(level, rng):
+    net = Picks()
+    net.set_inputs(ms.Tensor(shape=[None, None, 4], dtype=ms.float32), ms.Tensor(shape=[None, 5], dtype=ms.int32))
+    with at(level):
+        for b, n in ((2, 9), (3, 12), (2, 9)):
+            boxes = rng.standard_normal((b, n, 4)).astype(np.float32)
+            index = rng.integers(0, n, (b, 5)).astype(np.int32)
+            i = np.arange(b)[..., None]
+            want = (boxes[i, index // 3], boxes[:, index[0], 1:2], boxes[0, index[0]] * 2.0 + n, boxes[-1, index],
+                    boxes[i, -1 - index % 2, :2], index * 2 + 1)
+            for got, w in zip(net(ms.Tensor(boxes), ms.Tensor(index)), want):
+                np.testing.assert_array_equal(got.asnumpy(), w)

@@ -1377,6 +1377,10 @@ class FunctionCompiler:
         from .graph import trace_op
 
         items = self.index_items(sl)
+        tensors = [k for k, (_, v) in enumerate(items) if isinstance(v, GraphValue) and isinstance(v.type, TensorType)
+                   and v.type.dtype.kind in "iu"]
+        if len(tensors) > 1:
+            return self.advanced_index(base, items, tensors, node)
         spec = []
         for k, (it, v) in enumerate(items):
             if isinstance(v, tuple):
@@ -1390,17 +1394,66 @@ class FunctionCompiler:
             elif isinstance(v, GraphValue) and isinstance(v.type, TensorType) and v.type.dtype.kind in "iu":
                 # x[idx], x[:, idx], x[idx, :] with an int tensor: a GATHER along that axis (the other
                 # items are full slices, or ... after it)
-                if any(s != ("s", None, None, None) for s in spec) or not all(
-                        r in (("s", None, None, None), ("e",)) for _, r in items[k + 1:]):
-                    raise self.error("an int tensor index goes with full slices only (x[idx], x[:, idx], x[idx, :]);"
-                                     " use ops.gather for the rest", it)
-                return trace_op("GATHER", (base, v), (len(spec),))
+                rest = [r for _, r in items[k + 1:]]
+                if all(s == ("s", None, None, None) for s in spec) and \
+                        all(isinstance(r, tuple) and r in (("s", None, None, None), ("e",)) for r in rest):
+                    return trace_op("GATHER", (base, v), (len(spec),))
+                if any(s == ("e",) for s in spec) or not all(isinstance(r, tuple) for r in rest):
+                    raise self.error("an int tensor index goes with basic indices (ints, slices, None) before it and "
+                                     "basic indices or ... after it; use ops.gather for the rest", it)
+                # (numpy's x[:, idx, 1:2], x[0, idx]: the basic indices first, the tensor's dim kept whole, then a
+                # GATHER along where that dim is now)
+                kept = base if all(s == ("s", None, None, None) for s in spec + rest) else trace_op(
+                    "SLICE", (base,), (tuple(spec + [("s", None, None, None)] + rest),))
+                return trace_op("GATHER", (kept, v), (sum(1 for s in spec if s[0] in ("s", "n")),))
             elif isinstance(v, Expr):      # (issue 21) x[i] in a loop over a shape: compile for exact shapes
                 raise UnknownDim(f"the index {v} is symbolic; x[i] needs it known (the caller compiles for exact "
                                  "shapes, where loops over shapes unroll)")
             else:
                 raise self.error("tensor indices must be ints, slices, None, ..., or an int tensor", it)
         return trace_op("SLICE", (base,), (tuple(spec),))
+
+    def advanced_index(self, base, items, tensors, node):
+        """``x[i, j]`` (and ``x[:, i, j, ...]``) with int tensors side by side, as numpy indexes: the indices
+        broadcast together, each element the one at (i, j); the indexed dims flattened into one and a GATHER
+        of i * dim_j + j along it (mindyolo's yolov10 ``boxes[batch_ids, index // nc]``). Negative indices
+        count from the end; ints among them are 0-d indices."""
+        from ..ops import functional as F
+
+        lo, hi = tensors[0], tensors[-1] + 1
+        run = items[lo:hi]
+        if any(not (isinstance(v, GraphValue) or (isinstance(v, tuple) and v[0] == "i")) for _, v in run) or \
+                any(v != ("s", None, None, None) for _, v in items[:lo]) or \
+                any(not isinstance(v, tuple) for _, v in items[hi:]):
+            raise self.error("int tensor indices go side by side, with full slices before them and basic indices "
+                             "after them (x[i, j], x[:, i, j, :2]); use ops.gather / gather_elements for the rest", node)
+        shape = self.env.norm_type(base.type).shape
+        rank = len(shape)
+        if hi > rank:
+            raise self.error(f"{hi} indices for a tensor of rank {rank}", node)
+        dims = list(shape[lo:hi])
+        flat = 1
+        for d in dims:
+            flat = flat * d
+        x = F.reshape(base, tuple(shape[:lo]) + (flat,) + tuple(shape[hi:]))
+        key, stride = None, 1
+        for (_, v), d in zip(reversed(run), reversed(dims)):
+            idx = v if isinstance(v, GraphValue) else v[1]
+            if isinstance(idx, GraphValue):
+                idx = F.where(F.less(idx, 0), F.add(idx, F.scalar_to_tensor(d, idx.dtype)), idx)
+            elif idx < 0:
+                idx = idx + d
+            term = idx if (isinstance(stride, int) and stride == 1) else idx * stride
+            key = term if key is None else F.add(term, key) if isinstance(term, GraphValue) else key + term
+            stride = stride * d
+        if not isinstance(key, GraphValue):
+            raise self.error("int indices alone are basic indexing: x[0, 1]", node)
+        out = trace_op("GATHER", (x, key), (lo,))
+        post = [v for _, v in items[hi:]]
+        if all(v in (("s", None, None, None), ("e",)) for v in post):
+            return out
+        full = [("s", None, None, None)] * (lo + key.type.rank)          # (then the basic indices after them)
+        return trace_op("SLICE", (out,), (tuple(full + post),))
 
     def slice_assign(self, x: GraphValue, sl, value, node) -> GraphValue:
         """``x[index] = value`` by basic indexing (ints, slices of step 1, ...), as MindSpore's setitem:
@@ -1671,6 +1724,28 @@ class FunctionCompiler:
         self.symbolic_if(pred, ast.copy_location(ast.If(test=node.test, body=[assign(node.body)],
                                                         orelse=[assign(node.orelse)]), node))
         return self.vars.pop(name)
+
+    def expr_Lambda(self, node):
+        """A lambda in construct (mindocr's table head, ``lambda x: ...`` passed on or called): inlined where it is
+        called, as a helper is, its default values and the names it reads from construct taken as they are when
+        it is made."""
+        a = node.args
+        if a.vararg or a.kwarg or a.kwonlyargs or a.posonlyargs:
+            raise self.error("a lambda in construct takes plain parameters (no *args, **kwargs or keyword-only)", node)
+        defaults = [self.expr(d) for d in a.defaults]
+        fdef = ast.FunctionDef(name="<lambda>", args=a, body=[ast.copy_location(ast.Return(node.body), node.body)],
+                               decorator_list=[], returns=None, type_comment=None)
+        ast.copy_location(fdef, node)
+        fdef.end_lineno, fdef.end_col_offset = node.end_lineno, node.end_col_offset
+        names = [p.arg for p in a.args]
+        params = [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                    default=(defaults[k - (len(names) - len(defaults))]
+                                             if k >= len(names) - len(defaults) else inspect.Parameter.empty))
+                  for k, n in enumerate(names)]
+        src = FunctionSource(fdef, self.src.filename, self.src.line_offset, self.src.col_offset, self.src.globals,
+                             {**self.src.closure, **{k: v for k, v in self.vars.items() if not k.startswith("%")}},
+                             "<lambda>")
+        return _Lambda(src, self.self_obj, inspect.Signature(params))
 
     def expr_JoinedStr(self, node):
         parts = []
@@ -2049,6 +2124,16 @@ _RATIO_OPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/"}
 
 
 _UNBOUND = object()         # (comprehension: a loop name that had no value before it)
+
+
+class _Lambda:
+    """A lambda made in construct: inlined where it is called (FunctionCompiler.inline)."""
+
+    def __init__(self, src, self_obj, sig):
+        self.src, self.self_obj, self.sig = src, self_obj, sig
+
+    def __msvm_inline__(self):
+        return self.src, None, self.sig
 
 
 def _returns(body) -> bool:

@@ -723,3 +723,32 @@ def test_int_tensor_indices_side_by_side_and_lambdas(level, rng):
                     boxes[i, -1 - index % 2, :2], index * 2 + 1)
             for got, w in zip(net(ms.Tensor(boxes), ms.Tensor(index)), want):
                 np.testing.assert_array_equal(got.asnumpy(), w)
+
+
+class Outside(nn.Cell):
+    def construct(self, x, i, j):
+        return x[i, j]
+
+
+class Apart(nn.Cell):
+    def construct(self, x, i):
+        return x[0, :, i]
+
+
+def test_int_tensor_indices_out_of_range_or_apart():
+    """Each index checked against its own dim (flattened, x[0, 3] of a (2, 3) grid was x[1, 0]); ints and int
+    tensors apart from each other, whose dims numpy moves to the front, refused at their line."""
+    x = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    for level in ("L1", "auto"):
+        with at(level):
+            for i, j in (([0], [3]), ([1], [-4]), ([2], [0])):
+                with pytest.raises(IndexError, match="out of range"):
+                    Outside()(ms.Tensor(x), ms.Tensor(np.array(i, np.int32)), ms.Tensor(np.array(j, np.int32)))
+            np.testing.assert_array_equal(Outside()(ms.Tensor(x), ms.Tensor(np.array([1, -2], np.int32)),
+                                                    ms.Tensor(np.array([-1], np.int32))).asnumpy(), x[[1, -2], [-1]])
+            with pytest.raises(ms.FrontendError, match="separated by slices"):
+                Apart()(ms.Tensor(x), ms.Tensor(np.array([1, 2], np.int32)))
+    t = ms.Tensor(np.zeros(3, np.float32))
+    a = np.array(t)
+    a[0] = 5.0                                  # (np.array(t) is an array of its own)
+    assert t.asnumpy()[0] == 0.0

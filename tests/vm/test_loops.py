@@ -303,3 +303,56 @@ def test_iterating_over_a_symbolic_dim_compiles_exact_shapes(rng):
     for n in (2, 4, 2):
         x = rng.standard_normal((n, 3)).astype(np.float32)
         np.testing.assert_allclose(net(ms.Tensor(x)).asnumpy(), (x * 2.0).reshape(-1), rtol=1e-6)
+
+
+class BreakInElse(nn.Cell):
+    """A break on the else side of a shape condition (it was taken for a compile-time one: a label never placed),
+    and an inlined helper returning from inside a loop on one side of a shape condition."""
+
+    def construct(self, x):
+        for _ in range(3):
+            if x.shape[1] == 4:
+                x = x * 2.0
+            else:
+                break
+            x = x + 1.0
+        return first_wide(x)
+
+
+def first_wide(x):
+    for i in range(3):
+        if x.shape[0] > i + 1:
+            return x * float(i)
+        x = x + 1.0
+    return x * 100.0
+
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_a_break_on_the_else_side_and_a_return_inside_a_loop(level):
+    net = BreakInElse()
+    net.set_inputs(ms.Tensor(shape=[None, None], dtype=ms.float32))
+    with at(level):
+        for shape in ((3, 4), (1, 4), (3, 5), (1, 2)):
+            x = np.ones(shape, np.float32)
+            y = x
+            for _ in range(3):
+                if shape[1] != 4:
+                    break
+                y = y * 2.0 + 1.0
+            z = next((y + i) * i for i in range(3) if shape[0] > i + 1) if shape[0] > 1 else (y + 3) * 100.0
+            np.testing.assert_array_equal(net(ms.Tensor(x)).asnumpy(), z)
+
+
+class LateBound(nn.Cell):
+    def construct(self, x):
+        s = 1.0
+        f = lambda t: t * s          # noqa: E731 - the form under test
+        s = 3.0
+        return f(x)
+
+
+def test_a_lambda_reads_names_when_it_is_called():
+    x = np.ones(2, np.float32)
+    for level in ("L1", "auto", "pynative"):
+        with at(level):
+            np.testing.assert_array_equal(LateBound()(ms.Tensor(x)).asnumpy(), x * 3.0)

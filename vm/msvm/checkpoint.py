@@ -532,7 +532,7 @@ def _common_prefix(missing, parameter_dict):
 
 def _fit(p, key, value, strict_load) -> np.ndarray:
     """The array to give ``p``, or ParameterMismatch naming it."""
-    arr, want = value.asnumpy(), tuple(p.shape)
+    arr, want = value._host(), tuple(p.shape)      # (read, not copied: set_data copies)
     if arr.shape != want:
         extra = arr.shape[len(want):]
         if arr.shape[:len(want)] == want and extra and all(d == 1 for d in extra):

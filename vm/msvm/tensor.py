@@ -333,7 +333,9 @@ class Tensor(TensorMethods):
         return self.asnumpy()
 
     def __array__(self, dtype=None, copy=None):
-        a = self._host() if not copy else self.asnumpy()
+        a = self._host()
+        if copy:                    # (np.array(t): an array of its own, whatever the Tensor's is)
+            a = a.copy()
         return a if dtype is None else a.astype(dtype)
 
     def item(self):

@@ -214,7 +214,7 @@ def initializer(init, shape=None, dtype=dt.float32):
     from ..tensor import Tensor
 
     if isinstance(init, Tensor):
-        arr = init.asnumpy()
+        arr = init._host()
     elif isinstance(init, np.ndarray):
         arr = init
     else:

@@ -279,6 +279,7 @@ class FunctionCompiler:
         self.made_cells: dict = {}     # id -> the Cells made in construct and run inline (call_cell; held, so
         #                                that no other object takes a made Cell's id during the compile)
         self.passes = 0                # unrolled loop bodies compiled (count_pass)
+        self.else_depth = 0            # else sides of symbolic ifs being compiled (their then sides: branch_preds)
         self._callee_index: dict = {}
         self.hover: list = []      # (Loc, name, type) for the language server
         # Cell.to_float's dtype: float tensor arguments and Parameters are cast to it on entry
@@ -724,7 +725,7 @@ class FunctionCompiler:
                 self.loc = self.node_loc(target)
                 self.store(target.value.id, self.slice_assign(base, target.slice, value, target), target.value)
                 return
-            if isinstance(base, tuple):              # feats[i] += v on a list's item (an int index)
+            if isinstance(base, (tuple, list)) or _is_graph_tuple(base):    # feats[i] += v on a list's item
                 value = self.binop(type(node.op), self.expr(target), self.expr(node.value), node)
                 self.assign(target, value)
                 return
@@ -752,11 +753,13 @@ class FunctionCompiler:
             raise self.error("assigning to attributes inside construct is not supported (Cells are stateless "
                              "while they run)", target)
         elif isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name) and \
-                isinstance(self.expr(target.value), tuple):
+                (isinstance(self.expr(target.value), (tuple, list)) or _is_graph_tuple(self.expr(target.value))):
             # (a list: a construct's own, or one passed in, which arrives as a tuple: mindocr's DBFPN assigns
-            # ``features[i]`` of the backbone's list)
-            self.store(target.value.id, self.list_item_assign(self.expr(target.value), target.slice, value, target),
-                       target.value)
+            # ``features[i]`` of the backbone's list; a list argument of construct itself, a run-time tuple)
+            base = self.expr(target.value)
+            if _is_graph_tuple(base):
+                base = self.unpack_graph_tuple(base, target.value.id)
+            self.store(target.value.id, self.list_item_assign(base, target.slice, value, target), target.value)
         elif isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name):
             base = self.expr(target.value)
             if not (isinstance(base, GraphValue) and isinstance(base.type, TensorType)):
@@ -830,11 +833,16 @@ class FunctionCompiler:
             self.emit("JUMP", l_fix, loc=self.node_loc(node.test))
         self.cb.place(l_else)
         self.vars = dict(before)
-        else_vars, else_ret = self.sub_block(node.orelse)
+        self.else_depth += 1          # (a break or continue in the else side is under the condition too: jump)
+        try:
+            else_vars, else_ret = self.sub_block(node.orelse)
+        finally:
+            self.else_depth -= 1
         returned = (then_ret == _INLINE_RETURN) + (else_ret == _INLINE_RETURN)
-        if returned == 1:
-            raise self.error("an inlined helper function that returns inside one branch of a shape condition "
-                             "must return in the other too (or return once at its end)", node)
+        if returned == 1:          # (a return in a loop's body whose other side runs on after the loop: with the
+            #                        call's exact shapes and flags the condition is known, and the helper unrolls)
+            raise UnknownDim(f"an inlined helper returns on one side of the condition at line "
+                             f"{self.node_loc(node).line} only: the caller compiles for exact shapes and flags")
         if returned:            # (an inlined helper returns on both sides: its value is the merge's)
             then_ret = else_ret = False
             shape = _return_shape(then_vars[_RETURN_VALUE], else_vars[_RETURN_VALUE])
@@ -1035,6 +1043,17 @@ class FunctionCompiler:
             out[k] = v
         return out
 
+    def exact(self) -> bool:
+        """Whether this compile is for exact shapes (executor.exact_specs): no tensor argument has a symbolic
+        dim and no int argument is a symbol."""
+        def fixed(spec):
+            if spec.kind == "tuple":
+                return all(fixed(s) for s in spec.value)
+            if spec.kind == "tensor":
+                return all(self.env.norm(d).is_const() for d in spec.type.shape)
+            return not (spec.kind == "scalar" and spec.type.kind == "i")
+        return all(fixed(s) for s in self.specs)
+
     def rows(self, v: GraphValue, node) -> tuple:
         """A tensor iterated over (``for s in strides``, ``enumerate(t)``, ``zip(a, t)``): its rows along dim 0
         (x[0], x[1], ...), as MindSpore's graph mode unrolls them; a dim 0 known only when the Cell runs makes
@@ -1073,7 +1092,7 @@ class FunctionCompiler:
 
     @contextlib.contextmanager
     def loop(self, unrolled: bool):
-        self.loops.append((unrolled, len(self.branch_preds)))
+        self.loops.append((unrolled, len(self.branch_preds) + self.else_depth))
         try:
             yield
         finally:
@@ -1126,7 +1145,7 @@ class FunctionCompiler:
         if not self.loops:
             raise self.error(f"'{word}' outside a loop", node)
         unrolled, depth = self.loops[-1]
-        if not unrolled or len(self.branch_preds) > depth:
+        if not unrolled or len(self.branch_preds) + self.else_depth > depth:
             where = "in a loop over a symbolic range" if not unrolled else "under a condition on shapes or flags"
             raise UnknownDim(f"'{word}' at line {self.node_loc(node).line} {where}: the loop needs its count known "
                              "(the caller compiles for exact shapes and flags)")
@@ -1401,6 +1420,7 @@ class FunctionCompiler:
                 if any(s == ("e",) for s in spec) or not all(isinstance(r, tuple) for r in rest):
                     raise self.error("an int tensor index goes with basic indices (ints, slices, None) before it and "
                                      "basic indices or ... after it; use ops.gather for the rest", it)
+                self.adjacent_advanced(items, k, k + 1, node)
                 # (numpy's x[:, idx, 1:2], x[0, idx]: the basic indices first, the tensor's dim kept whole, then a
                 # GATHER along where that dim is now)
                 kept = base if all(s == ("s", None, None, None) for s in spec + rest) else trace_op(
@@ -1415,9 +1435,10 @@ class FunctionCompiler:
 
     def advanced_index(self, base, items, tensors, node):
         """``x[i, j]`` (and ``x[:, i, j, ...]``) with int tensors side by side, as numpy indexes: the indices
-        broadcast together, each element the one at (i, j); the indexed dims flattened into one and a GATHER
-        of i * dim_j + j along it (mindyolo's yolov10 ``boxes[batch_ids, index // nc]``). Negative indices
-        count from the end; ints among them are 0-d indices."""
+        broadcast together, each element the one at (i, j); each index first taken through its own dim (a
+        GATHER from arange(dim): negative ones count from the end, one out of its dim's range raises IndexError
+        there), then the indexed dims flattened into one and a GATHER of i * dim_j + j along it (mindyolo's
+        yolov10 ``boxes[batch_ids, index // nc]``); ints among them are 0-d indices."""
         from ..ops import functional as F
 
         lo, hi = tensors[0], tensors[-1] + 1
@@ -1427,6 +1448,7 @@ class FunctionCompiler:
                 any(not isinstance(v, tuple) for _, v in items[hi:]):
             raise self.error("int tensor indices go side by side, with full slices before them and basic indices "
                              "after them (x[i, j], x[:, i, j, :2]); use ops.gather / gather_elements for the rest", node)
+        self.adjacent_advanced(items, lo, hi, node)
         shape = self.env.norm_type(base.type).shape
         rank = len(shape)
         if hi > rank:
@@ -1438,22 +1460,26 @@ class FunctionCompiler:
         x = F.reshape(base, tuple(shape[:lo]) + (flat,) + tuple(shape[hi:]))
         key, stride = None, 1
         for (_, v), d in zip(reversed(run), reversed(dims)):
-            idx = v if isinstance(v, GraphValue) else v[1]
-            if isinstance(idx, GraphValue):
-                idx = F.where(F.less(idx, 0), F.add(idx, F.scalar_to_tensor(d, idx.dtype)), idx)
-            elif idx < 0:
-                idx = idx + d
+            idx = v if isinstance(v, GraphValue) else F.scalar_to_tensor(v[1], dt.int64)
+            idx = F.gather(F.arange(_plain_dim(d)), idx, 0)         # (in range, and counted from the end)
             term = idx if (isinstance(stride, int) and stride == 1) else idx * stride
-            key = term if key is None else F.add(term, key) if isinstance(term, GraphValue) else key + term
+            key = term if key is None else F.add(term, key)
             stride = stride * d
-        if not isinstance(key, GraphValue):
-            raise self.error("int indices alone are basic indexing: x[0, 1]", node)
         out = trace_op("GATHER", (x, key), (lo,))
         post = [v for _, v in items[hi:]]
         if all(v in (("s", None, None, None), ("e",)) for v in post):
             return out
         full = [("s", None, None, None)] * (lo + key.type.rank)          # (then the basic indices after them)
         return trace_op("SLICE", (out,), (tuple(full + post),))
+
+    def adjacent_advanced(self, items, lo, hi, node) -> None:
+        """numpy counts an int among int tensor indices as one of them; where those are not all side by side
+        (``x[0, :, idx]``) it moves their broadcast dims to the front, which these paths do not: refused."""
+        adv = [k for k, (_, v) in enumerate(items)
+               if (isinstance(v, tuple) and v[0] == "i") or isinstance(v, GraphValue)]
+        if adv and adv[-1] - adv[0] + 1 != len(adv):
+            raise self.error("ints and int tensor indices separated by slices (x[0, :, idx]): numpy moves their dims "
+                             "to the front; index in two steps (x[0][:, idx]) or use ops.gather", node)
 
     def slice_assign(self, x: GraphValue, sl, value, node) -> GraphValue:
         """``x[index] = value`` by basic indexing (ints, slices of step 1, ...), as MindSpore's setitem:
@@ -1727,8 +1753,8 @@ class FunctionCompiler:
 
     def expr_Lambda(self, node):
         """A lambda in construct (mindocr's table head, ``lambda x: ...`` passed on or called): inlined where it is
-        called, as a helper is, its default values and the names it reads from construct taken as they are when
-        it is made."""
+        called, as a helper is; its default values taken when it is made, the names it reads from construct when
+        it is called (where it is called from its own scope; passed into a helper, as they were when made)."""
         a = node.args
         if a.vararg or a.kwarg or a.kwonlyargs or a.posonlyargs:
             raise self.error("a lambda in construct takes plain parameters (no *args, **kwargs or keyword-only)", node)
@@ -1745,7 +1771,7 @@ class FunctionCompiler:
         src = FunctionSource(fdef, self.src.filename, self.src.line_offset, self.src.col_offset, self.src.globals,
                              {**self.src.closure, **{k: v for k, v in self.vars.items() if not k.startswith("%")}},
                              "<lambda>")
-        return _Lambda(src, self.self_obj, inspect.Signature(params))
+        return _Lambda(src, self.self_obj, inspect.Signature(params), self.scope)
 
     def expr_JoinedStr(self, node):
         parts = []
@@ -1799,6 +1825,8 @@ class FunctionCompiler:
                 raise UnknownDim(f"@constexpr {getattr(fn, '__name__', fn)} is given a symbolic dim")
             with using(None):
                 return fn(*args, **kwargs)
+        if isinstance(fn, _Lambda) and fn.scope == self.scope:      # (late binding: the names as they are now)
+            fn.src.closure.update({k: v for k, v in self.vars.items() if k in fn.src.closure})
         if hasattr(type(fn), "__msvm_inline__") or isinstance(getattr(fn, "__msvm_jit__", None), pytypes.FunctionType):
             return self.inline(fn, args, kwargs, node)      # (an ms.jit function is inlined as its function)
         if fn is builtins.len:
@@ -1819,6 +1847,9 @@ class FunctionCompiler:
                 isinstance(args[0], GraphValue) and isinstance(args[0].type, ScalarType) and args[0].type.kind in "if":
             # (a dim's arithmetic with floats, ``int(x.shape[-2] * self.scales + 0.5)``: a run-time float here; with
             # the call's exact shapes it is a Python number, as MindSpore's graph mode folds it)
+            if self.exact():             # (exact shapes already: a float argument, a run-time value)
+                raise self.error(f"{fn.__name__}() of a number known only when the Cell runs (a float argument's "
+                                 "arithmetic) is not supported; pass it as a constant attribute", node)
             raise UnknownDim(f"{fn.__name__}() of a number computed when the Cell runs (a dim's arithmetic with "
                              "floats): the caller compiles for exact shapes")
         if fn in (builtins.min, builtins.max) and args and all(_is_int(a) for a in args) \
@@ -2127,10 +2158,11 @@ _UNBOUND = object()         # (comprehension: a loop name that had no value befo
 
 
 class _Lambda:
-    """A lambda made in construct: inlined where it is called (FunctionCompiler.inline)."""
+    """A lambda made in construct: inlined where it is called (FunctionCompiler.inline); called in the scope that
+    made it, the names it reads are their values then, as Python binds them (``FunctionCompiler.call``)."""
 
-    def __init__(self, src, self_obj, sig):
-        self.src, self.self_obj, self.sig = src, self_obj, sig
+    def __init__(self, src, self_obj, sig, scope):
+        self.src, self.self_obj, self.sig, self.scope = src, self_obj, sig, scope
 
     def __msvm_inline__(self):
         return self.src, None, self.sig
@@ -2139,6 +2171,16 @@ class _Lambda:
 def _returns(body) -> bool:
     """Whether a block always ends in a return (its last statement is one)."""
     return bool(body) and isinstance(body[-1], ast.Return)
+
+
+def _is_graph_tuple(v) -> bool:
+    return isinstance(v, GraphValue) and isinstance(v.type, TupleType)
+
+
+def _plain_dim(d):
+    """A dim as an int where it is constant, else its Expr (what ops take as a bound)."""
+    c = d.const_value() if isinstance(d, Expr) else d
+    return c if c is not None else d
 
 
 def _target_names(target) -> list:

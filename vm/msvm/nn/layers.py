@@ -24,7 +24,7 @@ def _init(init, shape, dtype, fan_in):
     if STATIC_INIT:
         return Tensor(shape=list(shape), dtype=dt.as_dtype(dtype))
     if isinstance(init, Tensor):
-        arr = init.asnumpy()
+        arr = init._host()
     elif isinstance(init, np.ndarray):
         arr = init
     elif init is None:

@@ -3,7 +3,7 @@ built from PyPI, their models run at L1 and compiled): the alias's ``mindspore._
 ``mindspore.tensor`` and ``mindspore.ops.primitive``; ``Cell.apply``; ``Tensor.clip``; nearest resizes with
 aligned corners or half-pixel centers and ResizeBilinearV2; a sub-Cell whose bool flag rules out a branch
 that would not compile; ``int()`` of a dim's arithmetic with floats; a MindSpore API msvm lacks, called in
-construct, named as msvm's gap; ``asnumpy()`` of a Parameter as a writable copy."""
+construct, named as msvm's gap; ``asnumpy()`` of a Parameter as a writable copy; ``ops.grid_sample``."""
 
 import math
 
@@ -113,9 +113,9 @@ def test_a_gap_called_in_construct_is_named_as_msvms():
 
         class Sampler(mnn.Cell):
             def construct(self, x):
-                return mops.grid_sample(x, x)
+                return mops.deformable_conv2d(x, x, x, (1, 1), (1, 1, 1, 1))
 
-        with pytest.raises(ms.FrontendError, match=r"test_zoo_apis.py:\d+:\d+: mindspore.ops.grid_sample is not "
+        with pytest.raises(ms.FrontendError, match=r"test_zoo_apis.py:\d+:\d+: mindspore.ops.deformable_conv2d is not "
                                                    r"provided by msvm \(msvm's gap"):
             Sampler()(mindspore.Tensor(np.ones((1, 1, 2, 2), np.float32)))
 
@@ -131,3 +131,56 @@ def test_asnumpy_of_a_parameter_is_a_writable_copy():
     view = conv.bias.view(2, 2).asnumpy()
     view[0, 0] = 7.0                                              # (a view of it too)
     assert conv.bias.asnumpy()[0] == 3.0
+
+
+def grid_sample_ref(x, grid, mode, pad, align):
+    """PyTorch's grid_sample, point by point in float64."""
+    n, c, h, w = x.shape
+    out = np.zeros((n, c) + grid.shape[1:3])
+    for b, i, j in np.ndindex(n, *grid.shape[1:3]):
+        gx, gy = grid[b, i, j].astype(np.float64)
+        ix = (gx + 1) / 2 * (w - 1) if align else ((gx + 1) * w - 1) / 2
+        iy = (gy + 1) / 2 * (h - 1) if align else ((gy + 1) * h - 1) / 2
+        if pad == "border":
+            ix, iy = min(max(ix, 0), w - 1), min(max(iy, 0), h - 1)
+
+        def at(yy, xx, b=b):
+            return x[b, :, int(yy), int(xx)] if 0 <= xx <= w - 1 and 0 <= yy <= h - 1 else np.zeros(c)
+        if mode == "nearest":
+            out[b, :, i, j] = at(np.round(iy), np.round(ix))
+        else:
+            x0, y0 = np.floor(ix), np.floor(iy)
+            fx, fy = ix - x0, iy - y0
+            out[b, :, i, j] = (at(y0, x0) * (1 - fx) * (1 - fy) + at(y0, x0 + 1) * fx * (1 - fy) +
+                               at(y0 + 1, x0) * (1 - fx) * fy + at(y0 + 1, x0 + 1) * fx * fy)
+    return out
+
+
+class Sampled(nn.Cell):
+    def __init__(self, mode, pad, align):
+        super().__init__()
+        self.mode, self.pad, self.align = mode, pad, align
+
+    def construct(self, x, grid):
+        return ops.grid_sample(x, grid, self.mode, self.pad, self.align)
+
+
+@pytest.mark.parametrize("level", ["L1", "auto", "pynative"])
+def test_grid_sample_as_pytorch_samples(level, rng):
+    """mindocr's TPS transformer (svtr): bilinear and nearest, zeros and border, corners aligned or not, points
+    outside the image, over set_inputs' None dims."""
+    with at(level):
+        for mode in ("bilinear", "nearest"):
+            for pad in ("zeros", "border"):
+                for align in (False, True):
+                    net = Sampled(mode, pad, align)
+                    net.set_inputs(ms.Tensor(shape=[None, 3, None, None], dtype=ms.float32),
+                                   ms.Tensor(shape=[None, None, None, 2], dtype=ms.float32))
+                    for h, w, ho, wo in ((4, 5, 3, 6), (6, 3, 2, 2)):
+                        x = rng.standard_normal((2, 3, h, w)).astype(np.float32)
+                        g = rng.uniform(-1.3, 1.3, (2, ho, wo, 2)).astype(np.float32)
+                        np.testing.assert_allclose(net(ms.Tensor(x), ms.Tensor(g)).asnumpy(),
+                                                   grid_sample_ref(x, g, mode, pad, align), rtol=1e-5, atol=1e-5)
+    with pytest.raises(NotImplementedError, match="reflection"):
+        ops.grid_sample(ms.Tensor(np.ones((1, 1, 2, 2), np.float32)), ms.Tensor(np.zeros((1, 1, 1, 2), np.float32)),
+                        padding_mode="reflection")

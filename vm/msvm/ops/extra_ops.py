@@ -1148,3 +1148,52 @@ def ctc_greedy_decoder(inputs, sequence_length, merge_repeated=True):
 
 def no_repeat_ngram(state_seq, log_probs, ngram_size=1):
     return F.apply("NO_REPEAT_NGRAM", (state_seq, log_probs), (int(ngram_size),))
+
+
+# ---------------------------------------------------------------- sampling
+
+def grid_sample(input, grid, mode="bilinear", padding_mode="zeros", align_corners=False):
+    """MindSpore's ops.grid_sample on [N, C, H, W] by grid [N, Ho, Wo, 2] of (x, y) in [-1, 1] (PyTorch's
+    semantics): each output pixel the input at that point, 'bilinear' (its four neighbours weighted) or
+    'nearest' (rounded half to even), points outside read zeros ('zeros') or the nearest edge ('border');
+    ``align_corners``: -1 and 1 are the corner pixels' centres, else their outer edges. Composed of ops: the
+    corners' flat indices and a GATHER_D per corner (mindocr's TPS spatial transformer)."""
+    if F._rank(input) != 4 or F._rank(grid) != 4:
+        raise NotImplementedError("ops.grid_sample: 4-D input and grid only (N, C, H, W) / (N, Ho, Wo, 2)")
+    if mode not in ("bilinear", "nearest"):
+        raise ValueError(f"ops.grid_sample: mode must be 'bilinear' or 'nearest', got {mode!r}")
+    if padding_mode not in ("zeros", "border"):
+        raise NotImplementedError(f"ops.grid_sample: padding_mode {padding_mode!r} (only 'zeros' and 'border')")
+    n, c, h, w = F._shape(input)
+    _, ho, wo, two = F._shape(grid)
+    if isinstance(two, int) and two != 2:
+        raise ValueError(f"ops.grid_sample: the grid's last dim must be 2 (x, y), got {two}")
+    d = input.dtype
+    gx, gy = F.unstack(F.cast(grid, d), -1)
+
+    def pixel(g, size):
+        s = F.scalar_to_tensor(size, d)
+        p = (g + 1.0) * 0.5 * (s - 1.0) if align_corners else ((g + 1.0) * s - 1.0) * 0.5
+        return F.clip(p, 0.0, s - 1.0) if padding_mode == "border" else p
+
+    ix, iy = pixel(gx, w), pixel(gy, h)
+    flat = F.reshape(input, (n, c, h * w))
+    wf, hf = F.scalar_to_tensor(w, d), F.scalar_to_tensor(h, d)
+
+    def corner(x, y, weight):
+        inside = F.logical_and(F.logical_and(F.greater_equal(x, 0.0), F.less_equal(x, wf - 1.0)),
+                               F.logical_and(F.greater_equal(y, 0.0), F.less_equal(y, hf - 1.0)))
+        xc, yc = F.clip(x, 0.0, wf - 1.0), F.clip(y, 0.0, hf - 1.0)
+        idx = F.cast(F.reshape(yc * wf + xc, (n, 1, ho * wo)), dt.int64)
+        vals = F.gather_elements(flat, 2, F.broadcast_to(idx, (n, c, ho * wo)))
+        weight = F.where(inside, weight, F.zeros_like(weight))
+        return F.reshape(vals, (n, c, ho, wo)) * F.expand_dims(weight, 1)
+
+    if mode == "nearest":
+        x, y = F.round_(ix), F.round_(iy)
+        return corner(x, y, F.ones_like(x))
+    x0, y0 = F.floor(ix), F.floor(iy)
+    fx, fy = ix - x0, iy - y0
+    x1, y1 = x0 + 1.0, y0 + 1.0
+    return (corner(x0, y0, (1.0 - fx) * (1.0 - fy)) + corner(x1, y0, fx * (1.0 - fy)) +
+            corner(x0, y1, (1.0 - fx) * fy) + corner(x1, y1, fx * fy))

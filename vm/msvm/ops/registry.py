@@ -217,6 +217,7 @@ api(F.approximate_equal, "", "ApproximateEqual", "approximate_equal", attrs=(("t
 api(F.clip, "clamp", "", "clip clamp")            # (Tensor.clip: mindocr's TPS transformer)
 api(F.identity, "", "Identity", "")
 api(F.stop_gradient, "", "StopGradient", "")
+api(X.grid_sample, "grid_sample", "", "")
 api(F.addn, "add_n", "AddN", "")
 api(F.equal_count, "", "EqualCount", "")
 api(F.dense, "", "Dense", "")

@@ -294,7 +294,7 @@ def test_iterating_over_tensors_and_comprehensions(level, rng):
 
 class LongRows(nn.Cell):
     def construct(self, x):
-        return ops.concat([r * 2.0 for r in x], 0)
+        return ops.concat([r * 2.0 for r in x], 0), ops.concat([x[i:i + 1] * i for i in range(x.shape[0])], 0)
 
 
 def test_iterating_over_a_symbolic_dim_compiles_exact_shapes(rng):
@@ -302,7 +302,9 @@ def test_iterating_over_a_symbolic_dim_compiles_exact_shapes(rng):
     net.set_inputs(ms.Tensor(shape=[None, 3], dtype=ms.float32))
     for n in (2, 4, 2):
         x = rng.standard_normal((n, 3)).astype(np.float32)
-        np.testing.assert_allclose(net(ms.Tensor(x)).asnumpy(), (x * 2.0).reshape(-1), rtol=1e-6)
+        rows, scaled = net(ms.Tensor(x))
+        np.testing.assert_allclose(rows.asnumpy(), (x * 2.0).reshape(-1), rtol=1e-6)
+        np.testing.assert_allclose(scaled.asnumpy(), x * np.arange(n)[:, None], rtol=1e-6)
 
 
 class BreakInElse(nn.Cell):

@@ -134,7 +134,7 @@ def test_asnumpy_of_a_parameter_is_a_writable_copy():
 
 
 def grid_sample_ref(x, grid, mode, pad, align):
-    """PyTorch's grid_sample, point by point in float64."""
+    """PyTorch's grid_sample, point by point in float64 (its CPU kernel adds the corners inside only)."""
     n, c, h, w = x.shape
     out = np.zeros((n, c) + grid.shape[1:3])
     for b, i, j in np.ndindex(n, *grid.shape[1:3]):
@@ -144,15 +144,17 @@ def grid_sample_ref(x, grid, mode, pad, align):
         if pad == "border":
             ix, iy = min(max(ix, 0), w - 1), min(max(iy, 0), h - 1)
 
-        def at(yy, xx, b=b):
-            return x[b, :, int(yy), int(xx)] if 0 <= xx <= w - 1 and 0 <= yy <= h - 1 else np.zeros(c)
+        def add(yy, xx, weight, b=b, i=i, j=j):     # (a corner outside, or a NaN point's, adds nothing)
+            if 0 <= xx <= w - 1 and 0 <= yy <= h - 1:
+                out[b, :, i, j] += x[b, :, int(yy), int(xx)] * weight
         if mode == "nearest":
-            out[b, :, i, j] = at(np.round(iy), np.round(ix))
+            add(np.round(iy), np.round(ix), 1.0)
         else:
             x0, y0 = np.floor(ix), np.floor(iy)
             fx, fy = ix - x0, iy - y0
-            out[b, :, i, j] = (at(y0, x0) * (1 - fx) * (1 - fy) + at(y0, x0 + 1) * fx * (1 - fy) +
-                               at(y0 + 1, x0) * (1 - fx) * fy + at(y0 + 1, x0 + 1) * fx * fy)
+            for dy, dx, weight in ((0, 0, (1 - fx) * (1 - fy)), (0, 1, fx * (1 - fy)), (1, 0, (1 - fx) * fy),
+                                   (1, 1, fx * fy)):
+                add(y0 + dy, x0 + dx, weight)
     return out
 
 
@@ -181,6 +183,14 @@ def test_grid_sample_as_pytorch_samples(level, rng):
                         g = rng.uniform(-1.3, 1.3, (2, ho, wo, 2)).astype(np.float32)
                         np.testing.assert_allclose(net(ms.Tensor(x), ms.Tensor(g)).asnumpy(),
                                                    grid_sample_ref(x, g, mode, pad, align), rtol=1e-5, atol=1e-5)
+    x = np.ones((1, 1, 3, 3), np.float32)
+    x[0, 0, 0, 0] = np.nan                      # (the last point's corners all fall outside, around it)
+    g = np.array([[[[np.nan, 0.0], [0.0, np.inf], [0.9, 0.9], [-1.4, 0.0], [-5 / 3, -5 / 3]]]], np.float32)
+    for level in ("L1", "auto"):
+        with at(level):
+            got = Sampled("bilinear", "zeros", False)(ms.Tensor(x), ms.Tensor(g)).asnumpy()
+            np.testing.assert_allclose(got, grid_sample_ref(x, g, "bilinear", "zeros", False), rtol=1e-6)
+            assert np.isfinite(got).all()
     with pytest.raises(NotImplementedError, match="reflection"):
         ops.grid_sample(ms.Tensor(np.ones((1, 1, 2, 2), np.float32)), ms.Tensor(np.zeros((1, 1, 1, 2), np.float32)),
                         padding_mode="reflection")

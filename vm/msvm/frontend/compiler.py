@@ -957,21 +957,12 @@ class FunctionCompiler:
             if all(_is_int(a) for a in args):
                 return self.symbolic_loop(node, args)
             raise self.error("range() bounds must be ints or shape expressions", it)
-        seq = self.expr(it)
-        if isinstance(seq, GraphValue):
-            seq = self.rows(seq, it)
-        try:
-            items = list(seq)
-        except TypeError:
-            raise self.error(f"cannot iterate over {type(seq).__name__}", it) from None
-        self.unrolled(node, items)
+        self.unrolled(node, self.items_of(it))
 
     def items_of(self, it) -> list:
-        """The values a comprehension's ``for`` runs over, all known while compiling: a range of ints, a tuple
-        or list, a tensor's rows; a range over a symbolic dim needs the count (exact shapes)."""
+        """The values a comprehension's ``for`` (or a for loop not over ``range``) runs over, all known while
+        compiling: a range of ints, a tuple or list, a tensor's rows."""
         seq = self.expr(it)
-        if isinstance(seq, range):
-            return list(seq)
         if isinstance(seq, GraphValue):
             return list(self.rows(seq, it))
         try:
@@ -1461,7 +1452,7 @@ class FunctionCompiler:
         key, stride = None, 1
         for (_, v), d in zip(reversed(run), reversed(dims)):
             idx = v if isinstance(v, GraphValue) else F.scalar_to_tensor(v[1], dt.int64)
-            idx = F.gather(F.arange(_plain_dim(d)), idx, 0)         # (in range, and counted from the end)
+            idx = F.gather(F.arange(F._plain(d)), idx, 0)           # (in range, and counted from the end)
             term = idx if (isinstance(stride, int) and stride == 1) else idx * stride
             key = term if key is None else F.add(term, key)
             stride = stride * d
@@ -1867,6 +1858,11 @@ class FunctionCompiler:
             args = [self.rows(a, node) if isinstance(a, GraphValue) and isinstance(a.type, TensorType) else a
                     for a in args]                  # (a tensor's rows: mindyolo's ``enumerate(self.stride)``)
             return fn(*args, **kwargs)
+        if fn is builtins.range and args and all(_is_int(a) for a in args) and any(isinstance(a, Expr) for a in args):
+            # (a range over a dim outside a for statement, a comprehension's: its items need the count)
+            if any(a.const_value() is None for a in args if isinstance(a, Expr)):
+                raise UnknownDim("range() of a symbolic dim outside a for loop: the caller compiles for exact shapes")
+            return range(*(int(a.const_value()) if isinstance(a, Expr) else int(a) for a in args))
         if any(fn is getattr(builtins, n, None) for n in _SAFE_BUILTINS):
             if any(isinstance(a, (GraphValue, Expr, Pred)) for a in args):
                 raise self.error(f"{getattr(fn, '__name__', fn)}() of a symbolic or run-time value is not "
@@ -2175,12 +2171,6 @@ def _returns(body) -> bool:
 
 def _is_graph_tuple(v) -> bool:
     return isinstance(v, GraphValue) and isinstance(v.type, TupleType)
-
-
-def _plain_dim(d):
-    """A dim as an int where it is constant, else its Expr (what ops take as a bound)."""
-    c = d.const_value() if isinstance(d, Expr) else d
-    return c if c is not None else d
 
 
 def _target_names(target) -> list:

@@ -38,7 +38,6 @@ class _RNNBase(Cell):
         self.num_directions = 2 if bidirectional else 1
         gates = _GATES[mode] * self.hidden_size
         stdv = 1.0 / math.sqrt(self.hidden_size)
-        rng = np.random.default_rng()
         w_ih, w_hh, b_ih, b_hh = [], [], [], []
         for layer in range(self.num_layers):
             size = self.input_size if layer == 0 else self.hidden_size * self.num_directions
@@ -46,7 +45,8 @@ class _RNNBase(Cell):
                 sfx = f"l{layer}{'_reverse' if d else ''}"
 
                 def param(name, shape):
-                    p = Parameter(Tensor(rng.uniform(-stdv, stdv, shape).astype(dt.as_dtype(dtype).np)), name=name)
+                    # (numpy's global generator, as the other layers' default inits draw: ms.set_seed seeds it)
+                    p = Parameter(Tensor(np.random.uniform(-stdv, stdv, shape).astype(dt.as_dtype(dtype).np)), name=name)
                     setattr(self, name, p)          # (MindSpore's name, as its checkpoints key the weight)
                     return p
                 w_ih.append(param(f"weight_ih_{sfx}", (gates, size)))

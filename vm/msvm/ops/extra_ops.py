@@ -1155,7 +1155,8 @@ def no_repeat_ngram(state_seq, log_probs, ngram_size=1):
 def grid_sample(input, grid, mode="bilinear", padding_mode="zeros", align_corners=False):
     """MindSpore's ops.grid_sample on [N, C, H, W] by grid [N, Ho, Wo, 2] of (x, y) in [-1, 1] (PyTorch's
     semantics): each output pixel the input at that point, 'bilinear' (its four neighbours weighted) or
-    'nearest' (rounded half to even), points outside read zeros ('zeros') or the nearest edge ('border');
+    'nearest' (rounded half to even), points outside read zeros ('zeros') or the nearest edge ('border'), a NaN
+    point zeros;
     ``align_corners``: -1 and 1 are the corner pixels' centres, else their outer edges. Composed of ops: the
     corners' flat indices and a GATHER_D per corner (mindocr's TPS spatial transformer)."""
     if F._rank(input) != 4 or F._rank(grid) != 4:
@@ -1183,11 +1184,14 @@ def grid_sample(input, grid, mode="bilinear", padding_mode="zeros", align_corner
     def corner(x, y, weight):
         inside = F.logical_and(F.logical_and(F.greater_equal(x, 0.0), F.less_equal(x, wf - 1.0)),
                                F.logical_and(F.greater_equal(y, 0.0), F.less_equal(y, hf - 1.0)))
-        xc, yc = F.clip(x, 0.0, wf - 1.0), F.clip(y, 0.0, hf - 1.0)
+        # (a NaN point reads nothing, as one outside: its index is taken at 0, its weight is 0)
+        xc = F.clip(F.where(F.equal(x, x), x, F.zeros_like(x)), 0.0, wf - 1.0)
+        yc = F.clip(F.where(F.equal(y, y), y, F.zeros_like(y)), 0.0, hf - 1.0)
         idx = F.cast(F.reshape(yc * wf + xc, (n, 1, ho * wo)), dt.int64)
-        vals = F.gather_elements(flat, 2, F.broadcast_to(idx, (n, c, ho * wo)))
-        weight = F.where(inside, weight, F.zeros_like(weight))
-        return F.reshape(vals, (n, c, ho, wo)) * F.expand_dims(weight, 1)
+        vals = F.reshape(F.gather_elements(flat, 2, F.broadcast_to(idx, (n, c, ho * wo))), (n, c, ho, wo))
+        part = vals * F.expand_dims(weight, 1)
+        # (a corner outside adds nothing, not 0 * its stand-in pixel, which may be NaN: as PyTorch skips it)
+        return F.where(F.expand_dims(inside, 1), part, F.zeros_like(part))
 
     if mode == "nearest":
         x, y = F.round_(ix), F.round_(iy)

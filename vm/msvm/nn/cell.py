@@ -44,8 +44,9 @@ class Cell:
                                    f"{type(value).__name__} {name!r}")
             object.__setattr__(self, name, value)
             return
-        for key in [k for k in d["_params"] if k.startswith(name + ".")]:       # (a ParameterTuple's, replaced)
-            del d["_params"][key]
+        if isinstance(d.get(name), ParameterTuple):      # (a ParameterTuple replaced: its items' entries go)
+            for key in [k for k in d["_params"] if k.startswith(name + ".")]:
+                del d["_params"][key]
         if isinstance(value, Parameter):
             if value.name is None:
                 value.name = name

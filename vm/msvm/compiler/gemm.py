@@ -79,12 +79,14 @@ NAME = "msvm_gemm_packed"
 A_BLOCK_BYTES = 1 << 20     # rows of A per block: their k block (rows x KC) about this many bytes (L2)
 PREFETCH_ROWS = 24          # panel rows ahead that the tiles prefetch (8, 16, 24, 32, 40, 64 measured)
 UNROLL = 4                  # k steps per trip of a packed tile's loop (1, 2, 4 measured: see ``_tiles``)
-UNROLL_WIDE = 1             # the same with AVX-512's 12-row tiles (``_tiles``: 4 spilled, 1.7x slower)
+UNROLL_WIDE = 2             # the same with AVX-512's 12-row tiles (``_tiles``: 4 spilled, 1.7x slower)
+ROW_GROUP = 3               # A rows a tile reads from one pointer of its own (``_tiles``: LLVM's LSR)
 # a taps product's last panel of at most one vector runs one vector's tiles (``ir_taps``): a 14x14 map is
 # 6 panels and 4 columns, whose tiles did a whole panel's FMAs (one core, a forward's state: 256 -> 1024
 # at 14x14 with its residual 134-137 -> 138-140 GFLOP/s, 10x10 109 -> 112-117, 20x20 135-136 -> 138-140;
 # the kernel's first compile 0.7 -> 0.95 s, once: the kernel cache keeps it)
 HALF_PANEL = True
+TAPS_GROUPS = True          # the taps tiles read A in place through ``_row_groups_start``'s pointers
 RES_PREFETCH = True         # the taps tiles prefetch their residual's lines one panel on (``_tile_head``)
 A_PREFETCH = 64             # k steps ahead that the taps tiles prefetch their A (0: none)
 KC = 256                    # k per block: a panel's k block (KC x NR) stays in L1 across the row tiles
@@ -164,14 +166,18 @@ def _tiles(L, name, t, w, nv, mr, vt, fma, mstore, mload, iota):
         # k in steps of ``unroll`` (one loop trip), then the k % unroll steps left one at a time
         L(f"  %ku = and i64 %k, {-unroll}")
         L("  %kz = icmp sle i64 %ku, 0")
+        _row_groups_start(L, t, r)
         L("  br i1 %kz, label %after, label %loop")
         L("loop:")
         L("  %p = phi i64 [ 0, %pre ], [ %pn, %loop ]")
+        _row_groups_phi(L, t, r, "ag", [("ags", "pre"), ("agn", "loop")])
         _phis(L, vt, r, nv, "acc", [("init", "pre"), ("nacc", "loop")])
+        _row_groups_rows(L, t, r)
         for u in range(unroll):
             L(f"  %pu{u} = add i64 %p, {u}")
             _step(L, t, w, nv, r, vt, fma, nr, f"%pu{u}", "acc" if u == 0 else f"u{u - 1}_",
-                  "nacc" if u == unroll - 1 else f"u{u}_", f"_{u}")
+                  "nacc" if u == unroll - 1 else f"u{u}_", f"_{u}", u)
+        _row_groups_next(L, t, r, unroll)
         L(f"  %pn = add i64 %p, {unroll}")
         L("  %more = icmp slt i64 %pn, %ku")
         L("  br i1 %more, label %loop, label %after")
@@ -192,10 +198,11 @@ def _tiles(L, name, t, w, nv, mr, vt, fma, mstore, mload, iota):
         _tile_store(L, w, nv, r, vt, mstore, nr)
 
 
-def _step(L, t, w, nv, r, vt, fma, nr, p, src, dst, sfx):
+def _step(L, t, w, nv, r, vt, fma, nr, p, src, dst, sfx, grouped=None):
     """One k step at %p of a packed tile: the panel row's NR values, a prefetch of the row
     PREFETCH_ROWS ahead (one cache line per vector), each A row's element broadcast times them onto
-    %{src}i_v, into %{dst}i_v (names suffixed ``sfx``)."""
+    %{src}i_v, into %{dst}i_v (names suffixed ``sfx``). ``grouped``: the step's place in the loop's
+    trip, A's rows read from the trip's group pointers (``_tiles``), else at %a + i * lda + p."""
     L(f"  %boff{sfx} = mul i64 {p}, {nr}")
     for v in range(nv):
         L(f"  %bo{v}{sfx} = add i64 %boff{sfx}, {v * w}")
@@ -209,9 +216,58 @@ def _step(L, t, w, nv, r, vt, fma, nr, p, src, dst, sfx):
         L(f"  %pfc{v}{sfx} = bitcast {t}* %pfp{v}{sfx} to i8*")
         L(f"  call void @llvm.prefetch.p0i8(i8* %pfc{v}{sfx}, i32 0, i32 3, i32 1)")
     for i in range(r):
+        if grouped is not None:
+            _fma_row(L, t, vt, fma, w, nv, i, _row_at(i), str(grouped), src, dst, sfx)
+            continue
         L(f"  %ar{i}{sfx} = mul i64 %lda, {i}")
         L(f"  %ao{i}{sfx} = add i64 %ar{i}{sfx}, {p}")
         _fma_row(L, t, vt, fma, w, nv, i, "%a", f"%ao{i}{sfx}", src, dst, sfx)
+
+
+def _row_groups_start(L, t, r) -> None:
+    """A tile's rows of A (``%a``, rows ``%lda`` apart) in groups of ROW_GROUP, each group a pointer
+    of its own (%ags{g}, its first row): the tile's k loop reads row g + j at [%ag{g} + j * lda], one
+    addressing mode with lda in a register, and steps each pointer on through an empty asm
+    (``_row_groups_next``), so that LLVM's loop strength reduction keeps them apart. Left to it, the
+    reduction rebuilt all 12 rows' addresses from one index at every k step: 13 integer instructions
+    beside the step's 24 FMAs and 12 broadcasts. Measured (Intel Xeon, AVX-512, one core, thread CPU
+    time, medians of 31 calls in turn, the packed Dense product, same bits; GFLOP/s before -> grouped with
+    two k steps a trip): 122x768x2304 143 -> 155, 122x768x768 153 -> 163, 122x768x3072 145 -> 154,
+    122x3072x768 143 -> 148, 64x3072x768 143 -> 149, 256x1024x1024 134 -> 146, 37x768x768 152 -> 159
+    (with lda a constant of the kernel, one register for all rows: 146-167, a compile per stride; AVX2's
+    6-row tiles: the same speed either way)."""
+    for j in range(2, ROW_GROUP):
+        L(f"  %lda{j} = mul i64 %lda, {j}")
+    for g in range(0, r, ROW_GROUP):
+        L(f"  %ags{g}o = mul i64 %lda, {g}")
+        L(f"  %ags{g} = getelementptr {t}, {t}* %a, i64 %ags{g}o")
+
+
+def _row_groups_phi(L, t, r, name, incoming) -> None:
+    """%{name}{g} = phi of the group pointers from each (prefix, block) of ``incoming``."""
+    for g in range(0, r, ROW_GROUP):
+        srcs = ", ".join(f"[ %{pfx}{g}, %{b} ]" for pfx, b in incoming)
+        L(f"  %{name}{g} = phi {t}* {srcs}")
+
+
+def _row_groups_rows(L, t, r) -> None:
+    """The group pointers' other rows, %ag{g}_{j} = %ag{g} + j * lda (``_row_at``)."""
+    for g in range(0, r, ROW_GROUP):
+        for j in range(1, min(ROW_GROUP, r - g)):
+            L(f"  %ag{g}_{j} = getelementptr {t}, {t}* %ag{g}, i64 {'%lda' if j == 1 else f'%lda{j}'}")
+
+
+def _row_at(i: int) -> str:
+    """The pointer to row i's element at the loop's k step (``_row_groups_start``)."""
+    g, j = i - i % ROW_GROUP, i % ROW_GROUP
+    return f"%ag{g}_{j}" if j else f"%ag{g}"
+
+
+def _row_groups_next(L, t, r, steps) -> None:
+    """%agn{g}: each group pointer ``steps`` elements on, through an empty asm (opaque to LLVM)."""
+    for g in range(0, r, ROW_GROUP):
+        L(f"  %agi{g} = getelementptr {t}, {t}* %ag{g}, i64 {steps}")
+        L(f"  %agn{g} = call {t}* asm \"\", \"=r,0\"({t}* %agi{g})")
 
 
 def _tile_head(L, t, w, nv, r, vt, mload, iota, prefetch_c, full=False, prefetch_r=False):
@@ -567,7 +623,7 @@ class PackedGemm:
 
     def text(self) -> str:
         return (f"gemm_packed dtype={self.dtype} a_block={A_BLOCK_BYTES} kc={KC} "
-                f"prefetch={PREFETCH_ROWS} unroll={UNROLL}/{UNROLL_WIDE} split_rest={SPLIT_REST}")
+                f"prefetch={PREFETCH_ROWS} unroll={UNROLL}/{UNROLL_WIDE} split_rest={SPLIT_REST} group={ROW_GROUP}")
 
 
 def lower_gemm(k, name: str, features: str) -> str:
@@ -651,7 +707,7 @@ def lower_matmul_packed(k, name: str, features: str) -> str:
 
 TAPS_NAME = "msvm_gemm_taps"
 TAPS_KC = 256               # k steps (channels x taps) per block
-TAPS_VERSION = 11           # (in the kernel text, so the cache key: bump it when ir_taps changes)
+TAPS_VERSION = 12           # (in the kernel text, so the cache key: bump it when ir_taps changes)
 
 
 def _ct_tiles(L, name, t, w, nv, mr, vt, fma, mstore, mload, iota, a_inplace, one_tap, full):
@@ -673,10 +729,14 @@ def _ct_tiles(L, name, t, w, nv, mr, vt, fma, mstore, mload, iota, a_inplace, on
         L("  %tlq = getelementptr i64, i64* %tlp, i64 -1")
         L("  %tl = load i64, i64* %tlq")
         L("  %kz = icmp sle i64 %kc, 0")
+        if a_inplace and TAPS_GROUPS:
+            _row_groups_start(L, t, r)
         L("  br i1 %kz, label %store, label %cloop")
         L("cloop:")
         L("  %ch = phi i64 [ 0, %pre ], [ %chn, %cend ]")
         _phis(L, vt, r, nv, "acc", [("init", "pre"), ("nacc", "cend")])
+        if a_inplace and TAPS_GROUPS:           # (the channel's first tap: A's k index ch * ntaps)
+            _row_groups_phi(L, t, r, "agc", [("ags", "pre"), ("agn", "cend")])
         L("  %boc = mul i64 %ch, %ldb")
         L("  %aoc = mul i64 %ch, %ntaps")
         # this channel's rows one panel on (the first and the last tap's windows): the driver reaches
@@ -697,11 +757,16 @@ def _ct_tiles(L, name, t, w, nv, mr, vt, fma, mstore, mload, iota, a_inplace, on
             L("tbody:")
             _phis(L, vt, r, nv, "tacc", [("acc", "cloop")])
             L("  %tp = add i64 0, 0")
+            if a_inplace and TAPS_GROUPS:
+                for g in range(0, r, ROW_GROUP):
+                    L(f"  %ag{g} = getelementptr {t}, {t}* %agc{g}, i64 0")
         else:
             L("  br label %tbody")
             L("tbody:")
             L("  %tp = phi i64 [ 0, %cloop ], [ %tn, %tbody ]")
             _phis(L, vt, r, nv, "tacc", [("acc", "cloop"), ("nacc", "tbody")])
+            if a_inplace and TAPS_GROUPS:
+                _row_groups_phi(L, t, r, "ag", [("agc", "cloop"), ("agn", "tbody")])
             L("  %tofp = getelementptr i64, i64* %taps, i64 %tp")
             L("  %tof = load i64, i64* %tofp")
         L("  %bo = add i64 %boc, %tof")
@@ -725,13 +790,20 @@ def _ct_tiles(L, name, t, w, nv, mr, vt, fma, mstore, mload, iota, a_inplace, on
             L("  call void @llvm.prefetch.p0i8(i8* %pfac, i32 0, i32 3, i32 1)")
         if not a_inplace:
             L(f"  %pm = mul i64 %p, {mr}")
+        if a_inplace and TAPS_GROUPS:
+            _row_groups_rows(L, t, r)
         for i in range(r):
+            if a_inplace and TAPS_GROUPS:
+                _fma_row(L, t, vt, fma, w, nv, i, _row_at(i), "0", "tacc")
+                continue
             if a_inplace:
                 L(f"  %ar{i} = mul i64 %lda, {i}")
                 L(f"  %ao{i} = add i64 %ar{i}, %p")
             else:
                 L(f"  %ao{i} = add i64 %pm, {i}")
             _fma_row(L, t, vt, fma, w, nv, i, "%a", f"%ao{i}", "tacc")
+        if a_inplace and TAPS_GROUPS:
+            _row_groups_next(L, t, r, 1)
         if one_tap:
             L("  br label %cend")
         else:
@@ -979,7 +1051,7 @@ class TapsGemm:
     def text(self) -> str:
         return (f"gemm_taps v{TAPS_VERSION} dtype={self.dtype} a_block={A_BLOCK_BYTES} kc={self.kc} "
                 f"a_prefetch={A_PREFETCH} res_prefetch={RES_PREFETCH} half={HALF_PANEL}"
-                + (" a_inplace" if self.a_inplace else "")
+                + (" a_inplace" + (" groups" if TAPS_GROUPS else "") if self.a_inplace else "")
                 + (f" rows={self.rows}" if self.rows else "") + (" pack_b" if self.pack_b else ""))
 
 

@@ -86,6 +86,7 @@ ROW_GROUP = 3               # A rows a tile reads from one pointer of its own (`
 # at 14x14 with its residual 134-137 -> 138-140 GFLOP/s, 10x10 109 -> 112-117, 20x20 135-136 -> 138-140;
 # the kernel's first compile 0.7 -> 0.95 s, once: the kernel cache keeps it)
 HALF_PANEL = True
+LINE = 64                   # bytes per cache line (the taps tiles' A prefetch)
 TAPS_GROUPS = True          # the taps tiles read A in place through ``_row_groups_start``'s pointers
 RES_PREFETCH = True         # the taps tiles prefetch their residual's lines one panel on (``_tile_head``)
 A_PREFETCH = 64             # k steps ahead that the taps tiles prefetch their A (0: none)
@@ -707,7 +708,7 @@ def lower_matmul_packed(k, name: str, features: str) -> str:
 
 TAPS_NAME = "msvm_gemm_taps"
 TAPS_KC = 256               # k steps (channels x taps) per block
-TAPS_VERSION = 12           # (in the kernel text, so the cache key: bump it when ir_taps changes)
+TAPS_VERSION = 13           # (in the kernel text, so the cache key: bump it when ir_taps changes)
 
 
 def _ct_tiles(L, name, t, w, nv, mr, vt, fma, mstore, mload, iota, a_inplace, one_tap, full):
@@ -778,7 +779,11 @@ def _ct_tiles(L, name, t, w, nv, mr, vt, fma, mstore, mload, iota, a_inplace, on
         L("  %p = add i64 %aoc, %tp")
         if A_PREFETCH:        # (the weights stream from memory: see the A_PREFETCH measurements)
             if a_inplace:     # one of the r rows a step, in turn: each row needs a line every 16 steps
-                L(f"  %pfi = urem i64 %p, {r}")
+                per_line = LINE // (4 if t == "float" else 8)
+                if per_line >= r:     # (row p % 16, past the tile's r rows harmless: an AND, not a division)
+                    L(f"  %pfi = and i64 %p, {per_line - 1}")
+                else:
+                    L(f"  %pfi = urem i64 %p, {r}")
                 L("  %pfo0 = mul i64 %pfi, %lda")
                 L("  %pfo1 = add i64 %pfo0, %p")
                 L(f"  %pfa = add i64 %pfo1, {A_PREFETCH}")

@@ -77,6 +77,12 @@ from .lower import TYPES, Unsupported, vec_width
 
 NAME = "msvm_gemm_packed"
 A_BLOCK_BYTES = 1 << 20     # rows of A per block: their k block (rows x KC) about this many bytes (L2)
+# the same for the packed Dense product (``_packed_driver``): a block's k block beside its C block (mc x NB NR)
+# and the panels' k blocks in L2. Measured (Intel Xeon, 2 MB L2, one core, thread CPU time, medians of 11
+# calls in turn, GFLOP/s at 1 MB / 384 KB / 256 KB / 192 KB): 1024^3 119 / 143 / 150 / 154, 512x768x3072
+# 132 / 137 / 138 / 146, 512x3072x768 123 / 130 / 134 / 141, 1024x768x768 125 / 151 / 153 / 155, and at
+# par where A has 37-122 rows (122x768x3072 154 / 153 / 152 / 156); 128 KB lost 8% there.
+DENSE_A_BLOCK_BYTES = 192 << 10
 PREFETCH_ROWS = 24          # panel rows ahead that the tiles prefetch (8, 16, 24, 32, 40, 64 measured)
 UNROLL = 4                  # k steps per trip of a packed tile's loop (1, 2, 4 measured: see ``_tiles``)
 UNROLL_WIDE = 2             # the same with AVX-512's 12-row tiles (``_tiles``: 4 spilled, 1.7x slower)
@@ -444,7 +450,7 @@ def _packed_driver(L, name, t, mr, nr, dtype):
     # the driver: A blocks of mc rows x column blocks of NB panels x k blocks of KC x the block's panels x row
     # tiles: A's k block (mc x KC) stays in L2 across the block's panels, each panel's k block (KC x NR) in L1
     # across the row tiles, C's block (mc x NB NR) in L2 across the k blocks, and the weight is read once for
-    # up to mc = A_BLOCK_BYTES / KC rows. Where all of A fits in A_BLOCK_BYTES a block is one panel: its k
+    # up to mc = DENSE_A_BLOCK_BYTES / KC rows. Where all of A fits in it a block is one panel: its k
     # blocks follow each other in memory, so the panel streams front to back under the tiles' prefetch (few
     # rows: the weight's bandwidth is the bound). (Before, row blocks of A_BLOCK_BYTES over all of k, each
     # panel's k blocks in turn: a K=3072 product of 128 rows was two row blocks, the 9.4 MB weight read twice.
@@ -452,7 +458,7 @@ def _packed_driver(L, name, t, mr, nr, dtype):
     # constant: 128x3072x768 128-130 -> 140-142 / 144-146, 128x768x768 151-157 -> 152-154 / 142-152,
     # 128x768x3072 148 -> 146 / 143; two cores 128x3072x768 251 -> 273-281 / 286-291. NB = 1, 2, 4, 8 measured
     # within 2% of each other at 128 rows.)
-    a_block = A_BLOCK_BYTES // np.dtype(dtype).itemsize
+    a_block = DENSE_A_BLOCK_BYTES // np.dtype(dtype).itemsize
     L(f"define void @{name}(i64 %m, i64 %k, i64 %n, {t}* noalias %A, i64 %lda, {t}* noalias %B, {t}* noalias %C, "
       f"i64 %ldc) nounwind {{")
     L("entry:")
@@ -623,7 +629,7 @@ class PackedGemm:
     name = "gemm_packed"
 
     def text(self) -> str:
-        return (f"gemm_packed dtype={self.dtype} a_block={A_BLOCK_BYTES} kc={KC} "
+        return (f"gemm_packed dtype={self.dtype} a_block={DENSE_A_BLOCK_BYTES} kc={KC} "
                 f"prefetch={PREFETCH_ROWS} unroll={UNROLL}/{UNROLL_WIDE} split_rest={SPLIT_REST} group={ROW_GROUP}")
 
 

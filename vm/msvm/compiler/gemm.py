@@ -84,6 +84,14 @@ A_BLOCK_BYTES = 1 << 20     # rows of A per block: their k block (rows x KC) abo
 # par where A has 37-122 rows (122x768x3072 154 / 153 / 152 / 156); 128 KB lost 8% there.
 DENSE_A_BLOCK_BYTES = 192 << 10
 PREFETCH_ROWS = 24          # panel rows ahead that the tiles prefetch (8, 16, 24, 32, 40, 64 measured)
+# panel rows ahead that the Dense tiles also ask into L2 (prefetcht2) where all of A fits in one row block
+# (few rows: the weight's bandwidth is the bound). One core's misses into L1 are as many as its fill buffers,
+# ~16 lines in flight; L2's own queue takes more. Measured (Intel Xeon, 12 GPT-2 weights in turn, 85 MB, the
+# kernel alone, medians of 15 runs in turn, ms without / with, three runs): 16 rows one core 9.2-9.5 /
+# 8.9, two cores 4.1-4.6 / 3.8-4.3 (on a busier host 12.6 / 8.6 and 4.8 / 3.3); 122 rows 40.0-40.3 / 40.1-40.5;
+# the same weight over and over (in cache) 3-4% slower with. GPT-2 small at S=16 on two cores, alternating
+# processes: 29.1-30.3 -> 26.3-27.5 ms; at S=128 on one core, where every tile prefetched so: 2% slower
+L2_PREFETCH_ROWS = 128
 UNROLL = 4                  # k steps per trip of a packed tile's loop (1, 2, 4 measured: see ``_tiles``)
 UNROLL_WIDE = 2             # the same with AVX-512's 12-row tiles (``_tiles``: 4 spilled, 1.7x slower)
 ROW_GROUP = 3               # A rows a tile reads from one pointer of its own (``_tiles``: LLVM's LSR)
@@ -139,11 +147,13 @@ def ir(features: str, dtype: str = "float32", name: str = NAME) -> str:
     iota = "<" + ", ".join(f"i64 {i}" for i in range(w)) + ">"
     L = lines.append
     _tiles(L, name, t, w, nv, mr, vt, fma, mstore, mload, iota)
+    if L2_PREFETCH_ROWS:
+        _tiles(L, name, t, w, nv, mr, vt, fma, mstore, mload, iota, far=True)
     _packed_driver(L, name, t, mr, nr, dtype)
     return "\n".join(lines) + "\n"
 
 
-def _tiles(L, name, t, w, nv, mr, vt, fma, mstore, mload, iota):
+def _tiles(L, name, t, w, nv, mr, vt, fma, mstore, mload, iota, far=False):
     """The register tiles @{name}_tile{r}, r = 1..MR, of the packed Dense product: the panel is
     packed (rows NR apart, zero-padded) and A is row-major (%lda apart). The k loop runs UNROLL
     steps a trip (the IR passes do not unroll), then the rest one at a time: the same products in
@@ -166,7 +176,7 @@ def _tiles(L, name, t, w, nv, mr, vt, fma, mstore, mload, iota):
     unroll = UNROLL_WIDE if mr >= 12 else UNROLL
     for r in range(1, mr + 1):
         # C[r x cols] (+)= A[r x k] . Bpanel[k x NR]: from zero when ``first``, else onto C (a k block after the first)
-        L(f"define internal void @{name}_tile{r}(i64 %k, {t}* noalias %a, i64 %lda, {t}* noalias %b, "
+        L(f"define internal void @{name}_{'f' if far else ''}tile{r}(i64 %k, {t}* noalias %a, i64 %lda, {t}* noalias %b, "
           f"{t}* noalias %c, i64 %ldc, i64 %cols, i1 %first) nounwind alwaysinline {{")
         L("entry:")
         _tile_head(L, t, w, nv, r, vt, mload, iota, prefetch_c=False)
@@ -183,7 +193,7 @@ def _tiles(L, name, t, w, nv, mr, vt, fma, mstore, mload, iota):
         for u in range(unroll):
             L(f"  %pu{u} = add i64 %p, {u}")
             _step(L, t, w, nv, r, vt, fma, nr, f"%pu{u}", "acc" if u == 0 else f"u{u - 1}_",
-                  "nacc" if u == unroll - 1 else f"u{u}_", f"_{u}", u)
+                  "nacc" if u == unroll - 1 else f"u{u}_", f"_{u}", u, far)
         _row_groups_next(L, t, r, unroll)
         L(f"  %pn = add i64 %p, {unroll}")
         L("  %more = icmp slt i64 %pn, %ku")
@@ -196,7 +206,7 @@ def _tiles(L, name, t, w, nv, mr, vt, fma, mstore, mload, iota):
         L("rest:")
         L("  %q = phi i64 [ %q0, %after ], [ %qn, %rest ]")
         _phis(L, vt, r, nv, "racc", [("f", "after"), ("rnacc", "rest")])
-        _step(L, t, w, nv, r, vt, fma, nr, "%q", "racc", "rnacc", "_r")
+        _step(L, t, w, nv, r, vt, fma, nr, "%q", "racc", "rnacc", "_r", None, far)
         L("  %qn = add i64 %q, 1")
         L("  %rmore = icmp slt i64 %qn, %k")
         L("  br i1 %rmore, label %rest, label %store")
@@ -205,9 +215,10 @@ def _tiles(L, name, t, w, nv, mr, vt, fma, mstore, mload, iota):
         _tile_store(L, w, nv, r, vt, mstore, nr)
 
 
-def _step(L, t, w, nv, r, vt, fma, nr, p, src, dst, sfx, grouped=None):
+def _step(L, t, w, nv, r, vt, fma, nr, p, src, dst, sfx, grouped=None, far=False):
     """One k step at %p of a packed tile: the panel row's NR values, a prefetch of the row
-    PREFETCH_ROWS ahead (one cache line per vector), each A row's element broadcast times them onto
+    PREFETCH_ROWS ahead (one cache line per vector) and (``far``) into L2 of the row L2_PREFETCH_ROWS
+    ahead, each A row's element broadcast times them onto
     %{src}i_v, into %{dst}i_v (names suffixed ``sfx``). ``grouped``: the step's place in the loop's
     trip, A's rows read from the trip's group pointers (``_tiles``), else at %a + i * lda + p."""
     L(f"  %boff{sfx} = mul i64 {p}, {nr}")
@@ -222,6 +233,13 @@ def _step(L, t, w, nv, r, vt, fma, nr, p, src, dst, sfx, grouped=None):
         L(f"  %pfp{v}{sfx} = getelementptr {t}, {t}* %b, i64 %pfo{v}{sfx}")
         L(f"  %pfc{v}{sfx} = bitcast {t}* %pfp{v}{sfx} to i8*")
         L(f"  call void @llvm.prefetch.p0i8(i8* %pfc{v}{sfx}, i32 0, i32 3, i32 1)")
+    if far:
+        L(f"  %fpo{sfx} = add i64 %boff{sfx}, {L2_PREFETCH_ROWS * nr}")
+        for v in range(nv):
+            L(f"  %fpo{v}{sfx} = add i64 %fpo{sfx}, {v * w}")
+            L(f"  %fpp{v}{sfx} = getelementptr {t}, {t}* %b, i64 %fpo{v}{sfx}")
+            L(f"  %fpc{v}{sfx} = bitcast {t}* %fpp{v}{sfx} to i8*")
+            L(f"  call void @llvm.prefetch.p0i8(i8* %fpc{v}{sfx}, i32 0, i32 1, i32 1)")
     for i in range(r):
         if grouped is not None:
             _fma_row(L, t, vt, fma, w, nv, i, _row_at(i), str(grouped), src, dst, sfx)
@@ -526,13 +544,20 @@ def _packed_driver(L, name, t, mr, nr, dtype):
     L(f"  %ai = getelementptr {t}, {t}* %ak, i64 %aoff")
     L("  %coff = mul i64 %i, %ldc")
     L(f"  %ci = getelementptr {t}, {t}* %cj, i64 %coff")
-    cases = " ".join(f"i64 {r}, label %t{r}" for r in range(1, mr))
-    L(f"  switch i64 %rows, label %t{mr} [ {cases} ]")
-    for r in range(1, mr + 1):
-        L(f"t{r}:")
-        L(f"  call void @{name}_tile{r}(i64 %kc, {t}* %ai, i64 %lda, {t}* %bk, {t}* %ci, i64 %ldc, i64 %left, "
-          "i1 %first)")
-        L("  br label %rnext")
+    # (all of A in one block, few rows: the tiles that prefetch the panel into L2 far ahead, L2_PREFETCH_ROWS)
+    L(f"  br i1 {'%afits' if L2_PREFETCH_ROWS else 'false'}, label %far, label %near")
+    for tiles, tag in (("tile", "near"), ("ftile", "far")) if L2_PREFETCH_ROWS else (("tile", "near"),):
+        L(f"{tag}:")
+        cases = " ".join(f"i64 {r}, label %{tag}{r}" for r in range(1, mr))
+        L(f"  switch i64 %rows, label %{tag}{mr} [ {cases} ]")
+        for r in range(1, mr + 1):
+            L(f"{tag}{r}:")
+            L(f"  call void @{name}_{tiles}{r}(i64 %kc, {t}* %ai, i64 %lda, {t}* %bk, {t}* %ci, i64 %ldc, i64 %left, "
+              "i1 %first)")
+            L("  br label %rnext")
+    if not L2_PREFETCH_ROWS:
+        L("far:")
+        L("  br label %near")
     L("rnext:")
     L("  %in = add i64 %i, %rows")
     L("  br label %rloop")
@@ -630,7 +655,8 @@ class PackedGemm:
 
     def text(self) -> str:
         return (f"gemm_packed dtype={self.dtype} a_block={DENSE_A_BLOCK_BYTES} kc={KC} "
-                f"prefetch={PREFETCH_ROWS} unroll={UNROLL}/{UNROLL_WIDE} split_rest={SPLIT_REST} group={ROW_GROUP}")
+                f"prefetch={PREFETCH_ROWS}/{L2_PREFETCH_ROWS} unroll={UNROLL}/{UNROLL_WIDE} split_rest={SPLIT_REST} "
+                f"group={ROW_GROUP}")
 
 
 def lower_gemm(k, name: str, features: str) -> str:

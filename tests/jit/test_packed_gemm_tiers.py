@@ -60,12 +60,39 @@ def test_a_row_has_the_same_bits_in_products_of_any_row_count(dtype):
         np.testing.assert_array_equal(_run(a[:m], w), whole[:m], err_msg=f"m={m}")
 
 
+def test_rows_in_one_block_and_in_many_give_the_same_bits():
+    """Few rows (all of A in one row block: the tiles that also prefetch into L2, gemm.L2_PREFETCH_ROWS)
+    and many (column blocks of gemm.NB panels) run the same sums in the same order; A read at a row
+    stride past its row (a view, odd lda), its rows through the tiles' group pointers (gemm.ROW_GROUP)."""
+    rng = np.random.default_rng(5)
+    k, n = gemm.KC + 93, gemm.NB * 32 + 45
+    mc = gemm.DENSE_A_BLOCK_BYTES // 4 // gemm.KC
+    m = 2 * mc + 11                      # (past one row block: A is past DENSE_A_BLOCK_BYTES)
+    assert m * k * 4 > gemm.DENSE_A_BLOCK_BYTES
+    base = rng.standard_normal((m, k + 7)).astype(np.float32)
+    a = base[:, 3:3 + k]                 # (rows k + 7 apart, not 64-byte aligned)
+    w = rng.standard_normal((n, k)).astype(np.float32)
+    fn = gemm.function("float32")
+    bp = gemm.pack(w, gemm.panel_width(np.float32), transposed=True)
+
+    def run(rows):
+        out = np.full((rows, n), 7.0, np.float32)
+        fn(rows, k, n, a.ctypes.data, a.strides[0] // 4, bp.ctypes.data, out.ctypes.data, n)
+        return out
+    many = run(m)
+    np.testing.assert_allclose(many, a.astype(np.float64) @ w.T.astype(np.float64), rtol=1e-5,
+                               atol=1e-5 * math.sqrt(k))
+    for rows in (1, 5, 13, 24, 40):      # (each all of A in one row block)
+        assert rows * k * 4 <= gemm.DENSE_A_BLOCK_BYTES
+        np.testing.assert_array_equal(run(rows), many[:rows], err_msg=f"rows={rows}")
+
+
 def test_packed_kernel_over_several_row_blocks():
-    """Rows past one block of A (gemm.A_BLOCK_BYTES of a k block) take the next block: every row, with
-    k past a k block and columns past a column block, against numpy."""
+    """Rows past one block of A (gemm.DENSE_A_BLOCK_BYTES of a k block) take the next block: every row,
+    with k past a k block and columns past a column block, against numpy."""
     rng = np.random.default_rng(8)
     k = 2 * gemm.KC + 1
-    mc = gemm.A_BLOCK_BYTES // 4 // gemm.KC
+    mc = gemm.DENSE_A_BLOCK_BYTES // 4 // gemm.KC
     a = rng.standard_normal((2 * mc + 7, k)).astype(np.float32)
     w = rng.standard_normal((gemm.NB * 32 + 37, k)).astype(np.float32)
     np.testing.assert_allclose(_run(a, w), a.astype(np.float64) @ w.T.astype(np.float64), rtol=1e-5,

@@ -69,8 +69,9 @@ def test_rows_in_one_block_and_in_many_give_the_same_bits():
     mc = gemm.DENSE_A_BLOCK_BYTES // 4 // gemm.KC
     m = 2 * mc + 11                      # (past one row block: A is past DENSE_A_BLOCK_BYTES)
     assert m * k * 4 > gemm.DENSE_A_BLOCK_BYTES
-    base = rng.standard_normal((m, k + 7)).astype(np.float32)
-    a = base[:, 3:3 + k]                 # (rows k + 7 apart, not 64-byte aligned)
+    base = rng.standard_normal((m, k + 6)).astype(np.float32)
+    a = base[:, 3:3 + k]                 # (rows k + 6 apart, an odd stride, not 64-byte aligned)
+    assert a.strides[0] // 4 % 2 == 1
     w = rng.standard_normal((n, k)).astype(np.float32)
     fn = gemm.function("float32")
     bp = gemm.pack(w, gemm.panel_width(np.float32), transposed=True)
@@ -82,7 +83,7 @@ def test_rows_in_one_block_and_in_many_give_the_same_bits():
     many = run(m)
     np.testing.assert_allclose(many, a.astype(np.float64) @ w.T.astype(np.float64), rtol=1e-5,
                                atol=1e-5 * math.sqrt(k))
-    for rows in (1, 5, 13, 24, 40):      # (each all of A in one row block)
+    for rows in (1, 2, 3, 4, 5, 8, 9, 10, 11, 13, 24, 40):     # (each all of A in one row block)
         assert rows * k * 4 <= gemm.DENSE_A_BLOCK_BYTES
         np.testing.assert_array_equal(run(rows), many[:rows], err_msg=f"rows={rows}")
 

@@ -92,6 +92,7 @@ PREFETCH_ROWS = 24          # panel rows ahead that the tiles prefetch (8, 16, 2
 # the same weight over and over (in cache) 3-4% slower with. GPT-2 small at S=16 on two cores, alternating
 # processes: 29.1-30.3 -> 26.3-27.5 ms; at S=128 on one core, where every tile prefetched so: 2% slower
 L2_PREFETCH_ROWS = 128
+L2_PREFETCH_MAX_ROWS = 64   # (and A at most this many rows: a short k fits hundreds of rows in one block)
 UNROLL = 4                  # k steps per trip of a packed tile's loop (1, 2, 4 measured: see ``_tiles``)
 UNROLL_WIDE = 2             # the same with AVX-512's 12-row tiles (``_tiles``: 4 spilled, 1.7x slower)
 ROW_GROUP = 3               # A rows a tile reads from one pointer of its own (``_tiles``: LLVM's LSR)
@@ -485,6 +486,8 @@ def _packed_driver(L, name, t, mr, nr, dtype):
     L("  %mk = mul i64 %m, %k")                 # (all of A in L2: one panel a block, streamed front to back)
     L(f"  %afits = icmp sle i64 %mk, {a_block}")
     L(f"  %nbw = select i1 %afits, i64 {nr}, i64 {NB * nr}")
+    L(f"  %fewm = icmp sle i64 %m, {L2_PREFETCH_MAX_ROWS}")
+    L("  %farp = and i1 %afits, %fewm")
     _row_blocks(L, "%kb", a_block, mr)
     L("ploop:")             # (column blocks of NB panels)
     L("  %jb = phi i64 [ 0, %ibody ], [ %jbn, %kdone ]")
@@ -545,7 +548,7 @@ def _packed_driver(L, name, t, mr, nr, dtype):
     L("  %coff = mul i64 %i, %ldc")
     L(f"  %ci = getelementptr {t}, {t}* %cj, i64 %coff")
     # (all of A in one block, few rows: the tiles that prefetch the panel into L2 far ahead, L2_PREFETCH_ROWS)
-    L(f"  br i1 {'%afits' if L2_PREFETCH_ROWS else 'false'}, label %far, label %near")
+    L(f"  br i1 {'%farp' if L2_PREFETCH_ROWS else 'false'}, label %far, label %near")
     for tiles, tag in (("tile", "near"), ("ftile", "far")) if L2_PREFETCH_ROWS else (("tile", "near"),):
         L(f"{tag}:")
         cases = " ".join(f"i64 {r}, label %{tag}{r}" for r in range(1, mr))
@@ -656,7 +659,7 @@ class PackedGemm:
     def text(self) -> str:
         return (f"gemm_packed dtype={self.dtype} a_block={DENSE_A_BLOCK_BYTES} kc={KC} "
                 f"prefetch={PREFETCH_ROWS}/{L2_PREFETCH_ROWS} unroll={UNROLL}/{UNROLL_WIDE} split_rest={SPLIT_REST} "
-                f"group={ROW_GROUP}")
+                f"group={ROW_GROUP} far_rows={L2_PREFETCH_MAX_ROWS}")
 
 
 def lower_gemm(k, name: str, features: str) -> str:

@@ -725,6 +725,29 @@ def test_int_tensor_indices_side_by_side_and_lambdas(level, rng):
                 np.testing.assert_array_equal(got.asnumpy(), w)
 
 
+class Spread(nn.Cell):
+    """Lambdas with *args, keyword-only parameters, **kwargs and positional-only ones (mindocr's table_master
+    head passes ``lambda *args: ...``): bound as Python binds them, the arguments spread into calls."""
+
+    def construct(self, x, y):
+        cat = lambda *args: ops.concat(args, axis=-1)               # noqa: E731 - the forms under test
+        mix = lambda a, /, *rest, k=3.0, **kw: a * k + sum(rest) + kw["shift"]   # noqa: E731
+        pick = lambda *args, **kw: args[kw.get("which", 0)]         # noqa: E731
+        return cat(x, y, x), mix(x, y, y, shift=1.0), mix(y, k=0.5, shift=x), pick(x, y, which=1), pick(x, y)
+
+
+def test_lambdas_with_varargs_keywords_and_positional_only(rng):
+    net = Spread()
+    net.set_inputs(ms.Tensor(shape=[None, 3], dtype=ms.float32), ms.Tensor(shape=[None, 3], dtype=ms.float32))
+    for level in ("L1", "auto", "pynative"):
+        with at(level):
+            for n in (2, 5):
+                x, y = (rng.standard_normal((n, 3)).astype(np.float32) for _ in range(2))
+                want = (np.concatenate([x, y, x], -1), x * 3.0 + (y + y) + 1.0, y * 0.5 + x, y, x)
+                for got, w in zip(net(ms.Tensor(x), ms.Tensor(y)), want):
+                    np.testing.assert_allclose(got.asnumpy(), w, rtol=1e-6, atol=1e-6)
+
+
 class Outside(nn.Cell):
     def construct(self, x, i, j):
         return x[i, j]

@@ -198,6 +198,7 @@ _BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
 _CMPOPS = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==", ast.NotEq: "!="}
 _PYCMP = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge, "==": operator.eq,
           "!=": operator.ne}
+_DICT_READS = frozenset({"get", "keys", "values", "items"})     # dict methods construct may call
 _SAFE_BUILTINS = {"len", "range", "int", "float", "bool", "tuple", "list", "min", "max", "abs", "enumerate",
                   "zip", "isinstance", "hasattr", "reversed", "sum", "round", "str", "print"}
 _FOLD_MODULES = ("math", "numpy")
@@ -1747,18 +1748,24 @@ class FunctionCompiler:
         called, as a helper is; its default values taken when it is made, the names it reads from construct when
         it is called (where it is called from its own scope; passed into a helper, as they were when made)."""
         a = node.args
-        if a.vararg or a.kwarg or a.kwonlyargs or a.posonlyargs:
-            raise self.error("a lambda in construct takes plain parameters (no *args, **kwargs or keyword-only)", node)
+        P = inspect.Parameter
         defaults = [self.expr(d) for d in a.defaults]
         fdef = ast.FunctionDef(name="<lambda>", args=a, body=[ast.copy_location(ast.Return(node.body), node.body)],
                                decorator_list=[], returns=None, type_comment=None)
         ast.copy_location(fdef, node)
         fdef.end_lineno, fdef.end_col_offset = node.end_lineno, node.end_col_offset
-        names = [p.arg for p in a.args]
-        params = [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD,
-                                    default=(defaults[k - (len(names) - len(defaults))]
-                                             if k >= len(names) - len(defaults) else inspect.Parameter.empty))
-                  for k, n in enumerate(names)]
+        # its signature as Python makes it (the inliner binds the call's arguments to it: *args a tuple, **kwargs
+        # a dict, as a helper function's): positional-only, positional, *args, keyword-only, **kwargs
+        pos = [*a.posonlyargs, *a.args]
+        first = len(pos) - len(defaults)
+        params = [P(p.arg, P.POSITIONAL_ONLY if k < len(a.posonlyargs) else P.POSITIONAL_OR_KEYWORD,
+                    default=defaults[k - first] if k >= first else P.empty) for k, p in enumerate(pos)]
+        if a.vararg is not None:
+            params.append(P(a.vararg.arg, P.VAR_POSITIONAL))
+        params += [P(p.arg, P.KEYWORD_ONLY, default=P.empty if d is None else self.expr(d))
+                   for p, d in zip(a.kwonlyargs, a.kw_defaults)]
+        if a.kwarg is not None:
+            params.append(P(a.kwarg.arg, P.VAR_KEYWORD))
         src = FunctionSource(fdef, self.src.filename, self.src.line_offset, self.src.col_offset, self.src.globals,
                              {**self.src.closure, **{k: v for k, v in self.vars.items() if not k.startswith("%")}},
                              "<lambda>")
@@ -1867,6 +1874,11 @@ class FunctionCompiler:
             if any(isinstance(a, (GraphValue, Expr, Pred)) for a in args):
                 raise self.error(f"{getattr(fn, '__name__', fn)}() of a symbolic or run-time value is not "
                                  "supported", node)
+            return fn(*args, **kwargs)
+        if type(getattr(fn, "__self__", None)) is dict and getattr(fn, "__name__", None) in _DICT_READS:
+            # (a dict's reads, ``kw.get("which", 0)`` in a helper taking **kw: its keys are known here)
+            if any(isinstance(a, (GraphValue, Expr, Pred)) for a in (*args, *kwargs.values())):
+                raise self.error(f"dict.{fn.__name__}() of a symbolic or run-time key is not supported", node)
             return fn(*args, **kwargs)
         if _is_msvm(fn) or getattr(type(fn), "__msvm_primitive__", False) \
                 or isinstance(fn, pytypes.MethodType) and isinstance(fn.__self__, GraphValue):

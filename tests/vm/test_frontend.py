@@ -192,7 +192,7 @@ BAD = {
     "while_tensor": "        while x.sum() > 0:\n            x = x - 1\n        return x\n",
     "try": "        try:\n            x = x + 1\n        except Exception:\n            pass\n        return x\n",
     "setcomp": "        ys = {1 for _ in range(3)}\n        return x\n",
-    "lambda": "        f = lambda *t: t\n        return x\n",
+    "dict_runtime_key": "        return {1: x}.get(x)\n",
     "tensor_if": "        if x > 0:\n            x = x + 1\n        return x\n",
     "attr_assign": "        self.y = x\n        return x\n",
     "undefined": "        return x + zzz\n",
@@ -201,7 +201,7 @@ BAD = {
 EXPECT = {"while": "while loop still running after 4096 passes",
           "while_tensor": "a while loop on a tensor's values is not supported", "try": "try/except",
           "setcomp": "set comprehension",
-          "lambda": "lambda",
+          "dict_runtime_key": "dict.get() of a symbolic or run-time key",
           "tensor_if": "branching on a tensor", "attr_assign": "assigning to attributes",
           "undefined": "name 'zzz' is not defined", "numpy_on_tensor": "numpy.exp cannot take msvm tensors"}
 

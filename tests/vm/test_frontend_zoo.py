@@ -748,6 +748,54 @@ def test_lambdas_with_varargs_keywords_and_positional_only(rng):
                     np.testing.assert_allclose(got.asnumpy(), w, rtol=1e-6, atol=1e-6)
 
 
+class Sublayer(nn.Cell):
+    """A sub-Cell with a Parameter of its own, a helper method reading it, and a construct that calls the
+    function it is given (mindocr's table_master SubLayerConnection: ``x + sublayer(self.norm(x))``)."""
+
+    def __init__(self, k):
+        super().__init__()
+        self.w = ms.Parameter(ms.Tensor(np.full((4,), k, np.float32)), name="w")
+        self.inner = nn.Dense(4, 4, weight_init="ones", bias_init="zeros")
+
+    def construct(self, x, sublayer):
+        return x + sublayer(self.scale(x))
+
+    def scale(self, x):
+        return self.inner(x) * self.w
+
+
+class Passed(nn.Cell):
+    """Functions passed to sub-Cells: a lambda reading construct's own values, a sub-Cell of the caller, a method
+    of another sub-Cell; and a sub-Cell's helper method called from construct (its Parameters by their paths)."""
+
+    def __init__(self):
+        super().__init__()
+        self.sub = nn.CellList([Sublayer(2.0), Sublayer(3.0)])
+        self.ff = nn.Dense(4, 4, weight_init="ones", bias_init="zeros")
+
+    def construct(self, x, m):
+        y = self.sub[0](x, lambda t: t * m)
+        y = self.sub[1](y, self.ff)
+        return self.sub[0](y, self.sub[1].scale), self.sub[1].scale(x)
+
+
+def test_functions_passed_to_sub_cells_and_their_helper_methods(rng):
+    net = Passed()
+    net.set_inputs(ms.Tensor(shape=[None, 4], dtype=ms.float32), ms.Tensor(shape=[None, 4], dtype=ms.float32))
+
+    def scale(x, k):
+        return x.sum(-1, keepdims=True) * np.ones(4, np.float32) * k
+    for level in ("L1", "auto", "pynative"):
+        with at(level):
+            for n in (2, 3):
+                x, m = (rng.standard_normal((n, 4)).astype(np.float32) for _ in range(2))
+                y = x + scale(x, 2.0) * m
+                y = y + scale(scale(y, 3.0), 1.0)
+                want = (y + scale(scale(y, 2.0), 3.0), scale(x, 3.0))
+                for got, w in zip(net(ms.Tensor(x), ms.Tensor(m)), want):
+                    np.testing.assert_allclose(got.asnumpy(), w, rtol=1e-5, atol=1e-4)
+
+
 class Outside(nn.Cell):
     def construct(self, x, i, j):
         return x[i, j]

@@ -264,6 +264,9 @@ class FunctionCompiler:
                  generation: int = 0):
         self.src = src
         self.self_obj = self_obj
+        # (the Cell whose Code this is: Parameter and sub-Cell paths are from it, also inside an inlined method
+        # of a sub-Cell, where ``self`` is that sub-Cell)
+        self.root = self_obj
         self.cb = CodeBuilder(name, src.filename, src.node.lineno + src.line_offset)
         self.env = ShapeEnv()
         self.loc = Loc(self.cb.code.firstlineno, src.col_offset, self.cb.code.firstlineno, src.col_offset)
@@ -1340,11 +1343,12 @@ class FunctionCompiler:
     def attr_read(self, cell, attr, v, node):
         """The graph value reading tensor attribute ``attr`` (a dotted path) of ``cell``, by its path from
         self (LOAD_PARAM binds it when the Code runs)."""
-        if cell is not self.self_obj:     # self.embedding.embedding_table: linked by its path
-            sub = find_cell_path(self.self_obj, cell)
+        root = self.root if self.root is not None else self.self_obj
+        if cell is not root:              # self.embedding.embedding_table: linked by its path
+            sub = find_cell_path(root, cell)
             if sub is None:
                 raise self.error(f"tensor attribute '{attr}' of a Cell that is not a sub-Cell of "
-                                 f"{type(self.self_obj).__name__}", node)
+                                 f"{type(root).__name__}", node)
             attr = f"{sub}.{attr}"
         t = tensor_type(v)
         self.cb.code.attr_types[attr] = t
@@ -1875,7 +1879,8 @@ class FunctionCompiler:
                 raise self.error(f"{getattr(fn, '__name__', fn)}() of a symbolic or run-time value is not "
                                  "supported", node)
             return fn(*args, **kwargs)
-        if type(getattr(fn, "__self__", None)) is dict and getattr(fn, "__name__", None) in _DICT_READS:
+        if type(getattr(fn, "__self__", None)) in (dict, pytypes.MappingProxyType) and \
+                getattr(fn, "__name__", None) in _DICT_READS:
             # (a dict's reads, ``kw.get("which", 0)`` in a helper taking **kw: its keys are known here)
             if any(isinstance(a, (GraphValue, Expr, Pred)) for a in (*args, *kwargs.values())):
                 raise self.error(f"dict.{fn.__name__}() of a symbolic or run-time key is not supported", node)
@@ -1966,7 +1971,8 @@ class FunctionCompiler:
         return result
 
     def call_cell(self, cell, args, kwargs, node):
-        path = find_cell_path(self.self_obj, cell) if self.self_obj is not None else None
+        root = self.root if self.root is not None else self.self_obj
+        path = find_cell_path(root, cell) if root is not None else None
         if path is None and not cell.__dict__.get("_params") and not cell.__dict__.get("_cells"):
             # a Cell made in construct with nothing to keep (mobilevit's ``nn.Softmax(axis=-1)(attn)``): its
             # construct runs inline, as a helper method's (a Cell built from source, in the editor's views,
@@ -1976,8 +1982,15 @@ class FunctionCompiler:
             getter = getattr(cell, "__msvm_getattr__", None)
             return self.inline(getter("construct") if getter is not None else cell.construct, args, kwargs, node)
         if path is None:
-            raise self.error(f"{type(cell).__name__} is not a sub-Cell of {type(self.self_obj).__name__}: create it in "
+            raise self.error(f"{type(cell).__name__} is not a sub-Cell of {type(root).__name__}: create it in "
                              "__init__ and assign it to an attribute", node)
+        if any(_is_callable_arg(v) for v in (*args, *kwargs.values())):
+            # a function, lambda, method or Cell passed to a sub-Cell (mindocr's table_master: ``self.sublayer[0](x,
+            # lambda x: self.self_attn(x, x, x, tgt_mask))``): its construct runs inline, as a method of the
+            # sub-Cell, so the function runs in this Code, reading this Code's values (a Code of its own would
+            # read them from slots it does not have)
+            getter = getattr(cell, "__msvm_getattr__", None)
+            return self.inline(getter("construct") if getter is not None else cell.construct, args, kwargs, node)
         cell_getattr(cell, "construct")
         params = construct_params(cell)
         try:
@@ -2174,6 +2187,11 @@ class _Lambda:
 
     def __msvm_inline__(self):
         return self.src, None, self.sig
+
+
+def _is_callable_arg(v) -> bool:
+    """Whether a sub-Cell's argument is something construct calls: a lambda, function, method or Cell."""
+    return isinstance(v, (_Lambda, pytypes.FunctionType, pytypes.MethodType)) or (is_cell(v) and not isinstance(v, type))
 
 
 def _returns(body) -> bool:

@@ -794,6 +794,13 @@ def test_functions_passed_to_sub_cells_and_their_helper_methods(rng):
                 want = (y + scale(scale(y, 2.0), 3.0), scale(x, 3.0))
                 for got, w in zip(net(ms.Tensor(x), ms.Tensor(m)), want):
                     np.testing.assert_allclose(got.asnumpy(), w, rtol=1e-5, atol=1e-4)
+    # a sub-Cell given a float16 precision of its own would run inline in the caller's float32: refused at its line
+    half = Passed()
+    half.sub[0].to_float(ms.float16)
+    x = ms.Tensor(rng.standard_normal((2, 4)).astype(np.float32))
+    with pytest.raises(ms.FrontendError, match="to_float precision of its own") as e:
+        half(x, x)
+    assert "test_frontend_zoo.py:" in str(e.value)
 
 
 class Outside(nn.Cell):

@@ -76,7 +76,7 @@ from .kir import dtype_name
 from .lower import TYPES, Unsupported, vec_width
 
 NAME = "msvm_gemm_packed"
-A_BLOCK_BYTES = 1 << 20     # rows of A per block: their k block (rows x KC) about this many bytes (L2)
+A_BLOCK_BYTES = 1 << 20     # the taps product's rows of A (weight rows) per block, about this many bytes (L2)
 # the same for the packed Dense product (``_packed_driver``): a block's k block beside its C block (mc x NB NR)
 # and the panels' k blocks in L2. Measured (Intel Xeon, 2 MB L2, one core, thread CPU time, medians of 11
 # calls in turn, GFLOP/s at 1 MB / 384 KB / 256 KB / 192 KB): 1024^3 119 / 143 / 150 / 154, 512x768x3072
@@ -168,11 +168,13 @@ def _tiles(L, name, t, w, nv, mr, vt, fma, mstore, mload, iota, far=False):
 
     AVX-512's 12 x 32 tile holds 24 of the 32 vector registers in accumulators: unrolled 4 steps,
     LLVM's scheduler hoisted the later steps' broadcasts ahead of the first step's products and
-    spilled them to the stack (a vmovups store and reload per broadcast), so those tiles run one
-    step a trip (UNROLL_WIDE). Measured (AMD EPYC Zen 5, one core, thread CPU time, best of 5 rounds
+    spilled them to the stack (a vmovups store and reload per broadcast), so those tiles ran one
+    step a trip. Measured (AMD EPYC Zen 5, one core, thread CPU time, best of 5 rounds
     of repeated calls, GFLOP/s msvm unroll 4 -> 1 / onnxruntime's MatMul by a constant in the same
     process): 128x768x768 147 -> 257 / 252-256, 128x3072x768 133 -> 252 / 244-251, 16x768x3072
-    158 -> 245 / 242, 1024x1024x1024 126 -> 248 / 249-252."""
+    158 -> 245 / 242, 1024x1024x1024 126 -> 248 / 249-252. With A's rows through group pointers
+    (``_row_groups_start``: fewer registers for addresses) they run two steps a trip (UNROLL_WIDE)
+    without a spill (Intel Xeon, one core: at par with one step to 5% faster)."""
     nr = w * nv
     unroll = UNROLL_WIDE if mr >= 12 else UNROLL
     for r in range(1, mr + 1):

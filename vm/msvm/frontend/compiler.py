@@ -1951,6 +1951,13 @@ class FunctionCompiler:
         except TypeError as e:
             raise self.error(f"{src.qualname}: {e}", node) from None
         ba.apply_defaults()
+        own = getattr(bound_self, "__dict__", {}).get("_mixed_precision") if is_cell(bound_self) else None
+        if own is not None and own != self.mixed:
+            # (an inlined method of a Cell runs in this Code's precision: one given a to_float precision of its
+            # own would compute in the wrong type)
+            raise self.error(f"{type(bound_self).__name__}.{src.node.name}() runs inline here, but that Cell has a "
+                             "to_float precision of its own; call it without passing a function, or give it the "
+                             "caller's precision", node)
         saved = (self.src, self.vars, self.self_obj, self.scope, self.loops)
         self.src = src
         self.vars = dict(ba.arguments)

@@ -14,13 +14,13 @@ def graph_mode():
 
 @pytest.fixture(autouse=True)
 def fresh_plans():
-    """Convolution plans are shared by every site of a shape in the process (conv.plan); tests patch
-    the routing rules, so each starts with none."""
-    from msvm.compiler import conv
+    """Plans are shared by every site of a key in the process (planning.shared_plan); tests patch
+    the planners' rules, so each starts with none."""
+    from msvm.compiler import planning
 
-    conv.forget_plans()
+    planning.forget_plans()
     yield
-    conv.forget_plans()
+    planning.forget_plans()
 
 
 @pytest.fixture

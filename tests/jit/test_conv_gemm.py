@@ -12,7 +12,7 @@ so a route that quietly fell back to BLAS or to L1 fails it."""
 import msvm as ms
 import numpy as np
 import pytest
-from msvm.compiler import conv, gemm
+from msvm.compiler import conv, gemm, planning
 from msvm.compiler.codegen import codegen
 from msvm.compiler.entry import data_pointer
 from test_conv_tiers2 import close, compiled_kinds, conv_sites, forward, images, make, reference, with_epilogue
@@ -435,7 +435,7 @@ def _site_inputs(net, site, x):
 
 def test_sites_of_one_shape_share_a_plan_and_its_geometry_not_their_weights(calls, monkeypatch):
     """Two Cells of the same block (different weights) plan each input shape once between them
-    (conv.plan: MobileNet v2 repeats its blocks) and run one TapsConv; each still gets its own
+    (planning.shared_plan: MobileNet v2 repeats its blocks) and run one TapsConv; each still gets its own
     weights' answer; a change of the route's knob plans again."""
     s = BLOCKS["1x1_residual_relu"][0]
     xs = images(np.random.default_rng(7), s["cin"], SIZES, special=True)
@@ -450,23 +450,24 @@ def test_sites_of_one_shape_share_a_plan_and_its_geometry_not_their_weights(call
         assert b.plans[key] is plan
         assert plan.details["taps"][0].mode == "direct"
     assert {c[0] for c in calls} == {"direct"}
-    kept = dict(conv._PLANS)
+    kept = dict(planning._SHARED)
     calls.clear()
     again = forward(make(s, 13), "L2", True, xs[:1])          # (the knob unchanged: the plans made above)
-    assert len(conv._PLANS) == len(kept) and calls
+    assert len(planning._SHARED) == len(kept) and calls
     calls.clear()
     monkeypatch.setenv(conv.ROUTE_ENV, "blas")
     blas = forward(make(s, 13), "L2", True, xs[:1])
-    assert len(conv._PLANS) > len(kept) and not calls
+    assert len(planning._SHARED) > len(kept) and not calls
     close(again[0], blas[0], tol=1e-5)
 
 
 def test_a_site_whose_arguments_are_not_hashable_still_plans():
-    """conv.plan's shared table keys on the site's arguments; one holding a list is planned on its own."""
+    """The shared plans key on the site's arguments (planning.shared_plan); one holding a list is planned
+    on its own."""
     class Site:
         op, args = "MAX_POOL2D", ([3, 3], (2, 2), (1, 1, 1, 1))
     x = np.zeros((1, 4, 9, 9), np.float32)
-    p = conv.plan(Site(), [x])
-    assert p.out_shape == (1, 4, 5, 5) and not conv._PLANS
+    p = planning.shared_plan(Site(), [x])
+    assert p.out_shape == (1, 4, 5, 5) and not planning._SHARED
     Site.args = ((3, 3), (2, 2), (1, 1, 1, 1))
-    assert conv.plan(Site(), [x]) is conv.plan(Site(), [x]) and len(conv._PLANS) == 1
+    assert planning.shared_plan(Site(), [x]) is planning.shared_plan(Site(), [x]) and len(planning._SHARED) == 1

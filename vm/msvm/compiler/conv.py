@@ -291,36 +291,16 @@ def dims_of(x_shape, w_shape, stride, pad, dil, width_step=1):
     return ho, wo, ph[0], pl, lo, hi
 
 
+def plan_knobs() -> tuple:
+    """What a convolution's plan reads besides its site and inputs: the route's knobs (``route``), in the
+    shared plans' key (planning.shared_plan: a model repeats its blocks; MobileNet v2 at a new input size
+    has 52 sites and 29 plans)."""
+    return os.environ.get(ROUTE_ENV), AB[0]
+
+
 def plan(site, inputs):
-    """The Site plan of a FUSED_CONV (a depthwise kernel, or the BLAS product with a compiled
-    epilogue) or a MAX_POOL2D. A function of the site's arguments and its inputs' shapes and dtypes
-    (the site's own table keys on them), so one is made per such key in the process and every site
-    of that key shares it: a model repeats its blocks (MobileNet v2 at a new input size: 52 sites,
-    29 plans), and a new size plans each shape once."""
-    key = (site.op, site.args, tuple([(x.shape, x.dtype) if type(x) is np.ndarray else type(x) for x in inputs]),
-           os.environ.get(ROUTE_ENV), AB[0])          # (the route's knobs: ``route``)
-    try:
-        hit = _PLANS.get(key)
-    except TypeError:           # (an argument that is not hashable: planned per site, as before)
-        return _plan(site, inputs)
-    if hit is None:
-        if len(_PLANS) >= PLANS_KEPT:
-            _PLANS.clear()
-        hit = _PLANS[key] = _plan(site, inputs)
-    return hit
-
-
-PLANS_KEPT = 4096               # plans in ``_PLANS`` (then it starts over)
-_PLANS: dict = {}               # (op, args, input shapes and dtypes, route knobs) -> Plan
-
-
-def forget_plans() -> None:
-    """Drop the shared plans (and the TapsConv each holds): the next call plans afresh, as after a
-    change of the routing rules (tests patch them)."""
-    _PLANS.clear()
-
-
-def _plan(site, inputs):
+    """The Site plan of a FUSED_CONV (a depthwise kernel, or the product with an epilogue: ``plan_gemm``)
+    or a MAX_POOL2D."""
     from .planning import Plan  # (planning imports this module: its names are read here)
 
     if site.op == "MAX_POOL2D":

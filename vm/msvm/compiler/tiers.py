@@ -319,7 +319,7 @@ class Site:
 
     def _make_plan(self, inputs):
         try:
-            return PLANNERS[self.op](self, inputs)
+            return planning.shared_plan(self, inputs)
         except Unsupported as e:      # said once per reason and site (float16, mixed dtypes, ...)
             self._l1(inputs, str(e))
             return None

@@ -124,6 +124,7 @@ def test_one_and_two_threads_give_the_same_bits(tier, model, monkeypatch):
         x = rng.standard_normal((48, 384)).astype(np.float32)
     _copy(one, two)
     calls = 12 if tier == "auto" else 4
+    monkeypatch.setattr(callconv, "EPILOGUE_SPLIT_MIN", 1 << 15)     # (the 48-row epilogues split: both paths)
     halves, real = [], callconv._halves        # (an L2 epilogue over (1, rows, n): its rows in halves)
     monkeypatch.setattr(callconv, "_halves", lambda fn, d1, *rest: (halves.append(d1), real(fn, d1, *rest)))
     a, split_one = _run(one, x, calls, monkeypatch, 1)
@@ -150,6 +151,7 @@ def test_the_replay_splits_through_the_caller_and_small_products_stay_native(mon
     rng = np.random.default_rng(13)
     ms.set_context(jit_config={"jit_level": "L3"})
     monkeypatch.setenv("MSVM_THREADS", "2")
+    monkeypatch.setattr(callconv, "EPILOGUE_SPLIT_MIN", 1 << 15)     # (the big product's bias epilogue splits)
     big, small = AddMM(384, 1536), AddMM(48, 80)
     xb = rng.standard_normal((48, 384)).astype(np.float32)
     xs = rng.standard_normal((9, 48)).astype(np.float32)
@@ -166,14 +168,24 @@ def test_the_replay_splits_through_the_caller_and_small_products_stay_native(mon
         got = small(ms.Tensor(xs)).asnumpy()
     assert gemm.splits[0] == before
     np.testing.assert_allclose(got, xs @ small.weight.asnumpy() + small.bias.asnumpy(), rtol=1e-5, atol=1e-5)
-    rows = []          # (the bias epilogue of 48 x 1536 elements: its rows split too, callconv.EPILOGUE_SPLIT_MIN)
+    rows = []          # (the bias epilogue of 48 x 1536 elements: its rows split too, callconv.split_epilogue)
     spread = callconv._parallel
     monkeypatch.setattr(callconv, "_parallel", lambda fn, n, *rest: (rows.append(n), spread(fn, n, *rest)))
     for _ in range(3):
         got = big(ms.Tensor(xb)).asnumpy()
     assert gemm.splits[0] == before + 3
-    assert 48 * 1536 >= callconv.EPILOGUE_SPLIT_MIN and rows == [48] * 3
+    assert callconv.split_epilogue(48 * 1536, (("in", 0), ("in", 1), ("BROADCAST_ADD", 0, 1))) and rows == [48] * 3
     np.testing.assert_allclose(got, xb @ big.weight.asnumpy() + big.bias.asnumpy(), rtol=1e-4, atol=1e-3)
+
+
+def test_an_epilogue_is_split_by_its_work():
+    """A split product's epilogue is split too where its work (elements, a costly op weighing more) pays
+    for moving rows between the cores: GPT-2's tanh GELU from 64 rows, its bias adds not at 128."""
+    bias = (("in", 0), ("in", 1), ("BROADCAST_ADD", 0, 1))
+    gelu = bias + (("TANH", 2),)
+    assert not callconv.split_epilogue(128 * 2304, bias) and not callconv.split_epilogue(16 * 3072, gelu)
+    assert callconv.split_epilogue(64 * 3072, gelu) and callconv.split_epilogue(callconv.EPILOGUE_SPLIT_MIN, bias)
+    assert not callconv.split_epilogue(callconv.EPILOGUE_SPLIT_MIN - 1, bias)
 
 
 def _blas_lib():

@@ -40,13 +40,21 @@ from typing import NamedTuple
 
 import numpy as np
 
+from ..bytecode.opcodes import COSTLY
 from . import entry
 from .buffers import ALIGN, aligned_empty
 from .entry import data_pointer
 from .kir import dtype_name
 
 PARALLEL_MIN = 1 << 20          # elements: below this one thread is faster (MEASURED.md)
-EPILOGUE_SPLIT_MIN = 1 << 15    # elements of a split product's epilogue from which its rows are split too (_split_caller)
+# a split product's epilogue is split too (``split_epilogue``) from this much work: its elements, each op of
+# COSTLY weighing COSTLY_WEIGHT more. Two threads read halves of the rows the two threads' column halves wrote
+# (each row's lines move between the cores), and that costs more than a light pass saves. Measured (Intel
+# Xeon, two cores, GPT-2 small's 48 epilogues, us a call, one thread / split): bias 16 x 2304 17 / 66, 64 x
+# 768 with the residual 17 / 44, 128 x 2304 61 / 94; bias + tanh GELU 16 x 3072 58 / 90, 64 x 3072 200 / 162,
+# 128 x 3072 390 / 258 (before, every epilogue from 32K elements was split: 2.1 ms of a 27 ms forward at S=16)
+EPILOGUE_SPLIT_MIN = 1 << 20
+COSTLY_WEIGHT = 8
 RELEASE_MIN = 1 << 14           # elements from which a native entry lets other threads run (compiles)
 
 # ---------------------------------------------------------------- the convention
@@ -350,14 +358,14 @@ def _epilogue_operands(extras, inputs, ptr) -> list:
 def elementwise_caller(compiled, p: dict, output, ptr, two: bool = False):
     """``go(inputs, out)`` for an elementwise kernel; ``output`` (when given) picks or makes the
     output buffer, else the caller's ``out`` is written in place. ``two``: the epilogue of a product
-    two threads shared (an L2 one too), split in halves from EPILOGUE_SPLIT_MIN elements, by its
-    first dim or else its second (``_halves``)."""
+    two threads shared (an L2 one too), split in halves where its work calls for it (``split_epilogue``),
+    by its first dim or else its second (``_halves``)."""
     dims, kinds, strides = p["dims"], p["kinds"], p["strides"]
     spec = [(j, kinds[j], strides[j]) for j in elementwise_order(kinds)]
     fn = compiled.fn
     d0, d1, d2 = dims
     split = compiled.level >= 3 and d0 * d1 * d2 >= PARALLEL_MIN and d0 >= 2
-    big = two and d0 * d1 * d2 >= EPILOGUE_SPLIT_MIN
+    big = two and split_epilogue(d0 * d1 * d2, p["program"])
     split = split or (big and d0 >= 2)
     halves = big and not split and d1 >= 2
     isz = np.dtype(compiled.kernel.dtype).itemsize if halves else 0
@@ -508,6 +516,13 @@ def _packed_threads(k) -> int:
     return threads(k.m, k.k, k.n, k.dtype) if k.batch == 1 and not k.ta and not k.tb else 1
 
 
+def split_epilogue(elements: int, program: tuple) -> bool:
+    """Whether the epilogue ``program`` over ``elements`` of a product two threads shared is split too
+    (EPILOGUE_SPLIT_MIN)."""
+    costly = sum(1 for node in program if node[0] in COSTLY)
+    return elements * (1 + COSTLY_WEIGHT * costly) >= EPILOGUE_SPLIT_MIN
+
+
 def _split_caller(compiled, output, weight, ptr, extras):
     """``go(inputs, out)`` of an L3 matmul by a packed weight whose product two threads share
     (gemm.run_split), then the kernel's own epilogue (``{name}_epi``) over all rows at once:
@@ -523,11 +538,14 @@ def _split_caller(compiled, output, weight, ptr, extras):
         epi = prototype(k.epilogue, compiled.addrs[f"{compiled.name}_epi"])
         order = [e for j in elementwise_order(k.epilogue.kinds) if j > 0 for e in extras if e[0] == j]
 
-    two = epi is not None and m >= 2 and m * n >= EPILOGUE_SPLIT_MIN
+    two = epi is not None and m >= 2 and split_epilogue(m * n, k.epilogue.program)
+    held = [None, None]          # (the last weight array, its packed panels: one look-up while it stays)
 
     def go(inputs, out):
         out = output(out)
-        cp, w = data_pointer(out), weight(inputs[1])
+        if inputs[1] is not held[0]:
+            held[1], held[0] = weight(inputs[1]), inputs[1]
+        cp, w = data_pointer(out), held[1]
         g.run_split(fn, m, kk, n, ptr(0, inputs[0]), kk, ptr(1, w), cp, n, nr, isz)
         if two:
             _parallel(epi, m, 1, n, cp, cp, n, 0, *_epilogue_operands(order, inputs, ptr))

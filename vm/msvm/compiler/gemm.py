@@ -34,9 +34,9 @@ and two panels, its panels are shared: the first half of whole panels in the cal
 rest on msvm's kernel pool (Bp and C offset by the first half, ldc unchanged). Each element is
 computed by one thread with the same tiles in the same k order, so one and two threads give the
 same bits. At L2 the epilogue kernel then runs over the output; at L3 the kernel's own epilogue
-(``{name}_epi``) runs over all rows, split by rows over the same two threads from
-callconv.EPILOGUE_SPLIT_MIN elements (callconv._split_caller: GPT-2 small at S=128 spent 4.5 ms of a
-~100 ms forward in its 48 epilogues on one thread, GELU's tanh most of it), and such a site has no native
+(``{name}_epi``) runs over all rows, split by rows over the same two threads where its work calls for it
+(callconv.split_epilogue: GPT-2 small at S=128 spent 4.5 ms of a ~100 ms forward in its 48 epilogues on
+one thread, GELU's tanh most of it; a bias add's rows are faster on one), and such a site has no native
 entry: the replay calls its caller, which splits. On two cores every row count runs here
 (``use_packed``), not only 1..256.
 

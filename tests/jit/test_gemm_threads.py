@@ -174,15 +174,17 @@ def test_the_replay_splits_through_the_caller_and_small_products_stay_native(mon
     for _ in range(3):
         got = big(ms.Tensor(xb)).asnumpy()
     assert gemm.splits[0] == before + 3
-    assert callconv.split_epilogue(48 * 1536, (("in", 0), ("in", 1), ("BROADCAST_ADD", 0, 1))) and rows == [48] * 3
+    assert callconv.split_epilogue(48 * 1536, (("in", 0), ("in", 1), ("BROADCAST_ADD",))) and rows == [48] * 3
     np.testing.assert_allclose(got, xb @ big.weight.asnumpy() + big.bias.asnumpy(), rtol=1e-4, atol=1e-3)
 
 
 def test_an_epilogue_is_split_by_its_work():
     """A split product's epilogue is split too where its work (elements, a costly op weighing more) pays
     for moving rows between the cores: GPT-2's tanh GELU from 64 rows, its bias adds not at 128."""
-    bias = (("in", 0), ("in", 1), ("BROADCAST_ADD", 0, 1))
-    gelu = bias + (("TANH", 2),)
+    bias = (("in", 0), ("in", 1), ("BROADCAST_ADD",))          # (GPT-2's Conv1D programs, as the sites hold them)
+    gelu = (("c", 0.5),) + bias + (("BROADCAST_MUL",), ("c", 1.0), ("c", 0.7978845608028654)) + bias + \
+        (("c", 0.044715),) + bias + (("c", 3.0), ("BROADCAST_POW",), ("BROADCAST_MUL",), ("BROADCAST_ADD",),
+                                     ("BROADCAST_MUL",), ("TANH",), ("BROADCAST_ADD",), ("BROADCAST_MUL",))
     assert not callconv.split_epilogue(128 * 2304, bias) and not callconv.split_epilogue(16 * 3072, gelu)
     assert callconv.split_epilogue(64 * 3072, gelu) and callconv.split_epilogue(callconv.EPILOGUE_SPLIT_MIN, bias)
     assert not callconv.split_epilogue(callconv.EPILOGUE_SPLIT_MIN - 1, bias)

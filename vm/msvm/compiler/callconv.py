@@ -539,13 +539,14 @@ def _split_caller(compiled, output, weight, ptr, extras):
         order = [e for j in elementwise_order(k.epilogue.kinds) if j > 0 for e in extras if e[0] == j]
 
     two = epi is not None and m >= 2 and split_epilogue(m * n, k.epilogue.program)
-    held = [None, None]          # (the last weight array, its packed panels: one look-up while it stays)
+    held = [(None, None)]        # (the last weight array and its packed panels, one tuple: threads swap it whole)
 
     def go(inputs, out):
         out = output(out)
-        if inputs[1] is not held[0]:
-            held[1], held[0] = weight(inputs[1]), inputs[1]
-        cp, w = data_pointer(out), held[1]
+        h = held[0]
+        if h[0] is not inputs[1]:
+            h = held[0] = (inputs[1], weight(inputs[1]))
+        cp, w = data_pointer(out), h[1]
         g.run_split(fn, m, kk, n, ptr(0, inputs[0]), kk, ptr(1, w), cp, n, nr, isz)
         if two:
             _parallel(epi, m, 1, n, cp, cp, n, 0, *_epilogue_operands(order, inputs, ptr))

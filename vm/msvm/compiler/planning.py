@@ -94,7 +94,7 @@ def plan_matmul(site, inputs):
     # of one row ran 4.6x slower than the packed kernel (a classifier, 1x1280 @ 1280x1000, one core,
     # AMD Zen 5: 275 against 48 us; onnxruntime's Gemm 61 us); so a decoder's steps after its prompt
     # keep the weight's pages out too
-    wt = site.weight_t and site.frozen(b) and (m * math.prod(a.shape[:-2]) > 1 or stored(b) or site.has_packed(b))
+    wt = site.weight_t and site.frozen(b) and (product_rows(site, a) > 1 or stored(b) or site.has_packed(b))
     n_ = b.shape[-2] if tb else b.shape[-1]
     batch_shape = np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) if batched else ()
     out_shape = tuple(batch_shape) + (m, n_)
@@ -119,6 +119,12 @@ def plan_matmul(site, inputs):
     return Plan(cls, (cls, a.shape, b_shape, tuple(x.shape if isinstance(x, np.ndarray) else None for x in extras)),
             out_shape, d, {"m": m, "k": k, "n": n_, "batch": batch, "same_batch": same_batch, "epi": epi,
                            "tb": tb_run, "wt": bool(wt), "packed": packed})
+
+
+def product_rows(site, a) -> int:
+    """The rows of a FUSED_MATMUL's product by its first input ``a`` (of 2 dims or more), every batch dim
+    counted: one row by a weight is planned from the weight's own state (``plan_matmul``)."""
+    return (a.shape[-1] if site.args[0] else a.shape[-2]) * math.prod(a.shape[:-2])
 
 
 def plan_row(site, inputs):
@@ -251,7 +257,7 @@ def shared_plan(site, inputs) -> Plan:
     its sites (but for what every site of the plan shares: a convolution's geometry, ``conv._taps_caller``)."""
     planner = PLANNERS[site.op]
     fixed = getattr(site, "weight_prep", False)
-    if fixed and _one_row(inputs[0]):
+    if fixed and (type(inputs[0]) is not np.ndarray or inputs[0].ndim < 2 or product_rows(site, inputs[0]) <= 1):
         return planner(site, inputs)
     sig = tuple([(x.shape, x.dtype) if type(x) is np.ndarray else type(x) for x in inputs])
     key = (type(site), site.op, site.args, sig, site.frozen(inputs[1]) if fixed else None, _knobs(site.op))
@@ -279,6 +285,3 @@ def _knobs(op: str) -> tuple:
 
     return (cores(), attention_plan.FUSE_SOFTMAX, conv.plan_knobs() if op in conv.OPS else None)
 
-
-def _one_row(a) -> bool:
-    return type(a) is np.ndarray and a.ndim > 0 and a.size == a.shape[-1]

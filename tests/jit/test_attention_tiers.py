@@ -130,6 +130,55 @@ def test_a_stream_of_lengths_stays_on_l2(level):
     assert math.isfinite(float(got.sum()))
 
 
+@pytest.mark.parametrize("level", ["L2", "auto"])
+def test_sites_score_in_the_threads_workspace(level):
+    """The scores and probabilities are the calling thread's workspace (compiler/workspace.py), not buffers
+    each site keeps per shape: two sites and a stream of lengths grow it once, to the longest, and then
+    allocate nothing; each answer stays right (NaN rows too); a second thread scores in its own."""
+    import threading
+
+    from msvm.compiler import workspace
+
+    rng = np.random.default_rng(11)
+    nets = [Attention(8), Attention(8)]
+    ms.set_context(jit_config={"jit_level": level})
+
+    def check(s, h=2):
+        q, k, v, mask = _inputs(rng, 1, s, s, h, 8)
+        q[0, 0, 1, :] = np.nan
+        for net in nets:
+            got = net(*map(ms.Tensor, (q, k, v, mask))).asnumpy()
+            ref = numpy_attention(q, k, v, mask, 8)
+            np.testing.assert_array_equal(np.isnan(got), np.isnan(ref))
+            np.testing.assert_allclose(got[~np.isnan(ref)], ref[~np.isnan(ref)], rtol=1e-5, atol=1e-5, err_msg=str(s))
+    for s in (40, 3, 40):
+        check(s)
+        tiers.wait_for_compiles(60)
+    assert all(_compiled(net) for net in nets)
+    ws = workspace.thread_workspace()
+    held, gen = workspace.workspace_bytes(), ws.gen
+    assert held >= 2 * 2 * 40 * 40 * 4           # (the scores and probabilities of the longest, float32)
+    for s in (5, 17, 39, 8, 40, 2):
+        check(s)
+    assert (workspace.workspace_bytes(), ws.gen) == (held, gen)      # (no buffer made, none replaced)
+    errors, other = [], []
+
+    def elsewhere():
+        try:
+            for s in (7, 33, 12):
+                check(s)
+            other.append(workspace.workspace_bytes())
+        except Exception as e:  # noqa: BLE001 - (reported by the test's thread)
+            errors.append(e)
+    t = threading.Thread(target=elsewhere)
+    t.start()
+    for s in (9, 31):
+        check(s)
+    t.join()
+    assert not errors, errors
+    assert other and other[0] > 0 and (workspace.workspace_bytes(), ws.gen) == (held, gen)
+
+
 # ---------------------------------------------------------------- tests/models' spellings
 
 def _sites(net):

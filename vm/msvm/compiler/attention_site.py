@@ -2,12 +2,15 @@
 compiler/attention_plan.py).
 
 Per call: ``scores = q @ k^T`` (BLAS, on q and k as they are: the heads' transposed views need no
-copy) into a buffer the site keeps per shape; the score program over the scores in place: its
-parts that do not read the scores once at their own shape (reference kernels), each run of float
-arithmetic by a compiled elementwise kernel, each WHERE by ``np.copyto``; the softmax of each row
-by a compiled row kernel into a second kept buffer; then ``probs @ v`` (BLAS) written straight
-into the output, in the layout the fused TRANSPOSE asked for (so the heads are never copied back).
-Neither buffer escapes the call: nothing else reads them. On two cores (``split_ok``: a product of
+copy) into the calling thread's workspace (compiler/workspace.py); the score program over the
+scores in place: its parts that do not read the scores once at their own shape (reference kernels),
+each run of float arithmetic by a compiled elementwise kernel, each WHERE by ``np.copyto``; the
+softmax of each row by a compiled row kernel into a second workspace buffer; then ``probs @ v``
+(BLAS) written straight into the output, in the layout the fused TRANSPOSE asked for (so the heads
+are never copied back). Neither buffer escapes the call, so every site of the thread scores in the
+same two, grown once to the longest: each site kept a pair per score shape before, and a model met
+at a new length first-touched 12 new pairs (GPT-2 small, one core, the first call at S=100: 1648 ->
+253 page faults, 186 -> 171 ms over a second call's 163). On two cores (``split_ok``: a product of
 at least HEADS_SPLIT_FLOPS) the products are one BLAS call per head, the heads in halves over this
 thread and the pool's (``heads_product``), and so are the softmax's rows (``row_call``).
 
@@ -67,9 +70,10 @@ from .kir import Elementwise, RowKernel
 from .planning import Plan
 from .pool import Calls
 from .tiers import _JIT, L3_SHAPES, Site
+from .workspace import workspace
 
 _ND = np.ndarray
-KEEP_BUFFERS = 4         # score shapes whose two buffers a site keeps between calls
+SCORES, PROBS = "attention scores", "attention probs"      # the thread's workspace slots (compiler/workspace.py)
 
 
 class Kernels:
@@ -91,7 +95,6 @@ class AttentionSite(Site):
 
     def __init__(self, code, index: int):
         super().__init__(code, index)
-        self.buffers: dict = {}        # (scores shape, dtype) -> [scores, probs] (taken while a call runs)
         try:
             self.split = attention_plan.split(self.args[0])
         except Exception as e:  # noqa: BLE001 - a program the tiers cannot split runs the L1 kernel
@@ -270,13 +273,9 @@ class AttentionSite(Site):
         extras = inputs[2:-1]
         pre, stages = self.split
         pre_vals = attention_plan.values(pre, extras, d) if pre else ()
-        bkey = (det["scores"], d)
-        bufs = self.buffers.pop(bkey, None)
-        if bufs is None:
-            if len(self.buffers) >= KEEP_BUFFERS:
-                self.buffers.clear()
-            bufs = [np.empty(det["scores"], d), np.empty(det["scores"], d)]
-        scores, probs = bufs
+        size = det["rows"] * det["n"]          # (the scores' elements; both buffers this thread's, reused)
+        scores = workspace(SCORES, size, d).reshape(det["scores"])
+        probs = workspace(PROBS, size, d).reshape(det["scores"])
         kt = np.swapaxes(k, -1, -2)
         two = split_ok(q, kt)
         if not (two and heads_product(q, kt, scores)):
@@ -315,7 +314,6 @@ class AttentionSite(Site):
         view = res.transpose(np.argsort(layout)) if layout else res
         if not (two and heads_product(probs, v, view)):
             np.matmul(probs, v, out=view)
-        self.buffers[bkey] = bufs
         return res
 
 

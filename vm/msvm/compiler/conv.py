@@ -182,13 +182,11 @@ from __future__ import annotations
 import ctypes
 import functools
 import os
-import threading
 import weakref
 from dataclasses import dataclass
 
 import numpy as np
 
-from .. import pages
 from ..bytecode.opcodes import KERNEL_KINDS
 from ..interp import kernels as K
 from ..interp.capture import TAP
@@ -201,6 +199,7 @@ from .lower import BINARY, TYPES, UNARY, Unsupported, vec_width
 from .phases import function as phases_function
 from .pool import parts, share
 from .winograd import XI
+from .workspace import Workspace, stale, thread_workspace, workspace, workspace_bytes  # noqa: F401
 
 OPS = frozenset(op for op, kind in KERNEL_KINDS.items() if kind == "conv")   # the rows whose Site plans here
 # a grouped convolution of few input channels per group runs the direct kernel (the depthwise one,
@@ -979,58 +978,6 @@ class BlasConv:
 # The convolutions' padded images, phase images, im2col matrices and cropped accumulators live in one
 # buffer per thread and slot, grown to the largest layer's need (not one per layer and caller: ResNet-50
 # kept ~19 MB of them); a layer writes the borders it reads before each use (compiler/phases.py).
-
-
-class Workspace:
-    """One thread's workspaces: its buffers by slot, and how many times one was replaced (``gen``: a
-    ``Memo``'s pointers into an older one are stale). A ``Memo`` or a captured program holds a weak
-    reference to the one it was made on and runs only where the calling thread's is that same object:
-    a thread's identifier (``threading.get_ident``) is reused by the next thread once it exits, and
-    the exited thread's buffers are freed with it (a memo keyed by the identifier wrote into them)."""
-
-    __slots__ = ("bufs", "gen", "__weakref__")
-
-    def __init__(self):
-        self.bufs: dict = {}
-        self.gen = 0
-
-
-_WS = threading.local()
-
-
-def thread_workspace() -> Workspace:
-    """The calling thread's ``Workspace``."""
-    s = getattr(_WS, "s", None)
-    if s is None:
-        s = _WS.s = Workspace()
-    return s
-
-
-def stale(ws, gen: int) -> bool:
-    """Whether pointers taken into the workspace ``ws`` (a weak reference) at generation ``gen`` no
-    longer point at the calling thread's live workspace."""
-    s = ws()
-    return s is None or s is not getattr(_WS, "s", None) or s.gen != gen
-
-
-def workspace(slot: int, n: int, d) -> np.ndarray:
-    """A flat buffer of at least n elements of dtype d: the calling thread's for ``slot``, grown
-    (never shrunk, with room: pages.room) to the largest request; its contents are whatever the last user left."""
-    s = thread_workspace()
-    d = np.dtype(d)
-    nbytes = max(n, 1) * d.itemsize
-    buf = s.bufs.get(slot)
-    if buf is None or buf.nbytes < nbytes:
-        # (64-byte aligned, huge pages from 2 MB, room to grow: pages.room; the old buffer is freed once
-        # no view holds it)
-        buf = s.bufs[slot] = pages.empty(pages.room(nbytes))[1]
-        s.gen += 1
-    return buf[:nbytes].view(d)
-
-
-def workspace_bytes() -> int:
-    """The calling thread's conv workspaces, in bytes (tests, the memory report)."""
-    return sum(b.base.nbytes for b in thread_workspace().bufs.values())
 
 
 # ---------------------------------------------------------------- dense convolutions on msvm's own GEMM

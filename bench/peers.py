@@ -100,13 +100,16 @@ def ort_session(model, threads):
 
 
 def compiles_per_kernel(net) -> int:
-    """The most kernels any one jit site of the Cell's compiled variants holds (L2 + L3 entries)."""
+    """The most kernels any one jit site of the Cell's compiled variants compiled: its L2 and L3 entries,
+    and each light L2 kernel compiled again optimized once the site went polymorphic (tiers.Site._promote:
+    it replaced its entry)."""
     most = 0
     for var in net._runner.variants.values():
         for code in var.code.all_codes():
             for site in code.jit_sites.values():
                 n = sum(1 for table in (getattr(site, "l2", {}), getattr(site, "l3", {}))
                         for v in table.values() if not isinstance(v, str))
+                n += sum(1 for h in getattr(site, "tier_history", ()) if h.get("optimized"))
                 most = max(most, n)
     return most
 

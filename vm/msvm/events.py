@@ -22,6 +22,10 @@ _profilers = 0
 # why calls must go through the interpreter, one name per reason ("subscribers", "trace", "L1"):
 # the executor's fast paths (replays, guards) check this one set instead of each module's state
 SLOW: set = set()
+# bumped where a site's kernel is replaced under its callers (a polymorphic site's shape-generic kernel compiled
+# again optimized: compiler/tiers.py ``Site._promote``): replays drop the callers they remember, captured
+# programs are stale (interp/replay.py, interp/capture.py)
+KERNELS_MOVED: list = [0]
 
 
 def subscribe(fn, types=None, profile: bool = False):

@@ -179,6 +179,13 @@ def kernel_needed(where: str, level: int, ck, others: list, calls: int | None = 
                         f"{describe(old)})")
 
 
+def promoted(where: str, ck, most: int) -> Reason:
+    """Why a site's shape-generic kernel is compiled again, optimized (compiler/tiers.py ``Site._promote``)."""
+    return Reason("polymorphic", f"{where}: L2 kernel for inputs {describe(ck)} compiled again with the IR passes "
+                                 f"and O3: its shapes kept changing (more than {most} specialized), so this "
+                                 "shape-generic kernel serves every shape from now on")
+
+
 def l1_only(where: str, ck, why: str, strides=None) -> Reason:
     """Why inputs run the L1 kernel at a site: a strided view (``strides``: (input, strides,
     contiguous strides)) or what the planner does not take."""

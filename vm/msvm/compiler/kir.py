@@ -30,12 +30,13 @@ class Elementwise:
     dims: tuple | None = None    # concrete (n0, n1, n2) in L3, None in L2
     stream: bool = False         # L3, output far bigger than the caches: non-temporal (streaming) stores;
     #                              the caller passes an output aligned to a whole vector (buffers.ALIGN)
+    opt_level: int = 0           # 3: IR passes and O3 codegen at L2 too (a polymorphic site's: tiers.Site._promote)
 
     kind = "elementwise"
 
     def text(self) -> str:
         return f"elementwise dtype={self.dtype} kinds={self.kinds} bcast={self.bcast} dims={self.dims} " \
-               f"stream={self.stream} program={self.program!r}"
+               f"stream={self.stream} program={self.program!r}" + (f" opt={self.opt_level}" if self.opt_level else "")
 
     @property
     def name(self) -> str:

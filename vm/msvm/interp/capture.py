@@ -46,6 +46,7 @@ import weakref
 
 import numpy as np
 
+from .. import events
 from .arena import _stack
 from .source import define
 
@@ -134,6 +135,7 @@ class _Recorder:
         self.hits: dict = {}
         self.why, self.permanent = None, False
         self.laid = None                # (bytes of the buffers the steps made, bytes of the one they share)
+        self.moved = events.KERNELS_MOVED[0]     # (kernels replaced before the recording began: its callers are new)
 
     def tap(self, memo, out) -> None:
         if _stack() is self.owner:
@@ -309,6 +311,7 @@ class Program:
     def __init__(self, rec: _Recorder, staging: list, result, depth: int, config, alive: list):
         self.owner, self.depth, self.config = weakref.ref(rec.owner), depth, config
         self.level = config["jit_level"]
+        self.moved = rec.moved
         self.staging = staging
         self.params = tuple(rec.params.values())
         self.own = frozenset(id(d) for _p, d in self.params)     # (held by params: the ids stay theirs)
@@ -386,6 +389,8 @@ class Program:
         for d in self.frozen:
             if d.flags.writeable:
                 return False
+        if events.KERNELS_MOVED[0] != self.moved:     # (a site's kernel replaced since: its callers are old)
+            return False
         for ws, gen in self.gens:          # (the recording thread's conv.Workspace, weakly: grown since?)
             w = ws()
             if w is None or w.gen != gen:

@@ -23,6 +23,7 @@ replayed).
 
 from __future__ import annotations
 
+from .. import events
 from ..bytecode.types import TensorType
 from . import capture
 from .arena import Arena
@@ -241,11 +242,13 @@ class _Writer:
 
     def guard(self) -> list:
         """The check each call starts with: at jit_level L2 no remembered (L3) caller is used or
-        remembered; when the level moves they are dropped."""
+        remembered; when the level moves, or a site's kernel is replaced (events.KERNELS_MOVED), they
+        are dropped."""
         n = self.sites
-        self.ns.update(G=[None] * n, S=[None] * n, E=[None, None, False], J=self.bound.accelerator.config)
-        return ["    if J['jit_level'] is not E[1]:",
-                "        E[1] = J['jit_level']",
+        self.ns.update(G=[None] * n, S=[None] * n, E=[None, None, False, None], J=self.bound.accelerator.config,
+                       MV=events.KERNELS_MOVED)
+        return ["    if J['jit_level'] is not E[1] or MV[0] != E[3]:     # (a site's kernel replaced: events)",
+                "        E[1], E[3] = J['jit_level'], MV[0]",
                 "        E[2] = E[1] != 'L2'         # jit_level L2 keeps to L2 kernels",
                 f"        G[:] = [None] * {n}"]
 

@@ -88,7 +88,7 @@ def test_a_polymorphic_sites_light_kernels_are_compiled_again_optimized(name, mo
     for site in sites:
         kernels = [k for k in site.l2.values() if isinstance(k, tiers.Compiled)]
         assert kernels and all(k.kernel.opt_level == 3 for k in kernels), site.name
-        assert any(r.kind == "polymorphic" and "O3" in r.text for (lv, _), r in site.why.items() if lv == 2)
+        assert any(r.kind == "polymorphic" and "O3" in r.text for key, r in site.why.items() if key[0] == 2)
         assert any(h.get("optimized") for h in site.tier_history)
         # (the callers made since are the optimized kernel's)
         assert all(p.compiled.kernel.opt_level == 3 for p in site.fast.values()
@@ -110,10 +110,16 @@ def test_a_program_recorded_before_a_kernel_moved_is_stale():
         tiers.wait_for_compiles(60)
     memo = net.__dict__["_runner"].memo
     (slot,) = [sig.replay.__globals__["C"] for sig in memo.values() if sig.replay]
-    program = slot.program
+    program, tries = slot.program, slot.tries
     assert program is not None and program.valid()
     events.KERNELS_MOVED[0] += 1
     assert not program.valid()
     got = _answers(net, x, "auto")[6]
     assert slot.program is None                   # (dropped at this call, which the replay answered)
+    assert_numpy_equal(got, _answers(net, x, "L1")[6], rtol=1e-5, atol=1e-5)
+    # (not counted against capture.TRIES: another model's promotions must not turn capturing off here)
+    assert slot.tries == tries - 1 and slot.on
+    for _ in range(2 * capture.CAPTURE_AFTER + 2):
+        got = _answers(net, x, "auto")[6]
+    assert slot.program is not None and slot.program is not program and slot.program.valid()
     assert_numpy_equal(got, _answers(net, x, "L1")[6], rtol=1e-5, atol=1e-5)

@@ -14,6 +14,7 @@ new_layout          a layout the kernels depend on differs: a strided view where
 new_shape           the same class at new concrete dims: a specialized (L3) kernel, or a Cell
                     that compiles per exact shape
 hot                 a site called ``l3_after`` times at one shape: specialized (L3)
+polymorphic         a site's shapes kept changing: its light L2 kernel compiled again optimized
 new_value           a Python value baked into the bytecode (a str, a tuple, an int a primitive
                     needs) differs
 new_type            an argument's Python type differs (a Tensor where an int was)

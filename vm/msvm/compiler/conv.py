@@ -975,9 +975,10 @@ class BlasConv:
 
 
 # ---------------------------------------------------------------- one workspace per thread
-# The convolutions' padded images, phase images, im2col matrices and cropped accumulators live in one
-# buffer per thread and slot, grown to the largest layer's need (not one per layer and caller: ResNet-50
-# kept ~19 MB of them); a layer writes the borders it reads before each use (compiler/phases.py).
+# The convolutions' padded images, phase images, im2col matrices and cropped accumulators live in the
+# thread's workspace (compiler/workspace.py: one buffer per slot, grown to the largest layer's need, not
+# one per layer and caller: ResNet-50 kept ~19 MB of them); a layer writes the borders it reads before each
+# use (compiler/phases.py).
 
 
 # ---------------------------------------------------------------- dense convolutions on msvm's own GEMM

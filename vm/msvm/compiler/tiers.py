@@ -162,6 +162,8 @@ class Site:
                 # a polymorphic site never specializes this shape: its L2 caller is final for this layout,
                 # the fast path's and a replay's (and so a captured program's: interp/capture.py)
                 pr = self.fast[exact] = self.caller_for(k2, plan)
+                if self.l2.get(cls_key) is not k2:      # (promoted meanwhile, fast cleared before this went in)
+                    self.fast.pop(exact, None)
                 gcpolicy.settle()
                 return pr.go(inputs, out)
             return self.run(k2, plan, inputs, out)
@@ -218,6 +220,8 @@ class Site:
                 if level == 3:
                     self.prepare_native(compiled, plan)
                 table[key] = compiled
+                if level == 2 and self.polymorphic and optimized(compiled.kernel) is not compiled.kernel:
+                    self._compile_promoted(plan, compiled)    # (light, asked before the site went polymorphic)
                 self.respill()
                 self.tier_history.append({"time": time.time(), "level": level, "shape": list(shape)})
                 events.emit({"type": "tier", "code": self.code.name,
@@ -344,6 +348,7 @@ class Site:
 
     def _compile_promoted(self, plan: Plan, old: Compiled) -> None:
         ck = next((c for c, p in self.plans.items() if p is plan), ())
+        was = self.why.get((2, plan.cls))
         need = self.why[(2, plan.cls)] = reasons.promoted(self.where(), ck, L3_SHAPES)
         shape, dtype = plan.out_shape, plan.dtype
 
@@ -355,6 +360,7 @@ class Site:
                                                                plan_s=plan.details.get("plan_s", 0.0)))
                 reasons.check_budget(2, time.thread_time() - c0, BUDGET_S[compiled_level(kernel, 2)])
             except Exception as e:  # noqa: BLE001 - the light kernel still serves: said, counted, kept
+                self.why[(2, plan.cls)] = was
                 kernel_cache().stats["failures"] += 1
                 log.logger.info("JIT optimized L2 compile of %s failed, keeping its light kernel: %s", self.name, e)
                 return

@@ -391,7 +391,7 @@ class Program:
                 return False
         if events.KERNELS_MOVED[0] != self.moved:     # (a site's kernel replaced since: its callers are old)
             return False
-        for ws, gen in self.gens:          # (the recording thread's conv.Workspace, weakly: grown since?)
+        for ws, gen in self.gens:          # (the recording thread's Workspace, weakly: grown since?)
             w = ws()
             if w is None or w.gen != gen:
                 return False
@@ -417,7 +417,7 @@ class Slot:
     """The capture of one top-level replay (one signature): counts its replays, records one, and
     runs its Program from then on (``__call__``: the result, or MISS where the replay must run)."""
 
-    __slots__ = ("build", "on", "program", "wait", "count", "tries", "recorder", "config", "why", "alive")
+    __slots__ = ("build", "on", "program", "wait", "count", "tries", "recorder", "config", "why", "alive", "refill")
 
     def __init__(self, build, config, alive: list):
         self.build = build              # () -> the recording replay, or None where there is none
@@ -428,6 +428,7 @@ class Slot:
         self.wait, self.count, self.tries = CAPTURE_AFTER, 0, 0
         self.recorder = None            # the recording replay (built once: its caches warm on its first run)
         self.why = None                 # why the last recording made no program, or why none is kept
+        self.refill = False             # a site's kernel moved: the recording replay's remembered callers are dropped
 
     def __call__(self, *args):
         p = self.program
@@ -439,6 +440,10 @@ class Slot:
             if owner is not st or st.depth != p.depth or self.config["jit_level"] != p.level:
                 return MISS
             if not p.valid():
+                if p.moved != events.KERNELS_MOVED[0]:    # (a site's kernel replaced: record again soon; this
+                    self.tries = max(0, self.tries - 1)     # program's recording is not counted against TRIES,
+                    self.wait, self.count = CAPTURE_AFTER, 0    # nor the next, which fills the recording replay's
+                    self.refill = True                          # callers again, as a first one does)
                 self.program = None
                 return MISS
             for k, s in p.staging:
@@ -463,7 +468,8 @@ class Slot:
             self.on = False
             return MISS
         self.tries += 1
-        fresh, self.wait = self.recorder is None, min(self.wait * 2, WAIT_MOST)
+        fresh, self.wait = self.recorder is None or self.refill, min(self.wait * 2, WAIT_MOST)
+        self.refill = False
         staging, rargs = [], list(args)
         for k, a in enumerate(args):
             if type(a) is np.ndarray:

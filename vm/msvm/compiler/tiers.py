@@ -211,28 +211,37 @@ class Site:
             return
 
         def task():
-            t0, c0 = time.perf_counter(), time.thread_time()
             try:
-                kernel = self.kernel_ir(level, plan)
-                compiled = compile_kernel(kernel, level, self.info(shape, dtype, need=need, plan_s=plan.details.get(
-                    "plan_s", 0.0), parse_s=time.perf_counter() - t0))
-                reasons.check_budget(level, time.thread_time() - c0, BUDGET_S[compiled_level(kernel, level)])
+                compiled = self._build(level, plan, need)
                 if level == 3:
                     self.prepare_native(compiled, plan)
                 table[key] = compiled
-                if level == 2 and self.polymorphic and optimized(compiled.kernel) is not compiled.kernel:
+                if level == 2 and self.polymorphic and light(compiled.kernel):
                     self._compile_promoted(plan, compiled)    # (light, asked before the site went polymorphic)
                 self.respill()
-                self.tier_history.append({"time": time.time(), "level": level, "shape": list(shape)})
-                events.emit({"type": "tier", "code": self.code.name,
-                             "code_id": self.code.uid, "offset": self.ins.offset, "op": self.name,
-                             "level": level, "shape": list(shape)})
+                self._landed(level, shape)
             except Exception as e:  # noqa: BLE001 - any failure falls back to L1, counted and logged
                 self._failed(level, table, key, e, need, shape, dtype)
         if sync:
             task()
         else:
             worker().submit(task)
+
+    def _build(self, level: int, plan, need) -> Compiled:
+        """The kernel of this plan at ``level``, compiled (or loaded), held to its tier's budget."""
+        t0, c0 = time.perf_counter(), time.thread_time()
+        kernel = self.kernel_ir(level, plan)
+        info = self.info(plan.out_shape, plan.dtype, need=need, parse_s=time.perf_counter() - t0,
+                         plan_s=plan.details.get("plan_s", 0.0))
+        compiled = compile_kernel(kernel, level, info)
+        reasons.check_budget(level, time.thread_time() - c0, BUDGET_S[compiled_level(kernel, level)])
+        return compiled
+
+    def _landed(self, level: int, shape, **more) -> None:
+        """A kernel of this site is in its table: recorded in its tier history and sent as a ``tier`` event."""
+        self.tier_history.append({"time": time.time(), "level": level, "shape": list(shape), **more})
+        events.emit({"type": "tier", "code": self.code.name, "code_id": self.code.uid, "offset": self.ins.offset,
+                     "op": self.name, "level": level, "shape": list(shape), **more})
 
     def _failed(self, level: int, table: dict, key, e: Exception, need, shape, dtype) -> None:
         """A compile of the kernel for ``key`` failed: the site stays in L1 there (``table[key]``), and the
@@ -279,10 +288,7 @@ class Site:
         if level == 3:
             self.prepare_native(found, plan)
         table[key] = found
-        self.tier_history.append({"time": time.time(), "level": level, "shape": list(plan.out_shape)})
-        events.emit({"type": "tier", "code": self.code.name,
-                     "code_id": self.code.uid, "offset": self.ins.offset, "op": self.name,
-                     "level": level, "shape": list(plan.out_shape)})
+        self._landed(level, plan.out_shape)
         return True
 
     # --- planning (planning.py)
@@ -340,25 +346,20 @@ class Site:
         is compiled again optimized (the IR passes and O3, as L3 is) in the background and put in its
         place when it is ready; a new shape class here compiles optimized at once (``kernel_ir``).
         Measured (GPT-2 small at S=64, one core, thread CPU time, a captured forward after four lengths,
-        every site polymorphic): 104.6 -> 102.4 ms (one length, every site specialized: 99.5)."""
+        every site polymorphic): 104.6 -> 102.8 ms (one length, every site specialized: 99.5)."""
         for cls, k in list(self.l2.items()):
             plan = next((p for p in self.plans.values() if p is not None and p.cls == cls), None)
-            if isinstance(k, Compiled) and plan is not None and optimized(k.kernel) is not k.kernel:
+            if isinstance(k, Compiled) and plan is not None and light(k.kernel):
                 self._compile_promoted(plan, k)
 
     def _compile_promoted(self, plan: Plan, old: Compiled) -> None:
         ck = next((c for c, p in self.plans.items() if p is plan), ())
         was = self.why.get((2, plan.cls))
         need = self.why[(2, plan.cls)] = reasons.promoted(self.where(), ck, L3_SHAPES)
-        shape, dtype = plan.out_shape, plan.dtype
 
         def task():
-            t0, c0 = time.perf_counter(), time.thread_time()
             try:
-                kernel = self.kernel_ir(2, plan)
-                compiled = compile_kernel(kernel, 2, self.info(shape, dtype, need=need, parse_s=time.perf_counter() - t0,
-                                                               plan_s=plan.details.get("plan_s", 0.0)))
-                reasons.check_budget(2, time.thread_time() - c0, BUDGET_S[compiled_level(kernel, 2)])
+                compiled = self._build(2, plan, need)        # (optimized: ``kernel_ir`` of a polymorphic site)
             except Exception as e:  # noqa: BLE001 - the light kernel still serves: said, counted, kept
                 self.why[(2, plan.cls)] = was
                 kernel_cache().stats["failures"] += 1
@@ -369,9 +370,7 @@ class Site:
             self.l2[plan.cls] = compiled
             self.fast.clear()                # (its callers are the light kernel's: made again at the next call)
             events.KERNELS_MOVED[0] += 1     # (replays and captured programs drop theirs too)
-            self.tier_history.append({"time": time.time(), "level": 2, "shape": list(shape), "optimized": True})
-            events.emit({"type": "tier", "code": self.code.name, "code_id": self.code.uid, "offset": self.ins.offset,
-                         "op": self.name, "level": 2, "shape": list(shape), "optimized": True})
+            self._landed(2, plan.out_shape, optimized=True)
         worker().submit(task)
 
     # --- calling (callconv.py)
@@ -473,12 +472,15 @@ WEIGHTS_KEPT = 256       # prepared weights a site keeps (oldest dropped first: 
 _SHARED: dict = {}       # (kind, id(weight)) -> (weak reference to it, its prepared form): one per array, for every site
 
 
+def light(kernel) -> bool:
+    """Whether the kernel compiles light at L2 (no IR passes, O0: ``opt_level`` below 3), so a polymorphic
+    site compiles it again optimized (``Site._promote``); a convolution's, and a kind without the setting, never."""
+    return getattr(kernel, "opt_level", 3) < 3 and dataclasses.is_dataclass(kernel)
+
+
 def optimized(kernel):
-    """The kernel as compiled with the IR passes and O3 at L2 (``opt_level`` 3: a polymorphic site's,
-    ``Site._promote``): itself where it is so already (a convolution's) or has no such setting."""
-    if getattr(kernel, "opt_level", 3) >= 3 or not dataclasses.is_dataclass(kernel):
-        return kernel
-    return dataclasses.replace(kernel, opt_level=3)
+    """The kernel as compiled with the IR passes and O3 at L2 (``opt_level`` 3: a polymorphic site's)."""
+    return dataclasses.replace(kernel, opt_level=3) if light(kernel) else kernel
 
 
 def shared(kind, w):

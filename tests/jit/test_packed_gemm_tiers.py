@@ -359,3 +359,90 @@ def test_a_prepared_weight_made_writable_again_is_read_as_it_is_now(level, tier)
             out = net(ms.Tensor(x)).asnumpy()
             np.testing.assert_allclose(out, ref(net, x), rtol=1e-5, atol=1e-5, err_msg=type(net).__name__)
         assert not any(tiers._frozen(a) or s.frozen(a) for s in sites for a in arrays)
+
+
+class _Bare(nn.Cell):
+    """LLaMA's feed-forward (no biases: gate, up, down) and a product by a Parameter as is (x @ W): each
+    a product with nothing to fuse after it."""
+
+    def __init__(self, d=48, h=80):
+        super().__init__()
+        self.gate = nn.Dense(d, h, has_bias=False)
+        self.up = nn.Dense(d, h, has_bias=False)
+        self.down = nn.Dense(h, d, has_bias=False)
+        rng = np.random.default_rng(d + h)
+        self.w = ms.Parameter(ms.Tensor(rng.standard_normal((d, 24)).astype(np.float32)), "w")
+
+    def construct(self, x):
+        g = self.gate(x)
+        y = self.down(ms.ops.silu(g) * self.up(x))
+        return ms.ops.matmul(y.reshape((-1, 48)), self.w)      # (2-D: a batched x @ W is a BATCH_MATMUL)
+
+
+def _numpy_bare(net, x):
+    t = x.astype(np.float64)
+
+    def dense(layer, v):
+        return v @ layer.weight.asnumpy().astype(np.float64).T
+    g = dense(net.gate, t)
+    with np.errstate(over="ignore", invalid="ignore"):
+        y = dense(net.down, g / (1 + np.exp(-g)) * dense(net.up, t))
+    return y.reshape(-1, 48) @ net.w.asnumpy().astype(np.float64)
+
+
+@pytest.mark.parametrize("tier", ["L2", "L3", "auto"])
+def test_a_product_with_nothing_fused_runs_packed(level, tier):
+    """(issue 18) A product by a weight with no epilogue (``nn.Dense(has_bias=False)``, ``x @ W``) is a
+    FUSED_MATMUL all the same (compiler/fuse.py ``_by_weight``): its site multiplies by the packed weight,
+    with no epilogue pass (kir.bare), at every tier and over shapes that keep changing (a polymorphic
+    site's shape-generic caller), against L1 and numpy, NaN and inf included. The interpreter ran these as
+    BLAS calls on the weight's transposed view, on one thread: 1.6x slower on one core, 2.9x on two (GPT-2's
+    768 x 3072 at 64 rows)."""
+    from msvm.bytecode.disasm import records
+
+    rng = np.random.default_rng(11)
+    net = _Bare()
+    net.set_inputs(ms.Tensor(shape=[None, None, 48], dtype=ms.float32))
+    shapes = [(1, 16), (2, 7), (1, 1), (0, 5), (3, 37), (1, 16), (1, 16), (1, 9), (1, 300), (2, 7)]
+    xs = [rng.standard_normal((b, s, 48)).astype(np.float32) for b, s in shapes]
+    xs[4][1, 3, 5] = np.nan
+    xs[4][2, 0, 7] = np.inf
+    outs = {}
+    for lv in ("L1", tier):
+        level(lv)
+        res = []
+        for x in xs:
+            res.append(net(ms.Tensor(x)).asnumpy())
+            tiers.wait_for_compiles(60)
+        outs[lv] = res
+    for x, a, b in zip(xs, outs["L1"], outs[tier]):
+        ref = _numpy_bare(net, x)
+        assert b.shape == ref.shape
+        np.testing.assert_array_equal(np.isnan(b), np.isnan(ref), err_msg=f"{tier} {x.shape}")
+        fin = np.isfinite(ref)
+        np.testing.assert_allclose(b[fin], ref[fin], rtol=1e-4, atol=1e-4, err_msg=f"{tier} {x.shape}")
+        np.testing.assert_allclose(b[fin], a[fin], rtol=1e-4, atol=1e-4, err_msg=f"{tier} vs L1 {x.shape}")
+    (var,) = net._runner.variants.values()
+    ops = [r.op for c in var.code.all_codes() for r in records(c)]
+    assert "MATMUL" not in ops and ops.count("FUSED_MATMUL") == 4, ops      # (the products by weights)
+    bare = [s for s in _packed_sites(net) if s.args[3] == (("in", 0),)]
+    assert len(bare) == 4, "the products with nothing fused did not run packed"
+    kernels = [pr.compiled.kernel for s in bare for pr in s.callers.values()]
+    assert kernels and all(k.kind != "matmul" or k.epilogue is None for k in kernels)     # (no epilogue pass)
+    if tier == "L3":      # (a site past L3_SHAPES shapes keeps its shape-generic caller: tiers.py)
+        assert any(k.kind == "matmul" and k.packed for k in kernels)
+
+
+def test_a_product_of_two_activations_stays_the_interpreters():
+    """Only a product by a Parameter is made a FUSED_MATMUL with nothing fused: x @ y of two inputs stays a
+    MATMUL (the interpreter's BLAS call; no weight to pack)."""
+    from msvm.bytecode.disasm import records
+
+    class Mm(nn.Cell):
+        def construct(self, x, y):
+            return ms.ops.matmul(x, y)
+    net = Mm()
+    x, y = np.ones((3, 4), np.float32), np.ones((4, 5), np.float32)
+    np.testing.assert_array_equal(net(ms.Tensor(x), ms.Tensor(y)).asnumpy(), x @ y)
+    (var,) = net._runner.variants.values()
+    assert [r.op for r in records(var.code)] == ["LOAD_TENSOR", "LOAD_TENSOR", "MATMUL", "RETURN"]

@@ -44,7 +44,7 @@ from ..bytecode.opcodes import COSTLY
 from . import entry
 from .buffers import ALIGN, aligned_empty
 from .entry import data_pointer
-from .kir import dtype_name
+from .kir import bare, dtype_name
 
 PARALLEL_MIN = 1 << 20          # elements: below this one thread is faster (MEASURED.md)
 # a split product's epilogue is split too (``split_epilogue``) from this much work: its elements, each op of
@@ -279,6 +279,9 @@ def caller(site, compiled, plan):
         two = p["packed"] and _packed_split(p, d)
         epi = elementwise_caller(compiled, p["epi"].details, None,
                                  lambda j, a: data_pointer(a) if j == 0 else ptr(j, a), two=two)
+        if bare(p["epi"].details["program"]):         # (the product alone: no pass over it)
+            def epi(inputs, out):
+                return out
         matmul, swap = np.matmul, np.swapaxes
         if p["packed"]:          # (issue 18: the packed product, then the epilogue in place)
             return _packed_caller(p, output, epi, site.packed, ptr, d, two)

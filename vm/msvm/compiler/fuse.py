@@ -327,8 +327,11 @@ def _try_fuse_at(code: Code, start: int, targets, shapes=None):
         if len(local) == 1 and (n_ops >= 2 or (matmul and n_ops >= 1) or (n_ops == 1 and parts[0][0] in COSTLY)) \
                 and (ext is None or ext.valid(k, n_ops, local)):
             best = (k, list(local[0]), list(leaves), list(parts), below, ext.reshape if ext else None)
-    if best is None and conv is not None:     # (a convolution with nothing to fuse: FUSED_CONV all the same, so
-        best = (start + 1, [("in", 0)], [], [(first.op.name, first.loc)], 1, None)    # its compiled route applies)
+    if best is None and (conv is not None or _by_weight(code, start)):
+        # (a convolution, or a product by a Parameter, with nothing to fuse: FUSED_CONV / FUSED_MATMUL all the
+        # same, so its compiled route applies: the packed product, split over two cores, not the interpreter's
+        # BLAS call on the weight's transposed view; LLaMA's projections and a tied head have no bias)
+        best = (start + 1, [("in", 0)], [], [(first.op.name, first.loc)], 1, None)
     if best is None:
         return start, None
     end, prog, used_leaves, used_parts, n_below, reshape_after = best
@@ -367,6 +370,12 @@ def _try_fuse_at(code: Code, start: int, targets, shapes=None):
                       used_parts[-1][1], tuple(used_parts))
     repl.append(fused)
     return end, repl
+
+
+def _by_weight(code: Code, start: int) -> bool:
+    """Whether instruction ``start`` is a MATMUL whose second operand a LOAD_PARAM just pushed (x @ W,
+    ``nn.Dense(has_bias=False)``)."""
+    return code.instrs[start].op.name == "MATMUL" and start > 0 and code.instrs[start - 1].op.name == "LOAD_PARAM"
 
 
 def _const(code: Code, v) -> int:

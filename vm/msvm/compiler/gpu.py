@@ -26,7 +26,7 @@ import numpy as np
 
 from .cache import KernelCache, make_key
 from .callconv import launch_operands
-from .kir import Elementwise, MatmulEpilogue, RowKernel, collapse, strides_for
+from .kir import Elementwise, MatmulEpilogue, RowKernel, bare, collapse, strides_for
 from .lower import Unsupported
 from .lower_gpu import TRIPLE, emit_ptx, lower_gpu
 
@@ -203,6 +203,6 @@ class GpuRuntime:
         a = cp.swapaxes(a, -1, -2) if ta else a
         b = cp.swapaxes(b, -1, -2) if tb else b
         out = cp.matmul(a, b)
-        if epilogue:
+        if epilogue and not bare(epilogue):          # (a product by a weight with nothing fused: fuse._by_weight)
             self.elementwise(epilogue, [out, *extras], str(out.dtype), level, out=out)
         return out

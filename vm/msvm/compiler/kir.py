@@ -44,6 +44,12 @@ class Elementwise:
                                 if n[0] not in ("in", "c"))[:60]
 
 
+def bare(program: tuple) -> bool:
+    """Whether a FUSED_MATMUL's epilogue program is the product itself (a product by a weight with nothing
+    fused: compiler/fuse.py ``_by_weight``): no epilogue runs over it (``MatmulEpilogue.epilogue`` None)."""
+    return tuple(program) == (("in", 0),)
+
+
 @dataclass(frozen=True)
 class MatmulEpilogue:
     ta: bool

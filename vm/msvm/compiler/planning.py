@@ -22,7 +22,7 @@ from ..weights import stored
 from .build import blas
 from .callconv import PARALLEL_MIN
 from .gemm import use_packed
-from .kir import Elementwise, MatmulEpilogue, RowKernel, collapse, dtype_name, strides_for
+from .kir import Elementwise, MatmulEpilogue, RowKernel, bare, collapse, dtype_name, strides_for
 from .lower import TYPES, Unsupported, vec_width
 
 ROW = 4096                      # row length when a long vector is viewed as rows
@@ -179,7 +179,7 @@ def kernel_ir(site, level: int, plan: Plan):
             raise Unsupported("a batched matmul epilogue with tensor inputs")
         blk = (p["m"], 1, p["n"])
         bc = ((False, True, False),) + tuple(b for b, _ in ep["block"])
-        epi = Elementwise(ep["program"], ep["kinds"], bc, dtype, blk)
+        epi = None if bare(ep["program"]) else Elementwise(ep["program"], ep["kinds"], bc, dtype, blk)
         # row blocks keep the epilogue in cache, but each block re-reads B: worth it only while B fits
         # in cache; a big weight matrix (BERT's 768x3072) is read once, by one gemm over all rows
         b_bytes = p["k"] * p["n"] * np.dtype(d).itemsize

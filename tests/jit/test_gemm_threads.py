@@ -2,7 +2,8 @@
 two column halves against one call bit for bit; nn.Dense (BERT's feed-forward) and GPT-2's
 Conv1D at L2, L3 and auto, also through the replay, give the same bits with MSVM_THREADS=1 and 2;
 the split happens where the product is large enough (a spy on gemm.splits) and not below, and so
-does its epilogue's (L3: its rows; L2: its rows in halves, ``callconv._halves``)."""
+does its epilogue's (L3: in each thread's columns, gemm.lower_matmul_packed; L2: its rows in halves,
+``callconv._halves``)."""
 
 import msvm as ms
 import numpy as np
@@ -143,15 +144,15 @@ def test_one_and_two_threads_give_the_same_bits(tier, model, monkeypatch):
 
 
 def test_the_replay_splits_through_the_caller_and_small_products_stay_native(monkeypatch):
-    """A replayed signature: a split product's site has no native entry (its caller splits, then its
-    epilogue's rows over the same two threads), a small one keeps its native entry and never splits."""
+    """A replayed signature: a split product's site has no native entry (its caller shares the kernel's
+    columns between the two threads, each thread's columns with their epilogue: no pass of its own over the
+    product), a small one keeps its native entry and never splits."""
     import os
 
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})   # (two cores even where CI has one)
     rng = np.random.default_rng(13)
     ms.set_context(jit_config={"jit_level": "L3"})
     monkeypatch.setenv("MSVM_THREADS", "2")
-    monkeypatch.setattr(callconv, "EPILOGUE_SPLIT_MIN", 1 << 15)     # (the big product's bias epilogue splits)
     big, small = AddMM(384, 1536), AddMM(48, 80)
     xb = rng.standard_normal((48, 384)).astype(np.float32)
     xs = rng.standard_normal((9, 48)).astype(np.float32)
@@ -168,13 +169,13 @@ def test_the_replay_splits_through_the_caller_and_small_products_stay_native(mon
         got = small(ms.Tensor(xs)).asnumpy()
     assert gemm.splits[0] == before
     np.testing.assert_allclose(got, xs @ small.weight.asnumpy() + small.bias.asnumpy(), rtol=1e-5, atol=1e-5)
-    rows = []          # (the bias epilogue of 48 x 1536 elements: its rows split too, callconv.split_epilogue)
+    rows = []          # (the bias epilogue runs in each thread's column chunks: no epilogue pass, split or not)
     spread = callconv._parallel
     monkeypatch.setattr(callconv, "_parallel", lambda fn, n, *rest: (rows.append(n), spread(fn, n, *rest)))
     for _ in range(3):
         got = big(ms.Tensor(xb)).asnumpy()
     assert gemm.splits[0] == before + 3
-    assert callconv.split_epilogue(48 * 1536, (("in", 0), ("in", 1), ("BROADCAST_ADD",))) and rows == [48] * 3
+    assert rows == [] and all(pr.compiled.kernel.packed and pr.compiled.kernel.epilogue for pr in prep["big"])
     np.testing.assert_allclose(got, xb @ big.weight.asnumpy() + big.bias.asnumpy(), rtol=1e-4, atol=1e-3)
 
 

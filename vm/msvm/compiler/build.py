@@ -426,7 +426,7 @@ def compile_kernel(kernel, level: int, info: dict, cached_only: bool = False) ->
         need = info.get("need")
         log.logger.debug("JIT compiling %s (shape=%s, dtype=%s) at L%d%s...", info.get("op"), info.get("shape"),
                          info.get("dtype"), level, f" because {need.text}" if need is not None else "")
-    names = [name] + ([f"{name}_epi"] if kernel.kind == "matmul" and kernel.epilogue else [])
+    names = [name] + ([f"{name}_epi"] if kernel.kind == "matmul" and kernel.epilogue and not kernel.packed else [])
     disk = cache.load(key, lambda obj: cg.load(obj, names))     # an entry that does not link is discarded
     if disk is None and cached_only:        # (a discarded entry stays in cache.discarded: the compile says so)
         return None

@@ -94,6 +94,8 @@ def signature(kernel, gpu: bool = False) -> tuple:
     if kernel.kind == "row" and kernel.op == "softmax" and kernel.programs:   # (issue 18: the score stages:
         # i64 n1, n2 and their operands)
         residual += ("i64", "i64") + tuple(t for i in elementwise_order(kinds) for t in ROW_OPERAND[kinds[i]])
+    if kernel.kind == "matmul" and getattr(kernel, "packed", False) and not gpu:    # (its columns [j0, j1))
+        residual += ("i64", "i64")
     return (GPU_HEAD if gpu else HEAD)[kernel.kind] + tuple(t for i in operand_order(kernel) for t in operand[kinds[i]]) \
         + residual
 
@@ -299,18 +301,19 @@ def caller(site, compiled, plan):
         extras = [(j, k.epilogue.kinds[j], rows[j - 1][1]) for j in operand_order(k)]
         if k.packed and _packed_threads(k) > 1:       # (issue 18: the product over two threads)
             return _split_caller(compiled, output, weight, ptr, extras)
+        cols = (0, k.n) if k.packed else ()          # (a packed product's columns: all of them)
         if not extras:
             def go(inputs, out):
                 out = output(out)
                 w = weight(inputs[1])           # (held while the kernel reads it)
-                fn(gemm, ptr(0, inputs[0]), ptr(1, w), data_pointer(out))
+                fn(gemm, ptr(0, inputs[0]), ptr(1, w), data_pointer(out), *cols)
                 return out
             return go
 
         def go(inputs, out):
             out = output(out)
             w = weight(inputs[1])
-            fn(gemm, ptr(0, inputs[0]), ptr(1, w), data_pointer(out), *_epilogue_operands(extras, inputs, ptr))
+            fn(gemm, ptr(0, inputs[0]), ptr(1, w), data_pointer(out), *_epilogue_operands(extras, inputs, ptr), *cols)
             return out
         return go
     rows, n, layer_norm = p["rows"], p["n"], p["op"] != "softmax"   # (a layer norm's x, gamma, beta; RMS: x, w)
@@ -431,6 +434,9 @@ def native_spec(site, compiled, plan) -> NativeSpec | None:
                     return None
                 pattern += [j + 1, "c", "c"]
                 consts += [rows[j - 1][1], 0]
+        if k.packed:                 # (all its columns)
+            pattern += ["c", "c"]
+            consts += [0, k.n]
         return NativeSpec(tuple(pattern), consts, nargs, True, alloc)
     if k.kind == "elementwise" and site.op == "FUSED_ELEMENTWISE":
         d0, d1, d2 = p["dims"]
@@ -527,21 +533,16 @@ def split_epilogue(elements: int, program: tuple) -> bool:
 
 
 def _split_caller(compiled, output, weight, ptr, extras):
-    """``go(inputs, out)`` of an L3 matmul by a packed weight whose product two threads share
-    (gemm.run_split), then the kernel's own epilogue (``{name}_epi``) over all rows at once:
-    block_epilogue's call with one block (per element the same arithmetic)."""
+    """``go(inputs, out)`` of an L3 matmul by a packed weight whose columns two threads share: the kernel
+    itself (its product and its epilogue per chunk of columns, gemm.lower_matmul_packed) over
+    pool.parts of whole panels, one part a task (pool.share). Each element is computed by one thread with
+    the same code as in one call, so one and two threads give the same bits."""
     from . import gemm as g
+    from .pool import parts, share
 
-    k = compiled.kernel
-    fn = g.function(k.dtype)
-    nr, isz = g.panel_width(k.dtype), np.dtype(k.dtype).itemsize
-    m, kk, n = k.m, k.k, k.n
-    epi = None
-    if k.epilogue is not None:
-        epi = prototype(k.epilogue, compiled.addrs[f"{compiled.name}_epi"])
-        order = [e for j in elementwise_order(k.epilogue.kinds) if j > 0 for e in extras if e[0] == j]
-
-    two = epi is not None and m >= 2 and split_epilogue(m * n, k.epilogue.program)
+    k, fn = compiled.kernel, compiled.fn
+    nr = g.panel_width(k.dtype)
+    ranges = parts(k.n, nr)
     held = [(None, None)]        # (the last weight array and its packed panels, one tuple: threads swap it whole)
 
     def go(inputs, out):
@@ -549,11 +550,9 @@ def _split_caller(compiled, output, weight, ptr, extras):
         h = held[0]
         if h[0] is not inputs[1]:
             h = held[0] = (inputs[1], weight(inputs[1]))
-        cp, w = data_pointer(out), h[1]
-        g.run_split(fn, m, kk, n, ptr(0, inputs[0]), kk, ptr(1, w), cp, n, nr, isz)
-        if two:
-            _parallel(epi, m, 1, n, cp, cp, n, 0, *_epilogue_operands(order, inputs, ptr))
-        elif epi is not None:
-            epi(0, m, 1, n, cp, cp, n, 0, *_epilogue_operands(order, inputs, ptr))
+        head = (compiled.gemm, ptr(0, inputs[0]), ptr(1, h[1]), data_pointer(out),
+                *_epilogue_operands(extras, inputs, ptr))
+        g.splits[0] += 1
+        share([[(fn, head + (j0, j1))] for j0, j1 in ranges])
         return out
     return go

@@ -70,7 +70,7 @@ class MatmulEpilogue:
         epi = self.epilogue.text() if self.epilogue else "none"
         return (f"matmul dtype={self.dtype} ta={self.ta} tb={self.tb} m={self.m} k={self.k} n={self.n} "
                 f"batch={self.batch} block={self.block} blas_int=i{self.int_bits} epilogue=({epi})"
-                + (" packed" if self.packed else ""))
+                + (" packed chunks" if self.packed else ""))      # (columns j0, j1; the epilogue per chunk)
 
     @property
     def name(self) -> str:

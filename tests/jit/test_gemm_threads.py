@@ -1,9 +1,9 @@
 """Two threads on msvm's packed product (compiler/gemm.py ``run_split``, issue 18): the kernel's
 two column halves against one call bit for bit; nn.Dense (BERT's feed-forward) and GPT-2's
 Conv1D at L2, L3 and auto, also through the replay, give the same bits with MSVM_THREADS=1 and 2;
-the split happens where the product is large enough (a spy on gemm.splits) and not below, and so
-does its epilogue's (L3: in each thread's columns, gemm.lower_matmul_packed; L2: its rows in halves,
-``callconv._halves``)."""
+the split happens where the product is large enough (a spy on gemm.splits) and not below, each
+thread running the site's kernel, the product and its epilogue, over its own columns
+(gemm.lower_matmul_packed, at L2 and L3)."""
 
 import msvm as ms
 import numpy as np
@@ -125,17 +125,17 @@ def test_one_and_two_threads_give_the_same_bits(tier, model, monkeypatch):
         x = rng.standard_normal((48, 384)).astype(np.float32)
     _copy(one, two)
     calls = 12 if tier == "auto" else 4
-    monkeypatch.setattr(callconv, "EPILOGUE_SPLIT_MIN", 1 << 15)     # (the 48-row epilogues split: both paths)
-    halves, real = [], callconv._halves        # (an L2 epilogue over (1, rows, n): its rows in halves)
-    monkeypatch.setattr(callconv, "_halves", lambda fn, d1, *rest: (halves.append(d1), real(fn, d1, *rest)))
     a, split_one = _run(one, x, calls, monkeypatch, 1)
-    assert not halves
     b, split_two = _run(two, x, calls, monkeypatch, 2)
     assert split_one == 0
     assert _sites(two), "the products did not run packed"
     assert split_two >= calls // 2, "two threads did not share the product"
-    if tier != "auto":                         # (auto: L2 until its L3 kernel lands)
-        assert (48 in halves) == (tier == "L2"), halves
+    # (each thread runs the site's kernel, the product and its epilogue, over its own columns: at L2 the
+    # kernel of the epilogue's class, m, k and n its arguments; at L3 one per shape)
+    kernels = [pr.compiled.kernel for s in _sites(two) for pr in s.callers.values()]
+    assert kernels and all(k.kind == "matmul" and k.packed for k in kernels)
+    if tier != "auto":
+        assert all((k.m is None) == (tier == "L2") for k in kernels)
     np.testing.assert_array_equal(b, a)
     w = [q.asnumpy().astype(np.float64) for q in one.get_parameters()]
     if model == "conv1d":
@@ -177,18 +177,6 @@ def test_the_replay_splits_through_the_caller_and_small_products_stay_native(mon
     assert gemm.splits[0] == before + 3
     assert rows == [] and all(pr.compiled.kernel.packed and pr.compiled.kernel.epilogue for pr in prep["big"])
     np.testing.assert_allclose(got, xb @ big.weight.asnumpy() + big.bias.asnumpy(), rtol=1e-4, atol=1e-3)
-
-
-def test_an_epilogue_is_split_by_its_work():
-    """A split product's epilogue is split too where its work (elements, a costly op weighing more) pays
-    for moving rows between the cores: GPT-2's tanh GELU from 64 rows, its bias adds not at 128."""
-    bias = (("in", 0), ("in", 1), ("BROADCAST_ADD",))          # (GPT-2's Conv1D programs, as the sites hold them)
-    gelu = (("c", 0.5),) + bias + (("BROADCAST_MUL",), ("c", 1.0), ("c", 0.7978845608028654)) + bias + \
-        (("c", 0.044715),) + bias + (("c", 3.0), ("BROADCAST_POW",), ("BROADCAST_MUL",), ("BROADCAST_ADD",),
-                                     ("BROADCAST_MUL",), ("TANH",), ("BROADCAST_ADD",), ("BROADCAST_MUL",))
-    assert not callconv.split_epilogue(128 * 2304, bias) and not callconv.split_epilogue(16 * 3072, gelu)
-    assert callconv.split_epilogue(64 * 3072, gelu) and callconv.split_epilogue(callconv.EPILOGUE_SPLIT_MIN, bias)
-    assert not callconv.split_epilogue(callconv.EPILOGUE_SPLIT_MIN - 1, bias)
 
 
 def _blas_lib():

@@ -449,58 +449,72 @@ def test_a_product_of_two_activations_stays_the_interpreters():
 
 
 class _Mixed(nn.Cell):
-    """A Dense whose epilogue reads every kind of input: the bias (broadcast along the rows), a residual
-    (a tensor of the product's shape), a value per row ([m, 1]: broadcast along a row) and scalars."""
+    """A product by a weight whose epilogue reads every kind of input: the bias (broadcast along the
+    rows), a residual (a tensor of the product's shape), a value per row ([m, 1]: broadcast along a row),
+    a 0-d tensor (a scalar argument) and a constant."""
 
     def __init__(self, k, n, dtype):
         super().__init__()
-        self.d = nn.Dense(k, n, dtype=dtype)
+        rng = np.random.default_rng(k + n)
+        npd = np.float32 if dtype == ms.float32 else np.float64
+        self.w = ms.Parameter(ms.Tensor(rng.standard_normal((k, n)).astype(npd)), "w")
+        self.b = ms.Parameter(ms.Tensor(rng.standard_normal(n).astype(npd)), "b")
 
-    def construct(self, x, r, c):
-        return ms.ops.relu((self.d(x) + r) * c * 0.5 - 1.0)
+    def construct(self, x, r, c, s):
+        return ms.ops.relu((ms.ops.matmul(x, self.w) + self.b + r) * c * s - 1.0)
 
 
+@pytest.mark.parametrize("tier", ["L2", "L3"])
 @pytest.mark.parametrize("dtype", [ms.float32, ms.float64])
-def test_the_epilogue_runs_in_each_chunk_of_columns(level, monkeypatch, dtype):
+def test_the_epilogue_runs_in_each_chunk_of_columns(level, monkeypatch, dtype, tier):
     """(issue 18) An L3 product by a packed weight applies its epilogue per chunk of gemm.EPI_PANELS panels
     as the chunk leaves the product (gemm.lower_matmul_packed), over the columns [j0, j1) it is given: rows
     past one row block (a weight in cache: blocks of 64 rows), a last chunk and a last vector that are
     short, every kind of epilogue input, NaN and inf; against numpy and L1, and two threads' column ranges
-    (a range that starts inside a chunk) against one thread bit for bit."""
+    (a range that starts inside a chunk) against one thread bit for bit. At L2 one kernel serves every
+    row count (m, k, n its arguments; its row blocks picked inside it as planning picks L3's)."""
     rng = np.random.default_rng(17)
     npd = np.float32 if dtype == ms.float32 else np.float64
-    k, n, m = 160, 200, 150          # (2 m k n past gemm.SPLIT_MIN_FLOPS: two threads share it)
-    x = rng.standard_normal((m, k)).astype(npd)
-    r = rng.standard_normal((m, n)).astype(npd)
-    c = rng.standard_normal((m, 1)).astype(npd)
-    x[7, 3], r[100, 199], c[66, 0] = np.nan, np.inf, -np.inf
+    k, n = 160, 200                  # (2 m k n past gemm.SPLIT_MIN_FLOPS at 150 rows: two threads share it)
     one = _Mixed(k, n, dtype)
-    w, b = one.d.weight.asnumpy().astype(np.float64), one.d.bias.asnumpy().astype(np.float64)
-    with np.errstate(invalid="ignore", over="ignore"):
-        ref = np.maximum((x.astype(np.float64) @ w.T + b + r) * c * 0.5 - 1.0, 0)
+    w, b = one.w.asnumpy().astype(np.float64), one.b.asnumpy().astype(np.float64)
+    cases = []
+    for m in ((150,) if tier == "L3" else (150, 37, 1, 0, 150)):
+        x = rng.standard_normal((m, k)).astype(npd)
+        r = rng.standard_normal((m, n)).astype(npd)
+        c = rng.standard_normal((m, 1)).astype(npd)
+        if m > 100:
+            x[7, 3], r[100, 199], c[66, 0] = np.nan, np.inf, -np.inf
+        with np.errstate(invalid="ignore", over="ignore"):
+            ref = np.maximum((x.astype(np.float64) @ w + b + r) * c * 0.5 - 1.0, 0)
+        cases.append(([ms.Tensor(v) for v in (x, r, c, np.array(0.5, npd))], ref))
     got = {}
     for threads in (1, 2):
         monkeypatch.setenv("MSVM_THREADS", str(threads))
         monkeypatch.setattr(callconv, "_AFFINITY", [threads])        # (two cores even where CI has one)
         net = _Mixed(k, n, dtype)
-        net.d.weight.set_data(one.d.weight)
-        net.d.bias.set_data(one.d.bias)
-        level("L3")
+        level(tier)
         before = gemm.splits[0]
-        for _ in range(4):
-            got[threads] = net(ms.Tensor(x), ms.Tensor(r), ms.Tensor(c)).asnumpy()
+        outs = []
+        for args, _ref in cases * 2:
+            outs.append(net(*args).asnumpy())
             tiers.wait_for_compiles(60)
-        compiled = [pr.compiled for s in _packed_sites(net) for pr in s.callers.values()]
+        got[threads] = outs
+        compiled = [pr.compiled for s in _packed_sites(net) for pr in s.callers.values()
+                    if pr.compiled.kernel.kind == "matmul"]       # (0 rows: BLAS's, gemm.use_packed)
         kernels = [cp.kernel for cp in compiled]
-        assert kernels and all(kn.kind == "matmul" and kn.packed and kn.epilogue is not None for kn in kernels)
+        assert kernels and all(kn.packed and kn.epilogue.kinds == ("t", "t", "t", "t", "s") for kn in kernels)
+        assert all((kn.m is None) == (tier == "L2") for kn in kernels)
         assert not any(name.endswith("_epi") for cp in compiled for name in cp.addrs)   # (no epilogue pass)
-        assert kernels[0].block == 64 and m > 2 * 64           # (several row blocks)
+        assert tier == "L2" or kernels[0].block == 64            # (several row blocks of 150 rows)
         assert (gemm.splits[0] > before) == (threads == 2)
         level("L1")
-        l1 = net(ms.Tensor(x), ms.Tensor(r), ms.Tensor(c)).asnumpy()
-        np.testing.assert_array_equal(np.isnan(got[threads]), np.isnan(ref))
-        fin = np.isfinite(ref)
         tol = 1e-4 if npd is np.float32 else 1e-10
-        np.testing.assert_allclose(got[threads][fin], ref[fin], rtol=tol, atol=tol)
-        np.testing.assert_allclose(got[threads][fin], l1[fin], rtol=tol, atol=tol)
-    np.testing.assert_array_equal(got[2], got[1])
+        for (args, ref), out in zip(cases * 2, outs):
+            l1 = net(*args).asnumpy()
+            np.testing.assert_array_equal(np.isnan(out), np.isnan(ref))
+            fin = np.isfinite(ref)
+            np.testing.assert_allclose(out[fin], ref[fin], rtol=tol, atol=tol)
+            np.testing.assert_allclose(out[fin], l1[fin], rtol=tol, atol=tol)
+    for a, b2 in zip(got[2], got[1]):
+        np.testing.assert_array_equal(a, b2)

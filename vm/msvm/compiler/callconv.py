@@ -40,21 +40,12 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..bytecode.opcodes import COSTLY
 from . import entry
 from .buffers import ALIGN, aligned_empty
 from .entry import data_pointer
-from .kir import bare, dtype_name
+from .kir import bare
 
 PARALLEL_MIN = 1 << 20          # elements: below this one thread is faster (MEASURED.md)
-# a split product's epilogue is split too (``split_epilogue``) from this much work: its elements, each op of
-# COSTLY weighing COSTLY_WEIGHT more. Two threads read halves of the rows the two threads' column halves wrote
-# (each row's lines move between the cores), and that costs more than a light pass saves. Measured (Intel
-# Xeon, two cores, GPT-2 small's 48 epilogues, us a call, one thread / split): bias 16 x 2304 17 / 66, 64 x
-# 768 with the residual 17 / 44, 128 x 2304 61 / 94; bias + tanh GELU 16 x 3072 58 / 90, 64 x 3072 200 / 162,
-# 128 x 3072 390 / 258 (before, every epilogue from 32K elements was split: 2.1 ms of a 27 ms forward at S=16)
-EPILOGUE_SPLIT_MIN = 1 << 20
-COSTLY_WEIGHT = 8
 RELEASE_MIN = 1 << 14           # elements from which a native entry lets other threads run (compiles)
 
 # ---------------------------------------------------------------- the convention
@@ -94,8 +85,8 @@ def signature(kernel, gpu: bool = False) -> tuple:
     if kernel.kind == "row" and kernel.op == "softmax" and kernel.programs:   # (issue 18: the score stages:
         # i64 n1, n2 and their operands)
         residual += ("i64", "i64") + tuple(t for i in elementwise_order(kinds) for t in ROW_OPERAND[kinds[i]])
-    if kernel.kind == "matmul" and getattr(kernel, "packed", False) and not gpu:    # (its columns [j0, j1))
-        residual += ("i64", "i64")
+    if kernel.kind == "matmul" and getattr(kernel, "packed", False) and not gpu:    # (its columns [j0, j1); L2:
+        residual += ("i64", "i64") + (("i64",) * 3 if kernel.m is None else ())     # m, k, n)
     return (GPU_HEAD if gpu else HEAD)[kernel.kind] + tuple(t for i in operand_order(kernel) for t in operand[kinds[i]]) \
         + residual
 
@@ -275,18 +266,16 @@ def caller(site, compiled, plan):
 
     if site.op in conv.OPS:
         return conv.caller(site, compiled, plan, output)
-    if k.kind == "elementwise":          # L2 matmul: BLAS product, then the epilogue in place
+    if k.kind == "elementwise":          # L2 matmul: BLAS product, then the epilogue in place (a product by a
+        # packed weight has a matmul kernel at L2 too: gemm.lower_matmul_packed)
         ta, tb, wt, transposed = site.args[0], p["tb"], p["wt"], site.transposed
         # the epilogue's input 0 is the product, i.e. the output: its pointer is not kept
-        two = p["packed"] and _packed_split(p, d)
         epi = elementwise_caller(compiled, p["epi"].details, None,
-                                 lambda j, a: data_pointer(a) if j == 0 else ptr(j, a), two=two)
+                                 lambda j, a: data_pointer(a) if j == 0 else ptr(j, a))
         if bare(p["epi"].details["program"]):         # (the product alone: no pass over it)
             def epi(inputs, out):
                 return out
         matmul, swap = np.matmul, np.swapaxes
-        if p["packed"]:          # (issue 18: the packed product, then the epilogue in place)
-            return _packed_caller(p, output, epi, site.packed, ptr, d, two)
 
         def go(inputs, out):
             out = output(out)
@@ -299,9 +288,10 @@ def caller(site, compiled, plan):
         weight = _weight(site, p)
         rows = p["epi"].details["block"]
         extras = [(j, k.epilogue.kinds[j], rows[j - 1][1]) for j in operand_order(k)]
-        if k.packed and _packed_threads(k) > 1:       # (issue 18: the product over two threads)
-            return _split_caller(compiled, output, weight, ptr, extras)
-        cols = (0, k.n) if k.packed else ()          # (a packed product's columns: all of them)
+        dims = (p["m"], p["k"], p["n"]) if k.m is None else ()       # (L2's kernel takes them)
+        if k.packed and _packed_threads(k, p) > 1:       # (issue 18: the product over two threads)
+            return _split_caller(compiled, output, weight, ptr, extras, p["n"], dims)
+        cols = (0, p["n"]) + dims if k.packed else ()    # (a packed product's columns: all of them)
         if not extras:
             def go(inputs, out):
                 out = output(out)
@@ -361,20 +351,14 @@ def _epilogue_operands(extras, inputs, ptr) -> list:
     return args
 
 
-def elementwise_caller(compiled, p: dict, output, ptr, two: bool = False):
+def elementwise_caller(compiled, p: dict, output, ptr):
     """``go(inputs, out)`` for an elementwise kernel; ``output`` (when given) picks or makes the
-    output buffer, else the caller's ``out`` is written in place. ``two``: the epilogue of a product
-    two threads shared (an L2 one too), split in halves where its work calls for it (``split_epilogue``),
-    by its first dim or else its second (``_halves``)."""
+    output buffer, else the caller's ``out`` is written in place."""
     dims, kinds, strides = p["dims"], p["kinds"], p["strides"]
     spec = [(j, kinds[j], strides[j]) for j in elementwise_order(kinds)]
     fn = compiled.fn
     d0, d1, d2 = dims
     split = compiled.level >= 3 and d0 * d1 * d2 >= PARALLEL_MIN and d0 >= 2
-    big = two and split_epilogue(d0 * d1 * d2, p["program"])
-    split = split or (big and d0 >= 2)
-    halves = big and not split and d1 >= 2
-    isz = np.dtype(compiled.kernel.dtype).itemsize if halves else 0
 
     def go(inputs, out):
         if output is not None:
@@ -388,28 +372,10 @@ def elementwise_caller(compiled, p: dict, output, ptr, two: bool = False):
         po = data_pointer(out)
         if split:
             _parallel(fn, d0, d1, d2, po, *args)
-        elif halves:
-            _halves(fn, d1, d2, po, args, spec, isz)
         else:
             fn(0, d0, d1, d2, po, *args)
         return out
     return go
-
-
-def _halves(fn, d1: int, d2: int, po: int, args: list, spec: list, isz: int) -> None:
-    """An elementwise kernel over dims (1, d1, d2) in two calls of d1 / 2 rows on this thread and
-    the pool's: the second's output and tensor inputs start h rows on (h times their row stride)."""
-    h, second, at = d1 // 2, [], 0
-    for _j, kind, s in spec:
-        if kind == "t":
-            second += [args[at] + h * s[1] * isz, args[at + 1], args[at + 2]]
-            at += 3
-        else:
-            second.append(args[at])
-            at += 1
-    from .pool import share
-
-    share([[(fn, (0, 1, h, d2, po, *args))], [(fn, (0, 1, d1 - h, d2, po + h * d2 * isz, *second))]])
 
 
 # ---------------------------------------------------------------- native entries
@@ -424,7 +390,7 @@ def native_spec(site, compiled, plan) -> NativeSpec | None:
     o = nargs - 1
     alloc = aligned_empty if getattr(k, "stream", False) else np.empty
     if k.kind == "matmul":       # (a transposed weight is passed already transposed: ``native``)
-        if k.packed and _packed_threads(k) > 1:       # (split over threads: ``caller``'s go)
+        if k.m is None or (k.packed and _packed_threads(k, p) > 1):     # (L2's; split: ``caller``'s go)
             return None
         pattern, consts = ["c", 0, 1, o], [compiled.gemm]
         if k.epilogue is not None:
@@ -489,60 +455,24 @@ def _weight(site, p: dict):
     return site.packed if p.get("packed") else site.transposed if p.get("wt") else _same
 
 
-def _packed_caller(p: dict, output, epi, packed, ptr, d, two: bool):
-    """``go(inputs, out)`` of an L2 matmul by a packed weight: compiler/gemm.py's product into the
-    output (on two threads where ``two``: ``_packed_split``), then the epilogue kernel over it in place."""
-    from . import gemm as g
-
-    gemm = g.function(dtype_name(d))
-    m, k, n = p["m"], p["k"], p["n"]
-    if two:
-        nr, isz = g.panel_width(d), d.itemsize
-
-        def go(inputs, out):
-            out, b = output(out), packed(inputs[1])      # (b held while the kernel reads it)
-            g.run_split(gemm, m, k, n, ptr(0, inputs[0]), k, data_pointer(b), data_pointer(out), n, nr, isz)
-            return epi([out] + list(inputs[2:]), out)
-        return go
-
-    def go(inputs, out):
-        out, b = output(out), packed(inputs[1])
-        gemm(m, k, n, ptr(0, inputs[0]), k, data_pointer(b), data_pointer(out), n)
-        return epi([out] + list(inputs[2:]), out)
-    return go
-
-
-def _packed_split(p: dict, d) -> bool:
-    """Whether the L2 product by a packed weight of plan details p runs on two threads (gemm.threads)."""
-    from . import gemm as g
-
-    return g.threads(p["m"], p["k"], p["n"], d) > 1
-
-
-def _packed_threads(k) -> int:
+def _packed_threads(k, p: dict) -> int:
+    """How many threads share the product of a matmul kernel k at plan details p (gemm.threads)."""
     from .gemm import threads
 
-    return threads(k.m, k.k, k.n, k.dtype) if k.batch == 1 and not k.ta and not k.tb else 1
+    return threads(p["m"], p["k"], p["n"], k.dtype) if k.batch == 1 and not k.ta and not k.tb else 1
 
 
-def split_epilogue(elements: int, program: tuple) -> bool:
-    """Whether the epilogue ``program`` over ``elements`` of a product two threads shared is split too
-    (EPILOGUE_SPLIT_MIN)."""
-    costly = sum(1 for node in program if node[0] in COSTLY)
-    return elements * (1 + COSTLY_WEIGHT * costly) >= EPILOGUE_SPLIT_MIN
-
-
-def _split_caller(compiled, output, weight, ptr, extras):
+def _split_caller(compiled, output, weight, ptr, extras, n: int, dims: tuple):
     """``go(inputs, out)`` of an L3 matmul by a packed weight whose columns two threads share: the kernel
     itself (its product and its epilogue per chunk of columns, gemm.lower_matmul_packed) over
     pool.parts of whole panels, one part a task (pool.share). Each element is computed by one thread with
-    the same code as in one call, so one and two threads give the same bits."""
+    the same code as in one call, so one and two threads give the same bits. ``dims``: L2's (m, k, n)."""
     from . import gemm as g
     from .pool import parts, share
 
     k, fn = compiled.kernel, compiled.fn
     nr = g.panel_width(k.dtype)
-    ranges = parts(k.n, nr)
+    ranges = [(j0, j1) + dims for j0, j1 in parts(n, nr)]
     held = [(None, None)]        # (the last weight array and its packed panels, one tuple: threads swap it whole)
 
     def go(inputs, out):
@@ -553,6 +483,6 @@ def _split_caller(compiled, output, weight, ptr, extras):
         head = (compiled.gemm, ptr(0, inputs[0]), ptr(1, h[1]), data_pointer(out),
                 *_epilogue_operands(extras, inputs, ptr))
         g.splits[0] += 1
-        share([[(fn, head + (j0, j1))] for j0, j1 in ranges])
+        share([[(fn, head + cols)] for cols in ranges])
         return out
     return go

@@ -33,12 +33,12 @@ allowed (callconv.cores: the affinity, MSVM_THREADS) and a product has at least 
 and two panels, its panels are shared: the first half of whole panels in the calling thread, the
 rest on msvm's kernel pool (Bp and C offset by the first half, ldc unchanged). Each element is
 computed by one thread with the same tiles in the same k order, so one and two threads give the
-same bits. At L2 the epilogue kernel then runs over the output; at L3 the kernel's own epilogue
-(``{name}_epi``) runs over all rows, split by rows over the same two threads where its work calls for it
-(callconv.split_epilogue: GPT-2 small at S=128 spent 4.5 ms of a ~100 ms forward in its 48 epilogues on
-one thread, GELU's tanh most of it; a bias add's rows are faster on one), and such a site has no native
-entry: the replay calls its caller, which splits. On two cores every row count runs here
-(``use_packed``), not only 1..256.
+same bits. A Dense site's kernel (``lower_matmul_packed``, at L2 and L3) takes the column range
+itself: each thread runs the product and its epilogue over its own columns, a chunk at a time
+(callconv._split_caller; the epilogue had run after the product, its rows split over the two threads
+where its work called for it: GPT-2 small at S=128 spent 4.5 ms of a ~100 ms forward in its 48
+epilogues on one thread), and such a site has no native entry: the replay calls its caller, which
+splits. On two cores every row count runs here (``use_packed``), not only 1..256.
 
 **BLAS and the pool do not share the cores.** After a call with two threads OpenBLAS's workers
 spin for a while, on the cores msvm's pool needs (the conv module's 3.3x, MobileNet's 64 -> 15 ms
@@ -702,6 +702,7 @@ def panel_width(dtype) -> int:
     return w * nv
 
 
+B_IN_CACHE = 1 << 20        # bytes of a matmul's B below which its kernel works in row blocks (planning.kernel_ir)
 EPI_PANELS = 4               # panels per column chunk a packed Dense kernel's epilogue follows (``lower_matmul_packed``)
 
 
@@ -725,7 +726,9 @@ def lower_matmul_packed(k, name: str, features: str) -> str:
     extra = [i for i, kind in enumerate(k.epilogue.kinds) if i > 0] if k.epilogue is not None else []
     params = [f"void (i64, i64, i64, {t}*, i64, {t}*, {t}*, i64)* %gemm", f"{t}* %A", f"{t}* %B", f"{t}* %C"]
     params += epilogue_params(k, extra, t) + ["i64 %j0", "i64 %j1"]
-    m, kk, n, bs = k.m, k.k, k.n, k.block
+    generic = k.m is None           # (L2: one kernel for every product of its class: m, k, n arguments)
+    if generic:
+        params += ["i64 %dm", "i64 %dk", "i64 %dn"]
     w, nv, _ = shape(features, k.dtype)
     nr = w * nv
     ch = EPI_PANELS * nr
@@ -733,6 +736,16 @@ def lower_matmul_packed(k, name: str, features: str) -> str:
     intrinsics: set = set()
     b.raw(f"define void @{name}({', '.join(params)}) nounwind {{")
     b.raw("entry:")
+    if generic:      # (row blocks as planning.kernel_ir picks them: 64 rows while B is in cache, else all)
+        m, kk, n = "%dm", "%dk", "%dn"
+        kn = b.op("mul i64 %dk, %dn")
+        small = b.op(f"icmp ule i64 {b.op(f'mul i64 {kn}, {np.dtype(k.dtype).itemsize}')}, {B_IN_CACHE}")
+        big = b.op(f"select i1 {b.op('icmp sgt i64 %dm, 1')}, i64 %dm, i64 1")
+        bs = b.op(f"select i1 {small}, i64 64, i64 {big}")
+        knr = b.op(f"mul i64 %dk, {nr}")
+    else:
+        m, kk, n, bs = k.m, k.k, k.n, k.block
+        knr = kk * nr
     b.raw("  br label %rloop")
     b.raw("rloop:")
     b.raw("  %r0 = phi i64 [ 0, %entry ], [ %r0n, %jdone ]")
@@ -753,7 +766,7 @@ def lower_matmul_packed(k, name: str, features: str) -> str:
     left = b.op("sub i64 %j1, %jc")
     few = b.op(f"icmp slt i64 {left}, {ch}")
     b.raw(f"  %wd = select i1 {few}, i64 {left}, i64 {ch}")
-    boff = b.op(f"mul i64 {b.op(f'udiv i64 %jc, {nr}')}, {kk * nr}")       # (jc is a multiple of NR)
+    boff = b.op(f"mul i64 {b.op(f'udiv i64 %jc, {nr}')}, {knr}")       # (jc is a multiple of NR)
     bj = b.op(f"getelementptr {t}, {t}* %B, i64 {boff}")
     b.raw(f"  %cj = getelementptr {t}, {t}* %cblk, i64 %jc")
     b.raw(f"  call void %gemm(i64 %rows, i64 {kk}, i64 %wd, {t}* %ablk, i64 {kk}, {t}* {bj}, {t}* %cj, i64 {n})")

@@ -56,13 +56,14 @@ class MatmulEpilogue:
     tb: bool
     epilogue: Elementwise | None   # program with input 0 = the product block
     dtype: str
-    m: int
-    k: int
-    n: int
+    m: int | None                  # None (with k, n): arguments, one kernel for every shape (L2, ``packed`` only)
+    k: int | None
+    n: int | None
     batch: int = 1
     block: int = 64
     int_bits: int = 32             # the BLAS's Fortran integer: 32 (LP64) or 64 (ILP64)
     packed: bool = False           # B is a weight packed once (compiler/gemm.py), multiplied by msvm's own kernel
+    opt_level: int = 0             # 3: IR passes and O3 codegen at L2 too (a polymorphic site's: tiers.Site._promote)
 
     kind = "matmul"
 
@@ -70,7 +71,8 @@ class MatmulEpilogue:
         epi = self.epilogue.text() if self.epilogue else "none"
         return (f"matmul dtype={self.dtype} ta={self.ta} tb={self.tb} m={self.m} k={self.k} n={self.n} "
                 f"batch={self.batch} block={self.block} blas_int=i{self.int_bits} epilogue=({epi})"
-                + (" packed chunks" if self.packed else ""))      # (columns j0, j1; the epilogue per chunk)
+                + (" packed chunks" if self.packed else "")       # (columns j0, j1; the epilogue per chunk)
+                + (f" opt={self.opt_level}" if self.opt_level else ""))
 
     @property
     def name(self) -> str:

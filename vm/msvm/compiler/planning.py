@@ -21,12 +21,11 @@ from ..bytecode.opcodes import KERNEL_KINDS
 from ..weights import stored
 from .build import blas
 from .callconv import PARALLEL_MIN
-from .gemm import use_packed
+from .gemm import B_IN_CACHE, use_packed
 from .kir import Elementwise, MatmulEpilogue, RowKernel, bare, collapse, dtype_name, strides_for
 from .lower import TYPES, Unsupported, vec_width
 
 ROW = 4096                      # row length when a long vector is viewed as rows
-B_IN_CACHE = 1 << 20            # bytes of a matmul's B below which L3 works in row blocks
 STREAM_MIN = 16 << 20           # output bytes from which L3 elementwise kernels use streaming stores
 
 
@@ -169,6 +168,14 @@ def kernel_ir(site, level: int, plan: Plan):
         return Elementwise(p["program"], p["kinds"], tuple(p["bcast"]), dtype, dims if level == 3 else None,
                            stream)
     if kind == "matmul":
+        if level == 2 and p["packed"] and p["batch"] == 1 and not p["tb"]:
+            # by a packed weight: the product and its epilogue per chunk in one kernel (gemm.lower_matmul_packed)
+            # with m, k, n arguments, as at L3 (the product, then an epilogue pass over the whole output, left the
+            # output's lines to the streamed weight; a polymorphic site keeps this kernel for good)
+            ep = p["epi"].details
+            bc = ((False, True, False),) + tuple(b for b, _ in ep["block"])
+            epi = None if bare(ep["program"]) else Elementwise(ep["program"], ep["kinds"], bc, dtype, None)
+            return MatmulEpilogue(False, False, epi, dtype, None, None, None, int_bits=blas()[0], packed=True)
         if level == 2:   # numpy/BLAS product, then the L2 epilogue kernel over it
             ep = p["epi"].details
             return Elementwise(ep["program"], ep["kinds"], tuple(ep["bcast"]), dtype, None)

@@ -181,6 +181,19 @@ def _packed_sites(net):
             for s in c.jit_sites.values() if s.op == "FUSED_MATMUL" and s.pcache]
 
 
+def _at_tiers(net, xs, level, tier) -> dict:
+    """{level: [net(x) for x in xs]} at L1, then at ``tier`` (one net, so both multiply the same weights)."""
+    outs = {}
+    for lv in ("L1", tier):
+        level(lv)
+        res = []
+        for x in xs:
+            res.append(net(ms.Tensor(x)).asnumpy())
+            tiers.wait_for_compiles(60)
+        outs[lv] = res
+    return outs
+
+
 @pytest.mark.parametrize("fusion", [True, False])
 @pytest.mark.parametrize("tier", ["L2", "L3", "auto"])
 @pytest.mark.parametrize("dtype", [ms.float32, ms.float64])
@@ -192,14 +205,7 @@ def test_dense_layers_on_the_packed_product_match_l1_and_numpy(level, tier, fusi
     ms.set_context(jit_config={"enable_fusion": fusion})
     net = Ffn(dtype=dtype)
     net.set_inputs(ms.Tensor(shape=[None, None, 48], dtype=dtype))
-    outs = {}
-    for lv in ("L1", tier):          # (one net, so both tiers multiply the same weights)
-        level(lv)
-        res = []
-        for x in xs:
-            res.append(net(ms.Tensor(x)).asnumpy())
-            tiers.wait_for_compiles(60)
-        outs[lv] = res
+    outs = _at_tiers(net, xs, level, tier)
     tol = 1e-4 if npd is np.float32 else 1e-10
     for x, a, b in zip(xs, outs["L1"], outs[tier]):
         ref = _numpy_ffn(net, x)
@@ -407,14 +413,7 @@ def test_a_product_with_nothing_fused_runs_packed(level, tier):
     xs = [rng.standard_normal((b, s, 48)).astype(np.float32) for b, s in shapes]
     xs[4][1, 3, 5] = np.nan
     xs[4][2, 0, 7] = np.inf
-    outs = {}
-    for lv in ("L1", tier):
-        level(lv)
-        res = []
-        for x in xs:
-            res.append(net(ms.Tensor(x)).asnumpy())
-            tiers.wait_for_compiles(60)
-        outs[lv] = res
+    outs = _at_tiers(net, xs, level, tier)
     for x, a, b in zip(xs, outs["L1"], outs[tier]):
         ref = _numpy_bare(net, x)
         assert b.shape == ref.shape

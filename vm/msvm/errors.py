@@ -7,6 +7,15 @@ class MsvmError(Exception):
     """Base of every error msvm raises on purpose."""
 
 
+_BREAKS = "\x85\u2028\u2029"
+
+
+def one_line(text: str) -> str:
+    """``text`` with its line breaks and other control characters escaped as Python writes them: a name read
+    from a file (a symbol, a function) can hold any character, and the message stays one line."""
+    return "".join(c if (c >= " " or c == "\t") and c not in _BREAKS else repr(c)[1:-1] for c in text)
+
+
 class BytecodeError(MsvmError):
     """A .msbc file or a Code object is malformed.
 
@@ -35,7 +44,7 @@ class BytecodeError(MsvmError):
             parts.append(f"function {self.function!r}")
         if self.code_offset is not None:
             parts.append(f"instruction 0x{self.code_offset:04x}")
-        return ": ".join(parts + [self.message])
+        return one_line(": ".join(parts + [self.message]))
 
     def located(self, filename=None, offset=None, function=None, code_offset=None) -> "BytecodeError":
         """This error with the places it lacks filled in (the outer reader knows the file)."""

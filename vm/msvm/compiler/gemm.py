@@ -183,39 +183,53 @@ def _tiles(L, name, t, w, nv, mr, vt, fma, mstore, mload, iota, far=False):
           f"{t}* noalias %c, i64 %ldc, i64 %cols, i1 %first) nounwind alwaysinline {{")
         L("entry:")
         _tile_head(L, t, w, nv, r, vt, mload, iota, prefetch_c=False)
-        # k in steps of ``unroll`` (one loop trip), then the k % unroll steps left one at a time
-        L(f"  %ku = and i64 %k, {-unroll}")
-        L("  %kz = icmp sle i64 %ku, 0")
-        _row_groups_start(L, t, r)
-        L("  br i1 %kz, label %after, label %loop")
-        L("loop:")
-        L("  %p = phi i64 [ 0, %pre ], [ %pn, %loop ]")
-        _row_groups_phi(L, t, r, "ag", [("ags", "pre"), ("agn", "loop")])
-        _phis(L, vt, r, nv, "acc", [("init", "pre"), ("nacc", "loop")])
-        _row_groups_rows(L, t, r)
-        for u in range(unroll):
-            L(f"  %pu{u} = add i64 %p, {u}")
-            _step(L, t, w, nv, r, vt, fma, nr, f"%pu{u}", "acc" if u == 0 else f"u{u - 1}_",
-                  "nacc" if u == unroll - 1 else f"u{u}_", f"_{u}", u, far)
-        _row_groups_next(L, t, r, unroll)
-        L(f"  %pn = add i64 %p, {unroll}")
-        L("  %more = icmp slt i64 %pn, %ku")
-        L("  br i1 %more, label %loop, label %after")
-        L("after:")
-        L("  %q0 = phi i64 [ 0, %pre ], [ %pn, %loop ]")
-        _phis(L, vt, r, nv, "f", [("init", "pre"), ("nacc", "loop")])
-        L("  %left = icmp slt i64 %q0, %k")
-        L("  br i1 %left, label %rest, label %store")
-        L("rest:")
-        L("  %q = phi i64 [ %q0, %after ], [ %qn, %rest ]")
-        _phis(L, vt, r, nv, "racc", [("f", "after"), ("rnacc", "rest")])
-        _step(L, t, w, nv, r, vt, fma, nr, "%q", "racc", "rnacc", "_r", None, far)
-        L("  %qn = add i64 %q, 1")
-        L("  %rmore = icmp slt i64 %qn, %k")
-        L("  br i1 %rmore, label %rest, label %store")
-        L("store:")
-        _phis(L, vt, r, nv, "e", [("f", "after"), ("rnacc", "rest")])
+        _k_loop(L, t, vt, r, nv, "%k", unroll, True, "e",
+                lambda p, src, dst, sfx, g, r=r: _step(L, t, w, nv, r, vt, fma, nr, p, src, dst, sfx, g, far))
         _tile_store(L, w, nv, r, vt, mstore, nr)
+
+
+def _k_loop(L, t, vt, r, nv, count: str, unroll: int, grouped: bool, out: str, step) -> None:
+    """A register tile's k loop, from block %pre (accumulators %init): ``unroll`` steps a trip while whole
+    trips remain, then the steps left one at a time, the same products in the same order either way (so the
+    same bits). ``step(p, src, dst, sfx, g)`` emits step p (an i64 value) from accumulators %{src}i_v into
+    %{dst}i_v, its names suffixed ``sfx``; g is the step's place in the trip where A's rows are read through
+    the row groups' pointers (``grouped``: ``_row_groups_start``), None in the steps left. Leaves to %store
+    with the tile's sums in %{out}i_v."""
+    L(f"  %ku = and i64 {count}, {-unroll}")
+    L("  %kz = icmp sle i64 %ku, 0")
+    if grouped:
+        _row_groups_start(L, t, r)
+    L("  br i1 %kz, label %after, label %loop")
+    L("loop:")
+    L("  %p = phi i64 [ 0, %pre ], [ %pn, %loop ]")
+    if grouped:
+        _row_groups_phi(L, t, r, "ag", [("ags", "pre"), ("agn", "loop")])
+    _phis(L, vt, r, nv, "acc", [("init", "pre"), ("nacc", "loop")])
+    if grouped:
+        _row_groups_rows(L, t, r)
+    for u in range(unroll):
+        L(f"  %pu{u} = add i64 %p, {u}")
+        step(f"%pu{u}", "acc" if u == 0 else f"u{u - 1}_", "nacc" if u == unroll - 1 else f"u{u}_", f"_{u}",
+             u if grouped else None)
+    if grouped:
+        _row_groups_next(L, t, r, unroll)
+    L(f"  %pn = add i64 %p, {unroll}")
+    L("  %more = icmp slt i64 %pn, %ku")
+    L("  br i1 %more, label %loop, label %after")
+    L("after:")
+    L("  %q0 = phi i64 [ 0, %pre ], [ %pn, %loop ]")
+    _phis(L, vt, r, nv, "kf", [("init", "pre"), ("nacc", "loop")])
+    L(f"  %left = icmp slt i64 %q0, {count}")
+    L("  br i1 %left, label %rest, label %store")
+    L("rest:")
+    L("  %q = phi i64 [ %q0, %after ], [ %qn, %rest ]")
+    _phis(L, vt, r, nv, "racc", [("kf", "after"), ("rnacc", "rest")])
+    step("%q", "racc", "rnacc", "_r", None)
+    L("  %qn = add i64 %q, 1")
+    L(f"  %rmore = icmp slt i64 %qn, {count}")
+    L("  br i1 %rmore, label %rest, label %store")
+    L("store:")
+    _phis(L, vt, r, nv, out, [("kf", "after"), ("rnacc", "rest")])
 
 
 def _step(L, t, w, nv, r, vt, fma, nr, p, src, dst, sfx, grouped=None, far=False):
@@ -873,7 +887,7 @@ def _chunk_epilogue(b, k, extra, t, w, n, intrinsics, emit_program, scalar, Vals
 
 TAPS_NAME = "msvm_gemm_taps"
 TAPS_KC = 256               # k steps (channels x taps) per block
-TAPS_UNROLL = 2             # channels a trip of a one-tap tile's loop (``_ct_tile_unrolled``; 1: the tap loop's)
+TAPS_UNROLL = 2             # channels a trip of a one-tap tile's loop (``_ct_tile_unrolled``)
 TAPS_VERSION = 14           # (in the kernel text, so the cache key: bump it when ir_taps changes)
 
 
@@ -881,18 +895,14 @@ def _ct_tiles(L, name, t, w, nv, mr, vt, fma, mstore, mload, iota, a_inplace, on
     """The register tiles @{name}_tile{r} of ``ir_taps``: C[r x cols] (+)= sum over kc channels c
     and the taps t of A[., (c, t)] * src[c * ldb + taps[t] + .]. A: packed ([k][MR], k = c * ntaps + t)
     or, ``a_inplace``, the weight's rows as they lie (A[i * lda + k]). ``one_tap``: ntaps is 1
-    (taps[0] added once; no tap loop). ``full``: @{name}_tile{r}f, for whole panels (``_tile_head``)."""
+    (taps[0] added once; no tap loop: ``_ct_tile_unrolled``). ``full``: @{name}_tile{r}f, for whole
+    panels (``_tile_head``)."""
     nr = w * nv
     for r in range(1, mr + 1):
-        if one_tap and TAPS_UNROLL > 1:
+        if one_tap:
             _ct_tile_unrolled(L, name, t, w, nv, mr, r, vt, fma, mstore, mload, iota, a_inplace, full)
             continue
-        L(f"define internal void @{name}_tile{r}{'f' if full else ''}(i64 %kc, {t}* noalias %a, i64 %lda, "
-          f"{t}* noalias %b, i64 %ldb, "
-          f"i64* noalias %taps, i64 %ntaps, {t}* noalias %c, i64 %ldc, i64 %cols, i1 %first, i1 %last, i1 %hasb, "
-          f"{t}* %scale, {t}* %bias, i1 %hasr, {t}* %res, i64 %ldr, {t} %lo, {t} %hi) nounwind alwaysinline {{")
-        L("entry:")
-        _tile_head(L, t, w, nv, r, vt, mload, iota, prefetch_c=True, full=full, prefetch_r=RES_PREFETCH)
+        _ct_define(L, name, t, w, nv, r, vt, mload, iota, full)
         L("  %t0p = getelementptr i64, i64* %taps, i64 0")
         L("  %t0 = load i64, i64* %t0p")
         L("  %tlp = getelementptr i64, i64* %taps, i64 %ntaps")
@@ -914,31 +924,21 @@ def _ct_tiles(L, name, t, w, nv, mr, vt, fma, mstore, mload, iota, a_inplace, on
         # measured 0.55-1.05x that (a k block of a few channels ends before them)
         L("  %pfc = mul i64 %ch, %ldb")
         L(f"  %pfr = add i64 %pfc, {w * nv}")
-        for tag, tap in (("f", "%t0"), ("l", "%tl")) if not one_tap else (("f", "%t0"),):
+        for tag, tap in (("f", "%t0"), ("l", "%tl")):
             L(f"  %pf{tag} = add i64 %pfr, {tap}")
             for v in range(nv):
                 L(f"  %pf{tag}{v} = add i64 %pf{tag}, {v * w}")
                 L(f"  %pfp{tag}{v} = getelementptr {t}, {t}* %b, i64 %pf{tag}{v}")
                 L(f"  %pfq{tag}{v} = bitcast {t}* %pfp{tag}{v} to i8*")
                 L(f"  call void @llvm.prefetch.p0i8(i8* %pfq{tag}{v}, i32 0, i32 3, i32 1)")
-        if one_tap:
-            L("  %tof = add i64 %t0, 0")
-            L("  br label %tbody")
-            L("tbody:")
-            _phis(L, vt, r, nv, "tacc", [("acc", "cloop")])
-            L("  %tp = add i64 0, 0")
-            if a_inplace and TAPS_GROUPS:
-                for g in range(0, r, ROW_GROUP):
-                    L(f"  %ag{g} = getelementptr {t}, {t}* %agc{g}, i64 0")
-        else:
-            L("  br label %tbody")
-            L("tbody:")
-            L("  %tp = phi i64 [ 0, %cloop ], [ %tn, %tbody ]")
-            _phis(L, vt, r, nv, "tacc", [("acc", "cloop"), ("nacc", "tbody")])
-            if a_inplace and TAPS_GROUPS:
-                _row_groups_phi(L, t, r, "ag", [("agc", "cloop"), ("agn", "tbody")])
-            L("  %tofp = getelementptr i64, i64* %taps, i64 %tp")
-            L("  %tof = load i64, i64* %tofp")
+        L("  br label %tbody")
+        L("tbody:")
+        L("  %tp = phi i64 [ 0, %cloop ], [ %tn, %tbody ]")
+        _phis(L, vt, r, nv, "tacc", [("acc", "cloop"), ("nacc", "tbody")])
+        if a_inplace and TAPS_GROUPS:
+            _row_groups_phi(L, t, r, "ag", [("agc", "cloop"), ("agn", "tbody")])
+        L("  %tofp = getelementptr i64, i64* %taps, i64 %tp")
+        L("  %tof = load i64, i64* %tofp")
         L("  %bo = add i64 %boc, %tof")
         for v in range(nv):
             L(f"  %bo{v} = add i64 %bo, {v * w}")
@@ -964,12 +964,9 @@ def _ct_tiles(L, name, t, w, nv, mr, vt, fma, mstore, mload, iota, a_inplace, on
             _fma_row(L, t, vt, fma, w, nv, i, "%a", f"%ao{i}", "tacc")
         if a_inplace and TAPS_GROUPS:
             _row_groups_next(L, t, r, 1)
-        if one_tap:
-            L("  br label %cend")
-        else:
-            L("  %tn = add i64 %tp, 1")
-            L("  %tm = icmp slt i64 %tn, %ntaps")
-            L("  br i1 %tm, label %tbody, label %cend")
+        L("  %tn = add i64 %tp, 1")
+        L("  %tm = icmp slt i64 %tn, %ntaps")
+        L("  br i1 %tm, label %tbody, label %cend")
         L("cend:")
         L("  %chn = add i64 %ch, 1")
         L("  %chm = icmp slt i64 %chn, %kc")
@@ -991,51 +988,22 @@ def _ct_tile_unrolled(L, name, t, w, nv, mr, r, vt, fma, mstore, mload, iota, a_
     models (thread CPU time, medians of 25 forwards, alternating processes, three rounds) MobileNet v2 at
     224 8.48-8.67 -> 8.16-8.46 ms, ResNet-50 65.6-65.8 -> 65.5-65.7 ms (there its 1x1 layers are bound by
     their memory traffic, not the loop)."""
-    u_n = TAPS_UNROLL
-    grouped = a_inplace and TAPS_GROUPS
+    _ct_define(L, name, t, w, nv, r, vt, mload, iota, full)
+    L("  %t0 = load i64, i64* %taps")
+    _k_loop(L, t, vt, r, nv, "%kc", TAPS_UNROLL, a_inplace and TAPS_GROUPS, "f",
+            lambda p, src, dst, sfx, g: _ct_step(L, t, w, nv, mr, r, vt, fma, mload, a_inplace, p, src, dst, sfx, g))
+    _tile_epilogue(L, t, w, nv, r, vt, mload)
+    _tile_store(L, w, nv, r, vt, mstore, w * nv)
+
+
+def _ct_define(L, name, t, w, nv, r, vt, mload, iota, full) -> None:
+    """A taps tile's definition line and its head (``_tile_head``), leaving in block %pre."""
     L(f"define internal void @{name}_tile{r}{'f' if full else ''}(i64 %kc, {t}* noalias %a, i64 %lda, "
       f"{t}* noalias %b, i64 %ldb, "
       f"i64* noalias %taps, i64 %ntaps, {t}* noalias %c, i64 %ldc, i64 %cols, i1 %first, i1 %last, i1 %hasb, "
       f"{t}* %scale, {t}* %bias, i1 %hasr, {t}* %res, i64 %ldr, {t} %lo, {t} %hi) nounwind alwaysinline {{")
     L("entry:")
     _tile_head(L, t, w, nv, r, vt, mload, iota, prefetch_c=True, full=full, prefetch_r=RES_PREFETCH)
-    L("  %t0 = load i64, i64* %taps")
-    if grouped:
-        _row_groups_start(L, t, r)
-    L(f"  %ku = and i64 %kc, {-u_n}")
-    L("  %kuz = icmp sle i64 %ku, 0")
-    L("  br i1 %kuz, label %after, label %uloop")
-    L("uloop:")
-    L("  %ch = phi i64 [ 0, %pre ], [ %chn, %uloop ]")
-    _phis(L, vt, r, nv, "acc", [("init", "pre"), ("nacc", "uloop")])
-    if grouped:
-        _row_groups_phi(L, t, r, "ag", [("ags", "pre"), ("agn", "uloop")])
-        _row_groups_rows(L, t, r)
-    for u in range(u_n):
-        L(f"  %chu{u} = add i64 %ch, {u}")
-        _ct_step(L, t, w, nv, mr, r, vt, fma, mload, a_inplace, f"%chu{u}", "acc" if u == 0 else f"u{u - 1}_",
-                 "nacc" if u == u_n - 1 else f"u{u}_", f"_{u}", u if grouped else None)
-    if grouped:
-        _row_groups_next(L, t, r, u_n)
-    L(f"  %chn = add i64 %ch, {u_n}")
-    L("  %more = icmp slt i64 %chn, %ku")
-    L("  br i1 %more, label %uloop, label %after")
-    L("after:")
-    L("  %q0 = phi i64 [ 0, %pre ], [ %chn, %uloop ]")
-    _phis(L, vt, r, nv, "fa", [("init", "pre"), ("nacc", "uloop")])
-    L("  %left = icmp slt i64 %q0, %kc")
-    L("  br i1 %left, label %rest, label %store")
-    L("rest:")
-    L("  %q = phi i64 [ %q0, %after ], [ %qn, %rest ]")
-    _phis(L, vt, r, nv, "racc", [("fa", "after"), ("rnacc", "rest")])
-    _ct_step(L, t, w, nv, mr, r, vt, fma, mload, a_inplace, "%q", "racc", "rnacc", "_r", None)
-    L("  %qn = add i64 %q, 1")
-    L("  %rmore = icmp slt i64 %qn, %kc")
-    L("  br i1 %rmore, label %rest, label %store")
-    L("store:")
-    _phis(L, vt, r, nv, "f", [("fa", "after"), ("rnacc", "rest")])
-    _tile_epilogue(L, t, w, nv, r, vt, mload)
-    _tile_store(L, w, nv, r, vt, mstore, w * nv)
 
 
 def _ct_step(L, t, w, nv, mr, r, vt, fma, mload, a_inplace, ch, src, dst, sfx, grouped):

@@ -517,3 +517,31 @@ def test_the_epilogue_runs_in_each_chunk_of_columns(level, monkeypatch, dtype, t
             np.testing.assert_allclose(out[fin], l1[fin], rtol=tol, atol=tol)
     for a, b2 in zip(got[2], got[1]):
         np.testing.assert_array_equal(a, b2)
+
+
+def test_an_output_of_one_column_and_one_of_many_take_their_own_l2_kernels(level):
+    """(review) A packed product's L2 kernel reads each epilogue input as its block flags say, compiled in: a
+    [1] scale is one value a row of a one-column output but a vector along a row of a wider one, where both
+    outputs collapse alike. One site at both widths (a weight passed as an argument) gets two kernels
+    (the flags are in the plan's class); with one, the wider output read the [1] scale as a vector."""
+    class Head(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.s = ms.Parameter(ms.Tensor(np.array([2.0], np.float32)), "s")
+
+        def construct(self, x, w):
+            return ms.ops.matmul(x, w) * self.s
+
+    rng = np.random.default_rng(0)
+    ws = [ms.Parameter(ms.Tensor(rng.standard_normal((8, n)).astype(np.float32)), f"w{n}") for n in (1, 5, 1)]
+    level("L2")
+    net = Head()
+    net.set_inputs(ms.Tensor(shape=[None, 8], dtype=ms.float32), ms.Tensor(shape=[8, None], dtype=ms.float32))
+    x = rng.standard_normal((6, 8)).astype(np.float32)
+    for w in ws:
+        for _ in range(2):
+            got = net(ms.Tensor(x), w).asnumpy()
+            tiers.wait_for_compiles(60)
+            np.testing.assert_allclose(got, x @ w.asnumpy() * 2, rtol=1e-5, atol=1e-5, err_msg=str(w.shape))
+    (site,) = [s for s in _packed_sites(net)]
+    assert len([k for k in site.l2.values() if getattr(k, "kernel", None) is not None]) == 2

@@ -7,13 +7,11 @@ class MsvmError(Exception):
     """Base of every error msvm raises on purpose."""
 
 
-_BREAKS = "\x85\u2028\u2029"
-
-
 def one_line(text: str) -> str:
-    """``text`` with its line breaks and other control characters escaped as Python writes them: a name read
-    from a file (a symbol, a function) can hold any character, and the message stays one line."""
-    return "".join(c if (c >= " " or c == "\t") and c not in _BREAKS else repr(c)[1:-1] for c in text)
+    """``text`` with every character Python does not print as itself (line breaks, C0 and C1 controls, DEL,
+    other separators) escaped as Python writes them: a name read from a file (a symbol, a function) can hold
+    any character, and the message stays one line that a terminal shows as it is."""
+    return "".join(c if c.isprintable() or c == "\t" else repr(c)[1:-1] for c in text)
 
 
 class BytecodeError(MsvmError):

@@ -114,7 +114,10 @@ def plan_matmul(site, inputs):
     batch = math.prod(batch_shape) if batched else 1
     tb_run = bool(tb) and not wt
     b_shape = b.shape[::-1] if wt else b.shape
-    cls = ("mm", bool(ta), tb_run, dtype_name(d), epi.cls, bool(wt), packed)
+    # (a packed product's L2 kernel reads each epilogue input as its block flags say: one value a row or a
+    # vector along it, compiled in; an output of one column and one of many collapse alike)
+    cls = ("mm", bool(ta), tb_run, dtype_name(d), epi.cls, bool(wt), packed,
+           tuple(b for b, _ in block) if packed else ())
     return Plan(cls, (cls, a.shape, b_shape, tuple(x.shape if isinstance(x, np.ndarray) else None for x in extras)),
             out_shape, d, {"m": m, "k": k, "n": n_, "batch": batch, "same_batch": same_batch, "epi": epi,
                            "tb": tb_run, "wt": bool(wt), "packed": packed})

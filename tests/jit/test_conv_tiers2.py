@@ -440,3 +440,26 @@ def test_flat_max_pool_of_stride_one(level):
     for g, r, x in zip(got, forward(Pool(3, 1, "same", 0), "L1", True, xs), xs):
         np.testing.assert_array_equal(g, r)
         close(g, max_pool_reference(x, 3, 1, ((1, 1), (1, 1))))
+
+
+@pytest.mark.parametrize("width", [4, 8, 16])
+def test_flat_masks_say_which_taps_read_inside_the_plane(width):
+    """conv.flat_masks against a loop over every output, tap and lane: bit ``lane`` of vector v's word for
+    tap (i, j) is set where output q = v * width + lane exists and its tap reads inside the plane (padding,
+    dilation, planes narrower and wider than a vector)."""
+    for h, w, k, pt, dil in [(7, 7, 3, 1, 1), (1, 5, 3, 1, 1), (10, 3, 5, 2, 1), (9, 9, 3, 2, 2), (4, 17, 7, 3, 1)]:
+        ho, wo = h + 2 * pt - dil * (k - 1), w + 2 * pt - dil * (k - 1)
+        got = conv.flat_masks.__wrapped__((h, w, ho, wo, pt, pt), k, k, (dil, dil), width)
+        nvec = -(-ho * wo // width)
+        want = np.zeros((nvec, k * k), np.int64)
+        for v in range(nvec):
+            for lane in range(width):
+                q = v * width + lane
+                oh, ow = divmod(q, wo)
+                for i in range(k):
+                    for j in range(k):
+                        r, c = oh + i * dil - pt, ow + j * dil - pt
+                        if q < ho * wo and 0 <= r < h and 0 <= c < w:
+                            want[v, i * k + j] |= 1 << lane
+        assert got.dtype == np.int32 and got.flags.c_contiguous and not got.flags.writeable
+        np.testing.assert_array_equal(got.view(np.uint32).astype(np.int64), want, err_msg=f"{h}x{w} k{k}")

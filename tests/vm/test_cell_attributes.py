@@ -92,6 +92,27 @@ def test_a_parameter_replaced_by_a_new_one(level):
     np.testing.assert_allclose(_warm(net, x), h * h + 1.0, rtol=1e-5, atol=1e-6)
 
 
+def test_a_tensor_assigned_to_a_parameters_name_is_its_new_data(level):
+    """As MindSpore's Cell: ``cell.w = Tensor(...)`` where ``w`` is a Parameter sets that Parameter's data
+    (mindcv's CaiT initializes its Dense layers so, ``m.weight = initializer(...)``): the Parameter stays
+    registered under its name (a checkpoint fills it), read-only, and the next call multiplies by it. Before,
+    the plain Tensor took its place and the Parameter left ``get_parameters`` (CaiT lost 159 of 374)."""
+    from msvm.common.initializer import initializer
+
+    x = _x()
+    net = Net(Square())
+    _warm(net, x)
+    w = net.lin.w
+    net.lin.w = ms.Tensor(np.eye(4, dtype=np.float32) * 2.0)
+    assert net.lin.w is w and [n for n, _ in net.parameters_and_names()].count("lin.w") == 1
+    assert not w._data.flags.writeable
+    h = x @ (np.eye(4, dtype=np.float32) * 2.0)
+    np.testing.assert_allclose(_warm(net, x), h * h + 1.0, rtol=1e-5, atol=1e-6)
+    net.lin.w = initializer("zeros", (4, 4), ms.float32)
+    assert net.lin.w is w and not w.asnumpy().any()
+    np.testing.assert_array_equal(_warm(net, x), np.ones((3, 4), np.float32))
+
+
 def test_the_recompile_says_which_attribute():
     ms.set_context(mode=ms.GRAPH_MODE, jit_config={"jit_level": "auto"})
     x = _x()

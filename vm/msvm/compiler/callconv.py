@@ -11,6 +11,8 @@ A compiled kernel is a C function returning void. Its arguments, by kind (T: flo
                    operands): per tensor T* data, i64 s0, s1, s2, row r = (i0 * n1 + i1) * n2 + i2 read at
                    i0 * s0 + i1 * s1 + i2 * s2; per scalar a double)
     matmul       gemm*, T* A, T* B, T* C, operands                              (gemm: the BLAS function)
+                 [, i64 j0, j1 [, i64 m, k, n]]   (issue 18: by a packed weight, gemm.lower_matmul_packed:
+                   its output columns [j0, j1); at L2 its dims too, one kernel for every shape)
     gemm         i64 m, i64 k, i64 n, T* A, i64 lda, T* Bp, T* C, i64 ldc       (compiler/gemm.py: B packed)
     depthwise    i64 start, i64 end, i64 C, H, W, Ho, Wo, pt, pl, lo, hi, T* out, T* x, T* w, T* bias,
                  T* zero row, per epilogue input T* (of the output's layout) or double
@@ -270,11 +272,12 @@ def caller(site, compiled, plan):
         # packed weight has a matmul kernel at L2 too: gemm.lower_matmul_packed)
         ta, tb, wt, transposed = site.args[0], p["tb"], p["wt"], site.transposed
         # the epilogue's input 0 is the product, i.e. the output: its pointer is not kept
-        epi = elementwise_caller(compiled, p["epi"].details, None,
-                                 lambda j, a: data_pointer(a) if j == 0 else ptr(j, a))
         if bare(p["epi"].details["program"]):         # (the product alone: no pass over it)
             def epi(inputs, out):
                 return out
+        else:
+            epi = elementwise_caller(compiled, p["epi"].details, None,
+                                     lambda j, a: data_pointer(a) if j == 0 else ptr(j, a))
         matmul, swap = np.matmul, np.swapaxes
 
         def go(inputs, out):
@@ -463,7 +466,7 @@ def _packed_threads(k, p: dict) -> int:
 
 
 def _split_caller(compiled, output, weight, ptr, extras, n: int, dims: tuple):
-    """``go(inputs, out)`` of an L3 matmul by a packed weight whose columns two threads share: the kernel
+    """``go(inputs, out)`` of an L2 or L3 matmul by a packed weight whose columns two threads share: the kernel
     itself (its product and its epilogue per chunk of columns, gemm.lower_matmul_packed) over
     pool.parts of whole panels, one part a task (pool.share). Each element is computed by one thread with
     the same code as in one call, so one and two threads give the same bits. ``dims``: L2's (m, k, n)."""

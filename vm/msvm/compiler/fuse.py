@@ -330,7 +330,7 @@ def _try_fuse_at(code: Code, start: int, targets, shapes=None):
     if best is None and (conv is not None or _by_weight(code, start)):
         # (a convolution, or a product by a Parameter, with nothing to fuse: FUSED_CONV / FUSED_MATMUL all the
         # same, so its compiled route applies: the packed product, split over two cores, not the interpreter's
-        # BLAS call on the weight's transposed view; LLaMA's projections and a tied head have no bias)
+        # BLAS call on the weight's transposed view; LLaMA's projections have no bias)
         best = (start + 1, [("in", 0)], [], [(first.op.name, first.loc)], 1, None)
     if best is None:
         return start, None

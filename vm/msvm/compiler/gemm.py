@@ -73,7 +73,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .kir import dtype_name
-from .lower import TYPES, Unsupported, vec_width
+from .lower import TYPES, Builder, Unsupported, Vals, _scalar, emit_program, epilogue_params, vec_width
 
 NAME = "msvm_gemm_packed"
 A_BLOCK_BYTES = 1 << 20     # the taps product's rows of A (weight rows) per block, about this many bytes (L2)
@@ -732,8 +732,6 @@ def lower_matmul_packed(k, name: str, features: str) -> str:
     turn, weights from memory, medians of 25, ms, msvm / onnxruntime's MatMul + Add): one core 32.1 /
     32.6, two cores 19.5 / 18.6, where the same products without a bias ran 31.4 / 17.6 (on two cores the
     pass ran on one thread while the other waited)."""
-    from .lower import Builder, Vals, _scalar, emit_program, epilogue_params
-
     t = TYPES.get(k.dtype)
     if t is None or k.ta or k.tb or k.batch != 1:
         raise Unsupported("a packed product of a transposed or batched A")
@@ -785,7 +783,7 @@ def lower_matmul_packed(k, name: str, features: str) -> str:
     b.raw(f"  %cj = getelementptr {t}, {t}* %cblk, i64 %jc")
     b.raw(f"  call void %gemm(i64 %rows, i64 {kk}, i64 %wd, {t}* %ablk, i64 {kk}, {t}* {bj}, {t}* %cj, i64 {n})")
     if k.epilogue is not None:           # (it leaves to %jnext)
-        _chunk_epilogue(b, k, extra, t, w, n, intrinsics, emit_program, _scalar, Vals)
+        _chunk_epilogue(b, k, extra, t, w, n, intrinsics)
     else:
         b.raw("  br label %jnext")
     b.raw("jnext:")
@@ -804,7 +802,7 @@ def lower_matmul_packed(k, name: str, features: str) -> str:
     return "\n".join(sorted(intrinsics | set(decl))) + "\n\n" + "\n".join(b.lines) + "\n"
 
 
-def _chunk_epilogue(b, k, extra, t, w, n, intrinsics, emit_program, scalar, Vals) -> None:
+def _chunk_epilogue(b, k, extra, t, w, n, intrinsics: set) -> None:
     """``lower_matmul_packed``'s epilogue over its chunk: rows [0, %rows) of the row block (global row
     %r0 + i), columns [%jc, %jc + %wd) of C, in place, w lanes at a time and a masked last vector, each
     extra tensor input read at its row (``%xs0_i`` apart: 0 for a bias, broadcast along the rows) and
@@ -862,7 +860,7 @@ def _chunk_epilogue(b, k, extra, t, w, n, intrinsics, emit_program, scalar, Vals
         for i in extra:
             if kinds[i] != "t":
                 one = b.op(f"insertelement {vt} undef, {t} {scal[i]}, i32 0")
-                vals[i] = scalar(b.op(f"shufflevector {vt} {one}, {vt} undef, <{w} x i32> zeroinitializer"))
+                vals[i] = _scalar(b.op(f"shufflevector {vt} {one}, {vt} undef, <{w} x i32> zeroinitializer"))
             elif bcast[i][2]:
                 one = b.op(f"insertelement {vt} undef, {t} {b.op(f'load {t}, {t}* %xr{i}')}, i32 0")
                 vals[i] = b.op(f"shufflevector {vt} {one}, {vt} undef, <{w} x i32> zeroinitializer")

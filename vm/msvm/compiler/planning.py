@@ -175,9 +175,7 @@ def kernel_ir(site, level: int, plan: Plan):
             # by a packed weight: the product and its epilogue per chunk in one kernel (gemm.lower_matmul_packed)
             # with m, k, n arguments, as at L3 (the product, then an epilogue pass over the whole output, left the
             # output's lines to the streamed weight; a polymorphic site keeps this kernel for good)
-            ep = p["epi"].details
-            bc = ((False, True, False),) + tuple(b for b, _ in ep["block"])
-            epi = None if bare(ep["program"]) else Elementwise(ep["program"], ep["kinds"], bc, dtype, None)
+            epi = _block_epilogue(p, dtype, None)
             return MatmulEpilogue(False, False, epi, dtype, None, None, None, int_bits=blas()[0], packed=True)
         if level == 2:   # numpy/BLAS product, then the L2 epilogue kernel over it
             ep = p["epi"].details
@@ -187,9 +185,7 @@ def kernel_ir(site, level: int, plan: Plan):
         ep = p["epi"].details
         if p["batch"] > 1 and any(kind == "t" for kind in ep["kinds"][1:]):
             raise Unsupported("a batched matmul epilogue with tensor inputs")
-        blk = (p["m"], 1, p["n"])
-        bc = ((False, True, False),) + tuple(b for b, _ in ep["block"])
-        epi = None if bare(ep["program"]) else Elementwise(ep["program"], ep["kinds"], bc, dtype, blk)
+        epi = _block_epilogue(p, dtype, (p["m"], 1, p["n"]))
         # row blocks keep the epilogue in cache, but each block re-reads B: worth it only while B fits
         # in cache; a big weight matrix (BERT's 768x3072) is read once, by one gemm over all rows
         b_bytes = p["k"] * p["n"] * np.dtype(d).itemsize
@@ -199,6 +195,17 @@ def kernel_ir(site, level: int, plan: Plan):
     return RowKernel(p["op"], dtype, p["gamma"], p["beta"], p["eps"], p["n"] if level == 3 else None,
                      residual=p.get("residual", False),       # (issue 18: FUSED_ADD_LAYER_NORM, compiler/norm.py)
                      programs=p.get("programs", ()))          # (issue 18: FUSED_RMS_NORM, compiler/norm.py)
+
+
+def _block_epilogue(p: dict, dtype: str, dims):
+    """A matmul kernel's epilogue over its blocks of the product (input 0, rows x 1 x n) with its inputs'
+    block flags, ``dims`` those of the whole product at L3 (None at L2); None where the program is the
+    product itself (``kir.bare``)."""
+    ep = p["epi"].details
+    if bare(ep["program"]):
+        return None
+    bc = ((False, True, False),) + tuple(b for b, _ in ep["block"])
+    return Elementwise(ep["program"], ep["kinds"], bc, dtype, dims)
 
 
 class _Shape:

@@ -44,6 +44,13 @@ class Cell:
                                    f"{type(value).__name__} {name!r}")
             object.__setattr__(self, name, value)
             return
+        held = d["_params"].get(name)
+        if held is not None and isinstance(value, Tensor) and not isinstance(value, Parameter):
+            # as MindSpore's Cell: a Tensor assigned to a Parameter's name is that Parameter's new data
+            # (mindcv's CaiT initializes its Dense layers so, ``m.weight = initializer(...)``): the Parameter
+            # stays registered, read-only and named, so checkpoints fill it and the compiler prepares it
+            held.set_data(value)
+            return
         if isinstance(d.get(name), ParameterTuple):      # (a ParameterTuple replaced: its items' entries go)
             for key in [k for k in d["_params"] if k.startswith(name + ".")]:
                 del d["_params"][key]

@@ -111,6 +111,9 @@ def test_a_tensor_assigned_to_a_parameters_name_is_its_new_data(level):
     net.lin.w = initializer("zeros", (4, 4), ms.float32)
     assert net.lin.w is w and not w.asnumpy().any()
     np.testing.assert_array_equal(_warm(net, x), np.ones((3, 4), np.float32))
+    # (the static view builds Cells on placeholders: one assigned so leaves the Parameter a placeholder of its dims)
+    net.lin.w = ms.Tensor(shape=[4, "n"], dtype=ms.float32)
+    assert net.lin.w is w and w.is_placeholder and w.placeholder_shape == (4, "n")
 
 
 def test_the_recompile_says_which_attribute():

@@ -435,7 +435,13 @@ class Parameter(Tensor):
 
     def set_data(self, data, slice_shape=False):
         """The new value, kept on this Parameter's device (host data is copied there). ``slice_shape``
-        is MindSpore's for a Parameter sliced across devices: one device here, nothing to do."""
+        is MindSpore's for a Parameter sliced across devices: one device here, nothing to do. A
+        placeholder (the static view's: no data) makes this Parameter a placeholder of its dims."""
+        if isinstance(data, Tensor) and data.is_placeholder:
+            self._data, self._pshape = None, data.placeholder_shape
+            self.version += 1
+            PARAMETER_SHAPES[0] += 1
+            return self
         new = data._data if isinstance(data, Tensor) else data
         old = self._data
         dev = (_device.device_of(old) if old is not None else None) or _device.current()

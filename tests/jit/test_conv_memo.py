@@ -23,6 +23,7 @@ def hits(monkeypatch):
     """How many calls each Memo answered, and how many it refused (with no capture: a captured
     program runs a memo's calls without asking it, interp/capture.py)."""
     monkeypatch.setattr(capture, "ENABLED", False)
+    monkeypatch.setenv(conv.ROUTE_ENV, "taps")      # (the taps product's memo: AVX2 takes BLAS by default)
     seen = {"hit": 0, "miss": 0}
     orig = conv.Memo.hit
 

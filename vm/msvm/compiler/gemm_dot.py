@@ -212,11 +212,12 @@ def ir_dot(features: str, dtype: str = "float32", name: str = NAME, kc: int = KC
     vt, v4 = f"<{w} x {t}>", f"<{TJ} x {t}>"
     sfx, sfx4 = f"v{w}f{32 if t == 'float' else 64}", f"v{TJ}f{32 if t == 'float' else 64}"
     fma, mload = f"@llvm.fma.{sfx}", f"@llvm.masked.load.{sfx}.p0{sfx}"
-    lines = [f"declare {vt} {fma}({vt}, {vt}, {vt})",
-             f"declare {vt} {mload}({vt}*, i32, <{w} x i1>, {vt})",
-             f"declare {v4} @llvm.masked.load.{sfx4}.p0{sfx4}({v4}*, i32, <{TJ} x i1>, {v4})",
-             f"declare void @llvm.masked.store.{sfx4}.p0{sfx4}({v4}, {v4}*, i32, <{TJ} x i1>)",
-             "declare void @llvm.prefetch.p0i8(i8*, i32, i32, i32)"]
+    # (once each: where w == TJ -- float64 on AVX2 -- the two masked loads are one intrinsic)
+    lines = list(dict.fromkeys([f"declare {vt} {fma}({vt}, {vt}, {vt})",
+                                f"declare {vt} {mload}({vt}*, i32, <{w} x i1>, {vt})",
+                                f"declare {v4} @llvm.masked.load.{sfx4}.p0{sfx4}({v4}*, i32, <{TJ} x i1>, {v4})",
+                                f"declare void @llvm.masked.store.{sfx4}.p0{sfx4}({v4}, {v4}*, i32, <{TJ} x i1>)",
+                                "declare void @llvm.prefetch.p0i8(i8*, i32, i32, i32)"]))
     L = lines.append
     _tile(L, name, t, w, fma, mload)
     L(f"define void @{name}(i64 %m, i64 %n, i64 %k, {t}* noalias %A, i64 %lda, {t}* noalias %B, i64 %ldb, "

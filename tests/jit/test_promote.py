@@ -1,9 +1,11 @@
-"""A polymorphic site's shape-generic kernels compiled again optimized (compiler/tiers.py ``Site._promote``,
-issue 18): a site whose shapes keep changing past L3_SHAPES keeps its L2 kernels for good, so each one
-compiled light (O0, no IR passes) is compiled again with the IR passes and O3 in the background and put
-in its place, with a compile record that says why; replays and captured programs made before drop the
-light kernel's callers (events.KERNELS_MOVED). Every answer against the interpreter (L1), with NaN,
-inf and -0.0, before and after the swap; on an elementwise chain, a layer norm and a Dense + GELU."""
+"""A hot site's shape-generic kernels compiled again optimized (compiler/tiers.py ``Site._promote``,
+issue 18): once a site's first specialized (L3) kernel lands, each of its L2 kernels compiled light (O0, no
+IR passes) is compiled again with the IR passes and O3 in the background, after every other queued
+compile, and put in its place, with a compile record that says why -- so a site whose shapes then keep
+changing past L3_SHAPES, which keeps its L2 kernels for good, runs them optimized at once; replays and
+captured programs made before drop the light kernel's callers (events.KERNELS_MOVED). Every answer
+against the interpreter (L1), with NaN, inf and -0.0, before and after the swap; on an elementwise
+chain, a layer norm and a Dense + GELU."""
 
 import msvm as ms
 import numpy as np
@@ -71,11 +73,16 @@ def test_a_polymorphic_sites_light_kernels_are_compiled_again_optimized(name, mo
     net, rng = NETS[name](), np.random.default_rng(7)
     first = _inputs(rng, (5,))
     want = _answers(net, first, "L1")
+    moved = events.KERNELS_MOVED[0]
     for _ in range(12):                           # one length: specialized (L3), replayed, captured
         got = _answers(net, first, "auto")
         tiers.wait_for_compiles(60)
     assert_numpy_equal(got[5], want[5], rtol=1e-5, atol=1e-5)
-    moved = events.KERNELS_MOVED[0]
+    hot = [s for s in _sites(net) if any(isinstance(k, tiers.Compiled) for k in s.l3.values())]
+    assert hot
+    for site in hot:                              # (already optimized: ahead of any other shape)
+        assert all(k.kernel.opt_level == 3 for k in site.l2.values() if isinstance(k, tiers.Compiled)), site.name
+        assert any(r.kind == "hot" and "O3" in r.text for key, r in site.why.items() if key[0] == 2), site.name
     xs = _inputs(rng, (3, 7, 9, 12, 5))
     want = _answers(net, xs, "L1")
     for _ in range(6):                            # more lengths than L3_SHAPES: polymorphic
@@ -88,7 +95,7 @@ def test_a_polymorphic_sites_light_kernels_are_compiled_again_optimized(name, mo
     for site in sites:
         kernels = [k for k in site.l2.values() if isinstance(k, tiers.Compiled)]
         assert kernels and all(k.kernel.opt_level == 3 for k in kernels), site.name
-        assert any(r.kind == "polymorphic" and "O3" in r.text for key, r in site.why.items() if key[0] == 2)
+        assert any(r.kind in ("hot", "polymorphic") and "O3" in r.text for key, r in site.why.items() if key[0] == 2)
         assert any(h.get("optimized") for h in site.tier_history)
         # (the callers made since are the optimized kernel's)
         assert all(p.compiled.kernel.opt_level == 3 for p in site.fast.values()
@@ -123,3 +130,26 @@ def test_a_program_recorded_before_a_kernel_moved_is_stale():
         got = _answers(net, x, "auto")[6]
     assert slot.program is not None and slot.program is not program and slot.program.valid()
     assert_numpy_equal(got, _answers(net, x, "L1")[6], rtol=1e-5, atol=1e-5)
+
+
+def test_a_compile_submitted_later_runs_after_every_other_queued_one():
+    """build._Worker: a hot site's optimized L2 compile (``submit(later=True)``) waits for the compiles
+    queued before and after it (another site's first kernel must not wait on it)."""
+    import threading
+
+    from msvm.compiler import build
+
+    w = build._Worker()
+    try:
+        assert w.ready.wait(60)
+        gate, ran = threading.Event(), []
+        w.submit(gate.wait)                      # (holds the worker while the rest is queued)
+        w.submit(lambda: ran.append("later 1"), later=True)
+        w.submit(lambda: ran.append("first"))
+        w.submit(lambda: ran.append("later 2"), later=True)
+        w.submit(lambda: ran.append("second"))
+        gate.set()
+        assert w.drain(60)
+        assert ran == ["first", "second", "later 1", "later 2"]
+    finally:
+        w.stop()

@@ -13,7 +13,8 @@ new_layout          a layout the kernels depend on differs: a strided view where
                     C-contiguous arrays, a fixed weight run on its transpose vs a writable one
 new_shape           the same class at new concrete dims: a specialized (L3) kernel, or a Cell
                     that compiles per exact shape
-hot                 a site called ``l3_after`` times at one shape: specialized (L3)
+hot                 a site called ``l3_after`` times at one shape: specialized (L3), and then its
+                    light L2 kernel compiled again optimized, after the other queued compiles
 polymorphic         a site's shapes kept changing: its light L2 kernel compiled again optimized
 new_value           a Python value baked into the bytecode (a str, a tuple, an int a primitive
                     needs) differs
@@ -185,6 +186,14 @@ def promoted(where: str, ck, most: int) -> Reason:
     return Reason("polymorphic", f"{where}: L2 kernel for inputs {describe(ck)} compiled again with the IR passes "
                                  f"and O3: its shapes kept changing (more than {most} specialized), so this "
                                  "shape-generic kernel serves every shape from now on")
+
+
+def promoted_ahead(where: str, ck) -> Reason:
+    """Why a hot site's shape-generic kernel is compiled again, optimized, once its specialized kernel
+    landed (compiler/tiers.py ``Site._promote(ahead=True)``)."""
+    return Reason("hot", f"{where}: L2 kernel for inputs {describe(ck)} compiled again with the IR passes and "
+                         "O3 once this site's specialized (L3) kernel was ready: the site is hot, so a shape "
+                         "it meets later runs an optimized kernel at once")
 
 
 def l1_only(where: str, ck, why: str, strides=None) -> Reason:

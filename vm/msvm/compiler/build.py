@@ -12,6 +12,7 @@ from __future__ import annotations
 import atexit
 import copy
 import ctypes
+import itertools
 import os
 import queue
 import sys
@@ -65,10 +66,13 @@ def reset_cache(directory=None) -> KernelCache:
 # ---------------------------------------------------------------- background compiler
 
 class _Worker:
-    """One background thread; queued compiles run in order; exit drops what is queued."""
+    """One background thread; queued compiles run in order, those submitted ``later`` only when no
+    other is queued (a hot site's optimized shape-generic kernel, ``Site.compile``, must not hold up
+    another site's first kernel); exit drops what is queued."""
 
     def __init__(self):
-        self.q: queue.Queue = queue.Queue()
+        self.q: queue.PriorityQueue = queue.PriorityQueue()     # (priority, order, task)
+        self.order = itertools.count()
         self.stopping = False
         self.busy = threading.Event()
         self.ready = threading.Event()        # (LLVM loaded and its start-up's pages given back: ``loop``)
@@ -83,7 +87,7 @@ class _Worker:
         finally:
             self.ready.set()
         while True:
-            task = self.q.get()
+            task = self.q.get()[2]
             if task is None:
                 return
             if self.stopping:
@@ -115,9 +119,9 @@ class _Worker:
         except Exception as e:  # noqa: BLE001 - the first compile reports what is wrong
             log.logger.debug("JIT warm-up: %s", e)
 
-    def submit(self, task):
+    def submit(self, task, later: bool = False):
         if not self.stopping:
-            self.q.put(task)
+            self.q.put((1 if later else 0, next(self.order), task))
 
     def drain(self, timeout=None):
         """Wait for LLVM's start-up and the queued compiles (tests, benchmarks)."""
@@ -132,7 +136,7 @@ class _Worker:
 
     def stop(self):
         self.stopping = True          # queued compiles are dropped; the running one finishes
-        self.q.put(None)
+        self.q.put((-1, next(self.order), None))
         self.thread.join(timeout=5)
 
 

@@ -67,7 +67,7 @@ def reset_cache(directory=None) -> KernelCache:
 
 class _Worker:
     """One background thread; queued compiles run in order, those submitted ``later`` only when no
-    other is queued (a hot site's optimized shape-generic kernel, ``Site.compile``, must not hold up
+    other is queued (a hot site's optimized shape-generic kernel, ``Site._promote``, must not hold up
     another site's first kernel); exit drops what is queued."""
 
     def __init__(self):

@@ -73,7 +73,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .kir import dtype_name
-from .lower import TYPES, Builder, Unsupported, Vals, _scalar, emit_program, epilogue_params, vec_width
+from .lower import TYPES, Builder, Unsupported, Vals, _scalar, avx512, emit_program, epilogue_params, vec_width
 
 NAME = "msvm_gemm_packed"
 A_BLOCK_BYTES = 1 << 20     # the taps product's rows of A (weight rows) per block, about this many bytes (L2)
@@ -635,7 +635,7 @@ def wide_tiles(features: str | None = None) -> bool:
         from .codegen import codegen
 
         features = codegen().features
-    return "+avx512f" in features
+    return avx512(features)
 
 
 AVX512_BLAS = ("skylakex", "cooperlake", "sapphirerapids")   # OpenBLAS's kernel families with AVX-512 tiles

@@ -392,9 +392,14 @@ def emit_program(v: Vals, program: tuple, inputs: list) -> str:
     return evaluate(program, inputs.__getitem__, lambda c: Const(v.const(float(c)), float(c)), op)
 
 
+def avx512(features: str) -> bool:
+    """Whether the target has AVX-512: 512-bit vectors, 32 vector registers and mask registers."""
+    return "+avx512f" in features
+
+
 def vec_width(features: str, t: str) -> int:
     """Lanes of the widest vector register for LLVM type t ('float'/'double')."""
-    bits = 512 if "+avx512f" in features else 256 if "+avx" in features else 128
+    bits = 512 if avx512(features) else 256 if "+avx" in features else 128
     return bits // (32 if t == "float" else 64)
 
 

@@ -20,7 +20,7 @@ its fifth pointer is then the lane-mask table (conv.flat_masks) in place of the 
 from __future__ import annotations
 
 from .callconv import CONV_DIMS as DIMS  # the kernel's shape arguments, in order
-from .lower import TYPES, Builder, Unsupported, Vals, emit_program
+from .lower import TYPES, Builder, Unsupported, Vals, avx512, emit_program
 
 
 def lower_depthwise(k, name: str, features: str) -> str:
@@ -28,7 +28,7 @@ def lower_depthwise(k, name: str, features: str) -> str:
     if t is None:
         raise Unsupported(f"depthwise kernels in {k.dtype}")
     if k.flat:
-        return lower_flat(k, name, t, "+avx512f" in features)
+        return lower_flat(k, name, t, avx512(features))
     es = 4 if t == "float" else 8
     b = Builder()
     intrinsics: set = set()

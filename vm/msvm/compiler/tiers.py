@@ -77,6 +77,7 @@ class Site:
         self.l3: dict = {}       # concrete shapes -> Compiled | "pending" | "failed"
         self.seen: dict = {}     # concrete shapes -> calls
         self.polymorphic = False  # more than L3_SHAPES shapes seen: no more L3 compiles
+        self.promoting: set = set()   # shape classes whose light L2 kernel is compiling again optimized
         self.ptrs = [None] * 7   # per input position: (last weight or arena view, its data pointer) (``ptr``)
         self.tier_history: list = []
         self.plans: dict = {}
@@ -363,10 +364,11 @@ class Site:
                 self._compile_promoted(plan, k, ahead)
 
     def _compile_promoted(self, plan: Plan, old: Compiled, ahead: bool = False) -> None:
+        if plan.cls in self.promoting:       # (asked already: ahead, then the site went polymorphic)
+            return
+        self.promoting.add(plan.cls)
         ck = next((c for c, p in self.plans.items() if p is plan), ())
         was = self.why.get((2, plan.cls))
-        if was is not None and was.kind in ("hot", "polymorphic") and "O3" in was.text:
-            return                                      # (asked already: ahead, then polymorphic)
         need = self.why[(2, plan.cls)] = (reasons.promoted_ahead(self.where(), ck) if ahead else
                                           reasons.promoted(self.where(), ck, L3_SHAPES))
 
@@ -375,6 +377,7 @@ class Site:
                 compiled = self._build(2, plan, need, optimize=True)
             except Exception as e:  # noqa: BLE001 - the light kernel still serves: said, counted, kept
                 self.why[(2, plan.cls)] = was
+                self.promoting.discard(plan.cls)
                 kernel_cache().stats["failures"] += 1
                 log.logger.info("JIT optimized L2 compile of %s failed, keeping its light kernel: %s", self.name, e)
                 return
